@@ -52,7 +52,7 @@ async def test_outside_a_read_the_flusher_task_writes() -> None:
 
 
 async def test_paused_transport_is_not_written_until_resumed() -> None:
-    out, transport, scheduler = make()
+    out, transport, _ = make()
     transport.buffered = 1000
     out.pause()
     assert out.limit == (1 << 20) - 1000
