@@ -218,9 +218,9 @@ class Connection(asyncio.Protocol):
                 return
             kind = op[0]
             if kind == PUB:
-                self._on_pub(op[1], op[2], None, op[3])
+                self._on_pub(op[1], op[2], None, op[3], op[4])
             elif kind == HPUB:
-                self._on_pub(op[1], op[2], op[3], op[4])
+                self._on_pub(op[1], op[2], op[3], op[4], b"")
             elif kind == SUB:
                 self._on_sub(op[1], op[2], op[3])
             elif kind == UNSUB:
@@ -312,7 +312,9 @@ class Connection(asyncio.Protocol):
             self.sublist.remove(sub)
 
     # -- the message path ---------------------------------------------------------------------------
-    def _on_pub(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
+    def _on_pub(
+        self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes, tail: bytes
+    ) -> None:
         size = len(payload) if headers is None else len(headers) + len(payload)
         self.in_msgs += 1
         self.in_bytes += size
@@ -335,7 +337,7 @@ class Connection(asyncio.Protocol):
             return
         # The message's frame in its two shapes, built once and shared by every delivery: MSG (headers
         # stripped) and HMSG for receivers that negotiated headers; each is (head, tail, body size).
-        frame = (b"MSG " + subject + b" ", encoder.msg_tail(reply, payload), len(payload))
+        frame = (b"MSG " + subject + b" ", tail or encoder.msg_tail(reply, payload), len(payload))
         hframe = (
             frame
             if headers is None

@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from protocol import errors
+from protocol.encoder import msg_tail
 from protocol.ops import CONNECT, ERR, HPUB, INFO, OK, PING, PONG, PUB, SUB, UNSUB, Op
 
 # Ops that need whitespace after their name, with their kind.
@@ -165,7 +166,7 @@ class Parser:
     def _emit(pending: tuple[Any, ...], body: bytes, ops: list[Op]) -> None:
         kind, subject, reply, hdr = pending[0], pending[1], pending[2], pending[3]
         if kind == PUB:
-            ops.append((PUB, subject, reply, body))
+            ops.append((PUB, subject, reply, body, msg_tail(reply, body)))
         else:
             ops.append((HPUB, subject, reply, body[:hdr], body[hdr:]))
 
@@ -201,7 +202,14 @@ class Parser:
                     return
                 if buf[stop] != 13 or buf[stop + 1] != 10:
                     raise errors.UnknownOperation("payload not followed by CRLF")
-                ops.append((PUB, subject, reply, buf[start:stop]))
+                # `[reply ]size\r\npayload\r\n` is, byte for byte, the tail of the MSG frame that
+                # delivers this message: hand it over as one slice instead of formatting it again.
+                payload = buf[start:stop]
+                if start - fast.end(3) == 2:
+                    tail = buf[fast.start(2 if reply else 3) : stop + 2]
+                else:
+                    tail = msg_tail(reply, payload)
+                ops.append((PUB, subject, reply, payload, tail))
                 pos = stop + 2
                 continue
             nl = find(b"\n", pos)
@@ -233,7 +241,8 @@ class Parser:
                 if buf[stop] != 13 or buf[stop + 1] != 10:
                     raise errors.UnknownOperation("payload not followed by CRLF")
                 if kind == PUB:
-                    ops.append((PUB, pub[1], pub[2], buf[start:stop]))
+                    payload = buf[start:stop]
+                    ops.append((PUB, pub[1], pub[2], payload, msg_tail(pub[2], payload)))
                 else:
                     hdr_end = start + pub[3]
                     ops.append((HPUB, pub[1], pub[2], buf[start:hdr_end], buf[hdr_end:stop]))
