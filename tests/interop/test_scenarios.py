@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.interop.conftest import ServerFactory
+from tests.interop.conftest import ServerFactory, pynatsd_lacks
 from tests.interop.drivers import Driver
 from tests.interop.spec import header_pairs, payload, wildcard_expectation
 from tests.servers import ServerProcess
@@ -28,7 +28,6 @@ def test_connect_options(driver: Driver, server: ServerProcess, subject: str) ->
     try:
         info = run.expect("connect")
         run.expect("ready")
-        names = {c.get("name"): c for c in connz(server)}
         run.send()
         run.finish()
     finally:
@@ -39,6 +38,22 @@ def test_connect_options(driver: Driver, server: ServerProcess, subject: str) ->
     # echo off: the connection never gets its own message; echo on: it does.
     assert info["noecho_seen"] == ["from-echo", "sentinel"]
     assert info["echo_seen"] == ["from-noecho", "from-echo", "sentinel"]
+
+
+def test_connect_name_in_connz(
+    request: pytest.FixtureRequest, driver: Driver, server: ServerProcess, subject: str
+) -> None:
+    pynatsd_lacks(request, server.kind, "monitoring")
+    run = driver.start("connect", server.url, subject)
+    try:
+        run.expect("ready")
+        try:
+            names = {c.get("name"): c for c in connz(server)}
+        finally:
+            run.send()
+        run.finish()
+    finally:
+        run.kill()
     for name in (f"interop-{driver.lang}-noecho", f"interop-{driver.lang}-echo"):
         assert name in names, names
         assert names[name]["lang"] == CLIENT_LANG[driver.lang]
