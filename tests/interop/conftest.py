@@ -25,6 +25,8 @@ def pynatsd_lacks(request: pytest.FixtureRequest, kind: str, feature: str) -> No
     """Marks the running test as a strict xfail on pynatsd while `feature` is missing there."""
     if kind == "pynatsd" and feature in PYNATSD_MISSING:
         request.applymarker(pytest.mark.xfail(reason=PYNATSD_MISSING[feature], strict=True))
+
+
 ServerFactory = Callable[..., ServerProcess]
 
 
@@ -44,7 +46,8 @@ def c_driver() -> Driver:
 def driver(request: pytest.FixtureRequest) -> Driver:
     """Each scenario runs with both the Go and the C client."""
     lang: str = request.param
-    return request.getfixturevalue(f"{lang}_driver")  # type: ignore[no-any-return]
+    driver: Driver = request.getfixturevalue(f"{lang}_driver")
+    return driver
 
 
 @pytest.fixture(params=SERVER_KINDS)

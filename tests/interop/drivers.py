@@ -60,7 +60,11 @@ def build_go() -> Path:
     BUILD_DIR.mkdir(exist_ok=True)
     subprocess.run(
         ["go", "build", "-o", str(out), "."],  # GOPATH mode refuses absolute import paths
-        check=True, env=go_env(), cwd=HERE / "go" / "natsinterop", capture_output=True, timeout=300,
+        check=True,
+        env=go_env(),
+        cwd=HERE / "go" / "natsinterop",
+        capture_output=True,
+        timeout=300,
     )
     return out
 
@@ -73,9 +77,22 @@ def build_c() -> Path:
     ).stdout.split()
     sources = sorted(str(p) for p in (HERE / "c").glob("*.c"))
     subprocess.run(
-        ["gcc", "-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror", "-o", str(out), *sources, *flags,
-         "-lpthread"],
-        check=True, capture_output=True, timeout=120,
+        [
+            "gcc",
+            "-std=gnu11",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-o",
+            str(out),
+            *sources,
+            *flags,
+            "-lpthread",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     return out
 
@@ -91,7 +108,11 @@ class Driver:
         """Runs a scenario to completion and returns its events (the final "done" is checked)."""
         proc = subprocess.run(
             [str(self.path), scenario, url, *map(str, args)],
-            input=stdin, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+            check=False,
         )
         return check_events(self, scenario, proc.returncode, proc.stdout, proc.stderr)
 
@@ -104,7 +125,8 @@ def check_events(driver: Driver, scenario: str, rc: int, stdout: str, stderr: st
     errors = [e for e in events if e.get("ev") == "error"]
     if rc != 0 or errors or not events or events[-1] != {"ev": "done"}:
         raise DriverError(
-            f"{driver.lang} {scenario}: rc={rc} errors={errors}\nstdout={shorten(stdout)}\nstderr={shorten(stderr)}"
+            f"{driver.lang} {scenario}: rc={rc} errors={errors}\n"
+            f"stdout={shorten(stdout)}\nstderr={shorten(stderr)}"
         )
     return events[:-1]
 
@@ -138,9 +160,13 @@ class Interactive:
             try:
                 line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise DriverError(f"{self.driver.lang} {self.scenario}: no {ev!r} in time\n{self.output()}") from None
+                raise DriverError(
+                    f"{self.driver.lang} {self.scenario}: no {ev!r} in time\n{self.output()}"
+                ) from None
             if line is None:
-                raise DriverError(f"{self.driver.lang} {self.scenario}: exited before {ev!r}\n{self.output()}")
+                raise DriverError(
+                    f"{self.driver.lang} {self.scenario}: exited before {ev!r}\n{self.output()}"
+                )
             self.lines.append(line)
             event: Event = json.loads(line)
             if event.get("ev") == "error":

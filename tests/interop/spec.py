@@ -34,7 +34,13 @@ def header_pairs(i: int, origin: str) -> list[list[str]]:
 
 def python_headers(i: int) -> dict[str, str]:
     """Headers nats-py publishes (a dict, so no repeated keys)."""
-    return {"X-Seq": str(i), "X-Spaces": "a  b c", "X-Colon": "k:v:w", "x-lower": "MiXeD", "X-Origin": "python"}
+    return {
+        "X-Seq": str(i),
+        "X-Spaces": "a  b c",
+        "X-Colon": "k:v:w",
+        "x-lower": "MiXeD",
+        "X-Origin": "python",
+    }
 
 
 def wildcard_expectation(prefix: str) -> dict[str, list[str]]:

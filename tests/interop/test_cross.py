@@ -48,7 +48,8 @@ class RawSubscriber:
             line, _, data = data.partition(b"\r\n")
             op, *args = line.split(b" ")
             assert op in (b"MSG", b"HMSG"), line
-            subject, reply = args[0].decode(), (args[2].decode() if len(args) == (5 if op == b"HMSG" else 4) else "")
+            has_reply = len(args) == (5 if op == b"HMSG" else 4)
+            subject, reply = args[0].decode(), (args[2].decode() if has_reply else "")
             hdr_len = int(args[-2]) if op == b"HMSG" else 0
             total = int(args[-1])
             body, data = data[:total], data[total + 2 :]
@@ -211,7 +212,9 @@ async def test_request_reply_across_clients(
         serving = drivers[responder].start("respond", server.url, subject, count)
         serving.expect("ready")
     try:
-        replies = await asyncio.to_thread(drivers[requester].run, "request", server.url, subject, count, style)
+        replies = await asyncio.to_thread(
+            drivers[requester].run, "request", server.url, subject, count, style
+        )
         if serving:
             serving.finish()
     finally:
@@ -227,7 +230,11 @@ async def test_request_reply_across_clients(
 
 @pytest.mark.parametrize("responder", ["go", "c"])
 async def test_python_requester(
-    responder: str, go_driver: Driver, c_driver: Driver, server: ServerProcess, subject: str,
+    responder: str,
+    go_driver: Driver,
+    c_driver: Driver,
+    server: ServerProcess,
+    subject: str,
     py_client: NatsClient,
 ) -> None:
     """nats-py requests (new-style muxed inbox) answered by the Go and C responders."""

@@ -75,7 +75,9 @@ def test_wildcards(driver: Driver, server: ServerProcess, subject: str) -> None:
 
 def test_queue_group(driver: Driver, server: ServerProcess, subject: str) -> None:
     count = 90
-    events = {e["member"]: [int(s) for s in e["seqs"]] for e in driver.run("queue", server.url, subject, count)}
+    events = {
+        e["member"]: [int(s) for s in e["seqs"]] for e in driver.run("queue", server.url, subject, count)
+    }
     assert events["plain"] == list(range(count))
     members = [events[f"q{i}"] for i in range(3)]
     # exactly one queue member gets each message, each member in publish order
