@@ -37,21 +37,40 @@ _BOOL_FLAGS = {
     "help": "help",
 }
 _VALUE_FLAGS = {
-    "p": "port", "port": "port",
-    "a": "addr", "addr": "addr", "net": "addr",
-    "n": "name", "name": "name", "server_name": "name",
+    "p": "port",
+    "port": "port",
+    "a": "addr",
+    "addr": "addr",
+    "net": "addr",
+    "n": "name",
+    "name": "name",
+    "server_name": "name",
     "client_advertise": "client_advertise",
-    "m": "http_port", "http_port": "http_port",
-    "ms": "https_port", "https_port": "https_port",
-    "c": "config", "config": "config",
-    "l": "log", "log": "log",
-    "P": "pid", "pid": "pid",
+    "m": "http_port",
+    "http_port": "http_port",
+    "ms": "https_port",
+    "https_port": "https_port",
+    "c": "config",
+    "config": "config",
+    "l": "log",
+    "log": "log",
+    "P": "pid",
+    "pid": "pid",
     "ports_file_dir": "ports_file_dir",
-    "user": "user", "pass": "pass", "auth": "auth",
-    "tlscert": "tlscert", "tlskey": "tlskey", "tlscacert": "tlscacert",
-    "routes": "routes", "cluster": "cluster", "cluster_listen": "cluster", "cluster_name": "cluster_name",
-    "sd": "store_dir", "store_dir": "store_dir",
-    "sl": "signal", "signal": "signal",
+    "user": "user",
+    "pass": "pass",
+    "auth": "auth",
+    "tlscert": "tlscert",
+    "tlskey": "tlskey",
+    "tlscacert": "tlscacert",
+    "routes": "routes",
+    "cluster": "cluster",
+    "cluster_listen": "cluster",
+    "cluster_name": "cluster_name",
+    "sd": "store_dir",
+    "store_dir": "store_dir",
+    "sl": "signal",
+    "signal": "signal",
     "max_payload": "max_payload",
 }
 # Flags whose capability pynatsd does not have: accepted, and reported, never silently ignored.
@@ -109,7 +128,11 @@ def _bool(name: str, help_text: str) -> Any:
 @click.option("--cluster", default=None)
 @click.option("--cluster_name", default=None)
 @click.option("--store_dir", default=None)
-@click.option("--signal", default=None, help="Send a signal to a running server: stop|quit|term|reopen|reload|ldm[=pid].")
+@click.option(
+    "--signal",
+    default=None,
+    help="Send a signal to a running server: stop|quit|term|reopen|reload|ldm[=pid].",
+)
 @click.option("--max_payload", default=None, hidden=True)
 @_bool("debug", "Enable debugging output. [-D]")
 @_bool("trace", "Trace the raw protocol. [-V]")
@@ -135,14 +158,29 @@ def command(ctx: click.Context, **flags: Any) -> None:
         return
     options = options_from_flags(flags)
     logger = configure(
-        debug=options.debug, trace=options.trace, logtime=options.logtime, utc=options.logtime_utc,
+        debug=options.debug,
+        trace=options.trace,
+        logtime=options.logtime,
+        utc=options.logtime_utc,
         log_file=options.log_file,
     )
     for flag in sorted(UNSUPPORTED):
         if flags.get(flag):
             logger.warning("--%s is not supported by pynatsd (core NATS only); ignoring it", flag)
-    for flag in ("config", "tlscert", "tlskey", "tlscacert", "tls", "tlsverify", "signal", "check_config",
-                 "https_port", "pid", "ports_file_dir", "max_payload"):
+    for flag in (
+        "config",
+        "tlscert",
+        "tlskey",
+        "tlscacert",
+        "tls",
+        "tlsverify",
+        "signal",
+        "check_config",
+        "https_port",
+        "pid",
+        "ports_file_dir",
+        "max_payload",
+    ):
         if flags.get(flag):
             raise click.UsageError(f"--{flag} is not supported yet")
     run(options)

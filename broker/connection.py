@@ -14,19 +14,17 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from broker.logging import TRACE, get_logger
+from broker.outbound import Outbound
 from protocol import encoder, errors
 from protocol.connect import ConnectOptions, parse_connect
 from protocol.ops import CONNECT, ERR, HPUB, INFO, NAMES, OK, PING, PONG, PUB, SUB, UNSUB, Op
 from protocol.parser import Parser
 from protocol.subjects import is_literal_subject
 
-from broker.logging import TRACE, get_logger
-from broker.outbound import Outbound
-
 if TYPE_CHECKING:
-    from matcher import Sublist
-
     from broker.server import Server
+    from matcher import Sublist
 
 log = get_logger()
 
@@ -86,9 +84,12 @@ class Connection(asyncio.Protocol):
         self.out: Outbound | None = None
         opts = server.options
         self.parser = Parser(
-            opts.max_control_line, opts.max_payload, expect_connect=server.auth.required, allow_headers=opts.headers
+            opts.max_control_line,
+            opts.max_payload,
+            expect_connect=server.auth.required,
+            allow_headers=opts.headers,
         )
-        self.sublist: Sublist = server.sublist
+        self.sublist: Sublist[Subscription] = server.sublist
         self.opts = ConnectOptions()
         self.connected = False  # CONNECT processed
         self.closed = False
@@ -233,7 +234,7 @@ class Connection(asyncio.Protocol):
             elif kind == ERR:
                 log.error("%r - Client Error %s", self, op[1])
                 self.close(PARSE_ERROR)
-            elif kind == INFO or kind == OK:
+            elif kind in (INFO, OK):
                 pass  # accepted and ignored, as nats-server does
 
     def _on_connect(self, raw: dict[str, Any]) -> None:
@@ -297,10 +298,9 @@ class Connection(asyncio.Protocol):
 
     def _on_unsub(self, sid: bytes, max_msgs: int | None) -> None:
         sub = self.subs.get(sid)
-        if sub is not None:
-            if max_msgs is not None and max_msgs > 0 and max_msgs > sub.delivered:
-                sub.max_msgs = max_msgs
-                sub = None
+        if sub is not None and max_msgs is not None and max_msgs > 0 and max_msgs > sub.delivered:
+            sub.max_msgs = max_msgs
+            sub = None
         if self.opts.verbose:
             self._send(encoder.OK)
         if sub is not None:
@@ -385,6 +385,8 @@ class Connection(asyncio.Protocol):
 
     def _protocol_error(self, err: errors.ProtocolError) -> None:
         reason = _CLOSE_REASONS.get(type(err), PROTOCOL_VIOLATION)
+        if isinstance(err, errors.AuthorizationViolation):
+            self.server.stats.auth_failures += 1
         if err.err_text is not None:
             log.error("%r - %s", self, err.err_text)
         else:

@@ -11,8 +11,14 @@ LOGGER_NAME = "pynatsd"
 TRACE = 5  # below DEBUG, as nats-server's -V
 logging.addLevelName(TRACE, "TRACE")
 
-_LEVEL_TAGS = {TRACE: "TRC", logging.DEBUG: "DBG", logging.INFO: "INF", logging.WARNING: "WRN",
-               logging.ERROR: "ERR", logging.CRITICAL: "FTL"}
+_LEVEL_TAGS = {
+    TRACE: "TRC",
+    logging.DEBUG: "DBG",
+    logging.INFO: "INF",
+    logging.WARNING: "WRN",
+    logging.ERROR: "ERR",
+    logging.CRITICAL: "FTL",
+}
 
 
 class NatsFormatter(logging.Formatter):
@@ -51,14 +57,12 @@ def configure(
 ) -> logging.Logger:
     """(Re)configure the server logger: stderr, or `log_file` when given (reopened on each call)."""
     logger = get_logger()
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
-        handler.close()
-    handler: logging.Handler
-    if log_file:
-        handler = logging.FileHandler(log_file, encoding="utf-8")
-    else:
-        handler = logging.StreamHandler(sys.stderr)
+    for old in list(logger.handlers):
+        logger.removeHandler(old)
+        old.close()
+    handler: logging.Handler = (
+        logging.FileHandler(log_file, encoding="utf-8") if log_file else logging.StreamHandler(sys.stderr)
+    )
     handler.setFormatter(NatsFormatter(logtime=logtime, utc=utc))
     logger.addHandler(handler)
     logger.setLevel(TRACE if trace else logging.DEBUG if debug else logging.INFO)

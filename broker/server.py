@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import platform
 import signal
 from collections import deque
@@ -10,16 +11,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from matcher import Sublist
-from protocol import encoder
-
 from broker import NATS_COMPAT_VERSION, __version__
 from broker.auth import Authenticator
-from broker.connection import SERVER_SHUTDOWN, Connection
+from broker.connection import SERVER_SHUTDOWN, Connection, Subscription
 from broker.ids import new_server_id
 from broker.logging import get_logger
 from broker.options import Options
 from broker.outbound import FlushScheduler
+from matcher import Sublist
+from protocol import encoder
 
 log = get_logger()
 
@@ -46,7 +46,7 @@ class Server:
         self.server_id = new_server_id()
         self.start_time = datetime.now(UTC)
         self.stats = ServerStats()
-        self.sublist = Sublist(cache=not self.options.disable_sublist_cache)
+        self.sublist: Sublist[Subscription] = Sublist(cache=not self.options.disable_sublist_cache)
         self.auth = Authenticator(self.options)
         self.scheduler = FlushScheduler()
         self.clients: dict[int, Connection] = {}
@@ -104,10 +104,8 @@ class Server:
     def install_signal_handlers(self) -> None:
         """SIGINT/SIGTERM: graceful stop."""
         for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self.loop.add_signal_handler(sig, lambda s=sig: self._on_stop_signal(s))
-            except (NotImplementedError, RuntimeError):
-                pass
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                self.loop.add_signal_handler(sig, self._on_stop_signal, sig)
 
     def _on_stop_signal(self, sig: int) -> None:
         log.debug("Trapped %r signal", signal.Signals(sig).name)

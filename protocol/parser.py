@@ -111,7 +111,9 @@ class Parser:
         self.dead = False
         self._buf = b""  # an incomplete control line (bounded by max_control_line)
         self._acc: bytearray | None = None  # an incomplete payload being gathered
-        self._pending: tuple[Any, ...] | None = None  # (kind, subject, reply, hdr_size, size) awaiting payload
+        self._pending: tuple[Any, ...] | None = (
+            None  # (kind, subject, reply, hdr_size, size) awaiting payload
+        )
         self._slow_split = False
 
     @property
@@ -203,7 +205,7 @@ class Parser:
             if end - arg_start > self.max_control_line:
                 raise errors.MaxControlLineExceeded(f"control line of {end - arg_start} bytes")
 
-            if kind == PUB or kind == HPUB:
+            if kind in (PUB, HPUB):
                 args = self._split(buf[arg_start:end])
                 pub = self._pub_args(kind, args)
                 start = nl + 1

@@ -14,10 +14,7 @@ def is_valid_subject(subject: bytes) -> bool:
             return False
     tokens = subject.split(b".")
     last = len(tokens) - 1
-    for i, token in enumerate(tokens):
-        if not token or (token == b">" and i != last):
-            return False
-    return True
+    return all(not (not token or (token == b">" and i != last)) for i, token in enumerate(tokens))
 
 
 def is_literal_subject(subject: bytes) -> bool:

@@ -26,7 +26,11 @@ UNORDERED = {"wildcard-copies-per-sub", "published-star-token"}
 
 # (name, bytes sent, expected reply or None to compare with nats-server only)
 CASES: list[tuple[str, bytes, bytes | None]] = [
-    ("no-connect-defaults-verbose", b"SUB foo 1\r\nPUB foo 2\r\nhi\r\n", b"+OK\r\n+OK\r\nMSG foo 1 2\r\nhi\r\n"),
+    (
+        "no-connect-defaults-verbose",
+        b"SUB foo 1\r\nPUB foo 2\r\nhi\r\n",
+        b"+OK\r\n+OK\r\nMSG foo 1 2\r\nhi\r\n",
+    ),
     ("connect-empty-keeps-verbose", b"CONNECT {}\r\n", b"+OK\r\n"),
     ("verbose-off", V0 + b"SUB foo 1\r\nPUB foo 2\r\nhi\r\n", b"MSG foo 1 2\r\nhi\r\n"),
     ("lowercase-ops", V0 + b"sub foo 1\r\npub foo 2\r\nhi\r\nping\r\n", b"MSG foo 1 2\r\nhi\r\nPONG\r\n"),
@@ -35,9 +39,21 @@ CASES: list[tuple[str, bytes, bytes | None]] = [
     ("reply-subject", V0 + b"SUB foo 1\r\nPUB foo bar 2\r\nhi\r\n", b"MSG foo 1 bar 2\r\nhi\r\n"),
     ("empty-payload", V0 + b"SUB foo 1\r\nPUB foo 0\r\n\r\n", b"MSG foo 1 0\r\n\r\n"),
     ("wildcard-copies-per-sub", V0 + b"SUB a.* 1\r\nSUB a.> 2\r\nSUB a.b 3\r\nPUB a.b 1\r\nx\r\n", None),
-    ("published-star-token", V0 + b"SUB foo.* 1\r\nSUB foo.> 2\r\nSUB foo.bar 3\r\nPUB foo.* 1\r\nx\r\n", None),
-    ("pedantic-invalid-publish", b'CONNECT {"verbose":false,"pedantic":true}\r\nSUB foo.* 1\r\nPUB foo.* 1\r\nx\r\n', None),
-    ("pedantic-off-routes", b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB foo.* 1\r\nPUB foo.* 1\r\nx\r\n', None),
+    (
+        "published-star-token",
+        V0 + b"SUB foo.* 1\r\nSUB foo.> 2\r\nSUB foo.bar 3\r\nPUB foo.* 1\r\nx\r\n",
+        None,
+    ),
+    (
+        "pedantic-invalid-publish",
+        b'CONNECT {"verbose":false,"pedantic":true}\r\nSUB foo.* 1\r\nPUB foo.* 1\r\nx\r\n',
+        None,
+    ),
+    (
+        "pedantic-off-routes",
+        b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB foo.* 1\r\nPUB foo.* 1\r\nx\r\n',
+        None,
+    ),
     ("invalid-subject", V0 + b"SUB foo..bar 1\r\nSUB foo.>.x 2\r\nSUB .a 3\r\nSUB a. 4\r\n", None),
     ("sys-queue", V0 + b"SUB a _sys_ 3\r\n", None),
     ("duplicate-sid-ignored", V0 + b"SUB foo 1\r\nSUB bar 1\r\nPUB foo 1\r\na\r\nPUB bar 1\r\nb\r\n", None),
@@ -121,15 +137,25 @@ def test_info_fields_match_nats_server(servers: dict[str, ServerProcess]) -> Non
     # Every field nats-server always sends, in the same order (ours adds its own version at the end).
     common = [k for k in keys_ref if k in keys_ours]
     assert common == [k for k in keys_ours if k in keys_ref]
-    for key in ("server_id", "server_name", "version", "proto", "host", "port", "headers", "max_payload",
-                "client_id", "client_ip"):
+    for key in (
+        "server_id",
+        "server_name",
+        "version",
+        "proto",
+        "host",
+        "port",
+        "headers",
+        "max_payload",
+        "client_id",
+        "client_ip",
+    ):
         assert key in ours.info, key
 
 
 def test_second_info_after_first_pong_for_protocol_1(servers: dict[str, ServerProcess]) -> None:
     for kind in ("pynatsd", "nats-server"):
         with WireClient(servers[kind].port) as client:
-            out, closed = client.exchange(b'CONNECT {"verbose":false,"protocol":1}\r\nPING\r\n')
+            out, _closed = client.exchange(b'CONNECT {"verbose":false,"protocol":1}\r\nPING\r\n')
         lines = out.split(b"\r\n")
         assert lines[0] == b"PONG" and lines[1].startswith(b"INFO "), (kind, out)
         info = json.loads(lines[1][5:])

@@ -97,6 +97,7 @@ async def test_queue_group_delivers_each_message_once(nc: Client, url: str) -> N
 async def test_request_reply_new_and_old_style(nc: Client, url: str) -> None:
     responder = await nats.connect(url)
     try:
+
         async def handler(msg: Msg) -> None:
             await msg.respond(b"re:" + msg.data)
 

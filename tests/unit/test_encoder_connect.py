@@ -36,9 +36,21 @@ def test_no_responders_headers_length() -> None:
 
 def test_connect_defaults_and_case_insensitive_keys() -> None:
     opts = parse_connect({})
-    assert (opts.verbose, opts.pedantic, opts.echo, opts.headers, opts.protocol) == (True, True, True, False, 0)
+    assert (opts.verbose, opts.pedantic, opts.echo, opts.headers, opts.protocol) == (
+        True,
+        True,
+        True,
+        False,
+        0,
+    )
     opts = parse_connect({"Verbose": False, "ECHO": False, "headers": True, "pass": "pw", "protocol": 1})
-    assert (opts.verbose, opts.echo, opts.headers, opts.password, opts.protocol) == (False, False, True, "pw", 1)
+    assert (opts.verbose, opts.echo, opts.headers, opts.password, opts.protocol) == (
+        False,
+        False,
+        True,
+        "pw",
+        1,
+    )
     assert parse_connect({"headers": True}, server_headers=False).headers is False
 
 
