@@ -66,5 +66,7 @@ natsStatus run_auth(const char *url, char **args, int nargs);
 natsStatus run_tls(const char *url, char **args, int nargs);
 natsStatus run_pub(const char *url, char **args, int nargs);
 natsStatus run_sub(const char *url, char **args, int nargs);
+natsStatus run_burst(const char *url, char **args, int nargs);
+natsStatus run_tally(const char *url, char **args, int nargs);
 
 #endif

@@ -18,7 +18,7 @@ static const struct {
     {"respond", run_respond, 2},     {"request", run_request, 3}, {"noresp", run_noresp, 1},
     {"drain", run_drain, 2},         {"reconnect", run_reconnect, 2}, {"slow", run_slow, 1},
     {"auth", run_auth, 3},           {"tls", run_tls, 1},         {"pub", run_pub, 2},
-    {"sub", run_sub, 2},
+    {"sub", run_sub, 2},             {"burst", run_burst, 2},     {"tally", run_tally, 2},
 };
 
 static void on_alarm(int sig) {

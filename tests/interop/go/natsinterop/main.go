@@ -42,6 +42,8 @@ var scenarios = map[string]scenario{
 	"tls":       runTLS,       // url cafile subject
 	"pub":       runPub,       // url subject count
 	"sub":       runSub,       // url subject count
+	"burst":     runBurst,     // url subject count
+	"tally":     runTally,     // url subject count
 }
 
 func main() {
