@@ -18,6 +18,7 @@ SERVER_KINDS = ("pynatsd", "nats-server")
 PYNATSD_MISSING = {
     "monitoring": "pynatsd has no HTTP monitoring (/connz) yet: issue 5",
     "tls": "pynatsd does not serve TLS (--tls/--tlscert/--tlskey) yet: issue 6",
+    "config": "pynatsd rejects -c/--config (needed for no_header_support) yet: issue 6",
 }
 
 

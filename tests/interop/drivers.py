@@ -49,6 +49,7 @@ def go_env() -> dict[str, str]:
         GOPROXY="off",
         GOFLAGS="",
         GOTOOLCHAIN="local",
+        GOENV="off",
         GOCACHE=str(BUILD_DIR / "gocache"),
         CGO_ENABLED="0",
     )

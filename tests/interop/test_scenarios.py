@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,6 +58,25 @@ def test_connect_name_in_connz(
     for name in (f"interop-{driver.lang}-noecho", f"interop-{driver.lang}-echo"):
         assert name in names, names
         assert names[name]["lang"] == CLIENT_LANG[driver.lang]
+
+
+def test_server_without_headers(
+    request: pytest.FixtureRequest,
+    driver: Driver,
+    server_kind: str,
+    server_factory: ServerFactory,
+    subject: str,
+    tmp_path: Path,
+) -> None:
+    """With no_header_support the clients see headers off, refuse header messages, and still work."""
+    pynatsd_lacks(request, server_kind, "config")
+    config = tmp_path / "no-headers.conf"
+    config.write_text("no_header_support: true\n")
+    srv = server_factory(["-c", str(config)])
+    (event,) = driver.run("noheaders", srv.url, subject)
+    assert event["headers"] is False
+    assert "not supported" in event["publish_with_headers"].lower()
+    assert event["round_trip"] == "ok"
 
 
 def test_pubsub_payloads(driver: Driver, server: ServerProcess, subject: str) -> None:

@@ -271,3 +271,35 @@ natsStatus run_flush(const char *url, char **args, int nargs) {
     natsConnection_Destroy(nc);
     return s;
 }
+
+/* Against a server with no_header_support: headers unsupported, a message with headers refused,
+ * plain messages still delivered (see the Go driver's runNoHeaders). */
+natsStatus run_noheaders(const char *url, char **args, int nargs) {
+    (void)nargs;
+    const char *subject = args[0];
+    natsConnection *nc = NULL;
+    natsSubscription *sub = NULL;
+    natsMsg *m = NULL, *got = NULL;
+    natsStatus s = connect_plain(&nc, url);
+    TRY(natsMsg_Create(&m, subject, NULL, "h", 1));
+    TRY(natsMsgHeader_Set(m, "X-Test", "1"));
+    if (s != NATS_OK)
+        return s;
+    natsStatus has = natsConnection_HasHeaderSupport(nc);
+    natsStatus with_headers = natsConnection_PublishMsg(nc, m);
+    natsStatus trip = natsConnection_SubscribeSync(&sub, nc, subject);
+    if (trip == NATS_OK)
+        trip = natsConnection_PublishString(nc, subject, "secret");
+    if (trip == NATS_OK)
+        trip = natsSubscription_NextMsg(&got, sub, WAIT_MS);
+    out_begin("noheaders");
+    out_bool("headers", has == NATS_OK);
+    out_str("publish_with_headers", with_headers == NATS_OK ? "ok" : natsStatus_GetText(with_headers));
+    out_str("round_trip", trip == NATS_OK ? "ok" : natsStatus_GetText(trip));
+    out_end();
+    natsMsg_Destroy(got);
+    natsMsg_Destroy(m);
+    natsSubscription_Destroy(sub);
+    natsConnection_Destroy(nc);
+    return NATS_OK;
+}

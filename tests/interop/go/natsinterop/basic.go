@@ -278,3 +278,22 @@ func runFlush(url string, args []string) error {
 	emit(map[string]any{"ev": "flush", "rtt_ns": rtt.Nanoseconds(), "buffered": buffered, "out_msgs": nc.Stats().OutMsgs})
 	return nil
 }
+
+// runNoHeaders runs against a server started with no_header_support: the client must see that headers
+// are unsupported, refuse a message with headers, and still deliver plain messages.
+func runNoHeaders(url string, args []string) error {
+	subject := args[0]
+	nc, err := connect(url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	m := nats.NewMsg(subject)
+	m.Header.Set("X-Test", "1")
+	hdrErr := nc.PublishMsg(m)
+	emit(map[string]any{
+		"ev": "noheaders", "headers": nc.HeadersSupported(), "publish_with_headers": errText(hdrErr),
+		"round_trip": errText(roundTrip(nc, subject)),
+	})
+	return nil
+}

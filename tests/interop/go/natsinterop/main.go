@@ -44,6 +44,7 @@ var scenarios = map[string]scenario{
 	"sub":       runSub,       // url subject count
 	"burst":     runBurst,     // url subject count
 	"tally":     runTally,     // url subject count
+	"noheaders": runNoHeaders, // url subject
 }
 
 func main() {
