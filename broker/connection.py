@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from broker.logging import TRACE, get_logger
@@ -33,6 +33,7 @@ _RESERVED_REPLY = (b"_R_.", b"$JS.ACK.", b"_GR_.")
 _SYS_QUEUE = b"_sys_"
 _RTT_REFRESH = 3600.0
 _FIRST_PING = 2.0
+_FANOUT_CAP = 1024
 
 # Close reasons, as /connz reports them.
 CLIENT_CLOSED = "Client Closed"
@@ -79,7 +80,7 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, server: Server) -> None:
         self.server = server
-        self.cid = server.next_cid()
+        self.cid: int = server.next_cid()
         self.transport: asyncio.Transport | None = None
         self.out: Outbound | None = None
         opts = server.options
@@ -93,21 +94,20 @@ class Connection(asyncio.Protocol):
         self.opts = ConnectOptions()
         self.connected = False  # CONNECT processed
         self.closed = False
-        self.close_reason = ""
-        self.ip = ""
-        self.port = 0
-        self.start = datetime.now(UTC)
+        self.close_reason: str = ""
+        self.ip: str = ""
+        self.port: int = 0
+        self.start: datetime = datetime.now(UTC)
         self.stop: datetime | None = None
-        self.last_activity = time.time()
         self.rtt: float | None = None
         self.subs: dict[bytes, Subscription] = {}
-        self.in_msgs = 0
-        self.in_bytes = 0
-        self.out_msgs = 0
-        self.out_bytes = 0
-        self.user = ""
-        self.account = "$G"
-        self._last_in = time.monotonic()
+        self.in_msgs: int = 0
+        self.in_bytes: int = 0
+        self.out_msgs: int = 0
+        self.out_bytes: int = 0
+        self.user: str = ""
+        self.account: str = "$G"
+        self._start_mono = self._last_in = time.monotonic()
         self._pings_out = 0
         self._ping_sent = 0.0
         self._ping_timer: asyncio.TimerHandle | None = None
@@ -115,6 +115,7 @@ class Connection(asyncio.Protocol):
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._info_after_pong = False
         self._trace = log.isEnabledFor(TRACE)
+        self._fanout = server.fanout.counts  # incremented inline per publish (see HistogramCounts)
 
     # -- identity shortcuts used by monitoring ------------------------------------------------------
     @property
@@ -140,6 +141,11 @@ class Connection(asyncio.Protocol):
     @property
     def pending_bytes(self) -> int:
         return self.out.pending_bytes if self.out is not None else 0
+
+    @property
+    def last_activity(self) -> datetime:
+        """Wall-clock time of the last bytes received from the client."""
+        return self.start + timedelta(seconds=self._last_in - self._start_mono)
 
     def __repr__(self) -> str:
         return f"{self.ip}:{self.port} - cid:{self.cid}"
@@ -331,7 +337,9 @@ class Connection(asyncio.Protocol):
             self._send(encoder.OK)
 
         plain, groups = self.sublist.match(subject)
-        if not plain and not groups:
+        fanout = len(plain) + len(groups)
+        self._fanout[fanout if fanout < _FANOUT_CAP else _FANOUT_CAP] += 1
+        if not fanout:
             if reply is not None and opts.no_responders:
                 self._no_responders(subject, reply)
             return

@@ -32,7 +32,7 @@ class Options:
     port: int = DEFAULT_PORT
     server_name: str = ""
     client_advertise: str = ""
-    http_host: str = "0.0.0.0"
+    http_host: str = ""  # empty: the client host
     http_port: int = 0  # 0 = no monitoring; -1 = a random port
     https_port: int = 0
     http_base_path: str = ""

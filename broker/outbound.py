@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from broker.histogram import HistogramCounts
+
 if TYPE_CHECKING:
     from broker.connection import Subscription
 
@@ -27,11 +29,12 @@ class FlushScheduler:
     woken instead.
     """
 
-    __slots__ = ("reading", "touched")
+    __slots__ = ("flush_sizes", "reading", "touched")
 
     def __init__(self) -> None:
         self.reading = False
         self.touched: list[Outbound] = []
+        self.flush_sizes = HistogramCounts(16384)  # frame pieces per socket write (monitoring)
 
     def flush_touched(self) -> None:
         touched = self.touched
@@ -113,7 +116,9 @@ class Outbound:
         if self.paused or self.closed or not self.frames:
             return
         frames = self.frames
-        data = b"".join(frames) if len(frames) > 1 else frames[0]
+        n = len(frames)
+        self.scheduler.flush_sizes.observe(n)
+        data = b"".join(frames) if n > 1 else frames[0]
         frames.clear()
         self.queued = 0
         self.batches += 1

@@ -9,17 +9,21 @@ import signal
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker import NATS_COMPAT_VERSION, __version__
 from broker.auth import Authenticator
 from broker.connection import SERVER_SHUTDOWN, Connection, Subscription
+from broker.histogram import HistogramCounts
 from broker.ids import new_server_id
 from broker.logging import get_logger
 from broker.options import Options
 from broker.outbound import FlushScheduler
 from matcher import Sublist
 from protocol import encoder
+
+if TYPE_CHECKING:
+    from broker.monitor import Monitor
 
 log = get_logger()
 
@@ -96,6 +100,9 @@ class Server:
         self.sublist: Sublist[Subscription] = Sublist(cache=not self.options.disable_sublist_cache)
         self.auth = Authenticator(self.options)
         self.scheduler = FlushScheduler()
+        self.fanout = HistogramCounts(1024)  # subscriptions matched per publish (monitoring)
+        self.monitor: Monitor | None = None
+        self.http_port = 0
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
         self.port = self.options.port
         self.loop: asyncio.AbstractEventLoop  # set by start()
@@ -111,6 +118,12 @@ class Server:
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         port = 0 if opts.port == -1 else opts.port
+        if opts.http_port:
+            # Monitoring first: once the client port accepts, /healthz and /varz already answer.
+            from broker.monitor import Monitor
+
+            self.monitor = Monitor(self)
+            self.http_port = await self.monitor.start(opts.http_host or opts.host, opts.http_port)
         self._listener = await self.loop.create_server(
             lambda: Connection(self), host=opts.host or None, port=port, reuse_address=True, backlog=1024
         )
@@ -122,6 +135,11 @@ class Server:
         log.info("  Server name: %s", self.server_name)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         log.info("Server is ready")
+
+    @property
+    def listening(self) -> bool:
+        """True while the client listener accepts connections."""
+        return self._listener is not None and self._listener.is_serving()
 
     @property
     def server_name(self) -> str:
@@ -139,6 +157,8 @@ class Server:
             conn.close(SERVER_SHUTDOWN)
         await self._listener.wait_closed()
         self._listener = None
+        if self.monitor is not None:
+            await self.monitor.stop()
         log.info("Server Exiting..")
         if self._stopped is not None:
             self._stopped.set()

@@ -16,7 +16,6 @@ SERVER_KINDS = ("pynatsd", "nats-server")
 # Features these tests need that pynatsd's main branch does not have yet (each names the issue that adds
 # it). Their pynatsd cases are strict xfails: once the feature lands they XPASS, fail, and this entry goes.
 PYNATSD_MISSING = {
-    "monitoring": "pynatsd has no HTTP monitoring (/connz) yet: issue 5",
     "tls": "pynatsd does not serve TLS (--tls/--tlscert/--tlskey) yet: issue 6",
     "config": "pynatsd rejects -c/--config (needed for no_header_support) yet: issue 6",
 }
