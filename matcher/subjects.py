@@ -24,8 +24,3 @@ def subscription_tokens(subject: bytes) -> list[bytes]:
     if FWC in tokens and tokens.index(FWC) != len(tokens) - 1:
         raise InvalidSubjectError(subject)
     return tokens
-
-
-def has_wildcard(tokens: list[bytes]) -> bool:
-    """True if any token is a whole-token wildcard."""
-    return PWC in tokens or FWC in tokens
