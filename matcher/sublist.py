@@ -14,13 +14,14 @@ the cache is re-tried now and then.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from itertools import islice
 from typing import Any, Generic
 
 from matcher import trie
 from matcher.errors import InvalidSubjectError
-from matcher.leaf import merge, slot_add, slot_iter, slot_remove, slot_result
+from matcher.leaf import Leaf, merge, slot_add, slot_iter, slot_result
 from matcher.result import EMPTY, MatchResult, S, SublistStats
 from matcher.subjects import FWC, PWC, SEP, subscription_tokens
 
@@ -45,14 +46,12 @@ class Sublist(Generic[S]):
     __slots__ = (
         "_admit",
         "_cache",
-        "_cache_on",
-        "_count",
         "_literal",
         "_nmiss",
         "_nwild",
         "_probe_in",
         "_root",
-        "_win_miss",
+        "_win_end",
         "_win_start",
         "generation",
         "num_inserts",
@@ -64,12 +63,12 @@ class Sublist(Generic[S]):
         self._literal: dict[bytes, Any] = {}
         self._root = trie.Node()
         self._nwild = 0
-        self._count = 0
         self._cache: dict[bytes, MatchResult[S]] = {}
-        self._cache_on = cache
         self._admit = cache
         self._nmiss = 0
-        self._win_miss = 0
+        # Admission windows end after WINDOW misses; with the cache off they never end, so the miss path
+        # runs the very same checks whether the cache is off or bypassed.
+        self._win_end = WINDOW if cache else sys.maxsize
         self._win_start = 0
         self._probe_in = 0
         self.generation = 0
@@ -79,7 +78,7 @@ class Sublist(Generic[S]):
         self.num_matches = 0
 
     def __len__(self) -> int:
-        return self._count
+        return self.num_inserts - self.num_removes
 
     def insert(self, sub: S) -> None:
         """Add a subscription. Raises InvalidSubjectError for an invalid subject; a repeat is a no-op."""
@@ -94,16 +93,19 @@ class Sublist(Generic[S]):
         else:
             literal = self._literal
             slot = literal.get(subject)
+            # The common cases inline (first subscriber, one more on a shared filter): churn then costs
+            # the same for the 1st and the 10,000th subscriber of a subject.
             if slot is None:
                 literal[subject] = sub
-            else:
-                slot, added = slot_add(slot, sub)
-                if not added:
+            elif type(slot) is Leaf:
+                if not slot.add(sub):
                     return
-                literal[subject] = slot
+            elif slot is sub:
+                return
+            else:
+                literal[subject] = slot_add(slot, sub)[0]
             if self._cache:
                 self._cache.pop(subject, None)
-        self._count += 1
         self.num_inserts += 1
         self.generation += 1
 
@@ -114,11 +116,13 @@ class Sublist(Generic[S]):
         slot = literal.get(subject)
         if slot is sub:
             del literal[subject]
-        elif slot is not None:
-            slot, removed = slot_remove(slot, sub)
-            if not removed:
+        elif type(slot) is Leaf:
+            if not slot.discard(sub):
                 return False
-            literal[subject] = slot
+            if slot.count == 1:
+                literal[subject] = next(iter(slot))  # back to a bare subscription, no container
+        elif slot is not None:
+            return False
         else:
             try:
                 tokens = subscription_tokens(subject)
@@ -129,10 +133,8 @@ class Sublist(Generic[S]):
             self._nwild -= 1
             if self._cache:
                 self._cache.clear()
-            slot = None
-        if slot is not None and self._cache:
+        if self._cache:
             self._cache.pop(subject, None)
-        self._count -= 1
         self.num_removes += 1
         self.generation += 1
         return True
@@ -163,23 +165,21 @@ class Sublist(Generic[S]):
                 r = slot_result(out[0])
             else:
                 r = merge(out)
-        if self._cache_on:
-            if self._admit:
-                cache = self._cache
-                cache[subject] = r
-                if len(cache) > CACHE_MAX:
-                    self._cache = dict(islice(reversed(cache.items()), CACHE_SWEEP))
-            self._win_miss += 1
-            if self._win_miss >= WINDOW:
-                self._end_window()
+        if self._admit:
+            cache = self._cache
+            cache[subject] = r
+            if len(cache) > CACHE_MAX:
+                self._cache = dict(islice(reversed(cache.items()), CACHE_SWEEP))
+        if self._nmiss >= self._win_end:
+            self._end_window()
         return r
 
     def _end_window(self) -> None:
         """Admission control: stop filling the cache while it does not pay, probe again now and then."""
         lookups = self.num_matches - self._win_start
-        hits = lookups - self._win_miss
+        hits = lookups - (self._nmiss - (self._win_end - WINDOW))
         self._win_start = self.num_matches
-        self._win_miss = 0
+        self._win_end = self._nmiss + WINDOW
         if self._admit:
             if hits * MIN_HIT_RATIO < lookups:
                 self._admit = False
@@ -207,7 +207,7 @@ class Sublist(Generic[S]):
         n = len(cache)
         hits = self.num_matches - self._nmiss
         return SublistStats(
-            num_subscriptions=self._count,
+            num_subscriptions=self.num_inserts - self.num_removes,
             num_cache=n,
             num_inserts=self.num_inserts,
             num_removes=self.num_removes,
