@@ -22,7 +22,7 @@ from bench.matcher.report import render_chart, render_table  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--runs", type=int, default=5, help="repetitions per figure (the median is reported)")
+    ap.add_argument("--runs", type=int, default=7, help="repetitions per figure (the median is reported)")
     ap.add_argument("--sizes", default="10000,100000,1000000", help="scale scenario sizes")
     ap.add_argument("--smoke", action="store_true", help="seconds-long harness check")
     ap.add_argument("--e2e", action="store_true", help="also measure broker RSS growth vs nats-server")
