@@ -37,8 +37,6 @@ they save (a miss + admission + sweep share costs about a tenth of an uncached m
 PROBE_EVERY = 32
 """While not admitting, re-admit for one window after this many windows, to notice a workload change."""
 
-_new = tuple.__new__
-
 
 class Sublist(Generic[S]):
     """Subscription index: insert/remove subscriptions, match published subjects to subscribers."""
