@@ -18,7 +18,8 @@ def render_table(r: dict[str, Any]) -> str:
     """The benchmark results as aligned text tables (ns/op unless stated)."""
     lines = [f"matcher benchmark {r['date']}  python {r['python']}  {r['machine']}  medians of {r['runs']}"]
     lines.append("")
-    lines.append("seed table: 1,000 random 5-word subscriptions, ~10% wildcards (ns/op)")
+    n = r.get("seed_subs", 1000)
+    lines.append(f"seed table: {n:,} random 5-word subscriptions, ~10% wildcards (ns/op)")
     hdr = ("impl", "sub cold", "unsub cold", "lookup cold", "sub hot", "unsub hot", "lookup hot", "cached")
     lines.append("{:<20}{:>10}{:>11}{:>12}{:>10}{:>11}{:>12}{:>9}".format(*hdr))
     for row in r["seed"]:
@@ -33,6 +34,12 @@ def render_table(r: dict[str, Any]) -> str:
                 _ns(row["hot_lookup_ns"]),
                 _ns(row.get("hot_lookup_cached_ns")),
             )
+        )
+    ours = r["seed"][-1]
+    if "wildcard_subscribe_full_cache_ns" in ours:
+        lines.append(
+            f"a wildcard subscribe landing on a full result cache (it empties it): "
+            f"{_ns(ours['wildcard_subscribe_full_cache_ns'])} ns"
         )
     lines.append("")
     lines.append("scale (random 5-word subs, ~10% wildcards)")

@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "smoke": args.smoke,
     }
-    results["seed"] = scenarios.seed_table(runs, n=200 if args.smoke else 1000)
+    results["seed_subs"] = 200 if args.smoke else 1000
+    results["seed"] = scenarios.seed_table(runs, n=results["seed_subs"])
     results["scale"] = scenarios.scale(sizes, runs, rss=not args.smoke)
     results["literal_memory"] = scenarios.literal_memory(1000 if args.smoke else 1_000_000)
     deep, batch = (100, 100) if args.smoke else (10_000, 1000)

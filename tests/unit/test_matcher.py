@@ -298,3 +298,32 @@ def test_hot_subjects_keep_being_admitted() -> None:
             sl.match(b"a.%d" % i)
     assert sl._admit is True
     assert sl.stats().num_cache == 100
+
+
+def test_single_literal_child_is_stored_inline_and_collapses_back(sl: Sublist[Sub]) -> None:
+    x = add(sl, b"a.b.*")
+    root = sl._root
+    a = root.nodes
+    assert root.tok == b"a" and not isinstance(a, dict)
+    y = add(sl, b"a.c.*")
+    assert isinstance(a.nodes, dict) and a.tok is None  # type: ignore[union-attr]
+    assert normalise(sl.match(b"a.c.z")) == (ids(y), {})
+    assert sl.remove(y)
+    assert a.tok == b"b" and not isinstance(a.nodes, dict)  # type: ignore[union-attr]
+    assert normalise(sl.match(b"a.b.z")) == (ids(x), {})
+    assert normalise(sl.match(b"a.c.z")) == ([], {})
+
+
+def test_public_types() -> None:
+    r: MatchResult[Sub] = MatchResult((), ())
+    assert r.plain == () and r.groups == () and r == ((), ())
+    assert SublistStats._fields == (
+        "num_subscriptions",
+        "num_cache",
+        "num_inserts",
+        "num_removes",
+        "num_matches",
+        "cache_hit_rate",
+        "max_fanout",
+        "avg_fanout",
+    )
