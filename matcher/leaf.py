@@ -11,16 +11,20 @@ from typing import Any
 
 from matcher.result import EMPTY, MatchResult
 
+# NamedTuple's generated __new__ is a Python function; tuple.__new__ builds the same object in one C call.
+_new = tuple.__new__
+
 
 class Leaf:
     """Two or more subscriptions on one subject: plain ones and queue groups by name."""
 
-    __slots__ = ("_result", "plain", "queues")
+    __slots__ = ("_result", "count", "plain", "queues")
 
     def __init__(self) -> None:
         self.plain: dict[Any, None] = {}
         self.queues: dict[bytes, dict[Any, None]] | None = None
         self._result: MatchResult | None = None
+        self.count = 0
 
     def add(self, sub: Any) -> bool:
         """Add a subscription; False if it was already here."""
@@ -41,6 +45,7 @@ class Leaf:
         else:
             self.plain[sub] = None
         self._result = None
+        self.count += 1
         return True
 
     def discard(self, sub: Any) -> bool:
@@ -57,13 +62,11 @@ class Leaf:
         elif self.plain.pop(sub, self) is self:
             return False
         self._result = None
+        self.count -= 1
         return True
 
     def __len__(self) -> int:
-        n = len(self.plain)
-        if self.queues:
-            n += sum(len(m) for m in self.queues.values())
-        return n
+        return self.count
 
     def __iter__(self) -> Any:
         yield from self.plain
@@ -76,7 +79,7 @@ class Leaf:
         r = self._result
         if r is None:
             groups = tuple(tuple(m) for m in self.queues.values()) if self.queues else ()
-            r = self._result = MatchResult(tuple(self.plain), groups)
+            r = self._result = _new(MatchResult, (tuple(self.plain), groups))
         return r
 
 
@@ -100,7 +103,7 @@ def slot_remove(slot: Any, sub: Any) -> tuple[Any, bool]:
         return None, True
     if type(slot) is not Leaf or not slot.discard(sub):
         return slot, False
-    if len(slot) == 1:
+    if slot.count == 1:
         # Back to a bare subscription: a filter that shrinks to one subscriber costs no container.
         return next(iter(slot)), True
     return slot, True
@@ -118,8 +121,8 @@ def slot_result(slot: Any) -> MatchResult:
     if type(slot) is Leaf:
         return slot.result()
     if slot.queue:
-        return MatchResult((), ((slot,),))
-    return MatchResult((slot,), ())
+        return _new(MatchResult, ((), ((slot,),)))
+    return _new(MatchResult, ((slot,), ()))
 
 
 def merge(slots: list[Any]) -> MatchResult:
@@ -148,4 +151,4 @@ def merge(slots: list[Any]) -> MatchResult:
                     g.append(slot)
     if not plain and not groups:
         return EMPTY
-    return MatchResult(tuple(plain), tuple(tuple(g) for g in groups.values()))
+    return _new(MatchResult, (tuple(plain), tuple(tuple(g) for g in groups.values()) if groups else ()))

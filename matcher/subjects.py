@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import re
-
 from matcher.errors import InvalidSubjectError
 
 PWC = b"*"
 FWC = b">"
 SEP = b"."
 
-_WHITESPACE = re.compile(rb"[ \t\r\n\f]").search
+_WHITESPACE = b" \t\r\n\f"
 
 
 def subscription_tokens(subject: bytes) -> list[bytes]:
     """Split a subscription subject into tokens, raising InvalidSubjectError if it is not valid."""
-    if not subject or _WHITESPACE(subject) is not None:
+    # translate() deleting the whitespace bytes is one C pass, cheaper here than a regex search.
+    if not subject or len(subject.translate(None, _WHITESPACE)) != len(subject):
         raise InvalidSubjectError(subject)
     tokens = subject.split(SEP)
     if b"" in tokens:
@@ -24,8 +23,3 @@ def subscription_tokens(subject: bytes) -> list[bytes]:
     if FWC in tokens and tokens.index(FWC) != len(tokens) - 1:
         raise InvalidSubjectError(subject)
     return tokens
-
-
-def has_wildcard(tokens: list[bytes]) -> bool:
-    """True if any token is a whole-token wildcard."""
-    return PWC in tokens or FWC in tokens

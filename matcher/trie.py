@@ -15,18 +15,58 @@ from matcher.subjects import FWC, PWC
 
 
 class Node:
-    """One trie position: literal children, the ``*`` child, the ``>`` child and the subscribers here."""
+    """One trie position: literal children, the ``*`` child, the ``>`` child and the subscribers here.
 
-    __slots__ = ("fwc", "nodes", "pwc", "slot")
+    Literal children: ``nodes`` is None (none), the child Node itself with its token in ``tok`` (exactly
+    one: most nodes below a wildcard are single chains, and a one-entry dict costs 224 bytes), or a dict
+    token -> Node (``tok`` None).
+    """
+
+    __slots__ = ("fwc", "nodes", "pwc", "slot", "tok")
 
     def __init__(self) -> None:
-        self.nodes: dict[bytes, Node] | None = None
+        self.nodes: dict[bytes, Node] | Node | None = None
+        self.tok: bytes | None = None
         self.pwc: Node | None = None
         self.fwc: Node | None = None
         self.slot: Any = None
 
     def is_empty(self) -> bool:
-        return self.slot is None and self.pwc is None and self.fwc is None and not self.nodes
+        return self.slot is None and self.pwc is None and self.fwc is None and self.nodes is None
+
+    def children(self) -> list[Node]:
+        """The literal children."""
+        nodes = self.nodes
+        if nodes is None:
+            return []
+        if self.tok is not None:
+            return [nodes]  # type: ignore[list-item]
+        return list(nodes.values())  # type: ignore[union-attr]
+
+
+def _literal_child(node: Node, token: bytes, create: bool) -> Node | None:
+    nodes = node.nodes
+    if nodes is None:
+        if not create:
+            return None
+        child = node.nodes = Node()
+        node.tok = token
+        return child
+    tok = node.tok
+    if tok is not None:
+        if tok == token:
+            return nodes  # type: ignore[return-value]
+        if not create:
+            return None
+        child = Node()
+        node.nodes = {tok: nodes, token: child}  # type: ignore[dict-item]
+        node.tok = None
+        return child
+    assert isinstance(nodes, dict)
+    found = nodes.get(token)
+    if found is None and create:
+        found = nodes[token] = Node()
+    return found
 
 
 def _child(node: Node, token: bytes, create: bool) -> Node | None:
@@ -40,13 +80,7 @@ def _child(node: Node, token: bytes, create: bool) -> Node | None:
         if child is None and create:
             child = node.fwc = Node()
         return child
-    nodes = node.nodes
-    child = None if nodes is None else nodes.get(token)
-    if child is None and create:
-        if nodes is None:
-            nodes = node.nodes = {}
-        child = nodes[token] = Node()
-    return child
+    return _literal_child(node, token, create)
 
 
 def _unlink(parent: Node, token: bytes) -> None:
@@ -54,12 +88,14 @@ def _unlink(parent: Node, token: bytes) -> None:
         parent.pwc = None
     elif token == FWC:
         parent.fwc = None
+    elif parent.tok is not None:
+        parent.nodes = parent.tok = None
     else:
         nodes = parent.nodes
-        assert nodes is not None
+        assert isinstance(nodes, dict)
         del nodes[token]
-        if not nodes:
-            parent.nodes = None
+        if len(nodes) == 1:
+            ((parent.tok, parent.nodes),) = nodes.items()
 
 
 def insert(root: Node, tokens: list[bytes], sub: Any) -> bool:
@@ -107,10 +143,16 @@ def match(node: Node, tokens: list[bytes], i: int, n: int, out: list[Any]) -> No
         nodes = node.nodes
         if nodes is None:
             return
-        nxt = nodes.get(tokens[i])
-        if nxt is None:
+        tok = node.tok
+        if tok is None:
+            nxt = nodes.get(tokens[i])  # type: ignore[union-attr]
+            if nxt is None:
+                return
+            node = nxt
+        elif tok == tokens[i]:
+            node = nodes  # type: ignore[assignment]
+        else:
             return
-        node = nxt
         i += 1
     if node.slot is not None:
         out.append(node.slot)
@@ -123,8 +165,7 @@ def iter_subs(node: Node) -> Iterator[Any]:
         n = stack.pop()
         if n.slot is not None:
             yield from slot_iter(n.slot)
-        if n.nodes:
-            stack.extend(n.nodes.values())
+        stack.extend(n.children())
         if n.pwc is not None:
             stack.append(n.pwc)
         if n.fwc is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import matcher.sublist
 from matcher import InvalidSubjectError, MatchResult, Sublist, SublistStats
 from tests.unit.matcher_oracle import Sub, normalise
 
@@ -257,3 +258,72 @@ def test_cache_sweep_keeps_results_correct(monkeypatch: pytest.MonkeyPatch) -> N
         for i, s in enumerate(subs):
             assert plain_of(sl, b"s.%d" % i) == ids(s)
             assert len(sl._cache) <= 8
+
+
+def test_admission_stops_when_the_cache_does_not_pay_and_resumes() -> None:
+    sl: Sublist[Sub] = Sublist(cache=True)
+    hot = [add(sl, b"hot.%d" % i) for i in range(10)]
+    add(sl, b"hot.*")
+    # Publishers cycling through far more distinct subjects than the cache holds: nearly every lookup misses.
+    for i in range(20 * matcher.sublist.WINDOW):
+        sl.match(b"cold.%d" % i)
+    assert sl._admit is False
+    frozen = sl.stats().num_cache
+    for i in range(2 * matcher.sublist.WINDOW):
+        assert sl.match(b"cold.x%d" % i) == MatchResult((), ())
+    assert sl.stats().num_cache == frozen, "misses are not admitted while bypassing"
+    # The workload turns hot: a probe window re-admits, and the hot subjects are then served from the cache.
+    for _ in range(matcher.sublist.PROBE_EVERY + 2):
+        for i in range(matcher.sublist.WINDOW):
+            sl.match(b"cold.y%d" % i)
+        for _ in range(50):
+            for i, s in enumerate(hot):
+                assert sl.match(b"hot.%d" % i).plain[0] is s
+    assert sl._admit is True
+    before = sl.stats()
+    for _ in range(100):
+        for i in range(10):
+            sl.match(b"hot.%d" % i)
+    after = sl.stats()
+    assert after.num_matches - before.num_matches == 1000
+    hits = after.cache_hit_rate * after.num_matches - before.cache_hit_rate * before.num_matches
+    assert hits == pytest.approx(1000)
+
+
+def test_hot_subjects_keep_being_admitted() -> None:
+    sl: Sublist[Sub] = Sublist(cache=True)
+    add(sl, b"a.>")
+    for _ in range(5 * matcher.sublist.WINDOW):
+        for i in range(100):
+            sl.match(b"a.%d" % i)
+    assert sl._admit is True
+    assert sl.stats().num_cache == 100
+
+
+def test_single_literal_child_is_stored_inline_and_collapses_back(sl: Sublist[Sub]) -> None:
+    x = add(sl, b"a.b.*")
+    root = sl._root
+    a = root.nodes
+    assert root.tok == b"a" and not isinstance(a, dict)
+    y = add(sl, b"a.c.*")
+    assert isinstance(a.nodes, dict) and a.tok is None  # type: ignore[union-attr]
+    assert normalise(sl.match(b"a.c.z")) == (ids(y), {})
+    assert sl.remove(y)
+    assert a.tok == b"b" and not isinstance(a.nodes, dict)  # type: ignore[union-attr]
+    assert normalise(sl.match(b"a.b.z")) == (ids(x), {})
+    assert normalise(sl.match(b"a.c.z")) == ([], {})
+
+
+def test_public_types() -> None:
+    r: MatchResult[Sub] = MatchResult((), ())
+    assert r.plain == () and r.groups == () and r == ((), ())
+    assert SublistStats._fields == (
+        "num_subscriptions",
+        "num_cache",
+        "num_inserts",
+        "num_removes",
+        "num_matches",
+        "cache_hit_rate",
+        "max_fanout",
+        "avg_fanout",
+    )

@@ -107,15 +107,17 @@ class NoCacheMachine(SublistMachine):
 
 
 class TinyCacheMachine(SublistMachine):
-    """A cache small enough that sweeps happen all the time."""
+    """A cache small enough that sweeps and admission on/off switches happen all the time."""
 
     def __init__(self) -> None:
-        self._saved = (matcher.sublist.CACHE_MAX, matcher.sublist.CACHE_SWEEP)
-        matcher.sublist.CACHE_MAX, matcher.sublist.CACHE_SWEEP = 4, 1
+        m = matcher.sublist
+        self._saved = (m.CACHE_MAX, m.CACHE_SWEEP, m.WINDOW, m.PROBE_EVERY)
+        m.CACHE_MAX, m.CACHE_SWEEP, m.WINDOW, m.PROBE_EVERY = 4, 1, 3, 2
         super().__init__()
 
     def teardown(self) -> None:
-        matcher.sublist.CACHE_MAX, matcher.sublist.CACHE_SWEEP = self._saved
+        m = matcher.sublist
+        m.CACHE_MAX, m.CACHE_SWEEP, m.WINDOW, m.PROBE_EVERY = self._saved
 
 
 MACHINE_SETTINGS = settings(
