@@ -139,20 +139,21 @@ natsStatus run_reconnect(const char *url, char **args, int nargs) {
         out_int("reconnects", (int64_t)reconnects);
         out_end();
     }
-    const char **seqs = calloc(count + 1, sizeof(char *));
+    char **seqs = calloc(count + 1, sizeof(char *));
     int n = 0;
-    for (; n < count && s == NATS_OK; n++) {
+    while (n < count && s == NATS_OK) {
         natsMsg *m = NULL;
         TRY(natsSubscription_NextMsg(&m, sub, WAIT_MS));
         if (s == NATS_OK)
-            seqs[n] = strdup(natsMsg_GetData(m));
+            seqs[n++] = strdup(natsMsg_GetData(m));
         natsMsg_Destroy(m);
     }
     if (s == NATS_OK) {
         out_begin("delivered");
-        out_strs("seqs", seqs, n);
+        out_strs("seqs", (const char **)seqs, n);
         out_end();
     }
+    free_strs(seqs, n);
     free(seqs);
     natsStatistics_Destroy(stats);
     natsSubscription_Destroy(sub);
