@@ -20,6 +20,7 @@ PYNATSD_MISSING = {
     "monitoring": "pynatsd has no HTTP monitoring (/connz) yet: issue 5",
     "tls": "pynatsd does not serve TLS (--tls/--tlscert/--tlskey) yet: issue 6",
     "config": "pynatsd rejects -c/--config (needed for no_header_support) yet: issue 6",
+    "lame_duck": "pynatsd has no lame duck mode (SIGUSR2 / async INFO with ldm) yet: issue 7",
 }
 
 

@@ -281,6 +281,29 @@ async def run_reconnect(url: str, args: list[str]) -> None:
     await nc.close()
 
 
+async def run_ldm(url: str, args: list[str]) -> None:
+    """Waits (after "ready") for the server's lame duck mode notice, an async INFO with ldm. Losing the
+    connection first is a failure: in lame duck mode the server keeps clients for a grace period."""
+    notice, lost = asyncio.Event(), asyncio.Event()
+
+    async def on_lame_duck() -> None:
+        notice.set()
+
+    async def on_disconnect() -> None:
+        lost.set()
+
+    nc = await connect(url, lame_duck_mode_cb=on_lame_duck, disconnected_cb=on_disconnect)
+    emit("ready")
+    waits = [asyncio.create_task(e.wait()) for e in (notice, lost)]
+    await asyncio.wait(waits, timeout=WAIT, return_when=asyncio.FIRST_COMPLETED)
+    for task in waits:
+        task.cancel()
+    if not notice.is_set():
+        raise RuntimeError("disconnected before any lame duck mode notice" if lost.is_set() else "no notice")
+    emit("lame_duck")
+    await nc.close()
+
+
 async def run_slow(url: str, args: list[str]) -> None:
     subject, count = args[0], 50
     release = asyncio.Event()
@@ -391,6 +414,7 @@ SCENARIOS: dict[str, Scenario] = {
     "drain": run_drain,
     "reconnect": run_reconnect,
     "slow": run_slow,
+    "ldm": run_ldm,
     "auth": run_auth,
     "tls": run_tls,
     "pub": run_pub,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,20 @@ def test_reconnect_delivers_buffered(driver: Driver, server_factory: ServerFacto
     finally:
         run.kill()
     assert delivered["seqs"] == [str(i) for i in range(count)]
+
+
+def test_lame_duck_notice(
+    request: pytest.FixtureRequest, driver: Driver, server_kind: str, server_factory: ServerFactory
+) -> None:
+    """SIGUSR2 puts the server in lame duck mode: every client's lame-duck callback fires."""
+    pynatsd_lacks(request, server_kind, "lame_duck")
+    srv = server_factory()
+    run = driver.start("ldm", srv.url)
+    try:
+        run.expect("ready")
+        srv.proc.send_signal(signal.SIGUSR2)
+        run.expect("lame_duck")
+        run.finish()
+    finally:
+        run.kill()
+        srv.stop(signal.SIGKILL)  # in lame duck mode nats-server would hold on for its grace period

@@ -70,5 +70,6 @@ natsStatus run_sub(const char *url, char **args, int nargs);
 natsStatus run_burst(const char *url, char **args, int nargs);
 natsStatus run_tally(const char *url, char **args, int nargs);
 natsStatus run_noheaders(const char *url, char **args, int nargs);
+natsStatus run_ldm(const char *url, char **args, int nargs);
 
 #endif
