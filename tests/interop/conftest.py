@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import need_tool
 from tests.interop.drivers import Driver, build_c, build_go, c_available, go_available
+from tests.interop.drivers import python_driver as pydriver_command
 from tests.servers import ServerProcess, free_port, nats_server_binary, start_server
 
 SERVER_KINDS = ("pynatsd", "nats-server")
@@ -18,6 +19,7 @@ SERVER_KINDS = ("pynatsd", "nats-server")
 PYNATSD_MISSING = {
     "tls": "pynatsd does not serve TLS (--tls/--tlscert/--tlskey) yet: issue 6",
     "config": "pynatsd rejects -c/--config (needed for no_header_support) yet: issue 6",
+    "lame_duck": "pynatsd has no lame duck mode (SIGUSR2 / async INFO with ldm) yet: issue 7",
 }
 
 
@@ -33,18 +35,31 @@ ServerFactory = Callable[..., ServerProcess]
 @pytest.fixture(scope="session")
 def go_driver() -> Driver:
     need_tool(go_available(), "Go toolchain with nats.go (golang-go, golang-github-nats-io-go-nats-dev)")
-    return Driver("go", build_go())
+    return Driver("go", (str(build_go()),))
 
 
 @pytest.fixture(scope="session")
 def c_driver() -> Driver:
     need_tool(c_available(), "gcc with libnats (gcc, pkg-config, libnats-dev)")
-    return Driver("c", build_c())
+    return Driver("c", (str(build_c()),))
+
+
+@pytest.fixture(scope="session")
+def python_driver() -> Driver:
+    return pydriver_command()
+
+
+@pytest.fixture(params=["go", "c", "python"])
+def driver(request: pytest.FixtureRequest) -> Driver:
+    """Each scenario runs with the Go, the C and the Python (nats-py) client."""
+    lang: str = request.param
+    driver: Driver = request.getfixturevalue(f"{lang}_driver")
+    return driver
 
 
 @pytest.fixture(params=["go", "c"])
-def driver(request: pytest.FixtureRequest) -> Driver:
-    """Each scenario runs with both the Go and the C client."""
+def native_driver(request: pytest.FixtureRequest) -> Driver:
+    """Go and C only, for checks nats-py has no API for."""
     lang: str = request.param
     driver: Driver = request.getfixturevalue(f"{lang}_driver")
     return driver

@@ -11,6 +11,7 @@ import os
 import queue
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent.parent
 BUILD_DIR = HERE / "build"
 GOCODE = Path("/usr/share/gocode")
 NATS_GO_SRC = GOCODE / "src/github.com/nats-io/nats.go"
@@ -98,17 +100,23 @@ def build_c() -> Path:
     return out
 
 
+def python_driver() -> Driver:
+    """The nats-py driver needs no build: it runs from the repository root with this interpreter."""
+    return Driver("python", (sys.executable, "-m", "tests.interop.pydriver"))
+
+
 @dataclass(frozen=True)
 class Driver:
-    """One built driver program (`lang` is "go" or "c")."""
+    """One driver program (`lang` is "go", "c" or "python") and the command that starts it."""
 
     lang: str
-    path: Path
+    cmd: tuple[str, ...]
 
     def run(self, scenario: str, url: str, *args: object, stdin: str = "") -> list[Event]:
         """Runs a scenario to completion and returns its events (the final "done" is checked)."""
         proc = subprocess.run(
-            [str(self.path), scenario, url, *map(str, args)],
+            [*self.cmd, scenario, url, *map(str, args)],
+            cwd=REPO_ROOT,
             input=stdin,
             capture_output=True,
             text=True,
@@ -118,7 +126,7 @@ class Driver:
         return check_events(self, scenario, proc.returncode, proc.stdout, proc.stderr)
 
     def start(self, scenario: str, url: str, *args: object) -> Interactive:
-        return Interactive(self, scenario, [str(self.path), scenario, url, *map(str, args)])
+        return Interactive(self, scenario, [*self.cmd, scenario, url, *map(str, args)])
 
 
 def check_events(driver: Driver, scenario: str, rc: int, stdout: str, stderr: str) -> list[Event]:
@@ -141,7 +149,12 @@ class Interactive:
     def __init__(self, driver: Driver, scenario: str, cmd: list[str]) -> None:
         self.driver, self.scenario = driver, scenario
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            cmd,
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()

@@ -18,6 +18,11 @@ def payload(i: int) -> bytes:
     return bytes((i + 7 * j) % 256 for j in range(size))
 
 
+def burst_payload(origin: str, i: int) -> bytes:
+    """Message i of a `burst`: origin letter, 8-digit sequence, ':' and i % 100 padding bytes."""
+    return f"{origin}{i:08d}:".encode() + b"x" * (i % 100)
+
+
 def header_pairs(i: int, origin: str) -> list[list[str]]:
     """The headers the drivers attach to message i, as printed: keys sorted, values in wire order."""
     pairs = [
@@ -71,3 +76,30 @@ def parse_header_block(block: bytes) -> tuple[bytes, list[list[str]]]:
         assert sep, line
         pairs.append([key.decode(), value.strip().decode()])
     return lines[0], pairs
+
+
+def sent_pairs(i: int, lang: str, old_style_request: bool = False) -> list[list[str]]:
+    """The headers client `lang` puts on message i, sorted as the drivers print them.
+
+    nats-py sends a dict (no repeated keys) and drops headers from old-style requests (its FIXME).
+    """
+    if lang != "python":
+        return header_pairs(i, lang)
+    if old_style_request:
+        return []
+    return sorted([k, v] for k, v in python_headers(i).items())
+
+
+def as_seen_by(pairs: list[list[str]], lang: str) -> list[list[str]]:
+    """How a receiving client shows `pairs`: nats-py's dict keeps the last value of a repeated key."""
+    if lang != "python":
+        return pairs
+    return sorted([k, v] for k, v in dict((k, v) for k, v in pairs).items())
+
+
+def reply_pairs(i: int, requester: str, responder: str, style: str, inbox: str) -> list[list[str]]:
+    """Headers of reply i as the requester shows them: the request's headers as the responder saw them,
+    plus the responder's X-Reply-To and X-Responder (see the drivers' `respond` scenario)."""
+    request = sent_pairs(i, requester, old_style_request=style == "old")
+    answer = [*as_seen_by(request, responder), ["X-Reply-To", inbox], ["X-Responder", responder]]
+    return as_seen_by(sorted(answer, key=lambda kv: kv[0]), requester)

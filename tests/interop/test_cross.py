@@ -14,7 +14,13 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 from tests.interop.drivers import Driver
-from tests.interop.spec import header_pairs, parse_header_block, payload, python_headers
+from tests.interop.spec import (
+    header_pairs,
+    parse_header_block,
+    payload,
+    python_headers,
+    reply_pairs,
+)
 from tests.servers import ServerProcess
 from tests.wire import WireClient, strip_info
 
@@ -165,15 +171,6 @@ async def test_python_publisher_to_go_and_c(
             assert msgs[i]["hdr"] == sorted([k, v] for k, v in headers.items())
 
 
-def reply_pairs(i: int, requester: str, responder: str, inbox: str, via_python: bool) -> list[list[str]]:
-    """Headers of reply i: the request's, plus the responder's own (a dict round trip if nats-py answered)."""
-    pairs = header_pairs(i, requester)
-    if via_python:
-        pairs = [[k, v] for k, v in last_values(pairs).items()]
-    pairs += [["X-Reply-To", inbox], ["X-Responder", responder]]
-    return sorted(pairs, key=lambda kv: kv[0])
-
-
 async def python_responder(nc: NatsClient, subject: str) -> Any:
     """nats-py mirror of the drivers' `respond` scenario."""
 
@@ -225,7 +222,7 @@ async def test_request_reply_across_clients(
         assert bytes.fromhex(reply["data"]) == b"re:" + payload(i)
         inbox = reply["subject"]
         assert inbox.startswith("_INBOX.")
-        assert reply["hdr"] == reply_pairs(i, requester, responder, inbox, responder == "python")
+        assert reply["hdr"] == reply_pairs(i, requester, responder, style, inbox)
 
 
 @pytest.mark.parametrize("responder", ["go", "c"])
@@ -256,18 +253,20 @@ async def test_python_requester(
 
 
 async def test_burst_order_across_clients(
-    go_driver: Driver, c_driver: Driver, server: ServerProcess, subject: str
+    go_driver: Driver, c_driver: Driver, python_driver: Driver, server: ServerProcess, subject: str
 ) -> None:
-    """Go and C each pipeline 20,000 small messages at once; Go and C subscribers get all 40,000, each
-    publisher's stream complete, in order and intact (the broker parses and frames under real batching)."""
+    """Go, C and nats-py each pipeline 20,000 small messages at once; Go and C subscribers get all 60,000,
+    each publisher's stream complete, in order and intact (the broker parses and frames under real batching).
+    """
     per_publisher = 20_000
-    drivers = (go_driver, c_driver)
-    tallies = [d.start("tally", server.url, subject, 2 * per_publisher) for d in drivers]
+    publishers = (go_driver, c_driver, python_driver)
+    total = len(publishers) * per_publisher
+    tallies = [d.start("tally", server.url, subject, total) for d in (go_driver, c_driver)]
     try:
         for tally in tallies:
             tally.expect("ready")
         await asyncio.gather(
-            *(asyncio.to_thread(d.run, "burst", server.url, subject, per_publisher) for d in drivers)
+            *(asyncio.to_thread(d.run, "burst", server.url, subject, per_publisher) for d in publishers)
         )
         results = [tally.expect("tally", timeout=25) for tally in tallies]
         for tally in tallies:
@@ -276,5 +275,5 @@ async def test_burst_order_across_clients(
         for tally in tallies:
             tally.kill()
     for result in results:
-        assert result["received"] == 2 * per_publisher
+        assert result["received"] == total
         assert (result["bad"], result["first_bad"]) == (0, ""), result

@@ -11,7 +11,11 @@ from tests.interop.conftest import ServerFactory, pynatsd_lacks
 from tests.interop.drivers import Driver
 
 # How each client words a rejected TLS certificate.
-TLS_REJECTED = {"go": "certificate signed by unknown authority", "c": "ssl handshake error"}
+TLS_REJECTED = {
+    "go": "certificate signed by unknown authority",
+    "c": "ssl handshake error",
+    "python": "certificate verify failed",
+}
 
 
 @pytest.fixture(scope="module")

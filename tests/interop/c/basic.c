@@ -8,7 +8,7 @@
 #define MAX_SEEN 8
 
 /* Collects payloads from sub until the sentinel arrives. */
-static natsStatus collect_until_sentinel(natsSubscription *sub, const char **seen, int *n) {
+static natsStatus collect_until_sentinel(natsSubscription *sub, char **seen, int *n) {
     natsStatus s = NATS_OK;
     for (*n = 0; *n < MAX_SEEN;) {
         natsMsg *m = NULL;
@@ -36,7 +36,7 @@ natsStatus run_connect(const char *url, char **args, int nargs) {
     natsConnection *noecho = NULL, *echo = NULL, *other = NULL;
     natsSubscription *sub_noecho = NULL, *sub_echo = NULL;
     natsOptions *opts = NULL;
-    const char *seen_noecho[MAX_SEEN], *seen_echo[MAX_SEEN];
+    char *seen_noecho[MAX_SEEN], *seen_echo[MAX_SEEN];
     int n_noecho = 0, n_echo = 0;
     uint64_t cid = 0;
 
@@ -60,13 +60,15 @@ natsStatus run_connect(const char *url, char **args, int nargs) {
         out_bool("headers", natsConnection_HasHeaderSupport(noecho) == NATS_OK);
         out_int("max_payload", natsConnection_GetMaxPayload(noecho));
         out_int("client_id", (int64_t)cid);
-        out_strs("noecho_seen", seen_noecho, n_noecho);
-        out_strs("echo_seen", seen_echo, n_echo);
+        out_strs("noecho_seen", (const char **)seen_noecho, n_noecho);
+        out_strs("echo_seen", (const char **)seen_echo, n_echo);
         out_end();
         /* The harness inspects /connz while the connections are open, then releases us. */
         out_event("ready");
         wait_stdin();
     }
+    free_strs(seen_noecho, n_noecho);
+    free_strs(seen_echo, n_echo);
     natsSubscription_Destroy(sub_noecho);
     natsSubscription_Destroy(sub_echo);
     natsConnection_Destroy(noecho);
@@ -197,7 +199,7 @@ natsStatus run_autounsub(const char *url, char **args, int nargs) {
     natsSubscription *sub = NULL;
     natsStatistics *stats = NULL;
     uint64_t in_msgs = 0;
-    const char *received[64];
+    char *received[64];
     int n = 0;
     natsStatus s = connect_plain(&nc, url);
     TRY(connect_plain(&pub, url));
@@ -212,15 +214,13 @@ natsStatus run_autounsub(const char *url, char **args, int nargs) {
     TRY(natsConnection_Flush(pub));
     /* A flush on the receiving side guarantees everything the server routed to us has been read. */
     TRY(natsConnection_Flush(nc));
-    for (; s == NATS_OK && n < max && n < count && n < 64; n++) {
+    while (s == NATS_OK && n < max && n < count && n < 64) {
         natsMsg *m = NULL;
         TRY(natsSubscription_NextMsg(&m, sub, WAIT_MS));
         if (s == NATS_OK)
-            received[n] = strdup(natsMsg_GetData(m));
+            received[n++] = strdup(natsMsg_GetData(m));
         natsMsg_Destroy(m);
     }
-    if (s != NATS_OK)
-        n--;
     /* One more read must fail at once: the limit is reached and the subscription is gone. */
     natsMsg *extra = NULL;
     natsStatus extra_s = s == NATS_OK ? natsSubscription_NextMsg(&extra, sub, WAIT_MS) : NATS_OK;
@@ -230,12 +230,13 @@ natsStatus run_autounsub(const char *url, char **args, int nargs) {
     TRY(natsStatistics_GetCounts(stats, &in_msgs, NULL, NULL, NULL, NULL));
     if (s == NATS_OK) {
         out_begin("autounsub");
-        out_strs("received", received, n);
+        out_strs("received", (const char **)received, n);
         out_int("in_msgs", (int64_t)in_msgs);
         out_bool("valid", natsSubscription_IsValid(sub));
         out_str("extra_err", natsStatus_GetText(extra_s));
         out_end();
     }
+    free_strs(received, n);
     natsStatistics_Destroy(stats);
     natsSubscription_Destroy(sub);
     natsConnection_Destroy(nc);

@@ -180,6 +180,11 @@ void free_msgs(natsMsg **msgs, int n) {
     free(msgs);
 }
 
+void free_strs(char **strs, int n) {
+    for (int i = 0; i < n; i++)
+        free(strs[i]);
+}
+
 void set_flag(volatile int *flag) { __atomic_store_n(flag, 1, __ATOMIC_SEQ_CST); }
 
 int get_flag(volatile int *flag) { return __atomic_load_n(flag, __ATOMIC_SEQ_CST); }

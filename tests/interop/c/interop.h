@@ -43,6 +43,7 @@ natsStatus connect_plain(natsConnection **nc, const char *url);
 /* Reads exactly the messages already queued on a sync subscription; fills msgs (caller frees). */
 natsStatus drain_pending(natsSubscription *sub, natsMsg ***msgs, int *n);
 void free_msgs(natsMsg **msgs, int n);
+void free_strs(char **strs, int n);
 /* Polls an int flag set by a callback thread, up to WAIT_MS. */
 bool wait_flag(volatile int *flag);
 void set_flag(volatile int *flag);
@@ -69,5 +70,6 @@ natsStatus run_sub(const char *url, char **args, int nargs);
 natsStatus run_burst(const char *url, char **args, int nargs);
 natsStatus run_tally(const char *url, char **args, int nargs);
 natsStatus run_noheaders(const char *url, char **args, int nargs);
+natsStatus run_ldm(const char *url, char **args, int nargs);
 
 #endif

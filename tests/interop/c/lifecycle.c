@@ -139,20 +139,21 @@ natsStatus run_reconnect(const char *url, char **args, int nargs) {
         out_int("reconnects", (int64_t)reconnects);
         out_end();
     }
-    const char **seqs = calloc(count + 1, sizeof(char *));
+    char **seqs = calloc(count + 1, sizeof(char *));
     int n = 0;
-    for (; n < count && s == NATS_OK; n++) {
+    while (n < count && s == NATS_OK) {
         natsMsg *m = NULL;
         TRY(natsSubscription_NextMsg(&m, sub, WAIT_MS));
         if (s == NATS_OK)
-            seqs[n] = strdup(natsMsg_GetData(m));
+            seqs[n++] = strdup(natsMsg_GetData(m));
         natsMsg_Destroy(m);
     }
     if (s == NATS_OK) {
         out_begin("delivered");
-        out_strs("seqs", seqs, n);
+        out_strs("seqs", (const char **)seqs, n);
         out_end();
     }
+    free_strs(seqs, n);
     free(seqs);
     natsStatistics_Destroy(stats);
     natsSubscription_Destroy(sub);
@@ -195,6 +196,42 @@ natsStatus run_slow(const char *url, char **args, int nargs) {
     natsSubscription_Destroy(sub);
     natsConnection_Destroy(nc);
     natsConnection_Destroy(pub);
+    natsOptions_Destroy(opts);
+    return s;
+}
+
+static volatile int ldm_flag;
+
+static void on_lame_duck(natsConnection *nc, void *closure) {
+    (void)nc;
+    (void)closure;
+    set_flag(&ldm_flag);
+}
+
+/* Waits (after "ready") for the server's lame duck mode notice, an async INFO with ldm. Losing the
+ * connection first is a failure: in lame duck mode the server keeps clients for a grace period. */
+natsStatus run_ldm(const char *url, char **args, int nargs) {
+    (void)args;
+    (void)nargs;
+    natsConnection *nc = NULL;
+    natsOptions *opts = NULL;
+    natsStatus s = natsOptions_Create(&opts);
+    TRY(natsOptions_SetLameDuckModeCB(opts, on_lame_duck, NULL));
+    TRY(natsOptions_SetDisconnectedCB(opts, on_disconnected, NULL));
+    TRY(connect_with(&nc, url, opts, NULL));
+    if (s == NATS_OK)
+        out_event("ready");
+    for (int waited = 0; s == NATS_OK && !get_flag(&ldm_flag); waited += 5) {
+        if (get_flag(&disconnected_flag))
+            s = fail_text("disconnected before any lame duck mode notice");
+        else if (waited >= WAIT_MS)
+            s = fail_text("timed out waiting for the lame duck mode notice");
+        else
+            nats_Sleep(5);
+    }
+    if (s == NATS_OK)
+        out_event("lame_duck");
+    natsConnection_Destroy(nc);
     natsOptions_Destroy(opts);
     return s;
 }

@@ -186,3 +186,27 @@ func runSlow(url string, args []string) error {
 	emit(map[string]any{"ev": "slow", "reported": true, "dropped": dropped, "published": count})
 	return nil
 }
+
+// runLameDuck waits (after "ready") for the server's lame duck mode notice, an async INFO with ldm.
+// Losing the connection first is a failure: in lame duck mode the server keeps clients for a grace period.
+func runLameDuck(url string, args []string) error {
+	notice, lost := make(chan struct{}, 1), make(chan struct{}, 1)
+	nc, err := connect(url,
+		nats.LameDuckModeHandler(func(*nats.Conn) { signal(notice) }),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { signal(lost) }),
+	)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	emit(map[string]any{"ev": "ready"})
+	select {
+	case <-notice:
+	case <-lost:
+		return errors.New("disconnected before any lame duck mode notice")
+	case <-time.After(wait):
+		return errors.New("timed out waiting for the lame duck mode notice")
+	}
+	emit(map[string]any{"ev": "lame_duck"})
+	return nil
+}

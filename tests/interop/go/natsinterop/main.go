@@ -45,6 +45,7 @@ var scenarios = map[string]scenario{
 	"burst":     runBurst,     // url subject count
 	"tally":     runTally,     // url subject count
 	"noheaders": runNoHeaders, // url subject
+	"ldm":       runLameDuck,  // url
 }
 
 func main() {
