@@ -401,8 +401,10 @@ class Connection(asyncio.Protocol):
         if self.closed:
             return
         out = self.out
-        if err_text is not None and out is not None:
-            out.push(encoder.encode_err(err_text))
+        if out is not None and reason not in (SLOW_CONSUMER_PENDING, SLOW_CONSUMER_DEADLINE):
+            # Replies queued before the fault (e.g. a PONG) go out first, as nats-server does.
+            if err_text is not None:
+                out.push(encoder.encode_err(err_text))
             out.flush()
         self.closed = True
         self.close_reason = reason

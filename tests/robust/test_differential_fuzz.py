@@ -1,0 +1,78 @@
+"""Differential fuzz: random op sequences over one raw connection must get byte-identical replies and
+deliveries from pynatsd and from the real nats-server (INFO lines excluded)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.servers import ServerProcess, nats_server_binary, start_server
+
+SUBJECTS = [b"a", b"a.b", b"a.*", b"a.>", b"b"]
+PUB_SUBJECTS = [b"a", b"a.b", b"b", b"a.c"]
+
+op = st.one_of(
+    st.builds(lambda s, i: b"SUB %s %d\r\n" % (s, i), st.sampled_from(SUBJECTS), st.integers(1, 4)),
+    st.builds(lambda i: b"UNSUB %d\r\n" % i, st.integers(1, 4)),
+    st.builds(lambda i, m: b"UNSUB %d %d\r\n" % (i, m), st.integers(1, 4), st.integers(1, 3)),
+    st.builds(
+        lambda s, r, p: b"PUB %s%s %d\r\n%s\r\n" % (s, b" " + r if r else b"", len(p), p),
+        st.sampled_from(PUB_SUBJECTS),
+        st.sampled_from([b"", b"rep", b"_INBOX.x"]),
+        st.binary(max_size=8),
+    ),
+    st.just(b"PING\r\n"),
+)
+tail = st.sampled_from(
+    [b"", b"FOO\r\n", b"PUB a 3\r\nabcd\r\n", b"SUB\r\n", b"PUB a x\r\n", b"SUB a.. 9\r\n"]
+)
+
+
+def _exchange(port: int, data: bytes) -> bytes:
+    """Send `data` then PING; return everything received until PONG for it, or the close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        buf = b""
+        while b"\r\n" not in buf:
+            buf += sock.recv(4096)
+        sock.sendall(data + b"PING\r\nSUB zz.end 99\r\nPUB zz.end 3\r\nend\r\n")
+        out = buf.split(b"\r\n", 1)[1]
+        deadline = time.monotonic() + 5
+        while not out.endswith(b"MSG zz.end 99 3\r\nend\r\n") and time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except (ConnectionError, TimeoutError):
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    if nats_server_binary() is None:
+        pytest.fail("nats-server is required for the differential fuzz")
+    ours, ref = start_server("pynatsd"), start_server("nats-server")
+    yield ours, ref
+    ours.stop()
+    ref.stop()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.sampled_from([b'{"verbose":false}', b'{"verbose":true}', b'{"verbose":true,"pedantic":true}']),
+    st.lists(op, max_size=12),
+    tail,
+)
+def test_differential(
+    servers: tuple[ServerProcess, ServerProcess], connect: bytes, ops: list[bytes], bad: bytes
+) -> None:
+    data = b"CONNECT " + connect + b"\r\n" + b"".join(ops) + bad
+    ours, ref = servers
+    got, want = _exchange(ours.port, data), _exchange(ref.port, data)
+    assert got == want, (data, got, want)
