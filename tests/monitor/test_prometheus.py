@@ -45,17 +45,17 @@ def prometheus(monitored: ServerProcess) -> Iterator[int]:
         f"    static_configs:\n      - targets: ['127.0.0.1:{monitored.http_port}']\n"
     )
     port = free_port()
-    log = open(tmp / "prometheus.log", "wb")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with open(tmp / "prometheus.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_ready(port, proc)
         yield port
@@ -66,7 +66,6 @@ def prometheus(monitored: ServerProcess) -> Iterator[int]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
