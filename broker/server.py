@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from broker import NATS_COMPAT_VERSION, __version__
-from broker.auth import Authenticator
+from broker.auth import DEFAULT_ACCOUNT, Authenticator
 from broker.connection import SERVER_SHUTDOWN, Connection, Subscription
 from broker.ids import new_server_id
 from broker.logging import get_logger
@@ -95,6 +95,8 @@ class Server:
         self.stats = ServerStats(self.clients)
         self.sublist: Sublist[Subscription] = Sublist(cache=not self.options.disable_sublist_cache)
         self.auth = Authenticator(self.options)
+        # Each account is an isolated subject space; $G is the default one (`self.sublist`).
+        self.account_sublists: dict[str, Sublist[Subscription]] = {DEFAULT_ACCOUNT: self.sublist}
         self.scheduler = FlushScheduler()
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
         self.port = self.options.port
