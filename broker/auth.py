@@ -107,6 +107,7 @@ class Permissions:
         rule = self.subscribe
         if queue is None:
             return rule.permits(subject)
+
         # "subject queue" entries restrict a subject to the named queue group.
         def ok(pats: list[bytes]) -> bool:
             for pat in pats:

@@ -18,6 +18,7 @@ from broker.ids import new_server_id
 from broker.logging import get_logger
 from broker.options import Options
 from broker.outbound import FlushScheduler
+from broker.tls import server_context
 from matcher import Sublist
 from protocol import encoder
 
@@ -113,8 +114,16 @@ class Server:
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         port = 0 if opts.port == -1 else opts.port
+        # TLS-first (handshake_first) only: the handshake precedes INFO, so the listener itself wraps.
+        tls_first = server_context(opts) if opts.tls_handshake_first else None
         self._listener = await self.loop.create_server(
-            lambda: Connection(self), host=opts.host or None, port=port, reuse_address=True, backlog=1024
+            lambda: Connection(self),
+            host=opts.host or None,
+            port=port,
+            reuse_address=True,
+            backlog=1024,
+            ssl=tls_first,
+            ssl_handshake_timeout=opts.tls_timeout if tls_first else None,
         )
         sockets = self._listener.sockets
         self.port = int(sockets[0].getsockname()[1]) if sockets else port
@@ -203,6 +212,8 @@ class Server:
         }
         if self.auth.required:
             info["auth_required"] = True
+        if opts.tls_handshake_first:
+            info["tls_required"] = True
         info["max_payload"] = opts.max_payload
         return info
 
