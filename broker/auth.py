@@ -9,7 +9,9 @@ Secrets are compared in constant time.
 
 from __future__ import annotations
 
+import base64
 import hmac
+import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -153,6 +155,34 @@ class Authenticator:
             for spec in (acc or {}).get("users", []) or []:
                 self._add_user(spec, name, None)
         self.no_auth_user = options.no_auth_user
+        self.nkeys: dict[str, _User] = {}
+        for spec in block.get("users", []) or []:
+            if "nkey" in spec:
+                perms = spec.get("permissions", default_perms)
+                key = str(spec["nkey"])
+                self.nkeys[key] = _User(key, "", DEFAULT_ACCOUNT, Permissions(perms) if perms else None)
+                self.users.pop("", None)
+
+    @staticmethod
+    def new_nonce() -> str:
+        """A fresh random challenge for one connection's INFO."""
+        return base64.urlsafe_b64encode(secrets.token_bytes(11)).decode().rstrip("=")
+
+    def _nkey_ok(self, conn: Connection, opts: ConnectOptions) -> bool:
+        import nacl.signing  # only configurations with nkey users need it (comes with `nkeys`)
+
+        if not conn.nonce or not opts.sig:
+            return False
+        try:
+            sig = base64.urlsafe_b64decode(opts.sig + "=" * (-len(opts.sig) % 4))
+            # A user public key is base32(prefix byte 'U' + 32-byte ed25519 key + CRC16).
+            raw = base64.b32decode(opts.nkey + "=" * (-len(opts.nkey) % 8))
+            if len(raw) != 35 or not opts.nkey.startswith("U"):
+                return False
+            nacl.signing.VerifyKey(raw[1:33]).verify(conn.nonce.encode(), sig)
+        except Exception:  # any malformed key or signature is simply a failed login
+            return False
+        return True
 
     def _add_user(self, spec: dict[str, Any], account: str, default_perms: Any) -> None:
         name = str(spec.get("user", spec.get("username", "")))
@@ -162,14 +192,17 @@ class Authenticator:
 
     @property
     def required(self) -> bool:
-        return bool(self.username or self.token or self.users)
+        return bool(self.username or self.token or self.users or self.nkeys)
 
     def permissions(self, user: str) -> Permissions | None:
-        entry = self.users.get(user)
+        entry = self.users.get(user) or self.nkeys.get(user)
         return entry.permissions.copy() if entry and entry.permissions else None
 
     def authenticate(self, conn: Connection, opts: ConnectOptions) -> tuple[str, str] | None:
-        if self.users:
+        if opts.nkey and self.nkeys:
+            entry = self.nkeys.get(opts.nkey)
+            return (entry.name, entry.account) if entry and self._nkey_ok(conn, opts) else None
+        if self.users or self.nkeys:
             if not opts.user and not opts.password and not opts.auth_token and self.no_auth_user:
                 entry = self.users.get(self.no_auth_user)
                 return (entry.name, entry.account) if entry else None

@@ -92,6 +92,7 @@ class Connection(asyncio.Protocol):
         )
         self.sublist: Sublist[Subscription] = server.sublist
         self.perms: Permissions | None = None
+        self.nonce = ""  # set in INFO when nkey users are configured
         self.opts = ConnectOptions()
         self.connected = False  # CONNECT processed
         self.closed = False

@@ -223,6 +223,8 @@ class Server:
         info["client_id"] = conn.cid
         if conn.ip:
             info["client_ip"] = conn.ip
+        if self.auth.nkeys and not connect_info:
+            info["nonce"] = conn.nonce = self.auth.new_nonce()
         if connect_info:
             info["connect_info"] = True
             info["remote_account"] = conn.account
