@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -192,7 +192,7 @@ def command(ctx: click.Context, **flags: Any) -> None:
     ):
         if flags.get(flag):
             raise click.UsageError(f"--{flag} is not supported yet")
-    run(options)
+    run(options, (lambda: options_from_config_and_flags(flags)[0]) if options.config_file else None)
 
 
 def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[str]]:
@@ -254,7 +254,7 @@ def install_event_loop() -> str:
     return "asyncio"
 
 
-def run(options: Options) -> None:
+def run(options: Options, reloader: Callable[[], Options] | None = None) -> None:
     """Run a server until SIGINT/SIGTERM."""
     from broker.server import Server
 
@@ -262,6 +262,7 @@ def run(options: Options) -> None:
 
     async def serve() -> None:
         server = Server(options)
+        server.reloader = reloader
         try:
             await server.start()
         except OSError as exc:

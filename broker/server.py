@@ -7,6 +7,7 @@ import contextlib
 import platform
 import signal
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -96,6 +97,7 @@ class Server:
         self.stats = ServerStats(self.clients)
         self.sublist: Sublist[Subscription] = Sublist(cache=not self.options.disable_sublist_cache)
         self.auth = Authenticator(self.options)
+        self.reloader: Callable[[], Options] | None = None  # set by the CLI when a config file is used
         # Each account is an isolated subject space; $G is the default one (`self.sublist`).
         self.account_sublists: dict[str, Sublist[Subscription]] = {DEFAULT_ACCOUNT: self.sublist}
         self.scheduler = FlushScheduler()
@@ -159,10 +161,36 @@ class Server:
         await self._stopped.wait()
 
     def install_signal_handlers(self) -> None:
-        """SIGINT/SIGTERM: graceful stop."""
+        """SIGINT/SIGTERM: graceful stop; SIGHUP: reload the configuration (when a reloader is set)."""
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 self.loop.add_signal_handler(sig, self._on_stop_signal, sig)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            self.loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    def reload(self) -> None:
+        """Re-reads the configuration: new credentials and permissions apply to connected clients too."""
+        if self.reloader is None:
+            return
+        try:
+            new = self.reloader()
+        except Exception as exc:  # a bad file keeps the running configuration
+            log.error("Failed to reload configuration: %s", exc)
+            return
+        self.options.extra = new.extra
+        for name in (
+            "username",
+            "password",
+            "authorization",
+            "no_auth_user",
+            "auth_timeout",
+            "max_subscriptions",
+        ):
+            setattr(self.options, name, getattr(new, name))
+        self.auth = Authenticator(self.options)
+        for conn in list(self.clients.values()):
+            conn.perms = self.auth.permissions(conn.user)
+        log.info("Reloaded server configuration")
 
     def _on_stop_signal(self, sig: int) -> None:
         log.debug("Trapped %r signal", signal.Signals(sig).name)
