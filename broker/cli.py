@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
 
 from broker import NATS_COMPAT_VERSION, __version__
+from broker.config import ConfigError, parse_file
+from broker.config_options import ConfigValueError, apply_config
 from broker.logging import configure, get_logger
 from broker.options import Options
 
@@ -156,7 +158,14 @@ def command(ctx: click.Context, **flags: Any) -> None:
     if flags["version"]:
         click.echo(f"pynatsd: v{__version__} (nats-server protocol level v{NATS_COMPAT_VERSION})")
         return
-    options = options_from_flags(flags)
+    try:
+        options, warnings = options_from_config_and_flags(flags)
+    except (ConfigError, ConfigValueError) as exc:
+        click.echo(f"nats-server: {exc}", err=True)
+        ctx.exit(1)
+    if flags["check_config"]:
+        click.echo(f"nats-server: configuration file {options.config_file} is valid")
+        return
     logger = configure(
         debug=options.debug,
         trace=options.trace,
@@ -164,18 +173,18 @@ def command(ctx: click.Context, **flags: Any) -> None:
         utc=options.logtime_utc,
         log_file=options.log_file,
     )
+    for warning in warnings:
+        logger.warning("config: %s", warning)
     for flag in sorted(UNSUPPORTED):
         if flags.get(flag):
             logger.warning("--%s is not supported by pynatsd (core NATS only); ignoring it", flag)
     for flag in (
-        "config",
         "tlscert",
         "tlskey",
         "tlscacert",
         "tls",
         "tlsverify",
         "signal",
-        "check_config",
         "https_port",
         "pid",
         "ports_file_dir",
@@ -183,12 +192,24 @@ def command(ctx: click.Context, **flags: Any) -> None:
     ):
         if flags.get(flag):
             raise click.UsageError(f"--{flag} is not supported yet")
-    run(options)
+    run(options, (lambda: options_from_config_and_flags(flags)[0]) if options.config_file else None)
 
 
-def options_from_flags(flags: dict[str, Any]) -> Options:
-    """Build Options from defaults and command-line flags."""
+def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[str]]:
+    """Build Options from defaults, then the config file (-c), then flags; returns config warnings."""
     opts = Options()
+    warnings: list[str] = []
+    if flags.get("config"):
+        opts.config_file = flags["config"]
+        warnings = apply_config(opts, parse_file(flags["config"]))
+    elif flags.get("check_config"):
+        raise ConfigValueError("must specify [-c, --config] option to check configuration file syntax")
+    return options_from_flags(flags, opts), warnings
+
+
+def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Options:
+    """Apply command-line flags on top of `opts` (defaults when None); flags override the file."""
+    opts = opts or Options()
     if flags["port"] is not None:
         opts.port = flags["port"]
     if flags["addr"] is not None:
@@ -233,7 +254,7 @@ def install_event_loop() -> str:
     return "asyncio"
 
 
-def run(options: Options) -> None:
+def run(options: Options, reloader: Callable[[], Options] | None = None) -> None:
     """Run a server until SIGINT/SIGTERM."""
     from broker.server import Server
 
@@ -241,6 +262,7 @@ def run(options: Options) -> None:
 
     async def serve() -> None:
         server = Server(options)
+        server.reloader = reloader
         try:
             await server.start()
         except OSError as exc:

@@ -14,8 +14,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
+from broker.auth import DEFAULT_ACCOUNT, Permissions
 from broker.logging import TRACE, get_logger
 from broker.outbound import Outbound
+from matcher import Sublist
 from protocol import encoder, errors
 from protocol.connect import ConnectOptions, parse_connect
 from protocol.ops import CONNECT, ERR, HPUB, INFO, NAMES, OK, PING, PONG, PUB, SUB, UNSUB, Op
@@ -24,7 +26,6 @@ from protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
     from broker.server import Server
-    from matcher import Sublist
 
 log = get_logger()
 
@@ -91,6 +92,8 @@ class Connection(asyncio.Protocol):
             allow_headers=opts.headers,
         )
         self.sublist: Sublist[Subscription] = server.sublist
+        self.perms: Permissions | None = None
+        self.nonce = ""  # set in INFO when nkey users are configured
         self.opts = ConnectOptions()
         self.connected = False  # CONNECT processed
         self.closed = False
@@ -257,6 +260,11 @@ class Connection(asyncio.Protocol):
             self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
             return
         self.user, self.account = identity
+        self.perms = server.auth.permissions(self.user)
+        if self.account != DEFAULT_ACCOUNT:
+            self.sublist = server.account_sublists.setdefault(
+                self.account, Sublist(cache=not server.options.disable_sublist_cache)
+            )
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
@@ -285,6 +293,10 @@ class Connection(asyncio.Protocol):
         server = self.server
         if queue == _SYS_QUEUE:
             self._send_err(errors.subscribe_violation(_text(subject), _text(queue)))
+            return
+        if self.perms is not None and not self.perms.can_subscribe(subject, queue):
+            self._send_err(errors.subscribe_violation(_text(subject), _text(queue) if queue else None))
+            log.error("%r - subscription violation for %s", self, _text(subject))
             return
         limit = server.options.max_subscriptions
         if limit > 0 and len(self.subs) >= limit:
@@ -332,6 +344,10 @@ class Connection(asyncio.Protocol):
             return
         if reply is not None and reply.startswith(_RESERVED_REPLY):
             self._send_err(errors.publish_reply_violation(_text(reply)))
+            return
+        if self.perms is not None and not self.perms.can_publish(subject):
+            self._send_err(errors.publish_violation(_text(subject)))
+            log.error("%r - publish violation for %s", self, _text(subject))
             return
         if opts.verbose:
             self._send(encoder.OK)

@@ -7,18 +7,20 @@ import contextlib
 import platform
 import signal
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from broker import NATS_COMPAT_VERSION, __version__
-from broker.auth import Authenticator
+from broker.auth import DEFAULT_ACCOUNT, Authenticator
 from broker.connection import SERVER_SHUTDOWN, Connection, Subscription
 from broker.histogram import HistogramCounts
 from broker.ids import new_server_id
 from broker.logging import get_logger
 from broker.options import Options
 from broker.outbound import FlushScheduler
+from broker.tls import server_context
 from matcher import Sublist
 from protocol import encoder
 
@@ -99,6 +101,9 @@ class Server:
         self.stats = ServerStats(self.clients)
         self.sublist: Sublist[Subscription] = Sublist(cache=not self.options.disable_sublist_cache)
         self.auth = Authenticator(self.options)
+        self.reloader: Callable[[], Options] | None = None  # set by the CLI when a config file is used
+        # Each account is an isolated subject space; $G is the default one (`self.sublist`).
+        self.account_sublists: dict[str, Sublist[Subscription]] = {DEFAULT_ACCOUNT: self.sublist}
         self.scheduler = FlushScheduler()
         self.fanout = HistogramCounts(1024)  # subscriptions matched per publish (monitoring)
         self.monitor: Monitor | None = None
@@ -124,8 +129,16 @@ class Server:
 
             self.monitor = Monitor(self)
             self.http_port = await self.monitor.start(opts.http_host or opts.host, opts.http_port)
+        # TLS-first (handshake_first) only: the handshake precedes INFO, so the listener itself wraps.
+        tls_first = server_context(opts) if opts.tls_handshake_first else None
         self._listener = await self.loop.create_server(
-            lambda: Connection(self), host=opts.host or None, port=port, reuse_address=True, backlog=1024
+            lambda: Connection(self),
+            host=opts.host or None,
+            port=port,
+            reuse_address=True,
+            backlog=1024,
+            ssl=tls_first,
+            ssl_handshake_timeout=opts.tls_timeout if tls_first else None,
         )
         sockets = self._listener.sockets
         self.port = int(sockets[0].getsockname()[1]) if sockets else port
@@ -168,10 +181,36 @@ class Server:
         await self._stopped.wait()
 
     def install_signal_handlers(self) -> None:
-        """SIGINT/SIGTERM: graceful stop."""
+        """SIGINT/SIGTERM: graceful stop; SIGHUP: reload the configuration (when a reloader is set)."""
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 self.loop.add_signal_handler(sig, self._on_stop_signal, sig)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            self.loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    def reload(self) -> None:
+        """Re-reads the configuration: new credentials and permissions apply to connected clients too."""
+        if self.reloader is None:
+            return
+        try:
+            new = self.reloader()
+        except Exception as exc:  # a bad file keeps the running configuration
+            log.error("Failed to reload configuration: %s", exc)
+            return
+        self.options.extra = new.extra
+        for name in (
+            "username",
+            "password",
+            "authorization",
+            "no_auth_user",
+            "auth_timeout",
+            "max_subscriptions",
+        ):
+            setattr(self.options, name, getattr(new, name))
+        self.auth = Authenticator(self.options)
+        for conn in list(self.clients.values()):
+            conn.perms = self.auth.permissions(conn.user)
+        log.info("Reloaded server configuration")
 
     def _on_stop_signal(self, sig: int) -> None:
         log.debug("Trapped %r signal", signal.Signals(sig).name)
@@ -221,6 +260,8 @@ class Server:
         }
         if self.auth.required:
             info["auth_required"] = True
+        if opts.tls_handshake_first:
+            info["tls_required"] = True
         info["max_payload"] = opts.max_payload
         return info
 
@@ -230,6 +271,8 @@ class Server:
         info["client_id"] = conn.cid
         if conn.ip:
             info["client_ip"] = conn.ip
+        if self.auth.nkeys and not connect_info:
+            info["nonce"] = conn.nonce = self.auth.new_nonce()
         if connect_info:
             info["connect_info"] = True
             info["remote_account"] = conn.account

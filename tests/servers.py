@@ -70,14 +70,21 @@ class ServerProcess:
         return int(self.proc.returncode)
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
-    """Wait until a client connection on `port` receives INFO (the server is ready)."""
+def wait_for_port(
+    port: int, proc: subprocess.Popen[bytes], timeout: float = 15.0, tls_first: bool = False
+) -> None:
+    """Wait until a client connection on `port` receives INFO (after a TLS handshake when `tls_first`)."""
+    import ssl
+
     deadline = time.monotonic() + timeout
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # readiness probe only
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited early with {proc.returncode}")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as raw:
+                s = ctx.wrap_socket(raw) if tls_first else raw
                 if s.recv(4).upper() == b"INFO":
                     return
         except OSError:
@@ -93,6 +100,7 @@ def start_server(
     http_port: int | None = None,
     env: dict[str, str] | None = None,
     log_dir: Path | None = None,
+    tls_first: bool = False,
 ) -> ServerProcess:
     """Start `pynatsd` or `nats-server` on 127.0.0.1 and wait until it greets clients."""
     port = port or free_port()
@@ -118,7 +126,7 @@ def start_server(
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=REPO_ROOT)
     server = ServerProcess(kind, port, proc, http_port, log_path, {"own_log_dir": own_log_dir})
     try:
-        wait_for_port(port, proc)
+        wait_for_port(port, proc, tls_first=tls_first)
     except Exception:
         server.stop(signal.SIGKILL)
         raise RuntimeError(f"{kind} failed to start: {' '.join(cmd)}\n{server.log()}") from None
