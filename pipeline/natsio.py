@@ -1,0 +1,51 @@
+"""nats-py plumbing shared by the reader and writers: connecting, and a private event loop in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import nats
+from nats.aio.client import Client
+
+T = TypeVar("T")
+
+
+async def connect(
+    servers: list[str], connect_timeout: float, name: str, errors: list[BaseException]
+) -> Client:
+    """Connect without reconnecting: a task that loses its connection must fail, not silently drop data."""
+
+    async def on_error(e: Exception) -> None:
+        errors.append(e)
+
+    return await nats.connect(
+        servers=servers,
+        name=name,
+        connect_timeout=connect_timeout,
+        allow_reconnect=False,
+        max_reconnect_attempts=0,
+        error_cb=on_error,
+        # Larger client-side write buffer: fewer, bigger socket writes when publishing fast.
+        pending_size=16 * 1024 * 1024,
+        flusher_queue_size=4096,
+    )
+
+
+class LoopThread:
+    """An asyncio loop running in a daemon thread, so synchronous Spark callbacks can drive nats-py."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(5)
