@@ -21,10 +21,9 @@ venv: $(STAMP)
 run: venv
 	$(PY) -m broker -p $(PORT) -m $(HTTP_PORT)
 
-## test: the whole suite on uvloop, then the core suite again on plain asyncio
+## test: the whole suite (core suites on both asyncio and uvloop, see tests/conftest.py)
 test: venv
 	$(PY) -m pytest -q
-	PYNATSD_LOOP=asyncio $(PY) -m pytest -q tests/unit tests/integration
 
 test-fast: venv
 	$(PY) -m pytest -q -x tests/unit tests/integration

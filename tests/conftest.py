@@ -5,22 +5,58 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.servers import IN_CI, ServerProcess, nats_server_binary, start_server
 
-LOOP = os.environ.get("PYNATSD_LOOP", "uvloop")
+# Loops every async test runs on: both for the core suites (tests/unit, tests/integration), uvloop for the
+# rest; PYNATSD_LOOP=asyncio|uvloop restricts every test to one.
+LOOP = os.environ.get("PYNATSD_LOOP", "")
+_BOTH_LOOP_DIRS = ("tests/unit/", "tests/integration/")
+_loop_errors: list[dict[str, Any]] = []
 
 
-@pytest.fixture(scope="session")
-def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
-    """Run every async test on uvloop (the default) or plain asyncio (PYNATSD_LOOP=asyncio)."""
+def _record_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    _loop_errors.append(context)
+    loop.default_exception_handler(context)
+
+
+def _asyncio_loop() -> asyncio.AbstractEventLoop:
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(_record_loop_error)
+    return loop
+
+
+def _uvloop_loop() -> asyncio.AbstractEventLoop:
+    import uvloop
+
+    loop = uvloop.new_event_loop()
+    loop.set_exception_handler(_record_loop_error)
+    return loop
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
+    if LOOP == "asyncio":
+        return {"asyncio": _asyncio_loop}
     if LOOP == "uvloop":
-        import uvloop
+        return {"uvloop": _uvloop_loop}
+    path = str(getattr(item, "path", "")).replace(os.sep, "/")
+    if any(d in path for d in _BOTH_LOOP_DIRS):
+        return {"asyncio": _asyncio_loop, "uvloop": _uvloop_loop}
+    return {"uvloop": _uvloop_loop}
 
-        return uvloop.EventLoopPolicy()
-    return asyncio.DefaultEventLoopPolicy()
+
+@pytest.fixture(autouse=True)
+def _no_unhandled_loop_exceptions() -> Iterator[None]:
+    """Fail any test during which the event loop caught an unhandled exception."""
+    _loop_errors.clear()
+    yield
+    if _loop_errors:
+        messages = [str(c.get("exception") or c.get("message")) for c in _loop_errors]
+        _loop_errors.clear()
+        pytest.fail(f"unhandled exception(s) in the event loop: {messages}")
 
 
 def need_tool(available: bool, what: str) -> None:

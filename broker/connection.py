@@ -1,0 +1,518 @@
+"""One client connection: an `asyncio.Protocol` that feeds the sans-IO parser and routes its ops.
+
+The path of one message (see shared/docs/architecture.md): `data_received` hands the bytes to the parser;
+for each PUB the subject is matched in the account's sublist (a cache hit on the hot path) and the frame
+is appended, by reference, to every target connection's outbound queue; nothing is written until the
+whole read is processed, then every touched queue is flushed once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
+
+from broker.logging import TRACE, get_logger
+from broker.outbound import Outbound
+from protocol import encoder, errors
+from protocol.connect import ConnectOptions, parse_connect
+from protocol.ops import CONNECT, ERR, HPUB, INFO, NAMES, OK, PING, PONG, PUB, SUB, UNSUB, Op
+from protocol.parser import Parser
+from protocol.subjects import is_literal_subject
+
+if TYPE_CHECKING:
+    from broker.server import Server
+    from matcher import Sublist
+
+log = get_logger()
+
+_RESERVED_PUBLISH = (b"_GR_.", b"$NRG.")
+_RESERVED_REPLY = (b"_R_.", b"$JS.ACK.", b"_GR_.")
+_SYS_QUEUE = b"_sys_"
+_RTT_REFRESH = 3600.0
+_FIRST_PING = 2.0
+
+# Close reasons, as /connz reports them.
+CLIENT_CLOSED = "Client Closed"
+SERVER_SHUTDOWN = "Server Shutdown"
+SLOW_CONSUMER_PENDING = "Slow Consumer (Pending Bytes)"
+SLOW_CONSUMER_DEADLINE = "Slow Consumer (Write Deadline)"
+STALE_CONNECTION = "Stale Connection"
+PROTOCOL_VIOLATION = "Protocol Violation"
+PARSE_ERROR = "Parse Error"
+MAX_PAYLOAD_EXCEEDED = "Maximum Payload Exceeded"
+MAX_CONTROL_LINE_EXCEEDED = "Maximum Control Line Exceeded"
+AUTHENTICATION_VIOLATION = "Authentication Failure"
+AUTHENTICATION_TIMEOUT = "Authentication Timeout"
+MAX_CONNECTIONS_EXCEEDED = "Maximum Connections Exceeded"
+READ_ERROR = "Read Error"
+WRITE_ERROR = "Write Error"
+
+_CLOSE_REASONS: dict[type[errors.ProtocolError], str] = {
+    errors.MaxPayloadExceeded: MAX_PAYLOAD_EXCEEDED,
+    errors.MaxControlLineExceeded: MAX_CONTROL_LINE_EXCEEDED,
+    errors.AuthorizationViolation: AUTHENTICATION_VIOLATION,
+    errors.ClientSentError: PARSE_ERROR,
+}
+
+
+class Subscription:
+    """One SUB of one connection. Hashed by identity; the matcher stores it as is."""
+
+    __slots__ = ("conn", "delivered", "max_msgs", "pending", "queue", "sid", "sid_sp", "subject")
+
+    def __init__(self, conn: Connection, subject: bytes, queue: bytes | None, sid: bytes) -> None:
+        self.conn = conn
+        self.subject = subject
+        self.queue = queue
+        self.sid = sid
+        self.sid_sp = sid + b" "  # pre-encoded for MSG frames
+        self.max_msgs = 0  # auto-unsubscribe limit; 0 = none
+        self.delivered = 0
+        self.pending = 0  # messages queued on the connection and not yet flushed
+
+
+class Connection(asyncio.Protocol):
+    """A client connection. Per-connection state lives here; the message path is `_publish`."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.cid = server.next_cid()
+        self.transport: asyncio.Transport | None = None
+        self.out: Outbound | None = None
+        opts = server.options
+        self.parser = Parser(
+            opts.max_control_line,
+            opts.max_payload,
+            expect_connect=server.auth.required,
+            allow_headers=opts.headers,
+        )
+        self.sublist: Sublist[Subscription] = server.sublist
+        self.opts = ConnectOptions()
+        self.connected = False  # CONNECT processed
+        self.closed = False
+        self.close_reason = ""
+        self.ip = ""
+        self.port = 0
+        self.start = datetime.now(UTC)
+        self.stop: datetime | None = None
+        self.last_activity = time.time()
+        self.rtt: float | None = None
+        self.subs: dict[bytes, Subscription] = {}
+        self.in_msgs = 0
+        self.in_bytes = 0
+        self.out_msgs = 0
+        self.out_bytes = 0
+        self.user = ""
+        self.account = "$G"
+        self._last_in = time.monotonic()
+        self._pings_out = 0
+        self._ping_sent = 0.0
+        self._ping_timer: asyncio.TimerHandle | None = None
+        self._auth_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._info_after_pong = False
+        self._trace = log.isEnabledFor(TRACE)
+
+    # -- identity shortcuts used by monitoring ------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.opts.name
+
+    @property
+    def lang(self) -> str:
+        return self.opts.lang
+
+    @property
+    def version(self) -> str:
+        return self.opts.version
+
+    @property
+    def echo(self) -> bool:
+        return self.opts.echo
+
+    @property
+    def headers(self) -> bool:
+        return self.opts.headers
+
+    @property
+    def pending_bytes(self) -> int:
+        return self.out.pending_bytes if self.out is not None else 0
+
+    def __repr__(self) -> str:
+        return f"{self.ip}:{self.port} - cid:{self.cid}"
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
+        self.transport = transport
+        server = self.server
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.ip, self.port = str(peer[0]), int(peer[1])
+        transport.set_write_buffer_limits(high=256 * 1024)
+        self.out = Outbound(transport, server.scheduler, server.options.max_pending)
+        self.out.start(self._write_failed)
+        self.out.push(server.info_for(self))
+        if not server.accept(self):
+            self.close(MAX_CONNECTIONS_EXCEEDED, errors.MAX_CONNECTIONS)
+            return
+        log.debug("%r - Client connection created", self)
+        loop = server.loop
+        first = min(server.options.ping_interval, _FIRST_PING)
+        self._ping_timer = loop.call_later(first * (1 + random.random() * 0.2), self._ping_tick)
+        if server.auth.required:
+            self._auth_timer = loop.call_later(server.options.auth_timeout, self._auth_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._last_in = time.monotonic()
+        scheduler = self.server.scheduler
+        scheduler.reading = True
+        try:
+            try:
+                ops = self.parser.feed(data)
+                failure: errors.ProtocolError | None = None
+            except errors.ProtocolError as err:
+                ops, failure = err.ops, err
+            if ops:
+                self._process(ops)
+            if failure is not None and not self.closed:
+                self._protocol_error(failure)
+        except Exception:
+            log.exception("%r - unexpected error while processing client data", self)
+            self.close(PROTOCOL_VIOLATION)
+        finally:
+            scheduler.reading = False
+            scheduler.flush_touched()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.close(READ_ERROR if exc is not None else CLIENT_CLOSED)
+
+    def pause_writing(self) -> None:
+        if self.out is None:
+            return
+        self.out.pause()
+        deadline = self.server.options.write_deadline
+        if deadline > 0 and self._deadline_timer is None:
+            self._deadline_timer = self.server.loop.call_later(deadline, self._write_deadline_passed)
+
+    def resume_writing(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+        if self.out is not None:
+            self.out.resume()
+
+    # -- ops ------------------------------------------------------------------------------------------
+    def _process(self, ops: list[Op]) -> None:
+        if self._trace:
+            for op in ops:
+                log.log(TRACE, "%r - <<- [%s]", self, _describe(op))
+        for op in ops:
+            if self.closed:
+                return
+            kind = op[0]
+            if kind == PUB:
+                self._on_pub(op[1], op[2], None, op[3])
+            elif kind == HPUB:
+                self._on_pub(op[1], op[2], op[3], op[4])
+            elif kind == SUB:
+                self._on_sub(op[1], op[2], op[3])
+            elif kind == UNSUB:
+                self._on_unsub(op[1], op[2])
+            elif kind == PING:
+                self._on_ping()
+            elif kind == PONG:
+                self._on_pong()
+            elif kind == CONNECT:
+                self._on_connect(op[1])
+            elif kind == ERR:
+                log.error("%r - Client Error %s", self, op[1])
+                self.close(PARSE_ERROR)
+            elif kind in (INFO, OK):
+                pass  # accepted and ignored, as nats-server does
+
+    def _on_connect(self, raw: dict[str, Any]) -> None:
+        server = self.server
+        try:
+            opts = parse_connect(raw, server.options.headers)
+        except errors.ProtocolError as err:
+            self._protocol_error(err)
+            return
+        identity = server.auth.authenticate(self, opts)
+        if identity is None:
+            server.stats.auth_failures += 1
+            log.error("%r - authentication error", self)
+            self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
+            return
+        self.user, self.account = identity
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
+        self.opts = opts
+        self.connected = True
+        self.parser.headers = opts.headers
+        self._info_after_pong = opts.protocol >= 1
+        if opts.verbose:
+            self._send(encoder.OK)
+
+    def _on_ping(self) -> None:
+        self._send(encoder.PONG)
+        if self._info_after_pong:
+            # nats-server 2.12+: right after the first PONG to a protocol-1 client, an INFO that
+            # confirms the connection's account.
+            self._info_after_pong = False
+            self._send(self.server.info_for(self, connect_info=True))
+
+    def _on_pong(self) -> None:
+        self._pings_out = 0
+        if self._ping_sent:
+            self.rtt = time.monotonic() - self._ping_sent
+            self._ping_sent = 0.0
+
+    def _on_sub(self, subject: bytes, queue: bytes | None, sid: bytes) -> None:
+        server = self.server
+        if queue == _SYS_QUEUE:
+            self._send_err(errors.subscribe_violation(_text(subject), _text(queue)))
+            return
+        limit = server.options.max_subscriptions
+        if limit > 0 and len(self.subs) >= limit:
+            self._send_err(errors.MAX_SUBSCRIPTIONS)
+            log.error("%r - maximum subscriptions exceeded", self)
+            return
+        if sid not in self.subs:
+            sub = Subscription(self, subject, queue, sid)
+            try:
+                self.sublist.insert(sub)
+            except ValueError:  # matcher.InvalidSubjectError
+                self._send_err(errors.INVALID_SUBJECT)
+                return
+            self.subs[sid] = sub
+        if self.opts.verbose:
+            self._send(encoder.OK)
+
+    def _on_unsub(self, sid: bytes, max_msgs: int | None) -> None:
+        sub = self.subs.get(sid)
+        if sub is not None and max_msgs is not None and max_msgs > 0 and max_msgs > sub.delivered:
+            sub.max_msgs = max_msgs
+            sub = None
+        if self.opts.verbose:
+            self._send(encoder.OK)
+        if sub is not None:
+            self._remove_sub(sub)
+
+    def _remove_sub(self, sub: Subscription) -> None:
+        if self.subs.get(sub.sid) is sub:
+            del self.subs[sub.sid]
+            self.sublist.remove(sub)
+
+    # -- the message path ---------------------------------------------------------------------------
+    def _on_pub(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
+        size = len(payload) if headers is None else len(headers) + len(payload)
+        self.in_msgs += 1
+        self.in_bytes += size
+        stats = self.server.stats
+        stats.in_msgs += 1
+        stats.in_bytes += size
+        opts = self.opts
+        if opts.pedantic and not is_literal_subject(subject):
+            self._send_err(errors.INVALID_PUBLISH_SUBJECT)
+        if subject.startswith(_RESERVED_PUBLISH):
+            self._send_err(errors.publish_violation(_text(subject)))
+            return
+        if reply is not None and reply.startswith(_RESERVED_REPLY):
+            self._send_err(errors.publish_reply_violation(_text(reply)))
+            return
+        if opts.verbose:
+            self._send(encoder.OK)
+
+        plain, groups = self.sublist.match(subject)
+        if not plain and not groups:
+            if reply is not None and opts.no_responders:
+                self._no_responders(subject, reply)
+            return
+        # The frame of this message in its two shapes (HMSG for header-aware receivers, MSG otherwise),
+        # built once and shared by every delivery: (head, tail, body size).
+        if headers is None:
+            frame = (b"MSG " + subject + b" ", encoder.msg_tail(reply, payload), len(payload))
+            hframe = frame
+        else:
+            frame = (b"MSG " + subject + b" ", encoder.msg_tail(reply, payload), len(payload))
+            hframe = (b"HMSG " + subject + b" ", encoder.hmsg_tail(reply, headers, payload), size)
+        skip = None if opts.echo else self
+        delivered = 0
+        for sub in plain:
+            if sub.conn is not skip and _deliver(sub, hframe if sub.conn.opts.headers else frame):
+                delivered += 1
+        for group in groups:
+            n = len(group)
+            start = int(random.random() * n)
+            for i in range(n):
+                sub = group[(start + i) % n]
+                if sub.conn is skip or sub.conn.closed:
+                    continue
+                if _deliver(sub, hframe if sub.conn.opts.headers else frame):
+                    delivered += 1
+                    break
+        if delivered:
+            stats.out_msgs += delivered
+            stats.out_bytes += delivered * len(payload) if headers is None else 0
+            if headers is not None:
+                stats.out_bytes += delivered * size  # approximate for mixed receivers; exact per conn
+        elif reply is not None and opts.no_responders:
+            self._no_responders(subject, reply)
+
+    def _no_responders(self, subject: bytes, reply: bytes) -> None:
+        """Tell a requester that nobody received its request: a 503 on its own reply subscription."""
+        for sub in self.sublist.match(reply).plain:
+            if sub.conn is self:
+                headers = encoder.no_responders_headers(subject)
+                self._send(encoder.encode_hmsg(reply, sub.sid, None, headers, b""))
+                return
+
+    # -- replies, errors, closing -------------------------------------------------------------------
+    def _send(self, data: bytes) -> None:
+        if self.out is not None:
+            self.out.push(data)
+
+    def _send_err(self, text: str) -> None:
+        self._send(encoder.encode_err(text))
+
+    def _protocol_error(self, err: errors.ProtocolError) -> None:
+        reason = _CLOSE_REASONS.get(type(err), PROTOCOL_VIOLATION)
+        if isinstance(err, errors.AuthorizationViolation):
+            self.server.stats.auth_failures += 1
+        if err.err_text is not None:
+            log.error("%r - %s", self, err.err_text)
+        else:
+            log.debug("%r - protocol error, closing: %s", self, err)
+        self.close(reason, err.err_text)
+
+    def close(self, reason: str, err_text: str | None = None) -> None:
+        """Close with `reason`; send `-ERR '<err_text>'` first when given. Idempotent."""
+        if self.closed:
+            return
+        out = self.out
+        if err_text is not None and out is not None:
+            out.push(encoder.encode_err(err_text))
+            out.flush()
+        self.closed = True
+        self.close_reason = reason
+        self.stop = datetime.now(UTC)
+        for timer in (self._ping_timer, self._auth_timer, self._deadline_timer):
+            if timer is not None:
+                timer.cancel()
+        for sub in self.subs.values():
+            self.sublist.remove(sub)
+        if out is not None:
+            slow = reason in (SLOW_CONSUMER_PENDING, SLOW_CONSUMER_DEADLINE)
+            out.close()
+            if self.transport is not None:
+                if slow:
+                    self.transport.abort()
+                else:
+                    self.transport.close()
+        self.server.forget(self)
+        log.debug("%r - Client connection closed: %s", self, reason)
+
+    def slow_consumer(self, reason: str = SLOW_CONSUMER_PENDING) -> None:
+        if self.closed:
+            return
+        self.server.stats.slow_consumers += 1
+        log.warning("%r - Slow Consumer Detected: %s", self, reason)
+        self.close(reason)
+
+    def _write_failed(self, exc: BaseException) -> None:
+        log.debug("%r - write error: %s", self, exc)
+        self.close(WRITE_ERROR)
+
+    def _write_deadline_passed(self) -> None:
+        self._deadline_timer = None
+        if self.out is not None and self.out.paused:
+            self.slow_consumer(SLOW_CONSUMER_DEADLINE)
+
+    def _auth_timeout(self) -> None:
+        self._auth_timer = None
+        if not self.connected and not self.closed:
+            self.server.stats.auth_failures += 1
+            self.close(AUTHENTICATION_TIMEOUT, errors.AUTHENTICATION_TIMEOUT)
+
+    def _ping_tick(self) -> None:
+        """nats-server's ping timer: PING when idle (or to refresh RTT); too many unanswered = stale."""
+        self._ping_timer = None
+        if self.closed:
+            return
+        server = self.server
+        opts = server.options
+        now = time.monotonic()
+        need_rtt = self.rtt is None or (self._ping_sent and now - self._ping_sent > _RTT_REFRESH)
+        if now - self._last_in >= opts.ping_interval or need_rtt:
+            if self._pings_out + 1 > opts.ping_max:
+                server.stats.stale_connections += 1
+                log.debug("%r - Stale Client Connection - Closing", self)
+                self.close(STALE_CONNECTION, errors.STALE_CONNECTION)
+                return
+            self._pings_out += 1
+            self._ping_sent = now
+            self._send(encoder.PING)
+        self._ping_timer = server.loop.call_later(opts.ping_interval, self._ping_tick)
+
+
+def _deliver(sub: Subscription, frame: tuple[bytes, bytes, int]) -> bool:
+    """Queue one message for `sub`; False if the subscription could not take it."""
+    conn = sub.conn
+    if conn.closed:
+        return False
+    if sub.max_msgs:
+        if sub.delivered >= sub.max_msgs:
+            conn._remove_sub(sub)
+            return False
+        if sub.delivered + 1 == sub.max_msgs:
+            conn._remove_sub(sub)
+    sub.delivered += 1
+    out = conn.out
+    assert out is not None
+    frames = out.frames
+    if not frames:
+        out.mark_dirty()
+    head, tail, nbytes = frame
+    frames.append(head)
+    frames.append(sub.sid_sp)
+    frames.append(tail)
+    out.queued += len(head) + len(sub.sid_sp) + len(tail)
+    if not sub.pending:
+        out.pending_subs.append(sub)
+    sub.pending += 1
+    conn.out_msgs += 1
+    conn.out_bytes += nbytes
+    if out.queued > out.limit:
+        conn.slow_consumer()
+    return True
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _describe(op: Op) -> str:
+    """An op as nats-server traces it: `PUB foo reply 5`, `CONNECT {...}` (without the password)."""
+    kind = op[0]
+    if kind in (CONNECT, INFO):
+        shown = {k: ("[REDACTED]" if k.lower() in ("pass", "auth_token") else v) for k, v in op[1].items()}
+        return f"{NAMES[kind]} {encoder.go_json(shown)}"
+    if kind == PUB:
+        parts = [op[1], op[2], b"%d" % len(op[3])]
+    elif kind == HPUB:
+        parts = [op[1], op[2], b"%d" % len(op[3]), b"%d" % (len(op[3]) + len(op[4]))]
+    elif kind == UNSUB:
+        parts = [op[1], None if op[2] is None else b"%d" % op[2]]
+    elif kind == ERR:
+        return f"-ERR {op[1]}"
+    else:
+        parts = list(op[1:])
+    return " ".join([NAMES[kind], *(_text(p) for p in parts if p is not None)])

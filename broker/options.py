@@ -1,0 +1,82 @@
+"""Server options: one typed object holding every default and limit (nats-server's names and values).
+
+Built from defaults, then a config file, then command-line flags; a reload builds a new one and swaps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_PORT = 4222
+DEFAULT_HTTP_PORT = 8222
+MAX_CONTROL_LINE = 4096
+MAX_PAYLOAD = 1024 * 1024
+MAX_PENDING = 64 * 1024 * 1024
+MAX_CONNECTIONS = 64 * 1024
+PING_INTERVAL = 120.0
+PING_MAX = 2
+WRITE_DEADLINE = 10.0
+AUTH_TIMEOUT = 2.0
+TLS_TIMEOUT = 2.0
+LAME_DUCK_DURATION = 120.0
+LAME_DUCK_GRACE_PERIOD = 10.0
+CLOSED_CONNECTIONS_KEPT = 10_000
+
+
+@dataclass
+class Options:
+    """Everything configurable about one server. Durations are in seconds, sizes in bytes."""
+
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT
+    server_name: str = ""
+    client_advertise: str = ""
+    http_host: str = "0.0.0.0"
+    http_port: int = 0  # 0 = no monitoring; -1 = a random port
+    https_port: int = 0
+    http_base_path: str = ""
+
+    max_payload: int = MAX_PAYLOAD
+    max_pending: int = MAX_PENDING
+    max_control_line: int = MAX_CONTROL_LINE
+    max_connections: int = MAX_CONNECTIONS
+    max_subscriptions: int = 0  # 0 = unlimited
+    ping_interval: float = PING_INTERVAL
+    ping_max: int = PING_MAX
+    write_deadline: float = WRITE_DEADLINE
+    auth_timeout: float = AUTH_TIMEOUT
+    lame_duck_duration: float = LAME_DUCK_DURATION
+    lame_duck_grace_period: float = LAME_DUCK_GRACE_PERIOD
+    no_header_support: bool = False
+    disable_sublist_cache: bool = False
+    max_closed_clients: int = CLOSED_CONNECTIONS_KEPT
+
+    debug: bool = False
+    trace: bool = False
+    logtime: bool = True
+    logtime_utc: bool = False
+    log_file: str = ""
+    pid_file: str = ""
+    ports_file_dir: str = ""
+
+    username: str = ""
+    password: str = ""
+    authorization: str = ""  # token
+    no_auth_user: str = ""
+
+    tls: bool = False
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca_cert: str = ""
+    tls_verify: bool = False
+    tls_timeout: float = TLS_TIMEOUT
+    tls_handshake_first: bool = False
+
+    config_file: str = ""
+    # Parsed sections that later capabilities read (users, accounts, tls blocks…).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def headers(self) -> bool:
+        return not self.no_header_support

@@ -1,0 +1,170 @@
+"""The server: listener, connection registry, shared state and lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import platform
+import signal
+from collections import deque
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from broker import NATS_COMPAT_VERSION, __version__
+from broker.auth import Authenticator
+from broker.connection import SERVER_SHUTDOWN, Connection, Subscription
+from broker.ids import new_server_id
+from broker.logging import get_logger
+from broker.options import Options
+from broker.outbound import FlushScheduler
+from matcher import Sublist
+from protocol import encoder
+
+log = get_logger()
+
+
+@dataclass
+class ServerStats:
+    """Server-wide counters, plain ints bumped on the message path and read by monitoring."""
+
+    in_msgs: int = 0
+    out_msgs: int = 0
+    in_bytes: int = 0
+    out_bytes: int = 0
+    slow_consumers: int = 0
+    stale_connections: int = 0
+    total_connections: int = 0
+    auth_failures: int = 0
+
+
+class Server:
+    """A pynatsd server. `await start()`, then `await wait_closed()` or `await shutdown()`."""
+
+    def __init__(self, options: Options | None = None) -> None:
+        self.options = options or Options()
+        self.server_id = new_server_id()
+        self.start_time = datetime.now(UTC)
+        self.stats = ServerStats()
+        self.sublist: Sublist[Subscription] = Sublist(cache=not self.options.disable_sublist_cache)
+        self.auth = Authenticator(self.options)
+        self.scheduler = FlushScheduler()
+        self.clients: dict[int, Connection] = {}
+        self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
+        self.port = self.options.port
+        self.loop: asyncio.AbstractEventLoop  # set by start()
+        self._cid = 0
+        self._listener: asyncio.base_events.Server | None = None
+        self._stopped: asyncio.Event | None = None
+        self._info_base: dict[str, Any] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Bind the client port and start serving."""
+        opts = self.options
+        self.loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        port = 0 if opts.port == -1 else opts.port
+        self._listener = await self.loop.create_server(
+            lambda: Connection(self), host=opts.host or None, port=port, reuse_address=True, backlog=1024
+        )
+        sockets = self._listener.sockets
+        self.port = int(sockets[0].getsockname()[1]) if sockets else port
+        self._info_base = self._build_info()
+        log.info("Starting pynatsd %s (nats-server protocol level %s)", __version__, NATS_COMPAT_VERSION)
+        log.info("  Server ID:   %s", self.server_id)
+        log.info("  Server name: %s", self.server_name)
+        log.info("Listening for client connections on %s:%d", opts.host, self.port)
+        log.info("Server is ready")
+
+    @property
+    def server_name(self) -> str:
+        return self.options.server_name or self.server_id
+
+    async def shutdown(self) -> None:
+        """Stop accepting, flush what each client has pending, close every connection."""
+        if self._listener is None:
+            return
+        log.info("Initiating Shutdown...")
+        self._listener.close()
+        for conn in list(self.clients.values()):
+            if conn.out is not None:
+                conn.out.flush()
+            conn.close(SERVER_SHUTDOWN)
+        await self._listener.wait_closed()
+        self._listener = None
+        log.info("Server Exiting..")
+        if self._stopped is not None:
+            self._stopped.set()
+
+    async def wait_closed(self) -> None:
+        assert self._stopped is not None
+        await self._stopped.wait()
+
+    def install_signal_handlers(self) -> None:
+        """SIGINT/SIGTERM: graceful stop."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                self.loop.add_signal_handler(sig, self._on_stop_signal, sig)
+
+    def _on_stop_signal(self, sig: int) -> None:
+        log.debug("Trapped %r signal", signal.Signals(sig).name)
+        self.loop.create_task(self.shutdown())
+
+    # -- connections ----------------------------------------------------------------------------------
+    def next_cid(self) -> int:
+        self._cid += 1
+        return self._cid
+
+    def accept(self, conn: Connection) -> bool:
+        """Register a new connection; False when max_connections is reached."""
+        limit = self.options.max_connections
+        if limit >= 0 and len(self.clients) >= limit:
+            log.error("%r - maximum connections exceeded", conn)
+            return False
+        self.clients[conn.cid] = conn
+        self.stats.total_connections += 1
+        return True
+
+    def forget(self, conn: Connection) -> None:
+        """Called once when a connection closes."""
+        if self.clients.pop(conn.cid, None) is not None:
+            self.closed_clients.append(conn)
+        conn.transport = None
+
+    # -- INFO -----------------------------------------------------------------------------------------
+    def _build_info(self) -> dict[str, Any]:
+        opts = self.options
+        host, port = opts.host, self.port
+        if opts.client_advertise:
+            adv_host, _, adv_port = opts.client_advertise.rpartition(":")
+            if adv_host and adv_port.isdigit():
+                host, port = adv_host, int(adv_port)
+            else:
+                host = opts.client_advertise
+        info: dict[str, Any] = {
+            "server_id": self.server_id,
+            "server_name": self.server_name,
+            "version": NATS_COMPAT_VERSION,
+            "proto": 1,
+            "go": f"python{platform.python_version()}",
+            "host": host,
+            "port": port,
+            "headers": opts.headers,
+        }
+        if self.auth.required:
+            info["auth_required"] = True
+        info["max_payload"] = opts.max_payload
+        return info
+
+    def info_for(self, conn: Connection, connect_info: bool = False) -> bytes:
+        """The INFO a connection gets on accept (or, with connect_info, after its first PONG)."""
+        info = dict(self._info_base)
+        info["client_id"] = conn.cid
+        if conn.ip:
+            info["client_ip"] = conn.ip
+        if connect_info:
+            info["connect_info"] = True
+            info["remote_account"] = conn.account
+        info["pynatsd_version"] = __version__
+        return encoder.encode_info(info)

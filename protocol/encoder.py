@@ -1,0 +1,67 @@
+"""Encoders for server→client ops. Pure functions over bytes.
+
+Delivery frames are built in two shared parts per published message (`msg_head`, `msg_tail`) with the
+subscription's pre-encoded `sid + b" "` in between, so fanning one message out to N subscribers appends
+three references per subscriber and copies nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+PING = b"PING\r\n"
+PONG = b"PONG\r\n"
+OK = b"+OK\r\n"
+
+_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def go_json(value: Any) -> str:
+    """JSON as Go's encoding/json writes it: compact, UTF-8, with <, > and & escaped."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).translate(_GO_ESCAPES)
+
+
+def encode_info(info: dict[str, Any]) -> bytes:
+    """`INFO {json} \\r\\n` — nats-server puts a space before the CRLF."""
+    return b"INFO " + go_json(info).encode() + b" \r\n"
+
+
+def encode_err(text: str) -> bytes:
+    """`-ERR '<text>'\\r\\n`."""
+    return b"-ERR '" + text.encode() + b"'\r\n"
+
+
+def msg_head(subject: bytes, headers: bool) -> bytes:
+    """`MSG <subject> ` or `HMSG <subject> `: the part before the subscription's sid."""
+    return (b"HMSG " if headers else b"MSG ") + subject + b" "
+
+
+def msg_tail(reply: bytes | None, payload: bytes) -> bytes:
+    """`[reply ]<#bytes>\\r\\n<payload>\\r\\n`: the part after the sid of a MSG."""
+    if reply:
+        return b"%s %d\r\n%s\r\n" % (reply, len(payload), payload)
+    return b"%d\r\n%s\r\n" % (len(payload), payload)
+
+
+def hmsg_tail(reply: bytes | None, headers: bytes, payload: bytes) -> bytes:
+    """`[reply ]<#hdr> <#total>\\r\\n<headers><payload>\\r\\n`: the part after the sid of an HMSG."""
+    hdr = len(headers)
+    if reply:
+        return b"%s %d %d\r\n%s%s\r\n" % (reply, hdr, hdr + len(payload), headers, payload)
+    return b"%d %d\r\n%s%s\r\n" % (hdr, hdr + len(payload), headers, payload)
+
+
+def encode_msg(subject: bytes, sid: bytes, reply: bytes | None, payload: bytes) -> bytes:
+    """A whole MSG frame (convenience for non-hot paths and tests)."""
+    return msg_head(subject, False) + sid + b" " + msg_tail(reply, payload)
+
+
+def encode_hmsg(subject: bytes, sid: bytes, reply: bytes | None, headers: bytes, payload: bytes) -> bytes:
+    """A whole HMSG frame."""
+    return msg_head(subject, True) + sid + b" " + hmsg_tail(reply, headers, payload)
+
+
+def no_responders_headers(subject: bytes) -> bytes:
+    """The 503 status header block nats-server (2.12+) sends when a request reaches no one."""
+    return b"NATS/1.0 503\r\nNats-Subject: " + subject + b"\r\n\r\n"

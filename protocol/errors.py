@@ -1,0 +1,115 @@
+"""Typed protocol errors and the one source of truth for every `-ERR` text pynatsd sends.
+
+Texts match nats-server byte for byte (see shared/docs/nats-protocol.md §3). An error either closes the
+connection (after its `-ERR`, or silently when `err_text` is None) or leaves it open.
+"""
+
+from __future__ import annotations
+
+# Errors after which the server closes the connection.
+UNKNOWN_OPERATION = "Unknown Protocol Operation"
+MAX_CONTROL_LINE = "maximum control line exceeded"
+MAX_PAYLOAD = "Maximum Payload Violation"
+AUTHORIZATION_VIOLATION = "Authorization Violation"
+AUTHENTICATION_TIMEOUT = "Authentication Timeout"
+INVALID_CLIENT_PROTOCOL = "invalid client protocol"
+NO_RESPONDERS_REQUIRES_HEADERS = "no responders requires headers support"
+MAX_CONNECTIONS = "maximum connections exceeded"
+STALE_CONNECTION = "Stale Connection"
+SECURE_CONNECTION_TLS_REQUIRED = "Secure Connection - TLS Required"
+
+# Errors after which the connection stays open.
+INVALID_SUBJECT = "Invalid Subject"
+INVALID_PUBLISH_SUBJECT = "Invalid Publish Subject"
+MAX_SUBSCRIPTIONS = "maximum subscriptions exceeded"
+
+
+def quote(name: str) -> str:
+    """Quote a subject as Go's %q does (the form nats-server uses in permission errors)."""
+    out = ['"']
+    for ch in name:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def publish_violation(subject: str) -> str:
+    return f"Permissions Violation for Publish to {quote(subject)}"
+
+
+def publish_reply_violation(reply: str) -> str:
+    return f"Permissions Violation for Publish with Reply of {quote(reply)}"
+
+
+def subscribe_violation(subject: str, queue: str | None = None) -> str:
+    if queue:
+        return f"Permissions Violation for Subscription to {quote(subject)} using queue {quote(queue)}"
+    return f"Permissions Violation for Subscription to {quote(subject)}"
+
+
+class ProtocolError(Exception):
+    """A client broke the protocol.
+
+    `err_text` is what goes inside `-ERR '…'` (None: close without a word); `closes` says whether the
+    connection is dropped. `ops` holds the ops parsed from the same read before the error, which the
+    server still processes in order.
+    """
+
+    err_text: str | None = None
+    closes: bool = True
+
+    def __init__(self, detail: str = "", ops: list[tuple[object, ...]] | None = None) -> None:
+        super().__init__(detail or self.err_text or type(self).__name__)
+        self.detail = detail
+        self.ops: list[tuple[object, ...]] = ops if ops is not None else []
+
+
+class UnknownOperation(ProtocolError):
+    err_text = UNKNOWN_OPERATION
+
+
+class MaxControlLineExceeded(ProtocolError):
+    err_text = MAX_CONTROL_LINE
+
+
+class MaxPayloadExceeded(ProtocolError):
+    err_text = MAX_PAYLOAD
+
+
+class BadArguments(ProtocolError):
+    """Wrong argument count or a bad size in PUB/HPUB/SUB/UNSUB: nats-server closes silently."""
+
+
+class InvalidJSON(ProtocolError):
+    """CONNECT or INFO whose JSON does not decode: closed silently."""
+
+
+class HeadersNotNegotiated(ProtocolError):
+    """HPUB on a connection that did not negotiate headers: closed silently."""
+
+
+class ClientSentError(ProtocolError):
+    """The client sent `-ERR`: nats-server logs it and closes silently."""
+
+
+class AuthorizationViolation(ProtocolError):
+    err_text = AUTHORIZATION_VIOLATION
+
+
+class InvalidClientProtocol(ProtocolError):
+    err_text = INVALID_CLIENT_PROTOCOL
+
+
+class NoRespondersRequiresHeaders(ProtocolError):
+    err_text = NO_RESPONDERS_REQUIRES_HEADERS

@@ -1,0 +1,45 @@
+"""Client ops as produced by the parser.
+
+Ops are plain tuples tagged by a small int in position 0: the parser builds one per PUB on the hot path,
+and a tuple costs a tenth of a dataclass instance. Layouts:
+
+    (CONNECT, options: dict)
+    (PUB,   subject: bytes, reply: bytes | None, payload: bytes)
+    (HPUB,  subject: bytes, reply: bytes | None, headers: bytes, payload: bytes)
+        headers is the raw header block (`NATS/1.0…\\r\\n\\r\\n`), payload what follows it
+    (SUB,   subject: bytes, queue: bytes | None, sid: bytes)
+    (UNSUB, sid: bytes, max_msgs: int | None)     max_msgs -1 when given but not a valid size
+    (PING,) (PONG,) (OK,)
+    (ERR,   text: str)                              a client-sent -ERR
+    (INFO,  info: dict)                             a client-sent INFO (ignored by the server)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CONNECT = 1
+PUB = 2
+HPUB = 3
+SUB = 4
+UNSUB = 5
+PING = 6
+PONG = 7
+OK = 8
+ERR = 9
+INFO = 10
+
+NAMES = {
+    CONNECT: "CONNECT",
+    PUB: "PUB",
+    HPUB: "HPUB",
+    SUB: "SUB",
+    UNSUB: "UNSUB",
+    PING: "PING",
+    PONG: "PONG",
+    OK: "+OK",
+    ERR: "-ERR",
+    INFO: "INFO",
+}
+
+Op = tuple[Any, ...]

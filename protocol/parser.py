@@ -1,0 +1,331 @@
+"""Sans-IO parser for the client side of the NATS protocol: bytes in, ops out.
+
+`Parser.feed(data)` parses every complete op in `data` (plus what an earlier call left over) and returns
+them as tuples (see protocol.ops). Incomplete input is kept for the next call, bounded by
+`max_control_line` for control lines and `max_payload` (+2) for payloads, so a client can never make the
+parser buffer more than that. Frames split at any byte parse exactly as whole frames.
+
+Behaviour follows nats-server's parser (server/parser.go) op by op:
+- op names are case-insensitive; `PUB`, `HPUB`, `SUB`, `UNSUB` and `-ERR` need a space or tab after the
+  name; for `PING`, `PONG` and `+OK` everything up to LF is ignored; a bare LF ends a line;
+- an invalid op (or an invalid prefix of one, detected before its LF arrives) is `UnknownOperation`;
+- a wrong argument count or a bad size is `BadArguments` (nats-server closes without `-ERR`);
+- the argument part of a control line (after the op and its whitespace) may be at most
+  `max_control_line` bytes, partial lines included.
+
+Malformed input raises a `ProtocolError` subclass carrying the ops parsed before it (`err.ops`); the
+parser is then dead. The hot path (PUB) is a handful of C-level bytes operations per message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from protocol import errors
+from protocol.ops import CONNECT, ERR, HPUB, INFO, OK, PING, PONG, PUB, SUB, UNSUB, Op
+
+# Ops that need whitespace after their name, with their kind.
+_ARG_OPS: tuple[tuple[bytes, int], ...] = (
+    (b"PUB", PUB),
+    (b"HPUB", HPUB),
+    (b"SUB", SUB),
+    (b"UNSUB", UNSUB),
+    (b"-ERR", ERR),
+)
+# Ops whose name may be followed directly by their argument (CONNECT{...}) or by anything up to LF.
+_FREE_OPS: tuple[tuple[bytes, int], ...] = (
+    (b"CONNECT", CONNECT),
+    (b"INFO", INFO),
+    (b"PING", PING),
+    (b"PONG", PONG),
+    (b"+OK", OK),
+)
+_LINE_IGNORED = (PING, PONG, OK)
+_NAME_LEN = {PUB: 3, HPUB: 4, SUB: 3, UNSUB: 5, ERR: 4, CONNECT: 7, INFO: 4}
+_WS = (32, 9)  # space, tab
+_HEAD = 8  # enough bytes to classify any op name plus one separator
+_NEED_MORE = 0
+_SPLIT_ARGS = re.compile(rb"[ \t\r\n]+")
+
+
+def _classify(head: bytes) -> int:
+    """The op kind that a line starting with `head` (upper-cased) is; _NEED_MORE or -1 (invalid)."""
+    for name, kind in _ARG_OPS:
+        if head.startswith(name):
+            if len(head) == len(name):
+                return _NEED_MORE
+            return kind if head[len(name)] in _WS else -1
+        if name.startswith(head):
+            return _NEED_MORE
+    for name, kind in _FREE_OPS:
+        if head.startswith(name):
+            return kind
+        if name.startswith(head):
+            return _NEED_MORE
+    return -1
+
+
+def parse_size(data: bytes) -> int:
+    """A size field: 1 to 9 ASCII digits, else -1 (as nats-server's parseSize)."""
+    if 0 < len(data) <= 9 and data.isdigit():
+        return int(data)
+    return -1
+
+
+class Parser:
+    """Incremental parser for one client connection.
+
+    HPUB is accepted once a CONNECT asking for headers is parsed, if `allow_headers` (the server's
+    header support) is on; `headers` can also be set directly.
+    `expect_connect` makes any first op other than CONNECT an authorization violation (auth configured).
+    """
+
+    __slots__ = (
+        "_acc",
+        "_buf",
+        "_pending",
+        "_slow_split",
+        "allow_headers",
+        "dead",
+        "expect_connect",
+        "headers",
+        "max_control_line",
+        "max_payload",
+    )
+
+    def __init__(
+        self,
+        max_control_line: int = 4096,
+        max_payload: int = 1048576,
+        headers: bool = False,
+        expect_connect: bool = False,
+        allow_headers: bool = True,
+    ) -> None:
+        self.max_control_line = max_control_line
+        self.allow_headers = allow_headers
+        self.max_payload = max_payload
+        self.headers = headers
+        self.expect_connect = expect_connect
+        self.dead = False
+        self._buf = b""  # an incomplete control line (bounded by max_control_line)
+        self._acc: bytearray | None = None  # an incomplete payload being gathered
+        self._pending: tuple[Any, ...] | None = (
+            None  # (kind, subject, reply, hdr_size, size) awaiting payload
+        )
+        self._slow_split = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for an incomplete op."""
+        return len(self._buf) + (len(self._acc) if self._acc is not None else 0)
+
+    def feed(self, data: bytes) -> list[Op]:
+        """Parse `data`; return the complete ops in order. Raises ProtocolError (with `.ops`)."""
+        if self.dead:
+            raise errors.UnknownOperation("parser is closed after an error")
+        ops: list[Op] = []
+        try:
+            if self._pending is not None:
+                data = self._continue_payload(data, ops)
+                if self._pending is not None:
+                    return ops
+            elif self._buf:
+                data = self._buf + data
+                self._buf = b""
+            if data:
+                self._parse(data, ops)
+        except errors.ProtocolError as err:
+            self.dead = True
+            err.ops = ops
+            raise
+        return ops
+
+    def _continue_payload(self, data: bytes, ops: list[Op]) -> bytes:
+        pending = self._pending
+        acc = self._acc
+        assert pending is not None and acc is not None
+        acc += data
+        size = pending[4]
+        if len(acc) < size + 2:
+            return b""
+        if acc[size] != 13 or acc[size + 1] != 10:
+            raise errors.UnknownOperation("payload not followed by CRLF")
+        self._emit(pending, bytes(acc[:size]), ops)
+        rest = bytes(acc[size + 2 :])
+        self._pending = None
+        self._acc = None
+        return rest
+
+    @staticmethod
+    def _emit(pending: tuple[Any, ...], body: bytes, ops: list[Op]) -> None:
+        kind, subject, reply, hdr = pending[0], pending[1], pending[2], pending[3]
+        if kind == PUB:
+            ops.append((PUB, subject, reply, body))
+        else:
+            ops.append((HPUB, subject, reply, body[:hdr], body[hdr:]))
+
+    def _split(self, arg: bytes) -> list[bytes]:
+        # bytes.split() also splits on \x0b and \x0c, which nats-server keeps inside tokens; the regex
+        # is exact but slower, so it is used only for reads that contain one of those bytes.
+        if self._slow_split:
+            return [a for a in _SPLIT_ARGS.split(arg) if a]
+        return arg.split()
+
+    def _parse(self, buf: bytes, ops: list[Op]) -> None:
+        self._slow_split = b"\x0b" in buf or b"\x0c" in buf
+        pos = 0
+        n = len(buf)
+        find = buf.find
+        startswith = buf.startswith
+        while pos < n:
+            if self.expect_connect and buf[pos] not in (67, 99):  # C, c
+                raise errors.AuthorizationViolation("first op is not CONNECT")
+            nl = find(b"\n", pos)
+            if nl < 0:
+                self._keep_partial(buf, pos)
+                return
+            end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
+
+            # Hot path: an upper-case PUB with a single space after it.
+            if startswith(b"PUB ", pos):
+                kind = PUB
+                arg_start = pos + 4
+            else:
+                kind = _classify(buf[pos : min(end, pos + _HEAD)].upper())
+                if kind <= 0:
+                    raise errors.UnknownOperation("unknown op")
+                if kind in _LINE_IGNORED:
+                    ops.append((kind,))
+                    pos = nl + 1
+                    continue
+                arg_start = self._skip_name(buf, pos, end, kind)
+
+            if end - arg_start > self.max_control_line:
+                raise errors.MaxControlLineExceeded(f"control line of {end - arg_start} bytes")
+
+            if kind in (PUB, HPUB):
+                args = self._split(buf[arg_start:end])
+                pub = self._pub_args(kind, args)
+                start = nl + 1
+                stop = start + pub[4]
+                if stop + 2 > n:
+                    self._pending = pub
+                    self._acc = bytearray(buf[start:])
+                    return
+                if buf[stop] != 13 or buf[stop + 1] != 10:
+                    raise errors.UnknownOperation("payload not followed by CRLF")
+                if kind == PUB:
+                    ops.append((PUB, pub[1], pub[2], buf[start:stop]))
+                else:
+                    hdr_end = start + pub[3]
+                    ops.append((HPUB, pub[1], pub[2], buf[start:hdr_end], buf[hdr_end:stop]))
+                pos = stop + 2
+                continue
+
+            arg = buf[arg_start:end]
+            if kind == SUB:
+                args = self._split(arg)
+                if len(args) == 2:
+                    ops.append((SUB, args[0], None, args[1]))
+                elif len(args) == 3:
+                    ops.append((SUB, args[0], args[1], args[2]))
+                else:
+                    raise errors.BadArguments(f"SUB with {len(args)} arguments")
+            elif kind == UNSUB:
+                args = self._split(arg)
+                if len(args) == 1:
+                    ops.append((UNSUB, args[0], None))
+                elif len(args) == 2:
+                    ops.append((UNSUB, args[0], parse_size(args[1])))
+                else:
+                    raise errors.BadArguments(f"UNSUB with {len(args)} arguments")
+            elif kind == CONNECT:
+                options = _decode_json(arg)
+                self.expect_connect = False
+                # Ops later in this same read may be HPUBs that this CONNECT just made legal.
+                self.headers = self.allow_headers and _wants_headers(options)
+                ops.append((CONNECT, options))
+            elif kind == INFO:
+                ops.append((INFO, _decode_json(arg)))
+            else:  # ERR
+                ops.append((ERR, arg.decode("utf-8", "replace")))
+            pos = nl + 1
+
+    @staticmethod
+    def _skip_name(buf: bytes, pos: int, end: int, kind: int) -> int:
+        """Index of the first argument byte: after the op name and its spaces/tabs."""
+        i = pos + _NAME_LEN[kind]
+        while i < end and buf[i] in _WS:
+            i += 1
+        return i
+
+    def _pub_args(self, kind: int, args: list[bytes]) -> tuple[Any, ...]:
+        """(kind, subject, reply, hdr_size, total_size) from PUB or HPUB arguments."""
+        if kind == PUB:
+            if len(args) == 2:
+                subject, reply, size_field = args[0], None, args[1]
+            elif len(args) == 3:
+                subject, reply, size_field = args
+            else:
+                raise errors.BadArguments(f"PUB with {len(args)} arguments")
+            size = parse_size(size_field)
+            if size < 0:
+                raise errors.BadArguments("bad or missing PUB size")
+            hdr = 0
+        else:
+            if not self.headers:
+                raise errors.HeadersNotNegotiated("HPUB without headers negotiated")
+            if len(args) == 3:
+                subject, reply, hdr_field, size_field = args[0], None, args[1], args[2]
+            elif len(args) == 4:
+                subject, reply, hdr_field, size_field = args
+            else:
+                raise errors.BadArguments(f"HPUB with {len(args)} arguments")
+            hdr = parse_size(hdr_field)
+            size = parse_size(size_field)
+            if hdr < 0 or size < 0 or hdr > size:
+                raise errors.BadArguments("bad HPUB sizes")
+        if size > self.max_payload:
+            raise errors.MaxPayloadExceeded(f"payload of {size} bytes")
+        return (kind, subject, reply, hdr, size)
+
+    def _keep_partial(self, buf: bytes, pos: int) -> None:
+        """Keep an incomplete control line, failing early on a bad op or an oversized argument part."""
+        n = len(buf)
+        head = buf[pos : pos + _HEAD].upper()
+        kind = _classify(head)
+        if kind < 0:
+            raise errors.UnknownOperation("unknown op")
+        if kind in _LINE_IGNORED:
+            # Everything up to LF is ignored: keep only the op name, not what a client streams after it.
+            self._buf = buf[pos : pos + _HEAD]
+            return
+        if kind != _NEED_MORE:
+            end = n - 1 if buf[n - 1] == 13 else n
+            arg_start = self._skip_name(buf, pos, end, kind)
+            if end - arg_start > self.max_control_line:
+                raise errors.MaxControlLineExceeded(f"partial control line of {end - arg_start} bytes")
+        self._buf = buf[pos:]
+
+
+def _wants_headers(options: dict[str, Any]) -> bool:
+    for key, value in options.items():
+        if key.lower() == "headers":
+            return value is True
+    return False
+
+
+def _decode_json(arg: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(arg) if arg else None
+    except ValueError:
+        raise errors.InvalidJSON("invalid JSON") from None
+    if value is None:
+        if not arg:
+            raise errors.InvalidJSON("missing JSON")
+        return {}
+    if not isinstance(value, dict):
+        raise errors.InvalidJSON("JSON is not an object")
+    return value

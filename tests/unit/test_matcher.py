@@ -1,0 +1,259 @@
+"""Focused tests of every sublist rule (nats-server semantics) and of the public API."""
+
+from __future__ import annotations
+
+import pytest
+
+from matcher import InvalidSubjectError, MatchResult, Sublist, SublistStats
+from tests.unit.matcher_oracle import Sub, normalise
+
+
+@pytest.fixture(params=[True, False], ids=["cache", "nocache"])
+def sl(request: pytest.FixtureRequest) -> Sublist[Sub]:
+    return Sublist(cache=request.param)
+
+
+def ids(*subs: Sub) -> list[int]:
+    return sorted(id(s) for s in subs)
+
+
+def plain_of(sl: Sublist[Sub], subject: bytes) -> list[int]:
+    r = sl.match(subject)
+    assert r.groups == ()
+    return sorted(id(s) for s in r.plain)
+
+
+def add(sl: Sublist[Sub], subject: bytes, queue: bytes | None = None) -> Sub:
+    s = Sub(subject, queue)
+    sl.insert(s)
+    return s
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        b"",
+        b".",
+        b".foo",
+        b"foo.",
+        b"foo..bar",
+        b"foo.>.bar",
+        b">.foo",
+        b"foo bar",
+        b"foo\tbar",
+        b"a\r",
+        b"a\nb",
+        b"a\fb",
+        b"foo.> ",
+        b"> .a",
+    ],
+)
+def test_invalid_subjects_rejected(sl: Sublist[Sub], subject: bytes) -> None:
+    with pytest.raises(InvalidSubjectError):
+        sl.insert(Sub(subject))
+    assert len(sl) == 0
+    assert sl.generation == 0
+
+
+@pytest.mark.parametrize(
+    "subject", [b"foo", b"foo.bar", b"*", b">", b"foo.*.>", b"foo*", b"a>b", b"*.*", b"f.>"]
+)
+def test_valid_subjects_accepted(sl: Sublist[Sub], subject: bytes) -> None:
+    sl.insert(Sub(subject))
+    assert len(sl) == 1
+
+
+def test_literal_match_is_exact_and_case_sensitive(sl: Sublist[Sub]) -> None:
+    a = add(sl, b"foo.bar")
+    assert plain_of(sl, b"foo.bar") == ids(a)
+    assert plain_of(sl, b"Foo.bar") == []
+    assert plain_of(sl, b"foo") == []
+    assert plain_of(sl, b"foo.bar.baz") == []
+
+
+def test_star_matches_exactly_one_token(sl: Sublist[Sub]) -> None:
+    a = add(sl, b"foo.*")
+    b = add(sl, b"*.bar")
+    c = add(sl, b"*")
+    assert plain_of(sl, b"foo.bar") == ids(a, b)
+    assert plain_of(sl, b"foo") == ids(c)
+    assert plain_of(sl, b"foo.bar.baz") == []
+
+
+def test_gt_matches_one_or_more_tokens(sl: Sublist[Sub]) -> None:
+    a = add(sl, b"foo.>")
+    b = add(sl, b">")
+    assert plain_of(sl, b"foo") == ids(b)
+    assert plain_of(sl, b"foo.bar") == ids(a, b)
+    assert plain_of(sl, b"foo.bar.baz.qux") == ids(a, b)
+    assert plain_of(sl, b"bar.foo") == ids(b)
+
+
+def test_wildcards_only_as_whole_tokens(sl: Sublist[Sub]) -> None:
+    a = add(sl, b"foo*")
+    b = add(sl, b"a>b")
+    assert plain_of(sl, b"foox") == []
+    assert plain_of(sl, b"foo*") == ids(a)
+    assert plain_of(sl, b"a>b") == ids(b)
+    assert plain_of(sl, b"axb") == []
+
+
+def test_published_empty_tokens_match_nothing(sl: Sublist[Sub]) -> None:
+    add(sl, b">")
+    add(sl, b"*.*")
+    add(sl, b"foo.*")
+    for subject in (b"", b".", b"foo.", b".foo", b"foo..bar", b".."):
+        assert sl.match(subject) == MatchResult((), ())
+
+
+def test_published_wildcard_token_reaches_only_wildcard_subs(sl: Sublist[Sub]) -> None:
+    lit = add(sl, b"foo.bar")
+    star = add(sl, b"foo.*")
+    full = add(sl, b"foo.>")
+    assert plain_of(sl, b"foo.*") == ids(star, full)
+    assert plain_of(sl, b"foo.>") == ids(star, full)
+    assert id(lit) not in plain_of(sl, b"foo.*")
+
+
+def test_one_entry_per_subscription(sl: Sublist[Sub]) -> None:
+    a = add(sl, b"foo.*")
+    b = add(sl, b"foo.>")
+    c = add(sl, b"foo.bar")
+    d = add(sl, b"foo.bar")
+    r = sl.match(b"foo.bar")
+    assert sorted(id(s) for s in r.plain) == ids(a, b, c, d)
+    assert len(r.plain) == 4
+
+
+def test_inserting_the_same_subscription_twice_is_a_noop(sl: Sublist[Sub]) -> None:
+    a = add(sl, b"foo")
+    w = add(sl, b"foo.*")
+    gen = sl.generation
+    sl.insert(a)
+    sl.insert(w)
+    assert len(sl) == 2
+    assert sl.generation == gen
+    assert plain_of(sl, b"foo") == ids(a)
+
+
+def test_queue_groups_across_patterns_form_one_group(sl: Sublist[Sub]) -> None:
+    q1 = add(sl, b"foo.bar", b"workers")
+    q2 = add(sl, b"foo.*", b"workers")
+    q3 = add(sl, b"foo.>", b"workers")
+    o1 = add(sl, b"foo.bar", b"other")
+    p = add(sl, b"foo.bar")
+    plain, groups = normalise(sl.match(b"foo.bar"))
+    assert plain == ids(p)
+    assert groups == {b"workers": ids(q1, q2, q3), b"other": ids(o1)}
+    plain, groups = normalise(sl.match(b"foo.baz"))
+    assert plain == []
+    assert groups == {b"workers": ids(q2, q3)}
+
+
+def test_remove(sl: Sublist[Sub]) -> None:
+    a = add(sl, b"foo.bar")
+    b = add(sl, b"foo.bar")
+    w = add(sl, b"foo.*")
+    q = add(sl, b"foo.*", b"q")
+    assert sl.match(b"foo.bar")  # warm the cache
+    assert sl.remove(a)
+    assert not sl.remove(a)
+    assert normalise(sl.match(b"foo.baz")) == (ids(w), {b"q": ids(q)})
+    assert normalise(sl.match(b"foo.bar")) == (ids(b, w), {b"q": ids(q)})
+    assert sl.remove(w) and sl.remove(q) and sl.remove(b)
+    assert sl.match(b"foo.bar") == MatchResult((), ())
+    assert len(sl) == 0
+    assert not sl.remove(Sub(b"never.there"))
+    assert not sl.remove(Sub(b"never.*"))
+    assert not sl.remove(Sub(b"bad..subject"))
+
+
+def test_remove_prunes_the_trie(sl: Sublist[Sub]) -> None:
+    subs = [add(sl, s) for s in (b"a.*.c", b"a.*.>", b"a.b.*", b"*.*.*")]
+    for s in subs:
+        assert sl.remove(s)
+    root = sl._root
+    assert root.nodes is None and root.pwc is None and root.fwc is None
+
+
+def test_generation_and_len(sl: Sublist[Sub]) -> None:
+    assert sl.generation == 0 and len(sl) == 0
+    a = add(sl, b"a")
+    b = add(sl, b"b.*")
+    assert sl.generation == 2 and len(sl) == 2
+    sl.remove(a)
+    assert sl.generation == 3 and len(sl) == 1
+    sl.remove(a)
+    assert sl.generation == 3
+    sl.remove(b)
+    assert sl.generation == 4 and len(sl) == 0
+
+
+def test_subscriptions_iterates_everything(sl: Sublist[Sub]) -> None:
+    subs = [
+        add(sl, s, q) for s, q in [(b"a", None), (b"a", None), (b"a", b"q"), (b"a.*", None), (b">", b"q")]
+    ]
+    assert sorted(id(s) for s in sl.subscriptions()) == ids(*subs)
+
+
+def test_cache_is_invalidated_by_inserts_and_removes() -> None:
+    sl: Sublist[Sub] = Sublist(cache=True)
+    assert sl.match(b"foo.bar") == MatchResult((), ())
+    a = add(sl, b"foo.bar")
+    assert plain_of(sl, b"foo.bar") == ids(a)
+    w = add(sl, b"foo.*")
+    assert plain_of(sl, b"foo.bar") == ids(a, w)
+    sl.remove(a)
+    assert plain_of(sl, b"foo.bar") == ids(w)
+    sl.remove(w)
+    assert plain_of(sl, b"foo.bar") == []
+
+
+def test_cached_result_is_shared_on_hits() -> None:
+    sl: Sublist[Sub] = Sublist(cache=True)
+    add(sl, b"foo.bar")
+    add(sl, b"foo.*")
+    assert sl.match(b"foo.bar") is sl.match(b"foo.bar")
+
+
+def test_stats() -> None:
+    sl: Sublist[Sub] = Sublist(cache=True)
+    add(sl, b"foo.bar")
+    add(sl, b"foo.bar", b"q")
+    add(sl, b"foo.bar", b"q")
+    w = add(sl, b"foo.*")
+    sl.remove(w)
+    sl.match(b"foo.bar")  # fan-out 2: one plain, one queue group
+    sl.match(b"foo.bar")
+    sl.match(b"nothing")
+    st = sl.stats()
+    assert isinstance(st, SublistStats)
+    assert st.num_subscriptions == 3
+    assert st.num_inserts == 4 and st.num_removes == 1
+    assert st.num_matches == 3
+    assert st.num_cache == 2
+    assert st.cache_hit_rate == pytest.approx(1 / 3)
+    assert st.max_fanout == 2
+    assert st.avg_fanout == pytest.approx(1.0)
+
+
+def test_stats_without_cache() -> None:
+    sl: Sublist[Sub] = Sublist(cache=False)
+    add(sl, b"foo")
+    sl.match(b"foo")
+    sl.match(b"foo")
+    st = sl.stats()
+    assert st.num_cache == 0 and st.cache_hit_rate == 0.0 and st.num_matches == 2
+
+
+def test_cache_sweep_keeps_results_correct(monkeypatch: pytest.MonkeyPatch) -> None:
+    import matcher.sublist
+
+    monkeypatch.setattr(matcher.sublist, "CACHE_MAX", 8)
+    monkeypatch.setattr(matcher.sublist, "CACHE_SWEEP", 2)
+    sl: Sublist[Sub] = Sublist(cache=True)
+    subs = [add(sl, b"s.%d" % i) for i in range(40)]
+    for _ in range(3):
+        for i, s in enumerate(subs):
+            assert plain_of(sl, b"s.%d" % i) == ids(s)
+            assert len(sl._cache) <= 8

@@ -1,0 +1,233 @@
+"""protocol.Parser: every op whole, one byte at a time, and with trailing bytes (h11's trio); every error."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol import errors
+from protocol.ops import CONNECT, ERR, HPUB, INFO, OK, PING, PONG, PUB, SUB, UNSUB
+from protocol.parser import Parser, parse_size
+
+# (wire bytes, expected ops) for every client op, including the lenient forms nats-server accepts.
+VALID = [
+    (b"CONNECT {}\r\n", [(CONNECT, {})]),
+    (b'CONNECT {"verbose":false,"name":"x"}\r\n', [(CONNECT, {"verbose": False, "name": "x"})]),
+    (b"connect\t{}\n", [(CONNECT, {})]),
+    (b"CONNECT{}\r\n", [(CONNECT, {})]),
+    (b"PUB foo 5\r\nhello\r\n", [(PUB, b"foo", None, b"hello")]),
+    (b"PUB foo bar 5\r\nhello\r\n", [(PUB, b"foo", b"bar", b"hello")]),
+    (b"pub\tfoo  \t bar\t5 \r\nhello\r\n", [(PUB, b"foo", b"bar", b"hello")]),
+    (b"PUB foo 0\r\n\r\n", [(PUB, b"foo", None, b"")]),
+    (b"PUB foo 2\nhi\r\n", [(PUB, b"foo", None, b"hi")]),
+    (b"PUB foo 4\r\n\r\n\r\n\r\n", [(PUB, b"foo", None, b"\r\n\r\n")]),
+    (b"Pub foo.* 1\r\nx\r\n", [(PUB, b"foo.*", None, b"x")]),
+    (
+        b"HPUB FOO 22 33\r\nNATS/1.0\r\nBar: Baz\r\n\r\nHello NATS!\r\n",
+        [(HPUB, b"FOO", None, b"NATS/1.0\r\nBar: Baz\r\n\r\n", b"Hello NATS!")],
+    ),
+    (
+        b"hpub FOO reply 12 12\r\nNATS/1.0\r\n\r\n\r\n",
+        [(HPUB, b"FOO", b"reply", b"NATS/1.0\r\n\r\n", b"")],
+    ),
+    (b"SUB foo 1\r\n", [(SUB, b"foo", None, b"1")]),
+    (b"sub foo.> q 22\r\n", [(SUB, b"foo.>", b"q", b"22")]),
+    (b"SUB\tfoo\t\tbar  sid \r\n", [(SUB, b"foo", b"bar", b"sid")]),
+    (b"UNSUB 1\r\n", [(UNSUB, b"1", None)]),
+    (b"unsub 1 10\r\n", [(UNSUB, b"1", 10)]),
+    (b"UNSUB 1 x\r\n", [(UNSUB, b"1", -1)]),
+    (b"PING\r\n", [(PING,)]),
+    (b"ping\n", [(PING,)]),
+    (b"PINGxyz junk\r\n", [(PING,)]),
+    (b"PONG\r\n", [(PONG,)]),
+    (b"+OK\r\n", [(OK,)]),
+    (b"+ok whatever\n", [(OK,)]),
+    (b"-ERR 'oops'\r\n", [(ERR, "'oops'")]),
+    (b'INFO {"a":1}\r\n', [(INFO, {"a": 1})]),
+    (b"CONNECT null\r\n", [(CONNECT, {})]),
+]
+
+
+def feed_bytewise(parser: Parser, data: bytes) -> list[tuple[object, ...]]:
+    ops: list[tuple[object, ...]] = []
+    for i in range(len(data)):
+        chunk = parser.feed(data[i : i + 1])
+        if i < len(data) - 1:
+            ops.extend(chunk)
+        else:
+            ops.extend(chunk)
+    return ops
+
+
+@pytest.mark.parametrize(("data", "expected"), VALID)
+def test_whole(data: bytes, expected: list[tuple[object, ...]]) -> None:
+    parser = Parser(headers=True)
+    assert parser.feed(data) == expected
+    assert parser.buffered == 0
+
+
+@pytest.mark.parametrize(("data", "expected"), VALID)
+def test_byte_by_byte(data: bytes, expected: list[tuple[object, ...]]) -> None:
+    parser = Parser(headers=True)
+    ops: list[tuple[object, ...]] = []
+    for i in range(len(data)):
+        got = parser.feed(data[i : i + 1])
+        if i < len(data) - 1:
+            assert got == [], f"op completed early at byte {i}"
+        ops.extend(got)
+    assert ops == expected
+
+
+@pytest.mark.parametrize(("data", "expected"), VALID)
+def test_trailing_bytes_stay_buffered(data: bytes, expected: list[tuple[object, ...]]) -> None:
+    parser = Parser(headers=True)
+    assert parser.feed(data + b"PUB foo 3\r\nab") == expected
+    assert parser.buffered > 0
+    assert parser.feed(b"c\r\n") == [(PUB, b"foo", None, b"abc")]
+
+
+# Every valid op in one stream; a CONNECT without headers would switch HPUB off, so only this one leads.
+STREAM = b'CONNECT {"headers":true}\r\n' + b"".join(d for d, ops in VALID if ops[0][0] != CONNECT)
+
+
+@pytest.mark.parametrize("split", range(1, len(STREAM)))
+def test_every_split_point_of_a_stream(split: int) -> None:
+    stream = STREAM
+    whole = Parser(headers=True).feed(stream)
+    parser = Parser(headers=True)
+    assert parser.feed(stream[:split]) + parser.feed(stream[split:]) == whole
+
+
+def test_connect_negotiates_headers_for_the_rest_of_the_read() -> None:
+    ops = Parser().feed(b'CONNECT {"headers":true}\r\nHPUB a 12 12\r\nNATS/1.0\r\n\r\n\r\n')
+    assert ops[1] == (HPUB, b"a", None, b"NATS/1.0\r\n\r\n", b"")
+    with pytest.raises(errors.HeadersNotNegotiated):
+        Parser(allow_headers=False).feed(b'CONNECT {"headers":true}\r\nHPUB a 12 12\r\n')
+    with pytest.raises(errors.HeadersNotNegotiated):
+        Parser(headers=True).feed(b"CONNECT {}\r\nHPUB a 12 12\r\n")
+
+
+def test_many_messages_in_one_read() -> None:
+    data = b"PUB a 1\r\nx\r\n" * 1000
+    assert Parser().feed(data) == [(PUB, b"a", None, b"x")] * 1000
+
+
+def test_large_payload_across_reads_is_gathered() -> None:
+    payload = bytes(range(256)) * 1024
+    data = b"PUB big %d\r\n" % len(payload) + payload + b"\r\n"
+    parser = Parser()
+    ops = []
+    for i in range(0, len(data), 1000):
+        ops += parser.feed(data[i : i + 1000])
+    assert ops == [(PUB, b"big", None, payload)]
+
+
+# (wire bytes, error class, -ERR text or None for a silent close)
+ERRORS = [
+    (b"PUB\r\n", errors.UnknownOperation, "Unknown Protocol Operation"),
+    (b"PUBX foo 1\r\n", errors.UnknownOperation, "Unknown Protocol Operation"),
+    (b" PING\r\n", errors.UnknownOperation, "Unknown Protocol Operation"),
+    (b"\r\n", errors.UnknownOperation, "Unknown Protocol Operation"),
+    (b"MSG foo 1 1\r\n", errors.UnknownOperation, "Unknown Protocol Operation"),
+    (b"XYZ", errors.UnknownOperation, "Unknown Protocol Operation"),
+    (b"PUB foo 1\r\nxx\r\n", errors.UnknownOperation, "Unknown Protocol Operation"),
+    (b"PUB foo 2\r\nxx\n\n", errors.UnknownOperation, "Unknown Protocol Operation"),
+    (b"PUB \r\n", errors.BadArguments, None),
+    (b"PUB foo\r\n", errors.BadArguments, None),
+    (b"PUB foo bar baz 1\r\n", errors.BadArguments, None),
+    (b"PUB foo 1234567890\r\n", errors.BadArguments, None),
+    (b"PUB foo -1\r\n", errors.BadArguments, None),
+    (b"PUB foo x\r\n", errors.BadArguments, None),
+    (b"SUB foo\r\n", errors.BadArguments, None),
+    (b"SUB foo 1 2 3\r\n", errors.BadArguments, None),
+    (b"UNSUB\r\n", errors.UnknownOperation, "Unknown Protocol Operation"),
+    (b"UNSUB \r\n", errors.BadArguments, None),
+    (b"UNSUB 1 2 3\r\n", errors.BadArguments, None),
+    (b"PUB foo 2000000\r\n", errors.MaxPayloadExceeded, "Maximum Payload Violation"),
+    (b"HPUB foo 1 2\r\n", errors.HeadersNotNegotiated, None),
+    (b"CONNECT {bad\r\n", errors.InvalidJSON, None),
+    (b"CONNECT []\r\n", errors.InvalidJSON, None),
+    (b"CONNECT\r\n", errors.InvalidJSON, None),
+    (b"INFO {bad}\r\n", errors.InvalidJSON, None),
+    (b"SUB " + b"a" * 5000 + b" 1\r\n", errors.MaxControlLineExceeded, "maximum control line exceeded"),
+    (b"SUB " + b"a" * 5000, errors.MaxControlLineExceeded, "maximum control line exceeded"),
+]
+
+
+@pytest.mark.parametrize(("data", "error", "text"), ERRORS)
+def test_errors_whole_and_bytewise(data: bytes, error: type[errors.ProtocolError], text: str | None) -> None:
+    with pytest.raises(error) as info:
+        Parser().feed(data)
+    assert info.value.err_text == text
+    assert info.value.closes
+    parser = Parser()
+    with pytest.raises(error):
+        for i in range(len(data)):
+            parser.feed(data[i : i + 1])
+
+
+def test_hpub_size_rules() -> None:
+    for bad in (b"HPUB foo 3 2\r\n", b"HPUB foo x 2\r\n", b"HPUB foo 1\r\n", b"HPUB a b c d e\r\n"):
+        with pytest.raises(errors.BadArguments):
+            Parser(headers=True).feed(bad)
+    with pytest.raises(errors.MaxPayloadExceeded):
+        Parser(headers=True, max_payload=10).feed(b"HPUB foo 5 11\r\n")
+
+
+def test_control_line_limit_counts_arguments_only() -> None:
+    ok = b"SUB " + b"a" * 4090 + b" 1\r\n"  # 4092 bytes of arguments: accepted, as nats-server does
+    assert Parser().feed(ok)[0][0] == SUB
+    assert Parser(max_control_line=10).feed(b"SUB abcdef 1\r\n")[0][0] == SUB
+    with pytest.raises(errors.MaxControlLineExceeded):
+        Parser(max_control_line=10).feed(b"SUB abcdefghi 1\r\n")
+
+
+def test_partial_line_cannot_grow_past_the_limit() -> None:
+    parser = Parser(max_control_line=100)
+    parser.feed(b"PUB ")
+    with pytest.raises(errors.MaxControlLineExceeded):
+        for _ in range(200):
+            parser.feed(b"a")
+
+
+def test_ping_line_garbage_is_not_buffered() -> None:
+    parser = Parser()
+    for _ in range(100):
+        assert parser.feed(b"x" * 1000 if parser.buffered else b"PING" + b"x" * 1000) == []
+    assert parser.buffered <= 8
+    assert parser.feed(b"\r\n") == [(PING,)]
+
+
+def test_ops_before_an_error_are_returned() -> None:
+    with pytest.raises(errors.UnknownOperation) as info:
+        Parser().feed(b"SUB foo 1\r\nPING\r\nBOGUS\r\n")
+    assert info.value.ops == [(SUB, b"foo", None, b"1"), (PING,)]
+
+
+def test_parser_is_dead_after_an_error() -> None:
+    parser = Parser()
+    with pytest.raises(errors.ProtocolError):
+        parser.feed(b"BAD\r\n")
+    with pytest.raises(errors.ProtocolError):
+        parser.feed(b"PING\r\n")
+
+
+def test_expect_connect_rejects_other_first_ops() -> None:
+    with pytest.raises(errors.AuthorizationViolation) as info:
+        Parser(expect_connect=True).feed(b"PING\r\n")
+    assert info.value.err_text == "Authorization Violation"
+    parser = Parser(expect_connect=True)
+    assert parser.feed(b"CONNECT {}\r\nPING\r\n") == [(CONNECT, {}), (PING,)]
+
+
+def test_vertical_tab_is_not_a_separator() -> None:
+    # nats-server splits arguments on space, tab, CR and LF only.
+    assert Parser().feed(b"SUB a\x0bb 1\r\n") == [(SUB, b"a\x0bb", None, b"1")]
+
+
+def test_parse_size() -> None:
+    assert parse_size(b"0") == 0
+    assert parse_size(b"999999999") == 999999999
+    assert parse_size(b"1234567890") == -1
+    assert parse_size(b"") == -1
+    assert parse_size(b"1a") == -1
+    assert parse_size(b"+1") == -1
