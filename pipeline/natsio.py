@@ -49,3 +49,23 @@ class LoopThread:
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(5)
+
+
+async def wait_for_subscriber(nc: Client, subject: str, timeout: float, probe_timeout: float = 0.25) -> None:
+    """Return once some client subscribes to `subject` (raises TimeoutError otherwise).
+
+    Core NATS tells a requester "no responders" at once when nobody is subscribed, while a subscriber that
+    does not answer makes the request time out: that difference is the only interest signal the protocol
+    offers. The probes themselves reach the subscriber (with a reply subject), so receivers should ignore them.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        try:
+            await nc.request(subject, b"", timeout=probe_timeout)
+            return
+        except nats.errors.NoRespondersError:
+            await asyncio.sleep(0.05)
+        except nats.errors.TimeoutError:
+            return
+    raise TimeoutError(f"nobody subscribed to {subject!r} within {timeout}s")
