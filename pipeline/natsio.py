@@ -56,7 +56,7 @@ async def wait_for_subscriber(nc: Client, subject: str, timeout: float, probe_ti
 
     Core NATS tells a requester "no responders" at once when nobody is subscribed, while a subscriber that
     does not answer makes the request time out: that difference is the only interest signal the protocol
-    offers. The probes themselves reach the subscriber (with a reply subject), so receivers should ignore them.
+    offers. The probes themselves reach the subscriber (with a reply subject): receivers should ignore them.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

@@ -7,6 +7,10 @@ import shutil
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+# The hypothesis pytest plugin imports hypothesis lazily at the end of the session; on CPython 3.11.7 that
+# late (assertion-rewritten) import fails with "AST constructor recursion depth mismatch" once Spark's
+# threads have run. Importing it up front, as the other suites do anyway, avoids the crash.
+import hypothesis  # noqa: F401
 import pytest
 
 from tests.conftest import need_tool
