@@ -45,3 +45,45 @@ def expected_vwap(trades: list[Trade], window_ms: int = 10_000) -> dict[tuple[st
         notional, volume = sums.get(key, (0.0, 0))
         sums[key] = (notional + t.price * t.qty, volume + t.qty)
     return {k: (notional / volume, volume) for k, (notional, volume) in sums.items()}
+
+
+async def publish_live(url: str, seconds: float, rate: int, seed: int = 7) -> int:
+    """Publish trades stamped with the wall clock, `rate` per second for `seconds`; returns the count."""
+    import asyncio
+    import time
+
+    import nats
+
+    nc = await nats.connect(url)
+    step_ms = max(1, 1000 // rate)
+    start_ms = time.time_ns() // 1_000_000
+    sent = 0
+    try:
+        for trade in simulate(int(seconds * 1000 / step_ms), start_ms, step_ms, seed):
+            delay = trade.ts / 1000 - time.time()
+            if delay > 0:
+                await nc.flush()
+                await asyncio.sleep(delay)
+            await nc.publish(trade.subject, trade.to_json())
+            sent += 1
+        await nc.flush()
+    finally:
+        await nc.close()
+    return sent
+
+
+def main() -> None:
+    import argparse
+    import asyncio
+
+    parser = argparse.ArgumentParser(description="Publish simulated trades to trades.<symbol>")
+    parser.add_argument("--url", default="nats://127.0.0.1:4222")
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--rate", type=int, default=200, help="trades per second")
+    args = parser.parse_args()
+    sent = asyncio.run(publish_live(args.url, args.seconds, args.rate))
+    print(f"trades: published {sent} trades", flush=True)
+
+
+if __name__ == "__main__":
+    main()
