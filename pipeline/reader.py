@@ -17,7 +17,6 @@ import atexit
 import logging
 import math
 import signal
-import time
 from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
@@ -32,7 +31,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from pipeline.buffer import Message, MessageBuffer
-from pipeline.natsio import LoopThread, connect
+from pipeline.natsio import BufferingClient, LoopThread, connect
 from pipeline.options import ReadOptions
 from pipeline.schema import READ_ARROW_SCHEMA
 
@@ -111,25 +110,12 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         buffer = MessageBuffer(opts.buffer_messages, opts.buffer_bytes)
         io = LoopThread("pynatsd-reader")
 
-        async def on_msg(msg: Any) -> None:
-            hdrs = msg.headers
-            buffer.append(
-                Message(
-                    msg.subject,
-                    msg.reply or None,
-                    dict(hdrs) if hdrs else None,
-                    msg.data,
-                    time.time_ns() // 1000,
-                )
-            )
-
         async def subscribe() -> Any:
-            nc = await connect(opts.servers, opts.connect_timeout, "pynatsd-spark-reader", self._errors)
+            nc = await connect(
+                opts.servers, opts.connect_timeout, "pynatsd-spark-reader", self._errors, BufferingClient()
+            )
             for subject in opts.subjects:
-                # No client-side limit: the bounded MessageBuffer is the one place where overflow is decided.
-                await nc.subscribe(
-                    subject, queue=opts.queue or "", cb=on_msg, pending_msgs_limit=0, pending_bytes_limit=0
-                )
+                await nc.subscribe_into(subject, opts.queue, buffer)
             await nc.flush(math.ceil(opts.connect_timeout))  # the server has registered the subscriptions
             return nc
 

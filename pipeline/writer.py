@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from nats.aio.client import Client
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -41,7 +42,7 @@ async def publish_batches(
 ) -> int:
     """Publish every row of `batches`; returns the count once the server has acknowledged them (flush)."""
     errors: list[BaseException] = []
-    nc = await connect(options.servers, options.connect_timeout, "pynatsd-spark-writer", errors)
+    nc = await connect(options.servers, options.connect_timeout, "pynatsd-spark-writer", errors, Client())
     row = 0
     try:
         for batch in batches:

@@ -112,12 +112,7 @@ def test_stream_read_exact_into_memory_sink(
         rows = [r for r in _rows(spark, "sr_sink") if r["subject"] != "sr.b.probe"]
         assert [r["seq"] for r in rows] == list(range(2, 5002))  # seq 1 was the probe; no gaps, no repeats
         got = [(r["subject"], r["payload"], r["headers"], r["reply"] or "") for r in rows]
-        assert sorted(got, key=repr) == sorted(sent[:5000], key=repr)
-        # Each subscription keeps publish order (nats-py dispatches subscriptions independently).
-        for prefix in ("sr.a.", "sr.b."):
-            assert [m for m in got if m[0].startswith(prefix)] == [
-                m for m in sent[:5000] if m[0].startswith(prefix)
-            ]
+        assert got == sent[:5000]  # arrival order across both subscriptions, nothing lost or repeated
         assert all(r["received_at"] is not None for r in rows)
         progress = query.recentProgress
         assert max(p["numInputRows"] for p in progress) <= 1500  # admission control
