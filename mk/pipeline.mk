@@ -7,7 +7,7 @@ pipeline-demo: venv
 
 ## bench-pipeline: msgs/s broker->Spark (streaming read) and Spark->broker (Arrow write), pynatsd vs nats-server
 bench-pipeline: venv
-	$(PY) -m bench.pipeline.run
+	$(PY) bench/pipeline/run.py
 
 test-pipeline: venv
 	$(PY) -m pytest -q tests/pipeline

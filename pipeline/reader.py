@@ -48,19 +48,20 @@ class ArrowPartition(InputPartition):
 def to_record_batch(msgs: Sequence[Message], first_seq: int) -> pa.RecordBatch:
     """Columnar form of `msgs`; the i-th message gets seq first_seq + i."""
     n = len(msgs)
-    headers = [m.headers for m in msgs]
+    subjects, replies, headers, payloads, times = zip(*msgs, strict=True) if msgs else ((),) * 5
+    map_type = READ_ARROW_SCHEMA.field(2).type
     headers_col = (
-        pa.array([None if h is None else list(h.items()) for h in headers], READ_ARROW_SCHEMA.field(2).type)
+        pa.array([None if h is None else list(h.items()) for h in headers], map_type)
         if any(h is not None for h in headers)
-        else pa.nulls(n, READ_ARROW_SCHEMA.field(2).type)
+        else pa.nulls(n, map_type)
     )
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([m.subject for m in msgs], pa.string()),
-            pa.array([m.reply for m in msgs], pa.string()),
+            pa.array(subjects, pa.string()),
+            pa.array(replies, pa.string()),
             headers_col,
-            pa.array([m.payload for m in msgs], pa.binary()),
-            pa.array([m.received_us for m in msgs], READ_ARROW_SCHEMA.field(4).type),
+            pa.array(payloads, pa.binary()),
+            pa.array(times, READ_ARROW_SCHEMA.field(4).type),
             pa.array(range(first_seq, first_seq + n), pa.int64()),
         ],
         schema=READ_ARROW_SCHEMA,
