@@ -218,9 +218,9 @@ class Connection(asyncio.Protocol):
                 return
             kind = op[0]
             if kind == PUB:
-                self._on_pub(op[1], op[2], None, op[3])
+                self._on_pub(op[1], op[2], None, op[3], op[4])
             elif kind == HPUB:
-                self._on_pub(op[1], op[2], op[3], op[4])
+                self._on_pub(op[1], op[2], op[3], op[4], b"")
             elif kind == SUB:
                 self._on_sub(op[1], op[2], op[3])
             elif kind == UNSUB:
@@ -312,13 +312,12 @@ class Connection(asyncio.Protocol):
             self.sublist.remove(sub)
 
     # -- the message path ---------------------------------------------------------------------------
-    def _on_pub(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
+    def _on_pub(
+        self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes, tail: bytes
+    ) -> None:
         size = len(payload) if headers is None else len(headers) + len(payload)
         self.in_msgs += 1
         self.in_bytes += size
-        stats = self.server.stats
-        stats.in_msgs += 1
-        stats.in_bytes += size
         opts = self.opts
         if opts.pedantic and not is_literal_subject(subject):
             self._send_err(errors.INVALID_PUBLISH_SUBJECT)
@@ -336,35 +335,31 @@ class Connection(asyncio.Protocol):
             if reply is not None and opts.no_responders:
                 self._no_responders(subject, reply)
             return
-        # The frame of this message in its two shapes (HMSG for header-aware receivers, MSG otherwise),
-        # built once and shared by every delivery: (head, tail, body size).
-        if headers is None:
-            frame = (b"MSG " + subject + b" ", encoder.msg_tail(reply, payload), len(payload))
-            hframe = frame
-        else:
-            frame = (b"MSG " + subject + b" ", encoder.msg_tail(reply, payload), len(payload))
-            hframe = (b"HMSG " + subject + b" ", encoder.hmsg_tail(reply, headers, payload), size)
+        # The message's frame in its two shapes, built once and shared by every delivery: MSG (headers
+        # stripped) and HMSG for receivers that negotiated headers; each is (head, tail, body size).
+        frame = (b"MSG " + subject + b" ", tail or encoder.msg_tail(reply, payload), len(payload))
+        hframe = (
+            frame
+            if headers is None
+            else (b"HMSG " + subject + b" ", encoder.hmsg_tail(reply, headers, payload), size)
+        )
         skip = None if opts.echo else self
-        delivered = 0
+        delivered = False
         for sub in plain:
-            if sub.conn is not skip and _deliver(sub, hframe if sub.conn.opts.headers else frame):
-                delivered += 1
+            conn = sub.conn
+            if conn is not skip and _deliver(sub, hframe if conn.opts.headers else frame):
+                delivered = True
         for group in groups:
+            # Exactly one member per queue group: from a random start, the first that takes it.
             n = len(group)
             start = int(random.random() * n)
             for i in range(n):
                 sub = group[(start + i) % n]
-                if sub.conn is skip or sub.conn.closed:
-                    continue
-                if _deliver(sub, hframe if sub.conn.opts.headers else frame):
-                    delivered += 1
+                conn = sub.conn
+                if conn is not skip and _deliver(sub, hframe if conn.opts.headers else frame):
+                    delivered = True
                     break
-        if delivered:
-            stats.out_msgs += delivered
-            stats.out_bytes += delivered * len(payload) if headers is None else 0
-            if headers is not None:
-                stats.out_bytes += delivered * size  # approximate for mixed receivers; exact per conn
-        elif reply is not None and opts.no_responders:
+        if not delivered and reply is not None and opts.no_responders:
             self._no_responders(subject, reply)
 
     def _no_responders(self, subject: bytes, reply: bytes) -> None:

@@ -25,17 +25,63 @@ log = get_logger()
 
 
 @dataclass
-class ServerStats:
-    """Server-wide counters, plain ints bumped on the message path and read by monitoring."""
+class ClosedTotals:
+    """Message counters of connections that have closed (so totals survive their connections)."""
 
     in_msgs: int = 0
     out_msgs: int = 0
     in_bytes: int = 0
     out_bytes: int = 0
-    slow_consumers: int = 0
-    stale_connections: int = 0
-    total_connections: int = 0
-    auth_failures: int = 0
+
+
+class ServerStats:
+    """Server-wide counters read by monitoring.
+
+    Message and byte totals are not bumped on the hot path: each connection counts its own, and the
+    totals are the open connections' counts plus those of closed ones.
+    """
+
+    def __init__(self, clients: dict[int, Connection]) -> None:
+        self._clients = clients
+        self.closed = ClosedTotals()
+        self.slow_consumers = 0
+        self.stale_connections = 0
+        self.total_connections = 0
+        self.auth_failures = 0
+
+    def _total(self, field: str) -> int:
+        return int(getattr(self.closed, field)) + sum(getattr(c, field) for c in self._clients.values())
+
+    @property
+    def in_msgs(self) -> int:
+        return self._total("in_msgs")
+
+    @property
+    def out_msgs(self) -> int:
+        return self._total("out_msgs")
+
+    @property
+    def in_bytes(self) -> int:
+        return self._total("in_bytes")
+
+    @property
+    def out_bytes(self) -> int:
+        return self._total("out_bytes")
+
+    def add_closed(self, conn: Connection) -> None:
+        closed = self.closed
+        closed.in_msgs += conn.in_msgs
+        closed.out_msgs += conn.out_msgs
+        closed.in_bytes += conn.in_bytes
+        closed.out_bytes += conn.out_bytes
+
+    def __repr__(self) -> str:
+        return (
+            f"ServerStats(in_msgs={self.in_msgs}, out_msgs={self.out_msgs}, in_bytes={self.in_bytes}, "
+            f"out_bytes={self.out_bytes}, slow_consumers={self.slow_consumers}, "
+            f"stale_connections={self.stale_connections}, total_connections={self.total_connections}, "
+            f"auth_failures={self.auth_failures})"
+        )
 
 
 class Server:
@@ -45,11 +91,11 @@ class Server:
         self.options = options or Options()
         self.server_id = new_server_id()
         self.start_time = datetime.now(UTC)
-        self.stats = ServerStats()
+        self.clients: dict[int, Connection] = {}
+        self.stats = ServerStats(self.clients)
         self.sublist: Sublist[Subscription] = Sublist(cache=not self.options.disable_sublist_cache)
         self.auth = Authenticator(self.options)
         self.scheduler = FlushScheduler()
-        self.clients: dict[int, Connection] = {}
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
         self.port = self.options.port
         self.loop: asyncio.AbstractEventLoop  # set by start()
@@ -129,6 +175,7 @@ class Server:
     def forget(self, conn: Connection) -> None:
         """Called once when a connection closes."""
         if self.clients.pop(conn.cid, None) is not None:
+            self.stats.add_closed(conn)
             self.closed_clients.append(conn)
         conn.transport = None
 

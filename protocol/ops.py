@@ -4,7 +4,9 @@ Ops are plain tuples tagged by a small int in position 0: the parser builds one 
 and a tuple costs a tenth of a dataclass instance. Layouts:
 
     (CONNECT, options: dict)
-    (PUB,   subject: bytes, reply: bytes | None, payload: bytes)
+    (PUB,   subject: bytes, reply: bytes | None, payload: bytes, msg_tail: bytes)
+        msg_tail is `[reply ]size\r\npayload\r\n`, the part of a MSG frame after the sid
+        (protocol.encoder.msg_tail); for a canonical PUB line it is sliced from the input, not rebuilt
     (HPUB,  subject: bytes, reply: bytes | None, headers: bytes, payload: bytes)
         headers is the raw header block (`NATS/1.0…\\r\\n\\r\\n`), payload what follows it
     (SUB,   subject: bytes, queue: bytes | None, sid: bytes)

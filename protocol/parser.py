@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from protocol import errors
+from protocol.encoder import msg_tail
 from protocol.ops import CONNECT, ERR, HPUB, INFO, OK, PING, PONG, PUB, SUB, UNSUB, Op
 
 # Ops that need whitespace after their name, with their kind.
@@ -48,6 +49,9 @@ _WS = (32, 9)  # space, tab
 _HEAD = 8  # enough bytes to classify any op name plus one separator
 _NEED_MORE = 0
 _SPLIT_ARGS = re.compile(rb"[ \t\r\n]+")
+# The canonical PUB line every client library sends (single spaces, upper case): one C-level match gives
+# subject, reply and size. Anything else (tabs, lower case, HPUB, bad sizes…) takes the general path.
+_FAST_PUB = re.compile(rb"PUB ([^ \t\r\n]+) (?:([^ \t\r\n]+) )?(\d{1,9})\r?\n")
 
 
 def _classify(head: bytes) -> int:
@@ -162,7 +166,7 @@ class Parser:
     def _emit(pending: tuple[Any, ...], body: bytes, ops: list[Op]) -> None:
         kind, subject, reply, hdr = pending[0], pending[1], pending[2], pending[3]
         if kind == PUB:
-            ops.append((PUB, subject, reply, body))
+            ops.append((PUB, subject, reply, body, msg_tail(reply, body)))
         else:
             ops.append((HPUB, subject, reply, body[:hdr], body[hdr:]))
 
@@ -178,36 +182,56 @@ class Parser:
         pos = 0
         n = len(buf)
         find = buf.find
-        startswith = buf.startswith
+        fast_pub = _FAST_PUB.match
         while pos < n:
             if self.expect_connect and buf[pos] not in (67, 99):  # C, c
                 raise errors.AuthorizationViolation("first op is not CONNECT")
+            fast = fast_pub(buf, pos)
+            if fast is not None:
+                if fast.end(3) - pos - 4 > self.max_control_line:
+                    raise errors.MaxControlLineExceeded("control line too long")
+                subject, reply, size_field = fast.group(1, 2, 3)
+                size = int(size_field)
+                if size > self.max_payload:
+                    raise errors.MaxPayloadExceeded(f"payload of {size} bytes")
+                start = fast.end()
+                stop = start + size
+                if stop + 2 > n:
+                    self._pending = (PUB, subject, reply, 0, size)
+                    self._acc = bytearray(buf[start:])
+                    return
+                if buf[stop] != 13 or buf[stop + 1] != 10:
+                    raise errors.UnknownOperation("payload not followed by CRLF")
+                # `[reply ]size\r\npayload\r\n` is, byte for byte, the tail of the MSG frame that
+                # delivers this message: hand it over as one slice instead of formatting it again.
+                payload = buf[start:stop]
+                if start - fast.end(3) == 2:
+                    tail = buf[fast.start(2 if reply else 3) : stop + 2]
+                else:
+                    tail = msg_tail(reply, payload)
+                ops.append((PUB, subject, reply, payload, tail))
+                pos = stop + 2
+                continue
             nl = find(b"\n", pos)
             if nl < 0:
                 self._keep_partial(buf, pos)
                 return
             end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
 
-            # Hot path: an upper-case PUB with a single space after it.
-            if startswith(b"PUB ", pos):
-                kind = PUB
-                arg_start = pos + 4
-            else:
-                kind = _classify(buf[pos : min(end, pos + _HEAD)].upper())
-                if kind <= 0:
-                    raise errors.UnknownOperation("unknown op")
-                if kind in _LINE_IGNORED:
-                    ops.append((kind,))
-                    pos = nl + 1
-                    continue
-                arg_start = self._skip_name(buf, pos, end, kind)
+            kind = _classify(buf[pos : min(end, pos + _HEAD)].upper())
+            if kind <= 0:
+                raise errors.UnknownOperation("unknown op")
+            if kind in _LINE_IGNORED:
+                ops.append((kind,))
+                pos = nl + 1
+                continue
+            arg_start = self._skip_name(buf, pos, end, kind)
 
             if end - arg_start > self.max_control_line:
                 raise errors.MaxControlLineExceeded(f"control line of {end - arg_start} bytes")
 
             if kind in (PUB, HPUB):
-                args = self._split(buf[arg_start:end])
-                pub = self._pub_args(kind, args)
+                pub = self._pub_args(kind, self._split(buf[arg_start:end]))
                 start = nl + 1
                 stop = start + pub[4]
                 if stop + 2 > n:
@@ -217,7 +241,8 @@ class Parser:
                 if buf[stop] != 13 or buf[stop + 1] != 10:
                     raise errors.UnknownOperation("payload not followed by CRLF")
                 if kind == PUB:
-                    ops.append((PUB, pub[1], pub[2], buf[start:stop]))
+                    payload = buf[start:stop]
+                    ops.append((PUB, pub[1], pub[2], payload, msg_tail(pub[2], payload)))
                 else:
                     hdr_end = start + pub[3]
                     ops.append((HPUB, pub[1], pub[2], buf[start:hdr_end], buf[hdr_end:stop]))

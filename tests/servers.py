@@ -65,6 +65,8 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        if self.extra.pop("own_log_dir", False) and self.log_path is not None:
+            shutil.rmtree(self.log_path.parent, ignore_errors=True)
         return int(self.proc.returncode)
 
 
@@ -107,13 +109,14 @@ def start_server(
     if http_port is not None:
         cmd += ["-m", str(http_port)]
     cmd += args or []
+    own_log_dir = log_dir is None
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"{kind}-"))
     log_path = log_dir / f"{kind}-{port}.log"
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=REPO_ROOT)
-    server = ServerProcess(kind, port, proc, http_port, log_path)
+    server = ServerProcess(kind, port, proc, http_port, log_path, {"own_log_dir": own_log_dir})
     try:
         wait_for_port(port, proc)
     except Exception:

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from protocol import errors
+from protocol.encoder import msg_tail
 from protocol.ops import CONNECT, ERR, HPUB, INFO, OK, PING, PONG, PUB, SUB, UNSUB
 from protocol.parser import Parser, parse_size
+
+
+def pub(subject: bytes, reply: bytes | None, payload: bytes) -> tuple[object, ...]:
+    return (PUB, subject, reply, payload, msg_tail(reply, payload))
+
 
 # (wire bytes, expected ops) for every client op, including the lenient forms nats-server accepts.
 VALID = [
@@ -14,13 +20,13 @@ VALID = [
     (b'CONNECT {"verbose":false,"name":"x"}\r\n', [(CONNECT, {"verbose": False, "name": "x"})]),
     (b"connect\t{}\n", [(CONNECT, {})]),
     (b"CONNECT{}\r\n", [(CONNECT, {})]),
-    (b"PUB foo 5\r\nhello\r\n", [(PUB, b"foo", None, b"hello")]),
-    (b"PUB foo bar 5\r\nhello\r\n", [(PUB, b"foo", b"bar", b"hello")]),
-    (b"pub\tfoo  \t bar\t5 \r\nhello\r\n", [(PUB, b"foo", b"bar", b"hello")]),
-    (b"PUB foo 0\r\n\r\n", [(PUB, b"foo", None, b"")]),
-    (b"PUB foo 2\nhi\r\n", [(PUB, b"foo", None, b"hi")]),
-    (b"PUB foo 4\r\n\r\n\r\n\r\n", [(PUB, b"foo", None, b"\r\n\r\n")]),
-    (b"Pub foo.* 1\r\nx\r\n", [(PUB, b"foo.*", None, b"x")]),
+    (b"PUB foo 5\r\nhello\r\n", [pub(b"foo", None, b"hello")]),
+    (b"PUB foo bar 5\r\nhello\r\n", [pub(b"foo", b"bar", b"hello")]),
+    (b"pub\tfoo  \t bar\t5 \r\nhello\r\n", [pub(b"foo", b"bar", b"hello")]),
+    (b"PUB foo 0\r\n\r\n", [pub(b"foo", None, b"")]),
+    (b"PUB foo 2\nhi\r\n", [pub(b"foo", None, b"hi")]),
+    (b"PUB foo 4\r\n\r\n\r\n\r\n", [pub(b"foo", None, b"\r\n\r\n")]),
+    (b"Pub foo.* 1\r\nx\r\n", [pub(b"foo.*", None, b"x")]),
     (
         b"HPUB FOO 22 33\r\nNATS/1.0\r\nBar: Baz\r\n\r\nHello NATS!\r\n",
         [(HPUB, b"FOO", None, b"NATS/1.0\r\nBar: Baz\r\n\r\n", b"Hello NATS!")],
@@ -82,7 +88,7 @@ def test_trailing_bytes_stay_buffered(data: bytes, expected: list[tuple[object, 
     parser = Parser(headers=True)
     assert parser.feed(data + b"PUB foo 3\r\nab") == expected
     assert parser.buffered > 0
-    assert parser.feed(b"c\r\n") == [(PUB, b"foo", None, b"abc")]
+    assert parser.feed(b"c\r\n") == [pub(b"foo", None, b"abc")]
 
 
 # Every valid op in one stream; a CONNECT without headers would switch HPUB off, so only this one leads.
@@ -108,7 +114,12 @@ def test_connect_negotiates_headers_for_the_rest_of_the_read() -> None:
 
 def test_many_messages_in_one_read() -> None:
     data = b"PUB a 1\r\nx\r\n" * 1000
-    assert Parser().feed(data) == [(PUB, b"a", None, b"x")] * 1000
+    assert Parser().feed(data) == [pub(b"a", None, b"x")] * 1000
+
+
+def test_canonical_pub_tail_is_a_slice_of_the_input() -> None:
+    [op] = Parser().feed(b"PUB foo bar 5\r\nhello\r\n")
+    assert op[4] == b"bar 5\r\nhello\r\n" == msg_tail(b"bar", b"hello")
 
 
 def test_large_payload_across_reads_is_gathered() -> None:
@@ -118,7 +129,7 @@ def test_large_payload_across_reads_is_gathered() -> None:
     ops = []
     for i in range(0, len(data), 1000):
         ops += parser.feed(data[i : i + 1000])
-    assert ops == [(PUB, b"big", None, payload)]
+    assert ops == [pub(b"big", None, payload)]
 
 
 # (wire bytes, error class, -ERR text or None for a silent close)

@@ -1,0 +1,87 @@
+"""broker.outbound with a fake transport: one write per read, condition-style wake-ups, pause/resume."""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker.outbound import FlushScheduler, Outbound
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.buffered = 0
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+
+def make(max_pending: int = 1 << 20) -> tuple[Outbound, FakeTransport, FlushScheduler]:
+    transport = FakeTransport()
+    scheduler = FlushScheduler()
+    out = Outbound(transport, scheduler, max_pending)  # type: ignore[arg-type]
+    out.start(lambda exc: None)
+    return out, transport, scheduler
+
+
+async def test_frames_queued_during_a_read_are_written_once_after_it() -> None:
+    out, transport, scheduler = make()
+    scheduler.reading = True
+    for i in range(100):
+        out.push(b"MSG %d\r\n" % i)
+    assert transport.writes == []
+    assert scheduler.touched == [out]  # registered once, on the empty→non-empty transition
+    scheduler.reading = False
+    scheduler.flush_touched()
+    assert transport.writes == [b"".join(b"MSG %d\r\n" % i for i in range(100))]
+    assert out.queued == 0 and out.batches == 1
+
+
+async def test_outside_a_read_the_flusher_task_writes() -> None:
+    out, transport, _ = make()
+    out.push(b"PING\r\n")
+    out.push(b"PONG\r\n")
+    assert transport.writes == []
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert transport.writes == [b"PING\r\nPONG\r\n"]
+    out.close()
+
+
+async def test_paused_transport_is_not_written_until_resumed() -> None:
+    out, transport, _ = make()
+    transport.buffered = 1000
+    out.pause()
+    assert out.limit == (1 << 20) - 1000
+    out.push(b"a")
+    out.flush()
+    await asyncio.sleep(0)
+    assert transport.writes == []
+    transport.buffered = 0
+    out.resume()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert transport.writes == [b"a"]
+    out.close()
+
+
+async def test_pending_bytes_include_the_transport_buffer() -> None:
+    out, transport, scheduler = make()
+    scheduler.reading = True
+    out.push(b"x" * 10)
+    transport.buffered = 5
+    assert out.pending_bytes == 15
+    out.close()
+    assert out.pending_bytes == 0 and out.frames == type(out.frames)()
+
+
+async def test_closed_queue_drops_frames() -> None:
+    out, transport, _ = make()
+    out.close()
+    out.push(b"late")
+    out.flush()
+    await asyncio.sleep(0)
+    assert transport.writes == []
