@@ -1,0 +1,13 @@
+# Spark pipelines (pipeline/): the example VWAP pipeline and the connector benchmark.
+.PHONY: pipeline-demo bench-pipeline test-pipeline
+
+## pipeline-demo: local pynatsd + trade simulator + Spark VWAP job + printing subscriber (SECONDS=40)
+pipeline-demo: venv
+	$(PY) -m pipeline.example.demo --seconds $(or $(SECONDS),40)
+
+## bench-pipeline: msgs/s broker->Spark (streaming read) and Spark->broker (Arrow write), pynatsd vs nats-server
+bench-pipeline: venv
+	$(PY) bench/pipeline/run.py
+
+test-pipeline: venv
+	$(PY) -m pytest -q tests/pipeline

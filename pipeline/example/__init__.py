@@ -1,0 +1,1 @@
+"""Example pipeline: simulated trades -> Spark (10-second VWAP and volume per symbol) -> broker + Parquet."""
