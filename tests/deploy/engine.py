@@ -59,9 +59,8 @@ def start_engine(timeout: float = 60) -> Engine:
     root = Path(tempfile.mkdtemp(prefix="pynatsd-dockerd-"))
     dockerd = shutil.which("dockerd")
     assert dockerd is not None
-    # The CLI packaged with dockerd (Debian's docker.io) builds with BuildKit without the buildx plugin.
-    beside = Path(dockerd).parent / "docker"
-    docker = str(beside) if beside.exists() else shutil.which("docker") or "docker"
+    # Debian's docker.io CLI (/usr/bin) builds with BuildKit on its own; newer CLIs need the buildx plugin.
+    docker = shutil.which("docker", path=f"/usr/bin{os.pathsep}{os.environ.get('PATH', '')}") or "docker"
     cmd = [
         dockerd,
         "--storage-driver=vfs",
