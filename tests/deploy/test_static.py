@@ -8,6 +8,8 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -105,6 +107,19 @@ def test_grafana_provisioning_points_at_the_dashboard() -> None:
         assert panel["datasource"]["uid"] == uid.group(1), panel["title"]
 
 
+def scrape(url: str, timeout: float = 10) -> str:
+    """GET url, retrying while refused: the monitoring listener may open just after the client one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return str(resp.read().decode())
+        except urllib.error.URLError as err:
+            if not isinstance(err.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def test_dashboard_queries_only_metrics_pynatsd_exports() -> None:
     exprs = _dashboard_exprs()
     wanted = set().union(*(promql_metric_names(e) for e in exprs))
@@ -112,7 +127,7 @@ def test_dashboard_queries_only_metrics_pynatsd_exports() -> None:
     http_port = free_port()
     server = start_server("pynatsd", http_port=http_port)
     try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=5).read().decode()
+        text = scrape(f"http://127.0.0.1:{http_port}/metrics")
     finally:
         server.stop()
     exported = {
