@@ -22,6 +22,8 @@ from tests.deploy.engine import Engine, build_base_image, build_image, engine_av
 from tests.servers import REPO_ROOT, free_port
 
 IMAGE = "pynatsd:test"
+# The first test also pays for debootstrap and the build (about 75 s here); keep room for slower machines.
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
