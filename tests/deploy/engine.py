@@ -51,6 +51,10 @@ class Engine:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        # dockerd leaves its default network namespace bind-mounted under exec-root.
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        for mount in sorted((m for m in mounts if m.startswith(f"{self.root}/")), reverse=True):
+            subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
