@@ -1,0 +1,183 @@
+"""Static checks of the deployment files with the real tools: docker-compose, promtool, systemd-analyze, and
+the Grafana dashboard's PromQL against the metrics a live pynatsd exports."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import need_tool
+from tests.servers import REPO_ROOT, free_port, start_server
+
+DOCKER = REPO_ROOT / "docker"
+DASHBOARD = DOCKER / "grafana" / "dashboards" / "pynatsd.json"
+UNIT = DOCKER / "systemd" / "pynatsd.service"
+
+# PromQL words that look like metric names: functions are skipped by the "(" that follows them.
+_PROMQL_WORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
+}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names an expression selects (label matchers, ranges, grouping labels and strings removed)."""
+    expr = re.sub(r'"(?:\\.|[^"\\])*"', "", expr)
+    expr = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", expr)
+    expr = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    names = set()
+    for m in re.finditer(r"(?<![\w.])([A-Za-z_:][\w:]*)(\s*\()?", expr):
+        if m.group(2) is None and m.group(1).lower() not in _PROMQL_WORDS:
+            names.add(m.group(1))
+    return names
+
+
+def test_promql_metric_names_parser() -> None:
+    expr = 'histogram_quantile(0.99, sum by (le) (rate(a_bucket{job="x"}[1m]))) / on (i) b_total offset 5m'
+    assert promql_metric_names(expr) == {"a_bucket", "b_total"}
+
+
+def _compose() -> list[str]:
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return ["docker", "compose"]
+
+
+def test_compose_file_validates() -> None:
+    need_tool(shutil.which("docker-compose") is not None, "docker-compose (Debian package docker-compose)")
+    out = subprocess.run(
+        [*_compose(), "-f", str(DOCKER / "docker-compose.yml"), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    # The resolved config keeps the three services wired as documented.
+    for service in ("pynatsd:", "prometheus:", "grafana:", "condition: service_healthy"):
+        assert service in out.stdout
+
+
+def test_prometheus_config_passes_promtool() -> None:
+    need_tool(shutil.which("promtool") is not None, "promtool (Debian package prometheus)")
+    out = subprocess.run(
+        ["promtool", "check", "config", str(DOCKER / "prometheus" / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout + out.stderr
+
+
+def _dashboard_exprs() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+
+
+def test_grafana_provisioning_points_at_the_dashboard() -> None:
+    provider = (DOCKER / "grafana" / "provisioning" / "dashboards" / "pynatsd.yml").read_text()
+    compose = (DOCKER / "docker-compose.yml").read_text()
+    assert "path: /var/lib/grafana/dashboards" in provider
+    assert "./grafana/dashboards:/var/lib/grafana/dashboards" in compose
+    datasource = (DOCKER / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text()
+    uid = re.search(r"uid:\s*(\S+)", datasource)
+    assert uid is not None
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == uid.group(1), panel["title"]
+
+
+def scrape(url: str, timeout: float = 10) -> str:
+    """GET url, retrying while refused: the monitoring listener may open just after the client one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return str(resp.read().decode())
+        except urllib.error.URLError as err:
+            if not isinstance(err.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_dashboard_queries_only_metrics_pynatsd_exports() -> None:
+    exprs = _dashboard_exprs()
+    wanted = set().union(*(promql_metric_names(e) for e in exprs))
+    assert len(wanted) >= 10, wanted
+    http_port = free_port()
+    server = start_server("pynatsd", http_port=http_port)
+    try:
+        text = scrape(f"http://127.0.0.1:{http_port}/metrics")
+    finally:
+        server.stop()
+    exported = {
+        re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line[:1] not in ("#", "")
+    }
+    assert not wanted - exported, (
+        f"dashboard names metrics pynatsd does not export: {sorted(wanted - exported)}"
+    )
+
+
+@pytest.fixture
+def unit_for_verify(tmp_path: Path) -> Path:
+    """The unit with ExecStart pointing at this checkout (systemd-analyze verify checks the binary exists)."""
+    text = UNIT.read_text().replace("/opt/pynatsd/bin/pynatsd", f"{sys.executable} -m broker")
+    path = tmp_path / "pynatsd.service"
+    path.write_text(text)
+    return path
+
+
+def test_systemd_unit_verifies(unit_for_verify: Path) -> None:
+    need_tool(shutil.which("systemd-analyze") is not None, "systemd-analyze (Debian package systemd)")
+    out = subprocess.run(
+        ["systemd-analyze", "verify", str(unit_for_verify)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=unit_for_verify.parent,
+    )
+    assert out.returncode == 0 and not out.stderr.strip(), out.stdout + out.stderr
+
+
+def test_systemd_unit_is_hardened(unit_for_verify: Path) -> None:
+    need_tool(shutil.which("systemd-analyze") is not None, "systemd-analyze (Debian package systemd)")
+    text = UNIT.read_text()
+    for line in (
+        "DynamicUser=yes",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "Restart=on-failure",
+        "CapabilityBoundingSet=\n",
+    ):
+        assert line in text
+    out = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit_for_verify)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=unit_for_verify.parent,
+    )
+    level = re.search(r"Overall exposure level for \S+: ([\d.]+) (\w+)", out.stdout + out.stderr)
+    assert level is not None, out.stdout + out.stderr
+    # systemd rates 0-10; below 2.0 is "OK", the best band.
+    assert float(level.group(1)) < 2.0 and level.group(2) == "OK", level.group(0)
