@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, cast
 from broker.auth import DEFAULT_ACCOUNT, Permissions
 from broker.logging import TRACE, get_logger
 from broker.outbound import Outbound
-from matcher import Sublist
 from protocol import encoder, errors
 from protocol.connect import ConnectOptions, parse_connect
 from protocol.ops import CONNECT, ERR, HPUB, INFO, NAMES, OK, PING, PONG, PUB, SUB, UNSUB, Op
@@ -26,6 +25,7 @@ from protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
     from broker.server import Server
+    from matcher import Sublist
 
 log = get_logger()
 
@@ -34,7 +34,6 @@ _RESERVED_REPLY = (b"_R_.", b"$JS.ACK.", b"_GR_.")
 _SYS_QUEUE = b"_sys_"
 _RTT_REFRESH = 3600.0
 _FIRST_PING = 2.0
-_FANOUT_CAP = 1024
 
 # Close reasons, as /connz reports them.
 CLIENT_CLOSED = "Client Closed"
@@ -109,7 +108,7 @@ class Connection(asyncio.Protocol):
         self.out_msgs: int = 0
         self.out_bytes: int = 0
         self.user: str = ""
-        self.account: str = "$G"
+        self.account: str = DEFAULT_ACCOUNT
         self._start_mono = self._last_in = time.monotonic()
         self._pings_out = 0
         self._ping_sent = 0.0
@@ -118,7 +117,8 @@ class Connection(asyncio.Protocol):
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._info_after_pong = False
         self._trace = log.isEnabledFor(TRACE)
-        self._fanout = server.fanout.counts  # incremented inline per publish (see HistogramCounts)
+        # Incremented inline per publish (see HistogramCounts); values past the cap share its last slot.
+        self._fanout, self._fanout_cap = server.fanout.counts, server.fanout.cap
 
     # -- identity shortcuts used by monitoring ------------------------------------------------------
     @property
@@ -261,10 +261,7 @@ class Connection(asyncio.Protocol):
             return
         self.user, self.account = identity
         self.perms = server.auth.permissions(self.user)
-        if self.account != DEFAULT_ACCOUNT:
-            self.sublist = server.account_sublists.setdefault(
-                self.account, Sublist(cache=not server.options.disable_sublist_cache)
-            )
+        self.sublist = server.sublist_for(self.account)
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
@@ -354,7 +351,7 @@ class Connection(asyncio.Protocol):
 
         plain, groups = self.sublist.match(subject)
         fanout = len(plain) + len(groups)
-        self._fanout[fanout if fanout < _FANOUT_CAP else _FANOUT_CAP] += 1
+        self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += 1
         if not fanout:
             if reply is not None and opts.no_responders:
                 self._no_responders(subject, reply)

@@ -149,6 +149,14 @@ class Server:
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         log.info("Server is ready")
 
+    def sublist_for(self, account: str) -> Sublist[Subscription]:
+        """The subject space of `account`, created on its first user's connect."""
+        sublist = self.account_sublists.get(account)
+        if sublist is None:
+            sublist = Sublist(cache=not self.options.disable_sublist_cache)
+            self.account_sublists[account] = sublist
+        return sublist
+
     @property
     def listening(self) -> bool:
         """True while the client listener accepts connections."""

@@ -6,6 +6,7 @@ Both are started as subprocesses with the same nats-server-style flags, so any t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,3 +133,14 @@ def start_server(
         server.stop(signal.SIGKILL)
         raise RuntimeError(f"{kind} failed to start: {' '.join(cmd)}\n{server.log()}") from None
     return server
+
+
+@contextlib.contextmanager
+def server_with_config(kind: str, conf: Path, text: str) -> Iterator[ServerProcess]:
+    """`kind` started with `-c conf` after writing `text` to `conf`; stopped on exit."""
+    conf.write_text(text)
+    server = start_server(kind, ["-c", str(conf)])
+    try:
+        yield server
+    finally:
+        server.stop()

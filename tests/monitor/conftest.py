@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -11,6 +11,7 @@ import pytest
 
 from broker.options import Options
 from broker.server import Server
+from tests.servers import ServerProcess, free_port, start_server
 
 Get = Callable[..., Awaitable[Any]]
 
@@ -37,3 +38,11 @@ async def get(mserver: Server) -> AsyncIterator[Get]:
                 return json.loads(text)
 
         yield fetch
+
+
+@pytest.fixture
+def monitored() -> Iterator[ServerProcess]:
+    """A pynatsd subprocess with its HTTP monitor on a free port."""
+    server = start_server("pynatsd", http_port=free_port())
+    yield server
+    server.stop()

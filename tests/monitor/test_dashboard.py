@@ -16,7 +16,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from tests.conftest import need_tool
-from tests.servers import REPO_ROOT, ServerProcess, free_port, start_server
+from tests.servers import REPO_ROOT, ServerProcess
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 CHROMIUM_FLAGS = (
@@ -32,13 +32,6 @@ CHROMIUM_FLAGS = (
 )
 N_MSGS = 120
 PAYLOAD = b"dashboard"
-
-
-@pytest.fixture
-def monitored() -> Iterator[ServerProcess]:
-    server = start_server("pynatsd", http_port=free_port())
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -17,20 +17,13 @@ import nats
 import pytest
 
 from tests.conftest import need_tool
-from tests.servers import ServerProcess, free_port, start_server
+from tests.servers import ServerProcess, free_port
 
 N_MSGS = 250
 PAYLOAD = b"x" * 40
 SUBSCRIBERS = 2
 # start_server's readiness probe is one short-lived client connection too.
 PROBES = 1
-
-
-@pytest.fixture
-def monitored() -> Iterator[ServerProcess]:
-    server = start_server("pynatsd", http_port=free_port())
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from tests.servers import ServerProcess, start_server
+from tests.servers import ServerProcess, server_with_config
 from tests.wire import WireClient
 
 CONF = """
@@ -34,11 +34,8 @@ accounts {
 
 @pytest.fixture(params=["pynatsd", "nats-server"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
-    conf = tmp_path / "auth.conf"
-    conf.write_text(CONF)
-    proc = start_server(request.param, ["-c", str(conf)])
-    yield proc
-    proc.stop()
+    with server_with_config(request.param, tmp_path / "auth.conf", CONF) as proc:
+        yield proc
 
 
 @pytest.mark.parametrize(("user", "password"), [("alice", "alice-pw"), ("hashed", "hashed-pw")])
@@ -93,17 +90,15 @@ def test_permissions_allow_and_deny(server: ServerProcess) -> None:
 
 @pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
 def test_accounts_are_isolated(kind: str, tmp_path: Path) -> None:
-    conf = tmp_path / "acc.conf"
-    conf.write_text(ACCOUNTS)
-    proc = start_server(kind, ["-c", str(conf)])
-    try:
-        with _session(proc.port, "a", "a") as a, _session(proc.port, "b", "b") as b:
-            a.exchange(b"SUB t 1\r\nPING\r\n")
-            b.exchange(b"SUB t 1\r\nPING\r\n")
-            b.exchange(b"PUB t 5\r\nfromb\r\nPING\r\n")
-            reply, _ = a.exchange(b"PING\r\n")
-            assert reply == b"PONG\r\n"  # nothing from account B
-            reply, _ = a.exchange(b"PUB t 5\r\nfroma\r\nPING\r\n")
-            assert reply == b"MSG t 1 5\r\nfroma\r\nPONG\r\n"
-    finally:
-        proc.stop()
+    with (
+        server_with_config(kind, tmp_path / "acc.conf", ACCOUNTS) as proc,
+        _session(proc.port, "a", "a") as a,
+        _session(proc.port, "b", "b") as b,
+    ):
+        a.exchange(b"SUB t 1\r\nPING\r\n")
+        b.exchange(b"SUB t 1\r\nPING\r\n")
+        b.exchange(b"PUB t 5\r\nfromb\r\nPING\r\n")
+        reply, _ = a.exchange(b"PING\r\n")
+        assert reply == b"PONG\r\n"  # nothing from account B
+        reply, _ = a.exchange(b"PUB t 5\r\nfroma\r\nPING\r\n")
+        assert reply == b"MSG t 1 5\r\nfroma\r\nPONG\r\n"

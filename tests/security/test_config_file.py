@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import REPO_ROOT, nats_server_binary, start_server
+from tests.servers import REPO_ROOT, nats_server_binary, server_with_config
 from tests.wire import WireClient
 
 GOOD = """
@@ -44,10 +44,7 @@ def test_check_config_accepts_good_and_rejects_typo(kind: str, tmp_path: Path) -
 
 @pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
 def test_config_file_sets_limits_and_user(kind: str, tmp_path: Path) -> None:
-    conf = tmp_path / "s.conf"
-    conf.write_text(GOOD)
-    server = start_server(kind, ["-c", str(conf)])
-    try:
+    with server_with_config(kind, tmp_path / "s.conf", GOOD) as server:
         with WireClient(server.port, read_info=False) as client:
             info = client.read_line()
         assert b'"max_payload":2048' in info
@@ -60,5 +57,3 @@ def test_config_file_sets_limits_and_user(kind: str, tmp_path: Path) -> None:
         with WireClient(server.port) as client:
             reply, _ = client.exchange(b'CONNECT {"user":"alice","pass":"wrong","verbose":false}\r\nPING\r\n')
             assert b"-ERR 'Authorization Violation'" in reply
-    finally:
-        server.stop()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import start_server
+from tests.servers import server_with_config
 from tests.wire import WireClient
 
 BEFORE = 'authorization { users = [ {user: u, password: p, permissions: {publish: ["a"]}} ] }\n'
@@ -17,24 +17,17 @@ AFTER = 'authorization { users = [ {user: u, password: p, permissions: {publish:
 @pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
 def test_sighup_reloads_permissions_of_connected_user(kind: str, tmp_path: Path) -> None:
     conf = tmp_path / "r.conf"
-    conf.write_text(BEFORE)
-    server = start_server(kind, ["-c", str(conf)])
-    try:
-        with WireClient(server.port) as c:
-            reply, _ = c.exchange(
-                b'CONNECT {"user":"u","pass":"p","verbose":false}\r\nPUB a 1\r\nx\r\nPING\r\n'
-            )
-            assert reply == b"PONG\r\n"
-            conf.write_text(AFTER)
-            server.proc.send_signal(signal.SIGHUP)
-            # Poll (bounded) until the new rules apply; the connection itself must stay open.
-            for _ in range(100):
-                reply, closed = c.exchange(b"PUB a 1\r\nx\r\nPING\r\n")
-                assert not closed
-                if reply.startswith(b"-ERR"):
-                    break
-            assert reply == b"-ERR 'Permissions Violation for Publish to \"a\"'\r\nPONG\r\n"
-            reply, _ = c.exchange(b"PUB b 1\r\nx\r\nPING\r\n")
-            assert reply == b"PONG\r\n"
-    finally:
-        server.stop()
+    with server_with_config(kind, conf, BEFORE) as server, WireClient(server.port) as c:
+        reply, _ = c.exchange(b'CONNECT {"user":"u","pass":"p","verbose":false}\r\nPUB a 1\r\nx\r\nPING\r\n')
+        assert reply == b"PONG\r\n"
+        conf.write_text(AFTER)
+        server.proc.send_signal(signal.SIGHUP)
+        # Poll (bounded) until the new rules apply; the connection itself must stay open.
+        for _ in range(100):
+            reply, closed = c.exchange(b"PUB a 1\r\nx\r\nPING\r\n")
+            assert not closed
+            if reply.startswith(b"-ERR"):
+                break
+        assert reply == b"-ERR 'Permissions Violation for Publish to \"a\"'\r\nPONG\r\n"
+        reply, _ = c.exchange(b"PUB b 1\r\nx\r\nPING\r\n")
+        assert reply == b"PONG\r\n"
