@@ -19,8 +19,8 @@ from broker.logging import TRACE, get_logger
 from broker.outbound import Outbound
 from protocol import encoder, errors
 from protocol.connect import ConnectOptions, parse_connect
-from protocol.ops import CONNECT, ERR, HPUB, INFO, NAMES, OK, PING, PONG, PUB, SUB, UNSUB, Op
-from protocol.parser import Parser
+from protocol.ops import CONNECT, ERR, HPUB, INFO, NAMES, OK, PING, PONG, PUB, PUBRUN, SUB, UNSUB, Op
+from protocol.parser import Parser, expand_run
 from protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class Connection(asyncio.Protocol):
             opts.max_payload,
             expect_connect=server.auth.required,
             allow_headers=opts.headers,
+            runs=True,
         )
         self.sublist: Sublist[Subscription] = server.sublist
         self.perms: Permissions | None = None
@@ -220,13 +221,16 @@ class Connection(asyncio.Protocol):
     # -- ops ------------------------------------------------------------------------------------------
     def _process(self, ops: list[Op]) -> None:
         if self._trace:
+            ops = [one for op in ops for one in (expand_run(op) if op[0] == PUBRUN else (op,))]
             for op in ops:
                 log.log(TRACE, "%r - <<- [%s]", self, _describe(op))
         for op in ops:
             if self.closed:
                 return
             kind = op[0]
-            if kind == PUB:
+            if kind == PUBRUN:
+                self._on_pub_run(op)
+            elif kind == PUB:
                 self._on_pub(op[1], op[2], None, op[3], op[4])
             elif kind == HPUB:
                 self._on_pub(op[1], op[2], op[3], op[4], b"")
@@ -383,6 +387,49 @@ class Connection(asyncio.Protocol):
         if not delivered and reply is not None and opts.no_responders:
             self._no_responders(subject, reply)
 
+    def _on_pub_run(self, op: Op) -> None:
+        """A run of PUBs with one control line (see protocol.ops.PUBRUN): matched once, and framed for
+        each subscriber by one `replace` of the PUB line with its MSG line. Anything the fast path does
+        not cover (queue groups, auto-unsubscribe, verbose, pedantic, a refused publish) takes the
+        per-message path. Each connection's bytes are exactly those of the per-message path."""
+        _, subject, reply, line, chunk, count, size = op
+        opts = self.opts
+        plain, groups = self.sublist.match(subject)
+        if (
+            groups
+            or opts.verbose
+            or opts.pedantic
+            or subject.startswith(_RESERVED_PUBLISH)
+            or (reply is not None and reply.startswith(_RESERVED_REPLY))
+            or (self.perms is not None and not self.perms.can_publish(subject))
+            or any(sub.max_msgs for sub in plain)
+            # Two matching subscriptions on one connection get the messages interleaved (m1 s1, m1 s2,
+            # m2 s1…), as nats-server writes them; a run would group them by subscription.
+            or (len(plain) > 1 and len({id(sub.conn) for sub in plain}) < len(plain))
+        ):
+            for pub in expand_run(op):
+                if self.closed:
+                    return
+                self._on_pub(pub[1], pub[2], None, pub[3], pub[4])
+            return
+        self.in_msgs += count
+        self.in_bytes += count * size
+        fanout = len(plain)
+        self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += count
+        head = b"MSG " + subject + b" "
+        tail = line[5 + len(subject) :]  # `[reply ]size\r\n`
+        skip = None if opts.echo else self
+        delivered = False
+        for sub in plain:
+            conn = sub.conn
+            if conn is skip or conn.closed:
+                continue
+            _deliver_run(sub, chunk.replace(line, head + sub.sid_sp + tail), count, count * size)
+            delivered = True
+        if not delivered and reply is not None and opts.no_responders:
+            for _ in range(count):
+                self._no_responders(subject, reply)
+
     def _no_responders(self, subject: bytes, reply: bytes) -> None:
         """Tell a requester that nobody received its request: a 503 on its own reply subscription."""
         for sub in self.sublist.match(reply).plain:
@@ -511,6 +558,25 @@ def _deliver(sub: Subscription, frame: tuple[bytes, bytes, int]) -> bool:
     if out.queued > out.limit:
         conn.slow_consumer()
     return True
+
+
+def _deliver_run(sub: Subscription, data: bytes, count: int, nbytes: int) -> None:
+    """Queue `count` framed messages (`data`, `nbytes` of payload) for `sub`, which has no max_msgs."""
+    conn = sub.conn
+    out = conn.out
+    assert out is not None
+    if not out.frames:
+        out.mark_dirty()
+    out.frames.append(data)
+    out.queued += len(data)
+    if not sub.pending:
+        out.pending_subs.append(sub)
+    sub.pending += count
+    sub.delivered += count
+    conn.out_msgs += count
+    conn.out_bytes += nbytes
+    if out.queued > out.limit:
+        conn.slow_consumer()
 
 
 def _text(data: bytes) -> str:

@@ -9,6 +9,11 @@ and a tuple costs a tenth of a dataclass instance. Layouts:
         (protocol.encoder.msg_tail); for a canonical PUB line it is sliced from the input, not rebuilt
     (HPUB,  subject: bytes, reply: bytes | None, headers: bytes, payload: bytes)
         headers is the raw header block (`NATS/1.0…\\r\\n\\r\\n`), payload what follows it
+    (PUBRUN, subject: bytes, reply: bytes | None, line: bytes, chunk: bytes, count: int, size: int)
+        `count` >= 2 consecutive PUBs with the same control line `line` (`PUB subject [reply ]size\r\n`),
+        back to back in `chunk`; emitted only by a Parser made with `runs=True`. `chunk` holds `line`
+        exactly `count` times, all at frame starts, so `chunk.replace(line, msg_line)` frames every message
+        for one subscriber at once. `protocol.parser.expand_run` turns it back into PUB ops.
     (SUB,   subject: bytes, queue: bytes | None, sid: bytes)
     (UNSUB, sid: bytes, max_msgs: int | None)     max_msgs -1 when given but not a valid size
     (PING,) (PONG,) (OK,)
@@ -30,6 +35,7 @@ PONG = 7
 OK = 8
 ERR = 9
 INFO = 10
+PUBRUN = 11
 
 NAMES = {
     CONNECT: "CONNECT",
@@ -42,6 +48,7 @@ NAMES = {
     OK: "+OK",
     ERR: "-ERR",
     INFO: "INFO",
+    PUBRUN: "PUB",
 }
 
 Op = tuple[Any, ...]

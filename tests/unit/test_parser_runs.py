@@ -1,0 +1,70 @@
+"""Parser(runs=True): PUBRUN ops stand for exactly the PUB ops a plain parser emits, however the stream is
+split, whatever the payloads hold (including the PUB line itself)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.ops import PING, PUB, PUBRUN, Op
+from protocol.parser import Parser, expand_run
+
+LINE_TRICKS = [b"", b"x", b"PUB a 3\r\n", b"\r\n", b"PUB a r 3\r\n"]
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> bytes:
+    parts = []
+    for _ in range(draw(st.integers(1, 12))):
+        subject = draw(st.sampled_from([b"a", b"a.b", b"foo.bar.baz"]))
+        reply = draw(st.sampled_from([b"", b" r", b" _INBOX.x"]))
+        tricky = draw(st.booleans())
+        payload = draw(st.sampled_from(LINE_TRICKS)) if tricky else draw(st.binary(max_size=12))
+        frame = b"PUB " + subject + reply + b" %d\r\n" % len(payload) + payload + b"\r\n"
+        if draw(st.integers(0, 9)) == 0:
+            frame = frame.replace(b"\r\n", b"\n", 1)  # bare LF line: parsed, never part of a run
+        parts.append(frame * draw(st.integers(1, 40)))
+        if draw(st.integers(0, 5)) == 0:
+            parts.append(b"PING\r\n")
+    return b"".join(parts)
+
+
+def plain_ops(ops: list[Op]) -> list[Op]:
+    return [one for op in ops for one in (expand_run(op) if op[0] == PUBRUN else [op])]
+
+
+@settings(max_examples=300, deadline=None)
+@given(streams(), st.lists(st.integers(1, 400), max_size=6))
+def test_runs_expand_to_the_plain_ops(data: bytes, cuts: list[int]) -> None:
+    expected = Parser().feed(data)
+    parser = Parser(runs=True)
+    got: list[Op] = []
+    pos = 0
+    for cut in [*cuts, len(data)]:
+        got += parser.feed(data[pos : pos + cut])
+        pos += cut
+    got += parser.feed(data[pos:])
+    assert plain_ops(got) == expected
+
+
+def test_identical_frames_make_one_run_whose_replace_frames_every_message() -> None:
+    frame = b"PUB s 16\r\n" + b"y" * 16 + b"\r\n"
+    (op,) = Parser(runs=True).feed(frame * 1000)
+    assert op[0] == PUBRUN and op[5] == 1000 and op[3] == b"PUB s 16\r\n"
+    assert op[4].replace(op[3], b"MSG s 9 16\r\n") == (b"MSG s 9 16\r\n" + b"y" * 16 + b"\r\n") * 1000
+
+
+def test_a_payload_holding_the_line_falls_back_to_single_pubs() -> None:
+    frame = b"PUB a 9\r\nPUB a 9\r\n\r\n"
+    ops = Parser(runs=True).feed(frame * 3 + b"PING\r\n")
+    assert [op[0] for op in ops] == [PUB, PUB, PUB, PING]
+
+
+def test_a_run_stops_at_the_first_different_frame() -> None:
+    same = b"PUB a 1\r\nx\r\n"
+    ops = Parser(runs=True).feed(same * 5 + b"PUB a 2\r\nxy\r\n" + same * 2)
+    assert [(op[0], op[5] if op[0] == PUBRUN else op[3]) for op in ops] == [
+        (PUBRUN, 5),
+        (PUB, b"xy"),
+        (PUBRUN, 2),
+    ]
