@@ -389,23 +389,24 @@ class Connection(asyncio.Protocol):
 
     def _on_pub_run(self, op: Op) -> None:
         """A run of PUBs with one control line (see protocol.ops.PUBRUN): matched once, and framed for
-        each subscriber by one `replace` of the PUB line with its MSG line. Anything the fast path does
-        not cover (queue groups, auto-unsubscribe, verbose, pedantic, a refused publish) takes the
-        per-message path. Each connection's bytes are exactly those of the per-message path."""
+        each subscriber by one `replace` of the PUB line with its MSG line; each message of the run still
+        goes to one random member of each queue group. Anything else (auto-unsubscribe, verbose,
+        pedantic, a refused publish, a connection with several matching subscriptions) takes the
+        per-message path, so each connection receives exactly the bytes the per-message path writes."""
         _, subject, reply, line, chunk, count, size = op
         opts = self.opts
         plain, groups = self.sublist.match(subject)
+        skip = None if opts.echo else self
+        targets = [*plain, *(sub for group in groups for sub in group)] if groups else plain
         if (
-            groups
-            or opts.verbose
+            opts.verbose
             or opts.pedantic
             or subject.startswith(_RESERVED_PUBLISH)
             or (reply is not None and reply.startswith(_RESERVED_REPLY))
             or (self.perms is not None and not self.perms.can_publish(subject))
-            or any(sub.max_msgs for sub in plain)
-            # Two matching subscriptions on one connection get the messages interleaved (m1 s1, m1 s2,
-            # m2 s1…), as nats-server writes them; a run would group them by subscription.
-            or (len(plain) > 1 and len({id(sub.conn) for sub in plain}) < len(plain))
+            or any(sub.max_msgs or sub.conn.closed for sub in targets)
+            or (groups and any(sub.conn is skip for sub in targets))
+            or (len(targets) > 1 and len({id(sub.conn) for sub in targets}) < len(targets))
         ):
             for pub in expand_run(op):
                 if self.closed:
@@ -414,17 +415,28 @@ class Connection(asyncio.Protocol):
             return
         self.in_msgs += count
         self.in_bytes += count * size
-        fanout = len(plain)
+        fanout = len(plain) + len(groups)
         self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += count
         head = b"MSG " + subject + b" "
         tail = line[5 + len(subject) :]  # `[reply ]size\r\n`
-        skip = None if opts.echo else self
         delivered = False
         for sub in plain:
-            conn = sub.conn
-            if conn is skip or conn.closed:
-                continue
-            _deliver_run(sub, chunk.replace(line, head + sub.sid_sp + tail), count, count * size)
+            if sub.conn is not skip:
+                _deliver_run(sub, chunk.replace(line, head + sub.sid_sp + tail), count, count * size)
+                delivered = True
+        for group in groups:
+            # One random member per message, as in _on_pub (every member can take it: checked above).
+            framed = [chunk.replace(line, head + sub.sid_sp + tail) for sub in group]
+            picked: list[list[bytes]] = [[] for _ in group]
+            steps = [len(data) // count for data in framed]  # frame length differs with the sid
+            n, rnd = len(group), random.random
+            for i in range(count):
+                m = int(rnd() * n)
+                step = steps[m]
+                picked[m].append(framed[m][i * step : i * step + step])
+            for sub, frames in zip(group, picked, strict=True):
+                if frames:
+                    _deliver_run(sub, b"".join(frames), len(frames), len(frames) * size)
             delivered = True
         if not delivered and reply is not None and opts.no_responders:
             for _ in range(count):

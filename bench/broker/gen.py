@@ -69,18 +69,23 @@ def publisher(
     ready: Queue[Any],
     go: Event,
     results: Queue[Any],
+    mixed: bool = False,
 ) -> None:
     s = connect(port)
     ping(s)
-    frame = pub_frame(subject, size)
-    per = max(1, BATCH_BYTES // len(frame))
-    batch = frame * per
+    # mixed: sizes alternate (size, size + 1), so no two consecutive PUBs share a control line.
+    frames = [pub_frame(subject, size + i) for i in range(2 if mixed else 1)]
+    unit = b"".join(frames)
+    per = max(1, BATCH_BYTES // len(unit)) * len(frames)  # messages per batch
+    batch = unit * (per // len(frames))
+    rest = count % per
+    tail = unit * (rest // len(frames)) + b"".join(frames[: rest % len(frames)])
     ready.put(idx)
     go.wait(TIMEOUT)
     t0 = time.monotonic()
     for _ in range(count // per):
         s.sendall(batch)
-    s.sendall(frame * (count % per))
+    s.sendall(tail)
     ping(s)
     t1 = time.monotonic()
     results.put(("pub", idx, (t0, t1, count)))

@@ -27,14 +27,19 @@ from bench.broker.report import render_chart, render_table  # noqa: E402
 from tests.servers import ServerProcess, nats_server_binary, start_server  # noqa: E402
 
 SERVERS = ("pynatsd", "nats-server")
-# name -> (publishers, subscribers, queue group, idle subscriptions, share of the base count)
-PUBSUB: dict[str, tuple[int, int, bool, int, float]] = {
-    "pub": (1, 0, False, 0, 2.0),
-    "1-1": (1, 1, False, 0, 1.0),
-    "1-4": (1, 4, False, 0, 0.5),
-    "queue-4": (1, 4, True, 0, 1.0),
-    "4-4": (4, 4, False, 0, 0.5),
-    "busy": (1, 1, False, 100_000, 1.0),
+# name -> (publishers, subscribers, queue group, idle subscriptions, share of the base count, mixed sizes)
+# "-mix": payload sizes alternate (size, size + 1), so no two consecutive PUBs share a control line and
+# pynatsd's run fast path (protocol.ops.PUBRUN) never applies: the per-message path, as with real traffic.
+PUBSUB: dict[str, tuple[int, int, bool, int, float, bool]] = {
+    "pub": (1, 0, False, 0, 2.0, False),
+    "pub-mix": (1, 0, False, 0, 1.0, True),
+    "1-1": (1, 1, False, 0, 1.0, False),
+    "1-1-mix": (1, 1, False, 0, 0.5, True),
+    "1-4": (1, 4, False, 0, 0.5, False),
+    "1-4-mix": (1, 4, False, 0, 0.25, True),
+    "queue-4": (1, 4, True, 0, 0.5, False),
+    "4-4": (4, 4, False, 0, 0.5, False),
+    "busy": (1, 1, False, 100_000, 1.0, False),
 }
 ALL = [*PUBSUB, "reqrep"]
 BASE = {16: 500_000, 128: 300_000, 1024: 100_000}  # messages per run by payload size
@@ -42,14 +47,15 @@ REQUESTS = 3000
 # Issue 4's targets: minimum ratio pynatsd/nats-server (rates), maximum for request/reply p50 latency.
 TARGETS = {("1-1", 16): 0.5, ("pub", 16): 0.5, ("1-4", 16): 0.6, ("queue-4", 16): 0.5, ("reqrep", 16): 1.5}
 TARGETS.update({(s, 1024): 0.7 for s in PUBSUB})
+TARGETS.update({("1-1-mix", 16): 0.5, ("pub-mix", 16): 0.5, ("1-4-mix", 16): 0.6})
 
 
 def measure(name: str, server: ServerProcess, size: int, smoke: bool) -> dict[str, Any]:
     if name == "reqrep":
         return scenarios.reqrep(server.port, size, 200 if smoke else REQUESTS)
-    pubs, subs, queue, idle, share = PUBSUB[name]
+    pubs, subs, queue, idle, share, mixed = PUBSUB[name]
     n = int((2000 if smoke else BASE[size]) * share)
-    return scenarios.pubsub(server.port, pubs, subs, size, n, queue, 1000 if smoke and idle else idle)
+    return scenarios.pubsub(server.port, pubs, subs, size, n, queue, 1000 if smoke and idle else idle, mixed)
 
 
 def row_for(name: str, size: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

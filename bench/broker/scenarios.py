@@ -57,7 +57,14 @@ class Workers:
 
 
 def pubsub(
-    port: int, pubs: int, subs: int, size: int, n: int, queue: bool = False, idle: int = 0
+    port: int,
+    pubs: int,
+    subs: int,
+    size: int,
+    n: int,
+    queue: bool = False,
+    idle: int = 0,
+    mixed: bool = False,
 ) -> dict[str, Any]:
     """`pubs` publishers share `n` messages; `subs` subscribers (one queue group when `queue`).
 
@@ -76,7 +83,7 @@ def pubsub(
         w.wait_ready(subs)
         share = [n // pubs + (1 if i < n % pubs else 0) for i in range(pubs)]
         for i in range(pubs):
-            w.spawn(gen.publisher, port, SUBJECT, share[i], size, i, w.ready, w.go, w.results)
+            w.spawn(gen.publisher, port, SUBJECT, share[i], size, i, w.ready, w.go, w.results, mixed)
         w.wait_ready(pubs)
         w.go.set()
         got = w.collect(pubs)
