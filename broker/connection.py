@@ -388,12 +388,13 @@ class Connection(asyncio.Protocol):
             self._no_responders(subject, reply)
 
     def _on_pub_run(self, op: Op) -> None:
-        """A run of PUBs with one control line (see protocol.ops.PUBRUN): matched once, and framed for
-        each subscriber by one `replace` of the PUB line with its MSG line; each message of the run still
-        goes to one random member of each queue group. Anything else (auto-unsubscribe, verbose,
-        pedantic, a refused publish, a connection with several matching subscriptions) takes the
-        per-message path, so each connection receives exactly the bytes the per-message path writes."""
-        _, subject, reply, line, chunk, count, size = op
+        """A run of PUBs to one subject (see protocol.ops.PUBRUN): matched once, and framed for each
+        subscriber by one `replace` of `PUB subject ` with `MSG subject sid `; each message still goes to
+        one random member of each queue group (when all payloads have one size). Anything else
+        (auto-unsubscribe, verbose, pedantic, a refused publish, a connection with several matching
+        subscriptions) takes the per-message path, so each connection receives exactly the bytes the
+        per-message path writes."""
+        _, subject, reply, prefix, chunk, count, nbytes, size = op
         opts = self.opts
         plain, groups = self.sublist.match(subject)
         skip = None if opts.echo else self
@@ -405,7 +406,7 @@ class Connection(asyncio.Protocol):
             or (reply is not None and reply.startswith(_RESERVED_REPLY))
             or (self.perms is not None and not self.perms.can_publish(subject))
             or any(sub.max_msgs or sub.conn.closed for sub in targets)
-            or (groups and any(sub.conn is skip for sub in targets))
+            or (groups and (size < 0 or any(sub.conn is skip for sub in targets)))
             or (len(targets) > 1 and len({id(sub.conn) for sub in targets}) < len(targets))
         ):
             for pub in expand_run(op):
@@ -414,19 +415,19 @@ class Connection(asyncio.Protocol):
                 self._on_pub(pub[1], pub[2], None, pub[3], pub[4])
             return
         self.in_msgs += count
-        self.in_bytes += count * size
+        self.in_bytes += nbytes
         fanout = len(plain) + len(groups)
         self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += count
         head = b"MSG " + subject + b" "
-        tail = line[5 + len(subject) :]  # `[reply ]size\r\n`
         delivered = False
         for sub in plain:
             if sub.conn is not skip:
-                _deliver_run(sub, chunk.replace(line, head + sub.sid_sp + tail), count, count * size)
+                _deliver_run(sub, chunk.replace(prefix, head + sub.sid_sp), count, nbytes)
                 delivered = True
         for group in groups:
-            # One random member per message, as in _on_pub (every member can take it: checked above).
-            framed = [chunk.replace(line, head + sub.sid_sp + tail) for sub in group]
+            # One random member per message, as in _on_pub (every member can take it: checked above);
+            # all frames of a member have one length, as all payloads have one size.
+            framed = [chunk.replace(prefix, head + sub.sid_sp) for sub in group]
             picked: list[list[bytes]] = [[] for _ in group]
             steps = [len(data) // count for data in framed]  # frame length differs with the sid
             n, rnd = len(group), random.random

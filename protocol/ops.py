@@ -9,11 +9,14 @@ and a tuple costs a tenth of a dataclass instance. Layouts:
         (protocol.encoder.msg_tail); for a canonical PUB line it is sliced from the input, not rebuilt
     (HPUB,  subject: bytes, reply: bytes | None, headers: bytes, payload: bytes)
         headers is the raw header block (`NATS/1.0…\\r\\n\\r\\n`), payload what follows it
-    (PUBRUN, subject: bytes, reply: bytes | None, line: bytes, chunk: bytes, count: int, size: int)
-        `count` >= 2 consecutive PUBs with the same control line `line` (`PUB subject [reply ]size\r\n`),
-        back to back in `chunk`; emitted only by a Parser made with `runs=True`. `chunk` holds `line`
-        exactly `count` times, all at frame starts, so `chunk.replace(line, msg_line)` frames every message
-        for one subscriber at once. `protocol.parser.expand_run` turns it back into PUB ops.
+    (PUBRUN, subject: bytes, reply: bytes | None, prefix: bytes, chunk: bytes, count: int, nbytes: int,
+             size: int)
+        `count` >= 2 back-to-back canonical PUBs (`PUB subject [reply ]size\r\n`, single spaces) to one
+        subject and reply, as sent, in `chunk`; `prefix` is `PUB subject `, which `chunk` holds exactly
+        `count` times, all at frame starts, so `chunk.replace(prefix, b"MSG subject sid ")` frames every
+        message for one subscriber at once. `nbytes` is the payload total, `size` the payload size when
+        all are equal (else -1). Emitted only by a Parser made with `runs=True`;
+        `protocol.parser.expand_run` turns it back into PUB ops.
     (SUB,   subject: bytes, queue: bytes | None, sid: bytes)
     (UNSUB, sid: bytes, max_msgs: int | None)     max_msgs -1 when given but not a valid size
     (PING,) (PONG,) (OK,)

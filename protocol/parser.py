@@ -102,12 +102,17 @@ def _run_length(buf: bytes, pos: int, length: int, line: bytes) -> int:
 
 def expand_run(op: Op) -> list[Op]:
     """The PUB ops a PUBRUN op stands for."""
-    _, subject, reply, line, chunk, count, size = op
-    frame = len(line) + size + 2
-    skip = 5 + len(subject)  # `PUB subject `: what precedes the MSG tail in the line
+    _, subject, reply, _prefix, chunk, count, _nbytes, _size = op
     ops: list[Op] = []
-    for i in range(0, count * frame, frame):
-        ops.append((PUB, subject, reply, chunk[i + len(line) : i + frame - 2], chunk[i + skip : i + frame]))
+    pos = 0
+    for _ in range(count):
+        fast = _FAST_PUB.match(chunk, pos)
+        assert fast is not None
+        start = fast.end()
+        stop = start + int(fast.group(3))
+        tail = chunk[fast.start(2 if reply else 3) : stop + 2]
+        ops.append((PUB, subject, reply, chunk[start:stop], tail))
+        pos = stop + 2
     return ops
 
 
@@ -121,7 +126,7 @@ def parse_size(data: bytes) -> int:
 class Parser:
     """Incremental parser for one client connection.
 
-    With `runs`, back-to-back canonical PUBs sharing one control line come out as one PUBRUN op
+    With `runs`, back-to-back canonical PUBs to one subject (and reply) come out as one PUBRUN op
     (see protocol.ops): the broker frames them for a subscriber with one `bytes.replace`.
 
     HPUB is accepted once a CONNECT asking for headers is parsed, if `allow_headers` (the server's
@@ -254,20 +259,15 @@ class Parser:
                     raise errors.UnknownOperation("payload not followed by CRLF")
                 if (
                     runs
+                    and buf.startswith(subject, stop + 6)  # cheap pre-check: the next PUB's subject?
                     and pos >= self._no_run_before
-                    and start - fast.end(3) == 2  # CRLF-terminated: the line becomes the MSG line
-                    and buf.startswith(buf[pos:start], stop + 2)
+                    and start - fast.end(3) == 2
                 ):
-                    line = buf[pos:start]
-                    length = stop + 2 - pos
-                    k = _run_length(buf, pos, length, line)
-                    chunk = buf[pos : pos + k * length]
-                    # A payload holding `line` too would make replace() touch it: no run then.
-                    if k > 1 and chunk.count(line) == k:
-                        ops.append((PUBRUN, subject, reply, line, chunk, k, size))
-                        pos += k * length
+                    run = self._run(buf, pos, start, stop, subject, reply, size)
+                    if run is not None:
+                        ops.append(run)
+                        pos += len(run[4])
                         continue
-                    self._no_run_before = pos + k * length
                 # `[reply ]size\r\npayload\r\n` is, byte for byte, the tail of the MSG frame that
                 # delivers this message: hand it over as one slice instead of formatting it again.
                 payload = buf[start:stop]
@@ -343,6 +343,52 @@ class Parser:
             else:  # ERR
                 ops.append((ERR, arg.decode("utf-8", "replace")))
             pos = nl + 1
+
+    def _run(
+        self, buf: bytes, pos: int, start: int, stop: int, subject: bytes, reply: bytes | None, size: int
+    ) -> Op | None:
+        """A PUBRUN op for the canonical PUBs from `pos` (the first parsed up to `stop`) that share its
+        subject and reply, or None when there are fewer than two (or a payload holds `PUB subject `).
+
+        Frames with the very same control line are verified by strided slices (`_run_length`); others
+        one by one. A frame that is incomplete, malformed or over a limit ends the run, and the main
+        loop deals with it as usual."""
+        prefix = buf[pos : pos + 5 + len(subject)]  # `PUB subject `
+        end = stop + 2
+        if not buf.startswith(prefix, end):
+            return None
+        line = buf[pos:start]
+        if buf.startswith(line, end):
+            length = end - pos
+            count = _run_length(buf, pos, length, line)
+            end = pos + count * length
+            uniform = size
+        else:
+            count, uniform = 1, size
+        nbytes = count * size
+        n, match, max_line, max_payload = len(buf), _FAST_PUB.match, self.max_control_line, self.max_payload
+        while buf.startswith(prefix, end):
+            fast = match(buf, end)
+            if fast is None or fast.group(1) != subject or fast.group(2) != reply:
+                break
+            after = fast.end()
+            if after - fast.end(3) != 2 or fast.end(3) - end - 4 > max_line:
+                break
+            one = int(fast.group(3))
+            next_end = after + one + 2
+            if one > max_payload or next_end > n or buf[next_end - 2] != 13 or buf[next_end - 1] != 10:
+                break
+            if one != uniform:
+                uniform = -1
+            count += 1
+            nbytes += one
+            end = next_end
+        chunk = buf[pos:end]
+        # A payload holding `prefix` too would make replace() touch it: no run then.
+        if count < 2 or chunk.count(prefix) != count:
+            self._no_run_before = end
+            return None
+        return (PUBRUN, subject, reply, prefix, chunk, count, nbytes, uniform)
 
     @staticmethod
     def _skip_name(buf: bytes, pos: int, end: int, kind: int) -> int:

@@ -73,8 +73,8 @@ def publisher(
 ) -> None:
     s = connect(port)
     ping(s)
-    # mixed: sizes alternate (size, size + 1), so no two consecutive PUBs share a control line.
-    frames = [pub_frame(subject, size + i) for i in range(2 if mixed else 1)]
+    # mixed: subjects alternate (`subject`, `subject` + "2"), so no two consecutive PUBs share a subject.
+    frames = [pub_frame(subject + ("2" if i else ""), size) for i in range(2 if mixed else 1)]
     unit = b"".join(frames)
     per = max(1, BATCH_BYTES // len(unit)) * len(frames)  # messages per batch
     batch = unit * (per // len(frames))

@@ -7,11 +7,11 @@ from typing import Any
 
 NAMES = {
     "pub": "publish only",
-    "pub-mix": "publish only, mixed",
+    "pub-mix": "publish only, 2 subjects",
     "1-1": "1 -> 1",
-    "1-1-mix": "1 -> 1, mixed",
+    "1-1-mix": "1 -> 1, 2 subjects",
     "1-4": "1 -> 4 fan-out",
-    "1-4-mix": "1 -> 4 fan-out, mixed",
+    "1-4-mix": "1 -> 4, 2 subjects",
     "queue-4": "1 -> queue of 4",
     "4-4": "4 -> 4",
     "busy": "1 -> 1, 100k idle subs",

@@ -27,9 +27,9 @@ from bench.broker.report import render_chart, render_table  # noqa: E402
 from tests.servers import ServerProcess, nats_server_binary, start_server  # noqa: E402
 
 SERVERS = ("pynatsd", "nats-server")
-# name -> (publishers, subscribers, queue group, idle subscriptions, share of the base count, mixed sizes)
-# "-mix": payload sizes alternate (size, size + 1), so no two consecutive PUBs share a control line and
-# pynatsd's run fast path (protocol.ops.PUBRUN) never applies: the per-message path, as with real traffic.
+# name -> (publishers, subscribers, queue group, idle subscriptions, share of the base count, mixed subjects)
+# "-mix": subjects alternate (bench.s, bench.s2; subscribers on bench.*), so no two consecutive PUBs share
+# a subject and pynatsd's run fast path (protocol.ops.PUBRUN) never applies: the per-message path.
 PUBSUB: dict[str, tuple[int, int, bool, int, float, bool]] = {
     "pub": (1, 0, False, 0, 2.0, False),
     "pub-mix": (1, 0, False, 0, 1.0, True),

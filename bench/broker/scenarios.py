@@ -78,7 +78,15 @@ def pubsub(
         expected = 0 if queue else n
         for i in range(subs):
             w.spawn(
-                gen.subscriber, port, SUBJECT, "q" if queue else "", expected, i, w.ready, w.done, w.results
+                gen.subscriber,
+                port,
+                "bench.*" if mixed else SUBJECT,
+                "q" if queue else "",
+                expected,
+                i,
+                w.ready,
+                w.done,
+                w.results,
             )
         w.wait_ready(subs)
         share = [n // pubs + (1 if i < n % pubs else 0) for i in range(pubs)]

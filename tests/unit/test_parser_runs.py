@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from protocol.ops import PING, PUB, PUBRUN, Op
 from protocol.parser import Parser, expand_run
 
-LINE_TRICKS = [b"", b"x", b"PUB a 3\r\n", b"\r\n", b"PUB a r 3\r\n"]
+LINE_TRICKS = [b"", b"x", b"PUB a 3\r\n", b"\r\n", b"PUB a r 3\r\n", b"PUB a ", b"PUB a.b "]
 
 
 @st.composite
@@ -50,19 +50,26 @@ def test_runs_expand_to_the_plain_ops(data: bytes, cuts: list[int]) -> None:
 def test_identical_frames_make_one_run_whose_replace_frames_every_message() -> None:
     frame = b"PUB s 16\r\n" + b"y" * 16 + b"\r\n"
     (op,) = Parser(runs=True).feed(frame * 1000)
-    assert op[0] == PUBRUN and op[5] == 1000 and op[3] == b"PUB s 16\r\n"
-    assert op[4].replace(op[3], b"MSG s 9 16\r\n") == (b"MSG s 9 16\r\n" + b"y" * 16 + b"\r\n") * 1000
+    assert op[0] == PUBRUN and op[5] == 1000 and op[3] == b"PUB s " and op[6:] == (16000, 16)
+    assert op[4].replace(op[3], b"MSG s 9 ") == (b"MSG s 9 16\r\n" + b"y" * 16 + b"\r\n") * 1000
+
+
+def test_one_subject_with_varying_sizes_makes_one_run() -> None:
+    data = b"PUB s r 1\r\nx\r\nPUB s r 2\r\nxy\r\nPUB s r 1\r\nz\r\n"
+    (op,) = Parser(runs=True).feed(data)
+    assert op[0] == PUBRUN and op[5:] == (3, 4, -1)
+    assert op[4].replace(op[3], b"MSG s 9 ") == data.replace(b"PUB s ", b"MSG s 9 ")
 
 
 def test_a_payload_holding_the_line_falls_back_to_single_pubs() -> None:
-    frame = b"PUB a 9\r\nPUB a 9\r\n\r\n"
+    frame = b"PUB a 6\r\nPUB a \r\n"
     ops = Parser(runs=True).feed(frame * 3 + b"PING\r\n")
     assert [op[0] for op in ops] == [PUB, PUB, PUB, PING]
 
 
 def test_a_run_stops_at_the_first_different_frame() -> None:
     same = b"PUB a 1\r\nx\r\n"
-    ops = Parser(runs=True).feed(same * 5 + b"PUB a 2\r\nxy\r\n" + same * 2)
+    ops = Parser(runs=True).feed(same * 5 + b"PUB b 2\r\nxy\r\n" + same * 2)
     assert [(op[0], op[5] if op[0] == PUBRUN else op[3]) for op in ops] == [
         (PUBRUN, 5),
         (PUB, b"xy"),
