@@ -409,32 +409,39 @@ class Connection(asyncio.Protocol):
             or (groups and (size < 0 or any(sub.conn is skip for sub in targets)))
             or (len(targets) > 1 and len({id(sub.conn) for sub in targets}) < len(targets))
         ):
-            for pub in expand_run(op):
-                if self.closed:
-                    return
-                self._on_pub(pub[1], pub[2], None, pub[3], pub[4])
+            self._on_pubs(op)
             return
+        head = b"MSG " + subject + b" "
+        framed: dict[Subscription, bytes] = {}  # the run framed for each target
+        for sub in targets:
+            if sub.conn is not skip:
+                new = head + sub.sid_sp
+                data = chunk.replace(prefix, new)
+                if len(data) != len(chunk) + count * (len(new) - len(prefix)):
+                    # A payload holds `PUB subject ` too, and replace() touched it: message by message.
+                    self._on_pubs(op)
+                    return
+                framed[sub] = data
         self.in_msgs += count
         self.in_bytes += nbytes
         fanout = len(plain) + len(groups)
         self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += count
-        head = b"MSG " + subject + b" "
         delivered = False
         for sub in plain:
             if sub.conn is not skip:
-                _deliver_run(sub, chunk.replace(prefix, head + sub.sid_sp), count, nbytes)
+                _deliver_run(sub, framed[sub], count, nbytes)
                 delivered = True
         for group in groups:
             # One random member per message, as in _on_pub (every member can take it: checked above);
             # all frames of a member have one length, as all payloads have one size.
-            framed = [chunk.replace(prefix, head + sub.sid_sp) for sub in group]
+            framed_group = [framed[sub] for sub in group]
             picked: list[list[bytes]] = [[] for _ in group]
-            steps = [len(data) // count for data in framed]  # frame length differs with the sid
+            steps = [len(data) // count for data in framed_group]  # frame length differs with the sid
             n, rnd = len(group), random.random
             for i in range(count):
                 m = int(rnd() * n)
                 step = steps[m]
-                picked[m].append(framed[m][i * step : i * step + step])
+                picked[m].append(framed_group[m][i * step : i * step + step])
             for sub, frames in zip(group, picked, strict=True):
                 if frames:
                     _deliver_run(sub, b"".join(frames), len(frames), len(frames) * size)
@@ -442,6 +449,13 @@ class Connection(asyncio.Protocol):
         if not delivered and reply is not None and opts.no_responders:
             for _ in range(count):
                 self._no_responders(subject, reply)
+
+    def _on_pubs(self, run: Op) -> None:
+        """A PUBRUN op the slow way: its PUBs one by one."""
+        for pub in expand_run(run):
+            if self.closed:
+                return
+            self._on_pub(pub[1], pub[2], None, pub[3], pub[4])
 
     def _no_responders(self, subject: bytes, reply: bytes) -> None:
         """Tell a requester that nobody received its request: a 503 on its own reply subscription."""

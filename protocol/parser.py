@@ -203,17 +203,18 @@ class Parser:
         pending = self._pending
         acc = self._acc
         assert pending is not None and acc is not None
-        acc += data
         size = pending[4]
-        if len(acc) < size + 2:
+        need = size + 2 - len(acc)
+        if len(data) < need:
+            acc += data
             return b""
+        acc += data[:need]  # only what completes the frame: the rest is parsed from `data` itself
         if acc[size] != 13 or acc[size + 1] != 10:
             raise errors.UnknownOperation("payload not followed by CRLF")
         self._emit(pending, bytes(acc[:size]), ops)
-        rest = bytes(acc[size + 2 :])
         self._pending = None
         self._acc = None
-        return rest
+        return data[need:]
 
     @staticmethod
     def _emit(pending: tuple[Any, ...], body: bytes, ops: list[Op]) -> None:
@@ -348,7 +349,7 @@ class Parser:
         self, buf: bytes, pos: int, start: int, stop: int, subject: bytes, reply: bytes | None, size: int
     ) -> Op | None:
         """A PUBRUN op for the canonical PUBs from `pos` (the first parsed up to `stop`) that share its
-        subject and reply, or None when there are fewer than two (or a payload holds `PUB subject `).
+        subject and reply, or None when there are fewer than two.
 
         Frames with the very same control line are verified by strided slices (`_run_length`); others
         one by one. A frame that is incomplete, malformed or over a limit ends the run, and the main
@@ -383,12 +384,10 @@ class Parser:
             count += 1
             nbytes += one
             end = next_end
-        chunk = buf[pos:end]
-        # A payload holding `prefix` too would make replace() touch it: no run then.
-        if count < 2 or chunk.count(prefix) != count:
+        if count < 2:
             self._no_run_before = end
             return None
-        return (PUBRUN, subject, reply, prefix, chunk, count, nbytes, uniform)
+        return (PUBRUN, subject, reply, prefix, buf[pos:end], count, nbytes, uniform)
 
     @staticmethod
     def _skip_name(buf: bytes, pos: int, end: int, kind: int) -> int:

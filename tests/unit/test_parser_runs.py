@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.ops import PING, PUB, PUBRUN, Op
+from protocol.ops import PUB, PUBRUN, Op
 from protocol.parser import Parser, expand_run
 
 LINE_TRICKS = [b"", b"x", b"PUB a 3\r\n", b"\r\n", b"PUB a r 3\r\n", b"PUB a ", b"PUB a.b "]
@@ -61,10 +61,16 @@ def test_one_subject_with_varying_sizes_makes_one_run() -> None:
     assert op[4].replace(op[3], b"MSG s 9 ") == data.replace(b"PUB s ", b"MSG s 9 ")
 
 
-def test_a_payload_holding_the_line_falls_back_to_single_pubs() -> None:
+def test_a_payload_holding_the_prefix_shows_in_the_replaced_length() -> None:
+    """The contract the broker relies on to fall back to single PUBs (see protocol.ops.PUBRUN)."""
     frame = b"PUB a 6\r\nPUB a \r\n"
-    ops = Parser(runs=True).feed(frame * 3 + b"PING\r\n")
-    assert [op[0] for op in ops] == [PUB, PUB, PUB, PING]
+    (op,) = Parser(runs=True).feed(frame * 3)
+    _, _, _, prefix, chunk, count, _, _ = op
+    new = b"MSG a 1 "
+    assert len(chunk.replace(prefix, new)) != len(chunk) + count * (len(new) - len(prefix))
+    clean = b"PUB a 6\r\nPUB b \r\n" * 3
+    (op,) = Parser(runs=True).feed(clean)
+    assert len(op[4].replace(op[3], new)) == len(clean) + 3 * (len(new) - len(op[3]))
 
 
 def test_a_run_stops_at_the_first_different_frame() -> None:
