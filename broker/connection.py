@@ -412,8 +412,8 @@ class Connection(asyncio.Protocol):
             self._on_pubs(op)
             return
         head = b"MSG " + subject + b" "
-        framed: dict[Subscription, bytes] = {}  # the run framed for each target
-        for sub in targets:
+        framed = []  # (subscription, the whole run framed for it)
+        for sub in plain:
             if sub.conn is not skip:
                 new = head + sub.sid_sp
                 data = chunk.replace(prefix, new)
@@ -421,30 +421,33 @@ class Connection(asyncio.Protocol):
                     # A payload holds `PUB subject ` too, and replace() touched it: message by message.
                     self._on_pubs(op)
                     return
-                framed[sub] = data
+                framed.append((sub, data))
         self.in_msgs += count
         self.in_bytes += nbytes
         fanout = len(plain) + len(groups)
         self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += count
         delivered = False
-        for sub in plain:
-            if sub.conn is not skip:
-                _deliver_run(sub, framed[sub], count, nbytes)
-                delivered = True
-        for group in groups:
-            # One random member per message, as in _on_pub (every member can take it: checked above);
-            # all frames of a member have one length, as all payloads have one size.
-            framed_group = [framed[sub] for sub in group]
-            picked: list[list[bytes]] = [[] for _ in group]
-            steps = [len(data) // count for data in framed_group]  # frame length differs with the sid
-            n, rnd = len(group), random.random
-            for i in range(count):
-                m = int(rnd() * n)
-                step = steps[m]
-                picked[m].append(framed_group[m][i * step : i * step + step])
-            for sub, frames in zip(group, picked, strict=True):
-                if frames:
-                    _deliver_run(sub, b"".join(frames), len(frames), len(frames) * size)
+        for sub, data in framed:
+            _deliver_run(sub, data, count, nbytes)
+            delivered = True
+        if groups:
+            # One random member per message, as in _on_pub (every member can take it: checked above).
+            # All payloads have one size, so frames sit at fixed offsets: each pick is the member's MSG
+            # prefix plus a slice of the input, whatever the payloads hold.
+            step, skip_prefix, rnd = len(chunk) // count, len(prefix), random.random
+            for group in groups:
+                n = len(group)
+                heads = [head + sub.sid_sp for sub in group]
+                picked: list[list[bytes]] = [[] for _ in group]
+                for i in range(0, count * step, step):
+                    m = int(rnd() * n)
+                    frames = picked[m]
+                    frames.append(heads[m])
+                    frames.append(chunk[i + skip_prefix : i + step])
+                for sub, frames in zip(group, picked, strict=True):
+                    if frames:
+                        k = len(frames) // 2
+                        _deliver_run(sub, b"".join(frames), k, k * size)
             delivered = True
         if not delivered and reply is not None and opts.no_responders:
             for _ in range(count):

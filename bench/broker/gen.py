@@ -246,3 +246,47 @@ def requester(
             rtts.append(rtt)
     results.put(("req", idx, rtts))
     s.close()
+
+
+# -- the generator's own ceiling: the same clients against stand-ins that do no broker work ----------
+INFO_LINE = b'INFO {"server_id":"stand-in","max_payload":1048576} \r\n'
+
+
+def sink(listener: socket.socket) -> None:
+    """Accept one client; read and discard everything, answering each PING: a publisher's ceiling."""
+    conn, _ = listener.accept()
+    conn.sendall(INFO_LINE)
+    buf = bytearray(RECV_BYTES)
+    tail = b""
+    while True:
+        n = conn.recv_into(buf)
+        if n == 0:
+            break
+        pings = buf.count(b"PING\r\n", 0, n) + (tail[-5:] + bytes(buf[: min(n, 5)])).count(b"PING\r\n")
+        tail = (tail + bytes(buf[max(0, n - 6) : n]))[-6:]
+        if pings:
+            conn.sendall(b"PONG\r\n" * pings)
+    conn.close()
+
+
+def source(listener: socket.socket, subject: str, count: int, size: int, go: Event) -> None:
+    """Accept one subscriber, answer its PING, then on `go` write `count` MSG frames as fast as it can:
+    a subscriber's ceiling."""
+    conn, _ = listener.accept()
+    conn.sendall(INFO_LINE)
+    buf = b""
+    while b"PING\r\n" not in buf:
+        buf += conn.recv(65536)
+    conn.sendall(b"PONG\r\n")
+    frame = f"MSG {subject} 1 {size}\r\n".encode() + b"x" * size + b"\r\n"
+    per = max(1, BATCH_BYTES // len(frame))
+    batch = frame * per
+    go.wait(TIMEOUT)
+    try:
+        for _ in range(count // per):
+            conn.sendall(batch)
+        conn.sendall(frame * (count % per))
+        conn.recv(1)  # until the subscriber hangs up
+    except OSError:
+        pass
+    conn.close()

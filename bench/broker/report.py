@@ -30,6 +30,10 @@ def _value(row: dict[str, Any], kind: str) -> str:
     return f"{s['median'] / 1e6:.3f}M/s"
 
 
+def _gen(ok: bool | None) -> str:
+    return "n/a" if ok is None else "yes" if ok else "NO"
+
+
 def render_table(r: dict[str, Any], header: bool = True) -> str:
     """Rows: median per side (rates in msgs/s delivered; request/reply p50/p90/p99), ratio, target."""
     lines = []
@@ -55,13 +59,22 @@ def render_table(r: dict[str, Any], header: bool = True) -> str:
         lines.append(
             f"{NAMES[row['scenario']]:<24}{_size(row['size']):>7}{_value(row, 'pynatsd'):>19}"
             f"{_value(row, 'nats-server'):>19}{row['ratio']:>7.2f}{tgt:>8}  "
-            f"{'yes' if row['generator_ok'] else 'NO':<7}{lost}"
+            f"{_gen(row['generator_ok']):<7}{lost}"
         )
     if header:
         lines.append(
             "rates: msgs/s delivered to all subscribers (publish only: accepted); ratio = pynatsd /"
-            " nats-server (request/reply: of p50 latency); gen ok = nats-server beat pynatsd with the same"
-            " generator; '!' = target missed; lost = messages not delivered, pynatsd/nats-server"
+            " nats-server (request/reply: of p50 latency); gen ok = the generator has gone >= 1.1x"
+            " nats-server's rate (with pynatsd, or against stand-in servers: ceilings below); '!' = target"
+            " missed; lost = messages not delivered, pynatsd/nats-server"
+        )
+    if header and r.get("ceilings"):
+        lines.append(
+            "generator ceiling against stand-ins (msgs/s): "
+            + ", ".join(
+                f"{_size(int(size))}: publisher {c['pub'] / 1e6:.2f}M, subscriber {c['sub'] / 1e6:.2f}M"
+                for size, c in r["ceilings"].items()
+            )
         )
     m = r.get("memory")
     if header and m:

@@ -8,6 +8,7 @@ publish-only rate is messages over (first PUB sent - PONG after the last one).
 from __future__ import annotations
 
 import multiprocessing as mp
+import socket
 import statistics
 import time
 from collections.abc import Callable
@@ -197,6 +198,36 @@ def stalled(port: int, pid: int, size: int, n: int, fast: int = 2) -> dict[str, 
         "fast_lost": sum(n - c for c in fast_counts),
         "stalled_dropped": closed,
     }
+
+
+def ceiling(size: int, n: int) -> dict[str, float]:
+    """The generator's own limits at `size`: one publisher into a sink, one subscriber fed by a source
+    (stand-ins that parse and route nothing), in msgs/s."""
+    out = {}
+    for role in ("pub", "sub"):
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            port = listener.getsockname()[1]
+            w = Workers.new()
+            try:
+                if role == "pub":
+                    w.spawn(gen.sink, listener)
+                    w.spawn(gen.publisher, port, SUBJECT, n, size, 0, w.ready, w.go, w.results)
+                else:
+                    w.spawn(gen.source, listener, SUBJECT, n, size, w.go)
+                    w.spawn(gen.subscriber, port, SUBJECT, "", n, 0, w.ready, w.done, w.results)
+                w.wait_ready(1)
+                t0 = time.monotonic()
+                w.go.set()
+                (result,) = w.collect(1)
+            finally:
+                w.reap()
+        if role == "pub":
+            start, end, count = result[2]
+            out["pub"] = count / (end - start)
+        else:
+            count, last = result[2]
+            out["sub"] = count / (last - t0)
+    return out
 
 
 def summary(values: list[float]) -> dict[str, float]:
