@@ -261,6 +261,7 @@ class Parser:
                 if (
                     runs
                     and buf.startswith(subject, stop + 6)  # cheap pre-check: the next PUB's subject?
+                    and buf.startswith(b" ", stop + 6 + len(subject))
                     and pos >= self._no_run_before
                     and start - fast.end(3) == 2
                 ):
