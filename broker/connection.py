@@ -394,7 +394,7 @@ class Connection(asyncio.Protocol):
         (auto-unsubscribe, verbose, pedantic, a refused publish, a connection with several matching
         subscriptions) takes the per-message path, so each connection receives exactly the bytes the
         per-message path writes."""
-        _, subject, reply, prefix, chunk, count, nbytes, size = op
+        _, subject, reply, prefix, view, count, nbytes, size = op
         opts = self.opts
         plain, groups = self.sublist.match(subject)
         skip = None if opts.echo else self
@@ -413,6 +413,7 @@ class Connection(asyncio.Protocol):
             return
         head = b"MSG " + subject + b" "
         framed = []  # (subscription, the whole run framed for it)
+        chunk = bytes(view) if plain else view
         for sub in plain:
             if sub.conn is not skip:
                 new = head + sub.sid_sp

@@ -9,15 +9,15 @@ and a tuple costs a tenth of a dataclass instance. Layouts:
         (protocol.encoder.msg_tail); for a canonical PUB line it is sliced from the input, not rebuilt
     (HPUB,  subject: bytes, reply: bytes | None, headers: bytes, payload: bytes)
         headers is the raw header block (`NATS/1.0…\\r\\n\\r\\n`), payload what follows it
-    (PUBRUN, subject: bytes, reply: bytes | None, prefix: bytes, chunk: bytes, count: int, nbytes: int,
-             size: int)
+    (PUBRUN, subject: bytes, reply: bytes | None, prefix: bytes, chunk: memoryview, count: int,
+             nbytes: int, size: int)
         `count` >= 2 back-to-back canonical PUBs (`PUB subject [reply ]size\r\n`, single spaces) to one
-        subject and reply, as sent, in `chunk`. `prefix` (`PUB subject `) starts every frame, so
-        `chunk.replace(prefix, b"MSG subject sid ")` frames every message for one subscriber at once —
-        unless a payload holds `prefix` too: the result then grows by other than `count` times the
-        difference, and the caller falls back to single PUBs. `nbytes` is the payload total, `size`
-        the payload size when all are equal (else -1). Emitted only by a Parser made with `runs=True`;
-        `protocol.parser.expand_run` turns it back into PUB ops.
+        subject and reply, as sent, in `chunk` (a view of the read, not a copy). `prefix` (`PUB subject `)
+        starts every frame, so `bytes(chunk).replace(prefix, b"MSG subject sid ")` frames every message
+        for one subscriber at once — unless a payload holds `prefix` too: the result then grows by other
+        than `count` times the difference, and the caller falls back to single PUBs. `nbytes` is the
+        payload total, `size` the payload size when all are equal (else -1). Emitted only by a Parser
+        made with `runs=True`; `protocol.parser.expand_run` turns it back into PUB ops.
     (SUB,   subject: bytes, queue: bytes | None, sid: bytes)
     (UNSUB, sid: bytes, max_msgs: int | None)     max_msgs -1 when given but not a valid size
     (PING,) (PONG,) (OK,)

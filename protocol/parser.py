@@ -102,7 +102,8 @@ def _run_length(buf: bytes, pos: int, length: int, line: bytes) -> int:
 
 def expand_run(op: Op) -> list[Op]:
     """The PUB ops a PUBRUN op stands for."""
-    _, subject, reply, _prefix, chunk, count, _nbytes, _size = op
+    _, subject, reply, _prefix, view, count, _nbytes, _size = op
+    chunk = bytes(view)
     ops: list[Op] = []
     pos = 0
     for _ in range(count):
@@ -184,22 +185,24 @@ class Parser:
             raise errors.UnknownOperation("parser is closed after an error")
         ops: list[Op] = []
         try:
+            start = 0
             if self._pending is not None:
-                data = self._continue_payload(data, ops)
+                start = self._continue_payload(data, ops)
                 if self._pending is not None:
                     return ops
             elif self._buf:
                 data = self._buf + data
                 self._buf = b""
-            if data:
-                self._parse(data, ops)
+            if start < len(data):
+                self._parse(data, ops, start)
         except errors.ProtocolError as err:
             self.dead = True
             err.ops = ops
             raise
         return ops
 
-    def _continue_payload(self, data: bytes, ops: list[Op]) -> bytes:
+    def _continue_payload(self, data: bytes, ops: list[Op]) -> int:
+        """Add `data` to the payload being gathered; return where the rest of `data` starts."""
         pending = self._pending
         acc = self._acc
         assert pending is not None and acc is not None
@@ -207,14 +210,14 @@ class Parser:
         need = size + 2 - len(acc)
         if len(data) < need:
             acc += data
-            return b""
-        acc += data[:need]  # only what completes the frame: the rest is parsed from `data` itself
+            return len(data)
+        acc += data[:need]  # only what completes the frame: the rest is parsed in place, not copied
         if acc[size] != 13 or acc[size + 1] != 10:
             raise errors.UnknownOperation("payload not followed by CRLF")
         self._emit(pending, bytes(acc[:size]), ops)
         self._pending = None
         self._acc = None
-        return data[need:]
+        return need
 
     @staticmethod
     def _emit(pending: tuple[Any, ...], body: bytes, ops: list[Op]) -> None:
@@ -231,11 +234,10 @@ class Parser:
             return [a for a in _SPLIT_ARGS.split(arg) if a]
         return arg.split()
 
-    def _parse(self, buf: bytes, ops: list[Op]) -> None:
+    def _parse(self, buf: bytes, ops: list[Op], pos: int) -> None:
         self._slow_split = b"\x0b" in buf or b"\x0c" in buf
         self._no_run_before = 0
         runs = self.runs
-        pos = 0
         n = len(buf)
         find = buf.find
         fast_pub = _FAST_PUB.match
@@ -388,7 +390,8 @@ class Parser:
         if count < 2:
             self._no_run_before = end
             return None
-        return (PUBRUN, subject, reply, prefix, buf[pos:end], count, nbytes, uniform)
+        # A view, not a copy: a publisher with no subscriber costs no copy of its stream at all.
+        return (PUBRUN, subject, reply, prefix, memoryview(buf)[pos:end], count, nbytes, uniform)
 
     @staticmethod
     def _skip_name(buf: bytes, pos: int, end: int, kind: int) -> int:

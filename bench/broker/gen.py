@@ -253,7 +253,7 @@ INFO_LINE = b'INFO {"server_id":"stand-in","max_payload":1048576} \r\n'
 
 
 def sink(listener: socket.socket) -> None:
-    """Accept one client; read and discard everything, answering each PING: a publisher's ceiling."""
+    """Accept one client; read and discard everything, answering its PINGs: a publisher's ceiling."""
     conn, _ = listener.accept()
     conn.sendall(INFO_LINE)
     buf = bytearray(RECV_BYTES)
@@ -262,10 +262,10 @@ def sink(listener: socket.socket) -> None:
         n = conn.recv_into(buf)
         if n == 0:
             break
-        pings = buf.count(b"PING\r\n", 0, n) + (tail[-5:] + bytes(buf[: min(n, 5)])).count(b"PING\r\n")
+        # A publisher PINGs only when it waits for the answer: the stream then ends with the PING.
         tail = (tail + bytes(buf[max(0, n - 6) : n]))[-6:]
-        if pings:
-            conn.sendall(b"PONG\r\n" * pings)
+        if tail == b"PING\r\n":
+            conn.sendall(b"PONG\r\n")
     conn.close()
 
 

@@ -51,26 +51,27 @@ def test_identical_frames_make_one_run_whose_replace_frames_every_message() -> N
     frame = b"PUB s 16\r\n" + b"y" * 16 + b"\r\n"
     (op,) = Parser(runs=True).feed(frame * 1000)
     assert op[0] == PUBRUN and op[5] == 1000 and op[3] == b"PUB s " and op[6:] == (16000, 16)
-    assert op[4].replace(op[3], b"MSG s 9 ") == (b"MSG s 9 16\r\n" + b"y" * 16 + b"\r\n") * 1000
+    assert bytes(op[4]).replace(op[3], b"MSG s 9 ") == (b"MSG s 9 16\r\n" + b"y" * 16 + b"\r\n") * 1000
 
 
 def test_one_subject_with_varying_sizes_makes_one_run() -> None:
     data = b"PUB s r 1\r\nx\r\nPUB s r 2\r\nxy\r\nPUB s r 1\r\nz\r\n"
     (op,) = Parser(runs=True).feed(data)
     assert op[0] == PUBRUN and op[5:] == (3, 4, -1)
-    assert op[4].replace(op[3], b"MSG s 9 ") == data.replace(b"PUB s ", b"MSG s 9 ")
+    assert bytes(op[4]).replace(op[3], b"MSG s 9 ") == data.replace(b"PUB s ", b"MSG s 9 ")
 
 
 def test_a_payload_holding_the_prefix_shows_in_the_replaced_length() -> None:
     """The contract the broker relies on to fall back to single PUBs (see protocol.ops.PUBRUN)."""
     frame = b"PUB a 6\r\nPUB a \r\n"
     (op,) = Parser(runs=True).feed(frame * 3)
-    _, _, _, prefix, chunk, count, _, _ = op
+    _, _, _, prefix, view, count, _, _ = op
+    chunk = bytes(view)
     new = b"MSG a 1 "
     assert len(chunk.replace(prefix, new)) != len(chunk) + count * (len(new) - len(prefix))
     clean = b"PUB a 6\r\nPUB b \r\n" * 3
     (op,) = Parser(runs=True).feed(clean)
-    assert len(op[4].replace(op[3], new)) == len(clean) + 3 * (len(new) - len(op[3]))
+    assert len(bytes(op[4]).replace(op[3], new)) == len(clean) + 3 * (len(new) - len(op[3]))
 
 
 def test_a_run_stops_at_the_first_different_frame() -> None:
