@@ -42,7 +42,7 @@ PUBSUB: dict[str, tuple[int, int, bool, int, float, bool]] = {
     "busy": (1, 1, False, 100_000, 1.0, False),
 }
 ALL = [*PUBSUB, "reqrep"]
-BASE = {16: 500_000, 128: 300_000, 1024: 100_000}  # messages per run by payload size
+BASE = {16: 1_000_000, 128: 500_000, 1024: 200_000}  # messages per run by payload size
 REQUESTS = 3000
 # Issue 4's targets: minimum ratio pynatsd/nats-server (rates), maximum for request/reply p50 latency.
 TARGETS = {("1-1", 16): 0.5, ("pub", 16): 0.5, ("1-4", 16): 0.6, ("queue-4", 16): 0.5, ("reqrep", 16): 1.5}
@@ -126,7 +126,7 @@ def nats_server_version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--reps", type=int, default=3, help="repetitions per side (medians are reported)")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions per side (medians are reported)")
     ap.add_argument("--scenarios", default=",".join(ALL))
     ap.add_argument("--sizes", default="16,128,1024")
     ap.add_argument("--smoke", action="store_true", help="seconds-long harness check: tiny counts, 1 rep")
