@@ -7,7 +7,7 @@ import contextlib
 import platform
 import signal
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from broker.logging import get_logger
 from broker.options import Options
 from broker.outbound import FlushScheduler
 from broker.tls import server_context
-from matcher import Sublist
+from matcher import Sublist, SublistStats, combine_stats
 from protocol import encoder
 
 if TYPE_CHECKING:
@@ -156,6 +156,15 @@ class Server:
             sublist = Sublist(cache=not self.options.disable_sublist_cache)
             self.account_sublists[account] = sublist
         return sublist
+
+    def sublist_stats(self) -> SublistStats:
+        """Index counters summed over every account's subject space."""
+        return combine_stats([sl.stats() for sl in self.account_sublists.values()])
+
+    def subscriptions(self) -> Iterator[Subscription]:
+        """Every subscription, in every account."""
+        for sublist in self.account_sublists.values():
+            yield from sublist.subscriptions()
 
     @property
     def listening(self) -> bool:
