@@ -259,7 +259,8 @@ class Server:
                 self.loop.add_signal_handler(sig, handler, sig)
 
     def _trapped(self, sig: int) -> None:
-        log.info("Trapped %r signal", signal.Signals(sig).name)
+        name = signal.Signals(sig)
+        log.info('Trapped "%s" signal', _GO_SIGNAL_NAMES.get(name, name.name))
 
     def _on_reload_signal(self, sig: int) -> None:
         self._trapped(sig)
@@ -421,6 +422,16 @@ class Server:
             info["ldm"] = True
         info["pynatsd_version"] = __version__
         return encoder.encode_info(info)
+
+
+# How nats-server (Go's syscall.Signal.String) names the signals in its "Trapped" log line.
+_GO_SIGNAL_NAMES = {
+    signal.SIGINT: "interrupt",
+    signal.SIGTERM: "terminated",
+    signal.SIGHUP: "hangup",
+    signal.SIGUSR1: "user defined signal 1",
+    signal.SIGUSR2: "user defined signal 2",
+}
 
 
 class PidFileError(OSError):

@@ -14,7 +14,7 @@ import nats
 import pytest
 
 from tests.conftest import need_tool
-from tests.servers import free_port, nats_server_binary, start_server
+from tests.servers import ServerProcess, free_port, nats_server_binary, start_server
 
 # nats-server refuses a lame_duck_duration under 30s; with two clients it closes them a second apart anyway.
 CONFIG = 'lame_duck_duration: "30s"\nlame_duck_grace_period: "500ms"\n'
@@ -98,3 +98,35 @@ async def test_lame_duck_without_clients_exits_at_once(tmp_path: Path) -> None:
         assert "Entering lame duck mode" in server.log()
     finally:
         server.stop(signal.SIGKILL)
+
+
+async def test_sigterm_does_not_cut_lame_duck_mode_short_but_sigint_does(tmp_path: Path) -> None:
+    """As nats-server: during lame duck mode SIGTERM is logged and ignored (systemd's stop sends it right
+    after the SIGUSR2), SIGINT still stops at once."""
+    conf = tmp_path / "ldm.conf"
+    conf.write_text('lame_duck_duration: "1h"\nlame_duck_grace_period: "1h"\n')
+    server = start_server("pynatsd", ["-c", str(conf)], log_dir=tmp_path)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"CONNECT {}\r\nPING\r\n")
+        await reader.readuntil(b"PONG\r\n")
+        server.proc.send_signal(signal.SIGUSR2)
+        await _log_shows(server, "Entering lame duck mode")
+        server.proc.send_signal(signal.SIGTERM)
+        await _log_shows(server, 'Trapped "terminated" signal')
+        # A shutdown would have run before this PING is read: the client is still served.
+        writer.write(b"PING\r\n")
+        assert await asyncio.wait_for(reader.readuntil(b"PONG\r\n"), 10) == b"PONG\r\n"
+        assert server.proc.poll() is None
+        server.proc.send_signal(signal.SIGINT)
+        assert await asyncio.to_thread(server.proc.wait, 15) == 0
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+async def _log_shows(server: ServerProcess, text: str, timeout: float = 15.0) -> None:
+    async with asyncio.timeout(timeout):
+        while text not in server.log():
+            await asyncio.sleep(0.02)
