@@ -280,13 +280,17 @@ class Server:
         if not opts.log_file:
             log.info("File log re-open ignored, not a file logger")
             return
-        configure(
-            debug=opts.debug,
-            trace=opts.trace,
-            logtime=opts.logtime,
-            utc=opts.logtime_utc,
-            log_file=opts.log_file,
-        )
+        try:
+            configure(
+                debug=opts.debug,
+                trace=opts.trace,
+                logtime=opts.logtime,
+                utc=opts.logtime_utc,
+                log_file=opts.log_file,
+            )
+        except OSError as exc:
+            log.error("Error re-opening log file %s: %s", opts.log_file, exc)
+            return
         log.info("File log re-opened")
 
     # -- lame duck mode -------------------------------------------------------------------------------
