@@ -49,7 +49,7 @@ def test_reopen_into_a_vanished_directory_keeps_the_old_log(tmp_path: Path) -> N
         text = log_file.read_text()
         assert "[ERR] Error re-opening log file" in text and "still here" in text
     finally:
-        for handler in logger.handlers:
+        for handler in list(logger.handlers):
             logger.removeHandler(handler)
             handler.close()
         for handler in saved[0]:
