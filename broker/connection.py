@@ -449,6 +449,10 @@ class Connection(asyncio.Protocol):
                     self.transport.abort()
                 else:
                     self.transport.close()
+        # A closed connection is kept for /connz?state=closed (up to max_closed_clients of them): drop what
+        # only an open one needs (outbound queue, transport, socket, timers) so each costs little.
+        self.out = None
+        self._ping_timer = self._auth_timer = self._deadline_timer = None
         self.server.forget(self)
         log.debug("%r - Client connection closed: %s", self, reason)
 

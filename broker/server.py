@@ -223,7 +223,7 @@ class Server:
                 url for sock in self.monitor.sockets for url in socket_urls("http", sock.getsockname())
             ]
         try:
-            path.write_text(json.dumps(ports, separators=(",", ":")))
+            write_atomically(path, json.dumps(ports, separators=(",", ":")))
         except OSError as exc:
             log.error("Error writing ports file (%s): %s", path, exc)
             return
@@ -444,7 +444,20 @@ class PidFileError(OSError):
 
 def write_pid_file(path: str) -> None:
     """The pid, without a trailing newline, as nats-server writes it."""
-    Path(path).write_text(str(os.getpid()))
+    write_atomically(Path(path), str(os.getpid()))
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file and a rename, so a reader never sees the file empty or half written; in
+    place (as nats-server does) when the directory does not let us create the temporary file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        path.write_text(text)
 
 
 def executable_name() -> str:

@@ -48,6 +48,11 @@ def wait_until(what: str, check: object, timeout: float = 15.0) -> None:
     pytest.fail(f"timed out waiting for {what}")
 
 
+def written(path: Path) -> bool:
+    """The file exists and has content (nats-server writes in place: it can be seen empty for a moment)."""
+    return path.exists() and path.stat().st_size > 0
+
+
 def exited(server: ServerProcess, timeout: float = 15.0) -> int:
     return server.proc.wait(timeout)
 
@@ -57,7 +62,7 @@ def running(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path, Path]]:
     """pynatsd with a pid file and a log file; yields (server, pid file, log file)."""
     pid_file, log_file = tmp_path / "pynatsd.pid", tmp_path / "pynatsd.log"
     server = start_server("pynatsd", ["-P", str(pid_file), "-l", str(log_file)], log_dir=tmp_path)
-    wait_until("the pid file", pid_file.exists)
+    wait_until("the pid file", lambda: written(pid_file))
     yield server, pid_file, log_file
     server.stop(signal.SIGKILL)
 
@@ -71,7 +76,7 @@ def test_pid_file_holds_the_pid_without_newline(kind: str, tmp_path: Path) -> No
     pid_file = tmp_path / "server.pid"
     server = start_server(kind, ["-P", str(pid_file)], log_dir=tmp_path)
     try:
-        wait_until("the pid file", pid_file.exists)
+        wait_until("the pid file", lambda: written(pid_file))
         assert pid_file.read_bytes() == str(server.proc.pid).encode()
     finally:
         assert server.stop() == 0
@@ -91,10 +96,10 @@ def test_pid_file_and_ports_dir_from_config(tmp_path: Path) -> None:
     conf.write_text(f'pid_file: "{pid_file}"\nports_file_dir: "{tmp_path}"\n')
     server = start_server("pynatsd", ["-c", str(conf)], log_dir=tmp_path)
     try:
-        wait_until("the pid file", pid_file.exists)
+        wait_until("the pid file", lambda: written(pid_file))
         assert pid_file.read_text() == str(server.proc.pid)
         ports = tmp_path / f"pynatsd_{server.proc.pid}.ports"
-        wait_until("the ports file", ports.exists)
+        wait_until("the ports file", lambda: written(ports))
         assert json.loads(ports.read_text()) == {"nats": [f"nats://127.0.0.1:{server.port}"]}
     finally:
         assert server.stop() == 0
@@ -138,7 +143,7 @@ def test_ports_file_lists_client_and_monitoring_urls(kind: str, tmp_path: Path) 
     server = start_server(kind, ["--ports_file_dir", str(ports_dir)], http_port=http_port, log_dir=tmp_path)
     ports = ports_dir / f"{kind}_{server.proc.pid}.ports"
     try:
-        wait_until("the ports file", ports.exists)
+        wait_until("the ports file", lambda: written(ports))
         assert json.loads(ports.read_text()) == {
             "nats": [f"nats://127.0.0.1:{server.port}"],
             "monitoring": [f"http://127.0.0.1:{http_port}"],
@@ -160,7 +165,7 @@ def test_ports_file_on_wildcard_address_lists_interfaces(tmp_path: Path) -> None
     )
     ports = tmp_path / f"pynatsd_{proc.pid}.ports"
     try:
-        wait_until("the ports file", ports.exists)
+        wait_until("the ports file", lambda: written(ports))
         urls = json.loads(ports.read_text())["nats"]
         assert f"nats://127.0.0.1:{port}" in urls
         assert all(url.startswith("nats://") and url.endswith(f":{port}") for url in urls)
