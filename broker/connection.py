@@ -116,6 +116,7 @@ class Connection(asyncio.Protocol):
         self._auth_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._info_after_pong = False
+        self.first_pong_sent = False  # after CONNECT: the client now takes async INFOs (nats-server's flag)
         self._trace = log.isEnabledFor(TRACE)
         # Incremented inline per publish (see HistogramCounts); values past the cap share its last slot.
         self._fanout, self._fanout_cap = server.fanout.counts, server.fanout.cap
@@ -274,6 +275,8 @@ class Connection(asyncio.Protocol):
 
     def _on_ping(self) -> None:
         self._send(encoder.PONG)
+        if self.connected:
+            self.first_pong_sent = True
         if self._info_after_pong:
             # nats-server 2.12+: right after the first PONG to a protocol-1 client, an INFO that
             # confirms the connection's account.
@@ -392,6 +395,17 @@ class Connection(asyncio.Protocol):
                 return
 
     # -- replies, errors, closing -------------------------------------------------------------------
+    @property
+    def wants_async_info(self) -> bool:
+        """True for a client that sent protocol >= 1 in CONNECT and got its first PONG (async INFOs)."""
+        return self.opts.protocol >= 1 and self.first_pong_sent
+
+    def send_raw(self, data: bytes) -> None:
+        """Queue a server-originated frame (e.g. an async INFO) and flush it."""
+        if self.out is not None and not self.closed:
+            self.out.push(data)
+            self.out.flush()
+
     def _send(self, data: bytes) -> None:
         if self.out is not None:
             self.out.push(data)
@@ -435,6 +449,10 @@ class Connection(asyncio.Protocol):
                     self.transport.abort()
                 else:
                     self.transport.close()
+        # A closed connection is kept for /connz?state=closed (up to max_closed_clients of them): drop what
+        # only an open one needs (outbound queue, transport, socket, timers) so each costs little.
+        self.out = None
+        self._ping_timer = self._auth_timer = self._deadline_timer = None
         self.server.forget(self)
         log.debug("%r - Client connection closed: %s", self, reason)
 

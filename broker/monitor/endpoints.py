@@ -425,5 +425,6 @@ def healthz(server: Server, query: Mapping[str, str]) -> tuple[int, dict[str, An
         if name in query:
             _param(query, name, parse_bool, False)
     if not server.listening:
-        return 503, {"status": "error", "error": "server is not accepting client connections"}
+        # nats-server's answer once its client listener is gone (lame duck mode, shutting down).
+        return 500, {"status": "error", "error": "failed to be ready for connections after 1ms: server"}
     return 200, {"status": "ok"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -64,6 +65,7 @@ class Monitor:
         self.registry = build_registry(server, self.cpu)
         self.runner: web.AppRunner | None = None
         self.port = 0
+        self.sockets: list[socket.socket] = []  # the listening sockets (for the ports file)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware])
@@ -117,6 +119,7 @@ class Monitor:
         await site.start()
         server = site._server
         sockets = getattr(server, "sockets", None) or []
+        self.sockets = list(sockets)
         self.port = int(sockets[0].getsockname()[1]) if sockets else port
         log.info("Starting http monitor on %s:%d", host, self.port)
         return self.port

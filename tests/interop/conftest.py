@@ -18,7 +18,6 @@ SERVER_KINDS = ("pynatsd", "nats-server")
 # it). Their pynatsd cases are strict xfails: once the feature lands they XPASS, fail, and this entry goes.
 PYNATSD_MISSING = {
     "tls": "pynatsd does not serve TLS (--tls/--tlscert/--tlskey) yet: issue 6",
-    "lame_duck": "pynatsd has no lame duck mode (SIGUSR2 / async INFO with ldm) yet: issue 7",
 }
 
 
