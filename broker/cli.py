@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from broker import NATS_COMPAT_VERSION, __version__
+from broker import NATS_COMPAT_VERSION, __version__, tls
 from broker.config import ConfigError, parse_file
 from broker.config_options import ConfigValueError, apply_config
 from broker.logging import configure, get_logger
@@ -160,7 +160,8 @@ def command(ctx: click.Context, **flags: Any) -> None:
         return
     try:
         options, warnings = options_from_config_and_flags(flags)
-    except (ConfigError, ConfigValueError) as exc:
+        tls.check(options)
+    except (ConfigError, ConfigValueError, ValueError, OSError) as exc:
         click.echo(f"nats-server: {exc}", err=True)
         ctx.exit(1)
     if flags["check_config"]:
@@ -179,13 +180,7 @@ def command(ctx: click.Context, **flags: Any) -> None:
         if flags.get(flag):
             logger.warning("--%s is not supported by pynatsd (core NATS only); ignoring it", flag)
     for flag in (
-        "tlscert",
-        "tlskey",
-        "tlscacert",
-        "tls",
-        "tlsverify",
         "signal",
-        "https_port",
         "pid",
         "ports_file_dir",
         "max_payload",
@@ -220,6 +215,9 @@ def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Op
         opts.client_advertise = flags["client_advertise"]
     if flags["http_port"] is not None:
         opts.http_port = flags["http_port"]
+    if flags["https_port"] is not None:
+        opts.https_port = flags["https_port"]
+    _tls_flags(flags, opts)
     if flags["log"] is not None:
         opts.log_file = flags["log"]
     if flags["user"] is not None:
@@ -237,6 +235,18 @@ def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Op
     if flags["logtime_utc"]:
         opts.logtime_utc = True
     return opts
+
+
+def _tls_flags(flags: dict[str, Any], opts: Options) -> None:
+    """The --tls* flags over the file's `tls {}`; --tlsverify implies --tls."""
+    for flag, field in (("tlscert", "tls_cert"), ("tlskey", "tls_key"), ("tlscacert", "tls_ca_cert")):
+        if flags[flag] is not None:
+            setattr(opts, field, flags[flag])
+    if flags["tls"] is not None:
+        opts.tls = flags["tls"]
+    if flags["tlsverify"] is not None:
+        opts.tls_verify = flags["tlsverify"]
+        opts.tls = opts.tls or opts.tls_verify
 
 
 def install_event_loop() -> str:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from broker.auth import DEFAULT_ACCOUNT, Permissions
 from broker.logging import TRACE, get_logger
+from broker.options import AUTH_TIMEOUT
 from broker.outbound import Outbound
 from protocol import encoder, errors
 from protocol.connect import ConnectOptions, parse_connect
@@ -50,6 +52,7 @@ AUTHENTICATION_TIMEOUT = "Authentication Timeout"
 MAX_CONNECTIONS_EXCEEDED = "Maximum Connections Exceeded"
 READ_ERROR = "Read Error"
 WRITE_ERROR = "Write Error"
+TLS_HANDSHAKE_FAILURE = "TLS Handshake Failure"
 
 _CLOSE_REASONS: dict[type[errors.ProtocolError], str] = {
     errors.MaxPayloadExceeded: MAX_PAYLOAD_EXCEEDED,
@@ -115,6 +118,7 @@ class Connection(asyncio.Protocol):
         self._ping_timer: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
+        self._tls_task: asyncio.Task[None] | None = None  # the upgrade after INFO, while it runs
         self._info_after_pong = False
         self._trace = log.isEnabledFor(TRACE)
         # Incremented inline per publish (see HistogramCounts); values past the cap share its last slot.
@@ -170,10 +174,69 @@ class Connection(asyncio.Protocol):
             return
         log.debug("%r - Client connection created", self)
         loop = server.loop
-        first = min(server.options.ping_interval, _FIRST_PING)
-        self._ping_timer = loop.call_later(first * (1 + random.random() * 0.2), self._ping_tick)
+        opts = server.options
+        auth_timeout = opts.auth_timeout
+        ctx = server.tls_context
+        if ctx is not None and not opts.tls_handshake_first:
+            # INFO goes out in plaintext, then the connection upgrades: until the handshake is done nothing
+            # is read as protocol (the ClientHello belongs to TLS) and nothing more is written.
+            transport.pause_reading()
+            self.out.flush()
+            self.out.pause()
+            self._tls_task = loop.create_task(self._upgrade_tls(ctx))
+            if auth_timeout == AUTH_TIMEOUT:
+                auth_timeout = opts.tls_timeout + 1.0  # nats-server's default auth timeout under TLS
+        else:
+            self._start_ping_timer()
         if server.auth.required:
-            self._auth_timer = loop.call_later(server.options.auth_timeout, self._auth_timeout)
+            self._auth_timer = loop.call_later(auth_timeout, self._auth_timeout)
+
+    def _start_ping_timer(self) -> None:
+        first = min(self.server.options.ping_interval, _FIRST_PING)
+        self._ping_timer = self.server.loop.call_later(first * (1 + random.random() * 0.2), self._ping_tick)
+
+    async def _upgrade_tls(self, ctx: ssl.SSLContext) -> None:
+        """Server-side TLS handshake on the connection's transport; the protocol then reads cleartext.
+
+        `loop.start_tls` puts its own SSL protocol under this one: afterwards `data_received` gets the
+        decrypted bytes and writes go through the returned transport.
+        """
+        raw = self.transport
+        assert raw is not None and self.out is not None
+        loop = self.server.loop
+        timeout = self.server.options.tls_timeout
+        log.debug("%r - Starting TLS client connection handshake", self)
+        # Our own timer (start_tls' would abort the socket before we can say why), as nats-server's.
+        timer = loop.call_later(timeout, self._tls_timeout, raw)
+        try:
+            tls = await loop.start_tls(raw, self, ctx, server_side=True, ssl_handshake_timeout=timeout + 60)
+        except OSError as exc:  # ssl.SSLError, TimeoutError and resets included
+            if not self.closed:
+                log.debug("%r - TLS handshake error: %s", self, exc)
+                self.close(TLS_HANDSHAKE_FAILURE)
+            return
+        finally:
+            timer.cancel()
+            self._tls_task = None
+        if self.closed or tls is None:
+            if tls is not None:
+                tls.close()
+            return
+        tls = cast(asyncio.Transport, tls)
+        log.debug("%r - TLS handshake complete", self)
+        self.transport = tls
+        tls.set_write_buffer_limits(high=256 * 1024)
+        self.out.transport = tls
+        self.out.resume()
+        self._start_ping_timer()
+
+    def _tls_timeout(self, raw: asyncio.Transport) -> None:
+        """The handshake did not finish in `tls_timeout`: nats-server's -ERR (in plaintext) and close."""
+        if self.closed:
+            return
+        log.debug("%r - TLS handshake timeout", self)
+        raw.write(encoder.encode_err(errors.SECURE_CONNECTION_TLS_REQUIRED))
+        self.close(TLS_HANDSHAKE_FAILURE)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:

@@ -6,23 +6,57 @@ import ssl
 
 from broker.options import Options
 
+# nats-server's wording for a TLS setup without its certificate or key.
+NO_CERT = "TLS Server certificate must be present and valid"
+NO_KEY = "TLS Server private key must be present and valid"
 
-def server_context(options: Options) -> ssl.SSLContext | None:
+
+def tls_configured(options: Options) -> bool:
+    return bool(options.tls or options.tls_verify or options.tls_cert)
+
+
+def server_context(options: Options, verify_clients: bool = True) -> ssl.SSLContext | None:
     """The server-side SSLContext for `options`, or None when TLS is off.
 
-    `tls_verify` requires and verifies client certificates against `tls_ca_cert` (mutual TLS).
+    `tls_verify` requires and verifies client certificates against `tls_ca_cert` (mutual TLS); pass
+    `verify_clients=False` for the https monitoring port, which, as nats-server's, never asks for one.
     """
-    if not (options.tls or options.tls_cert):
+    if not tls_configured(options):
         return None
-    if not options.tls_cert or not options.tls_key:
-        raise ValueError("TLS requires both a certificate and a key (tls_cert/tls_key)")
+    if not options.tls_cert:
+        raise ValueError(NO_CERT)
+    if not options.tls_key:
+        raise ValueError(NO_KEY)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(options.tls_cert, options.tls_key)
     if options.tls_ca_cert:
         ctx.load_verify_locations(options.tls_ca_cert)
-    if options.tls_verify:
+    if options.tls_verify and verify_clients:
         if not options.tls_ca_cert:
             raise ValueError("tls_verify needs a CA certificate (tls_ca_cert) to check clients against")
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
+
+
+def monitor_context(options: Options) -> ssl.SSLContext | None:
+    """The context of the https monitoring port (`https_port`), None for plain http; errors as nats-server's.
+
+    Raises ValueError when both ports are set or https is asked for without a TLS certificate.
+    """
+    if options.http_port and options.https_port:
+        raise ValueError(
+            f"can't specify both HTTP ({options.http_port}) and HTTPs ({options.https_port}) ports"
+        )
+    if not options.https_port:
+        return None
+    ctx = server_context(options, verify_clients=False)
+    if ctx is None:
+        raise ValueError("TLS cert and key required for HTTPS")
+    return ctx
+
+
+def check(options: Options) -> None:
+    """Builds every TLS context `options` asks for; raises ValueError or OSError (bad files) early."""
+    server_context(options)
+    monitor_context(options)
