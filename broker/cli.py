@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from broker import NATS_COMPAT_VERSION, __version__, tls
+from broker.auth import Authenticator
 from broker.config import ConfigError, parse_file
 from broker.config_options import ConfigValueError, apply_config
 from broker.logging import configure, get_logger
@@ -161,6 +162,7 @@ def command(ctx: click.Context, **flags: Any) -> None:
     try:
         options, warnings = options_from_config_and_flags(flags)
         tls.check(options)
+        Authenticator(options)  # bad permissions (e.g. allow_responses) are reported before starting
     except (ConfigError, ConfigValueError, ValueError, OSError) as exc:
         click.echo(f"nats-server: {exc}", err=True)
         ctx.exit(1)

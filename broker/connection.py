@@ -431,7 +431,7 @@ class Connection(asyncio.Protocol):
         delivered = False
         for sub in plain:
             conn = sub.conn
-            if conn is not skip and _deliver(sub, hframe if conn.opts.headers else frame):
+            if conn is not skip and _deliver(sub, hframe if conn.opts.headers else frame, reply):
                 delivered = True
         for group in groups:
             # Exactly one member per queue group: from a random start, the first that takes it.
@@ -440,7 +440,7 @@ class Connection(asyncio.Protocol):
             for i in range(n):
                 sub = group[(start + i) % n]
                 conn = sub.conn
-                if conn is not skip and _deliver(sub, hframe if conn.opts.headers else frame):
+                if conn is not skip and _deliver(sub, hframe if conn.opts.headers else frame, reply):
                     delivered = True
                     break
         if not delivered and reply is not None and opts.no_responders:
@@ -544,7 +544,7 @@ class Connection(asyncio.Protocol):
         self._ping_timer = server.loop.call_later(opts.ping_interval, self._ping_tick)
 
 
-def _deliver(sub: Subscription, frame: tuple[bytes, bytes, int]) -> bool:
+def _deliver(sub: Subscription, frame: tuple[bytes, bytes, int], reply: bytes | None) -> bool:
     """Queue one message for `sub`; False if the subscription could not take it."""
     conn = sub.conn
     if conn.closed:
@@ -555,6 +555,8 @@ def _deliver(sub: Subscription, frame: tuple[bytes, bytes, int]) -> bool:
             return False
         if sub.delivered + 1 == sub.max_msgs:
             conn._remove_sub(sub)
+    if reply is not None and conn.perms is not None and conn.perms.replies is not None:
+        conn.perms.track_reply(reply)  # allow_responses: the receiver may now answer this request
     sub.delivered += 1
     out = conn.out
     assert out is not None
