@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import ssl
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -19,6 +18,7 @@ from broker.auth import DEFAULT_ACCOUNT, Permissions
 from broker.logging import TRACE, get_logger
 from broker.options import AUTH_TIMEOUT
 from broker.outbound import Outbound
+from broker.tls import StartedCoroutine
 from protocol import encoder, errors
 from protocol.connect import ConnectOptions, parse_connect
 from protocol.ops import CONNECT, ERR, HPUB, INFO, NAMES, OK, PING, PONG, PUB, SUB, UNSUB, Op
@@ -178,14 +178,26 @@ class Connection(asyncio.Protocol):
         auth_timeout = opts.auth_timeout
         ctx = server.tls_context
         if ctx is not None and not opts.tls_handshake_first:
-            # INFO goes out in plaintext, then the connection upgrades: until the handshake is done nothing
-            # is read as protocol (the ClientHello belongs to TLS) and nothing more is written.
-            transport.pause_reading()
+            # INFO goes out in plaintext, then the connection upgrades; nothing more is written until the
+            # handshake is done. start_tls must take the transport over right here: uvloop starts reading
+            # once connection_made returns, and a ClientHello read by this protocol would be lost to TLS.
             self.out.flush()
             self.out.pause()
-            self._tls_task = loop.create_task(self._upgrade_tls(ctx))
+            timeout = opts.tls_timeout
+            log.debug("%r - Starting TLS client connection handshake", self)
+            try:
+                started = StartedCoroutine(
+                    loop.start_tls(transport, self, ctx, server_side=True, ssl_handshake_timeout=timeout + 60)
+                )
+            except (OSError, RuntimeError, TypeError) as exc:
+                log.error("%r - cannot start TLS: %s", self, exc)
+                self.close(TLS_HANDSHAKE_FAILURE)
+                return
+            # Our own timer (start_tls' would abort the socket before we can say why), as nats-server's.
+            timer = loop.call_later(timeout, self._tls_timeout, transport)
+            self._tls_task = loop.create_task(self._finish_tls(started, timer))
             if auth_timeout == AUTH_TIMEOUT:
-                auth_timeout = opts.tls_timeout + 1.0  # nats-server's default auth timeout under TLS
+                auth_timeout = timeout + 1.0  # nats-server's default auth timeout under TLS
         else:
             self._start_ping_timer()
         if server.auth.required:
@@ -195,21 +207,16 @@ class Connection(asyncio.Protocol):
         first = min(self.server.options.ping_interval, _FIRST_PING)
         self._ping_timer = self.server.loop.call_later(first * (1 + random.random() * 0.2), self._ping_tick)
 
-    async def _upgrade_tls(self, ctx: ssl.SSLContext) -> None:
-        """Server-side TLS handshake on the connection's transport; the protocol then reads cleartext.
+    async def _finish_tls(
+        self, started: StartedCoroutine[asyncio.Transport | None], timer: asyncio.TimerHandle
+    ) -> None:
+        """Waits for the server-side handshake; the protocol then reads and writes cleartext.
 
-        `loop.start_tls` puts its own SSL protocol under this one: afterwards `data_received` gets the
-        decrypted bytes and writes go through the returned transport.
+        `loop.start_tls` has put its SSL protocol under this one: `data_received` now gets the decrypted
+        bytes, and writes go through the transport it returns.
         """
-        raw = self.transport
-        assert raw is not None and self.out is not None
-        loop = self.server.loop
-        timeout = self.server.options.tls_timeout
-        log.debug("%r - Starting TLS client connection handshake", self)
-        # Our own timer (start_tls' would abort the socket before we can say why), as nats-server's.
-        timer = loop.call_later(timeout, self._tls_timeout, raw)
         try:
-            tls = await loop.start_tls(raw, self, ctx, server_side=True, ssl_handshake_timeout=timeout + 60)
+            tls = await started
         except OSError as exc:  # ssl.SSLError, TimeoutError and resets included
             if not self.closed:
                 log.debug("%r - TLS handshake error: %s", self, exc)
@@ -218,11 +225,10 @@ class Connection(asyncio.Protocol):
         finally:
             timer.cancel()
             self._tls_task = None
-        if self.closed or tls is None:
+        if self.closed or tls is None or self.out is None:
             if tls is not None:
                 tls.close()
             return
-        tls = cast(asyncio.Transport, tls)
         log.debug("%r - TLS handshake complete", self)
         self.transport = tls
         tls.set_write_buffer_limits(high=256 * 1024)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import Coroutine, Generator
+from typing import Any, Generic, TypeVar, cast
 
 from broker.options import Options
+
+T = TypeVar("T")
 
 # nats-server's wording for a TLS setup without its certificate or key.
 NO_CERT = "TLS Server certificate must be present and valid"
@@ -60,3 +64,30 @@ def check(options: Options) -> None:
     """Builds every TLS context `options` asks for; raises ValueError or OSError (bad files) early."""
     server_context(options)
     monitor_context(options)
+
+
+class StartedCoroutine(Generic[T]):
+    """A coroutine run now up to its first suspension; awaiting this object runs the rest.
+
+    `loop.start_tls` replaces the transport's protocol in the synchronous part of its body; starting
+    it eagerly lets `connection_made` hand the transport over before the loop reads a byte from it.
+    """
+
+    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
+        self._coro = coro
+        self._done = False
+        self._result: T | None = None
+        try:
+            self._yielded: Any = coro.send(None)
+        except StopIteration as stop:
+            self._done, self._result = True, stop.value
+
+    def __await__(self) -> Generator[Any, None, T]:
+        if self._done:
+            return cast(T, self._result)
+        try:
+            yield self._yielded  # the future the coroutine waits on: the awaiting task waits on it
+        except BaseException:
+            self._coro.close()
+            raise
+        return (yield from self._coro.__await__())
