@@ -18,7 +18,7 @@ from broker.auth import DEFAULT_ACCOUNT, Permissions
 from broker.logging import TRACE, get_logger
 from broker.options import AUTH_TIMEOUT
 from broker.outbound import Outbound
-from broker.tls import StartedCoroutine
+from broker.tls import StartedCoroutine, abortive_close, session_info
 from protocol import encoder, errors
 from protocol.connect import ConnectOptions, parse_connect
 from protocol.ops import CONNECT, ERR, HPUB, INFO, NAMES, OK, PING, PONG, PUB, SUB, UNSUB, Op
@@ -119,6 +119,9 @@ class Connection(asyncio.Protocol):
         self._auth_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._tls_task: asyncio.Task[None] | None = None  # the upgrade after INFO, while it runs
+        self.tls_version = ""  # "1.3" once a TLS handshake is done (monitoring)
+        self.tls_cipher = ""
+        self.tls_first = False
         self._info_after_pong = False
         self._trace = log.isEnabledFor(TRACE)
         # Incremented inline per publish (see HistogramCounts); values past the cap share its last slot.
@@ -193,12 +196,17 @@ class Connection(asyncio.Protocol):
                 log.error("%r - cannot start TLS: %s", self, exc)
                 self.close(TLS_HANDSHAKE_FAILURE)
                 return
+            if opts.tls_verify:
+                abortive_close(transport, True)  # until the client's certificate is accepted
             # Our own timer (start_tls' would abort the socket before we can say why), as nats-server's.
             timer = loop.call_later(timeout, self._tls_timeout, transport)
             self._tls_task = loop.create_task(self._finish_tls(started, timer))
             if auth_timeout == AUTH_TIMEOUT:
                 auth_timeout = timeout + 1.0  # nats-server's default auth timeout under TLS
         else:
+            if ctx is not None:  # handshake_first: the listener has done the handshake already
+                self.tls_version, self.tls_cipher = session_info(transport)
+                self.tls_first = True
             self._start_ping_timer()
         if server.auth.required:
             self._auth_timer = loop.call_later(auth_timeout, self._auth_timeout)
@@ -230,6 +238,9 @@ class Connection(asyncio.Protocol):
                 tls.close()
             return
         log.debug("%r - TLS handshake complete", self)
+        if self.server.options.tls_verify:
+            abortive_close(tls, False)
+        self.tls_version, self.tls_cipher = session_info(tls)
         self.transport = tls
         tls.set_write_buffer_limits(high=256 * 1024)
         self.out.transport = tls
@@ -241,6 +252,7 @@ class Connection(asyncio.Protocol):
         if self.closed:
             return
         log.debug("%r - TLS handshake timeout", self)
+        abortive_close(raw, False)  # the -ERR must get through
         raw.write(encoder.encode_err(errors.SECURE_CONNECTION_TLS_REQUIRED))
         self.close(TLS_HANDSHAKE_FAILURE)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import ssl
+import struct
 from collections.abc import Coroutine, Generator
 from typing import Any, Generic, TypeVar, cast
 
@@ -41,6 +44,34 @@ def server_context(options: Options, verify_clients: bool = True) -> ssl.SSLCont
             raise ValueError("tls_verify needs a CA certificate (tls_ca_cert) to check clients against")
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
+
+
+def session_info(transport: Any) -> tuple[str, str]:
+    """(version, cipher suite) of a TLS transport as /connz shows them ("1.3", "TLS_AES_256_GCM_SHA384");
+    empty strings for a plain one. TLS 1.2 suites keep OpenSSL's names (Go uses IANA's)."""
+    sslobj = transport.get_extra_info("ssl_object") if transport is not None else None
+    if sslobj is None:
+        return "", ""
+    version = sslobj.version() or ""
+    cipher = sslobj.cipher()
+    return version.removeprefix("TLSv"), cipher[0] if cipher else ""
+
+
+_LINGER_ABORT = struct.pack("ii", 1, 0)
+_LINGER_DEFAULT = struct.pack("ii", 0, 0)
+
+
+def abortive_close(transport: Any, on: bool) -> None:
+    """Makes closing the transport's socket send a reset (SO_LINGER 0) or, again, a normal FIN.
+
+    Used while a mutual-TLS handshake runs: a client refused for its (missing) certificate must see an
+    error. nats-server sends it a TLS alert, which asyncio's SSL layer drops when it closes; with a plain
+    close the client would read a clean end of stream after its handshake (nats-py even reports success).
+    """
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_ABORT if on else _LINGER_DEFAULT)
 
 
 def monitor_context(options: Options) -> ssl.SSLContext | None:

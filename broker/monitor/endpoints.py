@@ -250,6 +250,11 @@ def connection_info(conn: Connection, now: datetime, subs: bool, detail: bool, a
         value = getattr(conn, field)
         if value:
             info[field] = value
+    if conn.tls_version:
+        info["tls_version"] = conn.tls_version
+        info["tls_cipher_suite"] = conn.tls_cipher
+        if conn.tls_first:
+            info["tls_first"] = True
     if auth:
         if conn.user:
             info["authorized_user"] = conn.user

@@ -153,7 +153,8 @@ def test_handshake_timeout(
     serve: Serve, kind: tuple[str, str], certs: dict[str, str], tmp_path: Path
 ) -> None:
     conf = tmp_path / "timeout.conf"
-    conf.write_text(_tls_block(certs, "  timeout: 0.3\n"))
+    # with verify, as the socket is then set to reset on close until the handshake is done
+    conf.write_text(_tls_block(certs, f'  timeout: 0.3\n  ca_file: "{certs["ca"]}"\n  verify: true\n'))
     srv = serve(["-c", str(conf)])
     with WireClient(srv.port) as client:
         data, closed = client.read_until(b"never", timeout=10)  # the client stays silent
@@ -174,7 +175,7 @@ def _https_get(port: int, path: str, ctx: ssl.SSLContext) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("source", ["flags", "config"])
-def test_https_monitoring(serve: Serve, certs: dict[str, str], tmp_path: Path, source: str) -> None:
+async def test_https_monitoring(serve: Serve, certs: dict[str, str], tmp_path: Path, source: str) -> None:
     https = free_port()
     if source == "flags":
         args = ["-ms", str(https), "--tlsverify", "--tlscacert", certs["ca"]]
@@ -184,7 +185,7 @@ def test_https_monitoring(serve: Serve, certs: dict[str, str], tmp_path: Path, s
         block = _tls_block(certs, f'  ca_file: "{certs["ca"]}"\n  verify: true\n')
         conf.write_text(f"https_port: {https}\n{block}")
         args = ["-c", str(conf)]
-    serve(args)
+    srv = serve(args)
     ctx = _client_ctx(certs)  # no client certificate: the monitoring port never asks for one
     varz = _https_get(https, "/varz", ctx)
     assert varz["https_port"] == https
@@ -192,6 +193,19 @@ def test_https_monitoring(serve: Serve, certs: dict[str, str], tmp_path: Path, s
     assert _https_get(https, "/healthz", ctx) == {"status": "ok"}
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         urllib.request.urlopen(f"http://127.0.0.1:{https}/varz", timeout=5).read()  # plain http
+    # /connz shows the TLS session of a connected client
+    nc = await nats.connect(
+        f"tls://127.0.0.1:{srv.port}", tls=_client_ctx(certs, with_cert=True), allow_reconnect=False
+    )
+    try:
+        await nc.flush()
+        conns = _https_get(https, "/connz", ctx)["connections"]
+        assert isinstance(conns, list) and len(conns) == 1
+        assert conns[0]["tls_version"] == "1.3"
+        assert conns[0]["tls_cipher_suite"].startswith("TLS_")
+        assert "tls_first" not in conns[0]
+    finally:
+        await nc.close()
 
 
 @pytest.mark.parametrize(
