@@ -197,7 +197,8 @@ class Connection(asyncio.Protocol):
                 self.close(TLS_HANDSHAKE_FAILURE)
                 return
             if opts.tls_verify:
-                abortive_close(transport, True)  # until the client's certificate is accepted
+                # until the client certificate is accepted
+                abortive_close(transport.get_extra_info("socket"), True)
             # Our own timer (start_tls' would abort the socket before we can say why), as nats-server's.
             timer = loop.call_later(timeout, self._tls_timeout, transport)
             self._tls_task = loop.create_task(self._finish_tls(started, timer))
@@ -239,7 +240,7 @@ class Connection(asyncio.Protocol):
             return
         log.debug("%r - TLS handshake complete", self)
         if self.server.options.tls_verify:
-            abortive_close(tls, False)
+            abortive_close(tls.get_extra_info("socket"), False)
         self.tls_version, self.tls_cipher = session_info(tls)
         self.transport = tls
         tls.set_write_buffer_limits(high=256 * 1024)
@@ -252,7 +253,7 @@ class Connection(asyncio.Protocol):
         if self.closed:
             return
         log.debug("%r - TLS handshake timeout", self)
-        abortive_close(raw, False)  # the -ERR must get through
+        abortive_close(raw.get_extra_info("socket"), False)  # the -ERR must get through
         raw.write(encoder.encode_err(errors.SECURE_CONNECTION_TLS_REQUIRED))
         self.close(TLS_HANDSHAKE_FAILURE)
 

@@ -61,14 +61,14 @@ _LINGER_ABORT = struct.pack("ii", 1, 0)
 _LINGER_DEFAULT = struct.pack("ii", 0, 0)
 
 
-def abortive_close(transport: Any, on: bool) -> None:
-    """Makes closing the transport's socket send a reset (SO_LINGER 0) or, again, a normal FIN.
+def abortive_close(sock: Any, on: bool) -> None:
+    """Makes closing `sock` (a transport's "socket" extra info) send a reset (SO_LINGER 0) or, again,
+    a normal FIN.
 
     Used while a mutual-TLS handshake runs: a client refused for its (missing) certificate must see an
     error. nats-server sends it a TLS alert, which asyncio's SSL layer drops when it closes; with a plain
     close the client would read a clean end of stream after its handshake (nats-py even reports success).
     """
-    sock = transport.get_extra_info("socket")
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_ABORT if on else _LINGER_DEFAULT)
