@@ -189,7 +189,14 @@ def command(ctx: click.Context, **flags: Any) -> None:
     ):
         if flags.get(flag):
             raise click.UsageError(f"--{flag} is not supported yet")
-    run(options, (lambda: options_from_config_and_flags(flags)[0]) if options.config_file else None)
+    run(options, (lambda: _reloaded_options(flags)) if options.config_file else None)
+
+
+def _reloaded_options(flags: dict[str, Any]) -> Options:
+    """Options for a reload; raises (and the running configuration stays) when permissions are invalid."""
+    options = options_from_config_and_flags(flags)[0]
+    Authenticator(options)
+    return options
 
 
 def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[str]]:

@@ -9,7 +9,9 @@ whole read is processed, then every touched queue is flushed once.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
+import ssl
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -53,6 +55,16 @@ MAX_CONNECTIONS_EXCEEDED = "Maximum Connections Exceeded"
 READ_ERROR = "Read Error"
 WRITE_ERROR = "Write Error"
 TLS_HANDSHAKE_FAILURE = "TLS Handshake Failure"
+# OpenSSL's reasons for first bytes that are not a TLS handshake at all.
+_NOT_TLS = frozenset(
+    {
+        "WRONG_VERSION_NUMBER",
+        "HTTP_REQUEST",
+        "HTTPS_PROXY_REQUEST",
+        "UNKNOWN_PROTOCOL",
+        "RECORD_LAYER_FAILURE",
+    },
+)
 
 _CLOSE_REASONS: dict[type[errors.ProtocolError], str] = {
     errors.MaxPayloadExceeded: MAX_PAYLOAD_EXCEEDED,
@@ -228,7 +240,10 @@ class Connection(asyncio.Protocol):
             tls = await started
         except OSError as exc:  # ssl.SSLError, TimeoutError and resets included
             if not self.closed:
-                log.debug("%r - TLS handshake error: %s", self, exc)
+                # As nats-server: a client that does not speak TLS at all (a probe, a plaintext client)
+                # is only worth a debug line; any other failure (certificates, resets) is an error.
+                probe = isinstance(exc, ssl.SSLError) and exc.reason in _NOT_TLS
+                log.log(logging.DEBUG if probe else logging.ERROR, "%r - TLS handshake error: %s", self, exc)
                 self.close(TLS_HANDSHAKE_FAILURE)
             return
         finally:

@@ -6,6 +6,7 @@ Exact bytes on pynatsd and nats-server side by side (same config, same answers),
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from tests.servers import ServerProcess, server_with_config
+from tests.conftest import need_tool
+from tests.servers import ServerProcess, nats_server_binary, pynatsd_command, server_with_config
 from tests.wire import WireClient
 
 CONF = """
@@ -141,3 +143,17 @@ async def test_nats_py_request_reply(server: ServerProcess) -> None:
     finally:
         await req.close()
         await svc.close()
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_bad_allow_responses_is_a_config_error(kind: str, tmp_path: Path) -> None:
+    conf = tmp_path / "bad.conf"
+    perms = '{allow_responses: "yes"}'
+    conf.write_text(f"authorization {{ users = [ {{user: s, password: s, permissions: {perms}}} ] }}\n")
+    binary = nats_server_binary()
+    if kind == "nats-server":
+        need_tool(binary is not None, "nats-server")
+    cmd = pynatsd_command() if kind == "pynatsd" else [str(binary)]
+    proc = subprocess.run([*cmd, "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "error parsing response permissions, expected a boolean or a map" in proc.stdout + proc.stderr
