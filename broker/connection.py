@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from broker.auth import DEFAULT_ACCOUNT, Permissions
 from broker.logging import TRACE, get_logger
-from broker.options import AUTH_TIMEOUT
 from broker.outbound import Outbound
 from broker.tls import StartedCoroutine, abortive_close, session_info
 from protocol import encoder, errors
@@ -190,7 +189,6 @@ class Connection(asyncio.Protocol):
         log.debug("%r - Client connection created", self)
         loop = server.loop
         opts = server.options
-        auth_timeout = opts.auth_timeout
         ctx = server.tls_context
         if ctx is not None and not opts.tls_handshake_first:
             # INFO goes out in plaintext, then the connection upgrades; nothing more is written until the
@@ -214,15 +212,13 @@ class Connection(asyncio.Protocol):
             # Our own timer (start_tls' would abort the socket before we can say why), as nats-server's.
             timer = loop.call_later(timeout, self._tls_timeout, transport)
             self._tls_task = loop.create_task(self._finish_tls(started, timer))
-            if auth_timeout == AUTH_TIMEOUT:
-                auth_timeout = timeout + 1.0  # nats-server's default auth timeout under TLS
         else:
             if ctx is not None:  # handshake_first: the listener has done the handshake already
                 self.tls_version, self.tls_cipher = session_info(transport)
                 self.tls_first = True
             self._start_ping_timer()
         if server.auth.required:
-            self._auth_timer = loop.call_later(auth_timeout, self._auth_timeout)
+            self._auth_timer = loop.call_later(opts.effective_auth_timeout, self._auth_timeout)
 
     def _start_ping_timer(self) -> None:
         first = min(self.server.options.ping_interval, _FIRST_PING)

@@ -87,7 +87,7 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "http_port": server.http_port,
             "http_base_path": opts.http_base_path,
             "https_port": opts.https_port,
-            "auth_timeout": opts.auth_timeout,
+            "auth_timeout": opts.effective_auth_timeout,
             "max_control_line": opts.max_control_line,
             "max_payload": opts.max_payload,
             "max_pending": opts.max_pending,

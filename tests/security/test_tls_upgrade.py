@@ -190,6 +190,7 @@ async def test_https_monitoring(serve: Serve, certs: dict[str, str], tmp_path: P
     varz = _https_get(https, "/varz", ctx)
     assert varz["https_port"] == https
     assert varz["tls_required"] is True and varz["tls_verify"] is True
+    assert (varz["tls_timeout"], varz["auth_timeout"]) == (2, 3)  # auth: the TLS limit + 1 s by default
     assert _https_get(https, "/healthz", ctx) == {"status": "ok"}
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         urllib.request.urlopen(f"http://127.0.0.1:{https}/varz", timeout=5).read()  # plain http
