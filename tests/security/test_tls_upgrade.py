@@ -3,6 +3,7 @@ timeout, https monitoring. pynatsd under asyncio and uvloop, and nats-server wit
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import subprocess
@@ -246,3 +247,23 @@ def test_plain_server_does_not_ask_for_tls() -> None:
             assert reply == b""
     finally:
         srv.stop()
+
+
+async def test_concurrent_tls_clients(serve: Serve, certs: dict[str, str]) -> None:
+    """Many clients upgrading at once, each receiving what the others publish."""
+    srv = serve(["--tls", "--tlscert", certs["server"], "--tlskey", certs["server_key"]])
+    url = f"tls://127.0.0.1:{srv.port}"
+    clients = await asyncio.gather(
+        *(nats.connect(url, tls=_client_ctx(certs), allow_reconnect=False) for _ in range(40))
+    )
+    try:
+        subs = [await nc.subscribe("fan.in") for nc in clients]
+        for nc in clients:
+            await nc.flush()
+        for i, nc in enumerate(clients):
+            await nc.publish("fan.in", b"%d" % i)
+        for sub in subs:
+            got = sorted([int((await sub.next_msg(timeout=10)).data) for _ in clients])
+            assert got == list(range(len(clients)))
+    finally:
+        await asyncio.gather(*(nc.close() for nc in clients))
