@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from broker import NATS_COMPAT_VERSION, __version__
+from broker import NATS_COMPAT_VERSION, __version__, tls
+from broker.auth import Authenticator
 from broker.config import ConfigError, parse_file
 from broker.config_options import ConfigValueError, apply_config
 from broker.logging import configure, get_logger
@@ -164,7 +165,9 @@ def command(ctx: click.Context, **flags: Any) -> None:
         return
     try:
         options, warnings = options_from_config_and_flags(flags)
-    except (ConfigError, ConfigValueError) as exc:
+        tls.check(options)
+        Authenticator(options)  # bad permissions (e.g. allow_responses) are reported before starting
+    except (ConfigError, ConfigValueError, ValueError, OSError) as exc:
         click.echo(f"nats-server: {exc}", err=True)
         ctx.exit(1)
     if flags["signal"]:
@@ -189,18 +192,17 @@ def command(ctx: click.Context, **flags: Any) -> None:
     for flag in sorted(UNSUPPORTED):
         if flags.get(flag):
             logger.warning("--%s is not supported by pynatsd (core NATS only); ignoring it", flag)
-    for flag in (
-        "tlscert",
-        "tlskey",
-        "tlscacert",
-        "tls",
-        "tlsverify",
-        "https_port",
-        "max_payload",
-    ):
+    for flag in ("max_payload",):
         if flags.get(flag):
             raise click.UsageError(f"--{flag} is not supported yet")
-    run(options, (lambda: options_from_config_and_flags(flags)[0]) if options.config_file else None)
+    run(options, (lambda: _reloaded_options(flags)) if options.config_file else None)
+
+
+def _reloaded_options(flags: dict[str, Any]) -> Options:
+    """Options for a reload; raises (and the running configuration stays) when permissions are invalid."""
+    options = options_from_config_and_flags(flags)[0]
+    Authenticator(options)
+    return options
 
 
 def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[str]]:
@@ -228,6 +230,9 @@ def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Op
         opts.client_advertise = flags["client_advertise"]
     if flags["http_port"] is not None:
         opts.http_port = flags["http_port"]
+    if flags["https_port"] is not None:
+        opts.https_port = flags["https_port"]
+    _tls_flags(flags, opts)
     if flags["log"] is not None:
         opts.log_file = flags["log"]
     if flags["pid"] is not None:
@@ -303,6 +308,18 @@ def send_signal_command(spec: str, pid_file: str = "") -> int:
     except PermissionError:
         raise SignalError(f"signal {command!r} {pid}: operation not permitted") from None
     return pid
+
+
+def _tls_flags(flags: dict[str, Any], opts: Options) -> None:
+    """The --tls* flags over the file's `tls {}`; --tlsverify implies --tls."""
+    for flag, field in (("tlscert", "tls_cert"), ("tlskey", "tls_key"), ("tlscacert", "tls_ca_cert")):
+        if flags[flag] is not None:
+            setattr(opts, field, flags[flag])
+    if flags["tls"] is not None:
+        opts.tls = flags["tls"]
+    if flags["tlsverify"] is not None:
+        opts.tls_verify = flags["tlsverify"]
+        opts.tls = opts.tls or opts.tls_verify
 
 
 def install_event_loop() -> str:

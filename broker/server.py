@@ -10,6 +10,7 @@ import os
 import platform
 import random
 import signal
+import ssl
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -26,7 +27,7 @@ from broker.ids import new_server_id
 from broker.logging import configure, get_logger
 from broker.options import Options
 from broker.outbound import FlushScheduler
-from broker.tls import server_context
+from broker.tls import monitor_context, server_context
 from matcher import Sublist, SublistStats, combine_stats
 from protocol import encoder
 
@@ -113,6 +114,7 @@ class Server:
         self.scheduler = FlushScheduler()
         self.fanout = HistogramCounts(1024)  # subscriptions matched per publish (monitoring)
         self.monitor: Monitor | None = None
+        self.tls_context: ssl.SSLContext | None = None  # set by start() when TLS is configured
         self.http_port = 0
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
         self.port = self.options.port
@@ -134,14 +136,18 @@ class Server:
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         port = 0 if opts.port == -1 else opts.port
-        if opts.http_port:
+        self.tls_context = server_context(opts)
+        if opts.http_port or opts.https_port:
             # Monitoring first: once the client port accepts, /healthz and /varz already answer.
             from broker.monitor import Monitor
 
             self.monitor = Monitor(self)
-            self.http_port = await self.monitor.start(opts.http_host or opts.host, opts.http_port)
-        # TLS-first (handshake_first) only: the handshake precedes INFO, so the listener itself wraps.
-        tls_first = server_context(opts) if opts.tls_handshake_first else None
+            self.http_port = await self.monitor.start(
+                opts.http_host or opts.host, opts.http_port or opts.https_port, monitor_context(opts)
+            )
+        # TLS-first (handshake_first): the handshake precedes INFO, so the listener itself wraps. Otherwise
+        # each connection upgrades itself right after its plaintext INFO (Connection._upgrade_tls).
+        tls_first = self.tls_context if opts.tls_handshake_first else None
         self._listener = await self.loop.create_server(
             lambda: Connection(self),
             host=opts.host or None,
@@ -414,8 +420,10 @@ class Server:
         }
         if self.auth.required:
             info["auth_required"] = True
-        if opts.tls_handshake_first:
+        if self.tls_context is not None:
             info["tls_required"] = True
+            if opts.tls_verify:
+                info["tls_verify"] = True
         info["max_payload"] = opts.max_payload
         return info
 

@@ -88,7 +88,7 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "http_port": server.http_port,
             "http_base_path": opts.http_base_path,
             "https_port": opts.https_port,
-            "auth_timeout": opts.auth_timeout,
+            "auth_timeout": opts.effective_auth_timeout,
             "max_control_line": opts.max_control_line,
             "max_payload": opts.max_payload,
             "max_pending": opts.max_pending,
@@ -251,6 +251,11 @@ def connection_info(conn: Connection, now: datetime, subs: bool, detail: bool, a
         value = getattr(conn, field)
         if value:
             info[field] = value
+    if conn.tls_version:
+        info["tls_version"] = conn.tls_version
+        info["tls_cipher_suite"] = conn.tls_cipher
+        if conn.tls_first:
+            info["tls_first"] = True
     if auth:
         if conn.user:
             info["authorized_user"] = conn.user
