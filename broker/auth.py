@@ -12,9 +12,11 @@ from __future__ import annotations
 import base64
 import hmac
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from broker.config_options import ConfigValueError, parse_duration
 from broker.options import Options
 from protocol.connect import ConnectOptions
 
@@ -23,6 +25,11 @@ if TYPE_CHECKING:
 
 DEFAULT_ACCOUNT = "$G"
 _CACHE_LIMIT = 1024
+# allow_responses: nats-server's defaults (one reply within two minutes) and reply-map pruning cadence.
+RESPONSE_MAX_MSGS = 1
+RESPONSE_EXPIRES = 120.0
+_REPLY_PRUNE_COUNT = 4096
+_REPLY_PRUNE_SECONDS = 1.0
 
 
 def _same(a: str, b: str) -> bool:
@@ -85,23 +92,119 @@ class Rule:
         return not any(subject_within(subject, d) for d in self.deny)
 
 
+@dataclass(frozen=True)
+class ResponsePermission:
+    """`allow_responses`: replies allowed per request received, and for how long (<= 0: no limit)."""
+
+    max_msgs: int = RESPONSE_MAX_MSGS
+    expires: float = RESPONSE_EXPIRES
+
+    @classmethod
+    def parse(cls, value: Any) -> ResponsePermission | None:
+        """`true`/`false` or `{max: N, expires: "1m"}`; 0 means the default, negative means unlimited."""
+        if isinstance(value, bool):
+            return cls() if value else None
+        if not isinstance(value, dict):
+            raise ConfigValueError("error parsing response permissions, expected a boolean or a map")
+        max_msgs, expires = RESPONSE_MAX_MSGS, RESPONSE_EXPIRES
+        for key, v in value.items():
+            k = key.lower()
+            if k in ("max", "max_msgs", "max_messages", "max_responses"):
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ConfigValueError(f"{key}: expected an integer, got {v!r}")
+                max_msgs = v or max_msgs
+            elif k in ("expires", "expiration", "ttl"):
+                if not isinstance(v, str):
+                    raise ConfigValueError("error parsing expires, not a duration string")
+                expires = _signed_duration(key, v) or expires
+            else:
+                raise ConfigValueError(f"Unknown field {key!r} parsing permissions")
+        return cls(max_msgs, expires)
+
+
+def _signed_duration(key: str, text: str) -> float:
+    text = text.strip()
+    if text.startswith("-"):
+        return -parse_duration(key, text[1:])
+    return parse_duration(key, text.lstrip("+"))
+
+
 class Permissions:
-    """A user's publish/subscribe rules with per-subject result caches (cheap on the hot path)."""
+    """A user's publish/subscribe rules with per-subject result caches (cheap on the hot path).
+
+    With `allow_responses`, each request delivered to the connection (a message with a reply subject it
+    may not otherwise publish to) opens that reply subject for `max_msgs` publishes within `expires`, as
+    nats-server's per-client `replies` map does. A connection needs its own instance (`copy()`).
+    """
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.publish = Rule.parse(spec["publish"]) if "publish" in spec else None
         self.subscribe = Rule.parse(spec["subscribe"]) if "subscribe" in spec else None
+        raw = spec.get("allow_responses", spec.get("publish_allow_responses"))
+        self.responses = None if raw is None else ResponsePermission.parse(raw)
+        if self.responses is not None and (self.publish is None or self.publish.allow is None):
+            # Responses only make sense with publishing restricted: the blanket allow is turned off.
+            self.publish = Rule([], self.publish.deny if self.publish else [])
         self._pub_cache: dict[bytes, bool] = {}
+        self._reset_replies()
+
+    def _reset_replies(self) -> None:
+        # reply subject -> [time it was delivered, responses published]
+        self.replies: dict[bytes, list[float]] | None = {} if self.responses is not None else None
+        self._since_prune = 0
+        self._last_prune = time.monotonic()
 
     def can_publish(self, subject: bytes) -> bool:
         if self.publish is None:
             return True
         hit = self._pub_cache.get(subject)
         if hit is None:
+            hit = self.publish.permits(subject)
+            if not hit and self.replies is not None:
+                return self._response_allowed(subject)  # never cached: it changes per request
             if len(self._pub_cache) >= _CACHE_LIMIT:
                 self._pub_cache.clear()
-            hit = self._pub_cache[subject] = self.publish.permits(subject)
+            self._pub_cache[subject] = hit
         return hit
+
+    def _response_allowed(self, subject: bytes) -> bool:
+        assert self.replies is not None and self.responses is not None
+        entry = self.replies.get(subject)
+        if entry is None:
+            return False
+        entry[1] += 1
+        rp = self.responses
+        if (rp.max_msgs > 0 and entry[1] > rp.max_msgs) or (
+            rp.expires > 0 and time.monotonic() - entry[0] > rp.expires
+        ):
+            del self.replies[subject]
+            return False
+        return True
+
+    def track_reply(self, reply: bytes) -> None:
+        """A message with `reply` was delivered to this connection: allow responses to it.
+
+        As nats-server, the subject is first checked like a publish, so a reply subject the user may
+        already publish to is not tracked and a repeated delivery counts against a pending allowance.
+        """
+        replies = self.replies
+        if replies is None or self.can_publish(reply):
+            return
+        now = time.monotonic()
+        replies[reply] = [now, 0]
+        self._since_prune += 1
+        if self._since_prune > _REPLY_PRUNE_COUNT or now - self._last_prune > _REPLY_PRUNE_SECONDS:
+            self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        """Drop used-up and expired reply subjects (nats-server's pruneReplyPerms)."""
+        assert self.replies is not None and self.responses is not None
+        mm, ttl = self.responses.max_msgs, self.responses.expires
+        for subject, (since, n) in list(self.replies.items()):
+            if (mm > 0 and n >= mm) or (ttl > 0 and now - since > ttl):
+                del self.replies[subject]
+        self._since_prune = 0
+        self._last_prune = now
 
     def can_subscribe(self, subject: bytes, queue: bytes | None) -> bool:
         if self.subscribe is None:
@@ -125,7 +228,8 @@ class Permissions:
     def copy(self) -> Permissions:
         """A fresh instance (its own cache) for one connection."""
         clone = Permissions({})
-        clone.publish, clone.subscribe = self.publish, self.subscribe
+        clone.publish, clone.subscribe, clone.responses = self.publish, self.subscribe, self.responses
+        clone._reset_replies()
         return clone
 
 

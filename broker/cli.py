@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import click
 
-from broker import NATS_COMPAT_VERSION, __version__
+from broker import NATS_COMPAT_VERSION, __version__, tls
+from broker.auth import Authenticator
 from broker.config import ConfigError, parse_file
 from broker.config_options import ConfigValueError, apply_config
 from broker.logging import configure, get_logger
@@ -160,9 +165,18 @@ def command(ctx: click.Context, **flags: Any) -> None:
         return
     try:
         options, warnings = options_from_config_and_flags(flags)
-    except (ConfigError, ConfigValueError) as exc:
+        tls.check(options)
+        Authenticator(options)  # bad permissions (e.g. allow_responses) are reported before starting
+    except (ConfigError, ConfigValueError, ValueError, OSError) as exc:
         click.echo(f"nats-server: {exc}", err=True)
         ctx.exit(1)
+    if flags["signal"]:
+        try:
+            send_signal_command(flags["signal"], options.pid_file)
+        except SignalError as exc:
+            click.echo(f"pynatsd: {exc}", err=True)
+            ctx.exit(1)
+        return
     if flags["check_config"]:
         click.echo(f"nats-server: configuration file {options.config_file} is valid")
         return
@@ -178,21 +192,17 @@ def command(ctx: click.Context, **flags: Any) -> None:
     for flag in sorted(UNSUPPORTED):
         if flags.get(flag):
             logger.warning("--%s is not supported by pynatsd (core NATS only); ignoring it", flag)
-    for flag in (
-        "tlscert",
-        "tlskey",
-        "tlscacert",
-        "tls",
-        "tlsverify",
-        "signal",
-        "https_port",
-        "pid",
-        "ports_file_dir",
-        "max_payload",
-    ):
+    for flag in ("max_payload",):
         if flags.get(flag):
             raise click.UsageError(f"--{flag} is not supported yet")
-    run(options, (lambda: options_from_config_and_flags(flags)[0]) if options.config_file else None)
+    run(options, (lambda: _reloaded_options(flags)) if options.config_file else None)
+
+
+def _reloaded_options(flags: dict[str, Any]) -> Options:
+    """Options for a reload; raises (and the running configuration stays) when permissions are invalid."""
+    options = options_from_config_and_flags(flags)[0]
+    Authenticator(options)
+    return options
 
 
 def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[str]]:
@@ -220,8 +230,15 @@ def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Op
         opts.client_advertise = flags["client_advertise"]
     if flags["http_port"] is not None:
         opts.http_port = flags["http_port"]
+    if flags["https_port"] is not None:
+        opts.https_port = flags["https_port"]
+    _tls_flags(flags, opts)
     if flags["log"] is not None:
         opts.log_file = flags["log"]
+    if flags["pid"] is not None:
+        opts.pid_file = flags["pid"]
+    if flags["ports_file_dir"] is not None:
+        opts.ports_file_dir = flags["ports_file_dir"]
     if flags["user"] is not None:
         opts.username = flags["user"]
     if flags["password"] is not None:
@@ -237,6 +254,72 @@ def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Op
     if flags["logtime_utc"]:
         opts.logtime_utc = True
     return opts
+
+
+# `--signal` commands, nats-server's CommandToSignal.
+SIGNAL_COMMANDS = {
+    "stop": signal.SIGKILL,
+    "quit": signal.SIGINT,
+    "term": signal.SIGTERM,
+    "reopen": signal.SIGUSR1,
+    "reload": signal.SIGHUP,
+    "ldm": signal.SIGUSR2,
+}
+
+
+class SignalError(Exception):
+    """`--signal` could not be delivered (no pid, bad pid, no such process…)."""
+
+
+def send_signal_command(spec: str, pid_file: str = "") -> int:
+    """`--signal <command>[=<pid or pid file>]`: signal a running server, found by the explicit pid (or pid
+    file) after `=`, else by the `-P` pid file; returns the pid signalled."""
+    command, *rest = spec.split("=")
+    if len(rest) > 1:
+        raise SignalError(f"invalid signal parameters: {rest[1:]}")
+    sig = SIGNAL_COMMANDS.get(command)
+    if sig is None:
+        raise SignalError(f"unknown signal {command!r} (one of {', '.join(SIGNAL_COMMANDS)})")
+    if rest:
+        target = rest[0]
+        with contextlib.suppress(OSError):  # nats-server's maybeReadPidFile: a readable file wins
+            target = Path(target).read_text()
+    elif pid_file:
+        try:
+            target = Path(pid_file).read_text()
+        except FileNotFoundError:
+            raise SignalError(f"no pid file at {pid_file} (is pynatsd running?)") from None
+        except OSError as exc:
+            raise SignalError(f"cannot read pid file {pid_file}: {exc}") from None
+    else:
+        raise SignalError(
+            f"no process to signal: give a pid file with -P <file>, or --signal {command}=<pid or pid file>"
+        )
+    try:
+        pid = int(target.strip())
+    except ValueError:
+        raise SignalError(f"invalid pid: {target.strip()!r}") from None
+    if pid <= 0:
+        raise SignalError(f"invalid pid: {pid}")
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        raise SignalError(f"signal {command!r} {pid}: no such process") from None
+    except PermissionError:
+        raise SignalError(f"signal {command!r} {pid}: operation not permitted") from None
+    return pid
+
+
+def _tls_flags(flags: dict[str, Any], opts: Options) -> None:
+    """The --tls* flags over the file's `tls {}`; --tlsverify implies --tls."""
+    for flag, field in (("tlscert", "tls_cert"), ("tlskey", "tls_key"), ("tlscacert", "tls_ca_cert")):
+        if flags[flag] is not None:
+            setattr(opts, field, flags[flag])
+    if flags["tls"] is not None:
+        opts.tls = flags["tls"]
+    if flags["tlsverify"] is not None:
+        opts.tls_verify = flags["tlsverify"]
+        opts.tls = opts.tls or opts.tls_verify
 
 
 def install_event_loop() -> str:
@@ -256,7 +339,7 @@ def install_event_loop() -> str:
 
 def run(options: Options, reloader: Callable[[], Options] | None = None) -> None:
     """Run a server until SIGINT/SIGTERM."""
-    from broker.server import Server
+    from broker.server import PidFileError, Server
 
     loop_name = install_event_loop()
 
@@ -265,6 +348,9 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
         server.reloader = reloader
         try:
             await server.start()
+        except PidFileError as exc:
+            get_logger().critical("%s", exc)
+            raise SystemExit(1) from None
         except OSError as exc:
             get_logger().critical("Error listening on port: %s:%d, %s", options.host, options.port, exc)
             raise SystemExit(1) from None

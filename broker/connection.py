@@ -9,7 +9,9 @@ whole read is processed, then every touched queue is flushed once.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
+import ssl
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from broker.auth import DEFAULT_ACCOUNT, Permissions
 from broker.logging import TRACE, get_logger
 from broker.outbound import Outbound
+from broker.tls import StartedCoroutine, abortive_close, session_info
 from protocol import encoder, errors
 from protocol.connect import ConnectOptions, parse_connect
 from protocol.ops import CONNECT, ERR, HPUB, INFO, NAMES, OK, PING, PONG, PUB, PUBRUN, SUB, UNSUB, Op
@@ -50,6 +53,17 @@ AUTHENTICATION_TIMEOUT = "Authentication Timeout"
 MAX_CONNECTIONS_EXCEEDED = "Maximum Connections Exceeded"
 READ_ERROR = "Read Error"
 WRITE_ERROR = "Write Error"
+TLS_HANDSHAKE_FAILURE = "TLS Handshake Failure"
+# OpenSSL's reasons for first bytes that are not a TLS handshake at all.
+_NOT_TLS = frozenset(
+    {
+        "WRONG_VERSION_NUMBER",
+        "HTTP_REQUEST",
+        "HTTPS_PROXY_REQUEST",
+        "UNKNOWN_PROTOCOL",
+        "RECORD_LAYER_FAILURE",
+    },
+)
 
 _CLOSE_REASONS: dict[type[errors.ProtocolError], str] = {
     errors.MaxPayloadExceeded: MAX_PAYLOAD_EXCEEDED,
@@ -116,7 +130,12 @@ class Connection(asyncio.Protocol):
         self._ping_timer: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
+        self._tls_task: asyncio.Task[None] | None = None  # the upgrade after INFO, while it runs
+        self.tls_version = ""  # "1.3" once a TLS handshake is done (monitoring)
+        self.tls_cipher = ""
+        self.tls_first = False
         self._info_after_pong = False
+        self.first_pong_sent = False  # after CONNECT: the client now takes async INFOs (nats-server's flag)
         self._trace = log.isEnabledFor(TRACE)
         # Incremented inline per publish (see HistogramCounts); values past the cap share its last slot.
         self._fanout, self._fanout_cap = server.fanout.counts, server.fanout.cap
@@ -171,10 +190,85 @@ class Connection(asyncio.Protocol):
             return
         log.debug("%r - Client connection created", self)
         loop = server.loop
-        first = min(server.options.ping_interval, _FIRST_PING)
-        self._ping_timer = loop.call_later(first * (1 + random.random() * 0.2), self._ping_tick)
+        opts = server.options
+        ctx = server.tls_context
+        if ctx is not None and not opts.tls_handshake_first:
+            # INFO goes out in plaintext, then the connection upgrades; nothing more is written until the
+            # handshake is done. start_tls must take the transport over right here: uvloop starts reading
+            # once connection_made returns, and a ClientHello read by this protocol would be lost to TLS.
+            self.out.flush()
+            self.out.pause()
+            timeout = opts.tls_timeout
+            log.debug("%r - Starting TLS client connection handshake", self)
+            try:
+                started = StartedCoroutine(
+                    loop.start_tls(transport, self, ctx, server_side=True, ssl_handshake_timeout=timeout + 60)
+                )
+            except (OSError, RuntimeError, TypeError) as exc:
+                log.error("%r - cannot start TLS: %s", self, exc)
+                self.close(TLS_HANDSHAKE_FAILURE)
+                return
+            if opts.tls_verify:
+                # until the client certificate is accepted
+                abortive_close(transport.get_extra_info("socket"), True)
+            # Our own timer (start_tls' would abort the socket before we can say why), as nats-server's.
+            timer = loop.call_later(timeout, self._tls_timeout, transport)
+            self._tls_task = loop.create_task(self._finish_tls(started, timer))
+        else:
+            if ctx is not None:  # handshake_first: the listener has done the handshake already
+                self.tls_version, self.tls_cipher = session_info(transport)
+                self.tls_first = True
+            self._start_ping_timer()
         if server.auth.required:
-            self._auth_timer = loop.call_later(server.options.auth_timeout, self._auth_timeout)
+            self._auth_timer = loop.call_later(opts.effective_auth_timeout, self._auth_timeout)
+
+    def _start_ping_timer(self) -> None:
+        first = min(self.server.options.ping_interval, _FIRST_PING)
+        self._ping_timer = self.server.loop.call_later(first * (1 + random.random() * 0.2), self._ping_tick)
+
+    async def _finish_tls(
+        self, started: StartedCoroutine[asyncio.Transport | None], timer: asyncio.TimerHandle
+    ) -> None:
+        """Waits for the server-side handshake; the protocol then reads and writes cleartext.
+
+        `loop.start_tls` has put its SSL protocol under this one: `data_received` now gets the decrypted
+        bytes, and writes go through the transport it returns.
+        """
+        try:
+            tls = await started
+        except OSError as exc:  # ssl.SSLError, TimeoutError and resets included
+            if not self.closed:
+                # As nats-server: a client that does not speak TLS at all (a probe, a plaintext client)
+                # is only worth a debug line; any other failure (certificates, resets) is an error.
+                probe = isinstance(exc, ssl.SSLError) and exc.reason in _NOT_TLS
+                log.log(logging.DEBUG if probe else logging.ERROR, "%r - TLS handshake error: %s", self, exc)
+                self.close(TLS_HANDSHAKE_FAILURE)
+            return
+        finally:
+            timer.cancel()
+            self._tls_task = None
+        if self.closed or tls is None or self.out is None:
+            if tls is not None:
+                tls.close()
+            return
+        log.debug("%r - TLS handshake complete", self)
+        if self.server.options.tls_verify:
+            abortive_close(tls.get_extra_info("socket"), False)
+        self.tls_version, self.tls_cipher = session_info(tls)
+        self.transport = tls
+        tls.set_write_buffer_limits(high=256 * 1024)
+        self.out.transport = tls
+        self.out.resume()
+        self._start_ping_timer()
+
+    def _tls_timeout(self, raw: asyncio.Transport) -> None:
+        """The handshake did not finish in `tls_timeout`: nats-server's -ERR (in plaintext) and close."""
+        if self.closed:
+            return
+        log.debug("%r - TLS handshake timeout", self)
+        abortive_close(raw.get_extra_info("socket"), False)  # the -ERR must get through
+        raw.write(encoder.encode_err(errors.SECURE_CONNECTION_TLS_REQUIRED))
+        self.close(TLS_HANDSHAKE_FAILURE)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -278,6 +372,8 @@ class Connection(asyncio.Protocol):
 
     def _on_ping(self) -> None:
         self._send(encoder.PONG)
+        if self.connected:
+            self.first_pong_sent = True
         if self._info_after_pong:
             # nats-server 2.12+: right after the first PONG to a protocol-1 client, an INFO that
             # confirms the connection's account.
@@ -372,7 +468,7 @@ class Connection(asyncio.Protocol):
         delivered = False
         for sub in plain:
             conn = sub.conn
-            if conn is not skip and _deliver(sub, hframe if conn.opts.headers else frame):
+            if conn is not skip and _deliver(sub, hframe if conn.opts.headers else frame, reply):
                 delivered = True
         for group in groups:
             # Exactly one member per queue group: from a random start, the first that takes it.
@@ -381,7 +477,7 @@ class Connection(asyncio.Protocol):
             for i in range(n):
                 sub = group[(start + i) % n]
                 conn = sub.conn
-                if conn is not skip and _deliver(sub, hframe if conn.opts.headers else frame):
+                if conn is not skip and _deliver(sub, hframe if conn.opts.headers else frame, reply):
                     delivered = True
                     break
         if not delivered and reply is not None and opts.no_responders:
@@ -470,6 +566,17 @@ class Connection(asyncio.Protocol):
                 return
 
     # -- replies, errors, closing -------------------------------------------------------------------
+    @property
+    def wants_async_info(self) -> bool:
+        """True for a client that sent protocol >= 1 in CONNECT and got its first PONG (async INFOs)."""
+        return self.opts.protocol >= 1 and self.first_pong_sent
+
+    def send_raw(self, data: bytes) -> None:
+        """Queue a server-originated frame (e.g. an async INFO) and flush it."""
+        if self.out is not None and not self.closed:
+            self.out.push(data)
+            self.out.flush()
+
     def _send(self, data: bytes) -> None:
         if self.out is not None:
             self.out.push(data)
@@ -513,6 +620,10 @@ class Connection(asyncio.Protocol):
                     self.transport.abort()
                 else:
                     self.transport.close()
+        # A closed connection is kept for /connz?state=closed (up to max_closed_clients of them): drop what
+        # only an open one needs (outbound queue, transport, socket, timers) so each costs little.
+        self.out = None
+        self._ping_timer = self._auth_timer = self._deadline_timer = None
         self.server.forget(self)
         log.debug("%r - Client connection closed: %s", self, reason)
 
@@ -559,7 +670,7 @@ class Connection(asyncio.Protocol):
         self._ping_timer = server.loop.call_later(opts.ping_interval, self._ping_tick)
 
 
-def _deliver(sub: Subscription, frame: tuple[bytes, bytes, int]) -> bool:
+def _deliver(sub: Subscription, frame: tuple[bytes, bytes, int], reply: bytes | None) -> bool:
     """Queue one message for `sub`; False if the subscription could not take it."""
     conn = sub.conn
     if conn.closed:
@@ -570,6 +681,8 @@ def _deliver(sub: Subscription, frame: tuple[bytes, bytes, int]) -> bool:
             return False
         if sub.delivered + 1 == sub.max_msgs:
             conn._remove_sub(sub)
+    if reply is not None and conn.perms is not None and conn.perms.replies is not None:
+        conn.perms.track_reply(reply)  # allow_responses: the receiver may now answer this request
     sub.delivered += 1
     out = conn.out
     assert out is not None

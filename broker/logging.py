@@ -57,12 +57,13 @@ def configure(
 ) -> logging.Logger:
     """(Re)configure the server logger: stderr, or `log_file` when given (reopened on each call)."""
     logger = get_logger()
-    for old in list(logger.handlers):
-        logger.removeHandler(old)
-        old.close()
+    # The new handler first: when the file cannot be opened (OSError), the old one keeps logging.
     handler: logging.Handler = (
         logging.FileHandler(log_file, encoding="utf-8") if log_file else logging.StreamHandler(sys.stderr)
     )
+    for old in list(logger.handlers):
+        logger.removeHandler(old)
+        old.close()
     handler.setFormatter(NatsFormatter(logtime=logtime, utc=utc))
     logger.addHandler(handler)
     logger.setLevel(TRACE if trace else logging.DEBUG if debug else logging.INFO)

@@ -45,7 +45,7 @@ class Options:
     ping_interval: float = PING_INTERVAL
     ping_max: int = PING_MAX
     write_deadline: float = WRITE_DEADLINE
-    auth_timeout: float = AUTH_TIMEOUT
+    auth_timeout: float = 0.0  # 0: nats-server's default, see `effective_auth_timeout`
     lame_duck_duration: float = LAME_DUCK_DURATION
     lame_duck_grace_period: float = LAME_DUCK_GRACE_PERIOD
     no_header_support: bool = False
@@ -76,6 +76,15 @@ class Options:
     config_file: str = ""
     # Parsed sections that later capabilities read (users, accounts, tls blocks…).
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def effective_auth_timeout(self) -> float:
+        """`auth_timeout`, or nats-server's default: 2 s, or the TLS handshake limit plus 1 s under TLS."""
+        if self.auth_timeout > 0:
+            return self.auth_timeout
+        if self.tls or self.tls_verify or self.tls_cert:
+            return self.tls_timeout + 1.0
+        return AUTH_TIMEOUT
 
     @property
     def headers(self) -> bool:

@@ -41,3 +41,21 @@ class SublistStats(NamedTuple):
 
 
 EMPTY: MatchResult = MatchResult((), ())
+
+
+def combine_stats(parts: list[SublistStats]) -> SublistStats:
+    """Totals over several indexes (one per account), as nats-server's /subsz sums its accounts."""
+    matches = sum(p.num_matches for p in parts)
+    hits = sum(p.num_matches * p.cache_hit_rate for p in parts)
+    cached = sum(p.num_cache for p in parts)
+    fanout = sum(p.avg_fanout * p.num_cache for p in parts)
+    return SublistStats(
+        num_subscriptions=sum(p.num_subscriptions for p in parts),
+        num_cache=cached,
+        num_inserts=sum(p.num_inserts for p in parts),
+        num_removes=sum(p.num_removes for p in parts),
+        num_matches=matches,
+        cache_hit_rate=hits / matches if matches else 0.0,
+        max_fanout=max((p.max_fanout for p in parts), default=0),
+        avg_fanout=fanout / cached if cached else 0.0,
+    )

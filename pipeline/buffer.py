@@ -45,17 +45,25 @@ class MessageBuffer:
 
     def append(self, msg: Message) -> bool:
         """Buffer a message; False (and `dropped` + 1) when the buffer is full."""
-        size = len(msg.payload)
+        return self.extend([msg]) == 0
+
+    def extend(self, msgs: list[Message]) -> int:
+        """Buffer several messages under one lock, in order; returns how many were dropped."""
+        dropped = 0
         with self._lock:
-            self.received += 1
+            self.received += len(msgs)
             self.last_arrival = time.monotonic()
-            if len(self._msgs) >= self.max_messages or (self._msgs and self._bytes + size > self.max_bytes):
-                self.dropped += 1
-                return False
-            self._msgs.append(msg)
-            self._bytes += size
+            queue, max_messages, max_bytes = self._msgs, self.max_messages, self.max_bytes
+            for msg in msgs:
+                size = len(msg.payload)
+                if len(queue) >= max_messages or (queue and self._bytes + size > max_bytes):
+                    dropped += 1
+                    continue
+                queue.append(msg)
+                self._bytes += size
+            self.dropped += dropped
             self._arrived.notify_all()
-            return True
+        return dropped
 
     @property
     def end(self) -> int:

@@ -73,22 +73,33 @@ class ServerProcess:
 
 
 def wait_for_port(
-    port: int, proc: subprocess.Popen[bytes], timeout: float = 15.0, tls_first: bool = False
+    port: int,
+    proc: subprocess.Popen[bytes],
+    timeout: float = 15.0,
+    tls_first: bool = False,
+    client_cert: tuple[str, str] | None = None,
 ) -> None:
-    """Wait until a client connection on `port` receives INFO (after a TLS handshake when `tls_first`)."""
+    """Wait until a client connection on `port` receives INFO (after a TLS handshake when `tls_first`,
+    presenting `client_cert` = (cert, key) when the server verifies clients)."""
     import ssl
 
     deadline = time.monotonic() + timeout
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # readiness probe only
+    if client_cert is not None:
+        ctx.load_cert_chain(*client_cert)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited early with {proc.returncode}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as raw:
-                s = ctx.wrap_socket(raw) if tls_first else raw
-                if s.recv(4).upper() == b"INFO":
-                    return
+                if not tls_first:
+                    if raw.recv(4).upper() == b"INFO":
+                        return
+                    continue
+                with ctx.wrap_socket(raw) as s:
+                    if s.recv(4).upper() == b"INFO":
+                        return
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"server on port {port} not ready after {timeout}s")
@@ -103,6 +114,7 @@ def start_server(
     env: dict[str, str] | None = None,
     log_dir: Path | None = None,
     tls_first: bool = False,
+    client_cert: tuple[str, str] | None = None,
 ) -> ServerProcess:
     """Start `pynatsd` or `nats-server` on 127.0.0.1 and wait until it greets clients."""
     port = port or free_port()
@@ -128,7 +140,7 @@ def start_server(
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=REPO_ROOT)
     server = ServerProcess(kind, port, proc, http_port, log_path, {"own_log_dir": own_log_dir})
     try:
-        wait_for_port(port, proc, tls_first=tls_first)
+        wait_for_port(port, proc, tls_first=tls_first, client_cert=client_cert)
     except Exception:
         server.stop(signal.SIGKILL)
         raise RuntimeError(f"{kind} failed to start: {' '.join(cmd)}\n{server.log()}") from None

@@ -18,8 +18,9 @@ from broker.monitor.formats import go_duration, parse_bool, parse_int, rfc3339na
 from protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
-    from broker.connection import Connection
+    from broker.connection import Connection, Subscription
     from broker.server import Server
+    from matcher import Sublist
 
 DEFAULT_LIMIT = 1024
 
@@ -87,7 +88,7 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "http_port": server.http_port,
             "http_base_path": opts.http_base_path,
             "https_port": opts.https_port,
-            "auth_timeout": opts.auth_timeout,
+            "auth_timeout": opts.effective_auth_timeout,
             "max_control_line": opts.max_control_line,
             "max_payload": opts.max_payload,
             "max_pending": opts.max_pending,
@@ -122,7 +123,7 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "slow_consumers": stats.slow_consumers,
             "stale_connections": stats.stale_connections,
             "stalled_clients": 0,
-            "subscriptions": len(server.sublist),
+            "subscriptions": server.sublist_stats().num_subscriptions,
             "http_req_stats": dict(req_stats),
             "config_load_time": rfc3339nano(server.start_time),
             "config_digest": "",
@@ -250,6 +251,11 @@ def connection_info(conn: Connection, now: datetime, subs: bool, detail: bool, a
         value = getattr(conn, field)
         if value:
             info[field] = value
+    if conn.tls_version:
+        info["tls_version"] = conn.tls_version
+        info["tls_cipher_suite"] = conn.tls_cipher
+        if conn.tls_first:
+            info["tls_first"] = True
     if auth:
         if conn.user:
             info["authorized_user"] = conn.user
@@ -278,6 +284,11 @@ def subscription_detail(sub: Any, conn: Connection, with_account: bool = False) 
     return detail
 
 
+def _matching(sublist: Sublist[Subscription], subject: bytes) -> list[Subscription]:
+    matched = sublist.match(subject)
+    return [*matched.plain, *(s for g in matched.groups for s in g)]
+
+
 def subsz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
     subs = _param(query, "subs", parse_bool, False)
     offset = max(0, _param(query, "offset", parse_int, 0))
@@ -287,8 +298,7 @@ def subsz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
     test = query.get("test", "")
     if test and not is_literal_subject(test.encode()):
         raise BadRequest(f"invalid test subject, must be valid publish subject: {test}")
-    sl = server.sublist
-    stats = sl.stats()
+    stats = server.sublist_stats()
     result: dict[str, Any] = {
         "server_id": server.server_id,
         "now": rfc3339nano(_now()),
@@ -303,10 +313,11 @@ def subsz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
     }
     if subs or test:
         if test:
-            matched = sl.match(test.encode())
-            found: Iterable[Any] = [*matched.plain, *(s for g in matched.groups for s in g)]
+            found: Iterable[Any] = [
+                s for sl in server.account_sublists.values() for s in _matching(sl, test.encode())
+            ]
         else:
-            found = sl.subscriptions()
+            found = server.subscriptions()
         listing = sorted(found, key=lambda s: (s.conn.cid, s.sid))
         result["total"] = len(listing)
         result["offset"] = offset
@@ -419,5 +430,6 @@ def healthz(server: Server, query: Mapping[str, str]) -> tuple[int, dict[str, An
         if name in query:
             _param(query, name, parse_bool, False)
     if not server.listening:
-        return 503, {"status": "error", "error": "server is not accepting client connections"}
+        # nats-server's answer once its client listener is gone (lame duck mode, shutting down).
+        return 500, {"status": "error", "error": "failed to be ready for connections after 1ms: server"}
     return 200, {"status": "ok"}

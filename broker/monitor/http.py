@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -64,6 +66,7 @@ class Monitor:
         self.registry = build_registry(server, self.cpu)
         self.runner: web.AppRunner | None = None
         self.port = 0
+        self.sockets: list[socket.socket] = []  # the listening sockets (for the ports file)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware])
@@ -110,15 +113,19 @@ class Monitor:
         # The 0.0.4 text format: what every Prometheus release scrapes (Debian's 2.42 included).
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_PLAIN_0_0_4})
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
+        """Serve on `host:port` (-1: a random port), over HTTPS when `ssl_context` is given."""
         self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, host or None, 0 if port == -1 else port, reuse_address=True)
+        site = web.TCPSite(
+            self.runner, host or None, 0 if port == -1 else port, reuse_address=True, ssl_context=ssl_context
+        )
         await site.start()
         server = site._server
         sockets = getattr(server, "sockets", None) or []
+        self.sockets = list(sockets)
         self.port = int(sockets[0].getsockname()[1]) if sockets else port
-        log.info("Starting http monitor on %s:%d", host, self.port)
+        log.info("Starting %s monitor on %s:%d", "https" if ssl_context else "http", host, self.port)
         return self.port
 
     async def stop(self) -> None:

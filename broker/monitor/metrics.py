@@ -37,7 +37,7 @@ class PynatsdCollector(Collector):
 
         server = self.server
         stats = server.stats
-        sl_stats = server.sublist.stats()
+        sl_stats = server.sublist_stats()
         hits = round(sl_stats.num_matches * sl_stats.cache_hit_rate)
         labels = ["server_id"]
         sid = [server.server_id]

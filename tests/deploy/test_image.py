@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import need_tool
 from tests.deploy.engine import Engine, build_base_image, build_image, engine_available, start_engine
 from tests.servers import REPO_ROOT, free_port
+from tests.wire import WireClient
 
 IMAGE = "pynatsd:test"
 # The first test also pays for debootstrap and the build (about 75 s here); keep room for slower machines.
@@ -103,6 +104,45 @@ async def test_image_serves_nats_and_monitoring_as_non_root(engine: Engine) -> N
         assert (state["ExitCode"], state["OOMKilled"]) == (0, False)
         logs = engine.run("logs", name)
         assert "Server Exiting" in logs.stdout + logs.stderr
+    finally:
+        engine.run("rm", "-f", name, check=False)
+
+
+async def test_image_runs_a_mounted_config_with_pid_and_log_files(engine: Engine, tmp_path: Path) -> None:
+    """The daemon set-up of the README: config from a mounted file, -P and -l, --signal reopen inside."""
+    port, http_port = free_port(), free_port()
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "pynatsd.conf").write_text(
+        f"listen: 127.0.0.1:{port}\nhttp_port: {http_port}\nauthorization {{ token: s3cret }}\n"
+    )
+    conf_dir.chmod(0o755)
+    name = f"pynatsd-{uuid.uuid4().hex[:8]}"
+    engine.run(
+        "run", "-d", "--name", name, "--network", "host", "--health-interval", "1s",
+        "-e", f"PYNATSD_HEALTH_URL=http://127.0.0.1:{http_port}/healthz",
+        "-v", f"{conf_dir}:/etc/pynatsd:ro",
+        IMAGE, "-c", "/etc/pynatsd/pynatsd.conf", "-P", "/tmp/pynatsd.pid", "-l", "/tmp/pynatsd.log",
+    )  # fmt: skip
+    try:
+        wait_healthy(engine, name)
+        with WireClient(port) as anonymous:  # the mounted file's token is enforced
+            reply, closed = anonymous.exchange(b"CONNECT {}\r\n")
+            assert (reply, closed) == (b"-ERR 'Authorization Violation'\r\n", True)
+        nc = await nats.connect(f"nats://s3cret@127.0.0.1:{port}", max_reconnect_attempts=0)
+        await nc.close()
+        pid = engine.run("exec", name, "cat", "/tmp/pynatsd.pid").stdout
+        assert pid == "1"  # the entrypoint is the broker itself; written without a newline
+        engine.run("exec", name, "mv", "/tmp/pynatsd.log", "/tmp/pynatsd.log.1")
+        engine.run("exec", name, "pynatsd", "--signal", "reopen", "-P", "/tmp/pynatsd.pid")
+        deadline = time.monotonic() + 10
+        while engine.run("exec", name, "test", "-s", "/tmp/pynatsd.log", check=False).returncode:
+            assert time.monotonic() < deadline, "no new log file after --signal reopen"
+            time.sleep(0.2)
+        assert "Server is ready" in engine.run("exec", name, "cat", "/tmp/pynatsd.log.1").stdout
+        engine.run("stop", "-t", "20", name)
+        state = json.loads(engine.run("inspect", name).stdout)[0]["State"]
+        assert state["ExitCode"] == 0
     finally:
         engine.run("rm", "-f", name, check=False)
 

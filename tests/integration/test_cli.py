@@ -54,11 +54,11 @@ def spawn(*args: str) -> tuple[subprocess.Popen[str], int, list[str]]:
     raise AssertionError(f"server did not become ready: {lines}")
 
 
-def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, str, float]:
-    started = time.monotonic()
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, str]:
+    """Signal the broker and wait for its exit (a hang fails the test through the timeout)."""
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=10)
-    return proc.returncode, err, time.monotonic() - started
+    return proc.returncode, err
 
 
 def test_random_port_logs_and_graceful_sigterm() -> None:
@@ -69,8 +69,8 @@ def test_random_port_logs_and_graceful_sigterm() -> None:
         assert client.info["port"] == port
         out, closed = client.exchange(b"CONNECT {}\r\n")
         assert (out, closed) == (b"+OK\r\n", False)
-    code, err, took = stop(proc)
-    assert code == 0 and took < 5
+    code, err = stop(proc)
+    assert code == 0
     assert "Traceback" not in err
 
 
@@ -79,7 +79,7 @@ def test_stop_signals_flush_and_close_clients(sig: int) -> None:
     proc, port, _ = spawn("-p=-1", "--addr=127.0.0.1")
     with WireClient(port) as client:
         client.exchange(b'CONNECT {"verbose":false}\r\nSUB x 1\r\n')
-        code, _, _ = stop(proc, sig)
+        code, _ = stop(proc, sig)
         _, closed = client.read_until(b"never", timeout=5)
         assert closed
     assert code == 0
@@ -94,7 +94,7 @@ def test_go_style_flags() -> None:
             assert client.info["server_name"] == "edge-1"
             client.exchange(b'CONNECT {"verbose":false}\r\nSUB trace.me 1\r\n')
     finally:
-        code, err, _ = stop(proc)
+        code, err = stop(proc)
     assert code == 0
     assert re.search(r"^\[\d+\] \[TRC\] .* - <<- \[SUB trace.me 1\]$", err, re.M), err
     assert not re.search(r"\d{4}/\d\d/\d\d", err)  # -T=false: no timestamps

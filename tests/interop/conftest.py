@@ -16,10 +16,7 @@ SERVER_KINDS = ("pynatsd", "nats-server")
 
 # Features these tests need that pynatsd's main branch does not have yet (each names the issue that adds
 # it). Their pynatsd cases are strict xfails: once the feature lands they XPASS, fail, and this entry goes.
-PYNATSD_MISSING = {
-    "tls": "pynatsd does not serve TLS (--tls/--tlscert/--tlskey) yet: issue 6",
-    "lame_duck": "pynatsd has no lame duck mode (SIGUSR2 / async INFO with ldm) yet: issue 7",
-}
+PYNATSD_MISSING: dict[str, str] = {}
 
 
 def pynatsd_lacks(request: pytest.FixtureRequest, kind: str, feature: str) -> None:

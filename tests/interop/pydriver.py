@@ -372,6 +372,15 @@ async def run_tls(url: str, args: list[str]) -> None:
     emit("tls", case="untrusted", result=await attempt(url, False, tls=ssl.create_default_context()))
 
 
+async def run_mtls(url: str, args: list[str]) -> None:
+    ca, cert, key = args
+    with_cert = ssl.create_default_context(cafile=ca)
+    with_cert.load_cert_chain(cert, key)
+    emit("mtls", case="with_cert", result=await attempt(url, True, tls=with_cert))
+    without = ssl.create_default_context(cafile=ca)
+    emit("mtls", case="without_cert", result=await attempt(url, True, tls=without))
+
+
 async def run_pub(url: str, args: list[str]) -> None:
     subject, count = args[0], int(args[1])
     nc = await connect(url)
@@ -417,6 +426,7 @@ SCENARIOS: dict[str, Scenario] = {
     "ldm": run_ldm,
     "auth": run_auth,
     "tls": run_tls,
+    "mtls": run_mtls,
     "pub": run_pub,
     "sub": run_sub,
     "burst": run_burst,

@@ -190,11 +190,8 @@ def test_reconnect_delivers_buffered(driver: Driver, server_factory: ServerFacto
     assert delivered["seqs"] == [str(i) for i in range(count)]
 
 
-def test_lame_duck_notice(
-    request: pytest.FixtureRequest, driver: Driver, server_kind: str, server_factory: ServerFactory
-) -> None:
+def test_lame_duck_notice(driver: Driver, server_factory: ServerFactory) -> None:
     """SIGUSR2 puts the server in lame duck mode: every client's lame-duck callback fires."""
-    pynatsd_lacks(request, server_kind, "lame_duck")
     srv = server_factory()
     run = driver.start("ldm", srv.url)
     try:

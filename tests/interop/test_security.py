@@ -24,10 +24,14 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("tls")
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("interop-client")
     files = {"ca": directory / "ca.pem", "cert": directory / "server.pem", "key": directory / "server.key"}
+    files |= {"client_cert": directory / "client.pem", "client_key": directory / "client.key"}
     ca.cert_pem.write_to_path(str(files["ca"]))
     cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
     cert.private_key_pem.write_to_path(str(files["key"]))
+    client.cert_chain_pems[0].write_to_path(str(files["client_cert"]))
+    client.private_key_pem.write_to_path(str(files["client_key"]))
     return files
 
 
@@ -67,3 +71,21 @@ def test_tls(
     # without the test CA the certificate must be rejected
     untrusted = (events["untrusted"]["result"] + " " + events["untrusted"].get("detail", "")).lower()
     assert TLS_REJECTED[driver.lang] in untrusted, events
+
+
+def test_mutual_tls(
+    request: pytest.FixtureRequest,
+    driver: Driver,
+    server_kind: str,
+    server_factory: ServerFactory,
+    tls_files: dict[str, Path],
+) -> None:
+    pynatsd_lacks(request, server_kind, "tls")
+    args = ["--tlsverify", "--tlscert", str(tls_files["cert"]), "--tlskey", str(tls_files["key"])]
+    srv = server_factory([*args, "--tlscacert", str(tls_files["ca"])])
+    files = [str(tls_files[k]) for k in ("ca", "client_cert", "client_key")]
+    events = {e["case"]: e for e in driver.run("mtls", f"tls://127.0.0.1:{srv.port}", *files)}
+    assert events["with_cert"]["result"] == "ok", events
+    # Without a certificate the server refuses the client: nats-server with a TLS alert, pynatsd by
+    # closing after the handshake; every client reports a failed connect or round trip.
+    assert events["without_cert"]["result"] != "ok", events

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+from pathlib import Path
+from typing import Any
 
+import aiohttp
 import nats
 import nats.aio.client as nats_client
 import pytest
 
 from broker.server import Server
 from tests.monitor.conftest import Get
+from tests.servers import free_port, server_with_config
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 UPTIME = re.compile(r"^(\d+y)?(\d+d)?(\d+h)?(\d+m)?\d+s$")
@@ -183,3 +188,44 @@ async def test_dashboard_page_is_served(get: Get) -> None:
     status, _headers, text = await get("/", raw=True)
     assert status == 200 and "<title>pynatsd</title>" in text and 'fetch("varz")' in text
     assert "http://" not in text and "https://" not in text  # no CDN: everything inline
+
+
+async def test_counts_cover_every_account(tmp_path: Path) -> None:
+    """Subscriptions outside $G count in /varz, /subsz and /metrics, as nats-server sums its accounts."""
+    http_port = free_port()
+    conf = f"""
+http_port: {http_port}
+accounts {{
+  A: {{ users: [{{user: a, password: a}}] }}
+  B: {{ users: [{{user: b, password: b}}] }}
+}}
+"""
+    with server_with_config("pynatsd", tmp_path / "acc.conf", conf) as proc:
+        a = await nats.connect(proc.url, user="a", password="a")
+        b = await nats.connect(proc.url, user="b", password="b")
+        try:
+            await a.subscribe("t.*")
+            await b.subscribe("t.x")
+            await b.subscribe("u", queue="q")
+            await a.flush()
+            await b.flush()
+            await b.publish("t.x", b"1")
+            await b.flush()
+            async with aiohttp.ClientSession() as session:
+
+                async def fetch(path: str) -> Any:
+                    async with session.get(f"http://127.0.0.1:{http_port}{path}") as resp:
+                        return json.loads(await resp.text())
+
+                assert (await fetch("/varz"))["subscriptions"] == 3
+                subsz = await fetch("/subsz?subs=1")
+                assert subsz["num_subscriptions"] == 3 and subsz["total"] == 3
+                assert sorted(s["subject"] for s in subsz["subscriptions_list"]) == ["t.*", "t.x", "u"]
+                tested = await fetch("/subsz?test=t.x")
+                assert sorted(s["subject"] for s in tested["subscriptions_list"]) == ["t.*", "t.x"]
+                async with session.get(f"http://127.0.0.1:{http_port}/metrics") as resp:
+                    metrics = await resp.text()
+                assert re.search(r"^pynatsd_subscriptions\{[^}]*\} 3\.0$", metrics, re.M), metrics
+        finally:
+            await a.close()
+            await b.close()

@@ -65,6 +65,7 @@ natsStatus run_reconnect(const char *url, char **args, int nargs);
 natsStatus run_slow(const char *url, char **args, int nargs);
 natsStatus run_auth(const char *url, char **args, int nargs);
 natsStatus run_tls(const char *url, char **args, int nargs);
+natsStatus run_mtls(const char *url, char **args, int nargs);
 natsStatus run_pub(const char *url, char **args, int nargs);
 natsStatus run_sub(const char *url, char **args, int nargs);
 natsStatus run_burst(const char *url, char **args, int nargs);

@@ -19,7 +19,7 @@ static const struct {
     {"drain", run_drain, 2},         {"reconnect", run_reconnect, 2}, {"slow", run_slow, 1},
     {"auth", run_auth, 3},           {"tls", run_tls, 1},         {"pub", run_pub, 2},
     {"sub", run_sub, 2},             {"burst", run_burst, 2},     {"tally", run_tally, 2},
-    {"noheaders", run_noheaders, 1}, {"ldm", run_ldm, 0},
+    {"noheaders", run_noheaders, 1}, {"ldm", run_ldm, 0},        {"mtls", run_mtls, 3},
 };
 
 static void on_alarm(int sig) {

@@ -82,3 +82,24 @@ natsStatus run_tls(const char *url, char **args, int nargs) {
     }
     return NATS_OK;
 }
+
+/* Mutual TLS: with a client certificate (with a round trip), then without one. */
+natsStatus run_mtls(const char *url, char **args, int nargs) {
+    (void)nargs;
+    for (int with_cert = 1; with_cert >= 0; with_cert--) {
+        natsConnection *nc = NULL;
+        natsOptions *opts = NULL;
+        natsStatus s = natsOptions_Create(&opts);
+        TRY(natsOptions_SetSecure(opts, true));
+        TRY(natsOptions_SetAllowReconnect(opts, false));
+        TRY(natsOptions_LoadCATrustedCertificates(opts, args[0]));
+        if (with_cert)
+            TRY(natsOptions_LoadCertificatesChain(opts, args[1], args[2]));
+        TRY(connect_with(&nc, url, opts, NULL));
+        TRY(round_trip(nc, "interop.mtls"));
+        natsConnection_Destroy(nc);
+        natsOptions_Destroy(opts);
+        out_result("mtls", with_cert ? "with_cert" : "without_cert", s);
+    }
+    return NATS_OK;
+}

@@ -40,6 +40,7 @@ var scenarios = map[string]scenario{
 	"slow":      runSlow,      // url subject
 	"auth":      runAuth,      // url user|token good bad
 	"tls":       runTLS,       // url cafile subject
+	"mtls":      runMutualTLS, // url cafile certfile keyfile
 	"pub":       runPub,       // url subject count
 	"sub":       runSub,       // url subject count
 	"burst":     runBurst,     // url subject count

@@ -87,3 +87,22 @@ func runTLS(url string, args []string) error {
 	emit(map[string]any{"ev": "tls", "case": "untrusted", "result": errText(err)})
 	return nil
 }
+
+// runMutualTLS connects with a client certificate (round trip included), then with none.
+func runMutualTLS(url string, args []string) error {
+	caFile, certFile, keyFile := args[0], args[1], args[2]
+	nc, err := connect(url, nats.RootCAs(caFile), nats.ClientCert(certFile, keyFile), nats.NoReconnect())
+	result := errText(err)
+	if err == nil {
+		result = errText(roundTrip(nc, "interop.mtls"))
+		nc.Close()
+	}
+	emit(map[string]any{"ev": "mtls", "case": "with_cert", "result": result})
+	nc, err = connect(url, nats.RootCAs(caFile), nats.NoReconnect())
+	if err == nil {
+		err = roundTrip(nc, "interop.mtls")
+		nc.Close()
+	}
+	emit(map[string]any{"ev": "mtls", "case": "without_cert", "result": errText(err)})
+	return nil
+}
