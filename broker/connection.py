@@ -487,9 +487,9 @@ class Connection(asyncio.Protocol):
         """A run of PUBs to one subject (see protocol.ops.PUBRUN): matched once, and framed for each
         subscriber by one `replace` of `PUB subject ` with `MSG subject sid `; each message still goes to
         one random member of each queue group (when all payloads have one size). Anything else
-        (auto-unsubscribe, verbose, pedantic, a refused publish, a connection with several matching
-        subscriptions) takes the per-message path, so each connection receives exactly the bytes the
-        per-message path writes."""
+        (auto-unsubscribe, verbose, pedantic, a refused publish, allow_responses receivers of requests,
+        a connection with several matching subscriptions) takes the per-message path, so each
+        connection receives exactly the bytes the per-message path writes."""
         _, subject, reply, prefix, view, count, nbytes, size = op
         opts = self.opts
         plain, groups = self.sublist.match(subject)
@@ -500,6 +500,10 @@ class Connection(asyncio.Protocol):
             or opts.pedantic
             or subject.startswith(_RESERVED_PUBLISH)
             or (reply is not None and reply.startswith(_RESERVED_REPLY))
+            # allow_responses counts each response a publisher sends, and tracks each request delivered
+            # to a receiver: message by message.
+            or _tracks_replies(self)
+            or (reply is not None and any(_tracks_replies(sub.conn) for sub in targets))
             or (self.perms is not None and not self.perms.can_publish(subject))
             or any(sub.max_msgs or sub.conn.closed for sub in targets)
             or (groups and (size < 0 or any(sub.conn is skip for sub in targets)))
@@ -702,6 +706,10 @@ def _deliver(sub: Subscription, frame: tuple[bytes, bytes, int], reply: bytes | 
     if out.queued > out.limit:
         conn.slow_consumer()
     return True
+
+
+def _tracks_replies(conn: Connection) -> bool:
+    return conn.perms is not None and conn.perms.replies is not None
 
 
 def _deliver_run(sub: Subscription, data: bytes, count: int, nbytes: int) -> None:

@@ -19,6 +19,9 @@ from tests.wire import WireClient, strip_info
 
 V0 = b'CONNECT {"verbose":false}\r\n'
 V0H = b'CONNECT {"verbose":false,"headers":true,"no_responders":true,"protocol":1}\r\n'
+# As client libraries connect: pedantic off (nats-server's default is on).
+VR = b'CONNECT {"verbose":false,"pedantic":false}\r\n'
+VRH = b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,"protocol":1}\r\n'
 
 # Deliveries of one message to several matching subscriptions come in trie-walk order, which differs
 # between implementations and which no client can rely on: these cases compare the frames as a multiset.
@@ -68,29 +71,31 @@ CASES: list[tuple[str, bytes, bytes | None]] = [
     ("hpub-to-header-sub", V0H + b"SUB h 1\r\nHPUB h 12 14\r\nNATS/1.0\r\n\r\nhi\r\n", None),
     ("no-responders", V0H + b"SUB inbox.* 1\r\nPUB req inbox.1 2\r\nhi\r\n", None),
     ("no-responders-needs-reply-sub", V0H + b"PUB req inbox.1 2\r\nhi\r\n", None),
-    # Runs of PUBs with one control line (the parser's PUBRUN fast path) and what makes them fall back.
-    ("pub-run", V0 + b"SUB foo 1\r\n" + b"PUB foo 2\r\nhi\r\n" * 3, b"MSG foo 1 2\r\nhi\r\n" * 3),
-    ("pub-run-reply", V0 + b"SUB foo 7\r\n" + b"PUB foo r 2\r\nhi\r\n" * 3, b"MSG foo 7 r 2\r\nhi\r\n" * 3),
+    # Runs of PUBs to one subject (the parser's PUBRUN fast path, which pedantic mode and the cases below
+    # turn off: then every PUB takes the per-message path).
+    ("pub-run", VR + b"SUB foo 1\r\n" + b"PUB foo 2\r\nhi\r\n" * 3, b"MSG foo 1 2\r\nhi\r\n" * 3),
+    ("pub-run-reply", VR + b"SUB foo 7\r\n" + b"PUB foo r 2\r\nhi\r\n" * 3, b"MSG foo 7 r 2\r\nhi\r\n" * 3),
     (
         "pub-run-two-subs-one-conn",
-        V0 + b"SUB foo 1\r\nSUB f* 2\r\nSUB foo 3\r\n" + b"PUB foo 1\r\nx\r\n" * 3,
+        VR + b"SUB foo 1\r\nSUB f* 2\r\nSUB foo 3\r\n" + b"PUB foo 1\r\nx\r\n" * 3,
         None,
     ),
-    ("pub-run-auto-unsub", V0 + b"SUB foo 1\r\nUNSUB 1 2\r\n" + b"PUB foo 1\r\nx\r\n" * 4, None),
-    ("pub-run-queue", V0 + b"SUB foo q 1\r\n" + b"PUB foo 1\r\nx\r\n" * 3, b"MSG foo 1 1\r\nx\r\n" * 3),
+    ("pub-run-auto-unsub", VR + b"SUB foo 1\r\nUNSUB 1 2\r\n" + b"PUB foo 1\r\nx\r\n" * 4, None),
+    ("pub-run-queue", VR + b"SUB foo q 1\r\n" + b"PUB foo 1\r\nx\r\n" * 3, b"MSG foo 1 1\r\nx\r\n" * 3),
     ("pub-run-verbose", b"SUB foo 1\r\n" + b"PUB foo 1\r\nx\r\n" * 3, None),
     (
         "pub-run-echo-off",
         b'CONNECT {"verbose":false,"echo":false}\r\nSUB foo 1\r\n' + b"PUB foo 1\r\nx\r\n" * 3,
         b"",
     ),
-    ("pub-run-payload-holds-line", V0 + b"SUB foo 1\r\n" + b"PUB foo 12\r\nPUB foo 12\r\n\r\n" * 3, None),
+    ("pub-run-payload-holds-line", VR + b"SUB foo 1\r\n" + b"PUB foo 12\r\nPUB foo 12\r\n\r\n" * 3, None),
     (
         "pub-run-then-other",
-        V0 + b"SUB > 1\r\n" + b"PUB a 1\r\nx\r\n" * 3 + b"PUB a 2\r\nxy\r\nPUB b 1\r\nx\r\n",
+        VR + b"SUB > 1\r\n" + b"PUB a 1\r\nx\r\n" * 3 + b"PUB a 2\r\nxy\r\nPUB b 1\r\nx\r\n",
         None,
     ),
-    ("pub-run-no-responders", V0H + b"SUB inbox.* 1\r\n" + b"PUB req inbox.1 2\r\nhi\r\n" * 3, None),
+    ("pub-run-no-responders", VRH + b"SUB inbox.* 1\r\n" + b"PUB req inbox.1 2\r\nhi\r\n" * 3, None),
+    ("pub-run-pedantic", V0 + b"SUB foo 1\r\n" + b"PUB foo 1\r\nx\r\n" * 3, b"MSG foo 1 1\r\nx\r\n" * 3),
     # Errors that close the connection.
     ("unknown-op", b"FOO\r\n", None),
     ("leading-space", b" PING\r\n", None),

@@ -12,7 +12,8 @@ import pytest
 from tests.servers import ServerProcess, start_server
 from tests.wire import WireClient
 
-V0 = b'CONNECT {"verbose":false}\r\n'
+# pedantic off, as client libraries send it (nats-server's default is on, which takes the per-message path)
+V0 = b'CONNECT {"verbose":false,"pedantic":false}\r\n'
 N = 3000
 
 
@@ -45,6 +46,14 @@ def test_a_run_reaches_plain_subscribers_in_order_and_one_member_per_message(
     plain = subscriber(server, b"SUB runs.x 5\r\n")
     members = [subscriber(server, b"SUB runs.* grp " + sid + b"\r\n") for sid in (b"1", b"22", b"333")]
     publisher = subscriber(server, b"")
+    try:
+        check_run(plain, members, publisher, reply)
+    finally:
+        for client in (plain, *members, publisher):
+            client.close()
+
+
+def check_run(plain: WireClient, members: list[WireClient], publisher: WireClient, reply: bytes) -> None:
     payloads = [b"%06d" % i for i in range(N)]  # one size, so one control line for the whole run
     publisher.send(b"".join(b"PUB runs.x" + reply + b" 6\r\n" + p + b"\r\n" for p in payloads) + b"PING\r\n")
     publisher.read_until(b"PONG\r\n", timeout=20)
@@ -60,5 +69,21 @@ def test_a_run_reaches_plain_subscribers_in_order_and_one_member_per_message(
         assert got == sorted(got)  # each member sees its share in publish order
         seen += got
     assert sorted(seen) == payloads  # every message to exactly one member
-    for client in (plain, *members, publisher):
-        client.close()
+
+
+def test_a_run_with_varying_sizes_reaches_a_plain_subscriber_and_a_queue_group(server: ServerProcess) -> None:
+    """One subject, payload sizes varying (and holding `PUB runs.y ` now and then): the plain subscriber
+    gets the stream byte for byte, the queue group (per-message path: sizes differ) each message once."""
+    plain = subscriber(server, b"SUB runs.y 3\r\n")
+    member = subscriber(server, b"SUB runs.y g 4\r\n")
+    publisher = subscriber(server, b"")
+    try:
+        payloads = [b"x" * (i % 7) if i % 50 else b"PUB runs.y %d" % i for i in range(N)]
+        publisher.send(b"".join(b"PUB runs.y %d\r\n%s\r\n" % (len(p), p) for p in payloads) + b"PING\r\n")
+        publisher.read_until(b"PONG\r\n", timeout=20)
+        framed = [b"%d\r\n%s\r\n" % (len(p), p) for p in payloads]
+        assert drain(plain) == b"".join(b"MSG runs.y 3 " + f for f in framed)
+        assert drain(member) == b"".join(b"MSG runs.y 4 " + f for f in framed)
+    finally:
+        for client in (plain, member, publisher):
+            client.close()

@@ -157,3 +157,23 @@ def test_bad_allow_responses_is_a_config_error(kind: str, tmp_path: Path) -> Non
     proc = subprocess.run([*cmd, "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
     assert "error parsing response permissions, expected a boolean or a map" in proc.stdout + proc.stderr
+
+
+def test_a_run_of_identical_requests_is_tracked_per_message(server: ServerProcess) -> None:
+    """Back-to-back identical PUBs take pynatsd's run fast path, except towards allow_responses
+    receivers: each delivery is tracked, so the answers allowed are exactly nats-server's."""
+    clients = []
+    for user, sub in (("svc", b"SUB svc.> 1\r\n"), ("req", b"SUB inbox.> 9\r\n")):
+        client = WireClient(server.port)  # pedantic off (the default is on), as client libraries send
+        connect = f'CONNECT {{"user":"{user}","pass":"{user}","verbose":false,"pedantic":false}}\r\n'
+        assert client.exchange(connect.encode() + sub + b"PING\r\n")[0] == b"PONG\r\n"
+        clients.append(client)
+    svc, req = clients
+    req.send(b"PUB svc.a inbox.1 1\r\nq\r\n" * 3)
+    got, _ = svc.read_until(b"MSG svc.a 1 inbox.1 1\r\nq\r\n" * 3)
+    assert got == b"MSG svc.a 1 inbox.1 1\r\nq\r\n" * 3
+    out, _ = svc.exchange(b"PUB inbox.1 1\r\na\r\n" * 4 + b"PING\r\n")
+    assert out == violation("inbox.1") * 3 + b"PONG\r\n"
+    assert req.exchange(b"PING\r\n")[0] == b"MSG inbox.1 9 1\r\na\r\nPONG\r\n"
+    svc.close()
+    req.close()
