@@ -102,8 +102,8 @@ def render_chart(r: dict[str, Any], path: Path) -> None:
 
     rows = [row for row in r["rows"] if row["scenario"] != "reqrep"]
     rr = [row for row in r["rows"] if row["scenario"] == "reqrep"]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 5), gridspec_kw={"width_ratios": [3, 3, 1.3]})
-    labels = [f"{row['scenario']}\n{_size(row['size'])}" for row in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(18, 6), gridspec_kw={"width_ratios": [3, 3, 1.2]})
+    labels = [f"{row['scenario']} {_size(row['size'])}" for row in rows]
     xs = range(len(rows))
 
     ax = axes[0]
@@ -112,7 +112,7 @@ def render_chart(r: dict[str, Any], path: Path) -> None:
         if row.get("target") is not None:
             ax.plot([x - 0.4, x + 0.4], [row["target"]] * 2, color="red")
     ax.axhline(1.0, color="#999", linestyle="--")
-    ax.set_xticks(list(xs), labels, fontsize=7)
+    ax.set_xticks(list(xs), labels, fontsize=8, rotation=90)
     ax.set_ylabel("pynatsd / nats-server (rate)")
     ax.set_title("throughput ratio (red: target)")
 
@@ -121,7 +121,7 @@ def render_chart(r: dict[str, Any], path: Path) -> None:
     ax.bar([x - w / 2 for x in xs], [row["pynatsd"]["median"] for row in rows], w, label="pynatsd")
     ax.bar([x + w / 2 for x in xs], [row["nats-server"]["median"] for row in rows], w, label="nats-server")
     ax.set_yscale("log")
-    ax.set_xticks(list(xs), labels, fontsize=7)
+    ax.set_xticks(list(xs), labels, fontsize=8, rotation=90)
     ax.set_ylabel("msgs/s (log)")
     ax.set_title("median rates")
     ax.legend()
