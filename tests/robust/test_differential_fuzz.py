@@ -133,3 +133,33 @@ def test_differential(
     ours, ref = servers
     got, want = _exchange(ours.port, data), _exchange(ref.port, data)
     assert _canonical(got) == _canonical(want), (data, got, want)
+
+
+# Back-to-back PUBs to one subject, with pedantic off as client libraries connect: pynatsd's run fast path
+# (protocol.ops.PUBRUN) and each of its fallbacks (auto-unsubscribe, several subscriptions on the one
+# connection, a payload holding `PUB subject `). One queue subscription only, so delivery is deterministic.
+run_op = st.one_of(
+    st.builds(lambda s, i: b"SUB %s %d\r\n" % (s, i), st.sampled_from(SUBJECTS), st.integers(1, 4)),
+    st.builds(lambda s: b"SUB %s q 5\r\n" % s, st.sampled_from(SUBJECTS)),
+    st.builds(lambda i, m: b"UNSUB %d %d\r\n" % (i, m), st.integers(1, 5), st.integers(1, 6)),
+    st.builds(
+        lambda s, r, payloads: b"".join(
+            b"PUB %s%s %d\r\n%s\r\n" % (s, b" " + r if r else b"", len(p), p) for p in payloads
+        ),
+        st.sampled_from(PUB_SUBJECTS),
+        st.sampled_from([b"", b"rep"]),
+        st.one_of(
+            st.builds(lambda p, k: [p] * k, st.binary(max_size=6), st.integers(2, 8)),
+            st.lists(st.sampled_from([b"", b"x", b"xy", b"PUB a ", b"PUB a.b "]), min_size=2, max_size=8),
+        ),
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(run_op, max_size=10))
+def test_differential_runs(servers: tuple[ServerProcess, ServerProcess], ops: list[bytes]) -> None:
+    data = b'CONNECT {"verbose":false,"pedantic":false}\r\n' + b"".join(ops)
+    ours, ref = servers
+    got, want = _exchange(ours.port, data), _exchange(ref.port, data)
+    assert _canonical(got) == _canonical(want), (data, got, want)
