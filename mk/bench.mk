@@ -6,7 +6,7 @@ BENCH_SIZES ?= 16,128,1024
 
 .PHONY: bench bench-smoke
 
-## bench: the full broker benchmark (about 10 minutes): table, JSON and PNG chart in bench/results/
+## bench: the full broker benchmark (about 5 minutes on 2 cores): table, JSON and PNG chart in bench/results/
 bench: venv
 	$(PY) bench/broker/run.py --reps $(BENCH_REPS) --scenarios $(BENCH_SCENARIOS) --sizes $(BENCH_SIZES)
 
