@@ -17,7 +17,7 @@ from broker import NATS_COMPAT_VERSION, __version__, tls
 from broker.auth import Authenticator
 from broker.config import ConfigError, parse_file
 from broker.config_options import ConfigValueError, apply_config
-from broker.logging import configure, get_logger
+from broker.logging import configure_from, get_logger
 from broker.options import Options
 
 # Go's flag package treats `-name` and `--name` alike and lets booleans be `-T` or `-T=false`; click wants
@@ -180,13 +180,7 @@ def command(ctx: click.Context, **flags: Any) -> None:
     if flags["check_config"]:
         click.echo(f"nats-server: configuration file {options.config_file} is valid")
         return
-    logger = configure(
-        debug=options.debug,
-        trace=options.trace,
-        logtime=options.logtime,
-        utc=options.logtime_utc,
-        log_file=options.log_file,
-    )
+    logger = configure_from(options)
     for warning in warnings:
         logger.warning("config: %s", warning)
     for flag in sorted(UNSUPPORTED):

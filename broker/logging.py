@@ -6,6 +6,10 @@ import logging
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.options import Options
 
 LOGGER_NAME = "pynatsd"
 TRACE = 5  # below DEBUG, as nats-server's -V
@@ -69,3 +73,14 @@ def configure(
     logger.setLevel(TRACE if trace else logging.DEBUG if debug else logging.INFO)
     logger.propagate = False
     return logger
+
+
+def configure_from(options: Options) -> logging.Logger:
+    """`configure` with the logging settings of `options` (start-up, and SIGUSR1's reopen)."""
+    return configure(
+        debug=options.debug,
+        trace=options.trace,
+        logtime=options.logtime,
+        utc=options.logtime_utc,
+        log_file=options.log_file,
+    )

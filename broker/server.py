@@ -24,7 +24,7 @@ from broker.auth import DEFAULT_ACCOUNT, Authenticator
 from broker.connection import SERVER_SHUTDOWN, Connection, Subscription
 from broker.histogram import HistogramCounts
 from broker.ids import new_server_id
-from broker.logging import configure, get_logger
+from broker.logging import configure_from, get_logger
 from broker.options import Options
 from broker.outbound import FlushScheduler
 from broker.tls import monitor_context, server_context
@@ -296,13 +296,7 @@ class Server:
             log.info("File log re-open ignored, not a file logger")
             return
         try:
-            configure(
-                debug=opts.debug,
-                trace=opts.trace,
-                logtime=opts.logtime,
-                utc=opts.logtime_utc,
-                log_file=opts.log_file,
-            )
+            configure_from(opts)
         except OSError as exc:
             log.error("Error re-opening log file %s: %s", opts.log_file, exc)
             return
