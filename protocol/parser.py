@@ -260,11 +260,11 @@ class Parser:
             # A publisher repeats a handful of control lines: the parse of each is cached by its bytes,
             # so the per-message cost is one find, one slice and one dict lookup.
             line = buf[pos : nl + 1]
-            pub = lines.get(line)
-            if pub is None:
-                pub = self._parse_pub_line(buf, pos, line)
-            if pub is not None:
-                subject, reply, size, tail_at, prefix = pub
+            parsed = lines.get(line)
+            if parsed is None:
+                parsed = self._parse_pub_line(buf, pos, line)
+            if parsed is not None:
+                subject, reply, size, tail_at, prefix = parsed
                 start = nl + 1
                 stop = start + size
                 if stop + 2 > n:
