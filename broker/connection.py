@@ -319,12 +319,14 @@ class Connection(asyncio.Protocol):
             ops = [one for op in ops for one in (expand_run(op) if op[0] == PUBRUN else (op,))]
             for op in ops:
                 log.log(TRACE, "%r - <<- [%s]", self, _describe(op))
+        on_pub = self._on_pub
         for op in ops:
             if self.closed:
                 return
             kind = op[0]
             if kind == PUB:  # first: the per-message path tests nothing else
-                self._on_pub(op[1], op[2], None, op[3], op[4])
+                _, subject, reply, payload, tail = op
+                on_pub(subject, reply, None, payload, tail)
             elif kind == PUBRUN:
                 self._on_pub_run(op)
             elif kind == HPUB:
