@@ -35,7 +35,9 @@ log = get_logger()
 _RESERVED_PUBLISH = (b"_GR_.", b"$NRG.")
 _RESERVED_REPLY = (b"_R_.", b"$JS.ACK.", b"_GR_.")
 _SYS_QUEUE = b"_sys_"
-_HEADS_CACHED = 64  # per-connection bound of the MSG-head cache (Connection._heads)
+# Per-connection bounds of the MSG-head cache (Connection._heads): entries, and subject length.
+_HEADS_CACHED = 64
+_HEAD_SUBJECT_CACHED = 128
 _RTT_REFRESH = 3600.0
 _FIRST_PING = 2.0
 
@@ -448,9 +450,11 @@ class Connection(asyncio.Protocol):
             if subject.startswith(_RESERVED_PUBLISH):
                 self._send_err(errors.publish_violation(_text(subject)))
                 return
-            if len(heads) >= _HEADS_CACHED:
-                heads.clear()  # a publisher cycling through many subjects: start over rather than grow
-            head = heads[subject] = b"MSG " + subject + b" "
+            head = b"MSG " + subject + b" "
+            if len(subject) <= _HEAD_SUBJECT_CACHED:
+                if len(heads) >= _HEADS_CACHED:
+                    heads.clear()  # a publisher cycling through many subjects: start over rather than grow
+                heads[subject] = head
         if reply is not None and reply.startswith(_RESERVED_REPLY):
             self._send_err(errors.publish_reply_violation(_text(reply)))
             return
