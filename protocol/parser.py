@@ -53,7 +53,7 @@ _SPLIT_ARGS = re.compile(rb"[ \t\r\n]+")
 # subject, reply and size. Anything else (tabs, lower case, HPUB, bad sizes…) takes the general path.
 _FAST_PUB = re.compile(rb"PUB ([^ \t\r\n]+) (?:([^ \t\r\n]+) )?(\d{1,9})\r?\n")
 # A parsed canonical PUB line: (subject, reply, size, offset of the MSG tail in the line or -1,
-# `PUB subject `).
+# `PUB subject [reply ]`).
 _PubLine = tuple[bytes, bytes | None, int, int, bytes]
 # Per-connection bound of that cache (its lines are at most _LINE_CACHED bytes): a few KiB at most.
 _LINE_CACHE = 64
@@ -275,7 +275,7 @@ class Parser:
                     raise errors.UnknownOperation("payload not followed by CRLF")
                 if (
                     runs
-                    and buf.startswith(prefix, stop + 2)  # cheap pre-check: the next PUB's subject?
+                    and buf.startswith(prefix, stop + 2)  # cheap pre-check: the next PUB's subject and reply?
                     and pos >= self._no_run_before
                     and tail_at >= 0
                 ):
@@ -368,7 +368,9 @@ class Parser:
             raise errors.MaxPayloadExceeded(f"payload of {size} bytes")
         # Where the MSG tail starts in the line; -1 for a bare-LF line, whose tail must be re-encoded.
         tail_at = fast.start(2 if reply else 3) - pos if fast.end() - fast.end(3) == 2 else -1
-        pub = (subject, reply, size, tail_at, line[: 5 + len(subject)])
+        # `PUB subject [reply ]`: the next PUB can only continue a run (same subject and reply) if it
+        # starts with it, so a publisher with one subject and a new reply each time never tries one.
+        pub = (subject, reply, size, tail_at, line[: fast.start(3) - pos])
         if len(line) <= _LINE_CACHED:
             lines = self._lines
             if len(lines) >= _LINE_CACHE:
