@@ -35,6 +35,9 @@ log = get_logger()
 _RESERVED_PUBLISH = (b"_GR_.", b"$NRG.")
 _RESERVED_REPLY = (b"_R_.", b"$JS.ACK.", b"_GR_.")
 _SYS_QUEUE = b"_sys_"
+# Per-connection bounds of the MSG-head cache (Connection._heads): entries, and subject length.
+_HEADS_CACHED = 64
+_HEAD_SUBJECT_CACHED = 128
 _RTT_REFRESH = 3600.0
 _FIRST_PING = 2.0
 
@@ -76,7 +79,7 @@ _CLOSE_REASONS: dict[type[errors.ProtocolError], str] = {
 class Subscription:
     """One SUB of one connection. Hashed by identity; the matcher stores it as is."""
 
-    __slots__ = ("conn", "delivered", "max_msgs", "pending", "queue", "sid", "sid_sp", "subject")
+    __slots__ = ("conn", "delivered", "max_msgs", "queue", "sid", "sid_sp", "subject")
 
     def __init__(self, conn: Connection, subject: bytes, queue: bytes | None, sid: bytes) -> None:
         self.conn = conn
@@ -86,7 +89,6 @@ class Subscription:
         self.sid_sp = sid + b" "  # pre-encoded for MSG frames
         self.max_msgs = 0  # auto-unsubscribe limit; 0 = none
         self.delivered = 0
-        self.pending = 0  # messages queued on the connection and not yet flushed
 
 
 class Connection(asyncio.Protocol):
@@ -137,6 +139,7 @@ class Connection(asyncio.Protocol):
         self._info_after_pong = False
         self.first_pong_sent = False  # after CONNECT: the client now takes async INFOs (nats-server's flag)
         self._trace = log.isEnabledFor(TRACE)
+        self._heads: dict[bytes, bytes] = {}  # subject -> `MSG subject `, for subjects published here
         # Incremented inline per publish (see HistogramCounts); values past the cap share its last slot.
         self._fanout, self._fanout_cap = server.fanout.counts, server.fanout.cap
 
@@ -318,14 +321,16 @@ class Connection(asyncio.Protocol):
             ops = [one for op in ops for one in (expand_run(op) if op[0] == PUBRUN else (op,))]
             for op in ops:
                 log.log(TRACE, "%r - <<- [%s]", self, _describe(op))
+        on_pub = self._on_pub
         for op in ops:
             if self.closed:
                 return
             kind = op[0]
-            if kind == PUBRUN:
+            if kind == PUB:  # first: the per-message path tests nothing else
+                _, subject, reply, payload, tail = op
+                on_pub(subject, reply, None, payload, tail)
+            elif kind == PUBRUN:
                 self._on_pub_run(op)
-            elif kind == PUB:
-                self._on_pub(op[1], op[2], None, op[3], op[4])
             elif kind == HPUB:
                 self._on_pub(op[1], op[2], op[3], op[4], b"")
             elif kind == SUB:
@@ -430,15 +435,26 @@ class Connection(asyncio.Protocol):
     def _on_pub(
         self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes, tail: bytes
     ) -> None:
-        size = len(payload) if headers is None else len(headers) + len(payload)
+        nbytes = len(payload)
+        size = nbytes if headers is None else len(headers) + nbytes
         self.in_msgs += 1
         self.in_bytes += size
         opts = self.opts
         if opts.pedantic and not is_literal_subject(subject):
             self._send_err(errors.INVALID_PUBLISH_SUBJECT)
-        if subject.startswith(_RESERVED_PUBLISH):
-            self._send_err(errors.publish_violation(_text(subject)))
-            return
+        # `MSG subject ` of the subjects this client publishes to, cached: a subject is in the cache only
+        # once it passed the reserved-prefix check, so a hit skips both that check and the concatenation.
+        heads = self._heads
+        head = heads.get(subject)
+        if head is None:
+            if subject.startswith(_RESERVED_PUBLISH):
+                self._send_err(errors.publish_violation(_text(subject)))
+                return
+            head = b"MSG " + subject + b" "
+            if len(subject) <= _HEAD_SUBJECT_CACHED:
+                if len(heads) >= _HEADS_CACHED:
+                    heads.clear()  # a publisher cycling through many subjects: start over rather than grow
+                heads[subject] = head
         if reply is not None and reply.startswith(_RESERVED_REPLY):
             self._send_err(errors.publish_reply_violation(_text(reply)))
             return
@@ -456,19 +472,23 @@ class Connection(asyncio.Protocol):
             if reply is not None and opts.no_responders:
                 self._no_responders(subject, reply)
             return
-        # The message's frame in its two shapes, built once and shared by every delivery: MSG (headers
-        # stripped) and HMSG for receivers that negotiated headers; each is (head, tail, body size).
-        frame = (b"MSG " + subject + b" ", tail or encoder.msg_tail(reply, payload), len(payload))
-        hframe = (
-            frame
-            if headers is None
-            else (b"HMSG " + subject + b" ", encoder.hmsg_tail(reply, headers, payload), size)
-        )
+        # The message's frame, built once and shared by every delivery: MSG (headers stripped), and HMSG
+        # for receivers that negotiated headers when the message has some.
+        if not tail:
+            tail = encoder.msg_tail(reply, payload)
+        if headers is None:
+            hhead, htail, hbytes = head, tail, nbytes
+        else:
+            hhead, htail, hbytes = b"HMSG " + subject + b" ", encoder.hmsg_tail(reply, headers, payload), size
         skip = None if opts.echo else self
         delivered = False
         for sub in plain:
             conn = sub.conn
-            if conn is not skip and _deliver(sub, hframe if conn.opts.headers else frame, reply):
+            if conn is not skip and (
+                _deliver(sub, hhead, htail, hbytes, reply)
+                if conn.opts.headers
+                else _deliver(sub, head, tail, nbytes, reply)
+            ):
                 delivered = True
         for group in groups:
             # Exactly one member per queue group: from a random start, the first that takes it.
@@ -477,7 +497,11 @@ class Connection(asyncio.Protocol):
             for i in range(n):
                 sub = group[(start + i) % n]
                 conn = sub.conn
-                if conn is not skip and _deliver(sub, hframe if conn.opts.headers else frame, reply):
+                if conn is not skip and (
+                    _deliver(sub, hhead, htail, hbytes, reply)
+                    if conn.opts.headers
+                    else _deliver(sub, head, tail, nbytes, reply)
+                ):
                     delivered = True
                     break
         if not delivered and reply is not None and opts.no_responders:
@@ -674,8 +698,8 @@ class Connection(asyncio.Protocol):
         self._ping_timer = server.loop.call_later(opts.ping_interval, self._ping_tick)
 
 
-def _deliver(sub: Subscription, frame: tuple[bytes, bytes, int], reply: bytes | None) -> bool:
-    """Queue one message for `sub`; False if the subscription could not take it."""
+def _deliver(sub: Subscription, head: bytes, tail: bytes, nbytes: int, reply: bytes | None) -> bool:
+    """Queue one message (`head` sid `tail`, `nbytes` of payload) for `sub`; False if it cannot take it."""
     conn = sub.conn
     if conn.closed:
         return False
@@ -685,22 +709,20 @@ def _deliver(sub: Subscription, frame: tuple[bytes, bytes, int], reply: bytes | 
             return False
         if sub.delivered + 1 == sub.max_msgs:
             conn._remove_sub(sub)
-    if reply is not None and conn.perms is not None and conn.perms.replies is not None:
-        conn.perms.track_reply(reply)  # allow_responses: the receiver may now answer this request
+    perms = conn.perms
+    if reply is not None and perms is not None and perms.replies is not None:
+        perms.track_reply(reply)  # allow_responses: the receiver may now answer this request
     sub.delivered += 1
     out = conn.out
     assert out is not None
     frames = out.frames
     if not frames:
         out.mark_dirty()
-    head, tail, nbytes = frame
+    sid_sp = sub.sid_sp
     frames.append(head)
-    frames.append(sub.sid_sp)
+    frames.append(sid_sp)
     frames.append(tail)
-    out.queued += len(head) + len(sub.sid_sp) + len(tail)
-    if not sub.pending:
-        out.pending_subs.append(sub)
-    sub.pending += 1
+    out.queued += len(head) + len(sid_sp) + len(tail)
     conn.out_msgs += 1
     conn.out_bytes += nbytes
     if out.queued > out.limit:
@@ -721,9 +743,6 @@ def _deliver_run(sub: Subscription, data: bytes, count: int, nbytes: int) -> Non
         out.mark_dirty()
     out.frames.append(data)
     out.queued += len(data)
-    if not sub.pending:
-        out.pending_subs.append(sub)
-    sub.pending += count
     sub.delivered += count
     conn.out_msgs += count
     conn.out_bytes += nbytes

@@ -14,12 +14,9 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker.histogram import HistogramCounts
-
-if TYPE_CHECKING:
-    from broker.connection import Subscription
 
 
 class FlushScheduler:
@@ -57,7 +54,6 @@ class Outbound:
         "limit",
         "max_pending",
         "paused",
-        "pending_subs",
         "queued",
         "scheduler",
         "transport",
@@ -74,7 +70,6 @@ class Outbound:
         self.limit = max_pending  # max_pending - backlog: the hot-path slow-consumer threshold
         self.paused = False
         self.closed = False
-        self.pending_subs: list[Subscription] = []  # subscriptions with a non-zero pending count
         self.batches = 0  # flushes done (monitoring: frames per flush)
         self.written_bytes = 0
         self._wake = asyncio.Event()
@@ -123,10 +118,6 @@ class Outbound:
         self.queued = 0
         self.batches += 1
         self.written_bytes += len(data)
-        if self.pending_subs:
-            for sub in self.pending_subs:
-                sub.pending = 0
-            self.pending_subs.clear()
         self.transport.write(data)
 
     def pause(self) -> None:
@@ -146,9 +137,6 @@ class Outbound:
         self.closed = True
         self.frames.clear()
         self.queued = 0
-        for sub in self.pending_subs:
-            sub.pending = 0
-        self.pending_subs.clear()
         if self._flusher is not None and not self._flusher.done():
             self._flusher.cancel()
 

@@ -52,6 +52,12 @@ _SPLIT_ARGS = re.compile(rb"[ \t\r\n]+")
 # The canonical PUB line every client library sends (single spaces, upper case): one C-level match gives
 # subject, reply and size. Anything else (tabs, lower case, HPUB, bad sizes…) takes the general path.
 _FAST_PUB = re.compile(rb"PUB ([^ \t\r\n]+) (?:([^ \t\r\n]+) )?(\d{1,9})\r?\n")
+# A parsed canonical PUB line: (subject, reply, size, offset of the MSG tail in the line or -1,
+# `PUB subject [reply ]`).
+_PubLine = tuple[bytes, bytes | None, int, int, bytes]
+# Per-connection bound of that cache (its lines are at most _LINE_CACHED bytes): a few KiB at most.
+_LINE_CACHE = 64
+_LINE_CACHED = 128
 
 
 def _classify(head: bytes) -> int:
@@ -138,6 +144,7 @@ class Parser:
     __slots__ = (
         "_acc",
         "_buf",
+        "_lines",
         "_no_run_before",
         "_pending",
         "_slow_split",
@@ -173,6 +180,7 @@ class Parser:
         )
         self._slow_split = False
         self._no_run_before = 0  # an offset in the current buffer before which no run is tried
+        self._lines: dict[bytes, _PubLine] = {}  # control line -> its parse (canonical PUBs only)
 
     @property
     def buffered(self) -> int:
@@ -238,21 +246,26 @@ class Parser:
         self._slow_split = b"\x0b" in buf or b"\x0c" in buf
         self._no_run_before = 0
         runs = self.runs
+        expect_connect = self.expect_connect
         n = len(buf)
         find = buf.find
-        fast_pub = _FAST_PUB.match
+        lines = self._lines
         while pos < n:
-            if self.expect_connect and buf[pos] not in (67, 99):  # C, c
+            if expect_connect and buf[pos] not in (67, 99):  # C, c
                 raise errors.AuthorizationViolation("first op is not CONNECT")
-            fast = fast_pub(buf, pos)
-            if fast is not None:
-                if fast.end(3) - pos - 4 > self.max_control_line:
-                    raise errors.MaxControlLineExceeded("control line too long")
-                subject, reply, size_field = fast.group(1, 2, 3)
-                size = int(size_field)
-                if size > self.max_payload:
-                    raise errors.MaxPayloadExceeded(f"payload of {size} bytes")
-                start = fast.end()
+            nl = find(b"\n", pos)
+            if nl < 0:
+                self._keep_partial(buf, pos)
+                return
+            # A publisher repeats a handful of control lines: the parse of each is cached by its bytes,
+            # so the per-message cost is one find, one slice and one dict lookup.
+            line = buf[pos : nl + 1]
+            parsed = lines.get(line)
+            if parsed is None:
+                parsed = self._parse_pub_line(buf, pos, line)
+            if parsed is not None:
+                subject, reply, size, tail_at, prefix = parsed
+                start = nl + 1
                 stop = start + size
                 if stop + 2 > n:
                     self._pending = (PUB, subject, reply, 0, size)
@@ -262,10 +275,9 @@ class Parser:
                     raise errors.UnknownOperation("payload not followed by CRLF")
                 if (
                     runs
-                    and buf.startswith(subject, stop + 6)  # cheap pre-check: the next PUB's subject?
-                    and buf.startswith(b" ", stop + 6 + len(subject))
+                    and buf.startswith(prefix, stop + 2)  # cheap pre-check: the next PUB's subject and reply?
                     and pos >= self._no_run_before
-                    and start - fast.end(3) == 2
+                    and tail_at >= 0
                 ):
                     run = self._run(buf, pos, start, stop, subject, reply, size)
                     if run is not None:
@@ -275,17 +287,10 @@ class Parser:
                 # `[reply ]size\r\npayload\r\n` is, byte for byte, the tail of the MSG frame that
                 # delivers this message: hand it over as one slice instead of formatting it again.
                 payload = buf[start:stop]
-                if start - fast.end(3) == 2:
-                    tail = buf[fast.start(2 if reply else 3) : stop + 2]
-                else:
-                    tail = msg_tail(reply, payload)
+                tail = buf[pos + tail_at : stop + 2] if tail_at >= 0 else msg_tail(reply, payload)
                 ops.append((PUB, subject, reply, payload, tail))
                 pos = stop + 2
                 continue
-            nl = find(b"\n", pos)
-            if nl < 0:
-                self._keep_partial(buf, pos)
-                return
             end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
 
             kind = _classify(buf[pos : min(end, pos + _HEAD)].upper())
@@ -341,12 +346,37 @@ class Parser:
                 self.expect_connect = False
                 # Ops later in this same read may be HPUBs that this CONNECT just made legal.
                 self.headers = self.allow_headers and _wants_headers(options)
+                expect_connect = False
                 ops.append((CONNECT, options))
             elif kind == INFO:
                 ops.append((INFO, _decode_json(arg)))
             else:  # ERR
                 ops.append((ERR, arg.decode("utf-8", "replace")))
             pos = nl + 1
+
+    def _parse_pub_line(self, buf: bytes, pos: int, line: bytes) -> _PubLine | None:
+        """The parse of a canonical PUB control line (`line`, at `pos` in `buf`), cached for the lines
+        that follow; None for any other line (the general path deals with it, errors included)."""
+        fast = _FAST_PUB.match(buf, pos)
+        if fast is None:
+            return None
+        if fast.end(3) - pos - 4 > self.max_control_line:
+            raise errors.MaxControlLineExceeded("control line too long")
+        subject, reply, size_field = fast.group(1, 2, 3)
+        size = int(size_field)
+        if size > self.max_payload:
+            raise errors.MaxPayloadExceeded(f"payload of {size} bytes")
+        # Where the MSG tail starts in the line; -1 for a bare-LF line, whose tail must be re-encoded.
+        tail_at = fast.start(2 if reply else 3) - pos if fast.end() - fast.end(3) == 2 else -1
+        # `PUB subject [reply ]`: the next PUB can only continue a run (same subject and reply) if it
+        # starts with it, so a publisher with one subject and a new reply each time never tries one.
+        pub = (subject, reply, size, tail_at, line[: fast.start(3) - pos])
+        if len(line) <= _LINE_CACHED:
+            lines = self._lines
+            if len(lines) >= _LINE_CACHE:
+                lines.clear()  # a publisher cycling through many subjects: start over rather than grow
+            lines[line] = pub
+        return pub
 
     def _run(
         self, buf: bytes, pos: int, start: int, stop: int, subject: bytes, reply: bytes | None, size: int

@@ -1,6 +1,6 @@
 """Profile pynatsd with py-spy while one scenario runs; print self time by function and by line.
 
-python bench/broker/profile.py [--scenario 1-1|1-1-mix|queue-4|pub] [--size 16] [--out FILE]
+python bench/broker/profile.py [--scenario 1-1|1-1-mix|queue-4|pub|pub-mix] [--size 16] [--out FILE]
 
 py-spy samples the broker process (it needs ptrace rights: root, or kernel.yama.ptrace_scope=0).
 Lines are `path:line`; "<idle/loop>" is time in uvloop's C code (socket reads and writes, polling).
@@ -29,6 +29,7 @@ SCENARIOS: dict[str, tuple[int, int, bool, bool]] = {
     "pub": (1, 0, False, False),
     "1-1": (1, 1, False, False),
     "1-1-mix": (1, 1, False, True),
+    "pub-mix": (1, 0, False, True),
     "queue-4": (1, 4, True, False),
 }
 

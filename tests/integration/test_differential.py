@@ -97,6 +97,19 @@ CASES: list[tuple[str, bytes, bytes | None]] = [
     ("pub-run-no-responders", VRH + b"SUB inbox.* 1\r\n" + b"PUB req inbox.1 2\r\nhi\r\n" * 3, None),
     ("pub-run-pedantic", V0 + b"SUB foo 1\r\n" + b"PUB foo 1\r\nx\r\n" * 3, b"MSG foo 1 1\r\nx\r\n" * 3),
     # Errors that close the connection.
+    # The per-message path caches parsed PUB lines and MSG heads per connection: repeats (cache hits)
+    # must answer exactly as the first time, including for refused and too-long-to-cache subjects.
+    (
+        "pub-mix-reserved-repeated",
+        VR + b"SUB > 1\r\n" + b"PUB _GR_.x 1\r\nx\r\nPUB a 1\r\ny\r\nPUB $NRG.z 1\r\nz\r\n" * 3,
+        None,
+    ),
+    (
+        "pub-mix-long-subject-repeated",
+        VR + b"SUB > 1\r\n" + (b"PUB " + b"l" * 300 + b" 1\r\nx\r\nPUB s r 1\r\ny\r\n") * 3,
+        None,
+    ),
+    ("pub-mix-cached-line-bad-payload", VR + b"PUB a 1\r\nx\r\nPUB b 1\r\ny\r\nPUB a 1\r\nxx\r\n", None),
     ("unknown-op", b"FOO\r\n", None),
     ("leading-space", b" PING\r\n", None),
     ("empty-line", b"\r\n", None),

@@ -242,3 +242,24 @@ def test_parse_size() -> None:
     assert parse_size(b"") == -1
     assert parse_size(b"1a") == -1
     assert parse_size(b"+1") == -1
+
+
+def test_cached_pub_lines_parse_as_the_first_time_and_stay_bounded() -> None:
+    # Each control line is parsed once and then served from a per-connection cache: across many reads,
+    # with more distinct lines than the cache holds, and with lines too long to cache, every op is the same.
+    parser = Parser(runs=False)
+    lines = [(b"s.%d" % i, b"r.%d" % i if i % 3 else None, b"x" * (i % 7)) for i in range(300)]
+    lines.append((b"long." + b"a" * 200, None, b"hi"))
+    stream = b"".join(b"PUB %s %s%d\r\n%s\r\n" % (s, r + b" " if r else b"", len(p), p) for s, r, p in lines)
+    expected = [pub(s, r, p) for s, r, p in lines]
+    for _ in range(3):
+        assert parser.feed(stream) == expected
+        assert len(parser._lines) <= 64
+    assert not any(len(line) > 128 for line in parser._lines)
+
+
+def test_cached_pub_line_still_checks_its_payload() -> None:
+    parser = Parser()
+    assert parser.feed(b"PUB a 2\r\nhi\r\n") == [pub(b"a", None, b"hi")]
+    with pytest.raises(errors.UnknownOperation):
+        parser.feed(b"PUB a 2\r\nhiX\r\n")

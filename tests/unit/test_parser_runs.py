@@ -82,3 +82,13 @@ def test_a_run_stops_at_the_first_different_frame() -> None:
         (PUB, b"xy"),
         (PUBRUN, 2),
     ]
+
+
+def test_one_subject_with_a_new_reply_each_time_makes_no_run_and_one_reply_does() -> None:
+    # Request-style traffic (one subject, a new reply each time) is per-message; one reply makes a run.
+    data = b"".join(b"PUB svc _INBOX.%d 1\r\nx\r\n" % i for i in range(5))
+    assert [op[0] for op in Parser(runs=True).feed(data)] == [PUB] * 5
+    data = b"PUB svc r 1\r\nx\r\nPUB svc r 2\r\nyy\r\nPUB svc r 1\r\nz\r\n"
+    ops = Parser(runs=True).feed(data)
+    assert [op[0] for op in ops] == [PUBRUN]
+    assert plain_ops(ops) == Parser().feed(data)
