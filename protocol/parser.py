@@ -51,7 +51,8 @@ _NEED_MORE = 0
 _SPLIT_ARGS = re.compile(rb"[ \t\r\n]+")
 # The canonical PUB line every client library sends (single spaces, upper case): one C-level match gives
 # subject, reply and size. Anything else (tabs, lower case, HPUB, bad sizes…) takes the general path.
-_FAST_PUB = re.compile(rb"PUB ([^ \t\r\n]+) (?:([^ \t\r\n]+) )?(\d{1,9})\r?\n")
+# nats-py writes `PUB subject  size` (an empty reply between two spaces): that form is canonical too.
+_FAST_PUB = re.compile(rb"PUB ([^ \t\r\n]+) (?:([^ \t\r\n]+) | )?(\d{1,9})\r?\n")
 # A parsed canonical PUB line: (subject, reply, size, offset of the MSG tail in the line or -1,
 # `PUB subject [reply ]`).
 _PubLine = tuple[bytes, bytes | None, int, int, bytes]
@@ -279,7 +280,7 @@ class Parser:
                     and pos >= self._no_run_before
                     and tail_at >= 0
                 ):
-                    run = self._run(buf, pos, start, stop, subject, reply, size)
+                    run = self._run(buf, pos, start, stop, subject, reply, size, prefix)
                     if run is not None:
                         ops.append(run)
                         pos += len(run[4])
@@ -379,7 +380,15 @@ class Parser:
         return pub
 
     def _run(
-        self, buf: bytes, pos: int, start: int, stop: int, subject: bytes, reply: bytes | None, size: int
+        self,
+        buf: bytes,
+        pos: int,
+        start: int,
+        stop: int,
+        subject: bytes,
+        reply: bytes | None,
+        size: int,
+        lead: bytes,
     ) -> Op | None:
         """A PUBRUN op for the canonical PUBs from `pos` (the first parsed up to `stop`) that share its
         subject and reply, or None when there are fewer than two.
@@ -387,7 +396,9 @@ class Parser:
         Frames with the very same control line are verified by strided slices (`_run_length`); others
         one by one. A frame that is incomplete, malformed or over a limit ends the run, and the main
         loop deals with it as usual."""
-        prefix = buf[pos : pos + 5 + len(subject)]  # `PUB subject `
+        # What `replace` turns into `MSG subject sid `: `PUB subject `, or without a reply the whole lead
+        # up to the size (`PUB subject  ` from nats-py), so that every frame of the run has that form.
+        prefix = lead if reply is None else buf[pos : pos + 5 + len(subject)]
         end = stop + 2
         if not buf.startswith(prefix, end):
             return None
@@ -407,6 +418,8 @@ class Parser:
                 break
             after = fast.end()
             if after - fast.end(3) != 2 or fast.end(3) - end - 4 > max_line:
+                break
+            if reply is None and fast.start(3) != end + len(prefix):  # the other spacing: not this run
                 break
             one = int(fast.group(3))
             next_end = after + one + 2

@@ -81,6 +81,28 @@ CASES: list[tuple[str, bytes, bytes | None]] = [
         None,
     ),
     ("pub-run-auto-unsub", VR + b"SUB foo 1\r\nUNSUB 1 2\r\n" + b"PUB foo 1\r\nx\r\n" * 4, None),
+    # nats-py's form: an empty reply field between two spaces.
+    ("pub-empty-reply-field", VR + b"SUB foo 1\r\nPUB foo  2\r\nhi\r\n", b"MSG foo 1 2\r\nhi\r\n"),
+    (
+        "pub-run-empty-reply-field",
+        VR + b"SUB foo 1\r\n" + b"PUB foo  2\r\nhi\r\n" * 5,
+        b"MSG foo 1 2\r\nhi\r\n" * 5,
+    ),
+    (
+        "pub-run-mixed-spacing",
+        VR
+        + b"SUB foo 1\r\n"
+        + (b"PUB foo 2\r\nhi\r\n" + b"PUB foo  2\r\nhi\r\n") * 3
+        + b"PUB foo  2\r\nhi\r\n" * 3
+        + b"PUB foo 2\r\nhi\r\n" * 3
+        + b"PUB foo  3\r\nPUB\r\n" * 3,
+        b"MSG foo 1 2\r\nhi\r\n" * 12 + b"MSG foo 1 3\r\nPUB\r\n" * 3,
+    ),
+    (
+        "pub-run-empty-reply-queue",
+        VR + b"SUB foo q 1\r\n" + b"PUB foo  1\r\nx\r\n" * 3,
+        b"MSG foo 1 1\r\nx\r\n" * 3,
+    ),
     ("pub-run-queue", VR + b"SUB foo q 1\r\n" + b"PUB foo 1\r\nx\r\n" * 3, b"MSG foo 1 1\r\nx\r\n" * 3),
     ("pub-run-verbose", b"SUB foo 1\r\n" + b"PUB foo 1\r\nx\r\n" * 3, None),
     (
