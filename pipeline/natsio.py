@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import nats
 from nats.aio.client import Client
-from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
+from nats.protocol.parser import AWAITING_MSG_PAYLOAD, CRLF_SIZE, MAX_CONTROL_LINE_SIZE, Parser
 
 from pipeline.buffer import Message, MessageBuffer
 
@@ -63,13 +63,27 @@ class BufferingParser(Parser):
         self._lines: dict[bytes, tuple[MessageBuffer, str, str | None, int]] = {}
 
     async def parse(self, data: bytes = b"") -> None:
-        if self.state == AWAITING_CONTROL_LINE and self._buffers:
-            if self.buf:
-                self.buf.extend(data)
-                data = bytes(self.buf)
-                self.buf.clear()
-            data = self._take_buffered(data)
-        await super().parse(data)
+        if not self._buffers:
+            await super().parse(data)
+            return
+        if self.state == AWAITING_MSG_PAYLOAD:
+            # nats-py is midway through a frame of its own: give it exactly the bytes that complete it,
+            # so that it does not go on to parse the whole read the slow way.
+            need = self.needed + CRLF_SIZE - len(self.buf)
+            if len(data) < need:
+                await super().parse(data)
+                return
+            await super().parse(data[:need])
+            data = data[need:]
+        if self.buf:
+            self.buf.extend(data)
+            data = bytes(self.buf)
+            self.buf.clear()
+        rest, partial = self._take_buffered(data)
+        if partial:  # a frame of ours cut by the read: keep it for the next one
+            self.buf.extend(rest)
+            return
+        await super().parse(rest)
 
     def _control_line(self, line: bytes) -> tuple[MessageBuffer, str, str | None, int] | None:
         """(buffer, subject, reply, payload size) of `MSG subject sid [reply] size`, None if not ours."""
@@ -90,17 +104,20 @@ class BufferingParser(Parser):
             self._lines[line] = parsed
         return parsed
 
-    def _take_buffered(self, data: bytes) -> bytes:
-        """Buffer the leading MSG frames of buffer subscriptions; return the rest of `data`."""
+    def _take_buffered(self, data: bytes) -> tuple[bytes, bool]:
+        """Buffer the leading MSG frames of buffer subscriptions; return the rest of `data`, and whether
+        that rest is only the incomplete start of such a frame."""
         lines, new_message = self._lines, tuple.__new__
         received_us = time.time_ns() // 1000  # one read, one arrival time
         pos, end = 0, len(data)
         taken: list[Message] = []
         target: MessageBuffer | None = None
         nmsgs = nbytes = 0
+        partial = False
         while data.startswith(b"MSG ", pos):
             eol = data.find(b"\r\n", pos)
             if eol < 0:
+                partial = end - pos < MAX_CONTROL_LINE_SIZE  # longer: nats-py reports the bad line
                 break
             line = data[pos:eol]
             parsed = lines.get(line) or self._control_line(line)
@@ -109,6 +126,7 @@ class BufferingParser(Parser):
             buffer, subject, reply, size = parsed
             stop = eol + 2 + size
             if stop + 2 > end:
+                partial = True
                 break
             if buffer is not target:
                 if target is not None:
@@ -126,7 +144,7 @@ class BufferingParser(Parser):
             stats = self.nc.stats
             stats["in_msgs"] += nmsgs
             stats["in_bytes"] += nbytes
-        return data[pos:]
+        return data[pos:], partial
 
 
 class BufferingClient(Client):

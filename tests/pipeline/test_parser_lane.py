@@ -97,3 +97,23 @@ def test_lane_delivers_every_message_once_in_order_across_any_split(seed: int) -
     assert parser.buf == b""
     lane = sum(1 for e in nc.events if e[1:2] == (BUFFER_SID,))
     assert nc.stats["in_msgs"] == len(expected) - lane  # the lane counts what it takes; nats-py the rest
+
+
+def test_lane_keeps_taking_frames_cut_by_reads() -> None:
+    """A read that ends mid-frame must not hand the following reads to nats-py's slow path."""
+    frame = b"MSG s.1 1 100\r\n" + b"x" * 100 + b"\r\n"
+    stream = frame * 500 + b"MSG s.2 2 3\r\nabc\r\n" + frame * 500  # one callback frame in the middle
+    nc = RecordingClient()
+    buffer = nc.buffer = MessageBuffer(10_000, 10_000_000)
+    parser = BufferingParser(nc, {BUFFER_SID: buffer})  # type: ignore[arg-type]
+
+    async def feed() -> None:
+        for pos in range(0, len(stream), 1000):  # 1000 is no multiple of the frame length
+            await parser.parse(stream[pos : pos + 1000])
+
+    asyncio.run(feed())
+    assert buffer.end == 1000
+    # nats-py parses its own frame and the rest of that one read (< 9 frames); the lane takes the rest.
+    slow = [e[1] for e in nc.events]
+    assert slow[0] == OTHER_SID and len(slow) < 10, slow
+    assert nc.stats["in_msgs"] == 1000 - (len(slow) - 1)
