@@ -547,6 +547,7 @@ class Connection(asyncio.Protocol):
                     self._on_pubs(op)
                     return
                 framed.append((sub, data))
+        self.sublist.count_repeats(subject, count - 1)  # /subsz counts every publish, as nats-server
         self.in_msgs += count
         self.in_bytes += nbytes
         fanout = len(plain) + len(groups)

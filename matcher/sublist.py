@@ -145,6 +145,15 @@ class Sublist(Generic[S]):
             r = self._miss(subject)
         return r
 
+    def count_repeats(self, subject: bytes, repeats: int) -> None:
+        """Count `repeats` more publishes to `subject`, served by the `match` just made for it (a run of
+        publishes is matched once): as the cache hits they would have been, or misses when uncached."""
+        self.num_matches += repeats
+        if subject not in self._cache:
+            self._nmiss += repeats
+            if self._nmiss >= self._win_end:
+                self._end_window()
+
     def _miss(self, subject: bytes) -> MatchResult[S]:
         self._nmiss += 1
         # The uncached match, inline: literal subscribers by one probe, wildcard ones by a trie walk.

@@ -238,6 +238,17 @@ def test_stats() -> None:
     assert st.avg_fanout == pytest.approx(1.0)
 
 
+def test_count_repeats_counts_a_run_as_its_publishes() -> None:
+    cached: Sublist[Sub] = Sublist()
+    uncached: Sublist[Sub] = Sublist(cache=False)
+    for sl in (cached, uncached):
+        add(sl, b"foo")
+        sl.match(b"foo")
+        sl.count_repeats(b"foo", 4)  # a run of 5 publishes, matched once
+    assert cached.stats().num_matches == 5 and cached.stats().cache_hit_rate == pytest.approx(4 / 5)
+    assert uncached.stats().num_matches == 5 and uncached.stats().cache_hit_rate == 0.0
+
+
 def test_stats_without_cache() -> None:
     sl: Sublist[Sub] = Sublist(cache=False)
     add(sl, b"foo")
