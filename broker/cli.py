@@ -78,7 +78,6 @@ _VALUE_FLAGS = {
     "store_dir": "store_dir",
     "sl": "signal",
     "signal": "signal",
-    "max_payload": "max_payload",
 }
 # Flags whose capability pynatsd does not have: accepted, and reported, never silently ignored.
 UNSUPPORTED = {"routes", "cluster", "cluster_name", "jetstream", "store_dir"}
@@ -140,7 +139,6 @@ def _bool(name: str, help_text: str) -> Any:
     default=None,
     help="Send a signal to a running server: stop|quit|term|reopen|reload|ldm[=pid].",
 )
-@click.option("--max_payload", default=None, hidden=True)
 @_bool("debug", "Enable debugging output. [-D]")
 @_bool("trace", "Trace the raw protocol. [-V]")
 @_bool("debug_trace", "Debug and trace. [-DV]")
@@ -186,9 +184,6 @@ def command(ctx: click.Context, **flags: Any) -> None:
     for flag in sorted(UNSUPPORTED):
         if flags.get(flag):
             logger.warning("--%s is not supported by pynatsd (core NATS only); ignoring it", flag)
-    for flag in ("max_payload",):
-        if flags.get(flag):
-            raise click.UsageError(f"--{flag} is not supported yet")
     run(options, (lambda: _reloaded_options(flags)) if options.config_file else None)
 
 
