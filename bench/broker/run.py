@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import statistics
@@ -24,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.broker import scenarios  # noqa: E402
 from bench.broker.report import render_chart, render_table  # noqa: E402
+from bench.output import write_results  # noqa: E402
 from tests.servers import ServerProcess, nats_server_binary, start_server  # noqa: E402
 
 SERVERS = ("pynatsd", "nats-server")
@@ -179,12 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(render_table(results))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = "broker-smoke" if args.smoke else "broker"
-    (out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
-    render_chart(results, out / f"{stem}.png")
-    print(f"\nwrote {out / (stem + '.json')} and {out / (stem + '.png')}")
+    write_results(results, args.out, "broker-smoke" if args.smoke else "broker", render_chart)
     return 0
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import platform
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.matcher import scenarios  # noqa: E402
 from bench.matcher.report import render_chart, render_table  # noqa: E402
+from bench.output import write_results  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,12 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         results["e2e_rss"] = e2e.compare(args.e2e_subs, runs=1 if args.smoke else 3)
 
     print(render_table(results))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = "matcher-smoke" if args.smoke else "matcher"
-    (out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
-    render_chart(results, out / f"{stem}.png")
-    print(f"\nwrote {out / (stem + '.json')} and {out / (stem + '.png')}")
+    write_results(results, args.out, "matcher-smoke" if args.smoke else "matcher", render_chart)
     return 0
 
 

@@ -8,42 +8,30 @@ python rawnats.py sub PORT SUBJECT COUNT SIZE   -> counts MSG frames by their kn
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
+from pathlib import Path
 
-CONNECT = b'CONNECT {"verbose":false,"pedantic":false,"headers":false}\r\n'
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-
-def _connect(port: int) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port))
-    s.recv(65536)  # INFO
-    s.sendall(CONNECT)
-    return s
-
-
-def _ping(s: socket.socket) -> None:
-    s.sendall(b"PING\r\n")
-    buf = b""
-    while b"PONG\r\n" not in buf:
-        buf += s.recv(65536)
+from bench.broker.gen import connect, ping
 
 
 def pub(port: int, subject: str, count: int, size: int) -> None:
-    s = _connect(port)
+    s = connect(port)
     frame = f"PUB {subject} {size}\r\n".encode() + b"x" * size + b"\r\n"
     chunk = frame * 1000
     for _ in range(count // 1000):
         s.sendall(chunk)
     s.sendall(frame * (count % 1000))
-    _ping(s)  # the server has read everything
+    ping(s)  # the server has read everything
     s.close()
 
 
 def sub(port: int, subject: str, count: int, size: int) -> None:
-    s = _connect(port)
+    s = connect(port)
     s.sendall(f"SUB {subject} 1\r\n".encode())
-    _ping(s)
+    ping(s)
     print("ready", flush=True)
     expected = len(f"MSG {subject} 1 {size}\r\n") + size + 2
     total, need = 0, expected * count

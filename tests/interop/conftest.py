@@ -14,17 +14,6 @@ from tests.servers import ServerProcess, free_port, nats_server_binary, start_se
 
 SERVER_KINDS = ("pynatsd", "nats-server")
 
-# Features these tests need that pynatsd's main branch does not have yet (each names the issue that adds
-# it). Their pynatsd cases are strict xfails: once the feature lands they XPASS, fail, and this entry goes.
-PYNATSD_MISSING: dict[str, str] = {}
-
-
-def pynatsd_lacks(request: pytest.FixtureRequest, kind: str, feature: str) -> None:
-    """Marks the running test as a strict xfail on pynatsd while `feature` is missing there."""
-    if kind == "pynatsd" and feature in PYNATSD_MISSING:
-        request.applymarker(pytest.mark.xfail(reason=PYNATSD_MISSING[feature], strict=True))
-
-
 ServerFactory = Callable[..., ServerProcess]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.interop.conftest import ServerFactory, pynatsd_lacks
+from tests.interop.conftest import ServerFactory
 from tests.interop.drivers import Driver
 from tests.interop.spec import payload, reply_pairs, wildcard_expectation
 from tests.servers import ServerProcess
@@ -42,10 +42,7 @@ def test_connect_options(driver: Driver, server: ServerProcess, subject: str) ->
     assert info["echo_seen"] == ["from-noecho", "from-echo", "sentinel"]
 
 
-def test_connect_name_in_connz(
-    request: pytest.FixtureRequest, driver: Driver, server: ServerProcess, subject: str
-) -> None:
-    pynatsd_lacks(request, server.kind, "monitoring")
+def test_connect_name_in_connz(driver: Driver, server: ServerProcess, subject: str) -> None:
     run = driver.start("connect", server.url, subject)
     try:
         run.expect("ready")
@@ -62,7 +59,6 @@ def test_connect_name_in_connz(
 
 
 def test_server_without_headers(
-    request: pytest.FixtureRequest,
     native_driver: Driver,
     server_kind: str,
     server_factory: ServerFactory,
@@ -70,7 +66,6 @@ def test_server_without_headers(
     tmp_path: Path,
 ) -> None:
     """With no_header_support, Go and C see headers off, refuse header messages, and still work."""
-    pynatsd_lacks(request, server_kind, "config")
     config = tmp_path / "no-headers.conf"
     config.write_text("no_header_support: true\n")
     srv = server_factory(["-c", str(config)])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from tests.interop.conftest import ServerFactory, pynatsd_lacks
+from tests.interop.conftest import ServerFactory
 from tests.interop.drivers import Driver
 
 # How each client words a rejected TLS certificate.
@@ -55,13 +55,11 @@ def test_token(driver: Driver, server_kind: str, server_factory: ServerFactory) 
 
 
 def test_tls(
-    request: pytest.FixtureRequest,
     driver: Driver,
     server_kind: str,
     server_factory: ServerFactory,
     tls_files: dict[str, Path],
 ) -> None:
-    pynatsd_lacks(request, server_kind, "tls")
     args = ["--tls", "--tlscert", str(tls_files["cert"]), "--tlskey", str(tls_files["key"])]
     srv = server_factory(args)
     events = {e["case"]: e for e in driver.run("tls", f"tls://127.0.0.1:{srv.port}", str(tls_files["ca"]))}
@@ -74,13 +72,11 @@ def test_tls(
 
 
 def test_mutual_tls(
-    request: pytest.FixtureRequest,
     driver: Driver,
     server_kind: str,
     server_factory: ServerFactory,
     tls_files: dict[str, Path],
 ) -> None:
-    pynatsd_lacks(request, server_kind, "tls")
     args = ["--tlsverify", "--tlscert", str(tls_files["cert"]), "--tlskey", str(tls_files["key"])]
     srv = server_factory([*args, "--tlscacert", str(tls_files["ca"])])
     files = [str(tls_files[k]) for k in ("ca", "client_cert", "client_key")]
