@@ -16,8 +16,10 @@ and a tuple costs a tenth of a dataclass instance. Layouts:
         starts every frame, so `bytes(chunk).replace(prefix, b"MSG subject sid ")` frames every message
         for one subscriber at once — unless a payload holds `prefix` too: the result then grows by other
         than `count` times the difference, and the caller falls back to single PUBs. `nbytes` is the
-        payload total, `size` the payload size when all are equal (else -1). Emitted only by a Parser
-        made with `runs=True`; `protocol.parser.expand_run` turns it back into PUB ops.
+        payload total; `size` is the payload size when all frames are alike but for their payloads'
+        bytes (one control line, so a frame starts every `len(chunk) // count` bytes), else -1.
+        Emitted only by a Parser made with `runs=True`; `protocol.parser.expand_run` turns it back
+        into PUB ops.
     (SUB,   subject: bytes, queue: bytes | None, sid: bytes)
     (UNSUB, sid: bytes, max_msgs: int | None)     max_msgs -1 when given but not a valid size
     (PING,) (PONG,) (OK,)

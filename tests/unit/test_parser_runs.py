@@ -92,3 +92,29 @@ def test_one_subject_with_a_new_reply_each_time_makes_no_run_and_one_reply_does(
     ops = Parser(runs=True).feed(data)
     assert [op[0] for op in ops] == [PUBRUN]
     assert plain_ops(ops) == Parser().feed(data)
+
+
+def test_a_run_after_a_longer_one_is_cut_exactly_where_it_ends() -> None:
+    # The check of a run starts from the previous run's length: a shorter run must not be overrun.
+    same = b"PUB a 1\r\nx\r\n"
+    parser = Parser(runs=True)
+    (op,) = parser.feed(same * 1000)
+    assert op[0] == PUBRUN and op[5] == 1000
+    data = same * 3 + b"PUB b 1\r\nx\r\n" + same * 700 + b"PUB c 1\r\nx\r\n" + same * 2
+    ops = parser.feed(data)
+    assert [(op[0], op[5] if op[0] == PUBRUN else op[1]) for op in ops] == [
+        (PUBRUN, 3),
+        (PUB, b"b"),
+        (PUBRUN, 700),
+        (PUB, b"c"),
+        (PUBRUN, 2),
+    ]
+    assert plain_ops(ops) == Parser().feed(data)
+
+
+def test_a_size_spelled_with_leading_zeros_makes_the_run_non_uniform() -> None:
+    # Frames are then of different lengths although their payloads are not: nothing may assume offsets.
+    data = b"PUB s 2\r\nxx\r\nPUB s 02\r\nyy\r\nPUB s 2\r\nzz\r\n"
+    (op,) = Parser(runs=True).feed(data)
+    assert op[0] == PUBRUN and op[5:] == (3, 6, -1)
+    assert plain_ops([op]) == Parser().feed(data)
