@@ -156,6 +156,7 @@ _HANDLERS: dict[str, Callable[[Options, str, Any], None]] = {
     "ping_interval": _setter("ping_interval", parse_duration),
     "ping_max": _setter("ping_max", _int),
     "write_deadline": _setter("write_deadline", parse_duration),
+    "no_fast_producer_stall": _setter("no_fast_producer_stall", _bool),
     "lame_duck_duration": _setter("lame_duck_duration", parse_duration),
     "lame_duck_grace_period": _setter("lame_duck_grace_period", parse_duration),
     "no_header_support": _setter("no_header_support", _bool),

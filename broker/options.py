@@ -45,6 +45,7 @@ class Options:
     ping_interval: float = PING_INTERVAL
     ping_max: int = PING_MAX
     write_deadline: float = WRITE_DEADLINE
+    no_fast_producer_stall: bool = False  # drop slow consumers instead of stalling fast producers
     auth_timeout: float = 0.0  # 0: nats-server's default, see `effective_auth_timeout`
     lame_duck_duration: float = LAME_DUCK_DURATION
     lame_duck_grace_period: float = LAME_DUCK_GRACE_PERIOD

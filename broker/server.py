@@ -58,6 +58,7 @@ class ServerStats:
         self._clients = clients
         self.closed = ClosedTotals()
         self.slow_consumers = 0
+        self.stalled_clients = 0  # producers stalled at a consumer's gate (nats-server's count)
         self.stale_connections = 0
         self.total_connections = 0
         self.auth_failures = 0

@@ -122,7 +122,7 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "out_client_bytes": out_bytes,
             "slow_consumers": stats.slow_consumers,
             "stale_connections": stats.stale_connections,
-            "stalled_clients": 0,
+            "stalled_clients": stats.stalled_clients,
             "subscriptions": server.sublist_stats().num_subscriptions,
             "http_req_stats": dict(req_stats),
             "config_load_time": rfc3339nano(server.start_time),
@@ -247,6 +247,8 @@ def connection_info(conn: Connection, now: datetime, subs: bool, detail: bool, a
             "subscriptions": len(conn.subs),
         }
     )
+    if conn.stalls:
+        info["stalls"] = conn.stalls
     for field in ("name", "lang", "version"):
         value = getattr(conn, field)
         if value:

@@ -118,6 +118,21 @@ CASES: list[tuple[str, bytes, bytes | None]] = [
     ),
     ("pub-run-no-responders", VRH + b"SUB inbox.* 1\r\n" + b"PUB req inbox.1 2\r\nhi\r\n" * 3, None),
     ("pub-run-pedantic", V0 + b"SUB foo 1\r\n" + b"PUB foo 1\r\nx\r\n" * 3, b"MSG foo 1 1\r\nx\r\n" * 3),
+    (
+        "pub-run-queue-size-spellings",
+        VR + b"SUB foo q 1\r\n" + b"PUB foo 2\r\nab\r\nPUB foo 02\r\ncd\r\n" * 3,
+        b"MSG foo 1 2\r\nab\r\nMSG foo 1 02\r\ncd\r\n" * 3,
+    ),
+    (
+        "pub-run-large-payloads-hold-prefix",
+        VR + b"SUB foo 1\r\n" + (b"PUB foo 300\r\n" + (b"PUB foo " * 40)[:300] + b"\r\n") * 3,
+        None,
+    ),
+    (
+        "pub-run-large-payloads-queue",
+        VR + b"SUB foo q 1\r\n" + (b"PUB foo 300\r\n" + (b"PUB foo " * 40)[:300] + b"\r\n") * 3,
+        None,
+    ),
     # Errors that close the connection.
     # The per-message path caches parsed PUB lines and MSG heads per connection: repeats (cache hits)
     # must answer exactly as the first time, including for refused and too-long-to-cache subjects.

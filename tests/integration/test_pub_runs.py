@@ -87,3 +87,45 @@ def test_a_run_with_varying_sizes_reaches_a_plain_subscriber_and_a_queue_group(s
     finally:
         for client in (plain, member, publisher):
             client.close()
+
+
+def test_a_run_of_large_payloads_holding_its_own_prefix_is_framed_exactly(server: ServerProcess) -> None:
+    """Large payloads take the sliced framing (no search of the payloads): payloads that hold `PUB runs.z `
+    and whole PUB lines still reach a plain subscriber and a queue group byte for byte."""
+    plain = subscriber(server, b"SUB runs.z 7\r\n")
+    members = [subscriber(server, b"SUB runs.z q " + sid + b"\r\n") for sid in (b"1", b"22")]
+    publisher = subscriber(server, b"")
+    try:
+        size = 1024
+        payloads = [(b"PUB runs.z %d\r\n" % i + b"PUB runs.z " * 100)[:size] for i in range(500)]
+        publisher.send(b"".join(b"PUB runs.z %d\r\n%s\r\n" % (size, p) for p in payloads) + b"PING\r\n")
+        publisher.read_until(b"PONG\r\n", timeout=20)
+        assert drain(plain) == b"".join(b"MSG runs.z 7 %d\r\n%s\r\n" % (size, p) for p in payloads)
+        got = []
+        for sid, member in zip((b"1", b"22"), members, strict=True):
+            data = drain(member)
+            frame = re.compile(rb"MSG runs\.z " + sid + rb" 1024\r\n(.{1024})\r\n", re.DOTALL)
+            assert frame.sub(b"", data) == b""
+            got += frame.findall(data)
+        assert sorted(got) == sorted(payloads)
+    finally:
+        for client in (plain, *members, publisher):
+            client.close()
+
+
+def test_a_run_whose_sizes_are_spelled_differently_reaches_a_queue_group_intact(
+    server: ServerProcess,
+) -> None:
+    """`PUB s 2` then `PUB s 02`: same payload size, different frame lengths. The queue group must not
+    cut frames at fixed offsets."""
+    member = subscriber(server, b"SUB runs.w q 9\r\n")
+    publisher = subscriber(server, b"")
+    try:
+        # The size goes out as sent (`02`), as nats-server forwards it.
+        tails = [b"%s\r\n%02d\r\n" % (b"02" if i % 3 else b"2", i % 100) for i in range(300)]
+        publisher.send(b"".join(b"PUB runs.w " + tail for tail in tails) + b"PING\r\n")
+        publisher.read_until(b"PONG\r\n", timeout=20)
+        assert drain(member) == b"".join(b"MSG runs.w 9 " + tail for tail in tails)
+    finally:
+        for client in (member, publisher):
+            client.close()

@@ -143,15 +143,24 @@ run_op = st.one_of(
     st.builds(lambda s: b"SUB %s q 5\r\n" % s, st.sampled_from(SUBJECTS)),
     st.builds(lambda i, m: b"UNSUB %d %d\r\n" % (i, m), st.integers(1, 5), st.integers(1, 6)),
     st.builds(
-        lambda s, r, payloads: b"".join(
-            b"PUB %s%s %d\r\n%s\r\n" % (s, b" " + r if r else b"", len(p), p) for p in payloads
+        # `zeros`: every other size spelled with a leading zero (same payload size, longer frame).
+        lambda s, r, payloads, zeros: b"".join(
+            b"PUB %s%s %s%d\r\n%s\r\n" % (s, b" " + r if r else b"", b"0" * (zeros and i % 2), len(p), p)
+            for i, p in enumerate(payloads)
         ),
         st.sampled_from(PUB_SUBJECTS),
         st.sampled_from([b"", b"rep"]),
         st.one_of(
             st.builds(lambda p, k: [p] * k, st.binary(max_size=6), st.integers(2, 8)),
             st.lists(st.sampled_from([b"", b"x", b"xy", b"PUB a ", b"PUB a.b "]), min_size=2, max_size=8),
+            # Large payloads, framed by slicing rather than replace(), some holding PUB lines.
+            st.builds(
+                lambda p, k: [(p * 300)[:300]] * k,
+                st.sampled_from([b"x", b"PUB a ", b"PUB a.b 3\r\n"]),
+                st.integers(2, 4),
+            ),
         ),
+        st.booleans(),
     ),
 )
 

@@ -11,9 +11,14 @@ class FakeTransport:
     def __init__(self) -> None:
         self.writes: list[bytes] = []
         self.buffered = 0
+        self.gathered = 0  # pieces of the last writelines call
 
     def write(self, data: bytes) -> None:
         self.writes.append(data)
+
+    def writelines(self, pieces: list[bytes]) -> None:
+        self.writes.append(b"".join(pieces))
+        self.gathered = len(pieces)
 
     def get_write_buffer_size(self) -> int:
         return self.buffered
@@ -55,7 +60,8 @@ async def test_paused_transport_is_not_written_until_resumed() -> None:
     out, transport, _ = make()
     transport.buffered = 1000
     out.pause()
-    assert out.limit == (1 << 20) - 1000
+    assert out.hard_limit == (1 << 20) - 1000  # slow consumer past max_pending, counting the transport's
+    assert out.limit == (1 << 20) // 4 * 3 - 1000  # the stall gate at 75%
     out.push(b"a")
     out.flush()
     await asyncio.sleep(0)
@@ -85,3 +91,36 @@ async def test_closed_queue_drops_frames() -> None:
     out.flush()
     await asyncio.sleep(0)
     assert transport.writes == []
+
+
+async def test_large_pieces_are_gathered_small_ones_joined() -> None:
+    out, transport, scheduler = make()
+    scheduler.reading = True
+    out.push(b"MSG a 1 1\r\nx\r\n")
+    out.push(b"y" * 100_000)  # a run framed for this connection
+    scheduler.reading = False
+    scheduler.flush_touched()
+    assert transport.gathered == 2 and transport.writes == [b"MSG a 1 1\r\nx\r\n" + b"y" * 100_000]
+    scheduler.reading = True
+    for i in range(3):
+        out.push(b"MSG %d\r\n" % i)
+    scheduler.reading = False
+    scheduler.flush_touched()
+    assert transport.gathered == 2 and transport.writes[1] == b"MSG 0\r\nMSG 1\r\nMSG 2\r\n"
+    out.close()
+
+
+async def test_the_gate_opens_when_the_transport_drains_or_the_queue_closes() -> None:
+    out, transport, _ = make(max_pending=1000)
+    woken: list[str] = []
+    transport.buffered = 900
+    out.pause()
+    out.waiting[1] = lambda: woken.append("producer 1")
+    out.resume()  # still 900 buffered: above the gate (750)
+    assert woken == [] and out.limit == 750 - 900
+    transport.buffered = 10
+    out.resume()
+    assert woken == ["producer 1"] and out.waiting == {}
+    out.waiting[2] = lambda: woken.append("producer 2")
+    out.close()
+    assert woken == ["producer 1", "producer 2"]
