@@ -22,7 +22,7 @@ from broker.outbound import STALL_MAX, STALL_MIN, Consumer, Outbound
 from broker.tls import StartedCoroutine, abortive_close, session_info
 from protocol import encoder, errors
 from protocol.connect import ConnectOptions, parse_connect
-from protocol.ops import CONNECT, ERR, HPUB, INFO, NAMES, OK, PING, PONG, PUB, PUBRUN, SUB, UNSUB, Op
+from protocol.ops import CONNECT, ERR, HPUB, INFO, NAMES, OK, PING, PONG, PUB, PUBMIX, PUBRUN, SUB, UNSUB, Op
 from protocol.parser import Parser, expand_run
 from protocol.subjects import is_literal_subject
 
@@ -326,7 +326,7 @@ class Connection(asyncio.Protocol):
     # -- ops ------------------------------------------------------------------------------------------
     def _process(self, ops: list[Op]) -> None:
         if self._trace:
-            ops = [one for op in ops for one in (expand_run(op) if op[0] == PUBRUN else (op,))]
+            ops = [one for op in ops for one in (expand_run(op) if op[0] in (PUBRUN, PUBMIX) else (op,))]
             for op in ops:
                 log.log(TRACE, "%r - <<- [%s]", self, _describe(op))
         on_pub = self._on_pub
@@ -339,6 +339,8 @@ class Connection(asyncio.Protocol):
                 on_pub(subject, reply, None, payload, tail)
             elif kind == PUBRUN:
                 self._on_pub_run(op)
+            elif kind == PUBMIX:
+                self._on_pub_mix(op)
             elif kind == HPUB:
                 self._on_pub(op[1], op[2], op[3], op[4], b"")
             elif kind == SUB:
@@ -600,8 +602,55 @@ class Connection(asyncio.Protocol):
             for _ in range(count):
                 self._no_responders(subject, reply)
 
+    def _on_pub_mix(self, op: Op) -> None:
+        """PUBs to a few subjects, interleaved (see protocol.ops.PUBMIX). When every subject reaches the
+        very same plain subscriptions (none at all, or a wildcard subscriber that takes them all), the
+        mix is counted once and framed for each subscriber with one `replace` per subject; anything
+        else takes the per-message path, as in `_on_pub_run`."""
+        _, subjects, view, count, nbytes = op
+        opts = self.opts
+        if opts.verbose or opts.pedantic or self.perms is not None or _tracks_replies(self):
+            self._on_pubs(op)
+            return
+        match = self.sublist.match
+        targets = None
+        for subject, _, _, _ in subjects:
+            plain, groups = match(subject)
+            if groups or subject.startswith(_RESERVED_PUBLISH) or (targets is not None and plain != targets):
+                self._on_pubs(op)
+                return
+            targets = plain
+        assert targets is not None
+        if any(sub.max_msgs or sub.conn.closed for sub in targets) or (
+            len(targets) > 1 and len({id(sub.conn) for sub in targets}) < len(targets)
+        ):
+            self._on_pubs(op)
+            return
+        skip = None if opts.echo else self
+        framed = []
+        chunk = bytes(view) if targets else b""
+        for sub in targets:
+            if sub.conn is not skip:
+                data, grown = chunk, 0
+                for subject, prefix, k, _ in subjects:
+                    new = b"MSG " + subject + b" " + sub.sid_sp
+                    data = data.replace(prefix, new)
+                    grown += k * (len(new) - len(prefix))
+                if len(data) != len(chunk) + grown:  # a payload holds a prefix: message by message
+                    self._on_pubs(op)
+                    return
+                framed.append((sub, data))
+        for subject, _, k, _ in subjects:
+            self.sublist.count_repeats(subject, k - 1)
+        self.in_msgs += count
+        self.in_bytes += nbytes
+        fanout = len(targets)
+        self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += count
+        for sub, data in framed:
+            _deliver_run(sub, data, count, nbytes)
+
     def _on_pubs(self, run: Op) -> None:
-        """A PUBRUN op the slow way: its PUBs one by one."""
+        """A PUBRUN or PUBMIX op the slow way: its PUBs one by one."""
         for pub in expand_run(run):
             if self.closed:
                 return

@@ -20,6 +20,11 @@ and a tuple costs a tenth of a dataclass instance. Layouts:
         bytes (one control line, so a frame starts every `len(chunk) // count` bytes), else -1.
         Emitted only by a Parser made with `runs=True`; `protocol.parser.expand_run` turns it back
         into PUB ops.
+    (PUBMIX, subjects: list[(subject, prefix, count, nbytes)], chunk: memoryview, count: int, nbytes: int)
+        `count` >= 2 back-to-back canonical PUBs without a reply to a few subjects, interleaved, as
+        sent in `chunk`. Each subject's frames start with its `prefix` (`PUB subject `), so one
+        `replace` per subject frames them all for a subscriber that receives every one of them, under
+        the same length check as PUBRUN. Also from `runs=True` only; `expand_run` turns it back too.
     (SUB,   subject: bytes, queue: bytes | None, sid: bytes)
     (UNSUB, sid: bytes, max_msgs: int | None)     max_msgs -1 when given but not a valid size
     (PING,) (PONG,) (OK,)
@@ -42,6 +47,7 @@ OK = 8
 ERR = 9
 INFO = 10
 PUBRUN = 11
+PUBMIX = 12
 
 NAMES = {
     CONNECT: "CONNECT",
@@ -55,6 +61,7 @@ NAMES = {
     ERR: "-ERR",
     INFO: "INFO",
     PUBRUN: "PUB",
+    PUBMIX: "PUB",
 }
 
 Op = tuple[Any, ...]

@@ -25,7 +25,7 @@ from typing import Any
 
 from protocol import errors
 from protocol.encoder import msg_tail
-from protocol.ops import CONNECT, ERR, HPUB, INFO, OK, PING, PONG, PUB, PUBRUN, SUB, UNSUB, Op
+from protocol.ops import CONNECT, ERR, HPUB, INFO, OK, PING, PONG, PUB, PUBMIX, PUBRUN, SUB, UNSUB, Op
 
 # Ops that need whitespace after their name, with their kind.
 _ARG_OPS: tuple[tuple[bytes, int], ...] = (
@@ -56,6 +56,11 @@ _FAST_PUB = re.compile(rb"PUB ([^ \t\r\n]+) (?:([^ \t\r\n]+) | )?(\d{1,9})\r?\n"
 # A parsed canonical PUB line: (subject, reply, size, offset of the MSG tail in the line or -1,
 # `PUB subject [reply ]`).
 _PubLine = tuple[bytes, bytes | None, int, int, bytes]
+# At most this many subjects in one PUBMIX op, and payloads of at most this size: the broker frames a
+# mix with one replace() per subject and subscriber, each a search of every payload byte, which costs
+# more than the per-message path from about 256 B (measured at 1 KiB: 0.30 vs 0.44M msgs/s, 1 -> 1).
+_MIX_SUBJECTS = 4
+_MIX_PAYLOAD = 128
 # Per-connection bound of that cache (its lines are at most _LINE_CACHED bytes): a few KiB at most.
 _LINE_CACHE = 64
 _LINE_CACHED = 128
@@ -111,18 +116,19 @@ def _run_length(buf: bytes, pos: int, length: int, line: bytes, guess: int) -> i
 
 
 def expand_run(op: Op) -> list[Op]:
-    """The PUB ops a PUBRUN op stands for."""
-    _, subject, reply, _prefix, view, count, _nbytes, _size = op
+    """The PUB ops a PUBRUN or PUBMIX op stands for."""
+    view, count = (op[4], op[5]) if op[0] == PUBRUN else (op[2], op[3])
     chunk = bytes(view)
     ops: list[Op] = []
     pos = 0
     for _ in range(count):
         fast = _FAST_PUB.match(chunk, pos)
         assert fast is not None
+        reply = fast.group(2)
         start = fast.end()
         stop = start + int(fast.group(3))
         tail = chunk[fast.start(2 if reply else 3) : stop + 2]
-        ops.append((PUB, subject, reply, chunk[start:stop], tail))
+        ops.append((PUB, fast.group(1), reply, chunk[start:stop], tail))
         pos = stop + 2
     return ops
 
@@ -289,6 +295,12 @@ class Parser:
                         ops.append(run)
                         pos += len(run[4])
                         continue
+                elif runs and reply is None and tail_at >= 0 and size <= _MIX_PAYLOAD and stop + 2 < n:
+                    mix = self._mix(buf, pos, stop + 2, subject, size, prefix)
+                    if mix is not None:
+                        ops.append(mix)
+                        pos += len(mix[2])
+                        continue
                 # `[reply ]size\r\npayload\r\n` is, byte for byte, the tail of the MSG frame that
                 # delivers this message: hand it over as one slice instead of formatting it again.
                 payload = buf[start:stop]
@@ -439,6 +451,44 @@ class Parser:
             return None
         # A view, not a copy: a publisher with no subscriber costs no copy of its stream at all.
         return (PUBRUN, subject, reply, prefix, memoryview(buf)[pos:end], count, nbytes, uniform)
+
+    def _mix(self, buf: bytes, pos: int, end: int, subject: bytes, size: int, lead: bytes) -> Op | None:
+        """A PUBMIX op for the frames from `pos` (the first one parsed up to `end`) whose control lines
+        are cached canonical PUB lines without a reply, to at most _MIX_SUBJECTS subjects, each to
+        another subject than the frame before it, with at most _MIX_PAYLOAD bytes of payload; None for
+        fewer than two frames. One line-cache hit per
+        frame; anything else ends the mix."""
+        lines, find, n = self._lines, buf.find, len(buf)
+        subjects: dict[bytes, list[Any]] = {lead: [subject, lead, 1, size]}  # prefix -> its PUBMIX entry
+        count, nbytes, last = 1, size, lead
+        while end < n:
+            nl = find(b"\n", end, end + _LINE_CACHED)
+            parsed = lines.get(buf[end : nl + 1]) if nl >= 0 else None
+            if parsed is None or parsed[1] is not None or parsed[3] < 0:
+                break
+            subj, _, one, _, prefix = parsed
+            if (
+                prefix == last or one > _MIX_PAYLOAD
+            ):  # a run of one subject starts here: PUBRUN frames it better
+                break
+            last = prefix
+            next_end = nl + one + 3
+            if next_end > n or buf[next_end - 2] != 13 or buf[next_end - 1] != 10:
+                break
+            entry = subjects.get(prefix)
+            if entry is None:
+                if len(subjects) == _MIX_SUBJECTS:
+                    break
+                entry = subjects[prefix] = [subj, prefix, 0, 0]
+            entry[2] += 1
+            entry[3] += one
+            count += 1
+            nbytes += one
+            end = next_end
+        if count < 2:
+            return None
+        entries = [tuple(entry) for entry in subjects.values()]
+        return (PUBMIX, entries, memoryview(buf)[pos:end], count, nbytes)
 
     @staticmethod
     def _skip_name(buf: bytes, pos: int, end: int, kind: int) -> int:

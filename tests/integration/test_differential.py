@@ -21,6 +21,7 @@ V0 = b'CONNECT {"verbose":false}\r\n'
 V0H = b'CONNECT {"verbose":false,"headers":true,"no_responders":true,"protocol":1}\r\n'
 # As client libraries connect: pedantic off (nats-server's default is on).
 VR = b'CONNECT {"verbose":false,"pedantic":false}\r\n'
+MIX = b"PUB s.a 1\r\nx\r\nPUB s.b 2\r\nxy\r\nPUB s.c 0\r\n\r\n"
 VRH = b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,"protocol":1}\r\n'
 
 # Deliveries of one message to several matching subscriptions come in trie-walk order, which differs
@@ -133,6 +134,31 @@ CASES: list[tuple[str, bytes, bytes | None]] = [
         VR + b"SUB foo q 1\r\n" + (b"PUB foo 300\r\n" + (b"PUB foo " * 40)[:300] + b"\r\n") * 3,
         None,
     ),
+    # Interleaved subjects (PUBMIX, once the lines are cached): framed at once when every subject reaches
+    # the same plain subscriptions, message by message otherwise.
+    ("pubmix-wildcard", VR + b"SUB s.* 1\r\n" + MIX * 4, None),
+    ("pubmix-full-wildcard-two-subs", VR + b"SUB > 1\r\nSUB s.> 22\r\n" + MIX * 4, None),
+    ("pubmix-no-interest", VR + MIX * 4 + b"PING\r\n", b"PONG\r\n"),
+    ("pubmix-one-subject-only", VR + b"SUB s.b 1\r\n" + MIX * 4, None),
+    ("pubmix-queue", VR + b"SUB s.* q 1\r\n" + MIX * 4, None),
+    ("pubmix-auto-unsub", VR + b"SUB s.* 1\r\nUNSUB 1 5\r\n" + MIX * 4, None),
+    (
+        "pubmix-echo-off",
+        b'CONNECT {"verbose":false,"pedantic":false,"echo":false}\r\nSUB s.* 1\r\n' + MIX * 4,
+        b"",
+    ),
+    ("pubmix-pedantic", V0 + b"SUB s.* 1\r\n" + MIX * 4, None),
+    (
+        "pubmix-payload-holds-prefix",
+        VR + b"SUB s.* 1\r\n" + b"PUB s.a 8\r\nPUB s.b \r\nPUB s.b 8\r\nPUB s.a \r\n" * 4,
+        None,
+    ),
+    (
+        "pubmix-empty-reply-field",
+        VR + b"SUB s.* 1\r\n" + b"PUB s.a  1\r\nx\r\nPUB s.b  2\r\nxy\r\n" * 4,
+        None,
+    ),
+    ("pubmix-reserved", VR + b"SUB > 1\r\n" + b"PUB s.a 1\r\nx\r\nPUB $SYS.x 1\r\ny\r\n" * 4, None),
     # Errors that close the connection.
     # The per-message path caches parsed PUB lines and MSG heads per connection: repeats (cache hits)
     # must answer exactly as the first time, including for refused and too-long-to-cache subjects.

@@ -162,6 +162,15 @@ run_op = st.one_of(
         ),
         st.booleans(),
     ),
+    # Interleaved subjects (PUBMIX): one frame per subject in turn, repeated.
+    st.builds(
+        lambda subjects, payload, k: (
+            b"".join(b"PUB %s %d\r\n%s\r\n" % (s, len(payload), payload) for s in subjects) * k
+        ),
+        st.lists(st.sampled_from(PUB_SUBJECTS), min_size=2, max_size=6),
+        st.sampled_from([b"", b"x", b"PUB a ", b"PUB a.b 1\r\n"]),
+        st.integers(1, 5),
+    ),
 )
 
 

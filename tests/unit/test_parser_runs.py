@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.ops import PUB, PUBRUN, Op
+from protocol.ops import PUB, PUBMIX, PUBRUN, Op
 from protocol.parser import Parser, expand_run
 
 LINE_TRICKS = [b"", b"x", b"PUB a 3\r\n", b"\r\n", b"PUB a r 3\r\n", b"PUB a ", b"PUB a.b "]
@@ -30,7 +30,7 @@ def streams(draw: st.DrawFn) -> bytes:
 
 
 def plain_ops(ops: list[Op]) -> list[Op]:
-    return [one for op in ops for one in (expand_run(op) if op[0] == PUBRUN else [op])]
+    return [one for op in ops for one in (expand_run(op) if op[0] in (PUBRUN, PUBMIX) else [op])]
 
 
 @settings(max_examples=300, deadline=None)
@@ -76,10 +76,11 @@ def test_a_payload_holding_the_prefix_shows_in_the_replaced_length() -> None:
 
 def test_a_run_stops_at_the_first_different_frame() -> None:
     same = b"PUB a 1\r\nx\r\n"
-    ops = Parser(runs=True).feed(same * 5 + b"PUB b 2\r\nxy\r\n" + same * 2)
+    ops = Parser(runs=True).feed(same * 5 + b"PUB b 2\r\nxy\r\n" + same * 3)
+    # The other frame and the next one make a mix of two subjects; the rest is a run again.
     assert [(op[0], op[5] if op[0] == PUBRUN else op[3]) for op in ops] == [
         (PUBRUN, 5),
-        (PUB, b"xy"),
+        (PUBMIX, 2),
         (PUBRUN, 2),
     ]
 
@@ -100,13 +101,20 @@ def test_a_run_after_a_longer_one_is_cut_exactly_where_it_ends() -> None:
     parser = Parser(runs=True)
     (op,) = parser.feed(same * 1000)
     assert op[0] == PUBRUN and op[5] == 1000
-    data = same * 3 + b"PUB b 1\r\nx\r\n" + same * 700 + b"PUB c 1\r\nx\r\n" + same * 2
+    data = (
+        same * 3
+        + b"PUB b 1\r\nx\r\n"
+        + b"PUB b 2\r\nxy\r\n"
+        + same * 700
+        + b"PUB c 1\r\nx\r\n" * 2
+        + same * 2
+    )
     ops = parser.feed(data)
-    assert [(op[0], op[5] if op[0] == PUBRUN else op[1]) for op in ops] == [
+    assert [(op[0], op[5]) for op in ops] == [
         (PUBRUN, 3),
-        (PUB, b"b"),
+        (PUBRUN, 2),
         (PUBRUN, 700),
-        (PUB, b"c"),
+        (PUBRUN, 2),
         (PUBRUN, 2),
     ]
     assert plain_ops(ops) == Parser().feed(data)
@@ -118,3 +126,27 @@ def test_a_size_spelled_with_leading_zeros_makes_the_run_non_uniform() -> None:
     (op,) = Parser(runs=True).feed(data)
     assert op[0] == PUBRUN and op[5:] == (3, 6, -1)
     assert plain_ops([op]) == Parser().feed(data)
+
+
+def test_interleaved_subjects_make_one_mix_with_a_prefix_and_count_per_subject() -> None:
+    data = b"".join(b"PUB s%d %d\r\n%s\r\n" % (i % 3, i % 5, b"x" * (i % 5)) for i in range(300))
+    parser = Parser(runs=True)
+    parser.feed(data[:100])  # the lines are cached once seen: a mix is built from cached lines only
+    ops = parser.feed(data[100:])
+    assert any(op[0] == PUBMIX for op in ops)
+    (mix,) = [op for op in ops if op[0] == PUBMIX and op[3] > 100]
+    assert sorted(entry[:2] for entry in mix[1]) == [(b"s%d" % i, b"PUB s%d " % i) for i in range(3)]
+    assert sum(entry[2] for entry in mix[1]) == mix[3] and sum(entry[3] for entry in mix[1]) == mix[4]
+    assert plain_ops(parser.feed(b"") or []) == []
+    assert plain_ops(Parser(runs=True).feed(data)) == Parser().feed(data)
+
+
+def test_a_mix_takes_neither_replies_nor_a_fifth_subject_nor_a_same_subject_run() -> None:
+    parser = Parser(runs=True)
+    warm = b"".join(b"PUB s%d 1\r\nx\r\n" % i for i in range(6)) + b"PUB s0 r 1\r\nx\r\n"
+    parser.feed(warm)
+    data = b"".join(b"PUB s%d 1\r\nx\r\n" % i for i in (0, 1, 2, 3, 4, 0, 1)) + b"PUB s0 r 1\r\nx\r\n"
+    ops = parser.feed(data)
+    assert [op[0] for op in ops] == [PUBMIX, PUBMIX, PUB]
+    assert ops[0][3] == 4 and ops[1][3] == 3  # s0..s3, then s4 s0 s1; the request alone
+    assert plain_ops(ops) == Parser().feed(data)
