@@ -605,16 +605,25 @@ class Connection(asyncio.Protocol):
     def _on_pub_mix(self, op: Op) -> None:
         """PUBs to a few subjects, interleaved (see protocol.ops.PUBMIX). When every subject reaches the
         very same plain subscriptions (none at all, or a wildcard subscriber that takes them all), the
-        mix is counted once and framed for each subscriber with one `replace` per subject; anything
-        else takes the per-message path, as in `_on_pub_run`."""
-        _, subjects, view, count, nbytes = op
+        mix is counted once and framed for each subscriber at once (one `replace` per subject, or slices
+        for large payloads); anything else takes the per-message path, as in `_on_pub_run`."""
+        _, subjects, view, count, nbytes, frames = op
         opts = self.opts
         if opts.verbose or opts.pedantic or self.perms is not None or _tracks_replies(self):
             self._on_pubs(op)
             return
+        if frames is None:
+            chunk = bytes(view)
+            counts = [chunk.count(prefix) for _, prefix in subjects]
+            if sum(counts) != count:  # a payload holds a prefix: replace() would touch it
+                self._on_pubs(op)
+                return
+        else:
+            indexes = frames[1::2]
+            counts = [indexes.count(i) for i in range(len(subjects))]
         match = self.sublist.match
         targets = None
-        for subject, _, _, _ in subjects:
+        for subject, _ in subjects:
             plain, groups = match(subject)
             if groups or subject.startswith(_RESERVED_PUBLISH) or (targets is not None and plain != targets):
                 self._on_pubs(op)
@@ -627,20 +636,17 @@ class Connection(asyncio.Protocol):
             self._on_pubs(op)
             return
         skip = None if opts.echo else self
-        framed = []
-        chunk = bytes(view) if targets else b""
-        for sub in targets:
-            if sub.conn is not skip:
-                data, grown = chunk, 0
-                for subject, prefix, k, _ in subjects:
-                    new = b"MSG " + subject + b" " + sub.sid_sp
-                    data = data.replace(prefix, new)
-                    grown += k * (len(new) - len(prefix))
-                if len(data) != len(chunk) + grown:  # a payload holds a prefix: message by message
-                    self._on_pubs(op)
-                    return
-                framed.append((sub, data))
-        for subject, _, k, _ in subjects:
+        receivers = [sub for sub in targets if sub.conn is not skip]
+        framed: list[tuple[Subscription, bytes]] = []
+        if receivers and frames is None:
+            replaced = _mix_replaced(receivers, subjects, counts, chunk)
+            if replaced is None:
+                self._on_pubs(op)
+                return
+            framed = replaced
+        elif receivers:
+            framed = _mix_sliced(receivers, subjects, view, count, frames)
+        for (subject, _), k in zip(subjects, counts, strict=True):
             self.sublist.count_repeats(subject, k - 1)
         self.in_msgs += count
         self.in_bytes += nbytes
@@ -854,6 +860,47 @@ def _bodies(view: memoryview, count: int, skip: int) -> list[bytes | memoryview]
     (`PUB subject `): views of the read, not copies."""
     step = len(view) // count
     return [view[i : i + step - skip] for i in range(skip, len(view), step)]
+
+
+def _mix_replaced(
+    receivers: list[Subscription], subjects: list[tuple[bytes, bytes]], counts: list[int], chunk: bytes
+) -> list[tuple[Subscription, bytes]] | None:
+    """A PUBMIX framed for each receiver by one replace() per subject; `counts` are the frames per
+    subject. None if a replace() touched more than those frames: a subject or sid can make one
+    subject's new `MSG subject sid ` hold another's prefix."""
+    framed = []
+    for sub in receivers:
+        data, grown = chunk, 0
+        for (subject, prefix), k in zip(subjects, counts, strict=True):
+            new = b"MSG " + subject + b" " + sub.sid_sp
+            data = data.replace(prefix, new)
+            grown += k * (len(new) - len(prefix))
+        if len(data) != len(chunk) + grown:
+            return None
+        framed.append((sub, data))
+    return framed
+
+
+def _mix_sliced(
+    receivers: list[Subscription],
+    subjects: list[tuple[bytes, bytes]],
+    view: memoryview,
+    count: int,
+    frames: list[int],
+) -> list[tuple[Subscription, bytes]]:
+    """A PUBMIX of large payloads framed for each receiver: per frame, `MSG subject sid ` and the slice
+    of the read after the frame's prefix (its offsets recorded by the parser)."""
+    starts, indexes = frames[0::2], frames[1::2]
+    skips = [len(prefix) for _, prefix in subjects]
+    ends = [*starts[1:], len(view)]
+    pieces: list[bytes | memoryview] = [b""] * (2 * count)
+    pieces[1::2] = [view[a + skips[i] : b] for a, i, b in zip(starts, indexes, ends, strict=True)]
+    framed = []
+    for sub in receivers:
+        heads = [b"MSG " + subject + b" " + sub.sid_sp for subject, _ in subjects]
+        pieces[0::2] = list(map(heads.__getitem__, indexes))
+        framed.append((sub, b"".join(pieces)))
+    return framed
 
 
 def _tracks_replies(conn: Connection) -> bool:

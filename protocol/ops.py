@@ -20,11 +20,15 @@ and a tuple costs a tenth of a dataclass instance. Layouts:
         bytes (one control line, so a frame starts every `len(chunk) // count` bytes), else -1.
         Emitted only by a Parser made with `runs=True`; `protocol.parser.expand_run` turns it back
         into PUB ops.
-    (PUBMIX, subjects: list[(subject, prefix, count, nbytes)], chunk: memoryview, count: int, nbytes: int)
+    (PUBMIX, subjects: list[(subject, prefix)], chunk: memoryview, count: int, nbytes: int,
+             frames: list[int] | None)
         `count` >= 2 back-to-back canonical PUBs without a reply to a few subjects, interleaved, as
-        sent in `chunk`. Each subject's frames start with its `prefix` (`PUB subject `), so one
-        `replace` per subject frames them all for a subscriber that receives every one of them, under
-        the same length check as PUBRUN. Also from `runs=True` only; `expand_run` turns it back too.
+        sent in `chunk`. Each subject's frames start with its `prefix` (`PUB subject `). For small
+        payloads `frames` is None: if `chunk.count(prefix)` summed over the subjects is `count`, no
+        payload holds a prefix, those are the counts per subject, and one `replace` per subject frames
+        them all for a subscriber that receives every one of them. For large payloads `frames` holds,
+        for each frame, its offset in `chunk` and the index of its subject, one after the other. Also
+        from `runs=True` only; `expand_run` turns it back into PUB ops too.
     (SUB,   subject: bytes, queue: bytes | None, sid: bytes)
     (UNSUB, sid: bytes, max_msgs: int | None)     max_msgs -1 when given but not a valid size
     (PING,) (PONG,) (OK,)

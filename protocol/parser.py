@@ -56,9 +56,10 @@ _FAST_PUB = re.compile(rb"PUB ([^ \t\r\n]+) (?:([^ \t\r\n]+) | )?(\d{1,9})\r?\n"
 # A parsed canonical PUB line: (subject, reply, size, offset of the MSG tail in the line or -1,
 # `PUB subject [reply ]`).
 _PubLine = tuple[bytes, bytes | None, int, int, bytes]
-# At most this many subjects in one PUBMIX op, and payloads of at most this size: the broker frames a
-# mix with one replace() per subject and subscriber, each a search of every payload byte, which costs
-# more than the per-message path from about 256 B (measured at 1 KiB: 0.30 vs 0.44M msgs/s, 1 -> 1).
+# At most this many subjects in one PUBMIX op. Mixes of payloads up to _MIX_PAYLOAD bytes are framed by
+# the broker with one replace() per subject and subscriber, each a search of every payload byte: from
+# about 256 B that costs more than the per-message path (at 1 KiB: 0.30 vs 0.44M msgs/s, 1 -> 1), so
+# mixes of larger payloads record their frames' offsets and are framed by slicing.
 _MIX_SUBJECTS = 4
 _MIX_PAYLOAD = 128
 # Per-connection bound of that cache (its lines are at most _LINE_CACHED bytes): a few KiB at most.
@@ -155,6 +156,7 @@ class Parser:
         "_acc",
         "_buf",
         "_lines",
+        "_mixable",
         "_no_run_before",
         "_pending",
         "_run_guess",
@@ -191,6 +193,7 @@ class Parser:
         self._no_run_before = 0  # an offset in the current buffer before which no run is tried
         self._run_guess = 2  # frames in the last uniform run: where the next one's check starts
         self._lines: dict[bytes, _PubLine] = {}  # control line -> its parse (canonical PUBs only)
+        self._mixable: dict[bytes, tuple[bytes, int]] = {}  # those without a reply: line -> (prefix, size)
 
     @property
     def buffered(self) -> int:
@@ -295,7 +298,7 @@ class Parser:
                         ops.append(run)
                         pos += len(run[4])
                         continue
-                elif runs and reply is None and tail_at >= 0 and size <= _MIX_PAYLOAD and stop + 2 < n:
+                elif runs and reply is None and tail_at >= 0 and stop + 2 < n:
                     mix = self._mix(buf, pos, stop + 2, subject, size, prefix)
                     if mix is not None:
                         ops.append(mix)
@@ -392,7 +395,10 @@ class Parser:
             lines = self._lines
             if len(lines) >= _LINE_CACHE:
                 lines.clear()  # a publisher cycling through many subjects: start over rather than grow
+                self._mixable.clear()
             lines[line] = pub
+            if reply is None and tail_at >= 0:
+                self._mixable[line] = (pub[4], size)
         return pub
 
     def _run(
@@ -455,40 +461,50 @@ class Parser:
     def _mix(self, buf: bytes, pos: int, end: int, subject: bytes, size: int, lead: bytes) -> Op | None:
         """A PUBMIX op for the frames from `pos` (the first one parsed up to `end`) whose control lines
         are cached canonical PUB lines without a reply, to at most _MIX_SUBJECTS subjects, each to
-        another subject than the frame before it, with at most _MIX_PAYLOAD bytes of payload; None for
-        fewer than two frames. One line-cache hit per
-        frame; anything else ends the mix."""
-        lines, find, n = self._lines, buf.find, len(buf)
-        subjects: dict[bytes, list[Any]] = {lead: [subject, lead, 1, size]}  # prefix -> its PUBMIX entry
+        another subject than the frame before it; None for fewer than two frames. One line-cache hit
+        per frame; anything else ends the mix.
+
+        A mix that starts with a payload of at most _MIX_PAYLOAD bytes takes no larger one (the broker
+        frames it with replace()); one that starts with a larger payload takes any, and records where
+        each frame starts (the broker frames it by slicing)."""
+        mixable, find, n = self._mixable, buf.find, len(buf)
+        subjects, indexes = [subject], {lead: 0}  # the mix's subjects; prefix -> index in `subjects`
+        frames = [0, 0] if size > _MIX_PAYLOAD else None
+        limit = _MIX_PAYLOAD if frames is None else self.max_payload  # the payloads it takes
         count, nbytes, last = 1, size, lead
         while end < n:
-            nl = find(b"\n", end, end + _LINE_CACHED)
-            parsed = lines.get(buf[end : nl + 1]) if nl >= 0 else None
-            if parsed is None or parsed[1] is not None or parsed[3] < 0:
+            nl = find(b"\n", end)  # ends the next op's control line, whatever op it is
+            got = mixable.get(buf[end : nl + 1])
+            if got is None:
                 break
-            subj, _, one, _, prefix = parsed
-            if (
-                prefix == last or one > _MIX_PAYLOAD
-            ):  # a run of one subject starts here: PUBRUN frames it better
-                break
-            last = prefix
+            prefix, one = got
             next_end = nl + one + 3
-            if next_end > n or buf[next_end - 2] != 13 or buf[next_end - 1] != 10:
+            # The same subject twice: a run starts here, which PUBRUN frames better.
+            if (
+                prefix == last
+                or one > limit
+                or next_end > n
+                or buf[next_end - 2] != 13
+                or buf[next_end - 1] != 10
+            ):
                 break
-            entry = subjects.get(prefix)
-            if entry is None:
+            index = indexes.get(prefix)
+            if index is None:
                 if len(subjects) == _MIX_SUBJECTS:
                     break
-                entry = subjects[prefix] = [subj, prefix, 0, 0]
-            entry[2] += 1
-            entry[3] += one
+                index = indexes[prefix] = len(subjects)
+                subjects.append(self._lines[buf[end : nl + 1]][0])
+            if frames is not None:
+                frames.append(end - pos)
+                frames.append(index)
+            last = prefix
             count += 1
             nbytes += one
             end = next_end
         if count < 2:
             return None
-        entries = [tuple(entry) for entry in subjects.values()]
-        return (PUBMIX, entries, memoryview(buf)[pos:end], count, nbytes)
+        entries = [(subjects[index], prefix) for prefix, index in indexes.items()]
+        return (PUBMIX, entries, memoryview(buf)[pos:end], count, nbytes, frames)
 
     @staticmethod
     def _skip_name(buf: bytes, pos: int, end: int, kind: int) -> int:

@@ -22,6 +22,10 @@ V0H = b'CONNECT {"verbose":false,"headers":true,"no_responders":true,"protocol":
 # As client libraries connect: pedantic off (nats-server's default is on).
 VR = b'CONNECT {"verbose":false,"pedantic":false}\r\n'
 MIX = b"PUB s.a 1\r\nx\r\nPUB s.b 2\r\nxy\r\nPUB s.c 0\r\n\r\n"
+# Large payloads (framed by slicing), holding the other subjects' PUB lines.
+MIX_LARGE = b"".join(
+    b"PUB s.%s 300\r\n%s\r\n" % (s, (b"PUB s.a 1\r\nPUB s.b " * 30)[:300]) for s in (b"a", b"b")
+)
 VRH = b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,"protocol":1}\r\n'
 
 # Deliveries of one message to several matching subscriptions come in trie-walk order, which differs
@@ -158,6 +162,9 @@ CASES: list[tuple[str, bytes, bytes | None]] = [
         VR + b"SUB s.* 1\r\n" + b"PUB s.a  1\r\nx\r\nPUB s.b  2\r\nxy\r\n" * 4,
         None,
     ),
+    ("pubmix-large-wildcard", VR + b"SUB s.* 1\r\n" + MIX_LARGE * 4, None),
+    ("pubmix-large-one-subject-only", VR + b"SUB s.b 1\r\n" + MIX_LARGE * 4, None),
+    ("pubmix-large-two-subs", VR + b"SUB > 1\r\nSUB s.* 2\r\n" + MIX_LARGE * 4, None),
     ("pubmix-reserved", VR + b"SUB > 1\r\n" + b"PUB s.a 1\r\nx\r\nPUB $SYS.x 1\r\ny\r\n" * 4, None),
     # Errors that close the connection.
     # The per-message path caches parsed PUB lines and MSG heads per connection: repeats (cache hits)

@@ -168,7 +168,7 @@ run_op = st.one_of(
             b"".join(b"PUB %s %d\r\n%s\r\n" % (s, len(payload), payload) for s in subjects) * k
         ),
         st.lists(st.sampled_from(PUB_SUBJECTS), min_size=2, max_size=6),
-        st.sampled_from([b"", b"x", b"PUB a ", b"PUB a.b 1\r\n"]),
+        st.sampled_from([b"", b"x", b"PUB a ", b"PUB a.b 1\r\n", (b"PUB a " * 50)[:250]]),
         st.integers(1, 5),
     ),
 )

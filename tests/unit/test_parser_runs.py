@@ -128,16 +128,16 @@ def test_a_size_spelled_with_leading_zeros_makes_the_run_non_uniform() -> None:
     assert plain_ops([op]) == Parser().feed(data)
 
 
-def test_interleaved_subjects_make_one_mix_with_a_prefix_and_count_per_subject() -> None:
+def test_interleaved_subjects_make_one_mix_with_a_prefix_per_subject() -> None:
     data = b"".join(b"PUB s%d %d\r\n%s\r\n" % (i % 3, i % 5, b"x" * (i % 5)) for i in range(300))
     parser = Parser(runs=True)
     parser.feed(data[:100])  # the lines are cached once seen: a mix is built from cached lines only
     ops = parser.feed(data[100:])
-    assert any(op[0] == PUBMIX for op in ops)
     (mix,) = [op for op in ops if op[0] == PUBMIX and op[3] > 100]
-    assert sorted(entry[:2] for entry in mix[1]) == [(b"s%d" % i, b"PUB s%d " % i) for i in range(3)]
-    assert sum(entry[2] for entry in mix[1]) == mix[3] and sum(entry[3] for entry in mix[1]) == mix[4]
-    assert plain_ops(parser.feed(b"") or []) == []
+    assert sorted(mix[1]) == [(b"s%d" % i, b"PUB s%d " % i) for i in range(3)]
+    chunk = bytes(mix[2])
+    assert sum(chunk.count(prefix) for _, prefix in mix[1]) == mix[3]  # the broker's count per subject
+    assert mix[4] == sum(len(op[3]) for op in expand_run(mix)) and mix[5] is None  # payload bytes, no offsets
     assert plain_ops(Parser(runs=True).feed(data)) == Parser().feed(data)
 
 
@@ -149,4 +149,23 @@ def test_a_mix_takes_neither_replies_nor_a_fifth_subject_nor_a_same_subject_run(
     ops = parser.feed(data)
     assert [op[0] for op in ops] == [PUBMIX, PUBMIX, PUB]
     assert ops[0][3] == 4 and ops[1][3] == 3  # s0..s3, then s4 s0 s1; the request alone
+    assert [subject for subject, _ in ops[1][1]] == [b"s4", b"s0", b"s1"]
     assert plain_ops(ops) == Parser().feed(data)
+
+
+def test_a_mix_of_large_payloads_records_each_frame_offset_and_subject() -> None:
+    frame = b"PUB s%d %d\r\n%s\r\n"
+    data = b"".join(frame % (i % 2, 200 + i % 3, (b"PUB s1 " * 40)[: 200 + i % 3]) for i in range(9))
+    parser = Parser(runs=True)
+    ops = parser.feed(data)
+    mixes = [op for op in ops if op[0] == PUBMIX]
+    assert mixes and all(op[5] is not None for op in mixes)
+    for op in mixes:
+        chunk, frames = bytes(op[2]), op[5]
+        starts, indexes = frames[0::2], frames[1::2]
+        assert len(starts) == op[3] and starts[0] == 0
+        for start, index in zip(starts, indexes, strict=True):
+            assert chunk.startswith(op[1][index][1], start)  # each recorded frame starts with its prefix
+    assert plain_ops(ops) == Parser().feed(data)
+    small = b"".join(frame % (i % 2, 3, b"xyz") for i in range(9))
+    assert all(op[5] is None for op in Parser(runs=True).feed(small) if op[0] == PUBMIX)
