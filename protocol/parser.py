@@ -166,6 +166,7 @@ class Parser:
         "headers",
         "max_control_line",
         "max_payload",
+        "mix_pause",
         "runs",
     )
 
@@ -194,6 +195,7 @@ class Parser:
         self._run_guess = 2  # frames in the last uniform run: where the next one's check starts
         self._lines: dict[bytes, _PubLine] = {}  # control line -> its parse (canonical PUBs only)
         self._mixable: dict[bytes, tuple[bytes, int]] = {}  # those without a reply: line -> (prefix, size)
+        self.mix_pause = 0  # reads to parse without PUBMIX ops (set by a consumer that had to expand one)
 
     @property
     def buffered(self) -> int:
@@ -260,6 +262,9 @@ class Parser:
     def _parse(self, buf: bytes, ops: list[Op], pos: int) -> None:
         self._no_run_before = 0
         runs = self.runs
+        mixes = runs and not self.mix_pause
+        if self.mix_pause:
+            self.mix_pause -= 1
         expect_connect = self.expect_connect
         n = len(buf)
         find = buf.find
@@ -298,7 +303,7 @@ class Parser:
                         ops.append(run)
                         pos += len(run[4])
                         continue
-                elif runs and reply is None and tail_at >= 0 and stop + 2 < n:
+                elif mixes and reply is None and tail_at >= 0 and stop + 2 < n:
                     mix = self._mix(buf, pos, stop + 2, subject, size, prefix)
                     if mix is not None:
                         ops.append(mix)

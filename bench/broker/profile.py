@@ -1,6 +1,6 @@
 """Profile pynatsd with py-spy while one scenario runs; print self time by function and by line.
 
-python bench/broker/profile.py [--scenario 1-1|1-1-mix|queue-4|pub|pub-mix] [--size 16] [--out FILE]
+python bench/broker/profile.py [--scenario 1-1|1-1-mix|1-1-split|queue-4|pub|pub-mix] [--size 16] [--out FILE]
 
 py-spy samples the broker process (it needs ptrace rights: root, or kernel.yama.ptrace_scope=0).
 Lines are `path:line`; "<idle/loop>" is time in uvloop's C code (socket reads and writes, polling).
@@ -24,13 +24,14 @@ sys.path.insert(0, str(ROOT))
 from bench.broker import scenarios  # noqa: E402
 from tests.servers import start_server  # noqa: E402
 
-# name -> (publishers, subscribers, queue group, alternating subjects)
-SCENARIOS: dict[str, tuple[int, int, bool, bool]] = {
-    "pub": (1, 0, False, False),
-    "1-1": (1, 1, False, False),
-    "1-1-mix": (1, 1, False, True),
-    "pub-mix": (1, 0, False, True),
-    "queue-4": (1, 4, True, False),
+# name -> (publishers, subscribers, queue group, alternating subjects, subscribers on the first only)
+SCENARIOS: dict[str, tuple[int, int, bool, bool, bool]] = {
+    "pub": (1, 0, False, False, False),
+    "1-1": (1, 1, False, False, False),
+    "1-1-mix": (1, 1, False, True, False),
+    "1-1-split": (1, 1, False, True, True),
+    "pub-mix": (1, 0, False, True, False),
+    "queue-4": (1, 4, True, False, False),
 }
 
 
@@ -54,8 +55,10 @@ def main() -> int:
         time.sleep(1)
         rates = []
         for _ in range(3):
-            pubs, subs, queue, mixed = SCENARIOS[args.scenario]
-            r = scenarios.pubsub(server.port, pubs, subs, args.size, args.messages, queue, mixed=mixed)
+            pubs, subs, queue, mixed, split = SCENARIOS[args.scenario]
+            r = scenarios.pubsub(
+                server.port, pubs, subs, args.size, args.messages, queue, mixed=mixed, split=split
+            )
             rates.append(r["rate"])
         rec.send_signal(signal.SIGINT)
         rec.wait(30)

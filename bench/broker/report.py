@@ -10,6 +10,7 @@ NAMES = {
     "pub-mix": "publish only, 2 subjects",
     "1-1": "1 -> 1",
     "1-1-mix": "1 -> 1, 2 subjects",
+    "1-1-split": "1 -> 1 of 2 subjects",
     "1-4": "1 -> 4 fan-out",
     "1-4-mix": "1 -> 4, 2 subjects",
     "queue-4": "1 -> queue of 4",

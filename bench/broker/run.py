@@ -27,19 +27,23 @@ from bench.output import write_results  # noqa: E402
 from tests.servers import ServerProcess, nats_server_binary, start_server  # noqa: E402
 
 SERVERS = ("pynatsd", "nats-server")
-# name -> (publishers, subscribers, queue group, idle subscriptions, share of the base count, mixed subjects)
-# "-mix": subjects alternate (bench.s, bench.s2; subscribers on bench.*), so no two consecutive PUBs share
-# a subject and pynatsd's run fast path (protocol.ops.PUBRUN) never applies: the per-message path.
-PUBSUB: dict[str, tuple[int, int, bool, int, float, bool]] = {
-    "pub": (1, 0, False, 0, 2.0, False),
-    "pub-mix": (1, 0, False, 0, 1.0, True),
-    "1-1": (1, 1, False, 0, 1.0, False),
-    "1-1-mix": (1, 1, False, 0, 0.5, True),
-    "1-4": (1, 4, False, 0, 0.5, False),
-    "1-4-mix": (1, 4, False, 0, 0.25, True),
-    "queue-4": (1, 4, True, 0, 0.5, False),
-    "4-4": (4, 4, False, 0, 0.5, False),
-    "busy": (1, 1, False, 100_000, 1.0, False),
+# name -> (publishers, subscribers, queue group, idle subscriptions, share of the base count, subjects)
+# subjects "one": every PUB to bench.s (pynatsd's run fast path, protocol.ops.PUBRUN). "mix": subjects
+# alternate (bench.s, bench.s2) and subscribers take bench.*: no two consecutive PUBs share a subject, and
+# pynatsd frames the interleaved stretch at once (PUBMIX). "split": the same publisher, subscribers on
+# bench.s only (half the messages): the two subjects reach different subscribers, so every message takes
+# the per-message path.
+PUBSUB: dict[str, tuple[int, int, bool, int, float, str]] = {
+    "pub": (1, 0, False, 0, 2.0, "one"),
+    "pub-mix": (1, 0, False, 0, 1.0, "mix"),
+    "1-1": (1, 1, False, 0, 1.0, "one"),
+    "1-1-mix": (1, 1, False, 0, 0.5, "mix"),
+    "1-1-split": (1, 1, False, 0, 0.5, "split"),
+    "1-4": (1, 4, False, 0, 0.5, "one"),
+    "1-4-mix": (1, 4, False, 0, 0.25, "mix"),
+    "queue-4": (1, 4, True, 0, 0.5, "one"),
+    "4-4": (4, 4, False, 0, 0.5, "one"),
+    "busy": (1, 1, False, 100_000, 1.0, "one"),
 }
 ALL = [*PUBSUB, "reqrep"]
 BASE = {16: 1_000_000, 128: 500_000, 1024: 200_000}  # messages per run by payload size
@@ -47,19 +51,30 @@ REQUESTS = 3000
 # Issue 4's targets: minimum ratio pynatsd/nats-server (rates), maximum for request/reply p50 latency.
 TARGETS = {("1-1", 16): 0.5, ("pub", 16): 0.5, ("1-4", 16): 0.6, ("queue-4", 16): 0.5, ("reqrep", 16): 1.5}
 TARGETS.update({(s, 1024): 0.7 for s in PUBSUB})
-TARGETS.update({("1-1-mix", 16): 0.5, ("pub-mix", 16): 0.5, ("1-4-mix", 16): 0.6})
+TARGETS.update({("1-1-mix", 16): 0.5, ("1-1-split", 16): 0.5, ("pub-mix", 16): 0.5, ("1-4-mix", 16): 0.6})
 
 
 def measure(name: str, server: ServerProcess, size: int, smoke: bool) -> dict[str, Any]:
     if name == "reqrep":
         return scenarios.reqrep(server.port, size, 200 if smoke else REQUESTS)
-    pubs, subs, queue, idle, share, mixed = PUBSUB[name]
+    pubs, subs, queue, idle, share, subjects = PUBSUB[name]
     n = int((2000 if smoke else BASE[size]) * share)
-    return scenarios.pubsub(server.port, pubs, subs, size, n, queue, 1000 if smoke and idle else idle, mixed)
+    idle = 1000 if smoke and idle else idle
+    return scenarios.pubsub(
+        server.port, pubs, subs, size, n, queue, idle, subjects != "one", subjects == "split"
+    )
 
 
 # Rows whose generator is one publisher and/or one subscriber: the stand-in ceilings apply directly.
-SINGLE = {"pub": "pub", "pub-mix": "pub", "1-1": "both", "1-1-mix": "both", "busy": "both", "queue-4": "pub"}
+SINGLE = {
+    "pub": "pub",
+    "pub-mix": "pub",
+    "1-1": "both",
+    "1-1-mix": "both",
+    "1-1-split": "both",
+    "busy": "both",
+    "queue-4": "pub",
+}
 
 
 def generator_capacity(name: str, size: int, pynatsd: float, ceilings: dict[int, dict[str, float]]) -> float:

@@ -66,8 +66,12 @@ def pubsub(
     queue: bool = False,
     idle: int = 0,
     mixed: bool = False,
+    split: bool = False,
 ) -> dict[str, Any]:
     """`pubs` publishers share `n` messages; `subs` subscribers (one queue group when `queue`).
+
+    `mixed`: publishers alternate two subjects, subscribers take both (`bench.*`); with `split` too,
+    subscribers take the first subject only (every other message).
 
     Returns the delivered rate (msgs/s, all subscribers), the publish rate, delivered and expected counts.
     """
@@ -76,12 +80,15 @@ def pubsub(
         if idle:
             w.spawn(gen.idle_subscriptions, port, idle, -1, w.ready, w.done)
             w.wait_ready(1)
-        expected = 0 if queue else n
+        share = [n // pubs + (1 if i < n % pubs else 0) for i in range(pubs)]
+        # A publisher alternating subjects starts with the first: (k + 1) // 2 of its k messages.
+        wanted = sum((k + 1) // 2 for k in share) if split else n
+        expected = 0 if queue else wanted
         for i in range(subs):
             w.spawn(
                 gen.subscriber,
                 port,
-                "bench.*" if mixed else SUBJECT,
+                "bench.*" if mixed and not split else SUBJECT,
                 "q" if queue else "",
                 expected,
                 i,
@@ -90,7 +97,6 @@ def pubsub(
                 w.results,
             )
         w.wait_ready(subs)
-        share = [n // pubs + (1 if i < n % pubs else 0) for i in range(pubs)]
         for i in range(pubs):
             w.spawn(gen.publisher, port, SUBJECT, share[i], size, i, w.ready, w.go, w.results, mixed)
         w.wait_ready(pubs)
@@ -113,7 +119,7 @@ def pubsub(
         out.update(
             rate=delivered / (t_last - t0) if t_last > t0 else 0.0,
             delivered=delivered,
-            expected=n if queue else n * subs,
+            expected=wanted if queue else wanted * subs,
         )
     else:
         out["rate"] = out["pub_rate"]

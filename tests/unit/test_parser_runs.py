@@ -169,3 +169,13 @@ def test_a_mix_of_large_payloads_records_each_frame_offset_and_subject() -> None
     assert plain_ops(ops) == Parser().feed(data)
     small = b"".join(frame % (i % 2, 3, b"xyz") for i in range(9))
     assert all(op[5] is None for op in Parser(runs=True).feed(small) if op[0] == PUBMIX)
+
+
+def test_mix_pause_parses_that_many_reads_without_mixes() -> None:
+    data = b"".join(b"PUB s%d 1\r\nx\r\n" % (i % 2) for i in range(10))
+    parser = Parser(runs=True)
+    parser.feed(data)
+    parser.mix_pause = 2  # what a broker that had to expand a mix sets
+    assert PUBMIX not in [op[0] for op in parser.feed(data)]
+    assert PUBMIX not in [op[0] for op in parser.feed(data)]
+    assert PUBMIX in [op[0] for op in parser.feed(data)]
