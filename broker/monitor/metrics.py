@@ -62,6 +62,11 @@ class PynatsdCollector(Collector):
         yield counter("pynatsd_bytes_in", "Payload bytes received from clients.", stats.in_bytes)
         yield counter("pynatsd_bytes_out", "Payload bytes delivered to clients.", stats.out_bytes)
         yield counter("pynatsd_slow_consumers", "Connections closed as slow consumers.", stats.slow_consumers)
+        yield counter(
+            "pynatsd_stalled_clients",
+            "Times a producer was stalled by a consumer past 75% of max_pending.",
+            stats.stalled_clients,
+        )
         yield counter("pynatsd_stale_connections", "Connections closed as stale.", stats.stale_connections)
         yield counter("pynatsd_auth_failures", "Failed authentications.", stats.auth_failures)
         yield counter("pynatsd_matcher_cache_hits", "Subject matches answered by the cache.", hits)

@@ -5,6 +5,7 @@ the same clients and the same monitoring fields."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import urllib.request
@@ -65,6 +66,11 @@ def test_a_producer_feeding_a_full_queue_is_stalled_and_then_goes_on(server: Ser
         varz = monitor(server, "varz")
         assert varz["slow_consumers"] == 1
         assert varz["stalled_clients"] >= 1
+        if server.kind == "pynatsd":
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/metrics", timeout=5) as resp:
+                metrics = resp.read().decode()
+            (value,) = re.findall(r"^pynatsd_stalled_clients_total(?:\{[^}]*\})? (\S+)$", metrics, re.M)
+            assert float(value) == varz["stalled_clients"]
         conns = monitor(server, "connz")["connections"]
         (conn,) = [c for c in conns if c["in_msgs"]]  # the producer, still connected
         assert conn["in_msgs"] == 16 * 1024 and "stalls" not in conn
