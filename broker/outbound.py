@@ -74,6 +74,7 @@ class Outbound:
 
     __slots__ = (
         "_flusher",
+        "_on_error",
         "_wake",
         "backlog",
         "batches",
@@ -107,10 +108,12 @@ class Outbound:
         self.written_bytes = 0
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
+        self._on_error: Callable[[BaseException], Any] | None = None
 
     def start(self, on_error: Callable[[BaseException], Any]) -> None:
-        """Start the flusher task."""
-        self._flusher = asyncio.get_running_loop().create_task(self._run(on_error))
+        """Start the flusher task; `on_error` is told of a transport that fails a write."""
+        self._on_error = on_error
+        self._flusher = asyncio.get_running_loop().create_task(self._run())
 
     @property
     def pending_bytes(self) -> int:
@@ -159,20 +162,27 @@ class Outbound:
         self.batches += 1
         self.written_bytes += queued
         self.queued = 0
-        if n == 1:
-            data = frames[0]
-            frames.clear()
-            self.transport.write(data)
-        elif queued >= n * _GATHER_MIN:
-            # Few large pieces (whole runs framed for this connection): uvloop writes them with one
-            # vectored send, which spares copying them all into one bytes first.
-            pieces = list(frames)
-            frames.clear()
-            self.transport.writelines(pieces)
-        else:
-            data = b"".join(frames)
-            frames.clear()
-            self.transport.write(data)
+        try:
+            if n == 1:
+                data = frames[0]
+                frames.clear()
+                self.transport.write(data)
+            elif queued >= n * _GATHER_MIN:
+                # Few large pieces (whole runs framed for this connection): uvloop writes them with one
+                # vectored send, which spares copying them all into one bytes first.
+                pieces = list(frames)
+                frames.clear()
+                self.transport.writelines(pieces)
+            else:
+                data = b"".join(frames)
+                frames.clear()
+                self.transport.write(data)
+        except (RuntimeError, OSError) as exc:
+            # The transport closed under us (uvloop refuses writes between a failure and the
+            # connection_lost it schedules): this connection goes, not the producer whose read fed it.
+            self.closed = True
+            if self._on_error is not None:
+                self._on_error(exc)
 
     def pause(self) -> None:
         self.paused = True
@@ -197,7 +207,7 @@ class Outbound:
         if self._flusher is not None and not self._flusher.done():
             self._flusher.cancel()
 
-    async def _run(self, on_error: Callable[[BaseException], Any]) -> None:
+    async def _run(self) -> None:
         wake = self._wake
         try:
             while not self.closed:
@@ -206,5 +216,3 @@ class Outbound:
                 self.flush()
         except asyncio.CancelledError:
             pass
-        except Exception as exc:  # a transport failure: the connection handles it
-            on_error(exc)

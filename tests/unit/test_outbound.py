@@ -124,3 +124,28 @@ async def test_the_gate_opens_when_the_transport_drains_or_the_queue_closes() ->
     out.waiting[2] = lambda: woken.append("producer 2")
     out.close()
     assert woken == ["producer 1", "producer 2"]
+
+
+async def test_a_transport_closed_under_the_queue_reports_instead_of_raising() -> None:
+    """uvloop refuses writes on a transport closed before its connection_lost ran: the flush made at the
+    end of a producer's read must not raise into that producer."""
+    transport = FakeTransport()
+    failures: list[BaseException] = []
+
+    def refuse(data: bytes) -> None:
+        raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
+
+    transport.write = refuse  # type: ignore[method-assign]
+    scheduler = FlushScheduler()
+    out = Outbound(transport, scheduler, 1 << 20)  # type: ignore[arg-type]
+    out.start(failures.append)
+    scheduler.reading = True
+    out.push(b"MSG a 1 1\r\nx\r\n")
+    scheduler.reading = False
+    scheduler.flush_touched()
+    assert [str(exc) for exc in failures] == ["unable to perform operation on <TCPTransport closed=True>"]
+    assert out.closed
+    out.push(b"more")
+    out.flush()  # closed: nothing written, nothing raised
+    assert len(failures) == 1
+    out.close()
