@@ -605,57 +605,53 @@ class Connection(asyncio.Protocol):
                 self._no_responders(subject, reply)
 
     def _on_pub_mix(self, op: Op) -> None:
-        """PUBs to a few subjects, interleaved (see protocol.ops.PUBMIX). When every subject reaches the
-        very same plain subscriptions (none at all, or a wildcard subscriber that takes them all), the
-        mix is counted once and framed for each subscriber at once (one `replace` per subject, or slices
-        for large payloads); anything else takes the per-message path, as in `_on_pub_run`."""
-        _, subjects, view, count, nbytes, frames = op
+        """PUBs to a few subjects, interleaved (see protocol.ops.PUBMIX): each subject matched once, and
+        each receiving subscription gets its frames of the mix, in order, at once (one `replace` per
+        subject for small payloads when it receives every subject, else slices of the read). Queue
+        groups, a connection with several receiving subscriptions and everything `_on_pub_run` leaves
+        to the per-message path take it here too."""
+        _, subjects, view, count, nbytes, frames, sizes = op
         opts = self.opts
         if opts.verbose or opts.pedantic or self.perms is not None or _tracks_replies(self):
             self._unmix(op)
             return
-        if frames is None:
-            chunk = bytes(view)
-            counts = [chunk.count(prefix) for _, prefix in subjects]
-            if sum(counts) != count:  # a payload holds a prefix: replace() would touch it
-                self._unmix(op)
-                return
-        else:
-            indexes = frames[1::2]
-            counts = [indexes.count(i) for i in range(len(subjects))]
         match = self.sublist.match
-        targets = None
+        per_subject = []  # the plain subscriptions of each subject
+        owners: dict[int, Subscription] = {}  # connection id -> its one receiving subscription
         for subject, _ in subjects:
             plain, groups = match(subject)
-            if groups or subject.startswith(_RESERVED_PUBLISH) or (targets is not None and plain != targets):
+            if groups or subject.startswith(_RESERVED_PUBLISH):
                 self._unmix(op)
                 return
-            targets = plain
-        assert targets is not None
-        if any(sub.max_msgs or sub.conn.closed for sub in targets) or (
-            len(targets) > 1 and len({id(sub.conn) for sub in targets}) < len(targets)
-        ):
-            self._unmix(op)
-            return
+            for sub in plain:
+                if owners.setdefault(id(sub.conn), sub) is not sub or sub.max_msgs or sub.conn.closed:
+                    self._unmix(op)
+                    return
+            per_subject.append(plain)
+        indexes = frames[1::2]
+        counts = [indexes.count(i) for i in range(len(subjects))]
         skip = None if opts.echo else self
-        receivers = [sub for sub in targets if sub.conn is not skip]
-        framed: list[tuple[Subscription, bytes]] = []
-        if receivers and frames is None:
-            replaced = _mix_replaced(receivers, subjects, counts, chunk)
-            if replaced is None:
-                self._unmix(op)
-                return
-            framed = replaced
-        elif receivers:
-            framed = _mix_sliced(receivers, subjects, view, count, frames)
-        for (subject, _), k in zip(subjects, counts, strict=True):
+        framed: list[tuple[Subscription, bytes, int, int]] = []  # (sub, its frames, messages, payload bytes)
+        receivers = [sub for sub in owners.values() if sub.conn is not skip]
+        if receivers:
+            everywhere = all(plain == per_subject[0] for plain in per_subject)
+            if everywhere and nbytes <= count * _SLICED_FROM:
+                replaced = _mix_replaced(receivers, subjects, counts, bytes(view))
+                if replaced is None:  # a replace() touched more than the frames
+                    self._unmix(op)
+                    return
+                framed = [(sub, data, count, nbytes) for sub, data in replaced]
+            else:
+                source = view if nbytes > count * _SLICED_FROM else bytes(view)
+                framed = _mix_sliced(receivers, subjects, per_subject, source, frames, counts, sizes)
+        for (subject, _), plain, k in zip(subjects, per_subject, counts, strict=True):
             self.sublist.count_repeats(subject, k - 1)
+            fanout = len(plain)
+            self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += k
         self.in_msgs += count
         self.in_bytes += nbytes
-        fanout = len(targets)
-        self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += count
-        for sub, data in framed:
-            _deliver_run(sub, data, count, nbytes)
+        for sub, data, k, size in framed:
+            _deliver_run(sub, data, k, size)
 
     def _unmix(self, op: Op) -> None:
         """A PUBMIX that cannot be framed at once: its PUBs one by one, and no more mixes from this
@@ -893,22 +889,42 @@ def _mix_replaced(
 def _mix_sliced(
     receivers: list[Subscription],
     subjects: list[tuple[bytes, bytes]],
-    view: memoryview,
-    count: int,
+    per_subject: list[tuple[Subscription, ...]],
+    chunk: bytes | memoryview,
     frames: list[int],
-) -> list[tuple[Subscription, bytes]]:
-    """A PUBMIX of large payloads framed for each receiver: per frame, `MSG subject sid ` and the slice
-    of the read after the frame's prefix (its offsets recorded by the parser)."""
+    counts: list[int],
+    sizes: list[int],
+) -> list[tuple[Subscription, bytes, int, int]]:
+    """A PUBMIX framed for each receiver from slices of the read (`chunk`: bytes for small payloads,
+    whose slices are cheaper than views; a view for large ones, whose slices copy nothing): per frame of
+    a subject it receives, `MSG subject sid ` and what follows the frame's prefix. Returns (sub, frames,
+    messages, payload bytes)."""
     starts, indexes = frames[0::2], frames[1::2]
     skips = [len(prefix) for _, prefix in subjects]
-    ends = [*starts[1:], len(view)]
-    pieces: list[bytes | memoryview] = [b""] * (2 * count)
-    pieces[1::2] = [view[a + skips[i] : b] for a, i, b in zip(starts, indexes, ends, strict=True)]
+    taken = [bool(plain) for plain in per_subject]
+    bodies = [
+        chunk[a + skips[i] : b] if taken[i] else b""
+        for a, i, b in zip(starts, indexes, [*starts[1:], len(chunk)], strict=True)
+    ]
     framed = []
     for sub in receivers:
-        heads = [b"MSG " + subject + b" " + sub.sid_sp for subject, _ in subjects]
-        pieces[0::2] = list(map(heads.__getitem__, indexes))
-        framed.append((sub, b"".join(pieces)))
+        heads = [
+            b"MSG " + subject + b" " + sub.sid_sp if sub in plain else None
+            for (subject, _), plain in zip(subjects, per_subject, strict=True)
+        ]
+        pieces: list[bytes | memoryview] = []
+        if None not in heads:  # every subject: the heads and the bodies interleaved at C speed
+            every = cast("list[bytes]", heads)
+            pieces = [b""] * (2 * len(bodies))
+            pieces[0::2] = list(map(every.__getitem__, indexes))
+            pieces[1::2] = bodies
+        else:
+            for head, body in zip(map(heads.__getitem__, indexes), bodies, strict=True):
+                if head is not None:
+                    pieces.append(head)
+                    pieces.append(body)
+        mine = [i for i, head in enumerate(heads) if head is not None]
+        framed.append((sub, b"".join(pieces), sum(counts[i] for i in mine), sum(sizes[i] for i in mine)))
     return framed
 
 

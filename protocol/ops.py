@@ -21,14 +21,13 @@ and a tuple costs a tenth of a dataclass instance. Layouts:
         Emitted only by a Parser made with `runs=True`; `protocol.parser.expand_run` turns it back
         into PUB ops.
     (PUBMIX, subjects: list[(subject, prefix)], chunk: memoryview, count: int, nbytes: int,
-             frames: list[int] | None)
+             frames: list[int], sizes: list[int])
         `count` >= 2 back-to-back canonical PUBs without a reply to a few subjects, interleaved, as
-        sent in `chunk`. Each subject's frames start with its `prefix` (`PUB subject `). For small
-        payloads `frames` is None: if `chunk.count(prefix)` summed over the subjects is `count`, no
-        payload holds a prefix, those are the counts per subject, and one `replace` per subject frames
-        them all for a subscriber that receives every one of them. For large payloads `frames` holds,
-        for each frame, its offset in `chunk` and the index of its subject, one after the other. Also
-        from `runs=True` only; `expand_run` turns it back into PUB ops too.
+        sent in `chunk`. Each subject's frames start with its `prefix` (`PUB subject `). `frames` holds,
+        for each frame, its offset in `chunk` and the index of its subject in `subjects`, one after the
+        other; `sizes` the payload bytes per subject. A subscriber that receives every subject can have
+        them all framed by one `replace` per subject, under the same length check as PUBRUN; others by
+        slicing at the offsets. Also from `runs=True` only; `expand_run` turns it back into PUB ops.
     (SUB,   subject: bytes, queue: bytes | None, sid: bytes)
     (UNSUB, sid: bytes, max_msgs: int | None)     max_msgs -1 when given but not a valid size
     (PING,) (PONG,) (OK,)

@@ -56,12 +56,8 @@ _FAST_PUB = re.compile(rb"PUB ([^ \t\r\n]+) (?:([^ \t\r\n]+) | )?(\d{1,9})\r?\n"
 # A parsed canonical PUB line: (subject, reply, size, offset of the MSG tail in the line or -1,
 # `PUB subject [reply ]`).
 _PubLine = tuple[bytes, bytes | None, int, int, bytes]
-# At most this many subjects in one PUBMIX op. Mixes of payloads up to _MIX_PAYLOAD bytes are framed by
-# the broker with one replace() per subject and subscriber, each a search of every payload byte: from
-# about 256 B that costs more than the per-message path (at 1 KiB: 0.30 vs 0.44M msgs/s, 1 -> 1), so
-# mixes of larger payloads record their frames' offsets and are framed by slicing.
+# At most this many subjects in one PUBMIX op.
 _MIX_SUBJECTS = 4
-_MIX_PAYLOAD = 128
 # Per-connection bound of that cache (its lines are at most _LINE_CACHED bytes): a few KiB at most.
 _LINE_CACHE = 64
 _LINE_CACHED = 128
@@ -467,15 +463,10 @@ class Parser:
         """A PUBMIX op for the frames from `pos` (the first one parsed up to `end`) whose control lines
         are cached canonical PUB lines without a reply, to at most _MIX_SUBJECTS subjects, each to
         another subject than the frame before it; None for fewer than two frames. One line-cache hit
-        per frame; anything else ends the mix.
-
-        A mix that starts with a payload of at most _MIX_PAYLOAD bytes takes no larger one (the broker
-        frames it with replace()); one that starts with a larger payload takes any, and records where
-        each frame starts (the broker frames it by slicing)."""
+        per frame; anything else ends the mix."""
         mixable, find, n = self._mixable, buf.find, len(buf)
         subjects, indexes = [subject], {lead: 0}  # the mix's subjects; prefix -> index in `subjects`
-        frames = [0, 0] if size > _MIX_PAYLOAD else None
-        limit = _MIX_PAYLOAD if frames is None else self.max_payload  # the payloads it takes
+        frames, sizes = [0, 0], [size]  # (offset, subject index) per frame; payload bytes per subject
         count, nbytes, last = 1, size, lead
         while end < n:
             nl = find(b"\n", end)  # ends the next op's control line, whatever op it is
@@ -485,13 +476,7 @@ class Parser:
             prefix, one = got
             next_end = nl + one + 3
             # The same subject twice: a run starts here, which PUBRUN frames better.
-            if (
-                prefix == last
-                or one > limit
-                or next_end > n
-                or buf[next_end - 2] != 13
-                or buf[next_end - 1] != 10
-            ):
+            if prefix == last or next_end > n or buf[next_end - 2] != 13 or buf[next_end - 1] != 10:
                 break
             index = indexes.get(prefix)
             if index is None:
@@ -499,9 +484,10 @@ class Parser:
                     break
                 index = indexes[prefix] = len(subjects)
                 subjects.append(self._lines[buf[end : nl + 1]][0])
-            if frames is not None:
-                frames.append(end - pos)
-                frames.append(index)
+                sizes.append(0)
+            frames.append(end - pos)
+            frames.append(index)
+            sizes[index] += one
             last = prefix
             count += 1
             nbytes += one
@@ -509,7 +495,7 @@ class Parser:
         if count < 2:
             return None
         entries = [(subjects[index], prefix) for prefix, index in indexes.items()]
-        return (PUBMIX, entries, memoryview(buf)[pos:end], count, nbytes, frames)
+        return (PUBMIX, entries, memoryview(buf)[pos:end], count, nbytes, frames, sizes)
 
     @staticmethod
     def _skip_name(buf: bytes, pos: int, end: int, kind: int) -> int:

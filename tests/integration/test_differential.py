@@ -144,6 +144,8 @@ CASES: list[tuple[str, bytes, bytes | None]] = [
     ("pubmix-full-wildcard-two-subs", VR + b"SUB > 1\r\nSUB s.> 22\r\n" + MIX * 4, None),
     ("pubmix-no-interest", VR + MIX * 4 + b"PING\r\n", b"PONG\r\n"),
     ("pubmix-one-subject-only", VR + b"SUB s.b 1\r\n" + MIX * 4, None),
+    ("pubmix-two-sids-one-conn", VR + b"SUB s.a 1\r\nSUB s.c 2\r\n" + MIX * 4, None),
+    ("pubmix-two-of-three", VR + b"SUB s.a 1\r\nUNSUB 1\r\nSUB s.c 5\r\n" + MIX * 4, None),
     ("pubmix-queue", VR + b"SUB s.* q 1\r\n" + MIX * 4, None),
     ("pubmix-auto-unsub", VR + b"SUB s.* 1\r\nUNSUB 1 5\r\n" + MIX * 4, None),
     (

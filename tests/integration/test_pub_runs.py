@@ -129,3 +129,33 @@ def test_a_run_whose_sizes_are_spelled_differently_reaches_a_queue_group_intact(
     finally:
         for client in (member, publisher):
             client.close()
+
+
+@pytest.mark.parametrize("size", [3, 300])
+def test_interleaved_subjects_reach_each_subscriber_with_its_own_frames_in_order(
+    server: ServerProcess, size: int
+) -> None:
+    """A publisher cycling through three subjects (PUBMIX): subscribers on one subject, on another, on
+    all of them (wildcard) each get exactly their messages, in publish order, framed
+    byte for byte as single PUBs would be; payloads hold other subjects' PUB lines."""
+    only_a = subscriber(server, b"SUB mix.a 1\r\n")
+    only_b = subscriber(server, b"SUB mix.b 22\r\n")
+    every = subscriber(server, b"SUB mix.* 333\r\n")
+    publisher = subscriber(server, b"")
+    try:
+        subjects = [b"mix.a", b"mix.b", b"mix.c"]
+        frames = [
+            (subjects[i % 3], (b"%05d PUB mix.b 1\r\n" % i + b"PUB mix.a " * 40)[:size]) for i in range(3000)
+        ]
+        publisher.send(b"".join(b"PUB %s %d\r\n%s\r\n" % (s, size, p) for s, p in frames) + b"PING\r\n")
+        publisher.read_until(b"PONG\r\n", timeout=20)
+
+        def expected(sid: bytes, wanted: set[bytes]) -> bytes:
+            return b"".join(b"MSG %s %s %d\r\n%s\r\n" % (s, sid, size, p) for s, p in frames if s in wanted)
+
+        assert drain(only_a) == expected(b"1", {b"mix.a"})
+        assert drain(only_b) == expected(b"22", {b"mix.b"})
+        assert drain(every) == expected(b"333", set(subjects))
+    finally:
+        for client in (only_a, only_b, every, publisher):
+            client.close()
