@@ -31,8 +31,7 @@ SERVERS = ("pynatsd", "nats-server")
 # subjects "one": every PUB to bench.s (pynatsd's run fast path, protocol.ops.PUBRUN). "mix": subjects
 # alternate (bench.s, bench.s2) and subscribers take bench.*: no two consecutive PUBs share a subject, and
 # pynatsd frames the interleaved stretch at once (PUBMIX). "split": the same publisher, subscribers on
-# bench.s only (half the messages): the two subjects reach different subscribers, so every message takes
-# the per-message path.
+# bench.s only (half the messages): the mix is framed from the offsets of the frames each subscriber takes.
 PUBSUB: dict[str, tuple[int, int, bool, int, float, str]] = {
     "pub": (1, 0, False, 0, 2.0, "one"),
     "pub-mix": (1, 0, False, 0, 1.0, "mix"),
