@@ -549,29 +549,22 @@ class Connection(asyncio.Protocol):
             self._on_pubs(op)
             return
         head = b"MSG " + subject + b" "
-        framed = []  # (subscription, the whole run framed for it)
+        receivers = [sub for sub in plain if sub.conn is not skip]
+        framed: list[tuple[Subscription, bytes]] = []  # (subscription, the whole run framed for it)
         # Frames alike but for their payloads sit at fixed offsets: what follows `prefix` in each is a
         # slice of the read, whatever the payloads hold.
         bodies = _bodies(view, count, len(prefix)) if size >= 0 and (groups or size >= _SLICED_FROM) else []
-        if plain and bodies:
+        if receivers and bodies:
             # Large payloads: joining the slices after `MSG subject sid ` beats replace(), which would
             # search every payload byte for `prefix` (600 vs 120 ns per 1 KiB message).
-            bodies.insert(0, b"")
-            for sub in plain:
-                if sub.conn is not skip:
-                    framed.append((sub, (head + sub.sid_sp).join(bodies)))
-            del bodies[0]
-        elif plain:
-            chunk = bytes(view)
-            for sub in plain:
-                if sub.conn is not skip:
-                    new = head + sub.sid_sp
-                    data = chunk.replace(prefix, new)
-                    if len(data) != len(chunk) + count * (len(new) - len(prefix)):
-                        # A payload holds `PUB subject ` too, and replace() touched it: message by message.
-                        self._on_pubs(op)
-                        return
-                    framed.append((sub, data))
+            led = [b"", *bodies]
+            framed = [(sub, (head + sub.sid_sp).join(led)) for sub in receivers]
+        elif receivers:
+            replaced = _framed_by_replace(receivers, [(subject, prefix)], [count], bytes(view))
+            if replaced is None:  # a payload holds `PUB subject ` too: message by message
+                self._on_pubs(op)
+                return
+            framed = replaced
         self.sublist.count_repeats(subject, count - 1)  # /subsz counts every publish, as nats-server
         self.in_msgs += count
         self.in_bytes += nbytes
@@ -634,15 +627,15 @@ class Connection(asyncio.Protocol):
         framed: list[tuple[Subscription, bytes, int, int]] = []  # (sub, its frames, messages, payload bytes)
         receivers = [sub for sub in owners.values() if sub.conn is not skip]
         if receivers:
-            everywhere = all(plain == per_subject[0] for plain in per_subject)
-            if everywhere and nbytes <= count * _SLICED_FROM:
-                replaced = _mix_replaced(receivers, subjects, counts, bytes(view))
+            small = nbytes <= count * _SLICED_FROM
+            if small and all(plain == per_subject[0] for plain in per_subject):
+                replaced = _framed_by_replace(receivers, subjects, counts, bytes(view))
                 if replaced is None:  # a replace() touched more than the frames
                     self._unmix(op)
                     return
                 framed = [(sub, data, count, nbytes) for sub, data in replaced]
             else:
-                source = view if nbytes > count * _SLICED_FROM else bytes(view)
+                source = bytes(view) if small else view
                 framed = _mix_sliced(receivers, subjects, per_subject, source, frames, counts, sizes)
         for (subject, _), plain, k in zip(subjects, per_subject, counts, strict=True):
             self.sublist.count_repeats(subject, k - 1)
@@ -867,12 +860,13 @@ def _bodies(view: memoryview, count: int, skip: int) -> list[bytes | memoryview]
     return [view[i : i + step - skip] for i in range(skip, len(view), step)]
 
 
-def _mix_replaced(
+def _framed_by_replace(
     receivers: list[Subscription], subjects: list[tuple[bytes, bytes]], counts: list[int], chunk: bytes
 ) -> list[tuple[Subscription, bytes]] | None:
-    """A PUBMIX framed for each receiver by one replace() per subject; `counts` are the frames per
-    subject. None if a replace() touched more than those frames: a subject or sid can make one
-    subject's new `MSG subject sid ` hold another's prefix."""
+    """A PUBRUN or PUBMIX framed for each receiver by one replace() of each (subject, prefix) with
+    `MSG subject sid `; `counts` are the frames per subject. None if a replace() touched more than
+    those frames: a payload holds a prefix, or a subject or sid made one subject's `MSG subject sid `
+    hold another's prefix (the result then grows by more than the frames account for)."""
     framed = []
     for sub in receivers:
         data, grown = chunk, 0

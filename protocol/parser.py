@@ -190,7 +190,8 @@ class Parser:
         self._no_run_before = 0  # an offset in the current buffer before which no run is tried
         self._run_guess = 2  # frames in the last uniform run: where the next one's check starts
         self._lines: dict[bytes, _PubLine] = {}  # control line -> its parse (canonical PUBs only)
-        self._mixable: dict[bytes, tuple[bytes, int]] = {}  # those without a reply: line -> (prefix, size)
+        # Those without a reply: line -> (subject, prefix, size).
+        self._mixable: dict[bytes, tuple[bytes, bytes, int]] = {}
         self.mix_pause = 0  # reads to parse without PUBMIX ops (set by a consumer that had to expand one)
 
     @property
@@ -299,7 +300,7 @@ class Parser:
                         ops.append(run)
                         pos += len(run[4])
                         continue
-                elif mixes and reply is None and tail_at >= 0 and stop + 2 < n:
+                elif mixes and reply is None and tail_at >= 0 and buf.startswith(b"PUB ", stop + 2):
                     mix = self._mix(buf, pos, stop + 2, subject, size, prefix)
                     if mix is not None:
                         ops.append(mix)
@@ -399,7 +400,7 @@ class Parser:
                 self._mixable.clear()
             lines[line] = pub
             if reply is None and tail_at >= 0:
-                self._mixable[line] = (pub[4], size)
+                self._mixable[line] = (subject, pub[4], size)
         return pub
 
     def _run(
@@ -467,13 +468,13 @@ class Parser:
         mixable, find, n = self._mixable, buf.find, len(buf)
         subjects, indexes = [subject], {lead: 0}  # the mix's subjects; prefix -> index in `subjects`
         frames, sizes = [0, 0], [size]  # (offset, subject index) per frame; payload bytes per subject
-        count, nbytes, last = 1, size, lead
+        count, last = 1, lead
         while end < n:
             nl = find(b"\n", end)  # ends the next op's control line, whatever op it is
             got = mixable.get(buf[end : nl + 1])
             if got is None:
                 break
-            prefix, one = got
+            subj, prefix, one = got
             next_end = nl + one + 3
             # The same subject twice: a run starts here, which PUBRUN frames better.
             if prefix == last or next_end > n or buf[next_end - 2] != 13 or buf[next_end - 1] != 10:
@@ -483,19 +484,18 @@ class Parser:
                 if len(subjects) == _MIX_SUBJECTS:
                     break
                 index = indexes[prefix] = len(subjects)
-                subjects.append(self._lines[buf[end : nl + 1]][0])
+                subjects.append(subj)
                 sizes.append(0)
             frames.append(end - pos)
             frames.append(index)
             sizes[index] += one
             last = prefix
             count += 1
-            nbytes += one
             end = next_end
         if count < 2:
             return None
         entries = [(subjects[index], prefix) for prefix, index in indexes.items()]
-        return (PUBMIX, entries, memoryview(buf)[pos:end], count, nbytes, frames, sizes)
+        return (PUBMIX, entries, memoryview(buf)[pos:end], count, sum(sizes), frames, sizes)
 
     @staticmethod
     def _skip_name(buf: bytes, pos: int, end: int, kind: int) -> int:

@@ -136,7 +136,7 @@ def test_interleaved_subjects_make_one_mix_with_a_prefix_per_subject() -> None:
     (mix,) = [op for op in ops if op[0] == PUBMIX and op[3] > 100]
     assert sorted(mix[1]) == [(b"s%d" % i, b"PUB s%d " % i) for i in range(3)]
     chunk = bytes(mix[2])
-    assert sum(chunk.count(prefix) for _, prefix in mix[1]) == mix[3]  # the broker's count per subject
+    assert sum(chunk.count(prefix) for _, prefix in mix[1]) == mix[3]  # no payload here holds a prefix
     assert (
         mix[4] == sum(len(op[3]) for op in expand_run(mix)) == sum(mix[6])
     )  # payload bytes, per subject too
