@@ -19,7 +19,7 @@ venv: $(STAMP)
 
 ## run: the broker on 4222, monitoring on 8222
 run: venv
-	$(PY) -m broker -p $(PORT) -m $(HTTP_PORT)
+	$(PY) -m pynatsd -p $(PORT) -m $(HTTP_PORT)
 
 ## test: the whole suite (core suites on both asyncio and uvloop, see tests/conftest.py)
 test: venv

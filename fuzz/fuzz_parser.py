@@ -1,4 +1,4 @@
-"""Coverage-guided atheris target for protocol.parser: any exception but ProtocolError is a finding."""
+"""Coverage-guided atheris target for the parser: any exception but ProtocolError is a finding."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from protocol.errors import ProtocolError
-    from protocol.parser import Parser
+    from pynatsd.protocol.errors import ProtocolError
+    from pynatsd.protocol.parser import Parser
 
 MAX_CONTROL_LINE = 64
 MAX_PAYLOAD = 128

@@ -3,7 +3,7 @@
 
 ## pipeline-demo: local pynatsd + trade simulator + Spark VWAP job + printing subscriber (SECONDS=40)
 pipeline-demo: venv
-	$(PY) -m pipeline.example.demo --seconds $(or $(SECONDS),40)
+	$(PY) -m pynatsd.spark.example.demo --seconds $(or $(SECONDS),40)
 
 ## bench-pipeline: msgs/s broker->Spark (streaming read) and Spark->broker (Arrow write), pynatsd vs nats-server
 bench-pipeline: venv

@@ -38,7 +38,7 @@ def nats_server_binary() -> str | None:
 
 
 def pynatsd_command() -> list[str]:
-    return [sys.executable, "-m", "broker"]
+    return [sys.executable, "-m", "pynatsd"]
 
 
 @dataclass

@@ -28,7 +28,7 @@ from tests.servers import ServerProcess, nats_server_binary, start_server  # noq
 
 SERVERS = ("pynatsd", "nats-server")
 # name -> (publishers, subscribers, queue group, idle subscriptions, share of the base count, subjects)
-# subjects "one": every PUB to bench.s (pynatsd's run fast path, protocol.ops.PUBRUN). "mix": subjects
+# subjects "one": every PUB to bench.s (pynatsd's run fast path, pynatsd.protocol.ops.PUBRUN). "mix": subjects
 # alternate (bench.s, bench.s2) and subscribers take bench.*: no two consecutive PUBs share a subject, and
 # pynatsd frames the interleaved stretch at once (PUBMIX). "split": the same publisher, subscribers on
 # bench.s only (half the messages): the mix is framed from the offsets of the frames each subscriber takes.

@@ -16,7 +16,7 @@ from typing import Any
 from bench.matcher.baselines import NaiveScan, PyTrieIndex
 from bench.matcher.measure import median_of, per_op, rss_bytes, traced_bytes
 from bench.matcher.workload import Sub, distinct_literal_subs, random_subject, random_workload
-from matcher import Sublist
+from pynatsd.matcher import Sublist
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from pipeline.spark import local_session  # noqa: E402
+from pynatsd.spark.spark import local_session  # noqa: E402
 from tests.servers import ServerProcess, start_server  # noqa: E402
 
 RAW = [sys.executable, str(Path(__file__).with_name("rawnats.py"))]

@@ -141,7 +141,7 @@ def test_dashboard_queries_only_metrics_pynatsd_exports() -> None:
 @pytest.fixture
 def unit_for_verify(tmp_path: Path) -> Path:
     """The unit with ExecStart pointing at this checkout (systemd-analyze verify checks the binary exists)."""
-    text = UNIT.read_text().replace("/opt/pynatsd/bin/pynatsd", f"{sys.executable} -m broker")
+    text = UNIT.read_text().replace("/opt/pynatsd/bin/pynatsd", f"{sys.executable} -m pynatsd")
     path = tmp_path / "pynatsd.service"
     path.write_text(text)
     return path

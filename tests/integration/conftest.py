@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from broker.options import Options
-from broker.server import Server
+from pynatsd.broker.options import Options
+from pynatsd.broker.server import Server
 
 MakeServer = Callable[..., Awaitable[Server]]
 

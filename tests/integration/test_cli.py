@@ -20,7 +20,7 @@ LOG_LINE = re.compile(r"^\[\d+\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} \[(INF|DB
 
 def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "broker", *args],
+        [sys.executable, "-m", "pynatsd", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -31,7 +31,7 @@ def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]
 def spawn(*args: str) -> tuple[subprocess.Popen[str], int, list[str]]:
     """Start pynatsd with `args`; return the process, its port (from the log) and the lines read."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", *args],
+        [sys.executable, "-m", "pynatsd", *args],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -147,7 +147,7 @@ def test_port_in_use_fails_with_a_clear_message() -> None:
 def test_user_and_token_flags(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "-p", str(port), "-a", "127.0.0.1", "--user", "u", "--pass", "p"],
+        [sys.executable, "-m", "pynatsd", "-p", str(port), "-a", "127.0.0.1", "--user", "u", "--pass", "p"],
         stderr=subprocess.DEVNULL,
         cwd=REPO_ROOT,
     )

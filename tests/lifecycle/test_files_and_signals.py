@@ -28,7 +28,7 @@ def need_kind(kind: str) -> None:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "broker", *args],
+        [sys.executable, "-m", "pynatsd", *args],
         capture_output=True,
         text=True,
         timeout=30,
@@ -112,7 +112,7 @@ def test_unwritable_pid_file_is_fatal(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "broker",
+            "pynatsd",
             "-a",
             "127.0.0.1",
             "-p",
@@ -158,7 +158,7 @@ def test_ports_file_on_wildcard_address_lists_interfaces(tmp_path: Path) -> None
     """Bound to 0.0.0.0, the file lists the port on every interface address, loopback included."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "-p", str(port), "--ports_file_dir", str(tmp_path)],
+        [sys.executable, "-m", "pynatsd", "-p", str(port), "--ports_file_dir", str(tmp_path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=REPO_ROOT,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.logging import configure, get_logger
-from broker.options import Options
-from broker.server import Server, executable_name, socket_urls
+from pynatsd.broker.logging import configure, get_logger
+from pynatsd.broker.options import Options
+from pynatsd.broker.server import Server, executable_name, socket_urls
 
 
 def test_socket_urls_format_ipv4_and_ipv6() -> None:
@@ -25,7 +25,7 @@ def test_socket_urls_expand_the_wildcard_address() -> None:
 
 @pytest.mark.parametrize(
     ("argv0", "name"),
-    [("/opt/pynatsd/bin/pynatsd", "pynatsd"), ("/srv/broker/__main__.py", "pynatsd"), ("natsd", "natsd")],
+    [("/opt/pynatsd/bin/pynatsd", "pynatsd"), ("/srv/pynatsd/__main__.py", "pynatsd"), ("natsd", "natsd")],
 )
 def test_executable_name(monkeypatch: pytest.MonkeyPatch, argv0: str, name: str) -> None:
     monkeypatch.setattr(sys, "argv", [argv0])

@@ -9,8 +9,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from broker.options import Options
-from broker.server import Server
+from pynatsd.broker.options import Options
+from pynatsd.broker.server import Server
 from tests.servers import ServerProcess, free_port, start_server
 
 Get = Callable[..., Awaitable[Any]]

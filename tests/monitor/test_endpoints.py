@@ -13,7 +13,7 @@ import nats
 import nats.aio.client as nats_client
 import pytest
 
-from broker.server import Server
+from pynatsd.broker.server import Server
 from tests.monitor.conftest import Get
 from tests.servers import free_port, server_with_config
 

@@ -29,7 +29,7 @@ def _spark_available() -> bool:
 def spark() -> Iterator[SparkSession]:
     """One session for this package, torn down completely before the other suites run (see below)."""
     need_tool(_spark_available(), "Java and pyspark")
-    from pipeline.spark import local_session
+    from pynatsd.spark.spark import local_session
 
     session = local_session("pynatsd-tests")
     yield session

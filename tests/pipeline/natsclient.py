@@ -10,7 +10,7 @@ from typing import Any
 import nats
 from nats.aio.msg import Msg
 
-from pipeline.natsio import LoopThread, wait_for_subscriber
+from pynatsd.spark.natsio import LoopThread, wait_for_subscriber
 
 
 class Collector:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from pipeline.buffer import Message, MessageBuffer
+from pynatsd.spark.buffer import Message, MessageBuffer
 
 
 def _msg(i: int, size: int = 1) -> Message:

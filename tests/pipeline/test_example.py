@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pipeline.example import job
-from pipeline.example.trades import Trade, expected_vwap, simulate
+from pynatsd.spark.example import job
+from pynatsd.spark.example.trades import Trade, expected_vwap, simulate
 from tests.pipeline.natsclient import SyncNats
 
 if TYPE_CHECKING:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.buffer import MessageBuffer
-from pipeline.natsio import BufferingParser
+from pynatsd.spark.buffer import MessageBuffer
+from pynatsd.spark.natsio import BufferingParser
 
 BUFFER_SID, OTHER_SID = 1, 2
 
@@ -38,7 +38,7 @@ class RecordingClient:
 
 
 def _message(subject: bytes, reply: bytes, data: bytes) -> tuple[str, str | None, bytes]:
-    from pipeline.buffer import Message
+    from pynatsd.spark.buffer import Message
 
     return Message(subject.decode(), reply.decode() or None, None, data, 0)
 

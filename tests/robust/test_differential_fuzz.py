@@ -136,7 +136,7 @@ def test_differential(
 
 
 # Back-to-back PUBs to one subject, with pedantic off as client libraries connect: pynatsd's run fast path
-# (protocol.ops.PUBRUN) and each of its fallbacks (auto-unsubscribe, several subscriptions on the one
+# (pynatsd.protocol.ops.PUBRUN) and each of its fallbacks (auto-unsubscribe, several subscriptions on the one
 # connection, a payload holding `PUB subject `). One queue subscription only, so delivery is deterministic.
 run_op = st.one_of(
     st.builds(lambda s, i: b"SUB %s %d\r\n" % (s, i), st.sampled_from(SUBJECTS), st.integers(1, 4)),

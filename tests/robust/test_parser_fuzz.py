@@ -1,4 +1,4 @@
-"""Property-based fuzzing of protocol.parser.Parser: only ProtocolError escapes, splits never matter,
+"""Property-based fuzzing of pynatsd.protocol.parser.Parser: only ProtocolError escapes, splits never matter,
 and buffering stays within max_control_line + max_payload + framing."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import ProtocolError
-from protocol.parser import Parser
+from pynatsd.protocol.errors import ProtocolError
+from pynatsd.protocol.parser import Parser
 
 MAX_CONTROL_LINE = 64
 MAX_PAYLOAD = 128

@@ -20,7 +20,7 @@ authorization { user: alice, password: "s3cret" }
 
 def _check(kind: str, conf: Path) -> subprocess.CompletedProcess[str]:
     if kind == "pynatsd":
-        cmd = [sys.executable, "-m", "broker"]
+        cmd = [sys.executable, "-m", "pynatsd"]
     else:
         binary = nats_server_binary()
         assert binary is not None

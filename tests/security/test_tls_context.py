@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.options import Options
-from broker.tls import server_context
+from pynatsd.broker.options import Options
+from pynatsd.broker.tls import server_context
 from tests.security.certs import make_certs
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.config import parse
-from broker.config_options import ConfigValueError, apply_config, parse_duration
-from broker.options import Options
+from pynatsd.broker.config import parse
+from pynatsd.broker.config_options import ConfigValueError, apply_config, parse_duration
+from pynatsd.broker.options import Options
 
 
 def _opts(text: str) -> tuple[Options, list[str]]:

@@ -1,4 +1,4 @@
-"""protocol.encoder and protocol.connect."""
+"""pynatsd.protocol.encoder and pynatsd.protocol.connect."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from protocol import encoder, errors
-from protocol.connect import parse_connect
-from protocol.subjects import is_literal_subject, is_valid_subject
+from pynatsd.protocol import encoder, errors
+from pynatsd.protocol.connect import parse_connect
+from pynatsd.protocol.subjects import is_literal_subject, is_valid_subject
 
 
 def test_info_has_space_before_crlf_and_go_escapes() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import matcher.sublist
-from matcher import InvalidSubjectError, MatchResult, Sublist, SublistStats
+import pynatsd.matcher.sublist
+from pynatsd.matcher import InvalidSubjectError, MatchResult, Sublist, SublistStats
 from tests.unit.matcher_oracle import Sub, normalise
 
 
@@ -259,10 +259,10 @@ def test_stats_without_cache() -> None:
 
 
 def test_cache_sweep_keeps_results_correct(monkeypatch: pytest.MonkeyPatch) -> None:
-    import matcher.sublist
+    import pynatsd.matcher.sublist
 
-    monkeypatch.setattr(matcher.sublist, "CACHE_MAX", 8)
-    monkeypatch.setattr(matcher.sublist, "CACHE_SWEEP", 2)
+    monkeypatch.setattr(pynatsd.matcher.sublist, "CACHE_MAX", 8)
+    monkeypatch.setattr(pynatsd.matcher.sublist, "CACHE_SWEEP", 2)
     sl: Sublist[Sub] = Sublist(cache=True)
     subs = [add(sl, b"s.%d" % i) for i in range(40)]
     for _ in range(3):
@@ -276,16 +276,16 @@ def test_admission_stops_when_the_cache_does_not_pay_and_resumes() -> None:
     hot = [add(sl, b"hot.%d" % i) for i in range(10)]
     add(sl, b"hot.*")
     # Publishers cycling through far more distinct subjects than the cache holds: nearly every lookup misses.
-    for i in range(20 * matcher.sublist.WINDOW):
+    for i in range(20 * pynatsd.matcher.sublist.WINDOW):
         sl.match(b"cold.%d" % i)
     assert sl._admit is False
     frozen = sl.stats().num_cache
-    for i in range(2 * matcher.sublist.WINDOW):
+    for i in range(2 * pynatsd.matcher.sublist.WINDOW):
         assert sl.match(b"cold.x%d" % i) == MatchResult((), ())
     assert sl.stats().num_cache == frozen, "misses are not admitted while bypassing"
     # The workload turns hot: a probe window re-admits, and the hot subjects are then served from the cache.
-    for _ in range(matcher.sublist.PROBE_EVERY + 2):
-        for i in range(matcher.sublist.WINDOW):
+    for _ in range(pynatsd.matcher.sublist.PROBE_EVERY + 2):
+        for i in range(pynatsd.matcher.sublist.WINDOW):
             sl.match(b"cold.y%d" % i)
         for _ in range(50):
             for i, s in enumerate(hot):
@@ -304,7 +304,7 @@ def test_admission_stops_when_the_cache_does_not_pay_and_resumes() -> None:
 def test_hot_subjects_keep_being_admitted() -> None:
     sl: Sublist[Sub] = Sublist(cache=True)
     add(sl, b"a.>")
-    for _ in range(5 * matcher.sublist.WINDOW):
+    for _ in range(5 * pynatsd.matcher.sublist.WINDOW):
         for i in range(100):
             sl.match(b"a.%d" % i)
     assert sl._admit is True

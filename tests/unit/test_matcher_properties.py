@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-import matcher.sublist
-from matcher import InvalidSubjectError, Sublist
+import pynatsd.matcher.sublist
+from pynatsd.matcher import InvalidSubjectError, Sublist
 from tests.unit.matcher_oracle import Sub, normalise, oracle, pattern_matches
 
 LITERALS = [b"a", b"b", b"c", b"a*", b">x"]
@@ -99,7 +99,7 @@ class SublistMachine(RuleBasedStateMachine):
         assert sorted(map(id, self.sl.subscriptions())) == sorted(map(id, self.live))
         st_ = self.sl.stats()
         assert st_.num_subscriptions == len(self.live)
-        assert st_.num_cache <= matcher.sublist.CACHE_MAX
+        assert st_.num_cache <= pynatsd.matcher.sublist.CACHE_MAX
 
 
 class NoCacheMachine(SublistMachine):
@@ -110,13 +110,13 @@ class TinyCacheMachine(SublistMachine):
     """A cache small enough that sweeps and admission on/off switches happen all the time."""
 
     def __init__(self) -> None:
-        m = matcher.sublist
+        m = pynatsd.matcher.sublist
         self._saved = (m.CACHE_MAX, m.CACHE_SWEEP, m.WINDOW, m.PROBE_EVERY)
         m.CACHE_MAX, m.CACHE_SWEEP, m.WINDOW, m.PROBE_EVERY = 4, 1, 3, 2
         super().__init__()
 
     def teardown(self) -> None:
-        m = matcher.sublist
+        m = pynatsd.matcher.sublist
         m.CACHE_MAX, m.CACHE_SWEEP, m.WINDOW, m.PROBE_EVERY = self._saved
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from matcher import Sublist
+from pynatsd.matcher import Sublist
 from tests.unit.matcher_oracle import Sub, normalise
 
 A, B = 1000, 900  # literal subjects s.<a>.<b>: 900,000 of them

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.outbound import FlushScheduler, Outbound
+from pynatsd.broker.outbound import FlushScheduler, Outbound
 
 
 class FakeTransport:

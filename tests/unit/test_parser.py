@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from protocol import errors
-from protocol.encoder import msg_tail
-from protocol.ops import CONNECT, ERR, HPUB, INFO, OK, PING, PONG, PUB, SUB, UNSUB
-from protocol.parser import Parser, parse_size
+from pynatsd.protocol import errors
+from pynatsd.protocol.encoder import msg_tail
+from pynatsd.protocol.ops import CONNECT, ERR, HPUB, INFO, OK, PING, PONG, PUB, SUB, UNSUB
+from pynatsd.protocol.parser import Parser, parse_size
 
 
 def pub(subject: bytes, reply: bytes | None, payload: bytes) -> tuple[object, ...]:

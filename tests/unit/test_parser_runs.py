@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.ops import PUB, PUBMIX, PUBRUN, Op
-from protocol.parser import Parser, expand_run
+from pynatsd.protocol.ops import PUB, PUBMIX, PUBRUN, Op
+from pynatsd.protocol.parser import Parser, expand_run
 
 LINE_TRICKS = [b"", b"x", b"PUB a 3\r\n", b"\r\n", b"PUB a r 3\r\n", b"PUB a ", b"PUB a.b "]
 
@@ -62,7 +62,7 @@ def test_one_subject_with_varying_sizes_makes_one_run() -> None:
 
 
 def test_a_payload_holding_the_prefix_shows_in_the_replaced_length() -> None:
-    """The contract the broker relies on to fall back to single PUBs (see protocol.ops.PUBRUN)."""
+    """The contract the broker relies on to fall back to single PUBs (see pynatsd.protocol.ops.PUBRUN)."""
     frame = b"PUB a 6\r\nPUB a \r\n"
     (op,) = Parser(runs=True).feed(frame * 3)
     _, _, _, prefix, view, count, _, _ = op

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker import auth
-from broker.auth import Permissions, ResponsePermission
-from broker.config_options import ConfigValueError
+from pynatsd.broker import auth
+from pynatsd.broker.auth import Permissions, ResponsePermission
+from pynatsd.broker.config_options import ConfigValueError
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,11 @@
-"""protocol.subjects against a token-by-token oracle of nats-server's rules."""
+"""pynatsd.protocol.subjects against a token-by-token oracle of nats-server's rules."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.subjects import is_literal_subject, is_valid_queue, is_valid_subject
+from pynatsd.protocol.subjects import is_literal_subject, is_valid_queue, is_valid_subject
 
 PIECES = [b"a", b"foo", b"*", b">", b".", b" ", b"\t", b"b*", b">x", b"\x0c", b"\xc3\xa9"]
 

@@ -1,5 +1,0 @@
-"""Monitoring: nats-server's HTTP endpoints, Prometheus /metrics and a live dashboard."""
-
-from broker.monitor.http import Monitor
-
-__all__ = ["Monitor"]

@@ -1,7 +1,0 @@
-"""Sans-IO NATS client protocol: bytes in, ops out; ops in, bytes out. No asyncio, no sockets."""
-
-from protocol import encoder, errors, ops
-from protocol.connect import ConnectOptions, parse_connect
-from protocol.parser import Parser, parse_size
-
-__all__ = ["ConnectOptions", "Parser", "encoder", "errors", "ops", "parse_connect", "parse_size"]

@@ -1,0 +1,3 @@
+from pynatsd.cli import main
+
+main()

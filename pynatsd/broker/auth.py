@@ -1,0 +1,323 @@
+"""Client authentication and authorization.
+
+Mechanisms: one user/password or a token (command line), the `authorization {}` block (token, single
+user, `users = [...]` with plain or bcrypt passwords and per-user permissions), `accounts {}` (users bound
+to isolated subject spaces) and `no_auth_user`. `Authenticator.authenticate` returns the client's identity
+`(user, account)` or None (a violation); `permissions(user)` gives its publish/subscribe rules.
+Secrets are compared in constant time.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pynatsd.broker.config_options import ConfigValueError, parse_duration
+from pynatsd.broker.options import Options
+from pynatsd.protocol.connect import ConnectOptions
+
+if TYPE_CHECKING:
+    from pynatsd.broker.connection import Connection
+
+DEFAULT_ACCOUNT = "$G"
+_CACHE_LIMIT = 1024
+# allow_responses: nats-server's defaults (one reply within two minutes) and reply-map pruning cadence.
+RESPONSE_MAX_MSGS = 1
+RESPONSE_EXPIRES = 120.0
+_REPLY_PRUNE_COUNT = 4096
+_REPLY_PRUNE_SECONDS = 1.0
+
+
+def _same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+def _password_ok(given: str, stored: str) -> bool:
+    if stored.startswith(("$2a$", "$2b$", "$2y$")):
+        import bcrypt  # only configurations with hashed passwords need it
+
+        try:
+            return bcrypt.checkpw(given.encode(), stored.encode())
+        except ValueError:
+            return False
+    return _same(given, stored)
+
+
+def subject_within(subject: bytes, pattern: bytes) -> bool:
+    """True if `pattern` matches `subject`, whose own wildcards count as literal tokens (as nats-server's
+    permission sublists do)."""
+    s, p = subject.split(b"."), pattern.split(b".")
+    for i, pt in enumerate(p):
+        if pt == b">":
+            return len(s) > i
+        if i >= len(s):
+            return False
+        if pt == b"*":
+            continue
+        if s[i] != pt:
+            return False
+    return len(s) == len(p)
+
+
+def _patterns(value: Any) -> list[bytes]:
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    return [str(v).encode() for v in items]
+
+
+@dataclass
+class Rule:
+    """Allow/deny patterns for one direction. Empty allow means everything not denied is allowed."""
+
+    allow: list[bytes] | None = None
+    deny: list[bytes] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, value: Any) -> Rule:
+        if isinstance(value, dict):
+            allow = value.get("allow")
+            return cls(None if allow is None else _patterns(allow), _patterns(value.get("deny")))
+        return cls(_patterns(value), [])
+
+    def permits(self, subject: bytes) -> bool:
+        if self.allow is not None and not any(subject_within(subject, p) for p in self.allow):
+            return False
+        # A wildcard subscription overlapping a denied subject is still allowed (nats-server filters
+        # the denied messages at delivery); only subjects inside a deny pattern are refused here.
+        return not any(subject_within(subject, d) for d in self.deny)
+
+
+@dataclass(frozen=True)
+class ResponsePermission:
+    """`allow_responses`: replies allowed per request received, and for how long (<= 0: no limit)."""
+
+    max_msgs: int = RESPONSE_MAX_MSGS
+    expires: float = RESPONSE_EXPIRES
+
+    @classmethod
+    def parse(cls, value: Any) -> ResponsePermission | None:
+        """`true`/`false` or `{max: N, expires: "1m"}`; 0 means the default, negative means unlimited."""
+        if isinstance(value, bool):
+            return cls() if value else None
+        if not isinstance(value, dict):
+            raise ConfigValueError("error parsing response permissions, expected a boolean or a map")
+        max_msgs, expires = RESPONSE_MAX_MSGS, RESPONSE_EXPIRES
+        for key, v in value.items():
+            k = key.lower()
+            if k in ("max", "max_msgs", "max_messages", "max_responses"):
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ConfigValueError(f"{key}: expected an integer, got {v!r}")
+                max_msgs = v or max_msgs
+            elif k in ("expires", "expiration", "ttl"):
+                if not isinstance(v, str):
+                    raise ConfigValueError("error parsing expires, not a duration string")
+                expires = _signed_duration(key, v) or expires
+            else:
+                raise ConfigValueError(f"Unknown field {key!r} parsing permissions")
+        return cls(max_msgs, expires)
+
+
+def _signed_duration(key: str, text: str) -> float:
+    text = text.strip()
+    if text.startswith("-"):
+        return -parse_duration(key, text[1:])
+    return parse_duration(key, text.lstrip("+"))
+
+
+class Permissions:
+    """A user's publish/subscribe rules with per-subject result caches (cheap on the hot path).
+
+    With `allow_responses`, each request delivered to the connection (a message with a reply subject it
+    may not otherwise publish to) opens that reply subject for `max_msgs` publishes within `expires`, as
+    nats-server's per-client `replies` map does. A connection needs its own instance (`copy()`).
+    """
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.publish = Rule.parse(spec["publish"]) if "publish" in spec else None
+        self.subscribe = Rule.parse(spec["subscribe"]) if "subscribe" in spec else None
+        raw = spec.get("allow_responses", spec.get("publish_allow_responses"))
+        self.responses = None if raw is None else ResponsePermission.parse(raw)
+        if self.responses is not None and (self.publish is None or self.publish.allow is None):
+            # Responses only make sense with publishing restricted: the blanket allow is turned off.
+            self.publish = Rule([], self.publish.deny if self.publish else [])
+        self._pub_cache: dict[bytes, bool] = {}
+        self._reset_replies()
+
+    def _reset_replies(self) -> None:
+        # reply subject -> [time it was delivered, responses published]
+        self.replies: dict[bytes, list[float]] | None = {} if self.responses is not None else None
+        self._since_prune = 0
+        self._last_prune = time.monotonic()
+
+    def can_publish(self, subject: bytes) -> bool:
+        if self.publish is None:
+            return True
+        hit = self._pub_cache.get(subject)
+        if hit is None:
+            hit = self.publish.permits(subject)
+            if not hit and self.replies is not None:
+                return self._response_allowed(subject)  # never cached: it changes per request
+            if len(self._pub_cache) >= _CACHE_LIMIT:
+                self._pub_cache.clear()
+            self._pub_cache[subject] = hit
+        return hit
+
+    def _response_allowed(self, subject: bytes) -> bool:
+        assert self.replies is not None and self.responses is not None
+        entry = self.replies.get(subject)
+        if entry is None:
+            return False
+        entry[1] += 1
+        rp = self.responses
+        if (rp.max_msgs > 0 and entry[1] > rp.max_msgs) or (
+            rp.expires > 0 and time.monotonic() - entry[0] > rp.expires
+        ):
+            del self.replies[subject]
+            return False
+        return True
+
+    def track_reply(self, reply: bytes) -> None:
+        """A message with `reply` was delivered to this connection: allow responses to it.
+
+        As nats-server, the subject is first checked like a publish, so a reply subject the user may
+        already publish to is not tracked and a repeated delivery counts against a pending allowance.
+        """
+        replies = self.replies
+        if replies is None or self.can_publish(reply):
+            return
+        now = time.monotonic()
+        replies[reply] = [now, 0]
+        self._since_prune += 1
+        if self._since_prune > _REPLY_PRUNE_COUNT or now - self._last_prune > _REPLY_PRUNE_SECONDS:
+            self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        """Drop used-up and expired reply subjects (nats-server's pruneReplyPerms)."""
+        assert self.replies is not None and self.responses is not None
+        mm, ttl = self.responses.max_msgs, self.responses.expires
+        for subject, (since, n) in list(self.replies.items()):
+            if (mm > 0 and n >= mm) or (ttl > 0 and now - since > ttl):
+                del self.replies[subject]
+        self._since_prune = 0
+        self._last_prune = now
+
+    def can_subscribe(self, subject: bytes, queue: bytes | None) -> bool:
+        if self.subscribe is None:
+            return True
+        rule = self.subscribe
+        if queue is None:
+            return rule.permits(subject)
+
+        # "subject queue" entries restrict a subject to the named queue group.
+        def ok(pats: list[bytes]) -> bool:
+            for pat in pats:
+                subj, _, q = pat.partition(b" ")
+                if subject_within(subject, subj) and (not q or q == queue):
+                    return True
+            return False
+
+        if rule.allow is not None and not ok(rule.allow):
+            return False
+        return not ok(rule.deny)
+
+    def copy(self) -> Permissions:
+        """A fresh instance (its own cache) for one connection."""
+        clone = Permissions({})
+        clone.publish, clone.subscribe, clone.responses = self.publish, self.subscribe, self.responses
+        clone._reset_replies()
+        return clone
+
+
+@dataclass
+class _User:
+    name: str
+    password: str
+    account: str
+    permissions: Permissions | None
+
+
+class Authenticator:
+    """Checks CONNECT credentials against the configured users, token or single user/password."""
+
+    def __init__(self, options: Options) -> None:
+        block: dict[str, Any] = options.extra.get("authorization", {}) or {}
+        self.username = options.username
+        self.password = options.password
+        self.token = options.authorization
+        self.users: dict[str, _User] = {}
+        default_perms = block.get("permissions") or block.get("default_permissions")
+        for spec in block.get("users", []) or []:
+            self._add_user(spec, DEFAULT_ACCOUNT, default_perms)
+        accounts: dict[str, Any] = options.extra.get("accounts", {}) or {}
+        self.accounts = [DEFAULT_ACCOUNT, *accounts]
+        for name, acc in accounts.items():
+            for spec in (acc or {}).get("users", []) or []:
+                self._add_user(spec, name, None)
+        self.no_auth_user = options.no_auth_user
+        self.nkeys: dict[str, _User] = {}
+        for spec in block.get("users", []) or []:
+            if "nkey" in spec:
+                perms = spec.get("permissions", default_perms)
+                key = str(spec["nkey"])
+                self.nkeys[key] = _User(key, "", DEFAULT_ACCOUNT, Permissions(perms) if perms else None)
+                self.users.pop("", None)
+
+    @staticmethod
+    def new_nonce() -> str:
+        """A fresh random challenge for one connection's INFO."""
+        return base64.urlsafe_b64encode(secrets.token_bytes(11)).decode().rstrip("=")
+
+    def _nkey_ok(self, conn: Connection, opts: ConnectOptions) -> bool:
+        import nacl.signing  # only configurations with nkey users need it (comes with `nkeys`)
+
+        if not conn.nonce or not opts.sig:
+            return False
+        try:
+            sig = base64.urlsafe_b64decode(opts.sig + "=" * (-len(opts.sig) % 4))
+            # A user public key is base32(prefix byte 'U' + 32-byte ed25519 key + CRC16).
+            raw = base64.b32decode(opts.nkey + "=" * (-len(opts.nkey) % 8))
+            if len(raw) != 35 or not opts.nkey.startswith("U"):
+                return False
+            nacl.signing.VerifyKey(raw[1:33]).verify(conn.nonce.encode(), sig)
+        except Exception:  # any malformed key or signature is simply a failed login
+            return False
+        return True
+
+    def _add_user(self, spec: dict[str, Any], account: str, default_perms: Any) -> None:
+        name = str(spec.get("user", spec.get("username", "")))
+        perms = spec.get("permissions", default_perms)
+        password = str(spec.get("password", spec.get("pass", "")))
+        self.users[name] = _User(name, password, account, Permissions(perms) if perms else None)
+
+    @property
+    def required(self) -> bool:
+        return bool(self.username or self.token or self.users or self.nkeys)
+
+    def permissions(self, user: str) -> Permissions | None:
+        entry = self.users.get(user) or self.nkeys.get(user)
+        return entry.permissions.copy() if entry and entry.permissions else None
+
+    def authenticate(self, conn: Connection, opts: ConnectOptions) -> tuple[str, str] | None:
+        if opts.nkey and self.nkeys:
+            entry = self.nkeys.get(opts.nkey)
+            return (entry.name, entry.account) if entry and self._nkey_ok(conn, opts) else None
+        if self.users or self.nkeys:
+            if not opts.user and not opts.password and not opts.auth_token and self.no_auth_user:
+                entry = self.users.get(self.no_auth_user)
+                return (entry.name, entry.account) if entry else None
+            entry = self.users.get(opts.user)
+            if entry is None:
+                _password_ok(opts.password, "x" * 8)  # similar work for unknown users
+                return None
+            return (entry.name, entry.account) if _password_ok(opts.password, entry.password) else None
+        if self.token:
+            return ("", DEFAULT_ACCOUNT) if _same(opts.auth_token, self.token) else None
+        if self.username:
+            ok = _same(opts.user, self.username) & _same(opts.password, self.password)
+            return (opts.user, DEFAULT_ACCOUNT) if ok else None
+        return ("", DEFAULT_ACCOUNT)

@@ -1,0 +1,218 @@
+"""Outbound queues: what a connection still has to write, and the flusher that writes it.
+
+Every connection owns an `Outbound`: a `collections.deque` of pending frame pieces (CPython's deque is a
+linked list of blocks, so appends never copy the queue) plus a byte count. Producers only enqueue. The
+queue is flushed — everything pending in one transport call, joined into one `write`, or as a
+`writelines` gather when the pieces are large runs — either by the producer at the
+end of the read that filled it (nats-server's per-read "pcd" flush, see `FlushScheduler`) or by the
+connection's flusher task, woken condition-style only on the empty→non-empty transition. Writes stop
+while the transport is paused (`pause_writing`) and resume with it. Past 75% of `max_pending` the queue
+closes a gate on the producers feeding it (nats-server's fast-producer stall): each stops reading for a
+moment, until the queue drains or `STALL_MIN`/`STALL_MAX` pass. Pending bytes above `max_pending` make
+the connection a slow consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pynatsd.broker.histogram import HistogramCounts
+
+# How long a producer waits at a closed gate (nats-server's stallClientMinDuration/MaxDuration): the
+# longer one when the queue is at max_pending.
+STALL_MIN = 0.002
+STALL_MAX = 0.005
+
+# The mean piece size from which pending frames are handed to the transport as they are, not joined.
+_GATHER_MIN = 4096
+
+
+class Consumer(Protocol):
+    """What the stall gate needs of a connection: its queue and its count of producers stalled on it."""
+
+    out: Outbound | None
+    stalls: int
+
+
+class FlushScheduler:
+    """The set of queues touched while the server processes one read, flushed once when the read ends.
+
+    Outside a read (timers, shutdown) there is no producer to flush, so the queue's own flusher task is
+    woken instead.
+    """
+
+    __slots__ = ("flush_sizes", "gate", "reading", "touched")
+
+    def __init__(self) -> None:
+        self.reading = False
+        self.touched: list[Outbound] = []
+        self.gate: Consumer | None = None  # the consumer with the fullest queue past its gate this read fed
+        self.flush_sizes = HistogramCounts(16384)  # frame pieces per socket write (monitoring)
+
+    def gate_closed(self, consumer: Consumer, out: Outbound) -> None:
+        """`consumer`'s queue `out` passed its gate while a read was processed: that read's producer is to
+        wait for it."""
+        if not self.reading:
+            return
+        gate = self.gate.out if self.gate is not None else None
+        if gate is None or out.queued + out.backlog > gate.queued + gate.backlog:
+            self.gate = consumer
+
+    def flush_touched(self) -> None:
+        touched = self.touched
+        if touched:
+            self.touched = []
+            for out in touched:
+                out.flush()
+
+
+class Outbound:
+    """The pending frames of one connection and their flusher."""
+
+    __slots__ = (
+        "_flusher",
+        "_on_error",
+        "_wake",
+        "backlog",
+        "batches",
+        "closed",
+        "frames",
+        "hard_limit",
+        "limit",
+        "max_pending",
+        "paused",
+        "queued",
+        "scheduler",
+        "transport",
+        "waiting",
+        "written_bytes",
+    )
+
+    def __init__(self, transport: asyncio.Transport, scheduler: FlushScheduler, max_pending: int) -> None:
+        self.transport = transport
+        self.scheduler = scheduler
+        self.frames: deque[bytes] = deque()
+        self.queued = 0  # bytes in `frames`
+        self.backlog = 0  # bytes the transport still buffers (sampled when it pauses or resumes)
+        self.max_pending = max_pending
+        self.limit = 0  # the hot-path threshold on `queued`: the gate (75% of max_pending, less backlog)
+        self.hard_limit = 0  # max_pending less backlog: past it, a slow consumer
+        self._set_limits()
+        self.waiting: dict[int, Callable[[], None]] = {}  # producers stalled at the gate: id -> wake-up
+        self.paused = False
+        self.closed = False
+        self.batches = 0  # flushes done (monitoring: frames per flush)
+        self.written_bytes = 0
+        self._wake = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._on_error: Callable[[BaseException], Any] | None = None
+
+    def start(self, on_error: Callable[[BaseException], Any]) -> None:
+        """Start the flusher task; `on_error` is told of a transport that fails a write."""
+        self._on_error = on_error
+        self._flusher = asyncio.get_running_loop().create_task(self._run())
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes accepted for this connection and not yet handed to the socket."""
+        if self.closed:
+            return 0
+        return self.queued + self.transport.get_write_buffer_size()
+
+    def _set_limits(self) -> None:
+        self.hard_limit = self.max_pending - self.backlog
+        self.limit = self.max_pending // 4 * 3 - self.backlog
+
+    def open_gate(self) -> None:
+        """Wake the producers stalled on this queue."""
+        waiting = self.waiting
+        if waiting:
+            self.waiting = {}
+            for wake in waiting.values():
+                wake()
+
+    def mark_dirty(self) -> None:
+        """Called on the empty→non-empty transition: arrange for exactly one flush."""
+        scheduler = self.scheduler
+        if scheduler.reading:
+            scheduler.touched.append(self)
+        else:
+            self._wake.set()
+
+    def push(self, data: bytes) -> None:
+        """Queue one complete frame (control replies: PONG, +OK, -ERR, INFO)."""
+        if self.closed:
+            return
+        if not self.frames:
+            self.mark_dirty()
+        self.frames.append(data)
+        self.queued += len(data)
+
+    def flush(self) -> None:
+        """Hand everything pending to the transport in one call, unless it asked us to pause."""
+        if self.paused or self.closed or not self.frames:
+            return
+        frames = self.frames
+        n = len(frames)
+        queued = self.queued
+        self.scheduler.flush_sizes.observe(n)
+        self.batches += 1
+        self.written_bytes += queued
+        self.queued = 0
+        try:
+            if n == 1:
+                data = frames[0]
+                frames.clear()
+                self.transport.write(data)
+            elif queued >= n * _GATHER_MIN:
+                # Few large pieces (whole runs framed for this connection): uvloop writes them with one
+                # vectored send, which spares copying them all into one bytes first.
+                pieces = list(frames)
+                frames.clear()
+                self.transport.writelines(pieces)
+            else:
+                data = b"".join(frames)
+                frames.clear()
+                self.transport.write(data)
+        except (RuntimeError, OSError) as exc:
+            # The transport closed under us (uvloop refuses writes between a failure and the
+            # connection_lost it schedules): this connection goes, not the producer whose read fed it.
+            self.closed = True
+            if self._on_error is not None:
+                self._on_error(exc)
+
+    def pause(self) -> None:
+        self.paused = True
+        self.backlog = self.transport.get_write_buffer_size()
+        self._set_limits()
+
+    def resume(self) -> None:
+        self.paused = False
+        self.backlog = self.transport.get_write_buffer_size()
+        self._set_limits()
+        if self.frames:
+            self._wake.set()
+        if self.queued <= self.limit:
+            self.open_gate()
+
+    def close(self) -> None:
+        """Drop what is pending and stop the flusher."""
+        self.closed = True
+        self.frames.clear()
+        self.queued = 0
+        self.open_gate()
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+
+    async def _run(self) -> None:
+        wake = self._wake
+        try:
+            while not self.closed:
+                await wake.wait()
+                wake.clear()
+                self.flush()
+        except asyncio.CancelledError:
+            pass

@@ -1,0 +1,362 @@
+"""`pynatsd` command line: nats-server's flags, parsed Go-style (`-x`/`--x`, `-x v`/`-x=v`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pynatsd import NATS_COMPAT_VERSION, __version__
+from pynatsd.broker import tls
+from pynatsd.broker.auth import Authenticator
+from pynatsd.broker.config import ConfigError, parse_file
+from pynatsd.broker.config_options import ConfigValueError, apply_config
+from pynatsd.broker.logging import configure_from, get_logger
+from pynatsd.broker.options import Options
+
+# Go's flag package treats `-name` and `--name` alike and lets booleans be `-T` or `-T=false`; click wants
+# `--name` for long options and a value for booleans, so argv is normalised first.
+_BOOL_FLAGS = {
+    "D": "debug",
+    "debug": "debug",
+    "V": "trace",
+    "trace": "trace",
+    "DV": "debug_trace",
+    "VV": "trace_verbose",
+    "DVV": "debug_trace_verbose",
+    "T": "logtime",
+    "logtime": "logtime",
+    "logtime_utc": "logtime_utc",
+    "t": "check_config",
+    "tls": "tls",
+    "tlsverify": "tlsverify",
+    "js": "jetstream",
+    "jetstream": "jetstream",
+    "v": "version",
+    "version": "version",
+    "h": "help",
+    "help": "help",
+}
+_VALUE_FLAGS = {
+    "p": "port",
+    "port": "port",
+    "a": "addr",
+    "addr": "addr",
+    "net": "addr",
+    "n": "name",
+    "name": "name",
+    "server_name": "name",
+    "client_advertise": "client_advertise",
+    "m": "http_port",
+    "http_port": "http_port",
+    "ms": "https_port",
+    "https_port": "https_port",
+    "c": "config",
+    "config": "config",
+    "l": "log",
+    "log": "log",
+    "P": "pid",
+    "pid": "pid",
+    "ports_file_dir": "ports_file_dir",
+    "user": "user",
+    "pass": "pass",
+    "auth": "auth",
+    "tlscert": "tlscert",
+    "tlskey": "tlskey",
+    "tlscacert": "tlscacert",
+    "routes": "routes",
+    "cluster": "cluster",
+    "cluster_listen": "cluster",
+    "cluster_name": "cluster_name",
+    "sd": "store_dir",
+    "store_dir": "store_dir",
+    "sl": "signal",
+    "signal": "signal",
+}
+# Flags whose capability pynatsd does not have: accepted, and reported, never silently ignored.
+UNSUPPORTED = {"routes", "cluster", "cluster_name", "jetstream", "store_dir"}
+
+
+def normalize_argv(argv: Sequence[str]) -> list[str]:
+    """Rewrite Go-style flags as `--canonical=value` for click; raise click.UsageError on unknown ones."""
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            out.append(arg)
+            continue
+        name, eq, value = arg.lstrip("-").partition("=")
+        if name in _BOOL_FLAGS:
+            out.append(f"--{_BOOL_FLAGS[name]}={value if eq else 'true'}")
+        elif name in _VALUE_FLAGS:
+            if not eq:
+                if i >= len(args):
+                    raise click.UsageError(f"flag needs an argument: -{name}")
+                value = args[i]
+                i += 1
+            out.append(f"--{_VALUE_FLAGS[name]}={value}")
+        else:
+            raise click.UsageError(f"flag provided but not defined: -{name}")
+    return out
+
+
+def _bool(name: str, help_text: str) -> Any:
+    return click.option(f"--{name}", type=click.BOOL, default=None, help=help_text)
+
+
+@click.command(context_settings={"help_option_names": [], "ignore_unknown_options": False})
+@click.option("--port", type=int, default=None, help="Client port (-1 for random). [-p]")
+@click.option("--addr", default=None, help="Bind address. [-a, --net]")
+@click.option("--name", default=None, help="Server name. [-n, --server_name]")
+@click.option("--client_advertise", default=None, help="Client URL to advertise (host:port).")
+@click.option("--http_port", type=int, default=None, help="HTTP monitoring port (-1 for random). [-m]")
+@click.option("--https_port", type=int, default=None, help="HTTPS monitoring port. [-ms]")
+@click.option("--config", default=None, help="Configuration file. [-c]")
+@click.option("--log", default=None, help="Log file. [-l]")
+@click.option("--pid", default=None, help="PID file. [-P]")
+@click.option("--ports_file_dir", default=None, help="Directory for the ports file.")
+@click.option("--user", default=None, help="User required for connections.")
+@click.option("--pass", "password", default=None, help="Password required for connections.")
+@click.option("--auth", default=None, help="Authorization token required for connections.")
+@click.option("--tlscert", default=None)
+@click.option("--tlskey", default=None)
+@click.option("--tlscacert", default=None)
+@click.option("--routes", default=None)
+@click.option("--cluster", default=None)
+@click.option("--cluster_name", default=None)
+@click.option("--store_dir", default=None)
+@click.option(
+    "--signal",
+    default=None,
+    help="Send a signal to a running server: stop|quit|term|reopen|reload|ldm[=pid].",
+)
+@_bool("debug", "Enable debugging output. [-D]")
+@_bool("trace", "Trace the raw protocol. [-V]")
+@_bool("debug_trace", "Debug and trace. [-DV]")
+@_bool("trace_verbose", "Verbose trace. [-VV]")
+@_bool("debug_trace_verbose", "Debug and verbose trace. [-DVV]")
+@_bool("logtime", "Timestamp log entries (default true). [-T]")
+@_bool("logtime_utc", "Timestamps in UTC.")
+@_bool("check_config", "Check the configuration file and exit. [-t]")
+@_bool("tls", "Enable TLS.")
+@_bool("tlsverify", "Enable TLS with client verification.")
+@_bool("jetstream", "JetStream (not supported). [-js]")
+@_bool("version", "Show version and exit. [-v]")
+@_bool("help", "Show this message and exit. [-h]")
+@click.pass_context
+def command(ctx: click.Context, **flags: Any) -> None:
+    """pynatsd: a NATS-protocol pub/sub broker."""
+    if flags["help"]:
+        click.echo(ctx.get_help())
+        return
+    if flags["version"]:
+        click.echo(f"pynatsd: v{__version__} (nats-server protocol level v{NATS_COMPAT_VERSION})")
+        return
+    try:
+        options, warnings = options_from_config_and_flags(flags)
+        tls.check(options)
+        Authenticator(options)  # bad permissions (e.g. allow_responses) are reported before starting
+    except (ConfigError, ConfigValueError, ValueError, OSError) as exc:
+        click.echo(f"nats-server: {exc}", err=True)
+        ctx.exit(1)
+    if flags["signal"]:
+        try:
+            send_signal_command(flags["signal"], options.pid_file)
+        except SignalError as exc:
+            click.echo(f"pynatsd: {exc}", err=True)
+            ctx.exit(1)
+        return
+    if flags["check_config"]:
+        click.echo(f"nats-server: configuration file {options.config_file} is valid")
+        return
+    logger = configure_from(options)
+    for warning in warnings:
+        logger.warning("config: %s", warning)
+    for flag in sorted(UNSUPPORTED):
+        if flags.get(flag):
+            logger.warning("--%s is not supported by pynatsd (core NATS only); ignoring it", flag)
+    run(options, (lambda: _reloaded_options(flags)) if options.config_file else None)
+
+
+def _reloaded_options(flags: dict[str, Any]) -> Options:
+    """Options for a reload; raises (and the running configuration stays) when permissions are invalid."""
+    options = options_from_config_and_flags(flags)[0]
+    Authenticator(options)
+    return options
+
+
+def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[str]]:
+    """Build Options from defaults, then the config file (-c), then flags; returns config warnings."""
+    opts = Options()
+    warnings: list[str] = []
+    if flags.get("config"):
+        opts.config_file = flags["config"]
+        warnings = apply_config(opts, parse_file(flags["config"]))
+    elif flags.get("check_config"):
+        raise ConfigValueError("must specify [-c, --config] option to check configuration file syntax")
+    return options_from_flags(flags, opts), warnings
+
+
+def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Options:
+    """Apply command-line flags on top of `opts` (defaults when None); flags override the file."""
+    opts = opts or Options()
+    if flags["port"] is not None:
+        opts.port = flags["port"]
+    if flags["addr"] is not None:
+        opts.host = flags["addr"]
+    if flags["name"] is not None:
+        opts.server_name = flags["name"]
+    if flags["client_advertise"] is not None:
+        opts.client_advertise = flags["client_advertise"]
+    if flags["http_port"] is not None:
+        opts.http_port = flags["http_port"]
+    if flags["https_port"] is not None:
+        opts.https_port = flags["https_port"]
+    _tls_flags(flags, opts)
+    if flags["log"] is not None:
+        opts.log_file = flags["log"]
+    if flags["pid"] is not None:
+        opts.pid_file = flags["pid"]
+    if flags["ports_file_dir"] is not None:
+        opts.ports_file_dir = flags["ports_file_dir"]
+    if flags["user"] is not None:
+        opts.username = flags["user"]
+    if flags["password"] is not None:
+        opts.password = flags["password"]
+    if flags["auth"] is not None:
+        opts.authorization = flags["auth"]
+    if flags["debug"] or flags["debug_trace"] or flags["debug_trace_verbose"]:
+        opts.debug = True
+    if flags["trace"] or flags["debug_trace"] or flags["trace_verbose"] or flags["debug_trace_verbose"]:
+        opts.trace = True
+    if flags["logtime"] is not None:
+        opts.logtime = flags["logtime"]
+    if flags["logtime_utc"]:
+        opts.logtime_utc = True
+    return opts
+
+
+# `--signal` commands, nats-server's CommandToSignal.
+SIGNAL_COMMANDS = {
+    "stop": signal.SIGKILL,
+    "quit": signal.SIGINT,
+    "term": signal.SIGTERM,
+    "reopen": signal.SIGUSR1,
+    "reload": signal.SIGHUP,
+    "ldm": signal.SIGUSR2,
+}
+
+
+class SignalError(Exception):
+    """`--signal` could not be delivered (no pid, bad pid, no such process…)."""
+
+
+def send_signal_command(spec: str, pid_file: str = "") -> int:
+    """`--signal <command>[=<pid or pid file>]`: signal a running server, found by the explicit pid (or pid
+    file) after `=`, else by the `-P` pid file; returns the pid signalled."""
+    command, *rest = spec.split("=")
+    if len(rest) > 1:
+        raise SignalError(f"invalid signal parameters: {rest[1:]}")
+    sig = SIGNAL_COMMANDS.get(command)
+    if sig is None:
+        raise SignalError(f"unknown signal {command!r} (one of {', '.join(SIGNAL_COMMANDS)})")
+    if rest:
+        target = rest[0]
+        with contextlib.suppress(OSError):  # nats-server's maybeReadPidFile: a readable file wins
+            target = Path(target).read_text()
+    elif pid_file:
+        try:
+            target = Path(pid_file).read_text()
+        except FileNotFoundError:
+            raise SignalError(f"no pid file at {pid_file} (is pynatsd running?)") from None
+        except OSError as exc:
+            raise SignalError(f"cannot read pid file {pid_file}: {exc}") from None
+    else:
+        raise SignalError(
+            f"no process to signal: give a pid file with -P <file>, or --signal {command}=<pid or pid file>"
+        )
+    try:
+        pid = int(target.strip())
+    except ValueError:
+        raise SignalError(f"invalid pid: {target.strip()!r}") from None
+    if pid <= 0:
+        raise SignalError(f"invalid pid: {pid}")
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        raise SignalError(f"signal {command!r} {pid}: no such process") from None
+    except PermissionError:
+        raise SignalError(f"signal {command!r} {pid}: operation not permitted") from None
+    return pid
+
+
+def _tls_flags(flags: dict[str, Any], opts: Options) -> None:
+    """The --tls* flags over the file's `tls {}`; --tlsverify implies --tls."""
+    for flag, field in (("tlscert", "tls_cert"), ("tlskey", "tls_key"), ("tlscacert", "tls_ca_cert")):
+        if flags[flag] is not None:
+            setattr(opts, field, flags[flag])
+    if flags["tls"] is not None:
+        opts.tls = flags["tls"]
+    if flags["tlsverify"] is not None:
+        opts.tls_verify = flags["tlsverify"]
+        opts.tls = opts.tls or opts.tls_verify
+
+
+def install_event_loop() -> str:
+    """Use uvloop when installed (and not disabled with PYNATSD_LOOP=asyncio); return the loop's name."""
+    import os
+
+    if os.environ.get("PYNATSD_LOOP", "uvloop") != "asyncio":
+        try:
+            import uvloop
+
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+            return "uvloop"
+        except ImportError:
+            pass
+    return "asyncio"
+
+
+def run(options: Options, reloader: Callable[[], Options] | None = None) -> None:
+    """Run a server until SIGINT/SIGTERM."""
+    from pynatsd.broker.server import PidFileError, Server
+
+    loop_name = install_event_loop()
+
+    async def serve() -> None:
+        server = Server(options)
+        server.reloader = reloader
+        try:
+            await server.start()
+        except PidFileError as exc:
+            get_logger().critical("%s", exc)
+            raise SystemExit(1) from None
+        except OSError as exc:
+            get_logger().critical("Error listening on port: %s:%d, %s", options.host, options.port, exc)
+            raise SystemExit(1) from None
+        get_logger().debug("Event loop: %s", loop_name)
+        server.install_signal_handlers()
+        await server.wait_closed()
+
+    asyncio.run(serve())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point."""
+    raw = sys.argv[1:] if argv is None else list(argv)
+    try:
+        normalized = normalize_argv(raw)
+    except click.UsageError as exc:
+        click.echo(f"pynatsd: {exc.format_message()}", err=True)
+        sys.exit(2)
+    command.main(args=normalized, prog_name="pynatsd")

@@ -1,0 +1,154 @@
+"""Subscriber storage at one subject: a bare subscription when alone, else a ``Leaf``.
+
+A slot holds ``None``, a single subscription (no container: most subjects have one subscriber), or a Leaf.
+The Leaf keeps insertion-ordered dicts used as sets, so adding or removing the N-th subscriber of a filter
+costs O(1); the tuples handed to matchers are built lazily, once per change, not per insert.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pynatsd.matcher.result import EMPTY, MatchResult
+
+# NamedTuple's generated __new__ is a Python function; tuple.__new__ builds the same object in one C call.
+_new = tuple.__new__
+
+
+class Leaf:
+    """Two or more subscriptions on one subject: plain ones and queue groups by name."""
+
+    __slots__ = ("_result", "count", "plain", "queues")
+
+    def __init__(self) -> None:
+        self.plain: dict[Any, None] = {}
+        self.queues: dict[bytes, dict[Any, None]] | None = None
+        self._result: MatchResult | None = None
+        self.count = 0
+
+    def add(self, sub: Any) -> bool:
+        """Add a subscription; False if it was already here."""
+        q = sub.queue
+        if q:
+            queues = self.queues
+            if queues is None:
+                queues = self.queues = {}
+            members = queues.get(q)
+            if members is None:
+                queues[q] = {sub: None}
+            elif sub in members:
+                return False
+            else:
+                members[sub] = None
+        elif sub in self.plain:
+            return False
+        else:
+            self.plain[sub] = None
+        self._result = None
+        self.count += 1
+        return True
+
+    def discard(self, sub: Any) -> bool:
+        """Remove a subscription; False if it was not here."""
+        q = sub.queue
+        if q:
+            queues = self.queues
+            members = None if queues is None else queues.get(q)
+            if members is None or sub not in members:
+                return False
+            del members[sub]
+            if not members:
+                del queues[q]  # type: ignore[union-attr]
+        elif self.plain.pop(sub, self) is self:
+            return False
+        self._result = None
+        self.count -= 1
+        return True
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Any:
+        yield from self.plain
+        if self.queues:
+            for members in self.queues.values():
+                yield from members
+
+    def result(self) -> MatchResult:
+        """This subject's subscribers as a (cached until the next change) MatchResult."""
+        r = self._result
+        if r is None:
+            groups = tuple(tuple(m) for m in self.queues.values()) if self.queues else ()
+            r = self._result = _new(MatchResult, (tuple(self.plain), groups))
+        return r
+
+
+def slot_add(slot: Any, sub: Any) -> tuple[Any, bool]:
+    """Add ``sub`` to a slot; returns the new slot value and whether it was added."""
+    if slot is None:
+        return sub, True
+    if type(slot) is Leaf:
+        return slot, slot.add(sub)
+    if slot is sub:
+        return slot, False
+    leaf = Leaf()
+    leaf.add(slot)
+    leaf.add(sub)
+    return leaf, True
+
+
+def slot_remove(slot: Any, sub: Any) -> tuple[Any, bool]:
+    """Remove ``sub`` from a slot; returns the new slot value (None when empty) and whether it was there."""
+    if slot is sub:
+        return None, True
+    if type(slot) is not Leaf or not slot.discard(sub):
+        return slot, False
+    if slot.count == 1:
+        # Back to a bare subscription: a filter that shrinks to one subscriber costs no container.
+        return next(iter(slot)), True
+    return slot, True
+
+
+def slot_iter(slot: Any) -> Any:
+    """Iterate the subscriptions in a slot."""
+    if type(slot) is Leaf:
+        return iter(slot)
+    return iter((slot,))
+
+
+def slot_result(slot: Any) -> MatchResult:
+    """A MatchResult for a single slot."""
+    if type(slot) is Leaf:
+        return slot.result()
+    if slot.queue:
+        return _new(MatchResult, ((), ((slot,),)))
+    return _new(MatchResult, ((slot,), ()))
+
+
+def merge(slots: list[Any]) -> MatchResult:
+    """Combine several matching slots; queue members of one name across slots form one group."""
+    plain: list[Any] = []
+    groups: dict[bytes, list[Any]] = {}
+    for slot in slots:
+        if type(slot) is Leaf:
+            plain.extend(slot.plain)
+            if slot.queues:
+                for q, members in slot.queues.items():
+                    g = groups.get(q)
+                    if g is None:
+                        groups[q] = list(members)
+                    else:
+                        g.extend(members)
+        else:
+            q = slot.queue
+            if not q:
+                plain.append(slot)
+            else:
+                g = groups.get(q)
+                if g is None:
+                    groups[q] = [slot]
+                else:
+                    g.append(slot)
+    if not plain and not groups:
+        return EMPTY
+    return _new(MatchResult, (tuple(plain), tuple(tuple(g) for g in groups.values()) if groups else ()))

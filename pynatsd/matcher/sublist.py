@@ -1,0 +1,225 @@
+"""Sublist: the subscription index with nats-server's semantics and a result cache.
+
+Layout: literal subscriptions live in one flat dict keyed by their subject bytes (the subscription's own
+bytes object, so the key costs nothing extra); wildcard subscriptions live in a token trie. A lookup is one
+dict probe plus, only when wildcard filters exist, a trie walk.
+
+Cache: ``subject -> MatchResult`` that is always valid, so a hit is one dict lookup. Every change keeps it
+valid eagerly: a literal insert/remove drops only its own key (no other subject can match it); a wildcard
+insert/remove empties the cache (re-matching every cached key in Python would cost more than refilling).
+Admission control keeps the cache from making things worse: when a window of lookups shows too few hits
+(publishers cycling through more distinct subjects than the cache holds), misses stop being admitted, and
+the cache is re-tried now and then.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from itertools import islice
+from typing import Any, Generic
+
+from pynatsd.matcher import trie
+from pynatsd.matcher.errors import InvalidSubjectError
+from pynatsd.matcher.leaf import Leaf, merge, slot_add, slot_iter, slot_result
+from pynatsd.matcher.result import EMPTY, MatchResult, S, SublistStats
+from pynatsd.matcher.subjects import FWC, PWC, SEP, subscription_tokens
+
+CACHE_MAX = 1024
+"""Cached subjects before a sweep (nats-server's slCacheMax)."""
+CACHE_SWEEP = 256
+"""Entries kept by a sweep (nats-server's slCacheSweep): the most recently admitted ones."""
+WINDOW = 1024
+"""Cache misses per admission-control window."""
+MIN_HIT_RATIO = 8
+"""Stop admitting when fewer than 1 in this many lookups of a window hit: refills would cost more than
+they save (a miss + admission + sweep share costs about a tenth of an uncached match)."""
+PROBE_EVERY = 32
+"""While not admitting, re-admit for one window after this many windows, to notice a workload change."""
+
+
+class Sublist(Generic[S]):
+    """Subscription index: insert/remove subscriptions, match published subjects to subscribers."""
+
+    __slots__ = (
+        "_admit",
+        "_cache",
+        "_literal",
+        "_nmiss",
+        "_nwild",
+        "_probe_in",
+        "_root",
+        "_win_end",
+        "_win_start",
+        "generation",
+        "num_inserts",
+        "num_matches",
+        "num_removes",
+    )
+
+    def __init__(self, cache: bool = True) -> None:
+        self._literal: dict[bytes, Any] = {}
+        self._root = trie.Node()
+        self._nwild = 0
+        self._cache: dict[bytes, MatchResult[S]] = {}
+        self._admit = cache
+        self._nmiss = 0
+        # Admission windows end after WINDOW misses; with the cache off they never end, so the miss path
+        # runs the very same checks whether the cache is off or bypassed.
+        self._win_end = WINDOW if cache else sys.maxsize
+        self._win_start = 0
+        self._probe_in = 0
+        self.generation = 0
+        """Bumped on every effective insert or remove (for callers' own per-connection caches)."""
+        self.num_inserts = 0
+        self.num_removes = 0
+        self.num_matches = 0
+
+    def __len__(self) -> int:
+        return self.num_inserts - self.num_removes
+
+    def insert(self, sub: S) -> None:
+        """Add a subscription. Raises InvalidSubjectError for an invalid subject; a repeat is a no-op."""
+        subject = sub.subject
+        tokens = subscription_tokens(subject)
+        if PWC in tokens or FWC in tokens:
+            if not trie.insert(self._root, tokens, sub):
+                return
+            self._nwild += 1
+            if self._cache:
+                self._cache.clear()
+        else:
+            literal = self._literal
+            slot = literal.get(subject)
+            # The common cases inline (first subscriber, one more on a shared filter): churn then costs
+            # the same for the 1st and the 10,000th subscriber of a subject.
+            if slot is None:
+                literal[subject] = sub
+            elif type(slot) is Leaf:
+                if not slot.add(sub):
+                    return
+            elif slot is sub:
+                return
+            else:
+                literal[subject] = slot_add(slot, sub)[0]
+            if self._cache:
+                self._cache.pop(subject, None)
+        self.num_inserts += 1
+        self.generation += 1
+
+    def remove(self, sub: S) -> bool:
+        """Remove a subscription; False if it was not in the index."""
+        subject = sub.subject
+        literal = self._literal
+        slot = literal.get(subject)
+        if slot is sub:
+            del literal[subject]
+        elif type(slot) is Leaf:
+            if not slot.discard(sub):
+                return False
+            if slot.count == 1:
+                literal[subject] = next(iter(slot))  # back to a bare subscription, no container
+        elif slot is not None:
+            return False
+        else:
+            try:
+                tokens = subscription_tokens(subject)
+            except InvalidSubjectError:
+                return False
+            if (PWC not in tokens and FWC not in tokens) or not trie.remove(self._root, tokens, sub):
+                return False
+            self._nwild -= 1
+            if self._cache:
+                self._cache.clear()
+        if self._cache:
+            self._cache.pop(subject, None)
+        self.num_removes += 1
+        self.generation += 1
+        return True
+
+    def match(self, subject: bytes) -> MatchResult[S]:
+        """Subscriptions matching a published subject (the per-message hot path)."""
+        self.num_matches += 1
+        r = self._cache.get(subject)
+        if r is None:
+            r = self._miss(subject)
+        return r
+
+    def count_repeats(self, subject: bytes, repeats: int) -> None:
+        """Count `repeats` more publishes to `subject`, served by the `match` just made for it (a run of
+        publishes is matched once): as the cache hits they would have been, or misses when uncached."""
+        self.num_matches += repeats
+        if subject not in self._cache:
+            self._nmiss += repeats
+            if self._nmiss >= self._win_end:
+                self._end_window()
+
+    def _miss(self, subject: bytes) -> MatchResult[S]:
+        self._nmiss += 1
+        # The uncached match, inline: literal subscribers by one probe, wildcard ones by a trie walk.
+        lit = self._literal.get(subject)
+        if not self._nwild:
+            r = EMPTY if lit is None else slot_result(lit)
+        else:
+            tokens = subject.split(SEP)
+            if b"" in tokens:
+                return EMPTY  # empty tokens match nothing (and cannot be a literal key); never cached
+            out: list[Any] = [] if lit is None else [lit]
+            trie.match(self._root, tokens, 0, len(tokens), out)
+            if not out:
+                r = EMPTY
+            elif len(out) == 1:
+                r = slot_result(out[0])
+            else:
+                r = merge(out)
+        if self._admit:
+            cache = self._cache
+            cache[subject] = r
+            if len(cache) > CACHE_MAX:
+                self._cache = dict(islice(reversed(cache.items()), CACHE_SWEEP))
+        if self._nmiss >= self._win_end:
+            self._end_window()
+        return r
+
+    def _end_window(self) -> None:
+        """Admission control: stop filling the cache while it does not pay, probe again now and then."""
+        lookups = self.num_matches - self._win_start
+        hits = lookups - (self._nmiss - (self._win_end - WINDOW))
+        self._win_start = self.num_matches
+        self._win_end = self._nmiss + WINDOW
+        if self._admit:
+            if hits * MIN_HIT_RATIO < lookups:
+                self._admit = False
+                self._probe_in = PROBE_EVERY
+        else:
+            self._probe_in -= 1
+            if self._probe_in <= 0:
+                self._admit = True
+
+    def subscriptions(self) -> Iterator[S]:
+        """Every subscription in the index."""
+        for slot in self._literal.values():
+            yield from slot_iter(slot)
+        yield from trie.iter_subs(self._root)
+
+    def stats(self) -> SublistStats:
+        """Counters for /subsz; fan-out (plain subs + queue groups per result) is over cached results."""
+        cache = self._cache
+        total = maxf = 0
+        for r in cache.values():
+            f = len(r.plain) + len(r.groups)
+            total += f
+            if f > maxf:
+                maxf = f
+        n = len(cache)
+        hits = self.num_matches - self._nmiss
+        return SublistStats(
+            num_subscriptions=self.num_inserts - self.num_removes,
+            num_cache=n,
+            num_inserts=self.num_inserts,
+            num_removes=self.num_removes,
+            num_matches=self.num_matches,
+            cache_hit_rate=hits / self.num_matches if self.num_matches else 0.0,
+            max_fanout=maxf,
+            avg_fanout=total / n if n else 0.0,
+        )

@@ -1,0 +1,437 @@
+"""The monitoring endpoints' JSON, built from the server's live state (nats-server's field names and order).
+
+Pure with respect to I/O: each builder takes the server and the query parameters and returns a dict, or
+raises `BadRequest` with nats-server's plain-text message.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pynatsd import NATS_COMPAT_VERSION, __version__
+from pynatsd.monitor.formats import go_duration, parse_bool, parse_int, rfc3339nano, uptime
+from pynatsd.protocol.subjects import is_literal_subject
+
+if TYPE_CHECKING:
+    from pynatsd.broker.connection import Connection, Subscription
+    from pynatsd.broker.server import Server
+    from pynatsd.matcher import Sublist
+
+DEFAULT_LIMIT = 1024
+
+
+class BadRequest(ValueError):
+    """A bad query parameter: answered with 400 and this message, as nats-server does."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def process_rss() -> int:
+    """Resident set size of this process in bytes."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class CpuSampler:
+    """CPU use in percent since the previous sample (what /varz `cpu` shows)."""
+
+    def __init__(self) -> None:
+        self._wall = time.monotonic()
+        self._cpu = time.process_time()
+        self.last = 0.0
+
+    def sample(self) -> float:
+        wall, cpu = time.monotonic(), time.process_time()
+        if wall - self._wall >= 0.5:
+            self.last = round(100.0 * (cpu - self._cpu) / (wall - self._wall), 2)
+            self._wall, self._cpu = wall, cpu
+        return self.last
+
+
+def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[str, Any]:
+    opts = server.options
+    now = _now()
+    stats = server.stats
+    in_msgs, out_msgs, in_bytes, out_bytes = stats.in_msgs, stats.out_msgs, stats.in_bytes, stats.out_bytes
+    info: dict[str, Any] = {
+        "server_id": server.server_id,
+        "server_name": server.server_name,
+        "version": NATS_COMPAT_VERSION,
+        "proto": 1,
+        "go": f"pynatsd {__version__}",
+        "host": opts.host,
+        "port": server.port,
+    }
+    if server.auth.required:
+        info["auth_required"] = True
+    if opts.tls:
+        info["tls_required"] = True
+        if opts.tls_verify:
+            info["tls_verify"] = True
+    info.update(
+        {
+            "max_connections": opts.max_connections,
+            "max_subscriptions": opts.max_subscriptions,
+            "ping_interval": int(opts.ping_interval * 1e9),
+            "ping_max": opts.ping_max,
+            "http_host": opts.http_host,
+            "http_port": server.http_port,
+            "http_base_path": opts.http_base_path,
+            "https_port": opts.https_port,
+            "auth_timeout": opts.effective_auth_timeout,
+            "max_control_line": opts.max_control_line,
+            "max_payload": opts.max_payload,
+            "max_pending": opts.max_pending,
+            "cluster": {},
+            "gateway": {},
+            "leaf": {},
+            "mqtt": {},
+            "websocket": {},
+            "jetstream": {},
+            "tls_timeout": opts.tls_timeout,
+            "write_deadline": int(opts.write_deadline * 1e9),
+            "start": rfc3339nano(server.start_time),
+            "now": rfc3339nano(now),
+            "uptime": uptime((now - server.start_time).total_seconds()),
+            "mem": process_rss(),
+            "cores": os.cpu_count() or 1,
+            "gomaxprocs": os.cpu_count() or 1,
+            "cpu": cpu.sample(),
+            "connections": len(server.clients),
+            "total_connections": stats.total_connections,
+            "routes": 0,
+            "remotes": 0,
+            "leafnodes": 0,
+            "in_msgs": in_msgs,
+            "in_bytes": in_bytes,
+            "in_client_msgs": in_msgs,
+            "in_client_bytes": in_bytes,
+            "out_msgs": out_msgs,
+            "out_bytes": out_bytes,
+            "out_client_msgs": out_msgs,
+            "out_client_bytes": out_bytes,
+            "slow_consumers": stats.slow_consumers,
+            "stale_connections": stats.stale_connections,
+            "stalled_clients": stats.stalled_clients,
+            "subscriptions": server.sublist_stats().num_subscriptions,
+            "http_req_stats": dict(req_stats),
+            "config_load_time": rfc3339nano(server.start_time),
+            "config_digest": "",
+            "system_account": "",
+            "slow_consumer_stats": {"clients": stats.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0},
+            "stale_connection_stats": {
+                "clients": stats.stale_connections,
+                "routes": 0,
+                "gateways": 0,
+                "leafs": 0,
+            },
+            "pynatsd": {"version": __version__, "auth_failures": stats.auth_failures},
+        }
+    )
+    return info
+
+
+# /connz sort keys: value extractors; cid ascends, every other sort descends (as nats-server).
+_SORTS: dict[str, Callable[[Connection, float], Any]] = {
+    "cid": lambda c, now: c.cid,
+    "start": lambda c, now: c.start,
+    "subs": lambda c, now: len(c.subs),
+    "pending": lambda c, now: c.pending_bytes,
+    "msgs_to": lambda c, now: c.out_msgs,
+    "msgs_from": lambda c, now: c.in_msgs,
+    "bytes_to": lambda c, now: c.out_bytes,
+    "bytes_from": lambda c, now: c.in_bytes,
+    "last": lambda c, now: c.last_activity,
+    "idle": lambda c, now: now - c.last_activity.timestamp(),
+    "uptime": lambda c, now: now - c.start.timestamp(),
+    "rtt": lambda c, now: c.rtt or 0.0,
+    "stop": lambda c, now: c.stop or c.start,
+    "reason": lambda c, now: c.close_reason,
+}
+
+
+def _param(query: Mapping[str, str], name: str, parse: Callable[[str, str], Any], default: Any) -> Any:
+    value = query.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return parse(name, value)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def connz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
+    sort = query.get("sort", "") or "cid"
+    if sort not in _SORTS:
+        raise BadRequest(f"invalid sorting option: {sort}")
+    subs_param = query.get("subs", "")
+    detail = subs_param == "detail"
+    subs = detail or _param(query, "subs", parse_bool, False)
+    auth = _param(query, "auth", parse_bool, False)
+    offset = max(0, _param(query, "offset", parse_int, 0))
+    limit = _param(query, "limit", parse_int, DEFAULT_LIMIT)
+    if limit <= 0:
+        limit = DEFAULT_LIMIT
+    cid = _param(query, "cid", parse_int, 0)
+    state = (query.get("state", "") or "open").lower()
+    if state not in ("open", "closed", "any", "all"):
+        raise BadRequest(f"Error decoding state for {query.get('state')}")
+    if sort in ("stop", "reason") and state == "open":
+        raise BadRequest(f"sort by {sort} only valid on closed connections")
+    user = query.get("user", "")
+    account = query.get("acc", "")
+
+    conns: list[Connection] = []
+    if state in ("open", "any", "all"):
+        conns.extend(server.clients.values())
+    if state in ("closed", "any", "all"):
+        conns.extend(server.closed_clients)
+    if cid:
+        conns = [c for c in conns if c.cid == cid]
+    if user:
+        conns = [c for c in conns if c.user == user]
+    if account:
+        conns = [c for c in conns if c.account == account]
+    now = time.time()
+    key = _SORTS[sort]
+    conns.sort(key=lambda c: key(c, now), reverse=sort != "cid")
+    total = len(conns)
+    page = conns[offset : offset + limit]
+    now_dt = _now()
+    return {
+        "server_id": server.server_id,
+        "now": rfc3339nano(now_dt),
+        "num_connections": len(page),
+        "total": total,
+        "offset": offset,
+        "limit": limit,
+        "connections": [connection_info(c, now_dt, subs, detail, auth) for c in page],
+    }
+
+
+def connection_info(conn: Connection, now: datetime, subs: bool, detail: bool, auth: bool) -> dict[str, Any]:
+    end = conn.stop or now
+    info: dict[str, Any] = {
+        "cid": conn.cid,
+        "kind": "Client",
+        "type": "nats",
+        "ip": conn.ip,
+        "port": conn.port,
+        "start": rfc3339nano(conn.start),
+        "last_activity": rfc3339nano(conn.last_activity),
+    }
+    if conn.stop is not None:
+        info["stop"] = rfc3339nano(conn.stop)
+        info["reason"] = conn.close_reason
+    if conn.rtt is not None:
+        info["rtt"] = go_duration(round(conn.rtt, 6))
+    info.update(
+        {
+            "uptime": uptime((end - conn.start).total_seconds()),
+            "idle": uptime((end - conn.last_activity).total_seconds()),
+            "pending_bytes": conn.pending_bytes,
+            "in_msgs": conn.in_msgs,
+            "out_msgs": conn.out_msgs,
+            "in_bytes": conn.in_bytes,
+            "out_bytes": conn.out_bytes,
+            "subscriptions": len(conn.subs),
+        }
+    )
+    if conn.stalls:
+        info["stalls"] = conn.stalls
+    for field in ("name", "lang", "version"):
+        value = getattr(conn, field)
+        if value:
+            info[field] = value
+    if conn.tls_version:
+        info["tls_version"] = conn.tls_version
+        info["tls_cipher_suite"] = conn.tls_cipher
+        if conn.tls_first:
+            info["tls_first"] = True
+    if auth:
+        if conn.user:
+            info["authorized_user"] = conn.user
+        info["account"] = conn.account
+    if conn.subs and subs:
+        if detail:
+            info["subscriptions_list_detail"] = [subscription_detail(s, conn) for s in conn.subs.values()]
+        else:
+            info["subscriptions_list"] = [s.subject.decode("utf-8", "replace") for s in conn.subs.values()]
+    return info
+
+
+def subscription_detail(sub: Any, conn: Connection, with_account: bool = False) -> dict[str, Any]:
+    detail: dict[str, Any] = {}
+    if with_account:
+        detail["account"] = conn.account
+        detail["account_tag"] = conn.account
+    detail["subject"] = sub.subject.decode("utf-8", "replace")
+    if sub.queue:
+        detail["qgroup"] = sub.queue.decode("utf-8", "replace")
+    detail["sid"] = sub.sid.decode("utf-8", "replace")
+    detail["msgs"] = sub.delivered
+    if sub.max_msgs:
+        detail["max"] = sub.max_msgs
+    detail["cid"] = conn.cid
+    return detail
+
+
+def _matching(sublist: Sublist[Subscription], subject: bytes) -> list[Subscription]:
+    matched = sublist.match(subject)
+    return [*matched.plain, *(s for g in matched.groups for s in g)]
+
+
+def subsz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
+    subs = _param(query, "subs", parse_bool, False)
+    offset = max(0, _param(query, "offset", parse_int, 0))
+    limit = _param(query, "limit", parse_int, DEFAULT_LIMIT)
+    if limit <= 0:
+        limit = DEFAULT_LIMIT
+    test = query.get("test", "")
+    if test and not is_literal_subject(test.encode()):
+        raise BadRequest(f"invalid test subject, must be valid publish subject: {test}")
+    stats = server.sublist_stats()
+    result: dict[str, Any] = {
+        "server_id": server.server_id,
+        "now": rfc3339nano(_now()),
+        "num_subscriptions": stats.num_subscriptions,
+        "num_cache": stats.num_cache,
+        "num_inserts": stats.num_inserts,
+        "num_removes": stats.num_removes,
+        "num_matches": stats.num_matches,
+        "cache_hit_rate": stats.cache_hit_rate,
+        "max_fanout": stats.max_fanout,
+        "avg_fanout": stats.avg_fanout,
+    }
+    if subs or test:
+        if test:
+            found: Iterable[Any] = [
+                s for sl in server.account_sublists.values() for s in _matching(sl, test.encode())
+            ]
+        else:
+            found = server.subscriptions()
+        listing = sorted(found, key=lambda s: (s.conn.cid, s.sid))
+        result["total"] = len(listing)
+        result["offset"] = offset
+        result["limit"] = limit
+        page = [subscription_detail(s, s.conn, with_account=True) for s in listing[offset : offset + limit]]
+        if page:
+            result["subscriptions_list"] = page
+    else:
+        result["total"] = 0
+        result["offset"] = offset
+        result["limit"] = limit
+    return result
+
+
+def routez(server: Server) -> dict[str, Any]:
+    return {
+        "server_id": server.server_id,
+        "server_name": server.server_name,
+        "now": rfc3339nano(_now()),
+        "num_routes": 0,
+        "routes": [],
+    }
+
+
+def gatewayz(server: Server) -> dict[str, Any]:
+    return {
+        "server_id": server.server_id,
+        "now": rfc3339nano(_now()),
+        "outbound_gateways": {},
+        "inbound_gateways": {},
+    }
+
+
+def leafz(server: Server) -> dict[str, Any]:
+    return {"server_id": server.server_id, "now": rfc3339nano(_now()), "leafnodes": 0, "leafs": []}
+
+
+def _accounts(server: Server) -> list[str]:
+    names = {c.account for c in server.clients.values()} | {"$G"}
+    return sorted(names)
+
+
+def accountz(server: Server) -> dict[str, Any]:
+    return {
+        "server_id": server.server_id,
+        "now": rfc3339nano(_now()),
+        "system_account": "",
+        "accounts": _accounts(server),
+    }
+
+
+def accstatz(server: Server) -> dict[str, Any]:
+    statz = []
+    for name in _accounts(server):
+        conns = [c for c in server.clients.values() if c.account == name]
+        closed = [c for c in server.closed_clients if c.account == name]
+        every = conns + closed
+        zero = {"msgs": 0, "bytes": 0}
+        statz.append(
+            {
+                "acc": name,
+                "name": name,
+                "conns": len(conns),
+                "leafnodes": 0,
+                "total_conns": len(conns),
+                "num_subscriptions": sum(len(c.subs) for c in conns),
+                "sent": {
+                    "msgs": sum(c.out_msgs for c in every),
+                    "bytes": sum(c.out_bytes for c in every),
+                    "gateways": dict(zero),
+                    "routes": dict(zero),
+                    "leafs": dict(zero),
+                },
+                "received": {
+                    "msgs": sum(c.in_msgs for c in every),
+                    "bytes": sum(c.in_bytes for c in every),
+                    "gateways": dict(zero),
+                    "routes": dict(zero),
+                    "leafs": dict(zero),
+                },
+                "slow_consumers": server.stats.slow_consumers,
+            }
+        )
+    return {"server_id": server.server_id, "now": rfc3339nano(_now()), "account_statz": statz}
+
+
+def jsz(server: Server) -> dict[str, Any]:
+    return {
+        "memory": 0,
+        "storage": 0,
+        "reserved_memory": 0,
+        "reserved_storage": 0,
+        "accounts": 0,
+        "ha_assets": 0,
+        "api": {"level": 0, "total": 0, "errors": 0},
+        "server_id": server.server_id,
+        "now": rfc3339nano(_now()),
+        "disabled": True,
+        "config": {"max_memory": 0, "max_storage": 0},
+        "streams": 0,
+        "consumers": 0,
+        "messages": 0,
+        "bytes": 0,
+        "total": 0,
+    }
+
+
+def healthz(server: Server, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
+    for name in ("js-enabled-only", "js-server-only", "js-enabled"):
+        if name in query:
+            _param(query, name, parse_bool, False)
+    if not server.listening:
+        # nats-server's answer once its client listener is gone (lame duck mode, shutting down).
+        return 500, {"status": "error", "error": "failed to be ready for connections after 1ms: server"}
+    return 200, {"status": "ok"}

@@ -1,0 +1,113 @@
+"""Prometheus exposition through prometheus-client: a collector that reads the server at scrape time.
+
+Nothing is counted per message for Prometheus beyond two cheap histograms (fan-out per publish, frames per
+flush), kept as plain lists of counts by `HistogramCounts` and turned into buckets only when scraped. The
+`gnatsd_varz_*` family repeats /varz's numeric fields under the names prometheus-nats-exporter gives them,
+so the community NATS Grafana dashboards work without an exporter in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from pynatsd.broker.histogram import HistogramCounts
+
+if TYPE_CHECKING:
+    from pynatsd.broker.server import Server
+    from pynatsd.monitor.endpoints import CpuSampler
+
+FANOUT_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
+FLUSH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
+
+
+class PynatsdCollector(Collector):
+    """pynatsd_* and gnatsd_varz_* metrics of one server."""
+
+    def __init__(self, server: Server, cpu: CpuSampler) -> None:
+        self.server = server
+        self.cpu = cpu
+
+    def collect(self) -> Iterator[Metric]:
+        from pynatsd.monitor.endpoints import varz
+
+        server = self.server
+        stats = server.stats
+        sl_stats = server.sublist_stats()
+        hits = round(sl_stats.num_matches * sl_stats.cache_hit_rate)
+        labels = ["server_id"]
+        sid = [server.server_id]
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(name, doc, labels=labels)
+            g.add_metric(sid, value)
+            return g
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(name, doc, labels=labels)
+            c.add_metric(sid, value)
+            return c
+
+        yield gauge("pynatsd_connections", "Open client connections.", len(server.clients))
+        yield counter(
+            "pynatsd_connections", "Client connections accepted since start.", stats.total_connections
+        )
+        yield gauge("pynatsd_subscriptions", "Subscriptions in the index.", sl_stats.num_subscriptions)
+        yield counter("pynatsd_messages_in", "Messages received from clients.", stats.in_msgs)
+        yield counter("pynatsd_messages_out", "Messages delivered to clients.", stats.out_msgs)
+        yield counter("pynatsd_bytes_in", "Payload bytes received from clients.", stats.in_bytes)
+        yield counter("pynatsd_bytes_out", "Payload bytes delivered to clients.", stats.out_bytes)
+        yield counter("pynatsd_slow_consumers", "Connections closed as slow consumers.", stats.slow_consumers)
+        yield counter(
+            "pynatsd_stalled_clients",
+            "Times a producer was stalled by a consumer past 75% of max_pending.",
+            stats.stalled_clients,
+        )
+        yield counter("pynatsd_stale_connections", "Connections closed as stale.", stats.stale_connections)
+        yield counter("pynatsd_auth_failures", "Failed authentications.", stats.auth_failures)
+        yield counter("pynatsd_matcher_cache_hits", "Subject matches answered by the cache.", hits)
+        yield counter(
+            "pynatsd_matcher_cache_misses",
+            "Subject matches that walked the index.",
+            sl_stats.num_matches - hits,
+        )
+        yield gauge("pynatsd_matcher_cache_entries", "Cached subject results.", sl_stats.num_cache)
+        yield gauge(
+            "pynatsd_outbound_pending_bytes",
+            "Bytes queued for clients and not yet written to their sockets.",
+            sum(c.pending_bytes for c in server.clients.values()),
+        )
+        yield self._histogram(
+            "pynatsd_fanout_per_publish",
+            "Subscriptions matched per published message.",
+            server.fanout,
+            FANOUT_BUCKETS,
+        )
+        yield self._histogram(
+            "pynatsd_flush_batch_frames",
+            "Frames written per flush (one socket write).",
+            server.scheduler.flush_sizes,
+            FLUSH_BUCKETS,
+        )
+        for key, value in varz(server, self.cpu, {}).items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            yield gauge(f"gnatsd_varz_{key}", f"/varz {key} (prometheus-nats-exporter name).", value)
+
+    def _histogram(self, name: str, doc: str, counts: HistogramCounts, bounds: tuple[int, ...]) -> Metric:
+        h = HistogramMetricFamily(name, doc, labels=["server_id"])
+        h.add_metric([self.server.server_id], counts.buckets(bounds), float(counts.total))
+        return h
+
+
+def build_registry(server: Server, cpu: CpuSampler) -> CollectorRegistry:
+    """A registry of its own per server (several servers may share a process in tests)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PynatsdCollector(server, cpu))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return registry
