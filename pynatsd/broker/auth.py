@@ -146,7 +146,25 @@ class Permissions:
             # Responses only make sense with publishing restricted: the blanket allow is turned off.
             self.publish = Rule([], self.publish.deny if self.publish else [])
         self._pub_cache: dict[bytes, bool] = {}
+        self._set_sub_deny()
         self._reset_replies()
+
+    def _set_sub_deny(self) -> None:
+        # Subscribe-deny patterns (without a queue restriction) checked at delivery: a subscription on a
+        # wildcard that overlaps a denied subject is allowed, its denied messages are not delivered.
+        deny = self.subscribe.deny if self.subscribe is not None else []
+        self.sub_deny = [pat for pat in deny if b" " not in pat]
+        self._deny_cache: dict[bytes, bool] = {}
+
+    def delivery_denied(self, subject: bytes) -> bool:
+        """True if a message on `subject` may not be delivered to this user (nats-server's checkDenySub)."""
+        hit = self._deny_cache.get(subject)
+        if hit is None:
+            hit = any(subject_within(subject, pat) for pat in self.sub_deny)
+            if len(self._deny_cache) >= _CACHE_LIMIT:
+                self._deny_cache.clear()
+            self._deny_cache[subject] = hit
+        return hit
 
     def _reset_replies(self) -> None:
         # reply subject -> [time it was delivered, responses published]
@@ -229,6 +247,7 @@ class Permissions:
         """A fresh instance (its own cache) for one connection."""
         clone = Permissions({})
         clone.publish, clone.subscribe, clone.responses = self.publish, self.subscribe, self.responses
+        clone._set_sub_deny()
         clone._reset_replies()
         return clone
 

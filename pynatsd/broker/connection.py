@@ -1,9 +1,11 @@
-"""One client connection: an `asyncio.Protocol` that feeds the sans-IO parser and routes its ops.
+"""One client connection: protocol glue between a socket, the parser and the delivery policy.
 
-The path of one message (see shared/docs/architecture.md): `data_received` hands the bytes to the parser;
-for each PUB the subject is matched in the account's sublist (a cache hit on the hot path) and the frame
-is appended, by reference, to every target connection's outbound queue; nothing is written until the
-whole read is processed, then every touched queue is flushed once.
+The path of one message (README "How a message flows"): `data_received` hands the bytes to the parser,
+at most `READ_SLICE` bytes per turn of the event loop; the parser calls back `on_pub` per PUB, which
+admits it once (`_admit`: reserved subjects, publish permission, pedantic, verbose, counters) and hands
+it to `delivery.publish`, the one policy that decides who receives it and appends the frame, by reference,
+to each receiver's outbound queue. Nothing is written until the slice is processed; then every touched
+queue is flushed once, and the stall gate may hold this producer (outbound.StallGate).
 """
 
 from __future__ import annotations
@@ -17,28 +19,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Permissions
+from pynatsd.broker.delivery import Message, Subscription, publish
 from pynatsd.broker.logging import TRACE, get_logger
-from pynatsd.broker.outbound import STALL_MAX, STALL_MIN, Consumer, Outbound
+from pynatsd.broker.outbound import Outbound
 from pynatsd.broker.tls import StartedCoroutine, abortive_close, session_info
 from pynatsd.protocol import encoder, errors
 from pynatsd.protocol.connect import ConnectOptions, parse_connect
-from pynatsd.protocol.ops import (
-    CONNECT,
-    ERR,
-    HPUB,
-    INFO,
-    NAMES,
-    OK,
-    PING,
-    PONG,
-    PUB,
-    PUBMIX,
-    PUBRUN,
-    SUB,
-    UNSUB,
-    Op,
-)
-from pynatsd.protocol.parser import Parser, expand_run
+from pynatsd.protocol.ops import HPub, Pub, Sub, Unsub, describe
+from pynatsd.protocol.parser import Parser
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
@@ -50,14 +38,17 @@ log = get_logger()
 _RESERVED_PUBLISH = (b"_GR_.", b"$NRG.")
 _RESERVED_REPLY = (b"_R_.", b"$JS.ACK.", b"_GR_.")
 _SYS_QUEUE = b"_sys_"
-# Per-connection bounds of the MSG-head cache (Connection._heads): entries, and subject length.
-_HEADS_CACHED = 64
+# Bounds of the MSG-head cache (Server.msg_heads): entries, and subject length.
+_HEADS_CACHED = 4096
 _HEAD_SUBJECT_CACHED = 128
-# The payload size from which a run is framed by joining slices rather than by one replace() (measured:
-# replace is faster up to 128 B payloads, slicing from 256 B).
-_SLICED_FROM = 200
-# Reads from a publisher parsed without PUBMIX ops after one could not be framed at once.
-_MIX_PAUSE = 64
+# Input processed per turn of the event loop, per connection. libuv reads a ready socket up to 32 times
+# in a row (256 KiB each under uvloop) before it serves anything else: a publisher flooding interleaved
+# subjects kept the loop for 0.8 s per turn, and a new client's CONNECT timed out (issue 16). With one
+# slice per turn, others wait for at most a slice of each busy connection (64 KiB of 16 B PUBs: ~2 ms).
+READ_SLICE = 65536
+# Why a connection is not reading (bits of Connection._holds).
+_HOLD_STALL = 1  # a consumer it feeds is behind (outbound.StallGate)
+_HOLD_TURN = 2  # it had its slice this turn
 _RTT_REFRESH = 3600.0
 _FIRST_PING = 2.0
 
@@ -96,23 +87,8 @@ _CLOSE_REASONS: dict[type[errors.ProtocolError], str] = {
 }
 
 
-class Subscription:
-    """One SUB of one connection. Hashed by identity; the matcher stores it as is."""
-
-    __slots__ = ("conn", "delivered", "max_msgs", "queue", "sid", "sid_sp", "subject")
-
-    def __init__(self, conn: Connection, subject: bytes, queue: bytes | None, sid: bytes) -> None:
-        self.conn = conn
-        self.subject = subject
-        self.queue = queue
-        self.sid = sid
-        self.sid_sp = sid + b" "  # pre-encoded for MSG frames
-        self.max_msgs = 0  # auto-unsubscribe limit; 0 = none
-        self.delivered = 0
-
-
 class Connection(asyncio.Protocol):
-    """A client connection. Per-connection state lives here; the message path is `_publish`."""
+    """A client connection: the parser's `OpHandler` and the delivery policy's `Receiver`."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -120,12 +96,14 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.out: Outbound | None = None
         opts = server.options
+        self._trace = log.isEnabledFor(TRACE)
         self.parser = Parser(
             opts.max_control_line,
             opts.max_payload,
             expect_connect=server.auth.required,
             allow_headers=opts.headers,
-            runs=True,
+            handler=_Tracer(self) if self._trace else self,
+            line_cache=server.pub_lines,
         )
         self.sublist: Sublist[Subscription] = server.sublist
         self.perms: Permissions | None = None
@@ -133,6 +111,8 @@ class Connection(asyncio.Protocol):
         self.opts = ConnectOptions()
         self.connected = False  # CONNECT processed
         self.closed = False
+        self.echo = True  # from CONNECT: plain attributes, read once per delivery
+        self.headers = False
         self.close_reason: str = ""
         self.ip: str = ""
         self.port: int = 0
@@ -152,7 +132,9 @@ class Connection(asyncio.Protocol):
         self._ping_timer: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
-        self._stall_timer: asyncio.TimerHandle | None = None  # set while reading is stalled at a gate
+        self._holds = 0  # why reading is paused (_HOLD_* bits); 0: reading
+        self._input: list[bytes] = []  # input received beyond this turn's slice, processed next turns
+        self._taken = 0  # bytes processed in this turn of the loop
         self.stalls = 0  # times a producer was stalled on this connection's queue (monitoring)
         self._tls_task: asyncio.Task[None] | None = None  # the upgrade after INFO, while it runs
         self.tls_version = ""  # "1.3" once a TLS handshake is done (monitoring)
@@ -160,10 +142,9 @@ class Connection(asyncio.Protocol):
         self.tls_first = False
         self._info_after_pong = False
         self.first_pong_sent = False  # after CONNECT: the client now takes async INFOs (nats-server's flag)
-        self._trace = log.isEnabledFor(TRACE)
-        self._heads: dict[bytes, bytes] = {}  # subject -> `MSG subject `, for subjects published here
-        # Incremented inline per publish (see HistogramCounts); values past the cap share its last slot.
-        self._fanout, self._fanout_cap = server.fanout.counts, server.fanout.cap
+        self._heads = server.msg_heads  # subject -> `MSG subject ` (shared: see Server.msg_heads)
+        self._msg = Message(self)  # the message being published (reused: see delivery.Message)
+        self._fanout = server.fanout.counts  # matches per publish (monitoring)
 
     # -- identity shortcuts used by monitoring ------------------------------------------------------
     @property
@@ -177,14 +158,6 @@ class Connection(asyncio.Protocol):
     @property
     def version(self) -> str:
         return self.opts.version
-
-    @property
-    def echo(self) -> bool:
-        return self.opts.echo
-
-    @property
-    def headers(self) -> bool:
-        return self.opts.headers
 
     @property
     def pending_bytes(self) -> int:
@@ -298,28 +271,61 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        if self._input:  # earlier input still waits for its turn: this comes after it
+            self._input.append(data)
+            return
         self._last_in = time.monotonic()
+        self._take_slice(data)
+
+    def _take_slice(self, data: bytes) -> None:
+        """Process at most READ_SLICE bytes of `data` now; the rest waits for the next turn of the loop,
+        with reading held meanwhile, so that no connection keeps the loop from everyone else."""
+        if len(data) > READ_SLICE:
+            self._input.append(data[READ_SLICE:])
+            data = data[:READ_SLICE]
+        self._taken += len(data)
         scheduler = self.server.scheduler
         scheduler.reading = True
         try:
-            try:
-                ops = self.parser.feed(data)
-                failure: errors.ProtocolError | None = None
-            except errors.ProtocolError as err:
-                ops, failure = err.ops, err
-            if ops:
-                self._process(ops)
-            if failure is not None and not self.closed:
-                self._protocol_error(failure)
+            self.parser.feed(data)
+        except errors.ProtocolError as err:
+            if not self.closed:
+                self._protocol_error(err)
         except Exception:
             log.exception("%r - unexpected error while processing client data", self)
             self.close(PROTOCOL_VIOLATION)
         finally:
             scheduler.reading = False
             scheduler.flush_touched()
-            if scheduler.gate is not None:
-                gate, scheduler.gate = scheduler.gate, None
-                self._stall(gate)
+            scheduler.stall.after_read(self)
+        if not self.closed and self._taken >= READ_SLICE:
+            self.hold_reading(_HOLD_TURN)
+            self.server.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._taken = 0
+        self.release_reading(_HOLD_TURN)
+
+    def hold_reading(self, why: int = _HOLD_STALL) -> None:
+        """Stop reading from the socket (for one more reason: `why`)."""
+        if not self._holds and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self._holds |= why
+
+    def release_reading(self, why: int = _HOLD_STALL) -> None:
+        """Drop one reason not to read; with none left, process what waits, or read again."""
+        self._holds &= ~why
+        if self._holds or self.closed:
+            return
+        if self._input:
+            pending = self._input
+            self._input = []
+            data = pending[0] if len(pending) == 1 else b"".join(pending)
+            self._take_slice(data)
+            if self._holds or self.closed:
+                return
+        if self.transport is not None:
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:
@@ -340,46 +346,11 @@ class Connection(asyncio.Protocol):
         if self.out is not None:
             self.out.resume()
 
-    # -- ops ------------------------------------------------------------------------------------------
-    def _process(self, ops: list[Op]) -> None:
-        if self._trace:
-            ops = [one for op in ops for one in (expand_run(op) if op[0] in (PUBRUN, PUBMIX) else (op,))]
-            for op in ops:
-                log.log(TRACE, "%r - <<- [%s]", self, _describe(op))
-        on_pub = self._on_pub
-        for op in ops:
-            if self.closed:
-                return
-            kind = op[0]
-            if kind == PUB:  # first: the per-message path tests nothing else
-                _, subject, reply, payload, tail = op
-                on_pub(subject, reply, None, payload, tail)
-            elif kind == PUBRUN:
-                self._on_pub_run(op)
-            elif kind == PUBMIX:
-                self._on_pub_mix(op)
-            elif kind == HPUB:
-                self._on_pub(op[1], op[2], op[3], op[4], b"")
-            elif kind == SUB:
-                self._on_sub(op[1], op[2], op[3])
-            elif kind == UNSUB:
-                self._on_unsub(op[1], op[2])
-            elif kind == PING:
-                self._on_ping()
-            elif kind == PONG:
-                self._on_pong()
-            elif kind == CONNECT:
-                self._on_connect(op[1])
-            elif kind == ERR:
-                log.error("%r - Client Error %s", self, op[1])
-                self.close(PARSE_ERROR)
-            elif kind in (INFO, OK):
-                pass  # accepted and ignored, as nats-server does
-
-    def _on_connect(self, raw: dict[str, Any]) -> None:
+    # -- ops (protocol.ops.OpHandler) ------------------------------------------------------------------
+    def on_connect(self, options: dict[str, Any]) -> None:
         server = self.server
         try:
-            opts = parse_connect(raw, server.options.headers)
+            opts = parse_connect(options, server.options.headers)
         except errors.ProtocolError as err:
             self._protocol_error(err)
             return
@@ -389,20 +360,28 @@ class Connection(asyncio.Protocol):
             log.error("%r - authentication error", self)
             self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
             return
-        self.user, self.account = identity
+        user, account = identity
+        if self.connected and account != self.account:
+            # A second CONNECT that moves the connection to another account: its subscriptions were
+            # made (and permitted) in the old one, so they go rather than keep delivering unseen there.
+            for sub in list(self.subs.values()):
+                self.remove_sub(sub)
+        self.user, self.account = user, account
         self.perms = server.auth.permissions(self.user)
         self.sublist = server.sublist_for(self.account)
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
         self.opts = opts
+        self.echo = opts.echo
+        self.headers = opts.headers
         self.connected = True
         self.parser.headers = opts.headers
         self._info_after_pong = opts.protocol >= 1
         if opts.verbose:
             self._send(encoder.OK)
 
-    def _on_ping(self) -> None:
+    def on_ping(self) -> None:
         self._send(encoder.PONG)
         if self.connected:
             self.first_pong_sent = True
@@ -412,13 +391,23 @@ class Connection(asyncio.Protocol):
             self._info_after_pong = False
             self._send(self.server.info_for(self, connect_info=True))
 
-    def _on_pong(self) -> None:
+    def on_pong(self) -> None:
         self._pings_out = 0
         if self._ping_sent:
             self.rtt = time.monotonic() - self._ping_sent
             self._ping_sent = 0.0
 
-    def _on_sub(self, subject: bytes, queue: bytes | None, sid: bytes) -> None:
+    def on_ok(self) -> None:
+        pass  # accepted and ignored, as nats-server does
+
+    def on_info(self, info: dict[str, Any]) -> None:
+        pass  # accepted and ignored, as nats-server does
+
+    def on_err(self, text: str) -> None:
+        log.error("%r - Client Error %s", self, text)
+        self.close(PARSE_ERROR)
+
+    def on_sub(self, subject: bytes, queue: bytes | None, sid: bytes) -> None:
         server = self.server
         if queue == _SYS_QUEUE:
             self._send_err(errors.subscribe_violation(_text(subject), _text(queue)))
@@ -443,7 +432,7 @@ class Connection(asyncio.Protocol):
         if self.opts.verbose:
             self._send(encoder.OK)
 
-    def _on_unsub(self, sid: bytes, max_msgs: int | None) -> None:
+    def on_unsub(self, sid: bytes, max_msgs: int | None) -> None:
         sub = self.subs.get(sid)
         if sub is not None and max_msgs is not None and max_msgs > 0 and max_msgs > sub.delivered:
             sub.max_msgs = max_msgs
@@ -451,19 +440,33 @@ class Connection(asyncio.Protocol):
         if self.opts.verbose:
             self._send(encoder.OK)
         if sub is not None:
-            self._remove_sub(sub)
+            self.remove_sub(sub)
 
-    def _remove_sub(self, sub: Subscription) -> None:
+    def remove_sub(self, sub: Subscription) -> None:
         if self.subs.get(sub.sid) is sub:
             del self.subs[sub.sid]
             self.sublist.remove(sub)
 
-    # -- the message path ---------------------------------------------------------------------------
-    def _on_pub(
-        self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes, tail: bytes
+    # -- the message path -----------------------------------------------------------------------------
+    def on_pub(self, subject: bytes, reply: bytes | None, size: bytes, payload: bytes) -> None:
+        head = self._admit(subject, reply, len(payload))
+        if head is not None:
+            msg = self._msg
+            msg.set(subject, reply, size, None, payload, head)
+            self._publish(msg)
+
+    def on_hpub(
+        self, subject: bytes, reply: bytes | None, sizes: bytes, headers: bytes, payload: bytes
     ) -> None:
-        nbytes = len(payload)
-        size = nbytes if headers is None else len(headers) + nbytes
+        head = self._admit(subject, reply, len(headers) + len(payload))
+        if head is not None:
+            msg = self._msg
+            msg.set(subject, reply, sizes, headers, payload, head)
+            self._publish(msg)
+
+    def _admit(self, subject: bytes, reply: bytes | None, size: int) -> bytes | None:
+        """The publish side, once per message: counters, pedantic, reserved subjects, publish permission,
+        verbose. Returns the message's `MSG subject ` head, or None when the publish is refused."""
         self.in_msgs += 1
         self.in_bytes += size
         opts = self.opts
@@ -476,7 +479,7 @@ class Connection(asyncio.Protocol):
         if head is None:
             if subject.startswith(_RESERVED_PUBLISH):
                 self._send_err(errors.publish_violation(_text(subject)))
-                return
+                return None
             head = b"MSG " + subject + b" "
             if len(subject) <= _HEAD_SUBJECT_CACHED:
                 if len(heads) >= _HEADS_CACHED:
@@ -484,196 +487,18 @@ class Connection(asyncio.Protocol):
                 heads[subject] = head
         if reply is not None and reply.startswith(_RESERVED_REPLY):
             self._send_err(errors.publish_reply_violation(_text(reply)))
-            return
+            return None
         if self.perms is not None and not self.perms.can_publish(subject):
             self._send_err(errors.publish_violation(_text(subject)))
             log.error("%r - publish violation for %s", self, _text(subject))
-            return
+            return None
         if opts.verbose:
             self._send(encoder.OK)
+        return head
 
-        plain, groups = self.sublist.match(subject)
-        fanout = len(plain) + len(groups)
-        self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += 1
-        if not fanout:
-            if reply is not None and opts.no_responders:
-                self._no_responders(subject, reply)
-            return
-        # The message's frame, built once and shared by every delivery: MSG (headers stripped), and HMSG
-        # for receivers that negotiated headers when the message has some.
-        if not tail:
-            tail = encoder.msg_tail(reply, payload)
-        if headers is None:
-            hhead, htail, hbytes = head, tail, nbytes
-        else:
-            hhead, htail, hbytes = b"HMSG " + subject + b" ", encoder.hmsg_tail(reply, headers, payload), size
-        skip = None if opts.echo else self
-        delivered = False
-        for sub in plain:
-            conn = sub.conn
-            if conn is not skip and (
-                _deliver(sub, hhead, htail, hbytes, reply)
-                if conn.opts.headers
-                else _deliver(sub, head, tail, nbytes, reply)
-            ):
-                delivered = True
-        for group in groups:
-            # Exactly one member per queue group: from a random start, the first that takes it.
-            n = len(group)
-            start = int(random.random() * n)
-            for i in range(n):
-                sub = group[(start + i) % n]
-                conn = sub.conn
-                if conn is not skip and (
-                    _deliver(sub, hhead, htail, hbytes, reply)
-                    if conn.opts.headers
-                    else _deliver(sub, head, tail, nbytes, reply)
-                ):
-                    delivered = True
-                    break
-        if not delivered and reply is not None and opts.no_responders:
-            self._no_responders(subject, reply)
-
-    def _on_pub_run(self, op: Op) -> None:
-        """A run of PUBs to one subject (see pynatsd.protocol.ops.PUBRUN): matched once, and framed for each
-        subscriber at once, `PUB subject ` becoming `MSG subject sid ` (one `replace`, or a join of the
-        frames' slices for large payloads); each message still goes to one random member of each queue
-        group (when all frames are alike, see PUBRUN's `size`). Anything else
-        (auto-unsubscribe, verbose, pedantic, a refused publish, allow_responses receivers of requests,
-        a connection with several matching subscriptions) takes the per-message path, so each
-        connection receives exactly the bytes the per-message path writes."""
-        _, subject, reply, prefix, view, count, nbytes, size = op
-        opts = self.opts
-        plain, groups = self.sublist.match(subject)
-        skip = None if opts.echo else self
-        targets = [*plain, *(sub for group in groups for sub in group)] if groups else plain
-        if (
-            opts.verbose
-            or opts.pedantic
-            or subject.startswith(_RESERVED_PUBLISH)
-            or (reply is not None and reply.startswith(_RESERVED_REPLY))
-            # allow_responses counts each response a publisher sends, and tracks each request delivered
-            # to a receiver: message by message.
-            or _tracks_replies(self)
-            or (reply is not None and any(_tracks_replies(sub.conn) for sub in targets))
-            or (self.perms is not None and not self.perms.can_publish(subject))
-            or any(sub.max_msgs or sub.conn.closed for sub in targets)
-            or (groups and (size < 0 or any(sub.conn is skip for sub in targets)))
-            or (len(targets) > 1 and len({id(sub.conn) for sub in targets}) < len(targets))
-        ):
-            self._on_pubs(op)
-            return
-        head = b"MSG " + subject + b" "
-        receivers = [sub for sub in plain if sub.conn is not skip]
-        framed: list[tuple[Subscription, bytes]] = []  # (subscription, the whole run framed for it)
-        # Frames alike but for their payloads sit at fixed offsets: what follows `prefix` in each is a
-        # slice of the read, whatever the payloads hold.
-        bodies = _bodies(view, count, len(prefix)) if size >= 0 and (groups or size >= _SLICED_FROM) else []
-        if receivers and bodies:
-            # Large payloads: joining the slices after `MSG subject sid ` beats replace(), which would
-            # search every payload byte for `prefix` (600 vs 120 ns per 1 KiB message).
-            led = [b"", *bodies]
-            framed = [(sub, (head + sub.sid_sp).join(led)) for sub in receivers]
-        elif receivers:
-            replaced = _framed_by_replace(receivers, [(subject, prefix)], [count], bytes(view))
-            if replaced is None:  # a payload holds `PUB subject ` too: message by message
-                self._on_pubs(op)
-                return
-            framed = replaced
-        self.sublist.count_repeats(subject, count - 1)  # /subsz counts every publish, as nats-server
-        self.in_msgs += count
-        self.in_bytes += nbytes
-        fanout = len(plain) + len(groups)
-        self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += count
-        delivered = False
-        for sub, data in framed:
-            _deliver_run(sub, data, count, nbytes)
-            delivered = True
-        if groups:
-            # One random member per message, as in _on_pub (every member can take it: checked above).
-            # All payloads have one size, so frames sit at fixed offsets: each pick is the member's MSG
-            # prefix plus a slice of the input, whatever the payloads hold.
-            rnd = random.random
-            for group in groups:
-                n = len(group)
-                heads = [head + sub.sid_sp for sub in group]
-                picked: list[list[bytes | memoryview]] = [[] for _ in group]
-                for body in bodies:
-                    m = int(rnd() * n)
-                    frames = picked[m]
-                    frames.append(heads[m])
-                    frames.append(body)
-                for sub, frames in zip(group, picked, strict=True):
-                    if frames:
-                        k = len(frames) // 2
-                        _deliver_run(sub, b"".join(frames), k, k * size)
-            delivered = True
-        if not delivered and reply is not None and opts.no_responders:
-            for _ in range(count):
-                self._no_responders(subject, reply)
-
-    def _on_pub_mix(self, op: Op) -> None:
-        """PUBs to a few subjects, interleaved (see protocol.ops.PUBMIX): each subject matched once, and
-        each receiving subscription gets its frames of the mix, in order, at once (one `replace` per
-        subject for small payloads when it receives every subject, else slices of the read). Queue
-        groups, a connection with several receiving subscriptions and everything `_on_pub_run` leaves
-        to the per-message path take it here too."""
-        _, subjects, view, count, nbytes, frames, sizes = op
-        opts = self.opts
-        if opts.verbose or opts.pedantic or self.perms is not None or _tracks_replies(self):
-            self._unmix(op)
-            return
-        match = self.sublist.match
-        per_subject = []  # the plain subscriptions of each subject
-        owners: dict[int, Subscription] = {}  # connection id -> its one receiving subscription
-        for subject, _ in subjects:
-            plain, groups = match(subject)
-            if groups or subject.startswith(_RESERVED_PUBLISH):
-                self._unmix(op)
-                return
-            for sub in plain:
-                if owners.setdefault(id(sub.conn), sub) is not sub or sub.max_msgs or sub.conn.closed:
-                    self._unmix(op)
-                    return
-            per_subject.append(plain)
-        indexes = frames[1::2]
-        counts = [indexes.count(i) for i in range(len(subjects))]
-        skip = None if opts.echo else self
-        framed: list[tuple[Subscription, bytes, int, int]] = []  # (sub, its frames, messages, payload bytes)
-        receivers = [sub for sub in owners.values() if sub.conn is not skip]
-        if receivers:
-            small = nbytes <= count * _SLICED_FROM
-            if small and all(plain == per_subject[0] for plain in per_subject):
-                replaced = _framed_by_replace(receivers, subjects, counts, bytes(view))
-                if replaced is None:  # a replace() touched more than the frames
-                    self._unmix(op)
-                    return
-                framed = [(sub, data, count, nbytes) for sub, data in replaced]
-            else:
-                source = bytes(view) if small else view
-                framed = _mix_sliced(receivers, subjects, per_subject, source, frames, counts, sizes)
-        for (subject, _), plain, k in zip(subjects, per_subject, counts, strict=True):
-            self.sublist.count_repeats(subject, k - 1)
-            fanout = len(plain)
-            self._fanout[fanout if fanout < self._fanout_cap else self._fanout_cap] += k
-        self.in_msgs += count
-        self.in_bytes += nbytes
-        for sub, data, k, size in framed:
-            _deliver_run(sub, data, k, size)
-
-    def _unmix(self, op: Op) -> None:
-        """A PUBMIX that cannot be framed at once: its PUBs one by one, and no more mixes from this
-        publisher for a while (the same traffic would most likely fall back again, and the mix's walk
-        would be paid on top of the per-message path)."""
-        self.parser.mix_pause = _MIX_PAUSE
-        self._on_pubs(op)
-
-    def _on_pubs(self, run: Op) -> None:
-        """A PUBRUN or PUBMIX op the slow way: its PUBs one by one."""
-        for pub in expand_run(run):
-            if self.closed:
-                return
-            self._on_pub(pub[1], pub[2], None, pub[3], pub[4])
+    def _publish(self, msg: Message) -> None:
+        if not publish(self.sublist, msg, self._fanout) and msg.reply is not None and self.opts.no_responders:
+            self._no_responders(msg.subject, msg.reply)
 
     def _no_responders(self, subject: bytes, reply: bytes) -> None:
         """Tell a requester that nobody received its request: a 503 on its own reply subscription."""
@@ -725,11 +550,17 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self.close_reason = reason
         self.stop = datetime.now(UTC)
-        for timer in (self._ping_timer, self._auth_timer, self._deadline_timer, self._stall_timer):
+        for timer in (self._ping_timer, self._auth_timer, self._deadline_timer):
             if timer is not None:
                 timer.cancel()
         for sub in self.subs.values():
             self.sublist.remove(sub)
+        self.server.scheduler.stall.forget(self)
+        # Kept for /connz?state=closed: only what it shows. Half-received input goes now (a client that
+        # sent most of a 1 MiB payload and left would otherwise hold it for as long as the ring does).
+        self.parser.stop()
+        self._input = []
+        self._msg = Message(None)
         if out is not None:
             slow = reason in (SLOW_CONSUMER_PENDING, SLOW_CONSUMER_DEADLINE)
             out.close()
@@ -741,15 +572,15 @@ class Connection(asyncio.Protocol):
         # A closed connection is kept for /connz?state=closed (up to max_closed_clients of them): drop what
         # only an open one needs (outbound queue, transport, socket, timers) so each costs little.
         self.out = None
-        self._ping_timer = self._auth_timer = self._deadline_timer = self._stall_timer = None
+        self._ping_timer = self._auth_timer = self._deadline_timer = None
         self.server.forget(self)
         log.debug("%r - Client connection closed: %s", self, reason)
 
     def backlogged(self) -> None:
         """This connection's queue passed its gate (75% of max_pending, counting what its transport
         holds). If the transport takes writes, the queue is written at once; otherwise the producer of the
-        read being processed will wait for it, as nats-server stalls fast producers, and past max_pending
-        this is a slow consumer."""
+        read being processed will wait for it (outbound.StallGate), and past max_pending this is a slow
+        consumer."""
         out = self.out
         assert out is not None
         if not out.paused:
@@ -760,38 +591,8 @@ class Connection(asyncio.Protocol):
                 return
         if out.queued > out.hard_limit:
             self.slow_consumer()
-        elif not self.server.options.no_fast_producer_stall:
-            self.server.scheduler.gate_closed(self, out)
-
-    def _stall(self, consumer: Consumer) -> None:
-        """Stop reading from this producer until `consumer`'s queue, which its last read fed past the
-        gate, drains; 2 ms at most (5 ms when that queue is at max_pending). The kernel's socket buffers
-        then slow the client down."""
-        gate = consumer.out
-        transport = self.transport
-        if (
-            self.closed
-            or self._stall_timer is not None
-            or gate is None
-            or consumer is self
-            or transport is None
-        ):
-            return
-        consumer.stalls += 1  # counted on the consumer, as nats-server does
-        self.server.stats.stalled_clients += 1
-        transport.pause_reading()
-        ttl = STALL_MAX if gate.queued >= gate.hard_limit else STALL_MIN
-        self._stall_timer = self.server.loop.call_later(ttl, self._unstall)
-        gate.waiting[self.cid] = self._unstall
-
-    def _unstall(self) -> None:
-        timer = self._stall_timer
-        if timer is None:
-            return
-        timer.cancel()
-        self._stall_timer = None
-        if not self.closed and self.transport is not None:
-            self.transport.resume_reading()
+        elif not self.server.options.no_fast_producer_stall and self.server.scheduler.reading:
+            self.server.scheduler.stall.passed(self, out)
 
     def slow_consumer(self, reason: str = SLOW_CONSUMER_PENDING) -> None:
         if self.closed:
@@ -836,145 +637,66 @@ class Connection(asyncio.Protocol):
         self._ping_timer = server.loop.call_later(opts.ping_interval, self._ping_tick)
 
 
-def _deliver(sub: Subscription, head: bytes, tail: bytes, nbytes: int, reply: bytes | None) -> bool:
-    """Queue one message (`head` sid `tail`, `nbytes` of payload) for `sub`; False if it cannot take it."""
-    conn = sub.conn
-    if conn.closed:
-        return False
-    if sub.max_msgs:
-        if sub.delivered >= sub.max_msgs:
-            conn._remove_sub(sub)
-            return False
-        if sub.delivered + 1 == sub.max_msgs:
-            conn._remove_sub(sub)
-    perms = conn.perms
-    if reply is not None and perms is not None and perms.replies is not None:
-        perms.track_reply(reply)  # allow_responses: the receiver may now answer this request
-    sub.delivered += 1
-    out = conn.out
-    assert out is not None
-    frames = out.frames
-    if not frames:
-        out.mark_dirty()
-    sid_sp = sub.sid_sp
-    frames.append(head)
-    frames.append(sid_sp)
-    frames.append(tail)
-    out.queued += len(head) + len(sid_sp) + len(tail)
-    conn.out_msgs += 1
-    conn.out_bytes += nbytes
-    if out.queued > out.limit:
-        conn.backlogged()
-    return True
+class _Tracer:
+    """The parser's handler under `-V`: each op traced as nats-server traces it, then handled."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def _trace(self, text: str) -> None:
+        log.log(TRACE, "%r - <<- [%s]", self.conn, text)
+
+    def on_connect(self, options: dict[str, Any]) -> None:
+        self._trace(f"CONNECT {_redacted(options)}")
+        self.conn.on_connect(options)
+
+    def on_info(self, info: dict[str, Any]) -> None:
+        self._trace(f"INFO {_redacted(info)}")
+        self.conn.on_info(info)
+
+    def on_pub(self, subject: bytes, reply: bytes | None, size: bytes, payload: bytes) -> None:
+        self._trace(describe(Pub(subject, reply, size, payload)))
+        self.conn.on_pub(subject, reply, size, payload)
+
+    def on_hpub(
+        self, subject: bytes, reply: bytes | None, sizes: bytes, headers: bytes, payload: bytes
+    ) -> None:
+        self._trace(describe(HPub(subject, reply, sizes, headers, payload)))
+        self.conn.on_hpub(subject, reply, sizes, headers, payload)
+
+    def on_sub(self, subject: bytes, queue: bytes | None, sid: bytes) -> None:
+        self._trace(describe(Sub(subject, queue, sid)))
+        self.conn.on_sub(subject, queue, sid)
+
+    def on_unsub(self, sid: bytes, max_msgs: int | None) -> None:
+        self._trace(describe(Unsub(sid, max_msgs)))
+        self.conn.on_unsub(sid, max_msgs)
+
+    def on_ping(self) -> None:
+        self._trace("PING")
+        self.conn.on_ping()
+
+    def on_pong(self) -> None:
+        self._trace("PONG")
+        self.conn.on_pong()
+
+    def on_ok(self) -> None:
+        self._trace("+OK")
+        self.conn.on_ok()
+
+    def on_err(self, text: str) -> None:
+        self._trace(f"-ERR {text}")
+        self.conn.on_err(text)
 
 
-def _bodies(view: memoryview, count: int, skip: int) -> list[bytes | memoryview]:
-    """The `count` frames of a run whose frames are all one length, each without its first `skip` bytes
-    (`PUB subject `): views of the read, not copies."""
-    step = len(view) // count
-    return [view[i : i + step - skip] for i in range(skip, len(view), step)]
+# CONNECT fields never traced in clear (nats-server redacts its pass, auth_token, sig and jwt; pynatsd
+# also accepts `password`, so it goes too).
+_SECRET_KEYS = frozenset({"pass", "password", "auth_token", "sig", "jwt"})
 
 
-def _framed_by_replace(
-    receivers: list[Subscription], subjects: list[tuple[bytes, bytes]], counts: list[int], chunk: bytes
-) -> list[tuple[Subscription, bytes]] | None:
-    """A PUBRUN or PUBMIX framed for each receiver by one replace() of each (subject, prefix) with
-    `MSG subject sid `; `counts` are the frames per subject. None if a replace() touched more than
-    those frames: a payload holds a prefix, or a subject or sid made one subject's `MSG subject sid `
-    hold another's prefix (the result then grows by more than the frames account for)."""
-    framed = []
-    for sub in receivers:
-        data, grown = chunk, 0
-        for (subject, prefix), k in zip(subjects, counts, strict=True):
-            new = b"MSG " + subject + b" " + sub.sid_sp
-            data = data.replace(prefix, new)
-            grown += k * (len(new) - len(prefix))
-        if len(data) != len(chunk) + grown:
-            return None
-        framed.append((sub, data))
-    return framed
-
-
-def _mix_sliced(
-    receivers: list[Subscription],
-    subjects: list[tuple[bytes, bytes]],
-    per_subject: list[tuple[Subscription, ...]],
-    chunk: bytes | memoryview,
-    frames: list[int],
-    counts: list[int],
-    sizes: list[int],
-) -> list[tuple[Subscription, bytes, int, int]]:
-    """A PUBMIX framed for each receiver from slices of the read (`chunk`: bytes for small payloads,
-    whose slices are cheaper than views; a view for large ones, whose slices copy nothing): per frame of
-    a subject it receives, `MSG subject sid ` and what follows the frame's prefix. Returns (sub, frames,
-    messages, payload bytes)."""
-    starts, indexes = frames[0::2], frames[1::2]
-    skips = [len(prefix) for _, prefix in subjects]
-    taken = [bool(plain) for plain in per_subject]
-    bodies = [
-        chunk[a + skips[i] : b] if taken[i] else b""
-        for a, i, b in zip(starts, indexes, [*starts[1:], len(chunk)], strict=True)
-    ]
-    framed = []
-    for sub in receivers:
-        heads = [
-            b"MSG " + subject + b" " + sub.sid_sp if sub in plain else None
-            for (subject, _), plain in zip(subjects, per_subject, strict=True)
-        ]
-        pieces: list[bytes | memoryview] = []
-        if None not in heads:  # every subject: the heads and the bodies interleaved at C speed
-            every = cast("list[bytes]", heads)
-            pieces = [b""] * (2 * len(bodies))
-            pieces[0::2] = list(map(every.__getitem__, indexes))
-            pieces[1::2] = bodies
-        else:
-            for head, body in zip(map(heads.__getitem__, indexes), bodies, strict=True):
-                if head is not None:
-                    pieces.append(head)
-                    pieces.append(body)
-        mine = [i for i, head in enumerate(heads) if head is not None]
-        framed.append((sub, b"".join(pieces), sum(counts[i] for i in mine), sum(sizes[i] for i in mine)))
-    return framed
-
-
-def _tracks_replies(conn: Connection) -> bool:
-    return conn.perms is not None and conn.perms.replies is not None
-
-
-def _deliver_run(sub: Subscription, data: bytes, count: int, nbytes: int) -> None:
-    """Queue `count` framed messages (`data`, `nbytes` of payload) for `sub`, which has no max_msgs."""
-    conn = sub.conn
-    out = conn.out
-    assert out is not None
-    if not out.frames:
-        out.mark_dirty()
-    out.frames.append(data)
-    out.queued += len(data)
-    sub.delivered += count
-    conn.out_msgs += count
-    conn.out_bytes += nbytes
-    if out.queued > out.limit:
-        conn.backlogged()
+def _redacted(fields: dict[str, Any]) -> str:
+    return encoder.go_json({k: ("[REDACTED]" if k.lower() in _SECRET_KEYS else v) for k, v in fields.items()})
 
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
-
-
-def _describe(op: Op) -> str:
-    """An op as nats-server traces it: `PUB foo reply 5`, `CONNECT {...}` (without the password)."""
-    kind = op[0]
-    if kind in (CONNECT, INFO):
-        shown = {k: ("[REDACTED]" if k.lower() in ("pass", "auth_token") else v) for k, v in op[1].items()}
-        return f"{NAMES[kind]} {encoder.go_json(shown)}"
-    if kind == PUB:
-        parts = [op[1], op[2], b"%d" % len(op[3])]
-    elif kind == HPUB:
-        parts = [op[1], op[2], b"%d" % len(op[3]), b"%d" % (len(op[3]) + len(op[4]))]
-    elif kind == UNSUB:
-        parts = [op[1], None if op[2] is None else b"%d" % op[2]]
-    elif kind == ERR:
-        return f"-ERR {op[1]}"
-    else:
-        parts = list(op[1:])
-    return " ".join([NAMES[kind], *(_text(p) for p in parts if p is not None)])

@@ -30,11 +30,84 @@ STALL_MAX = 0.005
 _GATHER_MIN = 4096
 
 
+class Producer(Protocol):
+    """What the stall gate needs of a producer: its id and a way to stop and restart reading it."""
+
+    cid: int
+    closed: bool
+
+    def hold_reading(self) -> None: ...
+
+    def release_reading(self) -> None: ...
+
+
 class Consumer(Protocol):
-    """What the stall gate needs of a connection: its queue and its count of producers stalled on it."""
+    """What the stall gate needs of a consumer: its queue and its count of producers stalled on it."""
 
     out: Outbound | None
     stalls: int
+
+
+class StallGate:
+    """nats-server's fast-producer stall, all of it: past 75% of max_pending a consumer's queue closes a
+    gate on the producers that feed it. While one read is processed, `passed` remembers the fullest
+    queue that read pushed past its gate; when the read ends, `after_read` makes its producer stop
+    reading until that queue drains (`opened`) or `STALL_MIN` passes (`STALL_MAX` when the queue is at
+    max_pending). The kernel's socket buffers then slow the client down."""
+
+    __slots__ = ("_consumer", "_stalled", "loop", "stalled_total")
+
+    def __init__(self) -> None:
+        self._consumer: Consumer | None = None  # the fullest consumer past its gate in this read
+        # producer id -> (producer, the queue it waits for, its timer)
+        self._stalled: dict[int, tuple[Producer, Outbound, asyncio.TimerHandle]] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None  # set when the server starts
+        self.stalled_total = 0  # producers stalled so far (nats-server's stalled_clients)
+
+    def passed(self, consumer: Consumer, out: Outbound) -> None:
+        """`consumer`'s queue `out` passed its gate during the read being processed."""
+        current = self._consumer.out if self._consumer is not None else None
+        if current is None or out.queued + out.backlog > current.queued + current.backlog:
+            self._consumer = consumer
+
+    def after_read(self, producer: Producer) -> None:
+        """The read of `producer` is processed: stall it if it filled a queue past its gate."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is None or consumer is producer or producer.closed or producer.cid in self._stalled:
+            return
+        out = consumer.out
+        if out is None or self.loop is None:
+            return
+        consumer.stalls += 1  # counted on the consumer, as nats-server does
+        self.stalled_total += 1
+        producer.hold_reading()
+        ttl = STALL_MAX if out.queued >= out.hard_limit else STALL_MIN
+        timer = self.loop.call_later(ttl, self._release, producer.cid)
+        self._stalled[producer.cid] = (producer, out, timer)
+        out.gated += 1
+
+    def opened(self, out: Outbound) -> None:
+        """`out` drained below its gate (or closed): its producers read again."""
+        if out.gated:
+            for cid in [cid for cid, (_, waited, _) in self._stalled.items() if waited is out]:
+                self._release(cid)
+
+    def forget(self, producer: Producer) -> None:
+        """`producer` closed: drop its stall."""
+        entry = self._stalled.pop(producer.cid, None)
+        if entry is not None:
+            entry[1].gated -= 1
+            entry[2].cancel()
+
+    def _release(self, cid: int) -> None:
+        entry = self._stalled.pop(cid, None)
+        if entry is None:
+            return
+        producer, out, timer = entry
+        out.gated -= 1
+        timer.cancel()
+        if not producer.closed:
+            producer.release_reading()
 
 
 class FlushScheduler:
@@ -44,22 +117,13 @@ class FlushScheduler:
     woken instead.
     """
 
-    __slots__ = ("flush_sizes", "gate", "reading", "touched")
+    __slots__ = ("flush_sizes", "reading", "stall", "touched")
 
     def __init__(self) -> None:
         self.reading = False
         self.touched: list[Outbound] = []
-        self.gate: Consumer | None = None  # the consumer with the fullest queue past its gate this read fed
+        self.stall = StallGate()
         self.flush_sizes = HistogramCounts(16384)  # frame pieces per socket write (monitoring)
-
-    def gate_closed(self, consumer: Consumer, out: Outbound) -> None:
-        """`consumer`'s queue `out` passed its gate while a read was processed: that read's producer is to
-        wait for it."""
-        if not self.reading:
-            return
-        gate = self.gate.out if self.gate is not None else None
-        if gate is None or out.queued + out.backlog > gate.queued + gate.backlog:
-            self.gate = consumer
 
     def flush_touched(self) -> None:
         touched = self.touched
@@ -80,6 +144,7 @@ class Outbound:
         "batches",
         "closed",
         "frames",
+        "gated",
         "hard_limit",
         "limit",
         "max_pending",
@@ -87,7 +152,6 @@ class Outbound:
         "queued",
         "scheduler",
         "transport",
-        "waiting",
         "written_bytes",
     )
 
@@ -101,7 +165,7 @@ class Outbound:
         self.limit = 0  # the hot-path threshold on `queued`: the gate (75% of max_pending, less backlog)
         self.hard_limit = 0  # max_pending less backlog: past it, a slow consumer
         self._set_limits()
-        self.waiting: dict[int, Callable[[], None]] = {}  # producers stalled at the gate: id -> wake-up
+        self.gated = 0  # producers stalled until this queue drains (see StallGate)
         self.paused = False
         self.closed = False
         self.batches = 0  # flushes done (monitoring: frames per flush)
@@ -126,14 +190,6 @@ class Outbound:
         self.hard_limit = self.max_pending - self.backlog
         self.limit = self.max_pending // 4 * 3 - self.backlog
 
-    def open_gate(self) -> None:
-        """Wake the producers stalled on this queue."""
-        waiting = self.waiting
-        if waiting:
-            self.waiting = {}
-            for wake in waiting.values():
-                wake()
-
     def mark_dirty(self) -> None:
         """Called on the empty→non-empty transition: arrange for exactly one flush."""
         scheduler = self.scheduler
@@ -150,6 +206,18 @@ class Outbound:
             self.mark_dirty()
         self.frames.append(data)
         self.queued += len(data)
+
+    def enqueue_msg(self, head: bytes, sid: bytes, tail: bytes) -> bool:
+        """Queue one message frame from its three shared parts (`MSG subject `, `sid `, the rest), by
+        reference; True once the queue is past its gate (`limit`). Only the delivery policy calls it."""
+        frames = self.frames
+        if not frames:
+            self.mark_dirty()
+        frames.append(head)
+        frames.append(sid)
+        frames.append(tail)
+        self.queued += len(head) + len(sid) + len(tail)
+        return self.queued > self.limit
 
     def flush(self) -> None:
         """Hand everything pending to the transport in one call, unless it asked us to pause."""
@@ -195,15 +263,16 @@ class Outbound:
         self._set_limits()
         if self.frames:
             self._wake.set()
-        if self.queued <= self.limit:
-            self.open_gate()
+        if self.gated and self.queued <= self.limit:
+            self.scheduler.stall.opened(self)
 
     def close(self) -> None:
         """Drop what is pending and stop the flusher."""
         self.closed = True
         self.frames.clear()
         self.queued = 0
-        self.open_gate()
+        if self.gated:
+            self.scheduler.stall.opened(self)
         if self._flusher is not None and not self._flusher.done():
             self._flusher.cancel()
 

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd import NATS_COMPAT_VERSION, __version__
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
-from pynatsd.broker.connection import SERVER_SHUTDOWN, Connection, Subscription
+from pynatsd.broker.connection import SERVER_SHUTDOWN, Connection
+from pynatsd.broker.delivery import Subscription
 from pynatsd.broker.histogram import HistogramCounts
 from pynatsd.broker.ids import new_server_id
 from pynatsd.broker.logging import configure_from, get_logger
 from pynatsd.broker.options import Options
-from pynatsd.broker.outbound import FlushScheduler
+from pynatsd.broker.outbound import FlushScheduler, StallGate
 from pynatsd.broker.tls import monitor_context, server_context
 from pynatsd.matcher import Sublist, SublistStats, combine_stats
 from pynatsd.protocol import encoder
@@ -54,14 +55,19 @@ class ServerStats:
     totals are the open connections' counts plus those of closed ones.
     """
 
-    def __init__(self, clients: dict[int, Connection]) -> None:
+    def __init__(self, clients: dict[int, Connection], stall: StallGate) -> None:
         self._clients = clients
+        self._stall = stall
         self.closed = ClosedTotals()
         self.slow_consumers = 0
-        self.stalled_clients = 0  # producers stalled at a consumer's gate (nats-server's count)
         self.stale_connections = 0
         self.total_connections = 0
         self.auth_failures = 0
+
+    @property
+    def stalled_clients(self) -> int:
+        """Producers stalled at a consumer's gate so far (nats-server's count)."""
+        return self._stall.stalled_total
 
     def _total(self, field: str) -> int:
         return int(getattr(self.closed, field)) + sum(getattr(c, field) for c in self._clients.values())
@@ -106,13 +112,18 @@ class Server:
         self.server_id = new_server_id()
         self.start_time = datetime.now(UTC)
         self.clients: dict[int, Connection] = {}
-        self.stats = ServerStats(self.clients)
+        self.scheduler = FlushScheduler()
+        self.stats = ServerStats(self.clients, self.scheduler.stall)
         self.sublist: Sublist[Subscription] = Sublist(cache=not self.options.disable_sublist_cache)
         self.auth = Authenticator(self.options)
         self.reloader: Callable[[], Options] | None = None  # set by the CLI when a config file is used
         # Each account is an isolated subject space; $G is the default one (`self.sublist`).
         self.account_sublists: dict[str, Sublist[Subscription]] = {DEFAULT_ACCOUNT: self.sublist}
-        self.scheduler = FlushScheduler()
+        # Caches every connection shares, since what they hold depends on nothing but their keys: parsed
+        # PUB control lines, and `MSG subject ` per published subject (only subjects that may be
+        # published to: not reserved). Bounded; each starts over when full.
+        self.pub_lines: dict[bytes, tuple[bytes, bytes | None, bytes, int]] = {}
+        self.msg_heads: dict[bytes, bytes] = {}
         self.fanout = HistogramCounts(1024)  # subscriptions matched per publish (monitoring)
         self.monitor: Monitor | None = None
         self.tls_context: ssl.SSLContext | None = None  # set by start() when TLS is configured
@@ -135,6 +146,7 @@ class Server:
         """Bind the client port and start serving."""
         opts = self.options
         self.loop = asyncio.get_running_loop()
+        self.scheduler.stall.loop = self.loop
         self._stopped = asyncio.Event()
         port = 0 if opts.port == -1 else opts.port
         self.tls_context = server_context(opts)

@@ -18,7 +18,8 @@ from pynatsd.monitor.formats import go_duration, parse_bool, parse_int, rfc3339n
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
-    from pynatsd.broker.connection import Connection, Subscription
+    from pynatsd.broker.connection import Connection
+    from pynatsd.broker.delivery import Subscription
     from pynatsd.broker.server import Server
     from pynatsd.matcher import Sublist
 

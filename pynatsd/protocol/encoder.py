@@ -37,15 +37,23 @@ def msg_head(subject: bytes, headers: bool) -> bytes:
     return (b"HMSG " if headers else b"MSG ") + subject + b" "
 
 
-def msg_tail(reply: bytes | None, payload: bytes) -> bytes:
-    """`[reply ]<#bytes>\\r\\n<payload>\\r\\n`: the part after the sid of a MSG."""
+def msg_tail(reply: bytes | None, payload: bytes, size: bytes | None = None) -> bytes:
+    """`[reply ]<#bytes>\\r\\n<payload>\\r\\n`: the part after the sid of a MSG. `size` is the size field as
+    the publisher spelled it (nats-server repeats it as sent: `PUB s 02` gives `MSG s 1 02`)."""
+    if size is None:
+        size = b"%d" % len(payload)
     if reply:
-        return b"%s %d\r\n%s\r\n" % (reply, len(payload), payload)
-    return b"%d\r\n%s\r\n" % (len(payload), payload)
+        return b"".join((reply, b" ", size, b"\r\n", payload, b"\r\n"))
+    return b"".join((size, b"\r\n", payload, b"\r\n"))
 
 
-def hmsg_tail(reply: bytes | None, headers: bytes, payload: bytes) -> bytes:
-    """`[reply ]<#hdr> <#total>\\r\\n<headers><payload>\\r\\n`: the part after the sid of an HMSG."""
+def hmsg_tail(reply: bytes | None, headers: bytes, payload: bytes, sizes: bytes | None = None) -> bytes:
+    """`[reply ]<#hdr> <#total>\\r\\n<headers><payload>\\r\\n`: the part after the sid of an HMSG (`sizes`:
+    `<#hdr> <#total>` as the publisher spelled them)."""
+    if sizes is not None:
+        if reply:
+            return b"".join((reply, b" ", sizes, b"\r\n", headers, payload, b"\r\n"))
+        return b"".join((sizes, b"\r\n", headers, payload, b"\r\n"))
     hdr = len(headers)
     if reply:
         return b"%s %d %d\r\n%s%s\r\n" % (reply, hdr, hdr + len(payload), headers, payload)

@@ -6,6 +6,8 @@ connection (after its `-ERR`, or silently when `err_text` is None) or leaves it 
 
 from __future__ import annotations
 
+from typing import Any
+
 # Errors after which the server closes the connection.
 UNKNOWN_OPERATION = "Unknown Protocol Operation"
 MAX_CONTROL_LINE = "maximum control line exceeded"
@@ -62,17 +64,17 @@ class ProtocolError(Exception):
     """A client broke the protocol.
 
     `err_text` is what goes inside `-ERR '…'` (None: close without a word); `closes` says whether the
-    connection is dropped. `ops` holds the ops parsed from the same read before the error, which the
-    server still processes in order.
+    connection is dropped. The ops before the error in the same read have already reached the parser's
+    handler; a parser without a handler (recording ops) leaves them in `ops`.
     """
 
     err_text: str | None = None
     closes: bool = True
 
-    def __init__(self, detail: str = "", ops: list[tuple[object, ...]] | None = None) -> None:
+    def __init__(self, detail: str = "") -> None:
         super().__init__(detail or self.err_text or type(self).__name__)
         self.detail = detail
-        self.ops: list[tuple[object, ...]] = ops if ops is not None else []
+        self.ops: list[Any] = []
 
 
 class UnknownOperation(ProtocolError):

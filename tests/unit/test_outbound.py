@@ -110,20 +110,66 @@ async def test_large_pieces_are_gathered_small_ones_joined() -> None:
     out.close()
 
 
+class FakeProducer:
+    def __init__(self, cid: int) -> None:
+        self.cid = cid
+        self.closed = False
+        self.events: list[str] = []
+
+    def hold_reading(self) -> None:
+        self.events.append("hold")
+
+    def release_reading(self) -> None:
+        self.events.append("release")
+
+
+class FakeConsumer:
+    def __init__(self, out: Outbound) -> None:
+        self.out: Outbound | None = out
+        self.stalls = 0
+
+
 async def test_the_gate_opens_when_the_transport_drains_or_the_queue_closes() -> None:
-    out, transport, _ = make(max_pending=1000)
-    woken: list[str] = []
+    out, transport, scheduler = make(max_pending=1000)
+    gate = scheduler.stall
+    gate.loop = asyncio.get_running_loop()
+    consumer, producer = FakeConsumer(out), FakeProducer(1)
     transport.buffered = 900
     out.pause()
-    out.waiting[1] = lambda: woken.append("producer 1")
+    gate.passed(consumer, out)
+    gate.after_read(producer)
+    assert producer.events == ["hold"] and consumer.stalls == 1 and gate.stalled_total == 1
     out.resume()  # still 900 buffered: above the gate (750)
-    assert woken == [] and out.limit == 750 - 900
+    assert producer.events == ["hold"] and out.limit == 750 - 900
     transport.buffered = 10
     out.resume()
-    assert woken == ["producer 1"] and out.waiting == {}
-    out.waiting[2] = lambda: woken.append("producer 2")
+    assert producer.events == ["hold", "release"] and out.gated == 0
+    second = FakeProducer(2)
+    gate.passed(consumer, out)
+    gate.after_read(second)
     out.close()
-    assert woken == ["producer 1", "producer 2"]
+    assert second.events == ["hold", "release"]
+
+
+async def test_a_stall_ends_by_itself_and_a_closed_producer_is_forgotten() -> None:
+    out, transport, scheduler = make(max_pending=1000)
+    gate = scheduler.stall
+    gate.loop = asyncio.get_running_loop()
+    consumer, producer = FakeConsumer(out), FakeProducer(1)
+    transport.buffered = 900
+    out.pause()
+    gate.passed(consumer, out)
+    gate.after_read(producer)
+    await asyncio.sleep(0.05)  # STALL_MIN/STALL_MAX are milliseconds
+    assert producer.events == ["hold", "release"] and out.gated == 0
+    gone = FakeProducer(2)
+    gate.passed(consumer, out)
+    gate.after_read(gone)
+    gone.closed = True
+    gate.forget(gone)
+    assert out.gated == 0
+    out.close()
+    assert gone.events == ["hold"]
 
 
 async def test_a_transport_closed_under_the_queue_reports_instead_of_raising() -> None:

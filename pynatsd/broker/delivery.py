@@ -1,0 +1,204 @@
+"""The delivery policy: the one place that decides whether a subscription receives a message.
+
+Every message, whoever publishes it (a client's PUB/HPUB, an internal client, a no-responders status),
+reaches its receivers through `publish` → `deliver`; no other code decides who receives a message, and
+no other code queues one (nats-server keeps the same rules in one `deliverMsg`). In `deliver`, in order:
+
+1. a closed receiver takes nothing;
+2. echo: a connection that said `echo: false` does not get its own messages;
+3. subscribe-deny, checked against the message's subject at delivery (a wildcard subscription may
+   overlap denied subjects: `foo.*` with `foo.secret` denied), with a per-connection cache;
+4. auto-unsubscribe: a subscription past its `max_msgs` is removed, the last message still goes out;
+5. allow_responses: a request delivered opens its reply subject to the receiver;
+6. internal subscriptions (no socket) get a callback; clients get the frame appended, by reference, to
+   their outbound queue: HMSG for clients that negotiated headers, MSG with the headers stripped for the
+   others;
+7. counters: the receiver's out msgs/bytes; `publish` counts the fan-out histogram, /subsz its matches.
+
+Queue groups: one member per group, picked at random; a member that takes nothing (closed, denied, its
+own echo) passes the message to the next one.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from pynatsd.protocol.encoder import hmsg_tail, msg_tail
+
+if TYPE_CHECKING:
+    from pynatsd.broker.auth import Permissions
+    from pynatsd.broker.outbound import Outbound
+    from pynatsd.matcher import Sublist
+
+#: An internal subscription's callback: (subscription, subject, reply, headers, payload).
+Callback = Callable[["Subscription", bytes, "bytes | None", "bytes | None", bytes], None]
+
+
+class Receiver(Protocol):
+    """What the policy reads and updates of a subscription's owner (a client connection or an internal
+    client). Plain attributes, not properties: they are read once per delivery."""
+
+    closed: bool
+    echo: bool
+    headers: bool
+    perms: Permissions | None
+    out: Outbound | None
+    out_msgs: int
+    out_bytes: int
+
+    def remove_sub(self, sub: Subscription) -> None: ...
+
+    def backlogged(self) -> None:
+        """Its queue passed the gate (see Outbound.limit)."""
+
+
+class Subscription:
+    """One SUB of one connection (or of an internal client). Hashed by identity; the matcher stores it."""
+
+    __slots__ = ("callback", "conn", "delivered", "max_msgs", "queue", "sid", "sid_sp", "subject")
+
+    def __init__(
+        self,
+        conn: Receiver,
+        subject: bytes,
+        queue: bytes | None,
+        sid: bytes,
+        callback: Callback | None = None,
+    ) -> None:
+        self.conn = conn
+        self.subject = subject
+        self.queue = queue
+        self.sid = sid
+        self.sid_sp = sid + b" "  # pre-encoded for MSG frames
+        self.max_msgs = 0  # auto-unsubscribe limit; 0 = none
+        self.delivered = 0
+        self.callback = callback
+
+
+class Message:
+    """The message being delivered, and its frames, built once and shared by every receiver.
+
+    A publisher reuses one instance (`set`) for every message it publishes: nothing is allocated per
+    message but the frame parts, and those only when someone receives it."""
+
+    __slots__ = (
+        "head",
+        "headers",
+        "hhead",
+        "htail",
+        "nbytes",
+        "origin",
+        "payload",
+        "reply",
+        "size",
+        "sizes",
+        "subject",
+        "tail",
+    )
+
+    def __init__(self, origin: Receiver | None) -> None:
+        self.origin = origin  # the publisher (echo is checked against it)
+        self.subject = b""
+        self.reply: bytes | None = None
+        self.headers: bytes | None = None
+        self.payload = b""
+        self.sizes = b""  # the size field(s) as the publisher spelled them
+        self.nbytes = 0  # payload bytes (what a MSG receiver counts)
+        self.size = 0  # headers + payload bytes (what an HMSG receiver counts)
+        self.head = b""  # `MSG subject `
+        self.tail = b""  # `[reply ]size\r\npayload\r\n`
+        self.hhead = b""  # `HMSG subject ` (with headers only)
+        self.htail = b""
+
+    def set(
+        self,
+        subject: bytes,
+        reply: bytes | None,
+        sizes: bytes,
+        headers: bytes | None,
+        payload: bytes,
+        head: bytes,
+    ) -> None:
+        """Make this the next message; `head` is `MSG subject ` (the publisher caches it per subject)."""
+        self.subject = subject
+        self.reply = reply
+        self.sizes = sizes
+        self.headers = headers
+        self.payload = payload
+        self.head = head
+        self.nbytes = len(payload)
+        self.size = self.nbytes if headers is None else len(headers) + self.nbytes
+
+    def frame(self) -> None:
+        """Build the frame parts (once a receiver is known). As nats-server, MSG and HMSG repeat the size
+        fields as the publisher spelled them; a MSG stripped of its headers counts its payload anew."""
+        if self.headers is None:
+            self.tail = msg_tail(self.reply, self.payload, self.sizes)
+        else:
+            self.tail = msg_tail(self.reply, self.payload)
+            self.hhead = b"H" + self.head
+            self.htail = hmsg_tail(self.reply, self.headers, self.payload, self.sizes)
+
+
+def deliver(sub: Subscription, msg: Message) -> bool:
+    """Deliver `msg` to `sub` if the rules let it receive it (see the module's docstring); True if so."""
+    conn = sub.conn
+    if conn.closed or (conn is msg.origin and not conn.echo):
+        return False
+    perms = conn.perms
+    if perms is not None and perms.sub_deny and perms.delivery_denied(msg.subject):
+        return False
+    if sub.max_msgs:
+        if sub.delivered >= sub.max_msgs:
+            conn.remove_sub(sub)
+            return False
+        if sub.delivered + 1 == sub.max_msgs:
+            conn.remove_sub(sub)
+    if perms is not None and msg.reply is not None and perms.replies is not None:
+        perms.track_reply(msg.reply)
+    sub.delivered += 1
+    if sub.callback is not None:
+        conn.out_msgs += 1
+        conn.out_bytes += msg.size
+        sub.callback(sub, msg.subject, msg.reply, msg.headers, msg.payload)
+        return True
+    out = conn.out
+    if out is None:
+        return False
+    if msg.headers is not None and conn.headers:
+        over = out.enqueue_msg(msg.hhead, sub.sid_sp, msg.htail)
+        conn.out_bytes += msg.size
+    else:
+        over = out.enqueue_msg(msg.head, sub.sid_sp, msg.tail)
+        conn.out_bytes += msg.nbytes
+    conn.out_msgs += 1
+    if over:
+        conn.backlogged()
+    return True
+
+
+def publish(sublist: Sublist[Subscription], msg: Message, fanout: list[int]) -> bool:
+    """Deliver `msg` to every matching subscription of `sublist`: each plain one, and one member of each
+    queue group. `fanout` is the histogram of matches per publish (its last slot takes the rest). True if
+    anyone received it."""
+    plain, groups = sublist.match(msg.subject)
+    matched = len(plain) + len(groups)
+    fanout[matched if matched < len(fanout) else -1] += 1
+    if not matched:
+        return False
+    msg.frame()
+    delivered = False
+    for sub in plain:
+        if deliver(sub, msg):
+            delivered = True
+    for group in groups:
+        # Exactly one member per queue group: from a random start, the first that takes it.
+        n = len(group)
+        start = int(random.random() * n)
+        for i in range(n):
+            if deliver(group[(start + i) % n], msg):
+                delivered = True
+                break
+    return delivered

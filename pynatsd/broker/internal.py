@@ -1,0 +1,132 @@
+"""Internal clients: server-side subscribers and publishers with no socket (JetStream, $SYS services).
+
+An internal client lives in one account. Its subscriptions sit in that account's subject space like any
+client's, and messages reach them through the one delivery policy (`delivery.deliver`), which hands each
+to the subscription's callback instead of an outbound queue. Callbacks never run inside the delivery
+that triggered them: each message is queued and the callbacks run on the next turn of the event loop, in
+order, so a callback may publish (a reply, an ack) without re-entering the publisher's read.
+
+    client = InternalClient(server, "$G", "jetstream")
+    client.subscribe(b"$JS.API.>", on_request)           # on_request(subject, reply, headers, payload)
+    client.publish(b"_INBOX.x", None, None, b"{...}")
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pynatsd.broker.auth import DEFAULT_ACCOUNT, Permissions
+from pynatsd.broker.delivery import Message, Subscription, publish
+from pynatsd.broker.logging import get_logger
+from pynatsd.protocol.subjects import is_literal_subject
+
+if TYPE_CHECKING:
+    from pynatsd.broker.outbound import Outbound
+    from pynatsd.broker.server import Server
+    from pynatsd.matcher import Sublist
+
+log = get_logger()
+
+#: What an internal subscriber gets: (subject, reply, headers, payload).
+Handler = Callable[[bytes, "bytes | None", "bytes | None", bytes], None]
+
+
+class InternalClient:
+    """A client of the server inside the server. See the module docstring."""
+
+    def __init__(self, server: Server, account: str = DEFAULT_ACCOUNT, name: str = "internal") -> None:
+        self.server = server
+        self.account = account
+        self.name = name
+        # What the delivery policy reads of a receiver (delivery.Receiver): no socket, no permissions.
+        self.closed = False
+        self.echo = True
+        self.headers = True
+        self.perms: Permissions | None = None
+        self.out: Outbound | None = None
+        self.out_msgs = 0
+        self.out_bytes = 0
+        self.in_msgs = 0
+        self.in_bytes = 0
+        self.subs: dict[bytes, Subscription] = {}
+        self._next_sid = 0
+        self._inbox: deque[tuple[Handler, bytes, bytes | None, bytes | None, bytes]] = deque()
+        self._scheduled = False
+        self._msg = Message(self)
+        self._heads: dict[bytes, bytes] = {}
+
+    @property
+    def sublist(self) -> Sublist[Subscription]:
+        return self.server.sublist_for(self.account)
+
+    def subscribe(self, subject: bytes, handler: Handler, queue: bytes | None = None) -> Subscription:
+        """Subscribe `handler` to `subject` (wildcards allowed), optionally in a queue group."""
+        self._next_sid += 1
+        sid = b"%d" % self._next_sid
+
+        def queued(
+            sub: Subscription, subj: bytes, reply: bytes | None, hdrs: bytes | None, data: bytes
+        ) -> None:
+            self._inbox.append((handler, subj, reply, hdrs, data))
+            if not self._scheduled:
+                self._scheduled = True
+                self.server.loop.call_soon(self._drain)
+
+        sub = Subscription(self, subject, queue, sid, callback=queued)
+        self.sublist.insert(sub)
+        self.subs[sid] = sub
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self.remove_sub(sub)
+
+    def remove_sub(self, sub: Subscription) -> None:
+        if self.subs.get(sub.sid) is sub:
+            del self.subs[sub.sid]
+            self.sublist.remove(sub)
+
+    def backlogged(self) -> None:
+        """Never: an internal client has no queue."""
+
+    def publish(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> bool:
+        """Publish as this client (no permission checks: the server speaks). True if anyone received it."""
+        if not is_literal_subject(subject):
+            raise ValueError(f"cannot publish to a wildcard subject: {subject!r}")
+        self.in_msgs += 1
+        self.in_bytes += len(payload) + (len(headers) if headers is not None else 0)
+        head = self._heads.get(subject)
+        if head is None:
+            head = b"MSG " + subject + b" "
+            if len(self._heads) >= 1024:
+                self._heads.clear()
+            self._heads[subject] = head
+        sizes = (
+            b"%d" % len(payload)
+            if headers is None
+            else b"%d %d" % (len(headers), len(headers) + len(payload))
+        )
+        msg = Message(self)  # not reused: a callback may publish while another publish is delivering
+        msg.set(subject, reply, sizes, headers, payload, head)
+        return publish(self.sublist, msg, self.server.fanout.counts)
+
+    def close(self) -> None:
+        """Unsubscribe everything; queued callbacks are dropped."""
+        for sub in list(self.subs.values()):
+            self.remove_sub(sub)
+        self.closed = True
+        self._inbox.clear()
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        inbox = self._inbox
+        # Only what is queued now: messages that callbacks publish to us wait for the next turn.
+        for _ in range(len(inbox)):
+            if self.closed:
+                return
+            handler, subject, reply, headers, payload = inbox.popleft()
+            try:
+                handler(subject, reply, headers, payload)
+            except Exception:  # one bad message must not cost the others theirs
+                log.exception("internal client %s: handler failed on %r", self.name, subject)

@@ -1,0 +1,68 @@
+"""InternalClient: server-side subscribers and publishers reached through the one delivery policy, seen
+by real nats-py clients over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+
+from pynatsd.broker.internal import InternalClient
+from pynatsd.broker.server import Server
+
+
+async def test_an_internal_service_answers_client_requests(server: Server, url: str) -> None:
+    service = InternalClient(server, name="echo")
+    seen: list[tuple[bytes, bytes | None, bytes | None, bytes]] = []
+
+    def on_request(subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
+        seen.append((subject, reply, headers, payload))
+        assert reply is not None
+        # Publishing from a callback: it runs after the request's delivery, never inside it.
+        service.publish(reply, None, b"NATS/1.0\r\nX-From: echo\r\n\r\n", payload.upper())
+
+    service.subscribe(b"svc.>", on_request)
+    nc = await nats.connect(url)
+    try:
+        response = await nc.request("svc.echo", b"hello", timeout=2)
+        assert response.data == b"HELLO"
+        assert response.headers == {"X-From": "echo"}
+        assert seen[0][0] == b"svc.echo" and seen[0][3] == b"hello"
+    finally:
+        await nc.close()
+    service.close()
+
+
+async def test_internal_publishes_reach_clients_and_internal_subscribers(server: Server, url: str) -> None:
+    client_side = InternalClient(server)
+    got: list[bytes] = []
+    client_side.subscribe(b"events.*", lambda s, r, h, p: got.append(s + b"=" + p), queue=b"workers")
+    nc = await nats.connect(url)
+    received: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def on_msg(msg: nats.aio.msg.Msg) -> None:
+        await received.put(msg.data)
+
+    await nc.subscribe("events.>", cb=on_msg)
+    await nc.flush()
+    publisher = InternalClient(server)
+    assert publisher.publish(b"events.a", None, None, b"1")
+    assert await asyncio.wait_for(received.get(), 2) == b"1"
+    await nc.publish("events.b", b"2")
+    await nc.flush()
+    assert await asyncio.wait_for(received.get(), 2) == b"2"
+    await asyncio.sleep(0.05)
+    assert got == [b"events.a=1", b"events.b=2"]
+    await nc.close()
+    publisher.close()
+    client_side.close()
+
+
+async def test_internal_subscriptions_are_kept_apart_by_account(server: Server) -> None:
+    other = InternalClient(server, account="OTHER")
+    got: list[bytes] = []
+    other.subscribe(b"x", lambda s, r, h, p: got.append(p))
+    assert not InternalClient(server).publish(b"x", None, None, b"global")
+    assert InternalClient(server, account="OTHER").publish(b"x", None, None, b"mine")
+    await asyncio.sleep(0.05)
+    assert got == [b"mine"]
