@@ -44,8 +44,9 @@ _HEAD_SUBJECT_CACHED = 128
 # Input processed per turn of the event loop, per connection. libuv reads a ready socket up to 32 times
 # in a row (256 KiB each under uvloop) before it serves anything else: a publisher flooding interleaved
 # subjects kept the loop for 0.8 s per turn, and a new client's CONNECT timed out (issue 16). With one
-# slice per turn, others wait for at most a slice of each busy connection (64 KiB of 16 B PUBs: ~2 ms).
-READ_SLICE = 65536
+# slice per turn, others wait for at most a slice of each busy connection (32 KiB: about 1,000 PUBs of
+# 16 B, 1-2 ms; tests/fairness measures the handshake and PING latency under such a flood).
+READ_SLICE = 32768
 # Why a connection is not reading (bits of Connection._holds).
 _HOLD_STALL = 1  # a consumer it feeds is behind (outbound.StallGate)
 _HOLD_TURN = 2  # it had its slice this turn
@@ -187,6 +188,10 @@ class Connection(asyncio.Protocol):
             self.close(MAX_CONNECTIONS_EXCEEDED, errors.MAX_CONNECTIONS)
             return
         log.debug("%r - Client connection created", self)
+        if server.tls_context is None or server.options.tls_handshake_first:
+            # INFO now, not on the flusher task's turn: under load every turn of the loop counts toward
+            # how long a new client waits to connect.
+            self.out.flush()
         loop = server.loop
         opts = server.options
         ctx = server.tls_context

@@ -1,0 +1,136 @@
+"""Fairness under flood (issue 16, item 3): while publishers flood interleaved subjects at full speed, a
+new client's CONNECT → PONG and an idle client's PING → PONG still complete quickly.
+
+The flood is bounded (a fixed number of pre-encoded messages per publisher, written as fast as the
+broker reads them), and so is the test. The bounds are generous for a noisy 2-core machine: before the
+fix, connects took seconds (libuv read a flooding socket up to 32 times per loop turn); the real figures
+are in the closing note and in `make bench`.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import threading
+import time
+
+import pytest
+
+from tests.servers import ServerProcess, start_server
+
+SUBJECTS = 1000
+PUBLISHERS = 3
+MESSAGES = 600_000  # per publisher, 16 B each
+BOUND = 1.0  # seconds: p99-ish bound for a handshake or a PING under flood (nats-server: milliseconds)
+
+
+def _flood_chunk() -> bytes:
+    payload = b"x" * 16
+    return b"".join(b"PUB bench.%d 16\r\n%s\r\n" % (i, payload) for i in range(SUBJECTS))
+
+
+def _connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _read_until(sock: socket.socket, token: bytes) -> None:
+    data = b""
+    while token not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+
+
+def _handshake(port: int) -> float:
+    """TCP connect, INFO, CONNECT + PING, PONG: what a client's connect costs, in seconds."""
+    start = time.perf_counter()
+    with _connect(port) as sock:
+        _read_until(sock, b"\r\n")
+        sock.sendall(b'CONNECT {"verbose":false}\r\nPING\r\n')
+        _read_until(sock, b"PONG\r\n")
+    return time.perf_counter() - start
+
+
+def _ping(sock: socket.socket) -> float:
+    start = time.perf_counter()
+    sock.sendall(b"PING\r\n")
+    _read_until(sock, b"PONG\r\n")
+    return time.perf_counter() - start
+
+
+def _drain(sock: socket.socket, stop: threading.Event) -> None:
+    sock.settimeout(0.5)
+    while not stop.is_set():
+        try:
+            if not sock.recv(1 << 20):
+                return
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+
+
+def _publish(port: int, count: int, stop: threading.Event) -> None:
+    chunk = _flood_chunk()
+    with _connect(port) as sock:
+        _read_until(sock, b"\r\n")
+        sock.sendall(b'CONNECT {"verbose":false}\r\n')
+        for _ in range(count // SUBJECTS):
+            if stop.is_set():
+                return
+            sock.sendall(chunk)
+
+
+def _measure_under_flood(server: ServerProcess) -> tuple[list[float], list[float]]:
+    stop = threading.Event()
+    sub = _connect(server.port)
+    _read_until(sub, b"\r\n")
+    sub.sendall(b'CONNECT {"verbose":false}\r\nSUB bench.* 1\r\nPING\r\n')
+    _read_until(sub, b"PONG\r\n")
+    idle = _connect(server.port)
+    _read_until(idle, b"\r\n")
+    idle.sendall(b'CONNECT {"verbose":false}\r\nPING\r\n')
+    _read_until(idle, b"PONG\r\n")
+    threads = [threading.Thread(target=_drain, args=(sub, stop), daemon=True)]
+    threads += [
+        threading.Thread(target=_publish, args=(server.port, MESSAGES, stop), daemon=True)
+        for _ in range(PUBLISHERS)
+    ]
+    handshakes: list[float] = []
+    pings: list[float] = []
+    try:
+        threads[0].start()
+        for publisher in threads[1:]:
+            publisher.start()
+            time.sleep(0.2)  # publishers connect one after another, while the others flood
+        for _ in range(10):
+            handshakes.append(_handshake(server.port))
+            pings.append(_ping(idle))
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+        sub.close()
+        idle.close()
+    return handshakes, pings
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_handshakes_and_pings_stay_fast_under_an_interleaved_flood(kind: str) -> None:
+    server = start_server(kind)
+    try:
+        handshakes, pings = _measure_under_flood(server)
+    finally:
+        server.stop()
+    ms = {
+        name: (statistics.median(v) * 1000, max(v) * 1000)
+        for name, v in (("handshake", handshakes), ("ping", pings))
+    }
+    report = f"{kind}: " + "; ".join(f"{n} median {a:.1f} ms, max {b:.1f} ms" for n, (a, b) in ms.items())
+    print(report)
+    assert max(handshakes) < BOUND and max(pings) < BOUND, report
