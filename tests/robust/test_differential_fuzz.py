@@ -55,7 +55,7 @@ def _exchange(port: int, data: bytes) -> bytes:
 
 
 def _frames(out: bytes) -> list[bytes]:
-    """Split server output into frames (a MSG frame keeps its payload)."""
+    """Split server output into frames (a MSG or HMSG frame keeps its payload)."""
     frames, pos = [], 0
     while pos < len(out):
         end = out.find(b"\r\n", pos)
@@ -64,7 +64,7 @@ def _frames(out: bytes) -> list[bytes]:
             break
         line = out[pos : end + 2]
         pos = end + 2
-        if line.startswith(b"MSG "):
+        if line.startswith((b"MSG ", b"HMSG ")):
             size = int(line.split()[-1])
             line += out[pos : pos + size + 2]
             pos += size + 2
@@ -81,7 +81,7 @@ def _canonical(out: bytes) -> list[bytes]:
     frames = _frames(out)
     keyed: list[tuple[bytes, bytes]] = []
     for frame in frames:
-        if frame.startswith(b"MSG "):
+        if frame.startswith((b"MSG ", b"HMSG ")):
             head, _, payload = frame.partition(b"\r\n")
             parts = head.split()
             key = b" ".join([parts[1], *parts[3:]]) + b"\r\n" + payload
