@@ -6,7 +6,12 @@ STAMP := $(VENV)/.stamp-$(shell cat requirements.txt requirements-dev.txt | cksu
 PORT ?= 4222
 HTTP_PORT ?= 8222
 
-.PHONY: venv run test test-fast lint typecheck clean
+COMPILED_STAMP := build/.compiled
+# The suites that must pass on the interpreted path too (PYNATSD_NO_EXTENSIONS=1): the wire, the delivery
+# rules and the parser, differential, property and fuzz.
+INTERPRETED_SUITES ?= tests/unit tests/robust tests/integration tests/security/test_subscribe_deny.py tests/fairness
+
+.PHONY: venv compile run test test-fast lint typecheck clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,26 +22,38 @@ $(STAMP): requirements.txt requirements-dev.txt
 
 venv: $(STAMP)
 
+# The message path compiled with mypyc beside its sources (setup.py; falls back to interpreted without a
+# C compiler). Rebuilt when any module changes.
+$(COMPILED_STAMP): $(STAMP) setup.py $(wildcard pynatsd/*/*.py)
+	$(PY) setup.py -q build_ext --inplace
+	@mkdir -p build && touch $@
+
+## compile: build the compiled message path in place (make run and make test do it)
+compile: $(COMPILED_STAMP)
+
 ## run: the broker on 4222, monitoring on 8222
-run: venv
+run: compile
 	$(PY) -m pynatsd -p $(PORT) -m $(HTTP_PORT)
 
-## test: the whole suite (core suites on both asyncio and uvloop, see tests/conftest.py)
-test: venv
+## test: the whole suite on the compiled path (core suites on both asyncio and uvloop, see
+## tests/conftest.py), then the core suites again on the interpreted path
+test: compile
 	$(PY) -m pytest -q
+	PYNATSD_NO_EXTENSIONS=1 $(PY) -m pytest -q $(INTERPRETED_SUITES)
 
 test-fast: venv
 	$(PY) -m pytest -q -x tests/unit tests/integration
 
 lint: venv
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check protocol matcher broker
+	$(PY) -m ruff format --check pynatsd
 
 typecheck: venv
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find pynatsd -name '*.so' -delete; rm -f *__mypyc*.so
 
 # Per-capability targets (bench, soak, compose, pipeline…) live in mk/*.mk.
 -include mk/*.mk

@@ -5,6 +5,11 @@ subscription index), `broker` (asyncio: server, connections, delivery, outbound)
 daemon's life), `monitor` (HTTP), and `spark` (the PySpark connector, an extra).
 """
 
+from pynatsd import extensions
+
+if extensions.disabled():
+    extensions.prefer_source()
+
 __version__ = "0.1.0"
 #: The nats-server feature level whose client protocol we speak (sent as INFO `version`).
 NATS_COMPAT_VERSION = "2.12.0"

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pynatsd import NATS_COMPAT_VERSION, __version__
+from pynatsd import NATS_COMPAT_VERSION, __version__, extensions
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.broker.connection import SERVER_SHUTDOWN, Connection
 from pynatsd.broker.delivery import Subscription
@@ -174,6 +174,7 @@ class Server:
         self.port = int(sockets[0].getsockname()[1]) if sockets else port
         self._info_base = self._build_info()
         log.info("Starting pynatsd %s (nats-server protocol level %s)", __version__, NATS_COMPAT_VERSION)
+        log.info("  Message path: %s", extensions.describe())
         log.info("  Server ID:   %s", self.server_id)
         log.info("  Server name: %s", self.server_name)
         if opts.pid_file:

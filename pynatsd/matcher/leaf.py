@@ -140,13 +140,13 @@ def merge(slots: list[Any]) -> MatchResult:
                     else:
                         g.extend(members)
         else:
-            q = slot.queue
-            if not q:
+            queue: bytes | None = slot.queue
+            if not queue:
                 plain.append(slot)
             else:
-                g = groups.get(q)
+                g = groups.get(queue)
                 if g is None:
-                    groups[q] = [slot]
+                    groups[queue] = [slot]
                 else:
                     g.append(slot)
     if not plain and not groups:

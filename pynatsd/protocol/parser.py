@@ -163,7 +163,7 @@ class Parser:
             start = 0
             if self._pending is not None:
                 start = self._continue_payload(data)
-                if self._pending is not None:
+                if start < 0:  # the payload is still incomplete
                     return self._recorded()
             elif self._buf:
                 data = self._buf + data
@@ -183,7 +183,8 @@ class Parser:
         return self._recorder.take() if self._recorder is not None else []
 
     def _continue_payload(self, data: bytes) -> int:
-        """Add `data` to the payload being gathered; return where the rest of `data` starts."""
+        """Add `data` to the payload being gathered; return where the rest of `data` starts, or -1 when
+        the payload is still incomplete."""
         pending = self._pending
         acc = self._acc
         assert pending is not None and acc is not None
@@ -191,7 +192,7 @@ class Parser:
         need = size + 2 - len(acc)
         if len(data) < need:
             acc += data
-            return len(data)
+            return -1
         acc += data[:need]  # only what completes the frame: the rest is parsed in place, not copied
         if acc[size] != 13 or acc[size + 1] != 10:
             raise errors.UnknownOperation("payload not followed by CRLF")

@@ -6,7 +6,7 @@ import pytest
 
 from pynatsd.protocol import errors
 from pynatsd.protocol.ops import Connect, Err, HPub, Info, Ok, Op, Ping, Pong, Pub, Sub, Unsub
-from pynatsd.protocol.parser import Parser, parse_size
+from pynatsd.protocol.parser import LINE_CACHE_SIZE, Parser, parse_size
 
 
 def pub(subject: bytes, reply: bytes | None, payload: bytes, size: bytes | None = None) -> Pub:
@@ -248,15 +248,15 @@ def test_parse_size() -> None:
 
 def test_cached_pub_lines_parse_as_the_first_time_and_stay_bounded() -> None:
     # Each control line is parsed once and then served from a per-connection cache: across many reads,
-    # with more distinct lines than the cache holds, and with lines too long to cache, every op is the same.
+    # with more distinct lines than the cache holds and with lines too long to cache, every op is the same.
     parser = Parser()
-    lines = [(b"s.%d" % i, b"r.%d" % i if i % 3 else None, b"x" * (i % 7)) for i in range(600)]
+    lines = [(b"s.%d" % i, b"r.%d" % i if i % 3 else None, b"x" * (i % 7)) for i in range(LINE_CACHE_SIZE + 100)]
     lines.append((b"long." + b"a" * 200, None, b"hi"))
     stream = b"".join(b"PUB %s %s%d\r\n%s\r\n" % (s, r + b" " if r else b"", len(p), p) for s, r, p in lines)
     expected = [pub(s, r, p) for s, r, p in lines]
     for _ in range(3):
         assert parser.feed(stream) == expected
-        assert len(parser._lines) <= 256
+        assert len(parser._lines) <= LINE_CACHE_SIZE
     assert not any(len(line) > 128 for line in parser._lines)
 
 

@@ -1,0 +1,58 @@
+"""Which message path runs: the mypyc-compiled modules (see setup.py) or the same source interpreted.
+
+`PYNATSD_NO_EXTENSIONS=1` makes every `pynatsd` module load from its `.py` file even where a compiled
+module sits beside it (Python would otherwise prefer the extension), so one checkout runs both ways.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+#: The module that tells whether the message path is compiled (every compiled module is built together).
+PROBE = "pynatsd.broker.delivery"
+
+
+def disabled() -> bool:
+    return os.environ.get("PYNATSD_NO_EXTENSIONS", "") not in ("", "0")
+
+
+class _SourceFirst(importlib.abc.MetaPathFinder):
+    """Finds `pynatsd.*` modules as source files, ahead of the default finder's extension modules."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith("pynatsd.") or path is None:
+            return None
+        leaf = fullname.rpartition(".")[2]
+        for entry in path:
+            source = Path(entry) / f"{leaf}.py"
+            if source.is_file():
+                return importlib.util.spec_from_file_location(fullname, source)
+        return None
+
+
+def prefer_source() -> None:
+    """Install the source-first finder (idempotent)."""
+    if not any(isinstance(finder, _SourceFirst) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _SourceFirst())
+
+
+def compiled() -> bool:
+    """True when the message path runs compiled."""
+    module = importlib.import_module(PROBE)
+    return not str(getattr(module, "__file__", "")).endswith(".py")
+
+
+def describe() -> str:
+    """For the start banner: `compiled (mypyc)` or `interpreted`, with why."""
+    if compiled():
+        return "compiled (mypyc)"
+    return "interpreted (PYNATSD_NO_EXTENSIONS)" if disabled() else "interpreted (no compiled modules built)"
