@@ -250,7 +250,9 @@ def test_cached_pub_lines_parse_as_the_first_time_and_stay_bounded() -> None:
     # Each control line is parsed once and then served from a per-connection cache: across many reads,
     # with more distinct lines than the cache holds and with lines too long to cache, every op is the same.
     parser = Parser()
-    lines = [(b"s.%d" % i, b"r.%d" % i if i % 3 else None, b"x" * (i % 7)) for i in range(LINE_CACHE_SIZE + 100)]
+    lines = [
+        (b"s.%d" % i, b"r.%d" % i if i % 3 else None, b"x" * (i % 7)) for i in range(LINE_CACHE_SIZE + 100)
+    ]
     lines.append((b"long." + b"a" * 200, None, b"hi"))
     stream = b"".join(b"PUB %s %s%d\r\n%s\r\n" % (s, r + b" " if r else b"", len(p), p) for s, r, p in lines)
     expected = [pub(s, r, p) for s, r, p in lines]
