@@ -16,6 +16,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
+from pynatsd.broker import trace
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Permissions
 from pynatsd.broker.logging import TRACE, get_logger
 from pynatsd.broker.outbound import STALL_MAX, STALL_MIN, Consumer, Outbound
@@ -27,7 +28,6 @@ from pynatsd.protocol.ops import (
     ERR,
     HPUB,
     INFO,
-    NAMES,
     OK,
     PING,
     PONG,
@@ -207,7 +207,7 @@ class Connection(asyncio.Protocol):
         if peer:
             self.ip, self.port = str(peer[0]), int(peer[1])
         transport.set_write_buffer_limits(high=256 * 1024)
-        self.out = Outbound(transport, server.scheduler, server.options.max_pending)
+        self.out = Outbound(self._traced(transport), server.scheduler, server.options.max_pending)
         self.out.start(self._write_failed)
         self.out.push(server.info_for(self))
         if not server.accept(self):
@@ -247,6 +247,10 @@ class Connection(asyncio.Protocol):
         if server.auth.required:
             self._auth_timer = loop.call_later(opts.effective_auth_timeout, self._auth_timeout)
 
+    # -- trace hook (-V): what is written goes through TracedTransport, which logs it `->>` --------------
+    def _traced(self, transport: asyncio.Transport) -> asyncio.Transport:
+        return cast(asyncio.Transport, trace.TracedTransport(transport, self)) if self._trace else transport
+
     def _start_ping_timer(self) -> None:
         first = min(self.server.options.ping_interval, _FIRST_PING)
         self._ping_timer = self.server.loop.call_later(first * (1 + random.random() * 0.2), self._ping_tick)
@@ -282,7 +286,7 @@ class Connection(asyncio.Protocol):
         self.tls_version, self.tls_cipher = session_info(tls)
         self.transport = tls
         tls.set_write_buffer_limits(high=256 * 1024)
-        self.out.transport = tls
+        self.out.transport = self._traced(tls)
         self.out.resume()
         self._start_ping_timer()
 
@@ -343,9 +347,7 @@ class Connection(asyncio.Protocol):
     # -- ops ------------------------------------------------------------------------------------------
     def _process(self, ops: list[Op]) -> None:
         if self._trace:
-            ops = [one for op in ops for one in (expand_run(op) if op[0] in (PUBRUN, PUBMIX) else (op,))]
-            for op in ops:
-                log.log(TRACE, "%r - <<- [%s]", self, _describe(op))
+            ops = trace.inbound(self, ops)
         on_pub = self._on_pub
         for op in ops:
             if self.closed:
@@ -959,22 +961,3 @@ def _deliver_run(sub: Subscription, data: bytes, count: int, nbytes: int) -> Non
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
-
-
-def _describe(op: Op) -> str:
-    """An op as nats-server traces it: `PUB foo reply 5`, `CONNECT {...}` (without the password)."""
-    kind = op[0]
-    if kind in (CONNECT, INFO):
-        shown = {k: ("[REDACTED]" if k.lower() in ("pass", "auth_token") else v) for k, v in op[1].items()}
-        return f"{NAMES[kind]} {encoder.go_json(shown)}"
-    if kind == PUB:
-        parts = [op[1], op[2], b"%d" % len(op[3])]
-    elif kind == HPUB:
-        parts = [op[1], op[2], b"%d" % len(op[3]), b"%d" % (len(op[3]) + len(op[4]))]
-    elif kind == UNSUB:
-        parts = [op[1], None if op[2] is None else b"%d" % op[2]]
-    elif kind == ERR:
-        return f"-ERR {op[1]}"
-    else:
-        parts = list(op[1:])
-    return " ".join([NAMES[kind], *(_text(p) for p in parts if p is not None)])

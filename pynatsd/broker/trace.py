@@ -1,0 +1,163 @@
+"""Protocol trace (`-V`) in both directions, as nats-server writes it.
+
+`<<- [PUB foo reply 5]` then `<<- MSG_PAYLOAD: ["hello"]` for what a client sends; `->> [MSG foo 1 5]`,
+`->> MSG_PAYLOAD: ["hello"]`, `->> [PONG]`, `->> [OK]`, `->> [-ERR …]` for what it is sent (INFO is not
+traced, as in nats-server). Payloads are cut at `max_traced_msg_len` bytes (`"hel..."`). Secrets in CONNECT
+are never shown, under any spelling pynatsd accepts.
+
+Only used while tracing: outgoing frames are read back from what the connection hands its transport
+(`TracedTransport`), so every delivery path is traced without touching the message path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from pynatsd.broker.logging import TRACE, get_logger
+from pynatsd.protocol import encoder
+from pynatsd.protocol.ops import CONNECT, ERR, HPUB, INFO, NAMES, PUB, PUBMIX, PUBRUN, UNSUB, Op
+from pynatsd.protocol.parser import expand_run
+
+if TYPE_CHECKING:
+    from pynatsd.broker.connection import Connection
+
+log = get_logger()
+REDACTED = "[REDACTED]"
+# CONNECT keys whose values are never traced: nats-server's (any key starting with `pass` or `auth_token`,
+# and sig, proxy_sig, nkey), plus `jwt`, a bearer credential.
+_SECRET_PREFIXES = ("pass", "auth_token")
+_SECRET_KEYS = {"sig", "proxy_sig", "nkey", "jwt"}
+
+
+def redact(fields: dict[str, Any]) -> dict[str, Any]:
+    """A copy of CONNECT's fields with every secret's value replaced by `[REDACTED]`."""
+    return {
+        k: REDACTED if k.lower().startswith(_SECRET_PREFIXES) or k.lower() in _SECRET_KEYS else v
+        for k, v in fields.items()
+    }
+
+
+def describe(op: Op) -> str:
+    """An op as nats-server traces it: `PUB foo reply 5`, `CONNECT {...}` (secrets redacted)."""
+    kind = op[0]
+    if kind in (CONNECT, INFO):
+        return f"{NAMES[kind]} {encoder.go_json(redact(op[1]))}"
+    if kind == PUB:
+        parts = [op[1], op[2], b"%d" % len(op[3])]
+    elif kind == HPUB:
+        parts = [op[1], op[2], b"%d" % len(op[3]), b"%d" % (len(op[3]) + len(op[4]))]
+    elif kind == UNSUB:
+        parts = [op[1], None if op[2] is None else b"%d" % op[2]]
+    elif kind == ERR:
+        return f"-ERR {op[1]}"
+    else:
+        parts = list(op[1:])
+    return " ".join([NAMES[kind], *(_text(p) for p in parts if p is not None)])
+
+
+def go_quote(data: bytes) -> str:
+    """Go's `%q` of a byte slice: printable UTF-8 as is, `\\n`, `\\"`, other bytes as `\\xNN`."""
+    out = ['"']
+    text = data.decode("utf-8", "surrogateescape")
+    for ch in text:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable() or ch == " ":
+            out.append(ch)
+        elif code < 0x10000:
+            out.append(f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+_GO_ESCAPES |= {'"': '\\"', "\\": "\\\\"}
+
+
+def payload_line(arrow: str, payload: bytes, max_len: int) -> str | None:
+    """`<arrow> MSG_PAYLOAD: ["…"]`, cut after `max_len` bytes (0: whole); None for an empty payload."""
+    if not payload:
+        return None
+    if 0 < max_len < len(payload):
+        return f'{arrow} MSG_PAYLOAD: ["{go_quote(payload[:max_len])[1:-1]}..."]'
+    return f"{arrow} MSG_PAYLOAD: [{go_quote(payload)}]"
+
+
+def inbound(conn: Connection, ops: list[Op]) -> list[Op]:
+    """Trace a read's ops (runs expanded into their PUBs) and return them as expanded."""
+    ops = [one for op in ops for one in (expand_run(op) if op[0] in (PUBRUN, PUBMIX) else (op,))]
+    max_len = conn.server.options.max_traced_msg_len
+    for op in ops:
+        log.log(TRACE, "%r - <<- [%s]", conn, describe(op))
+        if op[0] in (PUB, HPUB):
+            line = payload_line("<<-", bytes(op[3]) + (bytes(op[4]) if op[0] == HPUB else b""), max_len)
+            if line is not None:
+                log.log(TRACE, "%r - %s", conn, line)
+    return ops
+
+
+class TracedTransport:
+    """A transport that traces the frames written through it, then writes them (`->>` lines)."""
+
+    def __init__(self, transport: asyncio.Transport, conn: Connection) -> None:
+        self._transport = transport
+        self._conn = conn
+        self._pending = b""  # the start of a frame whose end is in a later write
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._trace(bytes(data))
+        self._transport.write(data)
+
+    def writelines(self, pieces: Any) -> None:
+        pieces = list(pieces)
+        self._trace(b"".join(pieces))
+        self._transport.writelines(pieces)
+
+    def _trace(self, data: bytes) -> None:
+        conn = self._conn
+        max_len = conn.server.options.max_traced_msg_len
+        buf, pos = self._pending + data, 0
+        while (end := buf.find(b"\r\n", pos)) >= 0:
+            line = buf[pos:end]
+            size = _payload_size(line)
+            if size is not None:
+                if end + 2 + size + 2 > len(buf):
+                    break  # the payload is in a later write
+                log.log(TRACE, "%r - ->> [%s]", conn, _text(line))
+                traced = payload_line("->>", buf[end + 2 : end + 2 + size], max_len)
+                if traced is not None:
+                    log.log(TRACE, "%r - %s", conn, traced)
+                pos = end + 2 + size + 2
+                continue
+            shown = _OUT_LINES.get(line)
+            if shown is None and line.startswith(b"-ERR "):
+                shown = "-ERR " + _text(line[5:]).strip("'")
+            if shown:
+                log.log(TRACE, "%r - ->> [%s]", conn, shown)
+            pos = end + 2
+        self._pending = buf[pos:]
+
+
+_OUT_LINES = {b"PING": "PING", b"PONG": "PONG", b"+OK": "OK"}
+
+
+def _payload_size(line: bytes) -> int | None:
+    """The bytes after a MSG or HMSG control line (headers and payload), None for other lines."""
+    if line.startswith((b"MSG ", b"HMSG ")):
+        last = line.rsplit(b" ", 1)[-1]
+        if last.isdigit():
+            return int(last)
+    return None
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
