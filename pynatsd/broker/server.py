@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd import NATS_COMPAT_VERSION, __version__
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
+from pynatsd.broker.build import git_commit
 from pynatsd.broker.connection import SERVER_SHUTDOWN, Connection, Subscription
 from pynatsd.broker.histogram import HistogramCounts
 from pynatsd.broker.ids import new_server_id
-from pynatsd.broker.logging import configure_from, get_logger
-from pynatsd.broker.options import Options
+from pynatsd.broker.logging import TRACE, configure_from, get_logger
+from pynatsd.broker.options import RELOADABLE_LOGGING, Options, reload_changes
 from pynatsd.broker.outbound import FlushScheduler
 from pynatsd.broker.tls import monitor_context, server_context
 from pynatsd.matcher import Sublist, SublistStats, combine_stats
@@ -138,6 +139,7 @@ class Server:
         self._stopped = asyncio.Event()
         port = 0 if opts.port == -1 else opts.port
         self.tls_context = server_context(opts)
+        self._log_banner()
         if opts.http_port or opts.https_port:
             # Monitoring first: once the client port accepts, /healthz and /varz already answer.
             from pynatsd.monitor import Monitor
@@ -161,9 +163,6 @@ class Server:
         sockets = self._listener.sockets
         self.port = int(sockets[0].getsockname()[1]) if sockets else port
         self._info_base = self._build_info()
-        log.info("Starting pynatsd %s (nats-server protocol level %s)", __version__, NATS_COMPAT_VERSION)
-        log.info("  Server ID:   %s", self.server_id)
-        log.info("  Server name: %s", self.server_name)
         if opts.pid_file:
             try:
                 write_pid_file(opts.pid_file)
@@ -174,9 +173,26 @@ class Server:
                 raise PidFileError(f"Could not write pidfile: {exc}") from exc
             self._pid_file_written = opts.pid_file
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
+        if self.tls_context is not None:
+            log.info("TLS required for client connections")
         if opts.ports_file_dir:
             self._write_ports_file(opts.ports_file_dir)
         log.info("Server is ready")
+
+    def _log_banner(self) -> None:
+        """nats-server's start banner, line for line, with our own name, version and build."""
+        opts = self.options
+        log.info("Starting pynatsd")
+        log.info("  Version:  %s (nats-server protocol level %s)", __version__, NATS_COMPAT_VERSION)
+        log.info("  Git:      [%s]", git_commit() or "not set")
+        log.debug("  Python:   %s", sys.version.split()[0])
+        log.info("  Name:     %s", self.server_name)
+        log.info("  ID:       %s", self.server_id)
+        if self.auth.has_plaintext_passwords():
+            log.warning("Plaintext passwords detected, use nkeys or bcrypt")
+        if opts.config_file:
+            digest = f"({opts.config_digest})" if opts.config_digest else ""
+            log.info("Using configuration file: %s %s", opts.config_file, digest)
 
     def sublist_for(self, account: str) -> Sublist[Subscription]:
         """The subject space of `account`, created on its first user's connect."""
@@ -350,6 +366,7 @@ class Server:
         except Exception as exc:  # a bad file keeps the running configuration
             log.error("Failed to reload configuration: %s", exc)
             return
+        changes = reload_changes(self.options, new)
         self.options.extra = new.extra
         for name in (
             "username",
@@ -358,12 +375,27 @@ class Server:
             "no_auth_user",
             "auth_timeout",
             "max_subscriptions",
+            *RELOADABLE_LOGGING,
         ):
             setattr(self.options, name, getattr(new, name))
+        self.options.config_digest = new.config_digest
         self.auth = Authenticator(self.options)
         for conn in list(self.clients.values()):
             conn.perms = self.auth.permissions(conn.user)
-        log.info("Reloaded server configuration")
+        self._reload_logging()
+        for line in changes:
+            log.info("%s", line)
+        digest = f"({new.config_digest})" if new.config_digest else ""
+        log.info("Reloaded server configuration %s", digest)
+
+    def _reload_logging(self) -> None:
+        """The new logging settings, as a reload applies them; a destination that fails keeps the old."""
+        try:
+            configure_from(self.options)
+        except OSError as exc:
+            log.error("Failed to apply the new logging settings: %s", exc)
+        for conn in list(self.clients.values()):
+            conn._trace = log.isEnabledFor(TRACE)
 
     def _on_stop_signal(self, sig: int) -> None:
         self._trapped(sig)
