@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd.broker import trace
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Permissions
+from pynatsd.broker.listener import unmapped_ip
 from pynatsd.broker.logging import TRACE, get_logger
 from pynatsd.broker.outbound import STALL_MAX, STALL_MIN, Consumer, Outbound
 from pynatsd.broker.tls import StartedCoroutine, abortive_close, session_info
@@ -205,7 +206,7 @@ class Connection(asyncio.Protocol):
         server = self.server
         peer = transport.get_extra_info("peername")
         if peer:
-            self.ip, self.port = str(peer[0]), int(peer[1])
+            self.ip, self.port = unmapped_ip(str(peer[0])), int(peer[1])
         transport.set_write_buffer_limits(high=256 * 1024)
         self.out = Outbound(self._traced(transport), server.scheduler, server.options.max_pending)
         self.out.start(self._write_failed)

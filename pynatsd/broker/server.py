@@ -25,6 +25,7 @@ from pynatsd.broker.build import git_commit
 from pynatsd.broker.connection import SERVER_SHUTDOWN, Connection, Subscription
 from pynatsd.broker.histogram import HistogramCounts
 from pynatsd.broker.ids import new_server_id
+from pynatsd.broker.listener import dual_stack_socket
 from pynatsd.broker.logging import TRACE, configure_from, get_logger
 from pynatsd.broker.options import RELOADABLE_LOGGING, Options, reload_changes
 from pynatsd.broker.outbound import FlushScheduler
@@ -151,11 +152,13 @@ class Server:
         # TLS-first (handshake_first): the handshake precedes INFO, so the listener itself wraps. Otherwise
         # each connection upgrades itself right after its plaintext INFO (Connection._upgrade_tls).
         tls_first = self.tls_context if opts.tls_handshake_first else None
+        dual = dual_stack_socket(opts.host, port)
+        where: dict[str, Any] = (
+            {"sock": dual} if dual else {"host": opts.host or None, "port": port, "reuse_address": True}
+        )
         self._listener = await self.loop.create_server(
             lambda: Connection(self),
-            host=opts.host or None,
-            port=port,
-            reuse_address=True,
+            **where,
             backlog=1024,
             ssl=tls_first,
             ssl_handshake_timeout=opts.tls_timeout if tls_first else None,
