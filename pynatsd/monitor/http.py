@@ -80,7 +80,7 @@ class Monitor:
             "/routez": lambda r: endpoints.routez(s),
             "/gatewayz": lambda r: endpoints.gatewayz(s),
             "/leafz": lambda r: endpoints.leafz(s),
-            "/accountz": lambda r: endpoints.accountz(s),
+            "/accountz": lambda r: endpoints.accountz(s, r.query),
             "/accstatz": lambda r: endpoints.accstatz(s),
             "/jsz": lambda r: endpoints.jsz(s),
         }
