@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import socket
 
@@ -31,3 +32,22 @@ def dual_stack_socket(host: str, port: int) -> socket.socket | None:
 def unmapped_ip(ip: str) -> str:
     """`::ffff:1.2.3.4` (an IPv4 client of the dual-stack listener) as `1.2.3.4`, as nats-server shows it."""
     return ip[7:] if ip.startswith("::ffff:") and "." in ip else ip
+
+
+def peer_closed(transport: asyncio.BaseTransport) -> bool:
+    """True when the peer of `transport` has closed or reset its end (a peek reads end of file), without
+    consuming anything the connection has yet to read."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        peek = socket.fromfd(sock.fileno(), socket.AF_INET, socket.SOCK_STREAM)  # a dup of the descriptor
+    except OSError:
+        return False  # e.g. no descriptor left to dup: assume it is open
+    with peek:
+        try:
+            return peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False  # open, nothing to read
+        except OSError:
+            return True  # reset by the peer

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from pynatsd import NATS_COMPAT_VERSION, __version__
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.broker.build import git_commit
-from pynatsd.broker.connection import SERVER_SHUTDOWN, Connection, Subscription
+from pynatsd.broker.connection import CLIENT_CLOSED, SERVER_SHUTDOWN, Connection, Subscription
 from pynatsd.broker.histogram import HistogramCounts
 from pynatsd.broker.ids import new_server_id
-from pynatsd.broker.listener import dual_stack_socket
+from pynatsd.broker.listener import dual_stack_socket, peer_closed
 from pynatsd.broker.logging import TRACE, configure_from, get_logger
 from pynatsd.broker.options import RELOADABLE_LOGGING, Options, reload_changes
 from pynatsd.broker.outbound import FlushScheduler
@@ -414,12 +414,21 @@ class Server:
     def accept(self, conn: Connection) -> bool:
         """Register a new connection; False when max_connections is reached."""
         limit = self.options.max_connections
-        if limit >= 0 and len(self.clients) >= limit:
+        if limit >= 0 and len(self.clients) >= limit and not self._reap_closed_peers(limit):
             log.error("%r - maximum connections exceeded", conn)
             return False
         self.clients[conn.cid] = conn
         self.stats.total_connections += 1
         return True
+
+    def _reap_closed_peers(self, limit: int) -> bool:
+        """At the limit: close the connections whose peer has already hung up but whose end of file is not
+        read yet (a TCP probe closed just before the next client connected: nats-server does not count it
+        either); True when that made room. Only connections that never sent CONNECT are looked at."""
+        for other in [c for c in self.clients.values() if not c.connected]:
+            if other.transport is not None and peer_closed(other.transport):
+                other.close(CLIENT_CLOSED)
+        return len(self.clients) < limit
 
     def forget(self, conn: Connection) -> None:
         """Called once when a connection closes."""
