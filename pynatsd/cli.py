@@ -21,6 +21,7 @@ from pynatsd.broker import tls
 from pynatsd.broker.auth import Authenticator
 from pynatsd.broker.config import ConfigError, parse_file
 from pynatsd.broker.config_options import ConfigValueError, apply_config
+from pynatsd.broker.listener import raise_fd_limit
 from pynatsd.broker.logging import configure_from, get_logger
 from pynatsd.broker.options import Options
 
@@ -436,6 +437,7 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
     from pynatsd.broker.server import PidFileError, Server
 
     loop_name = install_event_loop()
+    fds_before, fds = raise_fd_limit()
 
     async def serve() -> None:
         server = Server(options)
@@ -449,6 +451,7 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
             get_logger().critical("Error listening on port: %s:%d, %s", options.host, options.port, exc)
             raise SystemExit(1) from None
         get_logger().debug("Event loop: %s", loop_name)
+        get_logger().debug("File descriptor limit: %d (was %d)", fds, fds_before)
         server.install_signal_handlers()
         await server.wait_closed()
 

@@ -1,9 +1,11 @@
-"""The client listener's socket: dual-stack for the default host, as nats-server's Go listener."""
+"""The client listener's sockets: dual-stack for the default host and as many descriptors as the system
+allows, as nats-server's Go listener has them."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import resource
 import socket
 
 
@@ -51,3 +53,23 @@ def peer_closed(transport: asyncio.BaseTransport) -> bool:
             return False  # open, nothing to read
         except OSError:
             return True  # reset by the peer
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit, as the Go runtime does for nats-server at start (the
+    common soft limit of 1,024 would otherwise cap the connections); returns the (old, new) soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        try:
+            with open("/proc/sys/fs/nr_open") as f:  # the kernel's ceiling for a process
+                target = int(f.read())
+        except (OSError, ValueError):
+            return soft, soft
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError):
+            return soft, soft
+        return soft, target
+    return soft, soft

@@ -22,6 +22,9 @@ TLS_TIMEOUT = 2.0
 LAME_DUCK_DURATION = 120.0
 LAME_DUCK_GRACE_PERIOD = 10.0
 CLOSED_CONNECTIONS_KEPT = 10_000
+# Seconds a monitoring HTTP connection may take to send a request, or stay idle between two (nats-server's
+# ReadHeaderTimeout): a half-sent or silent one is closed then, and does not hold a descriptor.
+HTTP_READ_TIMEOUT = 5.0
 
 
 @dataclass
