@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import os
 import re
 import signal
@@ -24,6 +23,7 @@ from pynatsd.broker.config_options import ConfigValueError, apply_config
 from pynatsd.broker.listener import raise_fd_limit
 from pynatsd.broker.logging import configure_from, get_logger
 from pynatsd.broker.options import Options
+from pynatsd.protocol import encoder
 
 # Go's flag package treats `-name` and `--name` alike and lets booleans be `-T` or `-T=false`; click wants
 # `--name` for long options and a value for booleans, so argv is normalised first.
@@ -268,8 +268,8 @@ def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[
 
 
 def config_digest(parsed: dict[str, Any]) -> str:
-    """nats-server's digest of a parsed configuration: sha256 of its Go JSON encoding (sorted keys, compact,
-    `<>&` escaped, a trailing newline), so both servers log the same digest for the same file."""
+    """nats-server's digest of a parsed configuration: sha256 of its Go JSON encoding plus a newline (as
+    json.Encoder writes it), so both servers log the same digest for the same file."""
 
     def go_value(value: Any) -> Any:
         if isinstance(value, dict):
@@ -280,10 +280,7 @@ def config_digest(parsed: dict[str, Any]) -> str:
             return int(value)  # Go prints float64(2) as 2
         return value
 
-    text = json.dumps(go_value(parsed), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
-        text = text.replace(char, escaped)
-    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    text = encoder.go_json(go_value(parsed), sort_keys=True)
     return "sha256:" + hashlib.sha256((text + "\n").encode()).hexdigest()
 
 
