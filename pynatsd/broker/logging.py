@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import os
+import re
 import socket
 import stat
 import sys
@@ -33,6 +34,8 @@ _LEVEL_TAGS = {
     logging.ERROR: "ERR",
     logging.CRITICAL: "FTL",
 }
+# What rotation appends to a log file's name: `.YYYY.MM.DD.hh.mm.ss.nnnnnnnnn` (sorts oldest first).
+_BACKUP_SUFFIX = re.compile(r"\.\d{4}(?:\.\d\d){5}\.\d{9}")
 # Where the local syslog daemon listens, first found wins (Linux, macOS, BSD).
 SYSLOG_SOCKETS = ("/dev/log", "/var/run/syslog", "/var/run/log")
 
@@ -78,11 +81,13 @@ def _message(formatter: logging.Formatter, record: logging.LogRecord) -> str:
 
 class SizeLimitedFileHandler(logging.FileHandler):
     """A log file renamed to `<file>.YYYY.MM.DD.hh.mm.ss.nnnnnnnnn` once it passes `limit` bytes, then
-    reopened, with nats-server's `Rotated log, backup saved as "…"` as the new file's first line."""
+    reopened, with nats-server's `Rotated log, backup saved as "…"` as the new file's first line; with
+    `max_files`, only the newest `max_files - 1` backups are kept (`Purged log file "…"`)."""
 
-    def __init__(self, filename: str, limit: int) -> None:
+    def __init__(self, filename: str, limit: int, max_files: int = 0) -> None:
         super().__init__(filename, encoding="utf-8")
         self.limit = limit
+        self.max_files = max_files
 
     def emit(self, record: logging.LogRecord) -> None:
         super().emit(record)
@@ -99,11 +104,27 @@ class SizeLimitedFileHandler(logging.FileHandler):
         except OSError:
             self.limit *= 2  # nats-server's answer too: try again at twice the size
         self.stream = self._open()
-        note = logging.LogRecord(
-            record.name, logging.INFO, __file__, 0, 'Rotated log, backup saved as "%s"', (backup,), None
-        )
-        line = self.format(note) + self.terminator
-        self.stream.write(line)
+        self._note(record, 'Rotated log, backup saved as "%s"', backup)
+        if self.max_files > 0:
+            self._purge(record)
+
+    def _purge(self, record: logging.LogRecord) -> None:
+        base = Path(self.baseFilename)
+        prefix = len(base.name)
+        candidates = base.parent.glob(base.name + ".*")
+        backups = sorted(p for p in candidates if _BACKUP_SUFFIX.fullmatch(p.name[prefix:]))
+        for old in backups[: max(0, len(backups) - (self.max_files - 1))]:
+            try:
+                old.unlink()
+            except OSError:
+                return  # tried again at the next rotation
+            self._note(record, 'Purged log file "%s"', str(old))
+
+    def _note(self, record: logging.LogRecord, msg: str, arg: str) -> None:
+        """A line of the handler's own, written directly (not through the logger: no recursion)."""
+        note = logging.LogRecord(record.name, logging.INFO, __file__, 0, msg, (arg,), None)
+        assert self.stream is not None
+        self.stream.write(self.format(note) + self.terminator)
         self.flush()
 
 
@@ -186,6 +207,7 @@ def configure(
     utc: bool = False,
     log_file: str = "",
     log_size_limit: int = 0,
+    log_max_num: int = 0,
     syslog: bool = False,
     remote_syslog: str = "",
     syslog_socket: str = "",
@@ -197,7 +219,7 @@ def configure(
     handler: logging.Handler
     if log_file:
         handler = (
-            SizeLimitedFileHandler(log_file, log_size_limit)
+            SizeLimitedFileHandler(log_file, log_size_limit, log_max_num)
             if log_size_limit > 0
             else logging.FileHandler(log_file, encoding="utf-8")
         )
@@ -227,6 +249,7 @@ def configure_from(options: Options) -> logging.Logger:
         utc=options.logtime_utc,
         log_file=options.log_file,
         log_size_limit=options.log_size_limit,
+        log_max_num=options.log_max_num,
         syslog=options.syslog,
         remote_syslog=options.remote_syslog,
     )

@@ -62,6 +62,7 @@ class Options:
     logtime_utc: bool = False
     log_file: str = ""
     log_size_limit: int = 0  # bytes; past it the log file is rotated (0: never)
+    log_max_num: int = 0  # rotated files kept, the current one included (0: all)
     syslog: bool = False  # log to the local syslog
     remote_syslog: str = ""  # log to this syslog: udp://host:port, tcp://host:port, unix:///path
     max_traced_msg_len: int = 0  # payload bytes shown per traced message (0: all)
@@ -101,8 +102,8 @@ class Options:
 
 
 # Options a reload applies, with nats-server's "Reloaded: …" line for each (None: `name = value`).
-RELOADABLE_LOGGING = ("debug", "trace", "logtime", "logtime_utc", "log_file", "log_size_limit", "syslog",
-                      "remote_syslog", "max_traced_msg_len")  # fmt: skip
+RELOADABLE_LOGGING = ("debug", "trace", "logtime", "logtime_utc", "log_file", "log_size_limit", "log_max_num",
+                      "syslog", "remote_syslog", "max_traced_msg_len")  # fmt: skip
 _RELOAD_LINES = {
     "username": "authorization username",
     "password": "authorization password",

@@ -8,10 +8,12 @@ import json
 import re
 import signal
 import socket
+import ssl
 import time
 from collections import Counter
 from pathlib import Path
 
+import nats
 import pytest
 
 from pynatsd import __version__
@@ -79,7 +81,7 @@ def session(port: int) -> None:
         c.send(f"CONNECT {json.dumps(connect, separators=(',', ':'))}\r\n".encode())
         c.exchange(
             b"SUB foo 1\r\nPUB foo r 11\r\nhello world\r\nHPUB foo 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
-            b"PUB foo 2\r\nab\r\nPUB foo 0\r\n\r\n"
+            b'PUB foo 2\r\nab\r\nPUB foo 0\r\n\r\nPUB foo 7\r\n\x00\xff"\xc3\xa9\n\t\r\n'
         )
         c.send(b"bogus\r\n")
         c.read_until(b"-ERR", timeout=5)
@@ -107,6 +109,20 @@ def test_trace_in_both_directions_with_truncation(spawn: Spawn) -> None:
     lines = got["pynatsd"]
     assert '->> MSG_PAYLOAD: ["hello..."]' in lines and '<<- MSG_PAYLOAD: ["hello..."]' in lines
     assert "->> [MSG foo 1 r 11]" in lines and "->> [-ERR Unknown Protocol Operation]" in lines
+
+
+async def test_trace_covers_tls_connections(spawn: Spawn, tmp_path: Path) -> None:
+    """After the TLS upgrade the connection writes through a new transport: still traced `->>`."""
+    certs = make_certs(tmp_path)
+    port = free_port()
+    server = spawn("pynatsd", "-a", "127.0.0.1", "-p", str(port), "-V", "--tlscert", certs["server"],
+                   "--tlskey", certs["server_key"])  # fmt: skip
+    ctx = ssl.create_default_context(cafile=certs["ca"])
+    nc = await nats.connect(f"tls://127.0.0.1:{port}", tls=ctx)
+    await nc.flush()
+    await nc.close()
+    time.sleep(0.2)
+    assert "->> [PONG]" in traced(server)
 
 
 def test_trace_does_not_turn_on_debug(spawn: Spawn) -> None:
@@ -177,6 +193,27 @@ def test_log_size_limit_rotates(spawn: Spawn, tmp_path: Path) -> None:
         assert backups, kind
         assert all(re.fullmatch(r"server\.log\.\d{4}(\.\d\d){5}\.\d{9}", p.name) for p in backups), backups
         assert 'Rotated log, backup saved as "' in log.read_text(), kind
+
+
+def test_log_max_num_purges_old_backups(spawn: Spawn, tmp_path: Path) -> None:
+    """`logfile_max_num: 2`: the current file and one backup remain; `Purged log file "…"` is logged."""
+    for kind in KINDS:
+        log = tmp_path / kind / "server.log"
+        log.parent.mkdir()
+        port = free_port()
+        conf = log.parent / "rotate.conf"
+        conf.write_text(
+            f'listen: 127.0.0.1:{port}\nlog_file: "{log}"\ntrace: true\n'
+            "logfile_size_limit: 1000\nlogfile_max_num: 2\n"
+        )
+        server = spawn(kind, "-c", str(conf), ready=False)
+        wait_for_port(port, server.proc)
+        with WireClient(port) as c:
+            c.exchange(b'CONNECT {"verbose":false}\r\n' + b"SUB foo 1\r\nPUB foo 10\r\n0123456789\r\n" * 60)
+        time.sleep(0.3)
+        backups = [p for p in log.parent.iterdir() if p.name.startswith("server.log.")]
+        assert len(backups) == 1, (kind, backups)
+        assert 'Purged log file "' in log.read_text() + backups[0].read_text(), kind
 
 
 def receive(sock: socket.socket, needle: bytes, timeout: float = 10) -> bytes:
