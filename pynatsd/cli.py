@@ -93,9 +93,18 @@ _VALUE_FLAGS = {
     "max_traced_msg_len": "max_traced_msg_len",
     "connect_retries": "connect_retries",
     "cluster_advertise": "cluster_advertise",
+    "profile": "profile",
 }
 # Integer flags, checked as Go's flag package does (its error text) before click sees them.
-_INT_FLAGS = {"port", "http_port", "https_port", "log_size_limit", "max_traced_msg_len", "connect_retries"}
+_INT_FLAGS = {
+    "port",
+    "http_port",
+    "https_port",
+    "log_size_limit",
+    "max_traced_msg_len",
+    "connect_retries",
+    "profile",
+}
 # Go's strconv.ParseBool, which the flag package uses for `-x=value`.
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _GO_BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
@@ -179,6 +188,7 @@ def _bool(name: str, help_text: str) -> Any:
 @click.option("--max_traced_msg_len", type=int, default=None, help="Payload bytes shown per traced message.")
 @click.option("--connect_retries", type=int, default=None, help="Cluster: not supported.")
 @click.option("--cluster_advertise", default=None, help="Cluster: not supported.")
+@click.option("--profile", type=int, default=None, help="Profiling port: not supported.")
 @click.option(
     "--signal",
     default=None,
@@ -215,6 +225,9 @@ def command(ctx: click.Context, **flags: Any) -> None:
     refused = [f"--{name}" for name in REFUSED_CLUSTER_FLAGS if flags[name]]
     if refused:
         click.echo(f"pynatsd: {', '.join(refused)}: clustering is not supported by pynatsd", err=True)
+        ctx.exit(1)
+    if flags["profile"]:
+        click.echo("pynatsd: --profile: Go's profiling port is not supported by pynatsd", err=True)
         ctx.exit(1)
     try:
         options, warnings = options_from_config_and_flags(flags)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from pynatsd import cli
 from tests.parity.conftest import KINDS, Spawn, run
 from tests.servers import free_port
 
@@ -56,3 +59,17 @@ def test_help_tls() -> None:
 def test_version_command_word() -> None:
     """`nats-server version` (a word after the flags) prints the version, as -v does."""
     assert run("pynatsd", "version").stdout == run("pynatsd", "-v").stdout != ""
+
+
+def test_every_nats_server_flag_is_known() -> None:
+    """Each flag nats-server's --help lists is parsed by pynatsd: honoured, or refused by name; never
+    `flag provided but not defined`."""
+    listed = set(re.findall(r"(?:^|[ ,])(--?[A-Za-z_]+)", run("nats-server", "--help").stdout, re.M))
+    assert len(listed) > 50
+    for flag in sorted(listed):
+        assert flag.lstrip("-") in cli._BOOL_FLAGS or flag.lstrip("-") in cli._VALUE_FLAGS, flag
+
+
+def test_profile_port_is_refused() -> None:
+    done = run("pynatsd", "-p", str(free_port()), "--profile", "6060")
+    assert done.returncode == 1 and "--profile" in done.stderr and "not supported" in done.stderr
