@@ -15,6 +15,7 @@ from aiohttp import web
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from pynatsd.broker.listener import dual_stack_socket
 from pynatsd.broker.logging import get_logger
 from pynatsd.broker.options import HTTP_READ_TIMEOUT
 from pynatsd.monitor import endpoints
@@ -138,8 +139,12 @@ class Monitor:
             self.app(), access_log=None, handle_signals=False, keepalive_timeout=self.read_timeout
         )
         await self.runner.setup()
-        site = web.TCPSite(
-            self.runner, host or None, 0 if port == -1 else port, reuse_address=True, ssl_context=ssl_context
+        port = 0 if port == -1 else port
+        dual = dual_stack_socket(host, port)  # 0.0.0.0 takes [::1] too, as the client listener
+        site: web.BaseSite = (
+            web.SockSite(self.runner, dual, ssl_context=ssl_context)
+            if dual is not None
+            else web.TCPSite(self.runner, host or None, port, reuse_address=True, ssl_context=ssl_context)
         )
         await site.start()
         server = site._server

@@ -7,6 +7,7 @@ import contextlib
 import resource
 import socket
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,17 @@ def test_default_listener_is_dual_stack(spawn: Spawn, kind: str) -> None:
         with WireClient(port, host=host) as client:
             assert client.info["client_ip"] == host
             assert client.exchange(b'CONNECT {"verbose":false}\r\n') == (b"", False)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_default_monitor_is_dual_stack(spawn: Spawn, kind: str) -> None:
+    if not ipv6_loopback():
+        pytest.skip("no IPv6 loopback")
+    http_port = free_port()
+    spawn(kind, "-p", str(free_port()), "-m", str(http_port))
+    for host in ("[::1]", "127.0.0.1"):
+        with urllib.request.urlopen(f"http://{host}:{http_port}/healthz", timeout=5) as resp:
+            assert resp.status == 200, (kind, host)
 
 
 def test_explicit_ipv4_host_stays_ipv4(spawn: Spawn) -> None:
