@@ -30,12 +30,17 @@ _SECRET_PREFIXES = ("pass", "auth_token")
 _SECRET_KEYS = {"sig", "proxy_sig", "nkey", "jwt"}
 
 
-def redact(fields: dict[str, Any]) -> dict[str, Any]:
-    """A copy of CONNECT's fields with every secret's value replaced by `[REDACTED]`."""
-    return {
-        k: REDACTED if k.lower().startswith(_SECRET_PREFIXES) or k.lower() in _SECRET_KEYS else v
-        for k, v in fields.items()
-    }
+def redact(value: Any) -> Any:
+    """A copy of CONNECT's fields with every secret's value replaced by `[REDACTED]`, at any depth (as
+    nats-server's pattern finds them anywhere in the line)."""
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if k.lower().startswith(_SECRET_PREFIXES) or k.lower() in _SECRET_KEYS else redact(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(item) for item in value]
+    return value
 
 
 def describe(op: Op) -> str:
