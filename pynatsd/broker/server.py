@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pynatsd import NATS_COMPAT_VERSION, __version__
+from pynatsd.broker import trace
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.broker.build import git_commit
 from pynatsd.broker.connection import CLIENT_CLOSED, SERVER_SHUTDOWN, Connection, Subscription
@@ -397,8 +398,9 @@ class Server:
             configure_from(self.options)
         except OSError as exc:
             log.error("Failed to apply the new logging settings: %s", exc)
+        tracing = log.isEnabledFor(TRACE)
         for conn in list(self.clients.values()):
-            conn._trace = log.isEnabledFor(TRACE)
+            trace.retrace(conn, tracing)
 
     def _on_stop_signal(self, sig: int) -> None:
         self._trapped(sig)

@@ -12,7 +12,7 @@ Only used while tracing: outgoing frames are read back from what the connection 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd.broker.logging import TRACE, get_logger
 from pynatsd.protocol import encoder
@@ -105,6 +105,19 @@ def inbound(conn: Connection, ops: list[Op]) -> list[Op]:
             if line is not None:
                 log.log(TRACE, "%r - %s", conn, line)
     return ops
+
+
+def retrace(conn: Connection, enabled: bool) -> None:
+    """Turn an open connection's trace on or off (a reload changed `trace`): both directions at once."""
+    conn._trace = enabled
+    out = conn.out
+    if out is None:
+        return
+    current = out.transport
+    if enabled and not isinstance(current, TracedTransport):
+        out.transport = cast(asyncio.Transport, TracedTransport(current, conn))
+    elif not enabled and isinstance(current, TracedTransport):
+        out.transport = current._transport
 
 
 class TracedTransport:

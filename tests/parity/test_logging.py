@@ -176,6 +176,23 @@ def test_reload_logs_what_it_reloaded(spawn: Spawn, tmp_path: Path) -> None:
     assert any(re.fullmatch(r"Reloaded server configuration \(sha256:[0-9a-f]{64}\)", t) for t in ours)
 
 
+def test_reload_turns_trace_on_for_open_connections(spawn: Spawn, tmp_path: Path) -> None:
+    for kind in KINDS:
+        conf = tmp_path / f"{kind}-trace.conf"
+        port = free_port()
+        conf.write_text(f"listen: 127.0.0.1:{port}\n")
+        server = spawn(kind, "-c", str(conf))
+        with WireClient(port) as client:
+            client.exchange(b'CONNECT {"verbose":false}\r\n')
+            conf.write_text(f"listen: 127.0.0.1:{port}\ntrace: true\n")
+            server.signal(signal.SIGHUP)
+            server.wait_for("Reloaded server configuration")
+            client.exchange(b"SUB foo 1\r\n")
+        time.sleep(0.2)
+        lines = traced(server)
+        assert {"<<- [SUB foo 1]", "<<- [PING]", "->> [PONG]"} <= set(lines), (kind, lines)
+
+
 def test_log_size_limit_rotates(spawn: Spawn, tmp_path: Path) -> None:
     """Past --log_size_limit the file is renamed `<file>.YYYY.MM.DD.hh.mm.ss.nnnnnnnnn` and the new one
     starts with `Rotated log, backup saved as "…"`, for both servers."""
