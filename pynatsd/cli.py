@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -18,8 +20,10 @@ from pynatsd.broker import tls
 from pynatsd.broker.auth import Authenticator
 from pynatsd.broker.config import ConfigError, parse_file
 from pynatsd.broker.config_options import ConfigValueError, apply_config
+from pynatsd.broker.listener import raise_fd_limit
 from pynatsd.broker.logging import configure_from, get_logger
 from pynatsd.broker.options import Options
+from pynatsd.protocol import encoder
 
 # Go's flag package treats `-name` and `--name` alike and lets booleans be `-T` or `-T=false`; click wants
 # `--name` for long options and a value for booleans, so argv is normalised first.
@@ -39,10 +43,14 @@ _BOOL_FLAGS = {
     "tlsverify": "tlsverify",
     "js": "jetstream",
     "jetstream": "jetstream",
+    "s": "syslog",
+    "syslog": "syslog",
+    "no_advertise": "no_advertise",
     "v": "version",
     "version": "version",
     "h": "help",
     "help": "help",
+    "help_tls": "help_tls",
 }
 _VALUE_FLAGS = {
     "p": "port",
@@ -79,13 +87,38 @@ _VALUE_FLAGS = {
     "store_dir": "store_dir",
     "sl": "signal",
     "signal": "signal",
+    "r": "remote_syslog",
+    "remote_syslog": "remote_syslog",
+    "log_size_limit": "log_size_limit",
+    "max_traced_msg_len": "max_traced_msg_len",
+    "connect_retries": "connect_retries",
+    "cluster_advertise": "cluster_advertise",
+    "profile": "profile",
 }
+# Integer flags, checked as Go's flag package does (its error text) before click sees them.
+_INT_FLAGS = {
+    "port",
+    "http_port",
+    "https_port",
+    "log_size_limit",
+    "max_traced_msg_len",
+    "connect_retries",
+    "profile",
+}
+# Go's strconv.ParseBool, which the flag package uses for `-x=value`.
+_GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
+_GO_BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
 # Flags whose capability pynatsd does not have: accepted, and reported, never silently ignored.
 UNSUPPORTED = {"routes", "cluster", "cluster_name", "jetstream", "store_dir"}
+# Cluster flags that only tune routes: refused, since without routes they could only be ignored.
+REFUSED_CLUSTER_FLAGS = ("no_advertise", "connect_retries", "cluster_advertise")
+# Bare words nats-server takes after the flags (its `nats-server version`).
+_COMMANDS = {"version": "--version=true", "help": "--help=true"}
 
 
 def normalize_argv(argv: Sequence[str]) -> list[str]:
-    """Rewrite Go-style flags as `--canonical=value` for click; raise click.UsageError on unknown ones."""
+    """Rewrite Go-style flags as `--canonical=value` for click; raise click.UsageError on unknown flags,
+    bad values and stray words, with the messages of Go's flag package and nats-server."""
     out: list[str] = []
     args = list(argv)
     i = 0
@@ -93,21 +126,36 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
         arg = args[i]
         i += 1
         if arg == "--" or not arg.startswith("-") or arg == "-":
-            out.append(arg)
-            continue
+            # Go's flag package stops at the first non-flag: the rest are commands (`--debug true`
+            # sets debug, then `true` is an unknown command, as for nats-server).
+            rest = args[i:] if arg == "--" else args[i - 1 :]
+            if rest:
+                command = _COMMANDS.get(rest[0])
+                if command is None:
+                    raise click.UsageError(f'unrecognized command: "{rest[0]}"')
+                out.append(command)
+            break
         name, eq, value = arg.lstrip("-").partition("=")
         if name in _BOOL_FLAGS:
-            out.append(f"--{_BOOL_FLAGS[name]}={value if eq else 'true'}")
+            if eq and value not in _GO_BOOLS:
+                raise click.UsageError(f'invalid boolean value "{value}" for -{name}: parse error')
+            out.append(f"--{_BOOL_FLAGS[name]}={str(_GO_BOOLS[value]).lower() if eq else 'true'}")
         elif name in _VALUE_FLAGS:
             if not eq:
                 if i >= len(args):
                     raise click.UsageError(f"flag needs an argument: -{name}")
                 value = args[i]
                 i += 1
-            out.append(f"--{_VALUE_FLAGS[name]}={value}")
+            canonical = _VALUE_FLAGS[name]
+            if canonical in _INT_FLAGS and not _GO_INT.fullmatch(value):
+                raise click.UsageError(f'invalid value "{value}" for flag -{name}: parse error')
+            out.append(f"--{canonical}={value}")
         else:
             raise click.UsageError(f"flag provided but not defined: -{name}")
     return out
+
+
+_GO_INT = re.compile(r"[+-]?[0-9]+")  # decimal only (Go also takes 0x…, 0o…, 0b…)
 
 
 def _bool(name: str, help_text: str) -> Any:
@@ -135,6 +183,12 @@ def _bool(name: str, help_text: str) -> Any:
 @click.option("--cluster", default=None)
 @click.option("--cluster_name", default=None)
 @click.option("--store_dir", default=None)
+@click.option("--remote_syslog", default=None, help="Syslog server address (udp://localhost:514). [-r]")
+@click.option("--log_size_limit", type=int, default=None, help="Rotate the log file past this many bytes.")
+@click.option("--max_traced_msg_len", type=int, default=None, help="Payload bytes shown per traced message.")
+@click.option("--connect_retries", type=int, default=None, help="Cluster: not supported.")
+@click.option("--cluster_advertise", default=None, help="Cluster: not supported.")
+@click.option("--profile", type=int, default=None, help="Profiling port: not supported.")
 @click.option(
     "--signal",
     default=None,
@@ -151,6 +205,9 @@ def _bool(name: str, help_text: str) -> Any:
 @_bool("tls", "Enable TLS.")
 @_bool("tlsverify", "Enable TLS with client verification.")
 @_bool("jetstream", "JetStream (not supported). [-js]")
+@_bool("syslog", "Log to the local syslog. [-s]")
+@_bool("no_advertise", "Cluster: not supported.")
+@_bool("help_tls", "TLS help.")
 @_bool("version", "Show version and exit. [-v]")
 @_bool("help", "Show this message and exit. [-h]")
 @click.pass_context
@@ -162,6 +219,16 @@ def command(ctx: click.Context, **flags: Any) -> None:
     if flags["version"]:
         click.echo(f"pynatsd: v{__version__} (nats-server protocol level v{NATS_COMPAT_VERSION})")
         return
+    if flags["help_tls"]:
+        click.echo(TLS_HELP)
+        return
+    refused = [f"--{name}" for name in REFUSED_CLUSTER_FLAGS if flags[name]]
+    if refused:
+        click.echo(f"pynatsd: {', '.join(refused)}: clustering is not supported by pynatsd", err=True)
+        ctx.exit(1)
+    if flags["profile"]:
+        click.echo("pynatsd: --profile: Go's profiling port is not supported by pynatsd", err=True)
+        ctx.exit(1)
     try:
         options, warnings = options_from_config_and_flags(flags)
         tls.check(options)
@@ -179,7 +246,11 @@ def command(ctx: click.Context, **flags: Any) -> None:
     if flags["check_config"]:
         click.echo(f"nats-server: configuration file {options.config_file} is valid")
         return
-    logger = configure_from(options)
+    try:
+        logger = configure_from(options)
+    except OSError as exc:  # e.g. no syslog daemon: nats-server stops too
+        click.echo(f"pynatsd: {exc}", err=True)
+        ctx.exit(1)
     for warning in warnings:
         logger.warning("config: %s", warning)
     for flag in sorted(UNSUPPORTED):
@@ -201,10 +272,29 @@ def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[
     warnings: list[str] = []
     if flags.get("config"):
         opts.config_file = flags["config"]
-        warnings = apply_config(opts, parse_file(flags["config"]))
+        parsed = parse_file(flags["config"])
+        opts.config_digest = config_digest(parsed)
+        warnings = apply_config(opts, parsed)
     elif flags.get("check_config"):
         raise ConfigValueError("must specify [-c, --config] option to check configuration file syntax")
     return options_from_flags(flags, opts), warnings
+
+
+def config_digest(parsed: dict[str, Any]) -> str:
+    """nats-server's digest of a parsed configuration: sha256 of its Go JSON encoding plus a newline (as
+    json.Encoder writes it), so both servers log the same digest for the same file."""
+
+    def go_value(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: go_value(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [go_value(v) for v in value]
+        if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+            return int(value)  # Go prints float64(2) as 2
+        return value
+
+    text = encoder.go_json(go_value(parsed), sort_keys=True)
+    return "sha256:" + hashlib.sha256((text + "\n").encode()).hexdigest()
 
 
 def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Options:
@@ -243,7 +333,32 @@ def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Op
         opts.logtime = flags["logtime"]
     if flags["logtime_utc"]:
         opts.logtime_utc = True
+    if flags["syslog"] is not None:
+        opts.syslog = flags["syslog"]
+    if flags["remote_syslog"] is not None:
+        opts.remote_syslog = flags["remote_syslog"]
+    if flags["log_size_limit"] is not None:
+        opts.log_size_limit = flags["log_size_limit"]
+    if flags["max_traced_msg_len"] is not None:
+        opts.max_traced_msg_len = flags["max_traced_msg_len"]
     return opts
+
+
+TLS_HELP = """
+TLS for client connections is set in the `tls` block of a configuration file (nats-server's keys):
+
+    tls {
+        cert_file: "./server-cert.pem"   # the server's certificate chain (PEM)
+        key_file:  "./server-key.pem"    # its private key (PEM)
+        ca_file:   "./ca.pem"            # CAs that client certificates must chain to
+        verify:    true                  # require and verify client certificates
+        timeout:   2                     # seconds (or "2s") allowed for the handshake
+        handshake_first: true            # TLS before INFO (clients must ask for it)
+    }
+
+or with flags: --tls, --tlscert <file>, --tlskey <file>, --tlsverify, --tlscacert <file>.
+pynatsd negotiates TLS 1.2 and 1.3 with Python's default (OpenSSL) cipher suites and curves.
+"""
 
 
 # `--signal` commands, nats-server's CommandToSignal.
@@ -332,6 +447,7 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
     from pynatsd.broker.server import PidFileError, Server
 
     loop_name = install_event_loop()
+    fds_before, fds = raise_fd_limit()
 
     async def serve() -> None:
         server = Server(options)
@@ -345,6 +461,7 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
             get_logger().critical("Error listening on port: %s:%d, %s", options.host, options.port, exc)
             raise SystemExit(1) from None
         get_logger().debug("Event loop: %s", loop_name)
+        get_logger().debug("File descriptor limit: %d (was %d)", fds, fds_before)
         server.install_signal_handlers()
         await server.wait_closed()
 

@@ -36,8 +36,12 @@ def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
 
+def is_bcrypt(password: str) -> bool:
+    return password.startswith(("$2a$", "$2b$", "$2y$"))
+
+
 def _password_ok(given: str, stored: str) -> bool:
-    if stored.startswith(("$2a$", "$2b$", "$2y$")):
+    if is_bcrypt(stored):
         import bcrypt  # only configurations with hashed passwords need it
 
         try:
@@ -312,6 +316,11 @@ class Authenticator:
         perms = spec.get("permissions", default_perms)
         password = str(spec.get("password", spec.get("pass", "")))
         self.users[name] = _User(name, password, account, Permissions(perms) if perms else None)
+
+    def has_plaintext_passwords(self) -> bool:
+        """True when a password is not bcrypt-hashed (nats-server warns at start)."""
+        users = [u.password for u in self.users.values()]
+        return any(p and not is_bcrypt(p) for p in (self.password, *users))
 
     @property
     def required(self) -> bool:

@@ -18,14 +18,15 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
+from pynatsd.broker import trace
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Permissions
 from pynatsd.broker.delivery import Message, Subscription, publish
+from pynatsd.broker.listener import unmapped_ip
 from pynatsd.broker.logging import TRACE, get_logger
 from pynatsd.broker.outbound import Outbound
 from pynatsd.broker.tls import StartedCoroutine, abortive_close, session_info
 from pynatsd.protocol import encoder, errors
 from pynatsd.protocol.connect import ConnectOptions, parse_connect
-from pynatsd.protocol.ops import HPub, Pub, Sub, Unsub, describe
 from pynatsd.protocol.parser import Parser
 from pynatsd.protocol.subjects import is_literal_subject
 
@@ -103,7 +104,7 @@ class Connection(asyncio.Protocol):
             opts.max_payload,
             expect_connect=server.auth.required,
             allow_headers=opts.headers,
-            handler=_Tracer(self) if self._trace else self,
+            handler=trace.Tracer(self) if self._trace else self,
             line_cache=server.pub_lines,
         )
         self.sublist: Sublist[Subscription] = server.sublist
@@ -179,9 +180,9 @@ class Connection(asyncio.Protocol):
         server = self.server
         peer = transport.get_extra_info("peername")
         if peer:
-            self.ip, self.port = str(peer[0]), int(peer[1])
+            self.ip, self.port = unmapped_ip(str(peer[0])), int(peer[1])
         transport.set_write_buffer_limits(high=256 * 1024)
-        self.out = Outbound(transport, server.scheduler, server.options.max_pending)
+        self.out = Outbound(self._traced(transport), server.scheduler, server.options.max_pending)
         self.out.start(self._write_failed)
         self.out.push(server.info_for(self))
         if not server.accept(self):
@@ -225,6 +226,10 @@ class Connection(asyncio.Protocol):
         if server.auth.required:
             self._auth_timer = loop.call_later(opts.effective_auth_timeout, self._auth_timeout)
 
+    # -- trace hook (-V): what is written goes through TracedTransport, which logs it `->>` --------------
+    def _traced(self, transport: asyncio.Transport) -> asyncio.Transport:
+        return cast(asyncio.Transport, trace.TracedTransport(transport, self)) if self._trace else transport
+
     def _start_ping_timer(self) -> None:
         first = min(self.server.options.ping_interval, _FIRST_PING)
         self._ping_timer = self.server.loop.call_later(first * (1 + random.random() * 0.2), self._ping_tick)
@@ -260,7 +265,7 @@ class Connection(asyncio.Protocol):
         self.tls_version, self.tls_cipher = session_info(tls)
         self.transport = tls
         tls.set_write_buffer_limits(high=256 * 1024)
-        self.out.transport = tls
+        self.out.transport = self._traced(tls)
         self.out.resume()
         self._start_ping_timer()
 
@@ -640,67 +645,6 @@ class Connection(asyncio.Protocol):
             self._ping_sent = now
             self._send(encoder.PING)
         self._ping_timer = server.loop.call_later(opts.ping_interval, self._ping_tick)
-
-
-class _Tracer:
-    """The parser's handler under `-V`: each op traced as nats-server traces it, then handled."""
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-
-    def _trace(self, text: str) -> None:
-        log.log(TRACE, "%r - <<- [%s]", self.conn, text)
-
-    def on_connect(self, options: dict[str, Any]) -> None:
-        self._trace(f"CONNECT {_redacted(options)}")
-        self.conn.on_connect(options)
-
-    def on_info(self, info: dict[str, Any]) -> None:
-        self._trace(f"INFO {_redacted(info)}")
-        self.conn.on_info(info)
-
-    def on_pub(self, subject: bytes, reply: bytes | None, size: bytes, payload: bytes) -> None:
-        self._trace(describe(Pub(subject, reply, size, payload)))
-        self.conn.on_pub(subject, reply, size, payload)
-
-    def on_hpub(
-        self, subject: bytes, reply: bytes | None, sizes: bytes, headers: bytes, payload: bytes
-    ) -> None:
-        self._trace(describe(HPub(subject, reply, sizes, headers, payload)))
-        self.conn.on_hpub(subject, reply, sizes, headers, payload)
-
-    def on_sub(self, subject: bytes, queue: bytes | None, sid: bytes) -> None:
-        self._trace(describe(Sub(subject, queue, sid)))
-        self.conn.on_sub(subject, queue, sid)
-
-    def on_unsub(self, sid: bytes, max_msgs: int | None) -> None:
-        self._trace(describe(Unsub(sid, max_msgs)))
-        self.conn.on_unsub(sid, max_msgs)
-
-    def on_ping(self) -> None:
-        self._trace("PING")
-        self.conn.on_ping()
-
-    def on_pong(self) -> None:
-        self._trace("PONG")
-        self.conn.on_pong()
-
-    def on_ok(self) -> None:
-        self._trace("+OK")
-        self.conn.on_ok()
-
-    def on_err(self, text: str) -> None:
-        self._trace(f"-ERR {text}")
-        self.conn.on_err(text)
-
-
-# CONNECT fields never traced in clear (nats-server redacts its pass, auth_token, sig and jwt; pynatsd
-# also accepts `password`, so it goes too).
-_SECRET_KEYS = frozenset({"pass", "password", "auth_token", "sig", "jwt"})
-
-
-def _redacted(fields: dict[str, Any]) -> str:
-    return encoder.go_json({k: ("[REDACTED]" if k.lower() in _SECRET_KEYS else v) for k, v in fields.items()})
 
 
 def _text(data: bytes) -> str:

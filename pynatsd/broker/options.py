@@ -22,6 +22,9 @@ TLS_TIMEOUT = 2.0
 LAME_DUCK_DURATION = 120.0
 LAME_DUCK_GRACE_PERIOD = 10.0
 CLOSED_CONNECTIONS_KEPT = 10_000
+# Seconds a monitoring HTTP connection may take to send a request, or stay idle between two (nats-server's
+# ReadHeaderTimeout): a half-sent or silent one is closed then, and does not hold a descriptor.
+HTTP_READ_TIMEOUT = 5.0
 
 
 @dataclass
@@ -58,6 +61,11 @@ class Options:
     logtime: bool = True
     logtime_utc: bool = False
     log_file: str = ""
+    log_size_limit: int = 0  # bytes; past it the log file is rotated (0: never)
+    log_max_num: int = 0  # rotated files kept, the current one included (0: all)
+    syslog: bool = False  # log to the local syslog
+    remote_syslog: str = ""  # log to this syslog: udp://host:port, tcp://host:port, unix:///path
+    max_traced_msg_len: int = 0  # payload bytes shown per traced message (0: all)
     pid_file: str = ""
     ports_file_dir: str = ""
 
@@ -75,6 +83,7 @@ class Options:
     tls_handshake_first: bool = False
 
     config_file: str = ""
+    config_digest: str = ""  # `sha256:<hex>` of the parsed file, as nats-server computes it
     # Parsed sections that later capabilities read (users, accounts, tls blocks…).
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -90,3 +99,40 @@ class Options:
     @property
     def headers(self) -> bool:
         return not self.no_header_support
+
+
+# Options a reload applies, with nats-server's "Reloaded: …" line for each (None: `name = value`).
+RELOADABLE_LOGGING = ("debug", "trace", "logtime", "logtime_utc", "log_file", "log_size_limit", "log_max_num",
+                      "syslog", "remote_syslog", "max_traced_msg_len")  # fmt: skip
+_RELOAD_LINES = {
+    "username": "authorization username",
+    "password": "authorization password",
+    "authorization": "authorization token",
+    "auth_timeout": None,
+    "no_auth_user": None,
+    "max_subscriptions": None,
+}
+
+
+def reload_changes(old: Options, new: Options) -> list[str]:
+    """What a reload from `old` to `new` changes, as nats-server logs it (`Reloaded: debug = true`);
+    secrets are named, never shown."""
+    lines = []
+    for name in (*RELOADABLE_LOGGING, *_RELOAD_LINES):
+        after = getattr(new, name)
+        if getattr(old, name) == after:
+            continue
+        if name == "auth_timeout":
+            lines.append(f"Reloaded: authorization timeout = {new.effective_auth_timeout:g}")
+        else:
+            shown = str(after).lower() if isinstance(after, bool) else after
+            lines.append(f"Reloaded: {_RELOAD_LINES.get(name) or f'{name} = {shown}'}")
+
+    def users(opts: Options) -> Any:
+        return (opts.extra.get("authorization") or {}).get("users")
+
+    if users(old) != users(new):
+        lines.append("Reloaded: authorization users")
+    if old.extra.get("accounts") != new.extra.get("accounts"):
+        lines.append("Reloaded: accounts")
+    return lines

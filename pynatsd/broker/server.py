@@ -20,13 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pynatsd import NATS_COMPAT_VERSION, __version__, extensions
+from pynatsd.broker import trace
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
-from pynatsd.broker.connection import SERVER_SHUTDOWN, Connection
+from pynatsd.broker.build import git_commit
+from pynatsd.broker.connection import CLIENT_CLOSED, SERVER_SHUTDOWN, Connection
 from pynatsd.broker.delivery import Subscription
 from pynatsd.broker.histogram import HistogramCounts
 from pynatsd.broker.ids import new_server_id
-from pynatsd.broker.logging import configure_from, get_logger
-from pynatsd.broker.options import Options
+from pynatsd.broker.listener import dual_stack_socket, peer_closed
+from pynatsd.broker.logging import TRACE, configure_from, get_logger
+from pynatsd.broker.options import RELOADABLE_LOGGING, Options, reload_changes
 from pynatsd.broker.outbound import FlushScheduler, StallGate
 from pynatsd.broker.tls import monitor_context, server_context
 from pynatsd.matcher import Sublist, SublistStats, combine_stats
@@ -150,6 +153,7 @@ class Server:
         self._stopped = asyncio.Event()
         port = 0 if opts.port == -1 else opts.port
         self.tls_context = server_context(opts)
+        self._log_banner()
         if opts.http_port or opts.https_port:
             # Monitoring first: once the client port accepts, /healthz and /varz already answer.
             from pynatsd.monitor import Monitor
@@ -161,11 +165,13 @@ class Server:
         # TLS-first (handshake_first): the handshake precedes INFO, so the listener itself wraps. Otherwise
         # each connection upgrades itself right after its plaintext INFO (Connection._upgrade_tls).
         tls_first = self.tls_context if opts.tls_handshake_first else None
+        dual = dual_stack_socket(opts.host, port)
+        where: dict[str, Any] = (
+            {"sock": dual} if dual else {"host": opts.host or None, "port": port, "reuse_address": True}
+        )
         self._listener = await self.loop.create_server(
             lambda: Connection(self),
-            host=opts.host or None,
-            port=port,
-            reuse_address=True,
+            **where,
             backlog=1024,
             ssl=tls_first,
             ssl_handshake_timeout=opts.tls_timeout if tls_first else None,
@@ -173,10 +179,6 @@ class Server:
         sockets = self._listener.sockets
         self.port = int(sockets[0].getsockname()[1]) if sockets else port
         self._info_base = self._build_info()
-        log.info("Starting pynatsd %s (nats-server protocol level %s)", __version__, NATS_COMPAT_VERSION)
-        log.info("  Message path: %s", extensions.describe())
-        log.info("  Server ID:   %s", self.server_id)
-        log.info("  Server name: %s", self.server_name)
         if opts.pid_file:
             try:
                 write_pid_file(opts.pid_file)
@@ -187,9 +189,31 @@ class Server:
                 raise PidFileError(f"Could not write pidfile: {exc}") from exc
             self._pid_file_written = opts.pid_file
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
+        if self.tls_context is not None:
+            log.info("TLS required for client connections")
         if opts.ports_file_dir:
             self._write_ports_file(opts.ports_file_dir)
         log.info("Server is ready")
+
+    def _log_banner(self) -> None:
+        """nats-server's start banner, line for line, with our own name, version and build."""
+        opts = self.options
+        log.info("Starting pynatsd")
+        log.info(
+            "  Version:  %s (nats-server protocol level %s, message path %s)",
+            __version__,
+            NATS_COMPAT_VERSION,
+            extensions.describe(),
+        )
+        log.info("  Git:      [%s]", git_commit() or "not set")
+        log.debug("  Python:   %s", sys.version.split()[0])
+        log.info("  Name:     %s", self.server_name)
+        log.info("  ID:       %s", self.server_id)
+        if self.auth.has_plaintext_passwords():
+            log.warning("Plaintext passwords detected, use nkeys or bcrypt")
+        if opts.config_file:
+            digest = f"({opts.config_digest})" if opts.config_digest else ""
+            log.info("Using configuration file: %s %s", opts.config_file, digest)
 
     def sublist_for(self, account: str) -> Sublist[Subscription]:
         """The subject space of `account`, created on its first user's connect."""
@@ -363,6 +387,7 @@ class Server:
         except Exception as exc:  # a bad file keeps the running configuration
             log.error("Failed to reload configuration: %s", exc)
             return
+        changes = reload_changes(self.options, new)
         self.options.extra = new.extra
         for name in (
             "username",
@@ -371,12 +396,28 @@ class Server:
             "no_auth_user",
             "auth_timeout",
             "max_subscriptions",
+            *RELOADABLE_LOGGING,
         ):
             setattr(self.options, name, getattr(new, name))
+        self.options.config_digest = new.config_digest
         self.auth = Authenticator(self.options)
         for conn in list(self.clients.values()):
             conn.perms = self.auth.permissions(conn.user)
-        log.info("Reloaded server configuration")
+        self._reload_logging()
+        for line in changes:
+            log.info("%s", line)
+        digest = f"({new.config_digest})" if new.config_digest else ""
+        log.info("Reloaded server configuration %s", digest)
+
+    def _reload_logging(self) -> None:
+        """The new logging settings, as a reload applies them; a destination that fails keeps the old."""
+        try:
+            configure_from(self.options)
+        except OSError as exc:
+            log.error("Failed to apply the new logging settings: %s", exc)
+        tracing = log.isEnabledFor(TRACE)
+        for conn in list(self.clients.values()):
+            trace.retrace(conn, tracing)
 
     def _on_stop_signal(self, sig: int) -> None:
         self._trapped(sig)
@@ -392,12 +433,21 @@ class Server:
     def accept(self, conn: Connection) -> bool:
         """Register a new connection; False when max_connections is reached."""
         limit = self.options.max_connections
-        if limit >= 0 and len(self.clients) >= limit:
+        if limit >= 0 and len(self.clients) >= limit and not self._reap_closed_peers(limit):
             log.error("%r - maximum connections exceeded", conn)
             return False
         self.clients[conn.cid] = conn
         self.stats.total_connections += 1
         return True
+
+    def _reap_closed_peers(self, limit: int) -> bool:
+        """At the limit: close the connections whose peer has already hung up but whose end of file is not
+        read yet (a TCP probe closed just before the next client connected: nats-server does not count it
+        either); True when that made room. Only connections that never sent CONNECT are looked at."""
+        for other in [c for c in self.clients.values() if not c.connected]:
+            if other.transport is not None and peer_closed(other.transport):
+                other.close(CLIENT_CLOSED)
+        return len(self.clients) < limit
 
     def forget(self, conn: Connection) -> None:
         """Called once when a connection closes."""

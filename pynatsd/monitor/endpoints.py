@@ -6,6 +6,7 @@ raises `BadRequest` with nats-server's plain-text message.
 
 from __future__ import annotations
 
+import heapq
 import os
 import resource
 import time
@@ -14,6 +15,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pynatsd import NATS_COMPAT_VERSION, __version__
+from pynatsd.broker.auth import DEFAULT_ACCOUNT
+from pynatsd.broker.build import git_commit
+from pynatsd.matcher import combine_stats
 from pynatsd.monitor.formats import go_duration, parse_bool, parse_int, rfc3339nano, uptime
 from pynatsd.protocol.subjects import is_literal_subject
 
@@ -64,15 +68,17 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
     now = _now()
     stats = server.stats
     in_msgs, out_msgs, in_bytes, out_bytes = stats.in_msgs, stats.out_msgs, stats.in_bytes, stats.out_bytes
+    # `version` is ours, honestly: /varz is read by people and dashboards, never for protocol features
+    # (clients gate those on INFO's `version`, which stays the nats-server protocol level we speak).
     info: dict[str, Any] = {
         "server_id": server.server_id,
         "server_name": server.server_name,
-        "version": NATS_COMPAT_VERSION,
+        "version": __version__,
         "proto": 1,
-        "go": f"pynatsd {__version__}",
-        "host": opts.host,
-        "port": server.port,
     }
+    if git_commit():
+        info["git_commit"] = git_commit()
+    info.update({"go": f"pynatsd {__version__}", "host": opts.host, "port": server.port})
     if server.auth.required:
         info["auth_required"] = True
     if opts.tls:
@@ -82,7 +88,6 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
     info.update(
         {
             "max_connections": opts.max_connections,
-            "max_subscriptions": opts.max_subscriptions,
             "ping_interval": int(opts.ping_interval * 1e9),
             "ping_max": opts.ping_max,
             "http_host": opts.http_host,
@@ -127,7 +132,8 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "subscriptions": server.sublist_stats().num_subscriptions,
             "http_req_stats": dict(req_stats),
             "config_load_time": rfc3339nano(server.start_time),
-            "config_digest": "",
+            "config_digest": opts.config_digest,
+            "feature_flags": {},  # nats-server's are JetStream's; pynatsd has none
             "system_account": "",
             "slow_consumer_stats": {"clients": stats.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0},
             "stale_connection_stats": {
@@ -136,9 +142,16 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
                 "gateways": 0,
                 "leafs": 0,
             },
-            "pynatsd": {"version": __version__, "auth_failures": stats.auth_failures},
+            "disk_io_wait_stats": {"waiters": 0, "waits": 0, "wait_time": 0, "max_wait_time": 0},
+            "pynatsd": {
+                "version": __version__,
+                "nats_compat_version": NATS_COMPAT_VERSION,
+                "auth_failures": stats.auth_failures,
+            },
         }
     )
+    if opts.max_subscriptions:
+        info["max_subscriptions"] = opts.max_subscriptions  # nats-server omits it when unlimited
     return info
 
 
@@ -234,8 +247,8 @@ def connection_info(conn: Connection, now: datetime, subs: bool, detail: bool, a
     if conn.stop is not None:
         info["stop"] = rfc3339nano(conn.stop)
         info["reason"] = conn.close_reason
-    if conn.rtt is not None:
-        info["rtt"] = go_duration(round(conn.rtt, 6))
+    # nats-server always shows `rtt` ("0s" until the first PING/PONG exchange measured it).
+    info["rtt"] = go_duration(round(conn.rtt, 6)) if conn.rtt is not None else "0s"
     info.update(
         {
             "uptime": uptime((end - conn.start).total_seconds()),
@@ -259,16 +272,35 @@ def connection_info(conn: Connection, now: datetime, subs: bool, detail: bool, a
         info["tls_cipher_suite"] = conn.tls_cipher
         if conn.tls_first:
             info["tls_first"] = True
-    if auth:
+    if auth:  # as nats-server: the account unless it is $G; its name tag, for a closed one unless $G
         if conn.user:
             info["authorized_user"] = conn.user
-        info["account"] = conn.account
+        if conn.account != DEFAULT_ACCOUNT:
+            info["account"] = conn.account
+        if conn.stop is None or conn.account != DEFAULT_ACCOUNT:
+            info["name_tag"] = conn.account
     if conn.subs and subs:
-        if detail:
-            info["subscriptions_list_detail"] = [subscription_detail(s, conn) for s in conn.subs.values()]
-        else:
-            info["subscriptions_list"] = [s.subject.decode("utf-8", "replace") for s in conn.subs.values()]
+        key = "subscriptions_list_detail" if detail else "subscriptions_list"
+        info[key] = SubscriptionsSnapshot(conn, detail)
     return info
+
+
+class SubscriptionsSnapshot:
+    """A connection's subscriptions as they were when the page was built, turned into JSON later by
+    `to_json` (off the event loop, see monitor.http): copying the list is one C-level pass, while
+    describing 200k subscriptions would hold the loop for most of a second."""
+
+    __slots__ = ("conn", "detail", "subs")
+
+    def __init__(self, conn: Connection, detail: bool) -> None:
+        self.conn = conn
+        self.detail = detail
+        self.subs = list(conn.subs.values())
+
+    def to_json(self) -> list[Any]:
+        if self.detail:
+            return [subscription_detail(s, self.conn) for s in self.subs]
+        return [s.subject.decode("utf-8", "replace") for s in self.subs]
 
 
 def subscription_detail(sub: Any, conn: Connection, with_account: bool = False) -> dict[str, Any]:
@@ -321,11 +353,13 @@ def subsz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
             ]
         else:
             found = server.subscriptions()
-        listing = sorted(found, key=lambda s: (s.conn.cid, s.sid))
-        result["total"] = len(listing)
+        found = list(found)
+        # Only the page is sorted out of the whole: O(n) for a first page, not O(n log n).
+        listing = heapq.nsmallest(offset + limit, found, key=lambda s: (s.conn.cid, s.sid))
+        result["total"] = len(found)
         result["offset"] = offset
         result["limit"] = limit
-        page = [subscription_detail(s, s.conn, with_account=True) for s in listing[offset : offset + limit]]
+        page = [subscription_detail(s, s.conn, with_account=True) for s in listing[offset:]]
         if page:
             result["subscriptions_list"] = page
     else:
@@ -359,17 +393,36 @@ def leafz(server: Server) -> dict[str, Any]:
 
 
 def _accounts(server: Server) -> list[str]:
-    names = {c.account for c in server.clients.values()} | {"$G"}
+    """The configured accounts, $G, and any a connection is bound to."""
+    names = {c.account for c in server.clients.values()} | {"$G"} | set(server.auth.accounts)
     return sorted(names)
 
 
-def accountz(server: Server) -> dict[str, Any]:
-    return {
-        "server_id": server.server_id,
-        "now": rfc3339nano(_now()),
-        "system_account": "",
-        "accounts": _accounts(server),
+def accountz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
+    """The account names, or with `acc=NAME` that account's `account_detail` (nats-server's fields; no
+    imports, exports, mappings or JWT: pynatsd has none of them)."""
+    result: dict[str, Any] = {"server_id": server.server_id, "now": rfc3339nano(_now()), "system_account": ""}
+    name = query.get("acc", "")
+    if not name:
+        result["accounts"] = _accounts(server)
+        return result
+    if name not in _accounts(server):
+        raise BadRequest(f"Account {name} does not exist")
+    sublist = server.account_sublists.get(name)
+    stats = combine_stats([sublist.stats()] if sublist is not None else [])
+    result["account_detail"] = {
+        "account_name": name,
+        "update_time": rfc3339nano(server.start_time),
+        "expired": False,
+        "complete": True,
+        "jetstream_enabled": False,
+        "leafnode_connections": 0,
+        "client_connections": sum(1 for c in server.clients.values() if c.account == name),
+        "subscriptions": stats.num_subscriptions,
+        "name_tag": name,
+        "sublist_stats": stats._asdict(),
     }
+    return result
 
 
 def accstatz(server: Server) -> dict[str, Any]:

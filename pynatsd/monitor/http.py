@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import ssl
@@ -14,7 +15,9 @@ from aiohttp import web
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from pynatsd.broker.listener import dual_stack_socket
 from pynatsd.broker.logging import get_logger
+from pynatsd.broker.options import HTTP_READ_TIMEOUT
 from pynatsd.monitor import endpoints
 from pynatsd.monitor.metrics import build_registry
 
@@ -38,20 +41,36 @@ JSON_PATHS = (
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def _dumps(data: Any, indent: int | None = 2) -> str:
+    """nats-server's JSON (indented by two spaces, or compact); snapshots taken by the builders (e.g.
+    `endpoints.SubscriptionsSnapshot`) are expanded here."""
+    if indent:
+        return json.dumps(data, indent=indent, ensure_ascii=False, default=_expand)
+    return json.dumps(data, separators=(",", ":"), default=_expand)
+
+
+def _encoded(data: Any) -> bytes:
+    return _dumps(data).encode()
+
+
+def _expand(value: Any) -> Any:
+    if isinstance(value, endpoints.SubscriptionsSnapshot):
+        return value.to_json()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
 def _json(data: Any, status: int = 200, indent: int | None = 2) -> web.Response:
-    body = (
-        json.dumps(data, indent=indent, ensure_ascii=False)
-        if indent
-        else json.dumps(data, separators=(",", ":"))
-    )
-    return web.Response(text=body, status=status, content_type="application/json")
+    return web.Response(text=_dumps(data, indent), status=status, content_type="application/json")
 
 
 def _json_handler(build: Callable[[web.Request], dict[str, Any]]) -> Handler:
-    """Wrap a synchronous endpoint builder as an aiohttp handler (aiohttp wants coroutines)."""
+    """An aiohttp handler for a synchronous endpoint builder: the page is built on the loop (a bounded
+    snapshot of live state), and serialized in a worker thread, so a large response (200k subscriptions
+    in /connz?subs=detail) does not hold the loop: the GIL is handed back every few milliseconds."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        return _json(build(request))
+        body = await asyncio.to_thread(_encoded, build(request))
+        return web.Response(body=body, content_type="application/json", charset="utf-8")
 
     return handle
 
@@ -67,6 +86,7 @@ class Monitor:
         self.runner: web.AppRunner | None = None
         self.port = 0
         self.sockets: list[socket.socket] = []  # the listening sockets (for the ports file)
+        self.read_timeout = HTTP_READ_TIMEOUT  # for a request to arrive whole, or between two requests
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware])
@@ -80,7 +100,7 @@ class Monitor:
             "/routez": lambda r: endpoints.routez(s),
             "/gatewayz": lambda r: endpoints.gatewayz(s),
             "/leafz": lambda r: endpoints.leafz(s),
-            "/accountz": lambda r: endpoints.accountz(s),
+            "/accountz": lambda r: endpoints.accountz(s, r.query),
             "/accstatz": lambda r: endpoints.accstatz(s),
             "/jsz": lambda r: endpoints.jsz(s),
         }
@@ -115,10 +135,16 @@ class Monitor:
 
     async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
         """Serve on `host:port` (-1: a random port), over HTTPS when `ssl_context` is given."""
-        self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        self.runner = web.AppRunner(
+            self.app(), access_log=None, handle_signals=False, keepalive_timeout=self.read_timeout
+        )
         await self.runner.setup()
-        site = web.TCPSite(
-            self.runner, host or None, 0 if port == -1 else port, reuse_address=True, ssl_context=ssl_context
+        port = 0 if port == -1 else port
+        dual = dual_stack_socket(host, port)  # 0.0.0.0 takes [::1] too, as the client listener
+        site: web.BaseSite = (
+            web.SockSite(self.runner, dual, ssl_context=ssl_context)
+            if dual is not None
+            else web.TCPSite(self.runner, host or None, port, reuse_address=True, ssl_context=ssl_context)
         )
         await site.start()
         server = site._server

@@ -53,8 +53,10 @@ class PynatsdCollector(Collector):
             return c
 
         yield gauge("pynatsd_connections", "Open client connections.", len(server.clients))
-        yield counter(
-            "pynatsd_connections", "Client connections accepted since start.", stats.total_connections
+        yield counter(  # exposed as pynatsd_connections_accepted_total: a family apart from the gauge
+            "pynatsd_connections_accepted",
+            "Client connections accepted since start.",
+            stats.total_connections,
         )
         yield gauge("pynatsd_subscriptions", "Subscriptions in the index.", sl_stats.num_subscriptions)
         yield counter("pynatsd_messages_in", "Messages received from clients.", stats.in_msgs)

@@ -14,12 +14,16 @@ PING = b"PING\r\n"
 PONG = b"PONG\r\n"
 OK = b"+OK\r\n"
 
-_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+_GO_ESCAPES = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
 
 
-def go_json(value: Any) -> str:
-    """JSON as Go's encoding/json writes it: compact, UTF-8, with <, > and & escaped."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).translate(_GO_ESCAPES)
+def go_json(value: Any, sort_keys: bool = False) -> str:
+    """JSON as Go's encoding/json writes it: compact, UTF-8, with <, >, &, U+2028 and U+2029 escaped
+    (`sort_keys`: as Go orders a map's keys)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)
+    return text.translate(_GO_ESCAPES)
 
 
 def encode_info(info: dict[str, Any]) -> bytes:

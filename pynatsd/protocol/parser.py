@@ -144,6 +144,10 @@ class Parser:
         """Bytes held for an incomplete op."""
         return len(self._buf) + (len(self._acc) if self._acc is not None else 0)
 
+    def set_handler(self, handler: OpHandler) -> None:
+        """Hand the ops that follow to `handler` (e.g. a tracing wrapper switched on by a reload)."""
+        self._handler = handler
+
     def stop(self) -> None:
         """Parse nothing more, not even the rest of the read being parsed (its connection closed), and let
         go of any partial input."""

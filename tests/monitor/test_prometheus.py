@@ -127,7 +127,7 @@ async def test_prometheus_scrapes_exact_traffic(monitored: ServerProcess, promet
     try:
         p = prometheus
         assert wait_for_value(p, "pynatsd_connections", SUBSCRIBERS + 1) == SUBSCRIBERS + 1
-        assert wait_for_value(p, "pynatsd_connections_total", total) == total
+        assert wait_for_value(p, "pynatsd_connections_accepted_total", total) == total
         assert wait_for_value(p, "pynatsd_subscriptions", SUBSCRIBERS) == SUBSCRIBERS
         assert wait_for_value(p, "pynatsd_messages_in_total", N_MSGS) == N_MSGS
         assert wait_for_value(p, "pynatsd_bytes_in_total", N_MSGS * len(PAYLOAD)) == N_MSGS * len(PAYLOAD)
@@ -147,4 +147,4 @@ async def test_prometheus_scrapes_exact_traffic(monitored: ServerProcess, promet
             await nc.close()
     # Closing is visible too: the open-connection gauge drops to zero while the total stays.
     assert wait_for_value(prometheus, "pynatsd_connections", 0) == 0
-    assert wait_for_value(prometheus, "pynatsd_connections_total", total) == total
+    assert wait_for_value(prometheus, "pynatsd_connections_accepted_total", total) == total

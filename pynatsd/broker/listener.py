@@ -1,0 +1,75 @@
+"""The client listener's sockets: dual-stack for the default host and as many descriptors as the system
+allows, as nats-server's Go listener has them."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import resource
+import socket
+
+
+def dual_stack_socket(host: str, port: int) -> socket.socket | None:
+    """For the default host (0.0.0.0, or none): one socket on [::] that takes IPv4 clients too, as
+    nats-server's Go listener does, so clients reach it on [::1] as well; None (bind 0.0.0.0 as asked)
+    where IPv6 is missing or disabled. A port in use is an error either way."""
+    if host not in ("", "0.0.0.0") or not socket.has_ipv6:
+        return None
+    try:
+        sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    except OSError:
+        return None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise
+        return None
+    return sock
+
+
+def unmapped_ip(ip: str) -> str:
+    """`::ffff:1.2.3.4` (an IPv4 client of the dual-stack listener) as `1.2.3.4`, as nats-server shows it."""
+    return ip[7:] if ip.startswith("::ffff:") and "." in ip else ip
+
+
+def peer_closed(transport: asyncio.BaseTransport) -> bool:
+    """True when the peer of `transport` has closed or reset its end (a peek reads end of file), without
+    consuming anything the connection has yet to read."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        peek = socket.fromfd(sock.fileno(), socket.AF_INET, socket.SOCK_STREAM)  # a dup of the descriptor
+    except OSError:
+        return False  # e.g. no descriptor left to dup: assume it is open
+    with peek:
+        try:
+            return peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False  # open, nothing to read
+        except OSError:
+            return True  # reset by the peer
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit, as the Go runtime does for nats-server at start (the
+    common soft limit of 1,024 would otherwise cap the connections); returns the (old, new) soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        try:
+            with open("/proc/sys/fs/nr_open") as f:  # the kernel's ceiling for a process
+                target = int(f.read())
+        except (OSError, ValueError):
+            return soft, soft
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError):
+            return soft, soft
+        return soft, target
+    return soft, soft

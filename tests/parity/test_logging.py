@@ -1,0 +1,282 @@
+"""Logs as nats-server writes them: the start banner line for line, trace in both directions, reload,
+size-limited rotation and syslog (remote over UDP, local over a unix socket)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import socket
+import ssl
+import time
+from collections import Counter
+from pathlib import Path
+
+import nats
+import pytest
+
+from pynatsd import __version__
+from pynatsd.broker.build import git_commit
+from tests.parity.conftest import KINDS, Running, Spawn, run
+from tests.security.certs import make_certs
+from tests.servers import free_port, wait_for_port
+from tests.wire import WireClient
+
+NKEY_ID = re.compile(r"\bN[A-Z2-7]{55}\b")
+
+
+def banner(server: Running) -> list[tuple[str, str]]:
+    """The log up to `Server is ready`, with what differs by design (ids, our name and version, the
+    random ports) replaced by placeholders."""
+    lines = []
+    for level, text in server.lines():
+        text = NKEY_ID.sub("<ID>", text)
+        text = re.sub(r"(Listening for client connections on|monitor on) \S+", r"\1 <ADDR>", text)
+        text = text.replace("Starting nats-server", "Starting <SERVER>").replace(
+            "Starting pynatsd", "Starting <SERVER>"
+        )
+        text = re.sub(r"^  Version:  .*", "  Version:  <VERSION>", text)
+        text = re.sub(r"^  Git:      \[.*\]", "  Git:      [<COMMIT>]", text)
+        lines.append((level, text))
+        if text == "Server is ready":
+            break
+    return lines
+
+
+def test_banner_line_for_line(spawn: Spawn, tmp_path: Path) -> None:
+    """Plaintext password warning, the configuration file with the same digest, the monitor, TLS."""
+    certs = make_certs(tmp_path)
+    conf = tmp_path / "banner.conf"
+    conf.write_text(
+        f"listen: 127.0.0.1:{free_port()}\nhttp: 127.0.0.1:{free_port()}\n"
+        "authorization { user: alice, password: secret }\n"
+        f'tls {{ cert_file: "{certs["server"]}", key_file: "{certs["server_key"]}" }}\n'
+    )
+    got = {}
+    for kind in KINDS:  # one after the other, on the same ports, from the very same file
+        server = spawn(kind, "-c", str(conf))
+        got[kind] = banner(server)
+        server.stop()
+    assert got["pynatsd"] == got["nats-server"]
+    texts = [text for _, text in got["pynatsd"]]
+    assert "TLS required for client connections" in texts
+    assert ("WRN", "Plaintext passwords detected, use nkeys or bcrypt") in got["pynatsd"]
+    assert any(t.startswith(f"Using configuration file: {conf} (sha256:") for t in texts)
+
+
+def test_banner_names_our_version_and_build(spawn: Spawn) -> None:
+    text = spawn("pynatsd", "-a", "127.0.0.1", "-p", str(free_port())).text()
+    assert "[INF] Starting pynatsd\n" in text
+    assert f"[INF]   Version:  {__version__} " in text
+    assert f"[INF]   Git:      [{git_commit() or 'not set'}]" in text
+    assert "[DBG]" not in text  # the Python build line is debug, as nats-server's Go build line
+
+
+def session(port: int) -> None:
+    """A client that exercises every traced frame: CONNECT with secrets, SUB, PUB/HPUB, PING, -ERR."""
+    connect = {"verbose": True, "pedantic": False, "user": "u", "pass": "p1", "auth_token": "t1",
+               "sig": "s1", "nkey": "k1", "protocol": 1, "headers": True}  # fmt: skip
+    with WireClient(port) as c:
+        c.send(f"CONNECT {json.dumps(connect, separators=(',', ':'))}\r\n".encode())
+        c.exchange(
+            b"SUB foo 1\r\nPUB foo r 11\r\nhello world\r\nHPUB foo 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
+            b'PUB foo 2\r\nab\r\nPUB foo 0\r\n\r\nPUB foo 7\r\n\x00\xff"\xc3\xa9\n\t\r\n'
+        )
+        c.send(b"bogus\r\n")
+        c.read_until(b"-ERR", timeout=5)
+
+
+def traced(server: Running) -> Counter[str]:
+    """The trace lines, without the client prefix (nats-server adds the account and user)."""
+    lines = (
+        re.sub(r"^.*? - cid:\d+ - (?:\"[^\"]*\" - )?", "", t) for level, t in server.lines() if level == "TRC"
+    )
+    return Counter(line for line in lines if not line.startswith("<->"))  # nats-server's internal DELSUB
+
+
+def test_trace_in_both_directions_with_truncation(spawn: Spawn) -> None:
+    """The same `<<-` and `->>` lines as nats-server (order aside: pynatsd traces what it writes when it
+    flushes, after the read), payloads cut at --max_traced_msg_len, secrets redacted."""
+    got = {}
+    for kind in KINDS:
+        port = free_port()
+        server = spawn(kind, "-a", "127.0.0.1", "-p", str(port), "-V", "--max_traced_msg_len", "5")
+        session(port)
+        time.sleep(0.3)
+        got[kind] = traced(server)
+    assert got["pynatsd"] == got["nats-server"]
+    lines = got["pynatsd"]
+    assert '->> MSG_PAYLOAD: ["hello..."]' in lines and '<<- MSG_PAYLOAD: ["hello..."]' in lines
+    assert "->> [MSG foo 1 r 11]" in lines and "->> [-ERR Unknown Protocol Operation]" in lines
+
+
+async def test_trace_covers_tls_connections(spawn: Spawn, tmp_path: Path) -> None:
+    """After the TLS upgrade the connection writes through a new transport: still traced `->>`."""
+    certs = make_certs(tmp_path)
+    port = free_port()
+    server = spawn("pynatsd", "-a", "127.0.0.1", "-p", str(port), "-V", "--tlscert", certs["server"],
+                   "--tlskey", certs["server_key"])  # fmt: skip
+    ctx = ssl.create_default_context(cafile=certs["ca"])
+    nc = await nats.connect(f"tls://127.0.0.1:{port}", tls=ctx)
+    await nc.flush()
+    await nc.close()
+    time.sleep(0.2)
+    assert "->> [PONG]" in traced(server)
+
+
+def test_trace_does_not_turn_on_debug(spawn: Spawn) -> None:
+    for kind in KINDS:
+        port = free_port()
+        trace_only = spawn(kind, "-a", "127.0.0.1", "-p", str(port), "-V")
+        with WireClient(port) as c:
+            c.exchange(b"CONNECT {}\r\n")
+        time.sleep(0.2)
+        levels = {level for level, _ in trace_only.lines()}
+        assert "TRC" in levels and "DBG" not in levels, kind
+    both = spawn("pynatsd", "-a", "127.0.0.1", "-p", str(free_port()), "-DV")
+    assert "DBG" in {level for level, _ in both.lines()}
+
+
+def test_no_password_is_ever_traced(spawn: Spawn) -> None:
+    """Issue 18 item 10: every key a secret can come under is redacted, `password` and `jwt` included."""
+    port = free_port()
+    server = spawn("pynatsd", "-a", "127.0.0.1", "-p", str(port), "-V")
+    secrets = {"password": "S1-password", "pass": "S2-pass", "auth_token": "S3-token", "sig": "S4-sig",
+               "jwt": "S5-jwt", "Password": "S6-Password", "passphrase": "S7-phrase",
+               "nested": {"opts": [{"password": "S8-nested"}]}}  # fmt: skip
+    with WireClient(port) as c:
+        c.exchange(f"CONNECT {json.dumps({'verbose': False, 'user': 'u', **secrets})}\r\n".encode())
+    time.sleep(0.2)
+    text = server.text()
+    assert "<<- [CONNECT" in text
+    assert re.findall(r"S\d-\w+", text) == []  # every secret above is `S<n>-…`
+
+
+def test_reload_logs_what_it_reloaded(spawn: Spawn, tmp_path: Path) -> None:
+    """Every `Reloaded: …` line pynatsd logs is one nats-server logs for the same change."""
+    got = {}
+    for kind in KINDS:
+        conf = tmp_path / f"{kind}.conf"
+        port = free_port()
+        conf.write_text(f"listen: 127.0.0.1:{port}\nauthorization {{ user: u, password: p }}\n")
+        server = spawn(kind, "-c", str(conf))
+        conf.write_text(
+            f"listen: 127.0.0.1:{port}\ndebug: true\ntrace: true\nmax_traced_msg_len: 10\n"
+            "authorization { user: u, password: q, timeout: 3 }\n"
+        )
+        server.signal(signal.SIGHUP)
+        server.wait_for("Reloaded server configuration")
+        got[kind] = {text for _, text in server.lines() if text.startswith("Reloaded")}
+    ours = got["pynatsd"]
+    assert {t for t in ours if t.startswith("Reloaded:")} <= got["nats-server"]
+    for line in ("Reloaded: debug = true", "Reloaded: trace = true", "Reloaded: max_traced_msg_len = 10",
+                 "Reloaded: authorization password", "Reloaded: authorization timeout = 3"):  # fmt: skip
+        assert line in ours
+    assert any(re.fullmatch(r"Reloaded server configuration \(sha256:[0-9a-f]{64}\)", t) for t in ours)
+
+
+def test_reload_turns_trace_on_for_open_connections(spawn: Spawn, tmp_path: Path) -> None:
+    for kind in KINDS:
+        conf = tmp_path / f"{kind}-trace.conf"
+        port = free_port()
+        conf.write_text(f"listen: 127.0.0.1:{port}\n")
+        server = spawn(kind, "-c", str(conf))
+        with WireClient(port) as client:
+            client.exchange(b'CONNECT {"verbose":false}\r\n')
+            conf.write_text(f"listen: 127.0.0.1:{port}\ntrace: true\n")
+            server.signal(signal.SIGHUP)
+            server.wait_for("Reloaded server configuration")
+            client.exchange(b"SUB foo 1\r\n")
+        time.sleep(0.2)
+        lines = traced(server)
+        assert {"<<- [SUB foo 1]", "<<- [PING]", "->> [PONG]"} <= set(lines), (kind, lines)
+
+
+def test_log_size_limit_rotates(spawn: Spawn, tmp_path: Path) -> None:
+    """Past --log_size_limit the file is renamed `<file>.YYYY.MM.DD.hh.mm.ss.nnnnnnnnn` and the new one
+    starts with `Rotated log, backup saved as "…"`, for both servers."""
+    for kind in KINDS:
+        log = tmp_path / kind / "server.log"
+        log.parent.mkdir()
+        port = free_port()
+        args = ["-a", "127.0.0.1", "-p", str(port), "-l", str(log), "-V", "--log_size_limit", "2000"]
+        server = spawn(kind, *args, ready=False)  # the log is in the file: wait for the port
+        wait_for_port(port, server.proc)
+        with WireClient(port) as c:
+            c.exchange(b'CONNECT {"verbose":false}\r\n' + b"SUB foo 1\r\nPUB foo 10\r\n0123456789\r\n" * 40)
+        time.sleep(0.3)
+        backups = sorted(p for p in log.parent.iterdir() if p != log)
+        assert backups, kind
+        assert all(re.fullmatch(r"server\.log\.\d{4}(\.\d\d){5}\.\d{9}", p.name) for p in backups), backups
+        assert 'Rotated log, backup saved as "' in log.read_text(), kind
+
+
+def test_log_max_num_purges_old_backups(spawn: Spawn, tmp_path: Path) -> None:
+    """`logfile_max_num: 2`: the current file and one backup remain; `Purged log file "…"` is logged."""
+    for kind in KINDS:
+        log = tmp_path / kind / "server.log"
+        log.parent.mkdir()
+        port = free_port()
+        conf = log.parent / "rotate.conf"
+        conf.write_text(
+            f'listen: 127.0.0.1:{port}\nlog_file: "{log}"\ntrace: true\n'
+            "logfile_size_limit: 1000\nlogfile_max_num: 2\n"
+        )
+        server = spawn(kind, "-c", str(conf), ready=False)
+        wait_for_port(port, server.proc)
+        with WireClient(port) as c:
+            c.exchange(b'CONNECT {"verbose":false}\r\n' + b"SUB foo 1\r\nPUB foo 10\r\n0123456789\r\n" * 60)
+        time.sleep(0.3)
+        backups = [p for p in log.parent.iterdir() if p.name.startswith("server.log.")]
+        assert len(backups) == 1, (kind, backups)
+        assert 'Purged log file "' in log.read_text() + backups[0].read_text(), kind
+
+
+def receive(sock: socket.socket, needle: bytes, timeout: float = 10) -> bytes:
+    sock.settimeout(0.5)
+    got, deadline = b"", time.monotonic() + timeout
+    while needle not in got and time.monotonic() < deadline:
+        with contextlib.suppress(TimeoutError):
+            got += sock.recv(65536) + b"\n"
+    return got
+
+
+def test_remote_syslog_over_udp(spawn: Spawn) -> None:
+    """`-r udp://host:port`: each line a datagram at daemon/notice or the record's severity."""
+    for kind in KINDS:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:
+            sink.bind(("127.0.0.1", 0))
+            url = f"udp://127.0.0.1:{sink.getsockname()[1]}"
+            spawn(kind, "-a", "127.0.0.1", "-p", str(free_port()), "-r", url, ready=False)
+            got = receive(sink, b"Server is ready")
+        assert b"Server is ready" in got, (kind, got)
+        assert b"Listening for client connections on 127.0.0.1:" in got
+        if kind == "pynatsd":
+            assert re.search(rb"<29>pynatsd\[\d+\]: Server is ready", got), got  # daemon.notice
+
+
+def test_syslog_over_a_unix_socket(spawn: Spawn, tmp_path: Path) -> None:
+    path = tmp_path / "syslog.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sink:
+        sink.bind(str(path))
+        spawn("pynatsd", "-a", "127.0.0.1", "-p", str(free_port()), "-r", f"unix://{path}", ready=False)
+        assert b"Server is ready" in receive(sink, b"Server is ready")
+
+
+def test_syslog_that_cannot_be_reached_stops_the_server(tmp_path: Path) -> None:
+    """nats-server: `error connecting to syslog`, exit 1; never a server that logs nowhere."""
+    missing = f"unix://{tmp_path / 'no-such.sock'}"
+    for kind in KINDS:
+        done = run(kind, "-p", str(free_port()), "-r", missing, timeout=10)
+        assert done.returncode == 1, (kind, done)
+        assert "error connecting to syslog" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_local_syslog_flag(kind: str) -> None:
+    """`-s` with no local syslog daemon fails as nats-server does (with one, it logs there)."""
+    if any(Path(p).is_socket() for p in ("/dev/log", "/var/run/syslog")):
+        pytest.skip("a local syslog daemon is listening")
+    done = run(kind, "-p", str(free_port()), "-s", timeout=10)
+    assert done.returncode == 1 and "error connecting to syslog" in done.stdout + done.stderr
