@@ -167,7 +167,7 @@ def command(ctx: click.Context, **flags: Any) -> None:
         tls.check(options)
         Authenticator(options)  # bad permissions (e.g. allow_responses) are reported before starting
     except (ConfigError, ConfigValueError, ValueError, OSError) as exc:
-        click.echo(f"nats-server: {exc}", err=True)
+        click.echo(f"pynatsd: {exc}", err=True)
         ctx.exit(1)
     if flags["signal"]:
         try:
@@ -177,7 +177,7 @@ def command(ctx: click.Context, **flags: Any) -> None:
             ctx.exit(1)
         return
     if flags["check_config"]:
-        click.echo(f"nats-server: configuration file {options.config_file} is valid")
+        click.echo(f"pynatsd: configuration file {options.config_file} is valid")
         return
     logger = configure_from(options)
     for warning in warnings:

@@ -73,6 +73,10 @@ class Options:
     tls_verify: bool = False
     tls_timeout: float = TLS_TIMEOUT
     tls_handshake_first: bool = False
+    tls_certs: list[tuple[str, str]] = field(default_factory=list)  # several (cert, key) pairs, by SNI
+    tls_ciphers: list[str] = field(default_factory=list)  # OpenSSL names; empty: Python's defaults
+    tls_curves: list[str] = field(default_factory=list)  # OpenSSL group names, preferred first
+    tls_min_version: str = ""  # "1.2" or "1.3"; empty: 1.2
 
     config_file: str = ""
     # Parsed sections that later capabilities read (users, accounts, tls blocks…).
@@ -83,7 +87,7 @@ class Options:
         """`auth_timeout`, or nats-server's default: 2 s, or the TLS handshake limit plus 1 s under TLS."""
         if self.auth_timeout > 0:
             return self.auth_timeout
-        if self.tls or self.tls_verify or self.tls_cert:
+        if self.tls or self.tls_verify or self.tls_cert or self.tls_certs:
             return self.tls_timeout + 1.0
         return AUTH_TIMEOUT
 
