@@ -456,6 +456,12 @@ def _check_users(ctx: Ctx, opts: Options) -> None:
             if name in seen:
                 ctx.error(where, f'Duplicate {kind} "{name}" detected')
             seen.add(name)
+    if opts.no_auth_user and opts.no_auth_user not in seen:
+        ctx.error(
+            ctx.places.get("no_auth_user", _NOWHERE),
+            f'no_auth_user: "{opts.no_auth_user}" not present as user or nkey in authorization block or '
+            "account configuration",
+        )
 
 
 # -- tls ------------------------------------------------------------------------------------------------
@@ -490,6 +496,8 @@ INSECURE_CIPHERS = {
 }
 # Go's curve names -> OpenSSL's group names.
 CURVES = {"X25519": "X25519", "CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1"}
+# Go's post-quantum hybrids: valid for nats-server, but Python's ssl cannot select them.
+PQ_CURVES = frozenset({"X25519MLKEM768", "SecP256r1MLKEM768", "SecP384r1MLKEM1024"})
 _CERT_STORE_KEYS = ("cert_store", "cert_match_by", "cert_match", "ca_certs_match", "cert_match_skip_invalid")
 TLS_VERSIONS = {"1.0": "TLSv1", "1.1": "TLSv1_1", "1.2": "TLSv1_2", "1.3": "TLSv1_3"}
 
@@ -515,6 +523,8 @@ def _curves(key: str, value: Any) -> list[str]:
     if not names:
         raise ConfigValueError(f"error parsing tls config, '{key}' cannot be empty")
     for n in names:
+        if n in PQ_CURVES:
+            raise ConfigValueError(f"curve preference {n} is not supported by pynatsd (Python's ssl)")
         if n not in CURVES:
             raise ConfigValueError(f"unrecognized curve preference {n}")
     return [CURVES[n] for n in names]
@@ -774,6 +784,7 @@ def apply_config(opts: Options, config: dict[str, Any]) -> list[str]:
         if handler is None:
             unknown(ctx, block, key, where)
             continue
+        ctx.places[low] = where
         with ctx.at(where):
             handler(ctx, opts, key, value, where)
     _check_users(ctx, opts)
