@@ -107,12 +107,14 @@ def host_port(key: str, value: Any) -> tuple[str, int]:
     if not isinstance(value, str):
         raise ConfigValueError(f"{key}: expected port or host:port, got {value!r}")
     host, sep, port = value.rpartition(":")
-    if not sep or not re.fullmatch(r"-?\d+", port):
-        raise ConfigValueError(f"{key}: could not parse address string {value!r}")
+    if not sep:
+        raise ConfigValueError(f'{key}: could not parse address string "{value}"')
+    if not re.fullmatch(r"-?\d+", port):
+        raise ConfigValueError(f'could not parse port "{port}"')
     if host.startswith("["):
         host = host[1:-1] if host.endswith("]") else ""
     elif ":" in host:
-        raise ConfigValueError(f"{key}: could not parse address string {value!r} (too many colons)")
+        raise ConfigValueError(f'{key}: could not parse address string "{value}" (too many colons)')
     return host, int(port)
 
 
@@ -222,6 +224,11 @@ def _pending(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> Non
     name, what = _PENDING_BLOCKS[key.lower()]
     parser = BLOCK_PARSERS.get(name)
     if parser is None:
+        if isinstance(value, ConfigMap):  # a malformed address is named before the block is refused
+            for low, k, v, at in entries(value, where):
+                if low == "listen":
+                    with ctx.at(at):
+                        host_port(k, v)
         raise refused(key, f"{what} yet")
     else:
         parser(ctx, opts, key, value, where)

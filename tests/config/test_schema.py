@@ -108,7 +108,7 @@ def test_top_level_keys_and_aliases(text: str, field: str, value: Any) -> None:
         ('lame_duck_grace_period: "-1s"', "lame_duck_grace_period: invalid duration"),
         ('listen: "127.0.0.1"', "could not parse address string"),
         ('listen: "a:b:4222"', "too many colons"),
-        ('http: "localhost:x"', "could not parse address string"),
+        ('http: "localhost:x"', 'could not parse port "x"'),
         ('server_name: "a b"', "server name can not contain spaces"),
         ("max_sub_tokens: 300", "max_sub_tokens value is too big"),
         ("write_timeout: never", "write_timeout must be 'default', 'close' or 'retry'"),
