@@ -1,10 +1,12 @@
 """Client authentication and authorization.
 
 Mechanisms: one user/password or a token (command line), the `authorization {}` block (token, single
-user, `users = [...]` with plain or bcrypt passwords and per-user permissions), `accounts {}` (users bound
-to isolated subject spaces) and `no_auth_user`. `Authenticator.authenticate` returns the client's identity
-`(user, account)` or None (a violation); `permissions(user)` gives its publish/subscribe rules.
-Secrets are compared in constant time.
+user, `users = [...]` with per-user permissions and default permissions), `accounts {}` (users and nkey
+users bound to isolated subject spaces, with the account's default permissions) and `no_auth_user`.
+Every password and the token may be a bcrypt hash, as in nats-server. The config schema
+(pynatsd.broker.config_schema) validates and normalizes the blocks read here.
+`Authenticator.authenticate` returns the client's identity `(user, account)` or None (a violation);
+`permissions(user)` gives its publish/subscribe rules. Secrets are compared in constant time.
 """
 
 from __future__ import annotations

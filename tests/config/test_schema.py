@@ -414,3 +414,55 @@ def test_missing_certificate_names_path_and_position(tmp_path: Path) -> None:
         str(exc.value)
         == f"{conf}:2:1: error parsing X509 certificate/key pair: open nope.pem: no such file or directory"
     )
+
+
+@pytest.mark.parametrize("key", ["permissions", "permission", "authorization", "Permissions"])
+def test_user_permission_key_aliases(key: str) -> None:
+    p = _auth(f'authorization {{ users = [{{user: u, password: p, {key}: {{publish: "a"}}}}] }}').permissions(
+        "u"
+    )
+    assert p is not None and p.can_publish(b"a") and not p.can_publish(b"b")
+
+
+@pytest.mark.parametrize("key", ["allowed_connection_types", "connection_types", "clients"])
+def test_connection_type_aliases(key: str) -> None:
+    auth = _auth(f'authorization {{ users = [{{user: u, password: p, {key}: ["STANDARD"]}}] }}')
+    assert auth.users["u"].connection_types == frozenset({"STANDARD"})
+
+
+@pytest.mark.parametrize(
+    "value", ["true", "{max: 2}", '{max_msgs: 2, expires: "1m"}', '{MAX_RESPONSES: 2, TTL: "1m"}']
+)
+@pytest.mark.parametrize("key", ["allow_responses", "publish_allow_responses", "Allow_Responses"])
+def test_allow_responses_aliases(key: str, value: str) -> None:
+    p = _auth(
+        f"authorization {{ users = [{{user: u, password: p, permissions: {{{key}: {value}}}}}] }}"
+    ).permissions("u")
+    assert p is not None and p.responses is not None
+
+
+@pytest.mark.parametrize(("key", "value"), [("user", "u"), ("username", "u"), ("USER", "u")])
+def test_single_user_aliases(key: str, value: str) -> None:
+    opts, _ = load(f"authorization {{ {key}: {value}, pass: p, timeout: 3 }}")
+    assert (opts.username, opts.password, opts.auth_timeout) == ("u", "p", 3.0)
+
+
+def test_accounts_as_a_list_of_names() -> None:
+    opts, _ = load("accounts: [A, B]")
+    assert list(opts.extra["accounts"]) == ["A", "B"]
+    assert "Duplicate Account Entry: A" in errors_of("accounts: [A, A]")
+
+
+@pytest.mark.parametrize("key", ["handshake_first", "first", "immediate"])
+def test_tls_handshake_first_aliases(key: str, certs: dict[str, str]) -> None:
+    opts, _ = load(
+        f'tls {{ cert_file: "{certs["server"]}", key_file: "{certs["server_key"]}", {key}: true }}'
+    )
+    assert opts.tls_handshake_first
+
+
+def test_tls_certificates_alias(certs: dict[str, str]) -> None:
+    opts, _ = load(
+        f'tls {{ certificates = [{{cert_file: "{certs["server"]}", key_file: "{certs["server_key"]}"}}] }}'
+    )
+    assert opts.tls_certs == [(certs["server"], certs["server_key"])]
