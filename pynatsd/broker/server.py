@@ -379,7 +379,8 @@ class Server:
     def accept(self, conn: Connection) -> bool:
         """Register a new connection; False when max_connections is reached."""
         limit = self.options.max_connections
-        if limit >= 0 and len(self.clients) >= limit:
+        # nats-server's meaning: negative (`max_connections: 0` in a file) refuses everyone; 0 = no limit.
+        if limit < 0 or (limit > 0 and len(self.clients) >= limit):
             log.error("%r - maximum connections exceeded", conn)
             return False
         self.clients[conn.cid] = conn

@@ -167,6 +167,15 @@ def test_account_nkey_users(kind: str, serve: Callable[[str, str], ServerProcess
     assert reply == b""
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_max_connections_zero_refuses_everyone(kind: str, serve: Callable[[str, str], ServerProcess]) -> None:
+    """finding: `max_connections: 0` (nats-server: refuse every client) ran without any limit."""
+    server = serve(kind, "max_connections: 0")
+    with WireClient(server.port, read_info=False) as client:
+        data, _ = client.read_until(b"maximum connections exceeded'\r\n")
+    assert b"-ERR 'maximum connections exceeded'" in data
+
+
 # -- starts or refuses, and -t, alike ---------------------------------------------------------------
 BOTH_REFUSE = {
     "unknown key": ("bogus: 1", "bogus"),
