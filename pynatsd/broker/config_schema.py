@@ -17,6 +17,7 @@ import base64
 import contextlib
 import os
 import re
+import ssl
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -642,7 +643,12 @@ def _tls(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
             if opts.tls_ca_cert and not os.path.exists(opts.tls_ca_cert):
                 missing = opts.tls_ca_cert
                 raise ConfigValueError(f"failed to read root CA {missing}: no such file or directory")
-            tls.server_context(opts)
+            try:
+                tls.server_context(opts)
+            except ssl.SSLError as exc:  # a file that is not a certificate or key, or a mismatched pair
+                raise ConfigValueError(
+                    f"error parsing X509 certificate/key pair: {exc.reason or exc}"
+                ) from None
 
 
 # -- the top level ---------------------------------------------------------------------------------------

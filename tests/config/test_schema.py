@@ -466,3 +466,10 @@ def test_tls_certificates_alias(certs: dict[str, str]) -> None:
         f'tls {{ certificates = [{{cert_file: "{certs["server"]}", key_file: "{certs["server_key"]}"}}] }}'
     )
     assert opts.tls_certs == [(certs["server"], certs["server_key"])]
+
+
+def test_unreadable_certificate_is_named(tmp_path: Path, certs: dict[str, str]) -> None:
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate\n")
+    out = errors_of(f'tls {{ cert_file: "{bad}", key_file: "{certs["server_key"]}" }}')
+    assert out.startswith("t.conf:1:1: error parsing X509 certificate/key pair:")
