@@ -154,11 +154,10 @@ def entries(block: ConfigMap, parent: Where) -> Iterator[tuple[str, str, Any, Wh
         yield key.lower(), key, value, block.position(key, parent)
 
 
-def unknown(ctx: Ctx, block: ConfigMap, key: str, where: Where, what: str = "") -> None:
+def unknown(ctx: Ctx, block: ConfigMap, key: str, where: Where) -> None:
     """nats-server's unknown-field error; keys defined only to be referenced as `$variables` are fine."""
-    if key in block.used:
-        return
-    ctx.error(where, f'unknown field "{key}"{what}')
+    if key not in block.used:
+        ctx.error(where, f'unknown field "{key}"')
 
 
 Handler = Callable[[Ctx, Options, str, Any, Where], None]

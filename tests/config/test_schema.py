@@ -473,3 +473,14 @@ def test_unreadable_certificate_is_named(tmp_path: Path, certs: dict[str, str]) 
     bad.write_text("not a certificate\n")
     out = errors_of(f'tls {{ cert_file: "{bad}", key_file: "{certs["server_key"]}" }}')
     assert out.startswith("t.conf:1:1: error parsing X509 certificate/key pair:")
+
+
+def test_errors_in_an_included_file_name_that_file(tmp_path: Path) -> None:
+    from pynatsd.broker.config import parse_file
+
+    (tmp_path / "inc.conf").write_text("port: 4222\nbogus_inc: 1\n")
+    main = tmp_path / "main.conf"
+    main.write_text('include "inc.conf"\n')
+    with pytest.raises(ConfigErrors) as exc:
+        apply_config(Options(), parse_file(main))
+    assert str(exc.value) == f'{tmp_path / "inc.conf"}:2:1: unknown field "bogus_inc"'
