@@ -3,6 +3,12 @@ points, which live in `pynatsd.broker.config_schema` (one schema for start, `-t`
 
 from __future__ import annotations
 
-from pynatsd.broker.config_schema import ConfigErrors, ConfigValueError, apply_config, parse_duration
+from pynatsd.broker.config_schema import (
+    ConfigErrors,
+    ConfigValueError,
+    ConfigWarning,
+    apply_config,
+    parse_duration,
+)
 
-__all__ = ["ConfigErrors", "ConfigValueError", "apply_config", "parse_duration"]
+__all__ = ["ConfigErrors", "ConfigValueError", "ConfigWarning", "apply_config", "parse_duration"]

@@ -36,6 +36,13 @@ class ConfigValueError(ValueError):
     """One invalid key or value (its position is added by the schema)."""
 
 
+class ConfigWarning(str):
+    """A warning about the config; `strict` ones (nats-server's own warnings, such as a duration given as
+    a number) fail `-t` as in nats-server, the others (keys pynatsd ignores) are only reported."""
+
+    strict: bool = True
+
+
 class ConfigErrors(ConfigValueError):
     """Every problem of one configuration, one `file:line:col: message` per line."""
 
@@ -125,14 +132,16 @@ class Ctx:
 
     def __init__(self) -> None:
         self.errors: list[str] = []
-        self.warnings: list[str] = []
+        self.warnings: list[ConfigWarning] = []
         self.places: dict[str, Where] = {}  # where blocks checked across blocks were written
 
     def error(self, where: Where, message: str) -> None:
         self.errors.append(f"{where}: {message}")
 
-    def warn(self, where: Where, message: str) -> None:
-        self.warnings.append(f"{where}: {message}")
+    def warn(self, where: Where, message: str, strict: bool = True) -> None:
+        warning = ConfigWarning(f"{where}: {message}")
+        warning.strict = strict
+        self.warnings.append(warning)
 
     @contextlib.contextmanager
     def at(self, where: Where) -> Iterator[None]:
@@ -192,7 +201,7 @@ def ignore(convert: Callable[[str, Any], Any] | None = None) -> Handler:
     def apply(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
         if convert is not None:
             convert(key, value)
-        ctx.warn(where, f'"{key}" is not supported by pynatsd and is ignored')
+        ctx.warn(where, f'"{key}" is not supported by pynatsd and is ignored', strict=False)
 
     return apply
 
@@ -612,7 +621,7 @@ def _tls(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
                 opts.tls_min_version = version
             elif low == "insecure":  # skips verifying the peer: a client-side option only
                 to_bool(name, v)
-                ctx.warn(at, f'"{name}" applies to outgoing connections only and is ignored')
+                ctx.warn(at, f'"{name}" applies to outgoing connections only and is ignored', strict=False)
             elif low == "verify_and_map":
                 if to_bool(name, v):
                     raise refused(name, "mapping certificate identities to users", access=True)
@@ -786,7 +795,7 @@ TOP_LEVEL: dict[str, Handler] = _table(
 )  # fmt: skip
 
 
-def apply_config(opts: Options, config: dict[str, Any]) -> list[str]:
+def apply_config(opts: Options, config: dict[str, Any]) -> list[ConfigWarning]:
     """Applies a parsed config to `opts` in place; returns warnings, raises ConfigErrors listing every
     problem (each `file:line:col: message`)."""
     ctx = Ctx()

@@ -261,3 +261,22 @@ def test_pynatsd_refuses_what_it_does_not_implement(case: str, tmp_path: Path) -
         result = _run("pynatsd", args)
         assert result.returncode == 1
         assert f'"{key}": pynatsd does not support' in result.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_check_fails_on_nats_server_warnings_but_the_server_starts(kind: str, tmp_path: Path) -> None:
+    """nats-server's warnings (a duration given as a number) fail `-t`, while the server still starts."""
+    conf = _write(tmp_path, "ping_interval: 30", kind)
+    result = _run(kind, ["-t", "-c", str(conf)])
+    assert result.returncode == 1
+    assert "ping_interval should be converted to a duration" in result.stderr
+    start_server(kind, ["-c", str(conf)]).stop()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_check_passes_keys_pynatsd_ignores(kind: str, tmp_path: Path) -> None:
+    conf = _write(tmp_path, "syslog: false\nmax_traced_msg_len: 10\nserver_tags: [a]", kind)
+    result = _run(kind, ["-t", "-c", str(conf)])
+    assert result.returncode == 0, result.stderr
+    if kind == "pynatsd":
+        assert '"syslog" is not supported by pynatsd and is ignored' in result.stderr
