@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import os
 import re
-import ssl
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -642,21 +640,7 @@ def _tls(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
         ctx.error(where, "error parsing tls config, cannot combine 'cert_file' option with 'certs' option")
     if len(ctx.errors) == errors_before:
         with ctx.at(where):  # missing or bad files are reported here, with the path
-            for cert, key in opts.tls_certs or [(opts.tls_cert, opts.tls_key)]:
-                for path in (cert, key):
-                    if path and not os.path.exists(path):
-                        raise ConfigValueError(
-                            f"error parsing X509 certificate/key pair: open {path}: no such file or directory"
-                        )
-            if opts.tls_ca_cert and not os.path.exists(opts.tls_ca_cert):
-                missing = opts.tls_ca_cert
-                raise ConfigValueError(f"failed to read root CA {missing}: no such file or directory")
-            try:
-                tls.server_context(opts)
-            except ssl.SSLError as exc:  # a file that is not a certificate or key, or a mismatched pair
-                raise ConfigValueError(
-                    f"error parsing X509 certificate/key pair: {exc.reason or exc}"
-                ) from None
+            tls.server_context(opts)
 
 
 # -- the top level ---------------------------------------------------------------------------------------

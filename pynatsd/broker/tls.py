@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import ssl
 import struct
@@ -56,9 +57,17 @@ def _context(options: Options, cert: str, key: str, verify_clients: bool) -> ssl
     if options.tls_curves:
         # Python's ssl sets a single group (no set1_groups_list): the most preferred one.
         ctx.set_ecdh_curve(options.tls_curves[0])
-    ctx.load_cert_chain(cert, key)
-    if options.tls_ca_cert:
-        ctx.load_verify_locations(options.tls_ca_cert)
+    for path in (cert, key, options.tls_ca_cert):
+        if path and not os.path.exists(path):  # nats-server's wording, with the path
+            raise ValueError(
+                f"error parsing X509 certificate/key pair: open {path}: no such file or directory"
+            )
+    try:
+        ctx.load_cert_chain(cert, key)
+        if options.tls_ca_cert:
+            ctx.load_verify_locations(options.tls_ca_cert)
+    except ssl.SSLError as exc:  # not a certificate or key, or a mismatched pair
+        raise ValueError(f"error parsing X509 certificate/key pair: {exc.reason or exc}") from None
     if options.tls_verify and verify_clients:
         if not options.tls_ca_cert:
             raise ValueError("tls_verify needs a CA certificate (tls_ca_cert) to check clients against")
