@@ -5,7 +5,7 @@ Built from defaults, then a config file, then command-line flags; a reload build
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 DEFAULT_PORT = 4222
@@ -94,3 +94,29 @@ class Options:
     @property
     def headers(self) -> bool:
         return not self.no_header_support
+
+
+# What a reload (SIGHUP) applies to the running server; changing anything else makes the reload fail and
+# keeps the running configuration, instead of silently ignoring the change (nats-server refuses the
+# options it cannot reload the same way).
+RELOADABLE = (
+    "username",
+    "password",
+    "authorization",
+    "no_auth_user",
+    "auth_timeout",
+    "max_subscriptions",
+    "max_connections",
+    "extra",  # the authorization and accounts blocks
+)
+
+
+def unreloadable_changes(old: Options, new: Options) -> list[str]:
+    """`config reload not supported for ...` messages for each option that differs and is not RELOADABLE
+    (none of those holds a secret: they may be logged)."""
+    changes = []
+    for f in fields(Options):
+        before, after = getattr(old, f.name), getattr(new, f.name)
+        if f.name not in RELOADABLE and f.name != "config_file" and before != after:
+            changes.append(f"config reload not supported for {f.name}: old={before!r}, new={after!r}")
+    return changes

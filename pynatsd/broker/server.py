@@ -25,7 +25,7 @@ from pynatsd.broker.connection import SERVER_SHUTDOWN, Connection, Subscription
 from pynatsd.broker.histogram import HistogramCounts
 from pynatsd.broker.ids import new_server_id
 from pynatsd.broker.logging import configure_from, get_logger
-from pynatsd.broker.options import Options
+from pynatsd.broker.options import RELOADABLE, Options, unreloadable_changes
 from pynatsd.broker.outbound import FlushScheduler
 from pynatsd.broker.tls import monitor_context, server_context
 from pynatsd.matcher import Sublist, SublistStats, combine_stats
@@ -350,15 +350,11 @@ class Server:
         except Exception as exc:  # a bad file keeps the running configuration
             log.error("Failed to reload configuration: %s", exc)
             return
-        self.options.extra = new.extra
-        for name in (
-            "username",
-            "password",
-            "authorization",
-            "no_auth_user",
-            "auth_timeout",
-            "max_subscriptions",
-        ):
+        unsupported = unreloadable_changes(self.options, new)
+        if unsupported:  # not silently ignored: the running configuration stays, as a whole
+            log.error("Failed to reload configuration: %s", "; ".join(unsupported))
+            return
+        for name in RELOADABLE:
             setattr(self.options, name, getattr(new, name))
         self.auth = Authenticator(self.options)
         for conn in list(self.clients.values()):
