@@ -564,18 +564,25 @@ def _cert_pairs(ctx: Ctx, key: str, value: Any, where: Where) -> list[tuple[str,
     return pairs
 
 
-def _handshake_first(key: str, value: Any) -> bool:
+def _handshake_first(ctx: Ctx, key: str, value: Any, where: Where) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str):
         low = value.lower()
-        if low in ("true", "on", "auto", "auto_fallback"):
+        if low in ("true", "on"):
             return True
         if low in ("false", "off"):
             return False
-        with contextlib.suppress(ConfigValueError):
-            return parse_duration(key, value) >= 0  # a fallback delay: handshake first
-    raise ConfigValueError(f'field "{key}"\'s value {value!r} is invalid')
+        fallback = low in ("auto", "auto_fallback")
+        if not fallback:
+            with contextlib.suppress(ConfigValueError):
+                fallback = parse_duration(key, value) >= 0
+        if fallback:  # strict TLS-first is the safe side of nats-server's fallback to INFO-first
+            ctx.warn(
+                where, f'"{key}": no fallback to a plaintext INFO in pynatsd; TLS first only', strict=False
+            )
+            return True
+    raise ConfigValueError(f'field "{key}"\'s value "{value}" is invalid')
 
 
 def _tls(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
@@ -599,7 +606,7 @@ def _tls(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
             elif low == "timeout":
                 opts.tls_timeout = parse_duration(name, v)
             elif low in ("handshake_first", "first", "immediate"):
-                opts.tls_handshake_first = _handshake_first(name, v)
+                opts.tls_handshake_first = _handshake_first(ctx, name, v, at)
             elif low in ("certs", "certificates"):
                 opts.tls_certs = _cert_pairs(ctx, name, v, at)
             elif low == "cipher_suites":

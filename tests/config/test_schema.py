@@ -484,3 +484,15 @@ def test_errors_in_an_included_file_name_that_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigErrors) as exc:
         apply_config(Options(), parse_file(main))
     assert str(exc.value) == f'{tmp_path / "inc.conf"}:2:1: unknown field "bogus_inc"'
+
+
+@pytest.mark.parametrize(
+    ("value", "warned"), [("true", False), ('"on"', False), ('"auto"', True), ('"50ms"', True)]
+)
+def test_handshake_first_values(value: str, warned: bool, certs: dict[str, str]) -> None:
+    opts, warnings = load(
+        f'tls {{ cert_file: "{certs["server"]}", key_file: "{certs["server_key"]}", first: {value} }}'
+    )
+    assert opts.tls_handshake_first
+    assert bool(warnings) == warned
+    assert 'field "first"\'s value "maybe" is invalid' in errors_of('tls { first: "maybe" }')
