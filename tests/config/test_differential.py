@@ -95,6 +95,11 @@ AUTH_CASES = {
         f"authorization {{ user: u, password: {PASS_HASH} }}",
         [({"user": "u", "pass": "pw-secret"}, OK), ({"user": "u", "pass": PASS_HASH}, DENIED)],
     ),
+    "allowed_connection_types": (
+        'authorization { users = [ {user: w, password: w, allowed_connection_types: ["WEBSOCKET"]}, '
+        '{user: s, password: s, clients: ["STANDARD", "WEBSOCKET"]} ] }',
+        [({"user": "w", "pass": "w"}, DENIED), ({"user": "s", "pass": "s"}, OK)],
+    ),
     "account users with default_permissions": (
         'accounts { A { users = [ {user: a, password: a} ], default_permissions: { publish: "ok" } } }',
         [({}, DENIED), ({"user": "a", "pass": "a"}, OK)],
