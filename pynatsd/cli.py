@@ -19,7 +19,7 @@ from pynatsd import NATS_COMPAT_VERSION, __version__
 from pynatsd.broker import tls
 from pynatsd.broker.auth import Authenticator
 from pynatsd.broker.config import ConfigError, parse_file
-from pynatsd.broker.config_options import ConfigValueError, apply_config
+from pynatsd.broker.config_options import ConfigValueError, ConfigWarning, apply_config
 from pynatsd.broker.listener import raise_fd_limit
 from pynatsd.broker.logging import configure_from, get_logger
 from pynatsd.broker.options import Options
@@ -234,7 +234,7 @@ def command(ctx: click.Context, **flags: Any) -> None:
         tls.check(options)
         Authenticator(options)  # bad permissions (e.g. allow_responses) are reported before starting
     except (ConfigError, ConfigValueError, ValueError, OSError) as exc:
-        click.echo(f"nats-server: {exc}", err=True)
+        click.echo(f"pynatsd: {exc}", err=True)
         ctx.exit(1)
     if flags["signal"]:
         try:
@@ -244,7 +244,11 @@ def command(ctx: click.Context, **flags: Any) -> None:
             ctx.exit(1)
         return
     if flags["check_config"]:
-        click.echo(f"nats-server: configuration file {options.config_file} is valid")
+        for warning in warnings:
+            click.echo(f"pynatsd: {warning}", err=True)
+        if any(warning.strict for warning in warnings):  # as nats-server: -t fails on its warnings
+            ctx.exit(1)
+        click.echo(f"pynatsd: configuration file {options.config_file} is valid")
         return
     try:
         logger = configure_from(options)
@@ -266,10 +270,10 @@ def _reloaded_options(flags: dict[str, Any]) -> Options:
     return options
 
 
-def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[str]]:
+def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[ConfigWarning]]:
     """Build Options from defaults, then the config file (-c), then flags; returns config warnings."""
     opts = Options()
-    warnings: list[str] = []
+    warnings: list[ConfigWarning] = []
     if flags.get("config"):
         opts.config_file = flags["config"]
         parsed = parse_file(flags["config"])

@@ -1,10 +1,12 @@
 """Client authentication and authorization.
 
 Mechanisms: one user/password or a token (command line), the `authorization {}` block (token, single
-user, `users = [...]` with plain or bcrypt passwords and per-user permissions), `accounts {}` (users bound
-to isolated subject spaces) and `no_auth_user`. `Authenticator.authenticate` returns the client's identity
-`(user, account)` or None (a violation); `permissions(user)` gives its publish/subscribe rules.
-Secrets are compared in constant time.
+user, `users = [...]` with per-user permissions and default permissions), `accounts {}` (users and nkey
+users bound to isolated subject spaces, with the account's default permissions) and `no_auth_user`.
+Every password and the token may be a bcrypt hash, as in nats-server. The config schema
+(pynatsd.broker.config_schema) validates and normalizes the blocks read here.
+`Authenticator.authenticate` returns the client's identity `(user, account)` or None (a violation);
+`permissions(user)` gives its publish/subscribe rules. Secrets are compared in constant time.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pynatsd.broker.config_options import ConfigValueError, parse_duration
+from pynatsd.broker.config_schema import ConfigValueError, parse_duration
 from pynatsd.broker.options import Options
 from pynatsd.protocol.connect import ConnectOptions
 
@@ -262,10 +264,16 @@ class _User:
     password: str
     account: str
     permissions: Permissions | None
+    connection_types: frozenset[str] | None = None  # None: any kind of client connection
 
 
 class Authenticator:
-    """Checks CONNECT credentials against the configured users, token or single user/password."""
+    """Checks CONNECT credentials against the configured users, token or single user/password.
+
+    Reads the normalized blocks the config schema leaves in `options.extra` ("authorization" with
+    "users" and "default_permissions", "accounts" with each account's "users" and
+    "default_permissions"); a user's own permissions win over its block's defaults.
+    """
 
     def __init__(self, options: Options) -> None:
         block: dict[str, Any] = options.extra.get("authorization", {}) or {}
@@ -273,22 +281,14 @@ class Authenticator:
         self.password = options.password
         self.token = options.authorization
         self.users: dict[str, _User] = {}
-        default_perms = block.get("permissions") or block.get("default_permissions")
-        for spec in block.get("users", []) or []:
-            self._add_user(spec, DEFAULT_ACCOUNT, default_perms)
+        self.nkeys: dict[str, _User] = {}
+        self._add_users(block.get("users", []), DEFAULT_ACCOUNT, block.get("default_permissions"))
         accounts: dict[str, Any] = options.extra.get("accounts", {}) or {}
         self.accounts = [DEFAULT_ACCOUNT, *accounts]
         for name, acc in accounts.items():
-            for spec in (acc or {}).get("users", []) or []:
-                self._add_user(spec, name, None)
+            acc = acc or {}
+            self._add_users(acc.get("users", []), name, acc.get("default_permissions"))
         self.no_auth_user = options.no_auth_user
-        self.nkeys: dict[str, _User] = {}
-        for spec in block.get("users", []) or []:
-            if "nkey" in spec:
-                perms = spec.get("permissions", default_perms)
-                key = str(spec["nkey"])
-                self.nkeys[key] = _User(key, "", DEFAULT_ACCOUNT, Permissions(perms) if perms else None)
-                self.users.pop("", None)
 
     @staticmethod
     def new_nonce() -> str:
@@ -311,11 +311,18 @@ class Authenticator:
             return False
         return True
 
-    def _add_user(self, spec: dict[str, Any], account: str, default_perms: Any) -> None:
-        name = str(spec.get("user", spec.get("username", "")))
-        perms = spec.get("permissions", default_perms)
-        password = str(spec.get("password", spec.get("pass", "")))
-        self.users[name] = _User(name, password, account, Permissions(perms) if perms else None)
+    def _add_users(self, specs: list[dict[str, Any]], account: str, default_perms: Any) -> None:
+        for spec in specs:
+            perms = spec.get("permissions", default_perms)
+            types = spec.get("connection_types")
+            user = _User(
+                str(spec.get("nkey") or spec.get("user", "")),
+                str(spec.get("password", "")),
+                account,
+                Permissions(perms) if perms else None,
+                None if types is None else frozenset(types),
+            )
+            (self.nkeys if spec.get("nkey") else self.users)[user.name] = user
 
     def has_plaintext_passwords(self) -> bool:
         """True when a password is not bcrypt-hashed (nats-server warns at start)."""
@@ -333,19 +340,29 @@ class Authenticator:
     def authenticate(self, conn: Connection, opts: ConnectOptions) -> tuple[str, str] | None:
         if opts.nkey and self.nkeys:
             entry = self.nkeys.get(opts.nkey)
-            return (entry.name, entry.account) if entry and self._nkey_ok(conn, opts) else None
+            ok = entry is not None and self._nkey_ok(conn, opts)
+            return self._identity(conn, entry) if ok else None
         if self.users or self.nkeys:
             if not opts.user and not opts.password and not opts.auth_token and self.no_auth_user:
-                entry = self.users.get(self.no_auth_user)
-                return (entry.name, entry.account) if entry else None
+                return self._identity(conn, self.users.get(self.no_auth_user))
             entry = self.users.get(opts.user)
             if entry is None:
                 _password_ok(opts.password, "x" * 8)  # similar work for unknown users
                 return None
-            return (entry.name, entry.account) if _password_ok(opts.password, entry.password) else None
-        if self.token:
-            return ("", DEFAULT_ACCOUNT) if _same(opts.auth_token, self.token) else None
+            return self._identity(conn, entry) if _password_ok(opts.password, entry.password) else None
+        if self.token:  # may be a bcrypt hash, as the passwords
+            return ("", DEFAULT_ACCOUNT) if _password_ok(opts.auth_token, self.token) else None
         if self.username:
-            ok = _same(opts.user, self.username) & _same(opts.password, self.password)
+            ok = _same(opts.user, self.username) & _password_ok(opts.password, self.password)
             return (opts.user, DEFAULT_ACCOUNT) if ok else None
         return ("", DEFAULT_ACCOUNT)
+
+    @staticmethod
+    def _identity(conn: Connection, entry: _User | None) -> tuple[str, str] | None:
+        """(user, account) of `entry`, or None when absent or not allowed on this kind of connection."""
+        if entry is None:
+            return None
+        kind = getattr(conn, "connection_type", "STANDARD")  # websocket connections set their own
+        if entry.connection_types is not None and kind not in entry.connection_types:
+            return None
+        return entry.name, entry.account

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,33 @@ _BARE_END = set("\r\n,;}]#")
 _VAR = re.compile(r"[A-Za-z0-9_\-.]+")
 
 
+_BCRYPT_PREFIX = "2a$"  # nats-server's special case: `$2a$...` unquoted is a bcrypt hash
+
+
+@dataclass(frozen=True)
+class Where:
+    """The position of a key: file, 1-based line and column."""
+
+    source: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line}:{self.col}"
+
+
+class ConfigMap(dict[str, Any]):
+    """A parsed `{}` block: key -> value, plus each key's position and the keys used as variables."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.where: dict[str, Where] = {}
+        self.used: set[str] = set()
+
+    def position(self, key: str, default: Where | None = None) -> Where:
+        return self.where.get(key) or default or Where("<config>", 0, 0)
+
+
 class ConfigError(ValueError):
     """A syntax or reference error, located as `file:line:col: message`."""
 
@@ -36,16 +64,19 @@ class ConfigError(ValueError):
 
 
 class _Parser:
-    def __init__(self, text: str, source: str, base: Path, scopes: list[dict[str, Any]], depth: int) -> None:
+    def __init__(self, text: str, source: str, base: Path, scopes: list[ConfigMap], depth: int) -> None:
         self.s, self.i, self.source, self.base, self.depth = text, 0, source, base, depth
         self.scopes = scopes
 
     # -- positions and errors -------------------------------------------------------------------------
-    def error(self, message: str, at: int | None = None) -> ConfigError:
-        pos = self.i if at is None else at
+    def where(self, pos: int) -> Where:
         line = self.s.count("\n", 0, pos) + 1
         col = pos - (self.s.rfind("\n", 0, pos) + 1) + 1
-        return ConfigError(message, self.source, line, col)
+        return Where(self.source, line, col)
+
+    def error(self, message: str, at: int | None = None) -> ConfigError:
+        w = self.where(self.i if at is None else at)
+        return ConfigError(message, w.source, w.line, w.col)
 
     def peek(self) -> str:
         return self.s[self.i] if self.i < len(self.s) else ""
@@ -64,7 +95,7 @@ class _Parser:
                 return
 
     # -- grammar ----------------------------------------------------------------------------------------
-    def mapping(self, closing: str) -> dict[str, Any]:
+    def mapping(self, closing: str) -> ConfigMap:
         """Parses `key value` pairs until `closing` ('' = end of input) into the innermost scope."""
         result = self.scopes[-1]
         while True:
@@ -90,6 +121,7 @@ class _Parser:
             if self.peek() in ("", "\n", ",", ";", "}"):
                 raise self.error(f"missing value for key '{key}'")
             result[key] = self.value()
+            result.where[key] = self.where(start)
 
     def key(self) -> str:
         if self.peek() in "\"'":
@@ -103,7 +135,7 @@ class _Parser:
         c, start = self.peek(), self.i
         if c == "{":
             self.i += 1
-            self.scopes.append({})
+            self.scopes.append(ConfigMap())
             try:
                 return self.mapping("}")
             finally:
@@ -161,6 +193,11 @@ class _Parser:
     def variable(self) -> Any:
         start = self.i
         self.i += 1
+        if self.s.startswith(_BCRYPT_PREFIX, self.i):
+            # A hash, not a reference: it runs to the end of the bare value ($ and / included).
+            while self.i < len(self.s) and self.s[self.i] not in _BARE_END and not self.s[self.i].isspace():
+                self.i += 1
+            return self.s[start : self.i]
         m = _VAR.match(self.s, self.i)
         if not m:
             raise self.error("invalid variable reference", start)
@@ -168,6 +205,7 @@ class _Parser:
         self.i = m.end()
         for scope in reversed(self.scopes):
             if name in scope:
+                scope.used.add(name)
                 return scope[name]
         if name in os.environ:
             env = os.environ[name]
@@ -215,13 +253,13 @@ class _Parser:
         sub.mapping("")
 
 
-def parse(text: str, source: str = "<string>", base: Path | None = None) -> dict[str, Any]:
-    """Parses configuration text into a dict (nested dicts/lists, str/int/float/bool leaves)."""
-    p = _Parser(text, source, base or Path.cwd(), [{}], 0)
+def parse(text: str, source: str = "<string>", base: Path | None = None) -> ConfigMap:
+    """Parses configuration text into a ConfigMap (nested ConfigMaps/lists, str/int/float/bool leaves)."""
+    p = _Parser(text, source, base or Path.cwd(), [ConfigMap()], 0)
     return p.mapping("")
 
 
-def parse_file(path: str | Path) -> dict[str, Any]:
+def parse_file(path: str | Path) -> ConfigMap:
     """Parses a configuration file; `include` paths are relative to it."""
     p = Path(path)
     try:

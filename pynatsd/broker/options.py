@@ -5,7 +5,7 @@ Built from defaults, then a config file, then command-line flags; a reload build
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 DEFAULT_PORT = 4222
@@ -81,6 +81,10 @@ class Options:
     tls_verify: bool = False
     tls_timeout: float = TLS_TIMEOUT
     tls_handshake_first: bool = False
+    tls_certs: list[tuple[str, str]] = field(default_factory=list)  # several (cert, key) pairs, by SNI
+    tls_ciphers: list[str] = field(default_factory=list)  # OpenSSL names; empty: Python's defaults
+    tls_curves: list[str] = field(default_factory=list)  # OpenSSL group names, preferred first
+    tls_min_version: str = ""  # "1.2" or "1.3"; empty: 1.2
 
     config_file: str = ""
     config_digest: str = ""  # `sha256:<hex>` of the parsed file, as nats-server computes it
@@ -92,7 +96,7 @@ class Options:
         """`auth_timeout`, or nats-server's default: 2 s, or the TLS handshake limit plus 1 s under TLS."""
         if self.auth_timeout > 0:
             return self.auth_timeout
-        if self.tls or self.tls_verify or self.tls_cert:
+        if self.tls or self.tls_verify or self.tls_cert or self.tls_certs:
             return self.tls_timeout + 1.0
         return AUTH_TIMEOUT
 
@@ -136,3 +140,30 @@ def reload_changes(old: Options, new: Options) -> list[str]:
     if old.extra.get("accounts") != new.extra.get("accounts"):
         lines.append("Reloaded: accounts")
     return lines
+
+
+# What a reload (SIGHUP) applies to the running server; changing anything else makes the reload fail and
+# keeps the running configuration, instead of silently ignoring the change (nats-server refuses the
+# options it cannot reload the same way).
+RELOADABLE = (
+    "username",
+    "password",
+    "authorization",
+    "no_auth_user",
+    "auth_timeout",
+    "max_subscriptions",
+    "max_connections",
+    "extra",  # the authorization and accounts blocks
+    *RELOADABLE_LOGGING,
+)
+
+
+def unreloadable_changes(old: Options, new: Options) -> list[str]:
+    """`config reload not supported for ...` messages for each option that differs and is not RELOADABLE
+    (none of those holds a secret: they may be logged)."""
+    changes = []
+    for f in fields(Options):
+        before, after = getattr(old, f.name), getattr(new, f.name)
+        if f.name not in RELOADABLE and f.name not in ("config_file", "config_digest") and before != after:
+            changes.append(f"config reload not supported for {f.name}: old={before!r}, new={after!r}")
+    return changes

@@ -29,7 +29,7 @@ from pynatsd.broker.histogram import HistogramCounts
 from pynatsd.broker.ids import new_server_id
 from pynatsd.broker.listener import dual_stack_socket, peer_closed
 from pynatsd.broker.logging import TRACE, configure_from, get_logger
-from pynatsd.broker.options import RELOADABLE_LOGGING, Options, reload_changes
+from pynatsd.broker.options import RELOADABLE, Options, reload_changes, unreloadable_changes
 from pynatsd.broker.outbound import FlushScheduler, StallGate
 from pynatsd.broker.tls import monitor_context, server_context
 from pynatsd.matcher import Sublist, SublistStats, combine_stats
@@ -387,17 +387,12 @@ class Server:
         except Exception as exc:  # a bad file keeps the running configuration
             log.error("Failed to reload configuration: %s", exc)
             return
+        unsupported = unreloadable_changes(self.options, new)
+        if unsupported:  # not silently ignored: the running configuration stays, as a whole
+            log.error("Failed to reload configuration: %s", "; ".join(unsupported))
+            return
         changes = reload_changes(self.options, new)
-        self.options.extra = new.extra
-        for name in (
-            "username",
-            "password",
-            "authorization",
-            "no_auth_user",
-            "auth_timeout",
-            "max_subscriptions",
-            *RELOADABLE_LOGGING,
-        ):
+        for name in RELOADABLE:
             setattr(self.options, name, getattr(new, name))
         self.options.config_digest = new.config_digest
         self.auth = Authenticator(self.options)
@@ -433,7 +428,8 @@ class Server:
     def accept(self, conn: Connection) -> bool:
         """Register a new connection; False when max_connections is reached."""
         limit = self.options.max_connections
-        if limit >= 0 and len(self.clients) >= limit and not self._reap_closed_peers(limit):
+        # nats-server's meaning: negative (`max_connections: 0` in a file) refuses everyone; 0 = no limit.
+        if limit < 0 or (limit > 0 and len(self.clients) >= limit and not self._reap_closed_peers(limit)):
             log.error("%r - maximum connections exceeded", conn)
             return False
         self.clients[conn.cid] = conn

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import ssl
 import struct
@@ -19,7 +20,7 @@ NO_KEY = "TLS Server private key must be present and valid"
 
 
 def tls_configured(options: Options) -> bool:
-    return bool(options.tls or options.tls_verify or options.tls_cert)
+    return bool(options.tls or options.tls_verify or options.tls_cert or options.tls_certs)
 
 
 def server_context(options: Options, verify_clients: bool = True) -> ssl.SSLContext | None:
@@ -30,20 +31,77 @@ def server_context(options: Options, verify_clients: bool = True) -> ssl.SSLCont
     """
     if not tls_configured(options):
         return None
-    if not options.tls_cert:
+    pairs = options.tls_certs or [(options.tls_cert, options.tls_key)]
+    if not pairs[0][0]:
         raise ValueError(NO_CERT)
-    if not options.tls_key:
+    if not pairs[0][1]:
         raise ValueError(NO_KEY)
+    ctx = _context(options, *pairs[0], verify_clients)
+    if len(pairs) > 1:
+        _select_by_sni(
+            ctx, [(_names(cert), _context(options, cert, key, verify_clients)) for cert, key in pairs[1:]]
+        )
+    return ctx
+
+
+def _context(options: Options, cert: str, key: str, verify_clients: bool) -> ssl.SSLContext:
+    """One certificate's context with the configured versions, ciphers, curves and client verification."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(options.tls_cert, options.tls_key)
-    if options.tls_ca_cert:
-        ctx.load_verify_locations(options.tls_ca_cert)
+    tls13 = options.tls_min_version == "1.3"
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3 if tls13 else ssl.TLSVersion.TLSv1_2
+    if options.tls_ciphers:  # TLS 1.2 suites; TLS 1.3's are not configurable (nor in Go)
+        try:
+            ctx.set_ciphers(":".join(options.tls_ciphers))
+        except ssl.SSLError:
+            raise ValueError(f"no cipher suite of {options.tls_ciphers} is available in OpenSSL") from None
+    if options.tls_curves:
+        # Python's ssl sets a single group (no set1_groups_list): the most preferred one.
+        ctx.set_ecdh_curve(options.tls_curves[0])
+    for path in (cert, key, options.tls_ca_cert):
+        if path and not os.path.exists(path):  # nats-server's wording, with the path
+            raise ValueError(
+                f"error parsing X509 certificate/key pair: open {path}: no such file or directory"
+            )
+    try:
+        ctx.load_cert_chain(cert, key)
+        if options.tls_ca_cert:
+            ctx.load_verify_locations(options.tls_ca_cert)
+    except ssl.SSLError as exc:  # not a certificate or key, or a mismatched pair
+        raise ValueError(f"error parsing X509 certificate/key pair: {exc.reason or exc}") from None
     if options.tls_verify and verify_clients:
         if not options.tls_ca_cert:
             raise ValueError("tls_verify needs a CA certificate (tls_ca_cert) to check clients against")
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
+
+
+def _names(cert_file: str) -> list[str]:
+    """The DNS names (subjectAltName, else the common name) a certificate file is for."""
+    decode = getattr(getattr(ssl, "_ssl"), "_test_decode_cert", None)  # noqa: B009 (private, stable)
+    info: dict[str, Any] = decode(cert_file) if decode else {}
+    names = [v for k, v in info.get("subjectAltName", ()) if k == "DNS"]
+    if not names:
+        names = [v for rdn in info.get("subject", ()) for k, v in rdn if k == "commonName"]
+    return [n.lower() for n in names]
+
+
+def _select_by_sni(default: ssl.SSLContext, others: list[tuple[list[str], ssl.SSLContext]]) -> None:
+    """With several certificates (`tls { certs = [...] }`), the one whose names match the client's SNI
+    serves it; the first one otherwise (Go picks the same way)."""
+
+    def matches(name: str, pattern: str) -> bool:
+        if pattern.startswith("*."):
+            return name.partition(".")[2] == pattern[2:]
+        return name == pattern
+
+    def pick(sock: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, _: ssl.SSLContext) -> None:
+        if server_name:
+            for names, ctx in others:
+                if any(matches(server_name.lower(), n) for n in names):
+                    sock.context = ctx
+                    return
+
+    default.sni_callback = pick
 
 
 def session_info(transport: Any) -> tuple[str, str]:

@@ -109,3 +109,19 @@ def test_missing_include_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "m.conf").write_text("include nothere.conf\n")
     with pytest.raises(ConfigError, match=r"m.conf:1:1: error opening include file 'nothere.conf'"):
         parse_file(tmp_path / "m.conf")
+
+
+def test_unquoted_bcrypt_hash_is_a_string() -> None:
+    # nats-server special-cases `$2a$`: a hash, not a variable reference (other `$` values still are).
+    text = "a: $2a$11$PWIFAL8RsWyGI3jVZtO9Nu8.6jOxzxfZo7c/W0eLk017hjgUKWrhy\nb: 1"
+    assert parse(text) == {"a": "$2a$11$PWIFAL8RsWyGI3jVZtO9Nu8.6jOxzxfZo7c/W0eLk017hjgUKWrhy", "b": 1}
+    with pytest.raises(ConfigError, match="variable reference for '2b' can not be found"):
+        parse("a: $2b$11$abc")
+
+
+def test_positions_and_used_variables() -> None:
+    cfg = parse("x: 1\nblock {\n    key: $x\n}\n")
+    assert (cfg.where["x"].line, cfg.where["x"].col) == (1, 1)
+    assert (cfg.where["block"].line, cfg.where["block"].col) == (2, 1)
+    assert (cfg["block"].where["key"].line, cfg["block"].where["key"].col) == (3, 5)
+    assert cfg.used == {"x"} and cfg["block"].used == set()

@@ -1,0 +1,809 @@
+"""The configuration schema: every key nats-server accepts, checked and mapped onto `Options`.
+
+One table per block, keyed by lower-case name, with nats-server's aliases (`pub`/`publish`/`import`,
+`user`/`username`, `logfile`/`log_file`, ...): keys are case-insensitive, as in nats-server. Every
+problem is collected (nats-server reports them all at once) as `file:line:col: message`, then raised
+together as `ConfigErrors`. Security fails closed: a key that decides who may connect or what clients
+may do and that pynatsd does not implement is an error naming the key, never a warning, so such a file
+stops the server, `-t` and a reload alike.
+
+Blocks that other work streams are building (`cluster`, `websocket`, `jetstream`) are refused until
+their parser is registered with `register_block`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pynatsd.broker.config import ConfigMap, Where
+from pynatsd.broker.options import Options
+from pynatsd.protocol.subjects import is_valid_subject
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_NOWHERE = Where("<config>", 0, 0)
+MIN_LAME_DUCK_DURATION = 30.0  # nats-server refuses shorter ones
+_RESERVED_ACCOUNT = "$G"
+
+
+class ConfigValueError(ValueError):
+    """One invalid key or value (its position is added by the schema)."""
+
+
+class ConfigWarning(str):
+    """A warning about the config; `strict` ones (nats-server's own warnings, such as a duration given as
+    a number) fail `-t` as in nats-server, the others (keys pynatsd ignores) are only reported."""
+
+    strict: bool = True
+
+
+class ConfigErrors(ConfigValueError):
+    """Every problem of one configuration, one `file:line:col: message` per line."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+# -- value converters (shared with the command line and the auth module) -----------------------------
+def parse_duration(key: str, value: Any) -> float:
+    """Seconds from a number or a Go duration string ("2m", "1h30m", "500ms")."""
+    if isinstance(value, bool):
+        raise ConfigValueError(f"{key}: expected a duration, got {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        pos, total = 0, 0.0
+        for m in _DURATION_PART.finditer(text):
+            if m.start() != pos:
+                break
+            total += float(m.group(1)) * _UNITS[m.group(2)]
+            pos = m.end()
+        if text and pos == len(text):
+            return total
+    raise ConfigValueError(f"{key}: invalid duration {value!r}")
+
+
+def to_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigValueError(f"{key}: expected an integer, got {value!r}")
+    return value
+
+
+def to_str(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigValueError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def to_bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigValueError(f"{key}: expected a boolean, got {value!r}")
+    return value
+
+
+def to_block(key: str, value: Any) -> ConfigMap:
+    if not isinstance(value, dict):
+        raise ConfigValueError(f"{key}: expected a block {{...}}, got {value!r}")
+    if isinstance(value, ConfigMap):
+        return value
+    block = ConfigMap()
+    block.update(value)
+    return block
+
+
+def to_strings(key: str, value: Any) -> list[str]:
+    """A string or an array of strings."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigValueError(f"{key}: expected a string or an array of strings, got {item!r}")
+    return list(items)
+
+
+def host_port(key: str, value: Any) -> tuple[str, int]:
+    """`port`, or `host:port` (`-1`: a random port); host '' when only a port is given."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "", value
+    if not isinstance(value, str):
+        raise ConfigValueError(f"{key}: expected port or host:port, got {value!r}")
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        raise ConfigValueError(f'{key}: could not parse address string "{value}"')
+    if not re.fullmatch(r"-?\d+", port):
+        raise ConfigValueError(f'could not parse port "{port}"')
+    if host.startswith("["):
+        host = host[1:-1] if host.endswith("]") else ""
+    elif ":" in host:
+        raise ConfigValueError(f'{key}: could not parse address string "{value}" (too many colons)')
+    return host, int(port)
+
+
+# -- the walk ------------------------------------------------------------------------------------------
+class Ctx:
+    """Collects errors and warnings, each prefixed with the position of the key it is about."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.warnings: list[ConfigWarning] = []
+        self.places: dict[str, Where] = {}  # where blocks checked across blocks were written
+
+    def error(self, where: Where, message: str) -> None:
+        self.errors.append(f"{where}: {message}")
+
+    def warn(self, where: Where, message: str, strict: bool = True) -> None:
+        warning = ConfigWarning(f"{where}: {message}")
+        warning.strict = strict
+        self.warnings.append(warning)
+
+    @contextlib.contextmanager
+    def at(self, where: Where) -> Iterator[None]:
+        """Records a ConfigValueError (or a bad file: OSError) raised inside as an error at `where`."""
+        try:
+            yield
+        except ConfigErrors as exc:
+            self.errors.extend(exc.errors)
+        except ValueError as exc:  # ConfigValueError, or a check of another module (tls)
+            self.error(where, str(exc))
+        except OSError as exc:
+            name = f" {exc.filename}" if exc.filename else ""
+            self.error(where, f"error opening file{name}: {exc.strerror or exc}")
+
+
+def entries(block: ConfigMap, parent: Where) -> Iterator[tuple[str, str, Any, Where]]:
+    """(lower-case key, key as written, value, position) for each key of `block`."""
+    for key, value in block.items():
+        yield key.lower(), key, value, block.position(key, parent)
+
+
+def unknown(ctx: Ctx, block: ConfigMap, key: str, where: Where) -> None:
+    """nats-server's unknown-field error; keys defined only to be referenced as `$variables` are fine."""
+    if key not in block.used:
+        ctx.error(where, f'unknown field "{key}"')
+
+
+Handler = Callable[[Ctx, Options, str, Any, Where], None]
+
+
+def _field(name: str, convert: Callable[[str, Any], Any]) -> Handler:
+    def apply(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+        setattr(opts, name, convert(key, value))
+
+    return apply
+
+
+def refused(key: str, what: str, access: bool = False) -> ConfigValueError:
+    """The error for a key pynatsd does not implement (`access`: it decides who gets in or may do what)."""
+    why = " (it controls who may connect or what clients may do)" if access else ""
+    return ConfigValueError(f'"{key}": pynatsd does not support {what}{why}; remove it to run pynatsd')
+
+
+def refuse(what: str, access: bool = False) -> Handler:
+    """A handler refusing the key (see `refused`)."""
+
+    def apply(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+        raise refused(key, what, access)
+
+    return apply
+
+
+def ignore(convert: Callable[[str, Any], Any] | None = None) -> Handler:
+    """A key that changes nothing a client may do and that pynatsd does not implement: type-checked,
+    then a warning."""
+
+    def apply(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+        if convert is not None:
+            convert(key, value)
+        ctx.warn(where, f'"{key}" is not supported by pynatsd and is ignored', strict=False)
+
+    return apply
+
+
+def _table(*rows: tuple[tuple[str, ...], Handler]) -> dict[str, Handler]:
+    return {alias: handler for aliases, handler in rows for alias in aliases}
+
+
+# -- parsers registered by other capabilities ---------------------------------------------------------
+# Block name -> its parser. cluster, websocket and jetstream are refused until registered.
+BLOCK_PARSERS: dict[str, Handler] = {}
+_PENDING_BLOCKS = {
+    "cluster": ("cluster", "clustering (routes)"),
+    "websocket": ("websocket", "WebSocket clients"),
+    "ws": ("websocket", "WebSocket clients"),
+    "jetstream": ("jetstream", "JetStream"),
+    "store_dir": ("jetstream", "JetStream"),
+    "storedir": ("jetstream", "JetStream"),
+}
+
+
+def register_block(name: str, parser: Handler) -> None:
+    """Registers the parser of a block that is refused until then (`cluster`, `websocket`,
+    `jetstream`); its aliases (`ws`, `store_dir`) reach it too, with the key as written."""
+    BLOCK_PARSERS[name] = parser
+
+
+def _pending(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    name, what = _PENDING_BLOCKS[key.lower()]
+    parser = BLOCK_PARSERS.get(name)
+    if parser is None:
+        if isinstance(value, ConfigMap):  # a malformed address is named before the block is refused
+            for low, k, v, at in entries(value, where):
+                if low == "listen":
+                    with ctx.at(at):
+                        host_port(k, v)
+        raise refused(key, f"{what} yet")
+    else:
+        parser(ctx, opts, key, value, where)
+
+
+# -- permissions, users, accounts -----------------------------------------------------------------------
+def _subjects(key: str, value: Any, queue: bool) -> list[str]:
+    subjects = to_strings(key, value)
+    for s in subjects:
+        if is_valid_subject(s.encode()):
+            continue
+        parts = s.split()
+        if not queue or len(parts) != 2:
+            raise ConfigValueError(f'subject "{s}" is not a valid subject')
+        if not is_valid_subject(parts[0].encode()):
+            raise ConfigValueError(f'subject "{parts[0]}" is not a valid subject')
+        if not is_valid_subject(parts[1].encode()):
+            raise ConfigValueError(f'queue "{parts[1]}" is not a valid queue')
+    return subjects
+
+
+def _subject_permission(ctx: Ctx, key: str, value: Any, where: Where, queue: bool) -> dict[str, Any] | None:
+    """`"subj"`, `["a", "b"]` or `{allow: ..., deny: ...}` as {"allow": [...]?, "deny": [...]}; None for
+    an empty map (no restriction, as nats-server)."""
+    if not isinstance(value, dict):
+        return {"allow": _subjects(key, value, queue), "deny": []}
+    block = to_block(key, value)
+    if not block:
+        return None
+    rule: dict[str, Any] = {"deny": []}
+    for low, name, v, at in entries(block, where):
+        with ctx.at(at):
+            if low in ("allow", "deny"):
+                rule[low] = _subjects(name, v, queue)
+            elif name not in block.used:
+                raise ConfigValueError(
+                    f'Unknown field name "{name}" parsing subject permissions, '
+                    "only 'allow' or 'deny' are permitted"
+                )
+    return rule
+
+
+def parse_permissions(ctx: Ctx, key: str, value: Any, where: Where) -> dict[str, Any]:
+    """A permissions block, normalized: {"publish": rule, "subscribe": rule, "allow_responses": ...}."""
+    from pynatsd.broker.auth import ResponsePermission  # auth imports this module
+
+    block = to_block(key, value)
+    perms: dict[str, Any] = {}
+    for low, name, v, at in entries(block, where):
+        with ctx.at(at):
+            if low in ("pub", "publish", "import"):
+                perms["publish"] = _subject_permission(ctx, name, v, at, queue=False)
+            elif low in ("sub", "subscribe", "export"):
+                perms["subscribe"] = _subject_permission(ctx, name, v, at, queue=True)
+            elif low in ("allow_responses", "publish_allow_responses"):
+                ResponsePermission.parse(v)  # raises on a bad value or field
+                perms["allow_responses"] = v
+            elif name not in block.used:
+                raise ConfigValueError(f'Unknown field "{name}" parsing permissions')
+    return {k: v for k, v in perms.items() if v is not None}
+
+
+CONNECTION_TYPES = ("STANDARD", "WEBSOCKET", "LEAFNODE", "MQTT", "IN_PROCESS")
+
+
+def valid_public_nkey(key: str, prefix: str) -> bool:
+    """A public nkey: base32 of a prefix byte, a 32-byte ed25519 key and a CRC16 (little endian)."""
+    import nkeys  # comes with the nkey support
+
+    if not key.startswith(prefix):
+        return False
+    try:
+        raw = base64.b32decode(key + "=" * (-len(key) % 8))
+    except ValueError:
+        return False
+    if len(raw) != 35:
+        return False
+    return bool(nkeys.crc16(raw[:-2]) == int.from_bytes(raw[-2:], "little"))
+
+
+def parse_users(ctx: Ctx, key: str, value: Any, where: Where) -> list[dict[str, Any]]:
+    """A `users = [...]` array, normalized: {"user" or "nkey", "password", "permissions", "connection_types"}
+    (the last two only when given)."""
+    if not isinstance(value, list):
+        raise ConfigValueError(f"Expected users field to be an array, got {value!r}")
+    users: list[dict[str, Any]] = []
+    for item in value:
+        if not isinstance(item, dict):
+            ctx.error(where, f"Expected user entry to be a map/struct, got {item!r}")
+            continue
+        block = to_block(key, item)
+        user: dict[str, Any] = {}
+        at_user = where
+        for low, name, v, at in entries(block, where):
+            at_user = at
+            with ctx.at(at):
+                if low == "nkey":
+                    user["nkey"] = to_str(name, v)
+                elif low in ("user", "username"):
+                    user["user"] = to_str(name, v)
+                elif low in ("pass", "password"):
+                    user["password"] = to_str(name, v)
+                elif low in ("permission", "permissions", "authorization"):
+                    user["permissions"] = parse_permissions(ctx, name, v, at)
+                elif low in ("allowed_connection_types", "connection_types", "clients"):
+                    types = [t.upper() for t in to_strings(name, v)]
+                    bad = [t for t in types if t not in CONNECTION_TYPES]
+                    if bad:
+                        raise ConfigValueError(f"invalid connection types {bad}")
+                    user["connection_types"] = types
+                elif low == "proxy_required":
+                    if to_bool(name, v):
+                        raise refused(name, "proxy-required users", access=True)
+                else:
+                    unknown(ctx, block, name, at)
+        if not user.get("nkey") and not user.get("user"):
+            ctx.error(at_user, "User entry requires a user")
+            continue
+        if user.get("nkey"):
+            if not valid_public_nkey(user["nkey"], "U"):
+                ctx.error(at_user, "Not a valid public nkey for a user")
+                continue
+            if "user" in user or "password" in user:
+                ctx.error(at_user, "Nkey users do not take usernames or passwords")
+                continue
+        users.append(user)
+    return users
+
+
+def _authorization(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    block = to_block(key, value)
+    auth: dict[str, Any] = {}
+    for low, name, v, at in entries(block, where):
+        with ctx.at(at):
+            if low in ("user", "username"):
+                opts.username = to_str(name, v)
+            elif low in ("pass", "password"):
+                opts.password = to_str(name, v)
+            elif low == "token":
+                opts.authorization = to_str(name, v)
+            elif low == "timeout":
+                opts.auth_timeout = parse_duration(name, v)
+                if opts.auth_timeout > 60:
+                    ctx.warn(at, f"timeout of {v} ({opts.auth_timeout:f} seconds) is high, consider "
+                             "keeping it under 60 seconds")  # fmt: skip
+            elif low == "users":
+                auth["users"] = parse_users(ctx, name, v, at)
+            elif low in ("default_permission", "default_permissions", "permissions"):
+                auth["default_permissions"] = parse_permissions(ctx, name, v, at)
+            elif low in ("auth_callout", "auth_hook"):
+                raise refused(name, "authorization callouts", access=True)
+            elif low == "proxy_required":
+                if to_bool(name, v):
+                    raise refused(name, "proxy-required users", access=True)
+            else:
+                unknown(ctx, block, name, at)
+    if (opts.username or opts.password) and opts.authorization:
+        ctx.error(where, "Cannot have a user/pass and token")
+    if "users" in auth and opts.username:
+        ctx.error(where, "Can not have a single user/pass and a users array")
+    if "users" in auth and opts.authorization:
+        ctx.error(where, "Can not have a token and a users array")
+    opts.extra["authorization"] = auth
+    ctx.places["authorization"] = where
+
+
+def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    accounts: dict[str, dict[str, Any]] = {}
+    if isinstance(value, list):  # a plain list of account names
+        for name in to_strings(key, value):
+            if name == _RESERVED_ACCOUNT:
+                ctx.error(where, f'"{name}" is a Reserved Account')
+            elif name in accounts:
+                ctx.error(where, f"Duplicate Account Entry: {name}")
+            accounts[name] = {}
+        opts.extra["accounts"] = accounts
+        return
+    block = to_block(key, value)
+    for name, spec, at in ((n, v, block.position(n, where)) for n, v in block.items()):
+        if name in block.used:
+            continue
+        if not isinstance(spec, dict):
+            ctx.error(at, "Expected map entries for accounts")
+            continue
+        if name == _RESERVED_ACCOUNT:
+            ctx.error(at, f'"{name}" is a Reserved Account')
+            continue
+        acc_block = to_block(name, spec)
+        account: dict[str, Any] = {"users": []}
+        ctx.places[f"accounts.{name}"] = at
+        for low, k, v, kat in entries(acc_block, at):
+            with ctx.at(kat):
+                if low == "users":
+                    account["users"] = parse_users(ctx, k, v, kat)
+                    ctx.places[f"accounts.{name}"] = kat
+                elif low == "default_permissions":
+                    account["default_permissions"] = parse_permissions(ctx, k, v, kat)
+                elif low == "nkey":
+                    raise refused(k, "account nkeys (decentralized JWT authentication)", access=True)
+                elif low in ("imports", "exports"):
+                    raise refused(k, "account imports and exports", access=True)
+                elif low == "jetstream":
+                    raise refused(k, "JetStream yet", access=True)
+                elif low in ("mappings", "maps"):
+                    raise refused(k, "subject mappings")
+                elif low == "limits":
+                    raise refused(k, "account limits", access=True)
+                elif low in ("msg_trace", "trace_dest"):
+                    ignore()(ctx, opts, k, v, kat)
+                else:
+                    unknown(ctx, acc_block, k, kat)
+        accounts[name] = account
+    opts.extra["accounts"] = accounts
+
+
+def _check_users(ctx: Ctx, opts: Options) -> None:
+    """Rules across blocks (nats-server checks them in whichever order the blocks come)."""
+    auth: dict[str, Any] = opts.extra.get("authorization", {})
+    seen: set[str] = set()
+    groups = [(auth.get("users", []), ctx.places.get("authorization", _NOWHERE))]
+    for name, acc in opts.extra.get("accounts", {}).items():
+        where = ctx.places.get(f"accounts.{name}", _NOWHERE)
+        if acc.get("users"):
+            if opts.username:
+                ctx.error(where, "Can not have a single user/pass and accounts")
+            if opts.authorization:
+                ctx.error(where, "Can not have a token and accounts")
+        groups.append((acc.get("users", []), where))
+    for users, where in groups:
+        for u in users:
+            name, kind = (u["nkey"], "nkey") if u.get("nkey") else (u["user"], "user")
+            if name in seen:
+                ctx.error(where, f'Duplicate {kind} "{name}" detected')
+            seen.add(name)
+    if opts.no_auth_user and opts.no_auth_user not in seen:
+        ctx.error(
+            ctx.places.get("no_auth_user", _NOWHERE),
+            f'no_auth_user: "{opts.no_auth_user}" not present as user or nkey in authorization block or '
+            "account configuration",
+        )
+
+
+# -- tls ------------------------------------------------------------------------------------------------
+# Go's cipher suite names (crypto/tls CipherSuites and InsecureCipherSuites) -> OpenSSL's. TLS 1.3
+# suites are not configurable (in Go either): they are accepted and always on.
+TLS13_SUITES = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"})
+SECURE_CIPHERS = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+}
+INSECURE_CIPHERS = {
+    "TLS_RSA_WITH_RC4_128_SHA": "RC4-SHA",
+    "TLS_RSA_WITH_3DES_EDE_CBC_SHA": "DES-CBC3-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256": "AES128-SHA256",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA": "ECDHE-ECDSA-RC4-SHA",
+    "TLS_ECDHE_RSA_WITH_RC4_128_SHA": "ECDHE-RSA-RC4-SHA",
+    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA": "ECDHE-RSA-DES-CBC3-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256": "ECDHE-ECDSA-AES128-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": "ECDHE-RSA-AES128-SHA256",
+}
+# Go's curve names -> OpenSSL's group names.
+CURVES = {"X25519": "X25519", "CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1"}
+# Go's post-quantum hybrids: valid for nats-server, but Python's ssl cannot select them.
+PQ_CURVES = frozenset({"X25519MLKEM768", "SecP256r1MLKEM768", "SecP384r1MLKEM1024"})
+_CERT_STORE_KEYS = ("cert_store", "cert_match_by", "cert_match", "ca_certs_match", "cert_match_skip_invalid")
+TLS_VERSIONS = {"1.0": "TLSv1", "1.1": "TLSv1_1", "1.2": "TLSv1_2", "1.3": "TLSv1_3"}
+
+
+def _ciphers(key: str, value: Any, allow_insecure: bool) -> list[str]:
+    names = to_strings(key, value) if isinstance(value, list) else []
+    if not names:
+        raise ConfigValueError(f"error parsing tls config, '{key}' cannot be empty")
+    insecure = [n for n in names if n in INSECURE_CIPHERS]
+    for n in names:
+        if n not in SECURE_CIPHERS and n not in INSECURE_CIPHERS and n not in TLS13_SUITES:
+            raise ConfigValueError(f"unrecognized cipher {n}")
+    if insecure and not allow_insecure:
+        raise ConfigValueError(
+            "insecure cipher suites configured without 'allow_insecure_cipher_suites' option set: "
+            + ", ".join(insecure)
+        )
+    return [SECURE_CIPHERS.get(n) or INSECURE_CIPHERS[n] for n in names if n not in TLS13_SUITES]
+
+
+def _curves(key: str, value: Any) -> list[str]:
+    names = to_strings(key, value) if isinstance(value, list) else []
+    if not names:
+        raise ConfigValueError(f"error parsing tls config, '{key}' cannot be empty")
+    for n in names:
+        if n in PQ_CURVES:
+            raise ConfigValueError(f"curve preference {n} is not supported by pynatsd (Python's ssl)")
+        if n not in CURVES:
+            raise ConfigValueError(f"unrecognized curve preference {n}")
+    return [CURVES[n] for n in names]
+
+
+def _cert_pairs(ctx: Ctx, key: str, value: Any, where: Where) -> list[tuple[str, str]]:
+    if not isinstance(value, list):
+        raise ConfigValueError(f"error parsing certificates config: unsupported type {value!r}")
+    pairs: list[tuple[str, str]] = []
+    for item in value:
+        block = to_block(key, item)
+        pair = {"cert_file": "", "key_file": ""}
+        for _low, name, v, at in entries(block, where):
+            if name not in pair:  # case-sensitive in nats-server
+                raise ConfigValueError(f'error parsing tls certs config, unknown field "{name}"')
+            pair[name] = to_str(name, v)
+            where = at
+        if not pair["cert_file"] or not pair["key_file"]:
+            raise ConfigValueError(
+                "error parsing certificates config: both 'cert_file' and 'cert_key' options are required"
+            )
+        pairs.append((pair["cert_file"], pair["key_file"]))
+    return pairs
+
+
+def _handshake_first(ctx: Ctx, key: str, value: Any, where: Where) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        low = value.lower()
+        if low in ("true", "on"):
+            return True
+        if low in ("false", "off"):
+            return False
+        fallback = low in ("auto", "auto_fallback")
+        if not fallback:
+            with contextlib.suppress(ConfigValueError):
+                fallback = parse_duration(key, value) >= 0
+        if fallback:  # strict TLS-first is the safe side of nats-server's fallback to INFO-first
+            ctx.warn(
+                where, f'"{key}": no fallback to a plaintext INFO in pynatsd; TLS first only', strict=False
+            )
+            return True
+    raise ConfigValueError(f'field "{key}"\'s value "{value}" is invalid')
+
+
+def _tls(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    from pynatsd.broker import tls  # tls builds contexts from Options; imports nothing of the schema
+
+    block = to_block(key, value)
+    lows = {k.lower(): v for k, v in block.items()}
+    allow_insecure = lows.get("allow_insecure_cipher_suites") is True
+    opts.tls = True
+    errors_before = len(ctx.errors)
+    for low, name, v, at in entries(block, where):
+        with ctx.at(at):
+            if low == "cert_file":
+                opts.tls_cert = to_str(name, v)
+            elif low == "key_file":
+                opts.tls_key = to_str(name, v)
+            elif low == "ca_file":
+                opts.tls_ca_cert = to_str(name, v)
+            elif low == "verify":
+                opts.tls_verify = to_bool(name, v)
+            elif low == "timeout":
+                opts.tls_timeout = parse_duration(name, v)
+            elif low in ("handshake_first", "first", "immediate"):
+                opts.tls_handshake_first = _handshake_first(ctx, name, v, at)
+            elif low in ("certs", "certificates"):
+                opts.tls_certs = _cert_pairs(ctx, name, v, at)
+            elif low == "cipher_suites":
+                opts.tls_ciphers = _ciphers(name, v, allow_insecure)
+            elif low == "curve_preferences":
+                opts.tls_curves = _curves(name, v)
+            elif low == "allow_insecure_cipher_suites":
+                to_bool(name, v)
+            elif low == "min_version":
+                version = to_str(name, v)
+                if version not in TLS_VERSIONS:
+                    raise ConfigValueError(f"error parsing tls config: unknown version: {version}")
+                if version in ("1.0", "1.1"):
+                    raise ConfigValueError(
+                        f"error parsing tls config: unsupported TLS version: TLS {version}"
+                    )
+                opts.tls_min_version = version
+            elif low == "insecure":  # skips verifying the peer: a client-side option only
+                to_bool(name, v)
+                ctx.warn(at, f'"{name}" applies to outgoing connections only and is ignored', strict=False)
+            elif low == "verify_and_map":
+                if to_bool(name, v):
+                    raise refused(name, "mapping certificate identities to users", access=True)
+            elif low == "verify_cert_and_check_known_urls":
+                if to_bool(name, v):
+                    raise ConfigValueError("verify_cert_and_check_known_urls not supported in this context")
+            elif low == "pinned_certs":
+                raise refused(name, "pinned certificates", access=True)
+            elif low == "ocsp_peer":
+                raise refused(name, "OCSP peer verification", access=True)
+            elif low in _CERT_STORE_KEYS:
+                raise refused(name, "certificate stores")
+            elif low == "connection_rate_limit":
+                raise refused(name, "TLS connection rate limits")
+            else:
+                ctx.error(at, f'error parsing tls config, unknown field "{name}"')
+    if opts.tls_certs and opts.tls_cert:
+        ctx.error(where, "error parsing tls config, cannot combine 'cert_file' option with 'certs' option")
+    if len(ctx.errors) == errors_before:
+        with ctx.at(where):  # missing or bad files are reported here, with the path
+            tls.server_context(opts)
+
+
+# -- the top level ---------------------------------------------------------------------------------------
+def _listen(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    host, port = host_port(key, value)
+    opts.host = host or opts.host
+    opts.port = port
+
+
+def _http(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    host, port = host_port(key, value)
+    opts.http_host = host or opts.http_host
+    if key.lower() == "https":
+        opts.https_port = port
+    else:
+        opts.http_port = port
+
+
+def _max_connections(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    n = to_int(key, value)
+    opts.max_connections = -1 if n == 0 else n  # nats-server: 0 in a file rejects every client
+
+
+def _int31(name: str) -> Handler:
+    def apply(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+        if to_int(key, value) > 2**31 - 1:
+            raise ConfigValueError(f"{key} value is too big")
+        setattr(opts, name, value)
+
+    return apply
+
+
+def _lame_duck(name: str, minimum: float) -> Handler:
+    def apply(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+        seconds = parse_duration(key, to_str(key, value))  # nats-server takes only duration strings
+        if seconds < minimum:
+            if minimum:
+                raise ConfigValueError(f"invalid {key} of {value}, minimum is 30 seconds")
+            raise ConfigValueError(f"invalid {key}, needs to be positive")
+        setattr(opts, name, seconds)
+
+    return apply
+
+
+def _server_name(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    name = to_str(key, value)
+    if " " in name:
+        raise ConfigValueError("server name can not contain spaces")
+    opts.server_name = name
+
+
+def _duration(name: str) -> Handler:
+    def apply(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+        if not isinstance(value, str):
+            ctx.warn(where, f"{key} should be converted to a duration")
+        setattr(opts, name, parse_duration(key, value))
+
+    return apply
+
+
+def _max_sub_tokens(key: str, value: Any) -> int:
+    n = to_int(key, value)
+    if n > 255:
+        raise ConfigValueError(f"{key} value is too big")
+    if n <= 0:
+        raise ConfigValueError(f"{key} value can not be negative")
+    return n
+
+
+def _write_timeout(key: str, value: Any) -> str:
+    if value not in ("default", "close", "retry"):
+        raise ConfigValueError("write_timeout must be 'default', 'close' or 'retry'")
+    return str(value)
+
+
+TOP_LEVEL: dict[str, Handler] = _table(
+    (("listen",), _listen),
+    (("port",), _field("port", to_int)),
+    (("host", "net"), _field("host", to_str)),
+    (("server_name",), _server_name),
+    (("client_advertise",), _field("client_advertise", to_str)),
+    (("http", "https"), _http),
+    (("http_port", "monitor_port"), _field("http_port", to_int)),
+    (("https_port",), _field("https_port", to_int)),
+    (("http_base_path",), _field("http_base_path", to_str)),
+    (("debug",), _field("debug", to_bool)),
+    (("trace",), _field("trace", to_bool)),
+    (("logtime",), _field("logtime", to_bool)),
+    (("logtime_utc",), _field("logtime_utc", to_bool)),
+    (("logfile", "log_file"), _field("log_file", to_str)),
+    (("pidfile", "pid_file"), _field("pid_file", to_str)),
+    (("ports_file_dir",), _field("ports_file_dir", to_str)),
+    (("max_control_line",), _int31("max_control_line")),
+    (("max_payload",), _int31("max_payload")),
+    (("max_pending",), _field("max_pending", to_int)),
+    (("max_connections", "max_conn"), _max_connections),
+    (("max_subscriptions", "max_subs"), _field("max_subscriptions", to_int)),
+    (("max_closed_clients",), _field("max_closed_clients", to_int)),
+    (("ping_interval",), _duration("ping_interval")),
+    (("ping_max",), _field("ping_max", to_int)),
+    (("write_deadline",), _duration("write_deadline")),
+    (("no_fast_producer_stall",), _field("no_fast_producer_stall", to_bool)),
+    (("lame_duck_duration",), _lame_duck("lame_duck_duration", MIN_LAME_DUCK_DURATION)),
+    (("lame_duck_grace_period",), _lame_duck("lame_duck_grace_period", 0.0)),
+    (("no_header_support",), _field("no_header_support", to_bool)),
+    (("disable_sublist_cache", "no_sublist_cache"), _field("disable_sublist_cache", to_bool)),
+    (("no_auth_user",), _field("no_auth_user", to_str)),
+    (("authorization",), _authorization),
+    (("accounts",), _accounts),
+    (("tls",), _tls),
+    (tuple(_PENDING_BLOCKS), _pending),
+    # Access control pynatsd does not implement: refused, never ignored.
+    (("operator", "operators", "roots", "root", "root_operators", "root_operator"),
+     refuse("operator (JWT) authentication", access=True)),
+    (("resolver", "account_resolver", "accounts_resolver", "resolver_tls", "resolver_preload",
+      "resolver_pinned_accounts"), refuse("account resolvers (JWT authentication)", access=True)),
+    (("trusted", "trusted_keys"), refuse("trusted operator keys (JWT authentication)", access=True)),
+    (("default_sentinel",), refuse("JWT sentinel users", access=True)),
+    (("proxies",), refuse("trusted proxies", access=True)),
+    # Other features pynatsd does not have.
+    (("gateway",), refuse("gateways")),
+    (("leaf", "leafnodes"), refuse("leaf nodes")),
+    (("mqtt",), refuse("MQTT")),
+    (("mappings", "maps"), refuse("subject mappings")),
+    (("proxy_protocol",), refuse("the PROXY protocol")),
+    (("ocsp", "ocsp_cache"), refuse("OCSP stapling")),
+    # Accepted and checked, but they change nothing a client may do: a warning.
+    (("syslog",), _field("syslog", to_bool)),
+    (("remote_syslog",), _field("remote_syslog", to_str)),
+    (("logfile_size_limit", "log_size_limit"), _field("log_size_limit", to_int)),
+    (("logfile_max_num", "log_max_num"), _field("log_max_num", to_int)),
+    (("max_traced_msg_len",), _field("max_traced_msg_len", to_int)),
+    (("trace_verbose", "trace_headers", "allow_non_tls", "no_system_account", "no_system",
+      "no_sys_acc"), ignore(to_bool)),
+    (("system_account", "system"), ignore(to_str)),
+    (("prof_port", "prof_block_rate", "connect_error_reports", "reconnect_error_reports"), ignore(to_int)),
+    (("max_sub_tokens", "max_subscription_tokens"), ignore(_max_sub_tokens)),
+    (("write_timeout",), ignore(_write_timeout)),
+    (("server_tags", "server_metadata", "feature_flags", "default_js_domain"), ignore()),
+)  # fmt: skip
+
+
+def apply_config(opts: Options, config: dict[str, Any]) -> list[ConfigWarning]:
+    """Applies a parsed config to `opts` in place; returns warnings, raises ConfigErrors listing every
+    problem (each `file:line:col: message`)."""
+    ctx = Ctx()
+    block = to_block("config", config)
+    for low, key, value, where in entries(block, _NOWHERE):
+        handler = TOP_LEVEL.get(low)
+        if handler is None:
+            unknown(ctx, block, key, where)
+            continue
+        ctx.places[low] = where
+        with ctx.at(where):
+            handler(ctx, opts, key, value, where)
+    _check_users(ctx, opts)
+    if ctx.errors:
+        raise ConfigErrors(ctx.errors)
+    return ctx.warnings
