@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import selectors
 import socket
+import threading
 import time
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
@@ -67,6 +68,9 @@ def connect_timed(port: int, timeout: float) -> tuple[socket.socket | None, floa
             buf += chunk
         s.sendall(CONNECT)
         ping(s)
+        if time.perf_counter() - t > timeout:  # each read had time left; the handshake as a whole not
+            s.close()
+            raise TimeoutError(f"no PONG within {timeout} s")
     except OSError as e:
         return None, time.perf_counter() - t, f"{type(e).__name__}: {e}"
     return s, time.perf_counter() - t, ""
@@ -381,33 +385,45 @@ def requesters(
 def probe(
     port: int, idx: int, ready: Queue[Any], done: Event, results: Queue[Any], every: float = 0.05
 ) -> None:
-    """The latency other clients see while a row runs, sampled every `every` s until `done`: a new
-    client's connect -> PONG and an idle client's PING -> PONG, in ms (a failure: no PONG in 2 s)."""
-    idle, _, _ = connect_timed(port, TIMEOUT)
-    ready.put(idx)
+    """The latency other clients see while a row runs, sampled every `every` s until `done`, each kind in
+    its own thread (a slow sample of one does not thin out the other): a new client's connect -> PONG and
+    an idle client's PING -> PONG, in ms; a failure is no PONG within 2 s."""
     out: dict[str, Any] = {"connect": [], "ping": [], "connect_fail": 0, "ping_fail": 0}
-    while not done.wait(every):
-        s, took, _ = connect_timed(port, CONNECT_TIMEOUT)
-        if s is None:
-            out["connect_fail"] += 1
-        else:
-            out["connect"].append(took * 1e3)
-            s.close()
-        t = time.perf_counter()
-        try:
-            if idle is None:
-                raise ConnectionError("no idle client")
-            idle.settimeout(CONNECT_TIMEOUT)
-            ping(idle)
-            out["ping"].append((time.perf_counter() - t) * 1e3)
-        except OSError:  # a PONG that comes later would answer the next PING early: start afresh
-            out["ping_fail"] += 1
-            if idle is not None:
-                idle.close()
-            idle, _, _ = connect_timed(port, TIMEOUT)
+
+    def connects() -> None:
+        while not done.wait(every):
+            s, took, _ = connect_timed(port, CONNECT_TIMEOUT)
+            if s is None:
+                out["connect_fail"] += 1
+            else:
+                out["connect"].append(took * 1e3)
+                s.close()
+
+    def pings(idle: socket.socket | None) -> None:
+        while not done.wait(every):
+            t = time.perf_counter()
+            try:
+                if idle is None:
+                    raise ConnectionError("no idle client")
+                idle.settimeout(CONNECT_TIMEOUT)
+                ping(idle)
+                out["ping"].append((time.perf_counter() - t) * 1e3)
+            except OSError:  # a PONG that comes later would answer the next PING early: start afresh
+                out["ping_fail"] += 1
+                if idle is not None:
+                    idle.close()
+                idle, _, _ = connect_timed(port, TIMEOUT)
+        if idle is not None:
+            idle.close()
+
+    idle, _, _ = connect_timed(port, TIMEOUT)
+    threads = [threading.Thread(target=connects), threading.Thread(target=pings, args=(idle,))]
+    ready.put(idx)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     results.put(("probe", idx, out))
-    if idle is not None:
-        idle.close()
 
 
 # -- the generator's own ceiling: the same clients against stand-ins that do no broker work ----------

@@ -191,7 +191,7 @@ def render_chart(r: dict[str, Any], path: Path) -> None:
 
     rows = [row for row in r["rows"] if row["scenario"] != "reqrep"]
     rr = [row for row in r["rows"] if row["scenario"] == "reqrep"]
-    fig, grid = plt.subplots(2, 3, figsize=(18, 12), gridspec_kw={"width_ratios": [3, 3, 1.2]})
+    fig, grid = plt.subplots(2, 3, figsize=(18, 12), gridspec_kw={"width_ratios": [3, 3, 2]})
     _real_panels(r.get("realistic", []), grid[0], plt)
     axes = grid[1]
     labels = [f"{row['scenario']} {_size(row['size'])}" for row in rows]
