@@ -50,7 +50,8 @@ def _rate(v: float) -> str:
 
 
 def _ms(lat: dict[str, float]) -> str:
-    return f"{lat['p50']:.1f}/{lat['p99']:.1f}/{lat['max']:.1f}"
+    """p50/p99/max of a probe; "-" when no sample came back (all failed, or the row was too short)."""
+    return f"{lat['p50']:.1f}/{lat['p99']:.1f}/{lat['max']:.1f}" if lat["n"] else "-"
 
 
 def _real_value(row: dict[str, Any], kind: str) -> str:
@@ -127,6 +128,12 @@ def render_real(r: dict[str, Any], header: bool = True) -> str:
     return "\n".join(lines)
 
 
+def _p99s(row: dict[str, Any], probe: str) -> str:
+    """p99 of a probe, pynatsd/nats-server (rows recorded before the probes existed have none)."""
+    sides = [row[kind].get("latency", {}).get(probe) for kind in ("pynatsd", "nats-server")]
+    return "/".join(f"{s['p99']:.1f}" if s and s["n"] else "-" for s in sides)
+
+
 def render_table(r: dict[str, Any], header: bool = True) -> str:
     """Single-subject rows as a markdown table: median per side (rates in msgs/s delivered;
     request/reply p50/p90/p99), ratio, target."""
@@ -136,8 +143,9 @@ def render_table(r: dict[str, Any], header: bool = True) -> str:
             f"### Single-subject rows ({r['date']}, {r['machine']}, {r['nats_server']}, raw generator,"
             f" medians of {r['reps']})",
             "",
-            "| scenario | size | pynatsd | nats-server | ratio | target | gen ok | lost |",
-            "|---|---|---|---|---|---|---|---|",
+            "| scenario | size | pynatsd | nats-server | ratio | target | gen ok | lost | connect p99 ms"
+            " | PING p99 ms |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
     for row in r["rows"]:
         sign = "<=" if row["scenario"] == "reqrep" else ">="
@@ -147,7 +155,7 @@ def render_table(r: dict[str, Any], header: bool = True) -> str:
         lines.append(
             f"| {NAMES[row['scenario']]} | {_size(row['size'])} | {_value(row, 'pynatsd')}"
             f" | {_value(row, 'nats-server')} | {row['ratio']:.2f} | {_target(row, sign)}"
-            f" | {_gen(row['generator_ok'])} | {lost} |"
+            f" | {_gen(row['generator_ok'])} | {lost} | {_p99s(row, 'connect')} | {_p99s(row, 'ping')} |"
         )
     if header:
         lines += [
@@ -155,7 +163,8 @@ def render_table(r: dict[str, Any], header: bool = True) -> str:
             "rates: msgs/s delivered to all subscribers (publish only: accepted); ratio = pynatsd /"
             " nats-server (request/reply: of p50 latency); gen ok = the generator has gone >= 1.1x"
             " nats-server's rate (with pynatsd, or against stand-in servers: ceilings below); '!' = target"
-            " missed; lost = messages not delivered, pynatsd/nats-server",
+            " missed; lost = messages not delivered, pynatsd/nats-server; connect/PING p99: the probes"
+            " (as in the realistic rows), pynatsd/nats-server",
         ]
     if header and r.get("ceilings"):
         lines.append(

@@ -1,14 +1,18 @@
-"""`make bench`: pynatsd against the pinned nats-server, scenario by scenario, alternating A B A B.
+"""`make bench`: pynatsd against the pinned nats-server, row by row, alternating A B A B.
 
-python bench/broker/run.py [--reps 3] [--scenarios 1-1,reqrep] [--sizes 16,1024] [--smoke] [--no-memory]
+python bench/broker/run.py [--realistic i-1-1,i-join] [--generators raw,go] [--real-reps 3]
+                           [--reps 5] [--scenarios 1-1,reqrep] [--sizes 16,1024] [--smoke] [--no-memory]
 
-Prints a table, writes bench/results/broker.json and broker.png (broker-smoke.* in smoke mode).
+Realistic rows first (1,000 interleaved subjects; raw and nats.go generators), then the single-subject rows
+(raw generator); latency probes run alongside every run. Prints markdown tables, writes
+bench/results/broker.md, broker.json and broker.png (broker-smoke.* in smoke mode).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform
 import re
@@ -58,14 +62,19 @@ TARGETS.update({("1-1-mix", 16): 0.5, ("1-1-split", 16): 0.5, ("pub-mix", 16): 0
 
 
 def measure(name: str, server: ServerProcess, size: int, smoke: bool) -> dict[str, Any]:
-    if name == "reqrep":
-        return scenarios.reqrep(server.port, size, 200 if smoke else REQUESTS)
-    pubs, subs, queue, idle, share, subjects = PUBSUB[name]
-    n = int((2000 if smoke else BASE[size]) * share)
-    idle = 1000 if smoke and idle else idle
-    published = [SUBJECT] if subjects == "one" else [SUBJECT, SUBJECT + "2"]
-    subscribed = "bench.*" if subjects == "mix" else SUBJECT
-    return scenarios.pubsub(server.port, pubs, subs, size, n, queue, idle, published, subscribed)
+    """One run of a single-subject row, with the latency probes running alongside."""
+    with scenarios.probing(server.port) as probes:
+        if name == "reqrep":
+            out = scenarios.reqrep(server.port, size, 200 if smoke else REQUESTS)
+        else:
+            pubs, subs, queue, idle, share, subjects = PUBSUB[name]
+            n = int((2000 if smoke else BASE[size]) * share)
+            idle = 1000 if smoke and idle else idle
+            published = [SUBJECT] if subjects == "one" else [SUBJECT, SUBJECT + "2"]
+            subscribed = "bench.*" if subjects == "mix" else SUBJECT
+            out = scenarios.pubsub(server.port, pubs, subs, size, n, queue, idle, published, subscribed)
+    out["probes"] = probes
+    return out
 
 
 @dataclass(frozen=True)
@@ -160,6 +169,7 @@ def row_for(
     for kind in SERVERS:
         values = [r[key] for r in runs[kind]]
         row[kind] = {**scenarios.summary(values), "runs": runs[kind]}
+        row[kind]["latency"] = scenarios.latency([r["probes"] for r in runs[kind]])
         if key == "p50":
             for p in ("p90", "p99"):
                 row[kind][p] = statistics.median(r[p] for r in runs[kind])
@@ -275,7 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="seconds-long harness check: tiny counts, 1 rep")
     ap.add_argument("--no-memory", action="store_true", help="skip the stalled-subscriber memory scenario")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--render", metavar="JSON", help="only redraw the tables and chart of a results file")
     args = ap.parse_args(argv)
+    if args.render:
+        path = Path(args.render)
+        publish(json.loads(path.read_text()), str(path.parent), path.stem)
+        return 0
 
     reps = 1 if args.smoke else args.reps
     real_reps = 1 if args.smoke else args.real_reps
@@ -342,13 +357,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             results["memory"] = memory(128, 1_000_000, 16 * 1024 * 1024)
 
-    stem = "broker-smoke" if args.smoke else "broker"
+    publish(results, args.out, "broker-smoke" if args.smoke else "broker")
+    return 0
+
+
+def publish(results: dict[str, Any], out: str, stem: str) -> None:
+    """Print the markdown tables; write them (`<stem>.md`), the JSON and the chart to `out`."""
     markdown = render_real(results) + "\n\n" + render_table(results)
     print()
     print(markdown)
-    write_results(results, args.out, stem, render_chart)
-    (Path(args.out) / f"{stem}.md").write_text(markdown + "\n")
-    return 0
+    write_results(results, out, stem, render_chart)
+    (Path(out) / f"{stem}.md").write_text(markdown + "\n")
 
 
 if __name__ == "__main__":
