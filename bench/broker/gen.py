@@ -1,11 +1,14 @@
 """Raw-protocol load generator for the broker benchmark: one OS process per client, no per-message Python.
 
-Publishers `sendall` a pre-encoded batch of identical PUB frames until their count is reached, then
-PING/PONG (the server has read everything). Subscribers `recv_into` a 1 MiB buffer and count `MSG `
-occurrences with `bytearray.count` (C speed; the payload is all `x`, so nothing else matches), including
-an occurrence split across two reads; they stop when they hold their expected count, or, when the count
-is unknown (queue groups, lossy runs), after a PING whose PONG arrives behind every queued MSG. The
-request/reply pair uses fixed-length frames too, so no side parses anything per message.
+Publishers `sendall` a pre-encoded batch of PUB frames (one subject, or a cycle through several: the
+realistic rows' 1,000 interleaved subjects) until their count is reached, then PING/PONG (the server has
+read everything); a late publisher connects `delay` s after the start, within a 2 s handshake timeout.
+Subscribers `recv_into` a 1 MiB buffer and count `MSG ` occurrences with `bytearray.count` (C speed; the
+payload is all `x`, so nothing else matches), including an occurrence split across two reads; they stop
+when they hold their expected count, or, when the count is unknown (queue groups, lossy runs), after a
+PING whose PONG arrives behind every queued MSG. The request/reply pairs use fixed-length frames too
+(fresh inboxes `_INBOX.<rr>.<seq>` keep that length), so no side parses anything per message. `probe`
+samples the latency other clients see while a row runs.
 
 Every worker reports through `results` a tuple `(role, index, data)`; workers synchronise on `ready`
 (a queue: one item per worker once it is subscribed/connected) and the `go`/`done` events.
