@@ -5,7 +5,7 @@ publishes 400,000 16-byte messages over bench.0 ... bench.999, interleaved. Each
 time (connect -> PONG) or failure is reported (nats.go's default connect timeout: 2 s), with the latency
 probes (a new client's connect -> PONG, an idle client's PING -> PONG, every 50 ms) on each server.
 
-python bench/broker/starvation.py [--runs 1] [--generator go|raw] [--stagger 0.5] [--count 400000]
+python bench/broker/starvation.py [--runs 1] [--generator go|raw] [--stagger 0.1] [--count 400000]
 
 Writes bench/results/starvation.json.
 """
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=1, help="runs per server, alternating")
     ap.add_argument("--generator", choices=("go", "raw"), default="go")
-    ap.add_argument("--stagger", type=float, default=0.5, help="seconds between publishers' connects")
+    ap.add_argument("--stagger", type=float, default=0.1, help="seconds between publishers' connects")
     ap.add_argument("--count", type=int, default=400_000, help="messages per publisher")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args(argv)
