@@ -49,7 +49,7 @@ def _rate(v: float) -> str:
     return f"{v / 1e6:.3f}M/s" if v >= 1e5 else f"{v / 1e3:.1f}k/s"
 
 
-def _ms(lat: dict[str, float]) -> str:
+def probe_cell(lat: dict[str, float]) -> str:
     """p50/p99/max of a probe; "-" when no sample came back (all failed, or the row was too short)."""
     return f"{lat['p50']:.1f}/{lat['p99']:.1f}/{lat['max']:.1f} ({lat['n']})" if lat["n"] else "- (0)"
 
@@ -118,8 +118,9 @@ def render_real(r: dict[str, Any], header: bool = True) -> str:
             f" | {_real_value(row, 'pynatsd')} | {_real_value(row, 'nats-server')}"
             f" | {row['ratio']:.2f} | {_target(row, '>=')}"
             f" | {_gen(row['generator_ok'])} | {a['lost']}/{b['lost']}"
-            f" | {_ms(a['latency']['connect'])} | {_ms(b['latency']['connect'])}"
-            f" | {_ms(a['latency']['ping'])} | {_ms(b['latency']['ping'])} | {fails} | {_notes(row)} |"
+            f" | {probe_cell(a['latency']['connect'])} | {probe_cell(b['latency']['connect'])}"
+            f" | {probe_cell(a['latency']['ping'])} | {probe_cell(b['latency']['ping'])}"
+            f" | {fails} | {_notes(row)} |"
         )
     if header:
         lines += [

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.broker import gogen, scenarios  # noqa: E402
+from bench.broker.report import probe_cell  # noqa: E402
 from bench.broker.run import SERVERS, SUBJECTS, generator_name, generators, nats_server_version  # noqa: E402
 from tests.servers import start_server  # noqa: E402
 
@@ -51,8 +52,7 @@ def describe(kind: str, run: dict[str, Any]) -> str:
     )
     lat = run["latency"]
     probes = "; ".join(
-        f"{name} p50/p99/max {v['p50']:.1f}/{v['p99']:.1f}/{v['max']:.1f} ms"
-        f" ({v['fail']} of {v['n'] + v['fail']} failed)"
+        f"{name} p50/p99/max (samples) {probe_cell(v)} ms, {v['fail']} of {v['n'] + v['fail']} failed"
         for name, v in lat.items()
     )
     return (
