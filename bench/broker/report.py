@@ -68,8 +68,12 @@ def _notes(row: dict[str, Any]) -> str:
     return ", ".join(notes)
 
 
-RATIO_NOTES = (("pub_rate_ratio", "publish"), ("request_rate_ratio", "requests"), ("p50_ratio", "p50"))
-RATIO_NOTES += (("p99_ratio", "p99"),)
+RATIO_NOTES = (
+    ("pub_rate_ratio", "publish"),
+    ("request_rate_ratio", "requests"),
+    ("p50_ratio", "p50"),
+    ("p99_ratio", "p99"),
+)
 
 
 def _target(row: dict[str, Any], sign: str) -> str:
