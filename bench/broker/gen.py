@@ -227,37 +227,16 @@ def idle_subscriptions(port: int, n: int, idx: int, ready: Queue[Any], done: Eve
     s.close()
 
 
+# Fresh inboxes: request i of requester r replies to _INBOX.<rr>.<iiiiiiii>, so every frame keeps its length.
+INBOX = "_INBOX.{:02d}.{:08d}"
+
+
 def _strip_pings(s: socket.socket, buf: bytes) -> bytes:
     """Answer and drop server PINGs at the head of `buf` (the server's RTT probe)."""
     while buf.startswith(b"PING\r\n"):
         s.sendall(b"PONG\r\n")
         buf = buf[6:]
     return buf
-
-
-def responder(port: int, size: int, idx: int, ready: Queue[Any], done: Event) -> None:
-    """Answer every request on `bench.req` with a fixed reply to `bench.inbox`."""
-    s = connect(port)
-    s.sendall(b"SUB bench.req 1\r\n")
-    ping(s)
-    ready.put(idx)
-    frame = msg_frame_len("bench.req", "1", size, "bench.inbox")
-    reply = pub_frame("bench.inbox", size)
-    s.settimeout(0.1)
-    buf = b""
-    while not done.is_set():
-        try:
-            chunk = s.recv(RECV_BYTES)
-        except TimeoutError:
-            continue
-        if not chunk:
-            break
-        buf = _strip_pings(s, buf + chunk)
-        k = len(buf) // frame
-        if k:
-            buf = buf[k * frame :]
-            s.sendall(reply * k)
-    s.close()
 
 
 def requester(
@@ -290,17 +269,15 @@ def requester(
     s.close()
 
 
-# Fresh inboxes: request i of requester r replies to _INBOX.<rr>.<iiiiiiii>, so every frame keeps its length.
-INBOX = "_INBOX.{:02d}.{:08d}"
-
-
-def inbox_responder(port: int, subject: str, size: int, idx: int, ready: Queue[Any], done: Event) -> None:
-    """Answer every request on `subject` to its own (fixed-length) reply inbox, one `sendall` per read."""
+def responder(
+    port: int, subject: str, inbox: str, size: int, idx: int, ready: Queue[Any], done: Event
+) -> None:
+    """Answer every request on `subject` to its reply subject, one `sendall` per read. Every reply subject
+    has the length of `inbox` (`bench.inbox`, or fresh ones: INBOX), so each is at a fixed offset."""
     s = connect(port)
     s.sendall(f"SUB {subject} 1\r\n".encode())
     ping(s)
     ready.put(idx)
-    inbox = INBOX.format(0, 0)
     frame = msg_frame_len(subject, "1", size, inbox)
     at = len(f"MSG {subject} 1 ")
     tail = f" {size}\r\n".encode() + b"x" * size + b"\r\n"

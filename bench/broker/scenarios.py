@@ -174,7 +174,7 @@ def reqrep(port: int, size: int, n: int) -> dict[str, Any]:
     """Round trips with one request in flight: p50/p90/p99 in µs, and round trips per second."""
     w = Workers.new()
     try:
-        w.spawn(gen.responder, port, size, 0, w.ready, w.done)
+        w.spawn(gen.responder, port, "bench.req", "bench.inbox", size, 0, w.ready, w.done)
         w.spawn(gen.requester, port, size, n, 1, w.ready, w.go, w.results)
         w.wait_ready(2)
         w.go.set()
@@ -189,7 +189,7 @@ def reqrep_many(port: int, size: int, n: int, conc: int) -> dict[str, Any]:
     per second (first request -> last reply) and p50/p90/p99 in µs."""
     w = Workers.new()
     try:
-        w.spawn(gen.inbox_responder, port, "bench.req", size, 0, w.ready, w.done)
+        w.spawn(gen.responder, port, "bench.req", gen.INBOX.format(0, 0), size, 0, w.ready, w.done)
         w.spawn(gen.requesters, port, "bench.req", size, n, conc, 1, w.ready, w.go, w.results)
         w.wait_ready(2)
         w.go.set()
@@ -217,7 +217,7 @@ def mixed(port: int, n: int, conc: int) -> dict[str, Any]:
     try:
         for i, (subject, queue, expected) in enumerate(subs):
             w.spawn(gen.subscriber, port, subject, queue, expected, i, w.ready, w.done, w.results)
-        w.spawn(gen.inbox_responder, port, "svc.echo", 16, -1, w.ready, w.done)
+        w.spawn(gen.responder, port, "svc.echo", gen.INBOX.format(0, 0), 16, -1, w.ready, w.done)
         w.spawn(gen.requesters, port, "svc.echo", 16, requests, conc, -2, w.ready, w.go, w.results)
         for i, (subjects, count, size) in enumerate(pubs):
             w.spawn(gen.publisher, port, subjects, count, size, i, w.ready, w.go, w.results)
