@@ -16,6 +16,7 @@ Every worker reports through `results` a tuple `(role, index, data)`; workers sy
 
 from __future__ import annotations
 
+import collections
 import selectors
 import socket
 import threading
@@ -365,44 +366,71 @@ def requesters(
 def probe(
     port: int, idx: int, ready: Queue[Any], done: Event, results: Queue[Any], every: float = 0.05
 ) -> None:
-    """The latency other clients see while a row runs, sampled every `every` s until `done`, each kind in
-    its own thread (a slow sample of one does not thin out the other): a new client's connect -> PONG and
-    an idle client's PING -> PONG, in ms; a failure is no PONG within 2 s."""
+    """The latency other clients see while a row runs, in ms: every `every` s until `done`, a new client
+    connects (connect -> INFO -> CONNECT+PING -> PONG, in a thread of its own) and an idle client (connected
+    before the row) sends a PING, its PONGs read in order by another thread. Samples start on the clock,
+    whether or not earlier ones have come back, so a stalled server is sampled as often as a fast one
+    (no coordinated omission). A failure: no PONG within 2 s."""
     out: dict[str, Any] = {"connect": [], "ping": [], "connect_fail": 0, "ping_fail": 0}
+    lock = threading.Lock()
 
-    def connects() -> None:
-        while not done.wait(every):
-            s, took, _ = connect_timed(port, CONNECT_TIMEOUT)
+    def connect_once() -> None:
+        s, took, _ = connect_timed(port, CONNECT_TIMEOUT)
+        with lock:
             if s is None:
                 out["connect_fail"] += 1
             else:
                 out["connect"].append(took * 1e3)
-                s.close()
-
-    def pings(idle: socket.socket | None) -> None:
-        while not done.wait(every):
-            t = time.perf_counter()
-            try:
-                if idle is None:
-                    raise ConnectionError("no idle client")
-                idle.settimeout(CONNECT_TIMEOUT)
-                ping(idle)
-                out["ping"].append((time.perf_counter() - t) * 1e3)
-            except OSError:  # a PONG that comes later would answer the next PING early: start afresh
-                out["ping_fail"] += 1
-                if idle is not None:
-                    idle.close()
-                idle, _, _ = connect_timed(port, TIMEOUT)
-        if idle is not None:
-            idle.close()
+        if s is not None:
+            s.close()
 
     idle, _, _ = connect_timed(port, TIMEOUT)
-    threads = [threading.Thread(target=connects), threading.Thread(target=pings, args=(idle,))]
+    if idle is None:
+        raise ConnectionError("probe: the idle client could not connect")
+    sent: collections.deque[float] = collections.deque()  # send times of the PINGs not answered yet
+    stop = threading.Event()
+
+    def read_pongs() -> None:
+        buf = b""
+        idle.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                chunk = idle.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                return
+            now, buf = time.perf_counter(), buf + chunk
+            *lines, buf = buf.split(b"\r\n")
+            for line in lines:
+                if line == b"PONG" and sent:
+                    took = now - sent.popleft()
+                    with lock:
+                        if took > CONNECT_TIMEOUT:
+                            out["ping_fail"] += 1
+                        else:
+                            out["ping"].append(took * 1e3)
+                elif line == b"PING":  # the server's own RTT probe
+                    idle.sendall(b"PONG\r\n")
+
+    reader = threading.Thread(target=read_pongs)
+    reader.start()
     ready.put(idx)
-    for t in threads:
-        t.start()
-    for t in threads:
+    connects = []
+    while not done.wait(every):
+        connects.append(threading.Thread(target=connect_once))
+        connects[-1].start()
+        sent.append(time.perf_counter())
+        idle.sendall(b"PING\r\n")
+    for t in connects:
         t.join()
+    deadline = time.perf_counter() + CONNECT_TIMEOUT
+    while sent and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    reader.join()
+    out["ping_fail"] += len(sent)
+    idle.close()
     results.put(("probe", idx, out))
 
 

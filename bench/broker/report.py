@@ -89,7 +89,7 @@ REAL_LEGEND = re.sub(
     the PONG after the last); request/reply: round trips/s and p50/p99. ratio = pynatsd / nats-server of
     the rate; other ratios: publish rate, request rate, p50 and p99 latency. Probes, sampled every 50 ms
     while the row runs: a new client's connect -> PONG and an idle client's PING -> PONG, ms p50/p99/max
-    pooled over the runs (samples; a probe waits for its answer, so a slow server gets fewer). failures
+    pooled over the runs (samples; started on the clock, answered or not). failures
     pynatsd/nats-server: probe connects + probe PINGs without a PONG in 2 s + publishers whose connect
     failed (2 s, nats.go's default). gen ok: the faster server went >= 1.1x the slower one's rate with the
     same generator, so the slower figure is the server's, not the generator's; n/a for request/reply,
