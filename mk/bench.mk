@@ -11,7 +11,7 @@ BENCH_SIZES ?= 16,128,1024
 
 .PHONY: bench bench-smoke bench-starvation
 
-## bench: the full broker benchmark (about 15 minutes on 2 cores): tables, JSON and PNG chart in bench/results/
+## bench: the full broker benchmark (about 8 minutes on 2 cores): tables, JSON and PNG chart in bench/results/
 bench: venv
 	$(PY) bench/broker/run.py --realistic $(BENCH_REAL) --generators $(BENCH_GENERATORS) \
 		--real-reps $(BENCH_REAL_REPS) --reps $(BENCH_REPS) --scenarios $(BENCH_SCENARIOS) --sizes $(BENCH_SIZES)
