@@ -1,11 +1,14 @@
 """Raw-protocol load generator for the broker benchmark: one OS process per client, no per-message Python.
 
-Publishers `sendall` a pre-encoded batch of identical PUB frames until their count is reached, then
-PING/PONG (the server has read everything). Subscribers `recv_into` a 1 MiB buffer and count `MSG `
-occurrences with `bytearray.count` (C speed; the payload is all `x`, so nothing else matches), including
-an occurrence split across two reads; they stop when they hold their expected count, or, when the count
-is unknown (queue groups, lossy runs), after a PING whose PONG arrives behind every queued MSG. The
-request/reply pair uses fixed-length frames too, so no side parses anything per message.
+Publishers `sendall` a pre-encoded batch of PUB frames (one subject, or a cycle through several: the
+realistic rows' 1,000 interleaved subjects) until their count is reached, then PING/PONG (the server has
+read everything); a late publisher connects `delay` s after the start, within a 2 s handshake timeout.
+Subscribers `recv_into` a 1 MiB buffer and count `MSG ` occurrences with `bytearray.count` (C speed; the
+payload is all `x`, so nothing else matches), including an occurrence split across two reads; they stop
+when they hold their expected count, or, when the count is unknown (queue groups, lossy runs), after a
+PING whose PONG arrives behind every queued MSG. The request/reply pairs use fixed-length frames too
+(fresh inboxes `_INBOX.<rr>.<seq>` keep that length), so no side parses anything per message. `probe`
+samples the latency other clients see while a row runs.
 
 Every worker reports through `results` a tuple `(role, index, data)`; workers synchronise on `ready`
 (a queue: one item per worker once it is subscribed/connected) and the `go`/`done` events.
@@ -13,7 +16,10 @@ Every worker reports through `results` a tuple `(role, index, data)`; workers sy
 
 from __future__ import annotations
 
+import collections
+import selectors
 import socket
+import threading
 import time
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
@@ -23,6 +29,7 @@ CONNECT = b'CONNECT {"verbose":false,"pedantic":false,"headers":false,"echo":tru
 BATCH_BYTES = 64 * 1024
 RECV_BYTES = 1 << 20
 TIMEOUT = 120.0
+CONNECT_TIMEOUT = 2.0  # nats.go's default
 
 
 def connect(port: int) -> socket.socket:
@@ -50,6 +57,29 @@ def ping(s: socket.socket) -> None:
         buf = buf[-8:] + chunk
 
 
+def connect_timed(port: int, timeout: float) -> tuple[socket.socket | None, float, str]:
+    """Connect and PING within `timeout` s: (socket or None, seconds to the PONG, error)."""
+    t = time.perf_counter()
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        s.settimeout(max(0.001, timeout - (time.perf_counter() - t)))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = b""
+        while b"\r\n" not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed before INFO")
+            buf += chunk
+        s.sendall(CONNECT)
+        ping(s)
+        if time.perf_counter() - t > timeout:  # each read had time left; the handshake as a whole not
+            s.close()
+            raise TimeoutError(f"no PONG within {timeout} s")
+    except OSError as e:
+        return None, time.perf_counter() - t, f"{type(e).__name__}: {e}"
+    return s, time.perf_counter() - t, ""
+
+
 def pub_frame(subject: str, size: int, reply: str = "") -> bytes:
     sp = f" {reply}" if reply else ""
     return f"PUB {subject}{sp} {size}\r\n".encode() + b"x" * size + b"\r\n"
@@ -62,33 +92,46 @@ def msg_frame_len(subject: str, sid: str, size: int, reply: str = "") -> int:
 
 def publisher(
     port: int,
-    subject: str,
+    subjects: list[str],
     count: int,
     size: int,
     idx: int,
     ready: Queue[Any],
     go: Event,
     results: Queue[Any],
-    mixed: bool = False,
+    delay: float | None = None,
 ) -> None:
-    s = connect(port)
-    ping(s)
-    # mixed: subjects alternate (`subject`, `subject` + "2"), so no two consecutive PUBs share a subject.
-    frames = [pub_frame(subject + ("2" if i else ""), size) for i in range(2 if mixed else 1)]
+    """Publish `count` messages cycling through `subjects`; report (t0, t1, sent, connect ms, error).
+
+    With `delay`, connect only `delay` s after `go` (a publisher joining a running flood), giving up
+    after nats.go's 2 s connect timeout; otherwise connect before `ready`.
+    """
+    frames = [pub_frame(subject, size) for subject in subjects]
     unit = b"".join(frames)
     per = max(1, BATCH_BYTES // len(unit)) * len(frames)  # messages per batch
     batch = unit * (per // len(frames))
     rest = count % per
     tail = unit * (rest // len(frames)) + b"".join(frames[: rest % len(frames)])
-    ready.put(idx)
-    go.wait(TIMEOUT)
+    if delay is None:
+        s, took, error = connect_timed(port, TIMEOUT)
+        ready.put(idx)
+        go.wait(TIMEOUT)
+    else:
+        ready.put(idx)
+        go.wait(TIMEOUT)
+        time.sleep(delay)
+        s, took, error = connect_timed(port, CONNECT_TIMEOUT)
+    if s is None:
+        results.put(("pub", idx, (0.0, 0.0, 0, took * 1e3, error)))
+        return
+    s.settimeout(TIMEOUT)
     t0 = time.monotonic()
     for _ in range(count // per):
         s.sendall(batch)
     s.sendall(tail)
     ping(s)
     t1 = time.monotonic()
-    results.put(("pub", idx, (t0, t1, count)))
+    results.put(("pub", idx, (t0, t1, count, took * 1e3, "")))
     s.close()
 
 
@@ -185,37 +228,16 @@ def idle_subscriptions(port: int, n: int, idx: int, ready: Queue[Any], done: Eve
     s.close()
 
 
+# Fresh inboxes: request i of requester r replies to _INBOX.<rr>.<iiiiiiii>, so every frame keeps its length.
+INBOX = "_INBOX.{:02d}.{:08d}"
+
+
 def _strip_pings(s: socket.socket, buf: bytes) -> bytes:
     """Answer and drop server PINGs at the head of `buf` (the server's RTT probe)."""
     while buf.startswith(b"PING\r\n"):
         s.sendall(b"PONG\r\n")
         buf = buf[6:]
     return buf
-
-
-def responder(port: int, size: int, idx: int, ready: Queue[Any], done: Event) -> None:
-    """Answer every request on `bench.req` with a fixed reply to `bench.inbox`."""
-    s = connect(port)
-    s.sendall(b"SUB bench.req 1\r\n")
-    ping(s)
-    ready.put(idx)
-    frame = msg_frame_len("bench.req", "1", size, "bench.inbox")
-    reply = pub_frame("bench.inbox", size)
-    s.settimeout(0.1)
-    buf = b""
-    while not done.is_set():
-        try:
-            chunk = s.recv(RECV_BYTES)
-        except TimeoutError:
-            continue
-        if not chunk:
-            break
-        buf = _strip_pings(s, buf + chunk)
-        k = len(buf) // frame
-        if k:
-            buf = buf[k * frame :]
-            s.sendall(reply * k)
-    s.close()
 
 
 def requester(
@@ -246,6 +268,170 @@ def requester(
             rtts.append(rtt)
     results.put(("req", idx, rtts))
     s.close()
+
+
+def responder(
+    port: int, subject: str, inbox: str, size: int, idx: int, ready: Queue[Any], done: Event
+) -> None:
+    """Answer every request on `subject` to its reply subject, one `sendall` per read. Every reply subject
+    has the length of `inbox` (`bench.inbox`, or fresh ones: INBOX), so each is at a fixed offset."""
+    s = connect(port)
+    s.sendall(f"SUB {subject} 1\r\n".encode())
+    ping(s)
+    ready.put(idx)
+    frame = msg_frame_len(subject, "1", size, inbox)
+    at = len(f"MSG {subject} 1 ")
+    tail = f" {size}\r\n".encode() + b"x" * size + b"\r\n"
+    s.settimeout(0.1)
+    buf = b""
+    while not done.is_set():
+        try:
+            chunk = s.recv(RECV_BYTES)
+        except TimeoutError:
+            continue
+        if not chunk:
+            break
+        buf = _strip_pings(s, buf + chunk)
+        k = len(buf) // frame
+        if k:
+            offsets = range(0, k * frame, frame)
+            s.sendall(b"".join(b"PUB " + buf[o + at : o + at + len(inbox)] + tail for o in offsets))
+            buf = buf[k * frame :]
+    s.close()
+
+
+def requesters(
+    port: int,
+    subject: str,
+    size: int,
+    count: int,
+    conc: int,
+    idx: int,
+    ready: Queue[Any],
+    go: Event,
+    results: Queue[Any],
+) -> None:
+    """`conc` requesters (one socket each, one request in flight each, a fresh inbox per request) share
+    `count` requests; report (round-trip times in ns, first send, last reply) from one selector loop."""
+    socks = []
+    for r in range(conc):
+        s = connect(port)
+        s.sendall(f"SUB _INBOX.{r:02d}.* 1\r\n".encode())
+        ping(s)
+        s.setblocking(False)
+        socks.append(s)
+    ready.put(idx)
+    frame = msg_frame_len(INBOX.format(0, 0), "1", size)
+    head, body = f"PUB {subject} ".encode(), f" {size}\r\n".encode() + b"x" * size + b"\r\n"
+    left = [count // conc + (1 if r < count % conc else 0) for r in range(conc)]
+    sent = [0] * conc
+    started = [0] * conc
+    bufs = [b""] * conc
+    rtts: list[int] = []
+    sel = selectors.DefaultSelector()
+
+    def send(r: int) -> None:
+        started[r] = time.perf_counter_ns()
+        socks[r].sendall(head + INBOX.format(r, sent[r]).encode() + body)
+        sent[r] += 1
+        left[r] -= 1
+
+    go.wait(TIMEOUT)
+    t0 = time.monotonic()
+    for r in range(conc):
+        sel.register(socks[r], selectors.EVENT_READ, r)
+        if left[r]:
+            send(r)
+    pending = sum(1 for n in sent if n)
+    deadline = time.monotonic() + TIMEOUT
+    while pending and time.monotonic() < deadline:
+        for key, _ in sel.select(1.0):
+            r = key.data
+            chunk = socks[r].recv(RECV_BYTES)
+            if not chunk:
+                raise ConnectionError("server closed")
+            bufs[r] = _strip_pings(socks[r], bufs[r] + chunk)
+            if len(bufs[r]) >= frame:
+                rtts.append(time.perf_counter_ns() - started[r])
+                bufs[r] = bufs[r][frame:]
+                if left[r]:
+                    send(r)
+                else:
+                    pending -= 1
+    results.put(("req", idx, (rtts, t0, time.monotonic())))
+    for s in socks:
+        s.close()
+
+
+def probe(
+    port: int, idx: int, ready: Queue[Any], done: Event, results: Queue[Any], every: float = 0.05
+) -> None:
+    """The latency other clients see while a row runs, in ms: every `every` s until `done`, a new client
+    connects (connect -> INFO -> CONNECT+PING -> PONG, in a thread of its own) and an idle client (connected
+    before the row) sends a PING, its PONGs read in order by another thread. Samples start on the clock,
+    whether or not earlier ones have come back, so a stalled server is sampled as often as a fast one
+    (no coordinated omission). A failure: no PONG within 2 s."""
+    out: dict[str, Any] = {"connect": [], "ping": [], "connect_fail": 0, "ping_fail": 0}
+    lock = threading.Lock()
+
+    def connect_once() -> None:
+        s, took, _ = connect_timed(port, CONNECT_TIMEOUT)
+        with lock:
+            if s is None:
+                out["connect_fail"] += 1
+            else:
+                out["connect"].append(took * 1e3)
+        if s is not None:
+            s.close()
+
+    idle, _, _ = connect_timed(port, TIMEOUT)
+    if idle is None:
+        raise ConnectionError("probe: the idle client could not connect")
+    sent: collections.deque[float] = collections.deque()  # send times of the PINGs not answered yet
+    stop = threading.Event()
+
+    def read_pongs() -> None:
+        buf = b""
+        idle.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                chunk = idle.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                return
+            now, buf = time.perf_counter(), buf + chunk
+            *lines, buf = buf.split(b"\r\n")
+            for line in lines:
+                if line == b"PONG" and sent:
+                    took = now - sent.popleft()
+                    with lock:
+                        if took > CONNECT_TIMEOUT:
+                            out["ping_fail"] += 1
+                        else:
+                            out["ping"].append(took * 1e3)
+                elif line == b"PING":  # the server's own RTT probe
+                    idle.sendall(b"PONG\r\n")
+
+    reader = threading.Thread(target=read_pongs)
+    reader.start()
+    ready.put(idx)
+    connects = []
+    while not done.wait(every):
+        connects.append(threading.Thread(target=connect_once))
+        connects[-1].start()
+        sent.append(time.perf_counter())
+        idle.sendall(b"PING\r\n")
+    for t in connects:
+        t.join()
+    deadline = time.perf_counter() + CONNECT_TIMEOUT
+    while sent and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    reader.join()
+    out["ping_fail"] += len(sent)
+    idle.close()
+    results.put(("probe", idx, out))
 
 
 # -- the generator's own ceiling: the same clients against stand-ins that do no broker work ----------

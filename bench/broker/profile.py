@@ -1,6 +1,7 @@
 """Profile pynatsd with py-spy while one scenario runs; print self time by function and by line.
 
-python bench/broker/profile.py [--scenario 1-1|1-1-mix|1-1-split|queue-4|pub|pub-mix] [--size 16] [--out FILE]
+python bench/broker/profile.py [--scenario 1-1|1-1-mix|1-1-split|queue-4|pub|pub-mix|i-1-1|i-queue-4]
+                              [--size 16] [--out FILE]
 
 py-spy samples the broker process (it needs ptrace rights: root, or kernel.yama.ptrace_scope=0).
 Lines are `path:line`; "<idle/loop>" is time in uvloop's C code (socket reads and writes, polling).
@@ -24,14 +25,17 @@ sys.path.insert(0, str(ROOT))
 from bench.broker import scenarios  # noqa: E402
 from tests.servers import start_server  # noqa: E402
 
-# name -> (publishers, subscribers, queue group, alternating subjects, subscribers on the first only)
-SCENARIOS: dict[str, tuple[int, int, bool, bool, bool]] = {
-    "pub": (1, 0, False, False, False),
-    "1-1": (1, 1, False, False, False),
-    "1-1-mix": (1, 1, False, True, False),
-    "1-1-split": (1, 1, False, True, True),
-    "pub-mix": (1, 0, False, True, False),
-    "queue-4": (1, 4, True, False, False),
+ONE, MIX = [scenarios.SUBJECT], [scenarios.SUBJECT, scenarios.SUBJECT + "2"]
+# name -> (publishers, subscribers, queue group, subjects published in turn, subscribed subject)
+SCENARIOS: dict[str, tuple[int, int, bool, list[str], str]] = {
+    "pub": (1, 0, False, ONE, scenarios.SUBJECT),
+    "1-1": (1, 1, False, ONE, scenarios.SUBJECT),
+    "1-1-mix": (1, 1, False, MIX, "bench.*"),
+    "1-1-split": (1, 1, False, MIX, scenarios.SUBJECT),
+    "pub-mix": (1, 0, False, MIX, scenarios.SUBJECT),
+    "queue-4": (1, 4, True, ONE, scenarios.SUBJECT),
+    "i-1-1": (1, 1, False, scenarios.interleaved(1000), "bench.*"),  # the realistic rows' traffic
+    "i-queue-4": (1, 4, True, scenarios.interleaved(1000), "bench.*"),
 }
 
 
@@ -55,10 +59,9 @@ def main() -> int:
         time.sleep(1)
         rates = []
         for _ in range(3):
-            pubs, subs, queue, mixed, split = SCENARIOS[args.scenario]
-            r = scenarios.pubsub(
-                server.port, pubs, subs, args.size, args.messages, queue, mixed=mixed, split=split
-            )
+            pubs, subs, queue, published, subscribed = SCENARIOS[args.scenario]
+            args_ = (server.port, pubs, subs, args.size, args.messages, queue, 0, published, subscribed)
+            r = scenarios.pubsub(*args_)
             rates.append(r["rate"])
         rec.send_signal(signal.SIGINT)
         rec.wait(30)

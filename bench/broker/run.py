@@ -1,32 +1,40 @@
-"""`make bench`: pynatsd against the pinned nats-server, scenario by scenario, alternating A B A B.
+"""`make bench`: pynatsd against the pinned nats-server, row by row, alternating A B A B.
 
-python bench/broker/run.py [--reps 3] [--scenarios 1-1,reqrep] [--sizes 16,1024] [--smoke] [--no-memory]
+python bench/broker/run.py [--realistic i-1-1,i-join] [--generators raw,go] [--real-reps 3]
+                           [--reps 5] [--scenarios 1-1,reqrep] [--sizes 16,1024] [--smoke] [--no-memory]
 
-Prints a table, writes bench/results/broker.json and broker.png (broker-smoke.* in smoke mode).
+Realistic rows first (1,000 interleaved subjects; raw and nats.go generators), then the single-subject rows
+(raw generator); latency probes run alongside every run. Prints markdown tables, writes
+bench/results/broker.md, broker.json and broker.png (broker-smoke.* in smoke mode).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.broker import scenarios  # noqa: E402
-from bench.broker.report import render_chart, render_table  # noqa: E402
+from bench.broker import gogen, scenarios  # noqa: E402
+from bench.broker.report import render_chart, render_real, render_table  # noqa: E402
 from bench.output import write_results  # noqa: E402
-from tests.servers import ServerProcess, nats_server_binary, start_server  # noqa: E402
+from tests.interop.drivers import NATS_GO_SRC  # noqa: E402
+from tests.servers import IN_CI, ServerProcess, nats_server_binary, start_server  # noqa: E402
 
 SERVERS = ("pynatsd", "nats-server")
+SUBJECT = scenarios.SUBJECT
 # name -> (publishers, subscribers, queue group, idle subscriptions, share of the base count, subjects)
 # subjects "one": every PUB to bench.s (pynatsd's run fast path, pynatsd.protocol.ops.PUBRUN). "mix": subjects
 # alternate (bench.s, bench.s2) and subscribers take bench.*: no two consecutive PUBs share a subject, and
@@ -54,14 +62,81 @@ TARGETS.update({("1-1-mix", 16): 0.5, ("1-1-split", 16): 0.5, ("pub-mix", 16): 0
 
 
 def measure(name: str, server: ServerProcess, size: int, smoke: bool) -> dict[str, Any]:
-    if name == "reqrep":
-        return scenarios.reqrep(server.port, size, 200 if smoke else REQUESTS)
-    pubs, subs, queue, idle, share, subjects = PUBSUB[name]
-    n = int((2000 if smoke else BASE[size]) * share)
-    idle = 1000 if smoke and idle else idle
-    return scenarios.pubsub(
-        server.port, pubs, subs, size, n, queue, idle, subjects != "one", subjects == "split"
-    )
+    """One run of a single-subject row, with the latency probes running alongside."""
+    with scenarios.probing(server.port) as probes:
+        if name == "reqrep":
+            out = scenarios.reqrep(server.port, size, 200 if smoke else REQUESTS)
+        else:
+            pubs, subs, queue, idle, share, subjects = PUBSUB[name]
+            n = int((2000 if smoke else BASE[size]) * share)
+            idle = 1000 if smoke and idle else idle
+            published = [SUBJECT] if subjects == "one" else [SUBJECT, SUBJECT + "2"]
+            subscribed = "bench.*" if subjects == "mix" else SUBJECT
+            out = scenarios.pubsub(server.port, pubs, subs, size, n, queue, idle, published, subscribed)
+    out["probes"] = probes
+    return out
+
+
+@dataclass(frozen=True)
+class Real:
+    """A realistic row: `kind` pubsub (over 1,000 interleaved subjects, subscribers on bench.*), reqrep
+    (REQUESTERS concurrent requesters on fresh inboxes) or mixed (scenarios.mixed, natsbench -scenario
+    mixed); `share` of REAL_BASE[size] messages; with `stagger`, publisher i connects stagger * i s late."""
+
+    pubs: int = 1
+    subs: int = 1
+    queue: bool = False
+    share: float = 1.0
+    sizes: tuple[int, ...] = (16,)
+    stagger: float | None = None
+    kind: str = "pubsub"
+
+
+REAL = {
+    "i-1-1": Real(sizes=(16, 256, 1024)),
+    "i-pub": Real(subs=0, share=2.0),
+    "i-1-4": Real(subs=4, share=0.5),
+    "i-queue-4": Real(subs=4, queue=True, share=0.5),
+    "i-4-1": Real(pubs=4),
+    "i-4-4": Real(pubs=4, subs=4, share=0.5),
+    "i-join": Real(pubs=4, share=4.0, stagger=0.1),  # issue 16 item 3, in short: scenarios.pubsub
+    "i-reqrep": Real(kind="reqrep", share=0.05),
+    "i-mixed": Real(kind="mixed", share=0.5),
+}
+REAL_BASE = {16: 400_000, 256: 200_000, 1024: 100_000}
+SUBJECTS = 1000
+REQUESTERS = 16
+MIXED_REQUESTERS = 4
+GENERATORS = ("raw", "go")
+# Issue 17's targets (nats.go generator, 16 B): minimum ratio pynatsd/nats-server of the rate.
+REAL_TARGETS = {"i-1-1": 1.0, "i-1-4": 1.0, "i-queue-4": 1.0, "i-4-1": 1.0, "i-4-4": 1.0, "i-pub": 0.8}
+REAL_TARGETS["i-reqrep"] = 1.0
+
+
+def measure_real(name: str, port: int, size: int, smoke: bool, generator: str) -> dict[str, Any]:
+    """One run of a realistic row with one generator, with the latency probes running alongside."""
+    row = REAL[name]
+    n = max(int((2000 if smoke else REAL_BASE[size]) * row.share), REQUESTERS * 4)
+    with scenarios.probing(port) as probes:
+        if generator == "go":
+            if row.kind == "pubsub":
+                stagger = None if row.stagger is None else f"{row.stagger}s"
+                flags = dict(pubs=row.pubs, subs=row.subs, queue=row.queue, stagger=stagger)
+                out = gogen.run(port, "pubsub", count=n, size=size, subjects=SUBJECTS, **flags)
+            elif row.kind == "reqrep":
+                out = gogen.run(port, "reqrep", count=n, size=size, requesters=REQUESTERS)
+            else:
+                out = gogen.run(port, "mixed", count=n, subjects=SUBJECTS, requesters=MIXED_REQUESTERS)
+        elif row.kind == "pubsub":
+            subjects = scenarios.interleaved(SUBJECTS)
+            args = (port, row.pubs, row.subs, size, n, row.queue, 0, subjects, "bench.*", row.stagger)
+            out = scenarios.pubsub(*args)
+        elif row.kind == "reqrep":
+            out = scenarios.reqrep_many(port, size, n, REQUESTERS)
+        else:
+            out = scenarios.mixed(port, n, MIXED_REQUESTERS)
+    out["probes"] = probes
+    return out
 
 
 # Rows whose generator is one publisher and/or one subscriber: the stand-in ceilings apply directly.
@@ -94,6 +169,7 @@ def row_for(
     for kind in SERVERS:
         values = [r[key] for r in runs[kind]]
         row[kind] = {**scenarios.summary(values), "runs": runs[kind]}
+        row[kind]["latency"] = scenarios.latency([r["probes"] for r in runs[kind]])
         if key == "p50":
             for p in ("p90", "p99"):
                 row[kind][p] = statistics.median(r[p] for r in runs[kind])
@@ -115,6 +191,37 @@ def row_for(
     return row
 
 
+def real_row(name: str, size: int, generator: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Medians per side of a realistic row (rate, and publish rate / latencies where the row has them),
+    the pooled latency probes, losses and connect failures; ratios pynatsd / nats-server."""
+    row: dict[str, Any] = {"scenario": name, "size": size, "generator": generator, "metric": "msgs/s"}
+    for kind in SERVERS:
+        side = {**scenarios.summary([r["rate"] for r in runs[kind]]), "runs": runs[kind]}
+        for key in ("pub_rate", "request_rate", "p50", "p90", "p99"):
+            if all(key in r for r in runs[kind]):
+                side[key] = statistics.median(r[key] for r in runs[kind])
+        side["lost"] = sum(r.get("expected", 0) - r.get("delivered", 0) for r in runs[kind])
+        side["connect_failures"] = sum(r.get("connect_failures", 0) for r in runs[kind])
+        side["latency"] = scenarios.latency([r["probes"] for r in runs[kind]])
+        row[kind] = side
+    a, b = row["pynatsd"], row["nats-server"]
+    row["ratio"] = a["median"] / b["median"] if b["median"] else 0.0
+    for key in ("pub_rate", "request_rate", "p50", "p99"):
+        if key in a and key in b and b[key]:
+            row[f"{key}_ratio"] = a[key] / b[key]
+    kind_ = REAL[name].kind
+    if kind_ != "pubsub" or REAL[name].stagger is not None:
+        row["generator_ok"] = None
+    else:
+        # As for the single-subject rows: the generator has gone >= 1.1x nats-server's rate here.
+        row["generator_ok"] = max(a["median"], b["median"]) >= 1.1 * min(a["median"], b["median"])
+    target = REAL_TARGETS.get(name) if generator == "go" and size == 16 else None
+    row["target"] = target
+    if target is not None:
+        row["target_met"] = row["ratio"] >= target
+    return row
+
+
 def memory(size: int, n: int, max_pending: int) -> dict[str, Any]:
     """The stalled-subscriber burst on each server, started with `max_pending`."""
     out: dict[str, Any] = {"size": size, "messages": n, "max_pending": max_pending}
@@ -131,6 +238,20 @@ def memory(size: int, n: int, max_pending: int) -> dict[str, Any]:
     return out
 
 
+def nats_go_version() -> str:
+    """nats.go's version, from the Debian-packaged source the Go generator builds against."""
+    found = re.search(r'Version\s*=\s*"([^"]+)"', (NATS_GO_SRC / "nats.go").read_text())
+    return found.group(1) if found else "unknown"
+
+
+def generator_name(generator: str) -> str:
+    if generator == "go":
+        return (
+            f"nats.go {nats_go_version()} (bench/broker/go/natsbench, built offline from Debian's packages)"
+        )
+    return "raw protocol (bench/broker/gen.py: pre-encoded PUB batches, MSG frames counted)"
+
+
 def nats_server_version() -> str:
     binary = nats_server_binary()
     if binary is None:
@@ -138,44 +259,89 @@ def nats_server_version() -> str:
     return subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
 
 
+def generators(names: list[str]) -> list[str]:
+    """The generators to run; the Go one is built here (outside any timed run). Without Go, its rows are
+    skipped with a note, except under CI=true, where that is an error."""
+    if "go" in names:
+        if not gogen.available():
+            if IN_CI:
+                raise SystemExit(
+                    "the nats.go generator needs golang-go and golang-github-nats-io-go-nats-dev"
+                )
+            print("note: go or nats.go's source not found: skipping the nats.go generator's rows", flush=True)
+            return [g for g in names if g != "go"]
+        gogen.binary()
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=5, help="repetitions per side (medians are reported)")
-    ap.add_argument("--scenarios", default=",".join(ALL))
-    ap.add_argument("--sizes", default="16,128,1024")
+    ap.add_argument("--real-reps", type=int, default=3, help="repetitions per side of the realistic rows")
+    ap.add_argument("--realistic", default=",".join(REAL), help="realistic rows, run and reported first")
+    ap.add_argument("--generators", default=",".join(GENERATORS), help="of the realistic rows: raw,go")
+    ap.add_argument("--scenarios", default=",".join(ALL), help="single-subject rows")
+    ap.add_argument("--sizes", default="16,128,1024", help="of the single-subject rows")
     ap.add_argument("--smoke", action="store_true", help="seconds-long harness check: tiny counts, 1 rep")
     ap.add_argument("--no-memory", action="store_true", help="skip the stalled-subscriber memory scenario")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--render", metavar="JSON", help="only redraw the tables and chart of a results file")
     args = ap.parse_args(argv)
+    if args.render:
+        path = Path(args.render)
+        publish(json.loads(path.read_text()), str(path.parent), path.stem)
+        return 0
 
     reps = 1 if args.smoke else args.reps
+    real_reps = 1 if args.smoke else args.real_reps
     names = [s for s in args.scenarios.split(",") if s]
-    unknown = set(names) - set(ALL)
+    real = [s for s in args.realistic.split(",") if s]
+    unknown = set(names) - set(ALL) | set(real) - set(REAL)
     if unknown:
-        ap.error(f"unknown scenarios {sorted(unknown)}; known: {ALL}")
+        ap.error(f"unknown rows {sorted(unknown)}; known: {list(REAL)} and {ALL}")
+    gens = [g for g in args.generators.split(",") if g]
+    if set(gens) - set(GENERATORS):
+        ap.error(f"generators: {GENERATORS}")
+    gens = generators(gens)
     sizes = [int(x) for x in args.sizes.split(",")]
     results: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "machine": f"{platform.machine()} {os.cpu_count()} cpu",
+        "nproc": os.cpu_count(),
         "nats_server": nats_server_version(),
+        "generators": {g: generator_name(g) for g in gens},
         "reps": reps,
+        "real_reps": real_reps,
+        "subjects": SUBJECTS,
         "smoke": args.smoke,
+        "realistic": [],
         "rows": [],
     }
     servers = {kind: start_server(kind) for kind in SERVERS}
     try:
         for server in servers.values():  # warm-up: connections, caches, the loop's first buffers
             scenarios.pubsub(server.port, 1, 1, 16, 2000 if args.smoke else 50_000)
+        for name in real:
+            for size in REAL[name].sizes:
+                for gen in gens:
+                    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in SERVERS}
+                    for _ in range(real_reps):
+                        for kind in SERVERS:  # A B A B
+                            port = servers[kind].port
+                            runs[kind].append(measure_real(name, port, size, args.smoke, gen))
+                    row = real_row(name, size, gen, runs)
+                    results["realistic"].append(row)
+                    print(render_real({**results, "realistic": [row]}, header=False), flush=True)
         # The generator's own ceiling per size (median of the repetitions), against stand-in servers.
         results["ceilings"] = {}
-        for size in sizes:
+        for size in sizes if names else []:
             n = 2000 if args.smoke else BASE[size]
             got = [scenarios.ceiling(size, n) for _ in range(reps)]
             results["ceilings"][size] = {k: statistics.median(g[k] for g in got) for k in ("pub", "sub")}
         for name in names:
             for size in sizes:
-                runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in SERVERS}
+                runs = {kind: [] for kind in SERVERS}
                 for _ in range(reps):
                     for kind in SERVERS:  # A B A B
                         runs[kind].append(measure(name, servers[kind], size, args.smoke))
@@ -191,10 +357,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             results["memory"] = memory(128, 1_000_000, 16 * 1024 * 1024)
 
-    print()
-    print(render_table(results))
-    write_results(results, args.out, "broker-smoke" if args.smoke else "broker", render_chart)
+    publish(results, args.out, "broker-smoke" if args.smoke else "broker")
     return 0
+
+
+def publish(results: dict[str, Any], out: str, stem: str) -> None:
+    """Print the markdown tables; write them (`<stem>.md`), the JSON and the chart to `out`."""
+    markdown = render_real(results) + "\n\n" + render_table(results)
+    print()
+    print(markdown)
+    write_results(results, out, stem, render_chart)
+    (Path(out) / f"{stem}.md").write_text(markdown + "\n")
 
 
 if __name__ == "__main__":

@@ -10,18 +10,33 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.broker import scenarios
-from tests.servers import start_server
+import pytest
+
+from bench.broker import gogen, scenarios
+from tests.servers import IN_CI, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+REALISTIC = ["i-1-1", "i-queue-4", "i-join", "i-reqrep", "i-mixed"]
+
+
 def test_broker_bench_smoke(tmp_path: Path) -> None:
+    # Without Go the nats.go rows are left out, outside CI only (under CI=true that is a failure).
+    gens = ["raw", "go"] if gogen.available() else ["raw"]
+    if IN_CI and gens == ["raw"]:
+        pytest.fail(
+            "the nats.go generator needs golang-go and golang-github-nats-io-go-nats-dev under CI=true"
+        )
     out = subprocess.run(
         [
             sys.executable,
             "bench/broker/run.py",
             "--smoke",
+            "--realistic",
+            ",".join(REALISTIC),
+            "--generators",
+            ",".join(gens),
             "--scenarios",
             "1-1,queue-4,reqrep",
             "--sizes",
@@ -33,12 +48,13 @@ def test_broker_bench_smoke(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=110,
+        timeout=170,
     )
     assert out.returncode == 0, out.stderr
     assert "request/reply" in out.stdout and "nats-server" in out.stdout
     results = json.loads((tmp_path / "broker-smoke.json").read_text())
     assert results["nats_server"].startswith("nats-server: v")
+    assert sorted(results["generators"]) == sorted(gens)
     rows = {row["scenario"]: row for row in results["rows"]}
     assert sorted(rows) == ["1-1", "queue-4", "reqrep"]
     for name in ("1-1", "queue-4"):
@@ -49,6 +65,21 @@ def test_broker_bench_smoke(tmp_path: Path) -> None:
     for kind in ("pynatsd", "nats-server"):
         side = rows["reqrep"][kind]
         assert 0 < side["median"] <= side["p90"] <= side["p99"]
+    real = {(row["scenario"], row["size"], row["generator"]): row for row in results["realistic"]}
+    assert {(name, gen) for name, _, gen in real} == {(n, g) for n in REALISTIC for g in gens}
+    assert {size for name, size, _ in real if name == "i-1-1"} == {16, 256, 1024}
+    for (name, _, gen), row in real.items():
+        for kind in ("pynatsd", "nats-server"):
+            side = row[kind]
+            (run,) = side["runs"]
+            assert run["rate"] > 0, (name, gen, kind, run)
+            assert set(side["latency"]) == {"connect", "ping"}
+            if name in ("i-reqrep", "i-mixed"):
+                assert 0 < side["p50"] <= side["p99"], (name, gen, kind)
+            if name != "i-reqrep":  # every message owed is delivered, with every publisher connected
+                assert run["delivered"] == run["expected"] > 0, (name, gen, kind, run)
+                assert run["connect_failures"] == 0, (name, gen, kind, run)
+    assert "| 4 -> 1, publishers join the flood |" in (tmp_path / "broker-smoke.md").read_text()
     assert (tmp_path / "broker-smoke.png").stat().st_size > 10_000
 
 

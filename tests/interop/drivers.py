@@ -58,14 +58,15 @@ def go_env() -> dict[str, str]:
     return env
 
 
-def build_go() -> Path:
-    out = BUILD_DIR / "natsinterop-go"
+def build_go(src: Path = HERE / "go" / "natsinterop", name: str = "natsinterop-go") -> Path:
+    """Builds the Go program in `src` (a main package importing nats.go) offline; returns the binary."""
+    out = BUILD_DIR / name
     BUILD_DIR.mkdir(exist_ok=True)
     subprocess.run(
         ["go", "build", "-o", str(out), "."],  # GOPATH mode refuses absolute import paths
         check=True,
         env=go_env(),
-        cwd=HERE / "go" / "natsinterop",
+        cwd=src,
         capture_output=True,
         timeout=300,
     )
