@@ -12,14 +12,14 @@ BENCH_SIZES ?= 16,128,1024
 .PHONY: bench bench-smoke bench-starvation
 
 ## bench: the full broker benchmark (about 8 minutes on 2 cores): tables, JSON and PNG chart in bench/results/
-bench: venv
+bench: compile
 	$(PY) bench/broker/run.py --realistic $(BENCH_REAL) --generators $(BENCH_GENERATORS) \
 		--real-reps $(BENCH_REAL_REPS) --reps $(BENCH_REPS) --scenarios $(BENCH_SCENARIOS) --sizes $(BENCH_SIZES)
 
 ## bench-smoke: seconds-long run of every row with tiny counts, both generators (keeps the harness alive)
-bench-smoke: venv
+bench-smoke: compile
 	$(PY) bench/broker/run.py --smoke --out /tmp/pynatsd-bench-smoke
 
 ## bench-starvation: issue 16 item 3: 4 nats.go publishers join a 1,000-subject flood; connect times, probes
-bench-starvation: venv
+bench-starvation: compile
 	$(PY) bench/broker/starvation.py --runs 3
