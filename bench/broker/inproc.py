@@ -70,11 +70,11 @@ async def measure(subjects: int, size: int, subs: int, count: int) -> float:
         sub = Connection(server)
         transport = NullTransport()
         sub.connection_made(transport)  # type: ignore[arg-type]
-        sub.data_received(b"CONNECT {\"verbose\":false}\r\nSUB bench.* 1\r\n")
+        sub.data_received(b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\nSUB bench.* 1\r\n")
         sinks.append(transport)
     pub = Connection(server)
     pub.connection_made(NullTransport())  # type: ignore[arg-type]
-    pub.data_received(b"CONNECT {\"verbose\":false}\r\n")
+    pub.data_received(b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\n")
     reads = stream(subjects, size, count)
     await asyncio.sleep(0.01)  # the INFOs go out (flusher tasks), so every queue starts empty
     start = time.process_time()  # CPU time: another process taking the core does not count

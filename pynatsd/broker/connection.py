@@ -19,8 +19,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd.broker import trace
-from pynatsd.broker.auth import DEFAULT_ACCOUNT, Permissions
-from pynatsd.broker.delivery import Message, Subscription, publish
+from pynatsd.broker.auth import DEFAULT_ACCOUNT
+from pynatsd.broker.delivery import Client, Message, Subscription, deliver, publish
 from pynatsd.broker.listener import unmapped_ip
 from pynatsd.broker.logging import TRACE, get_logger
 from pynatsd.broker.outbound import Outbound
@@ -89,14 +89,19 @@ _CLOSE_REASONS: dict[type[errors.ProtocolError], str] = {
 }
 
 
-class Connection(asyncio.Protocol):
-    """A client connection: the parser's `OpHandler` and the delivery policy's `Receiver`."""
+class Connection(Client):
+    """A client connection: an asyncio protocol (duck-typed: `connection_made`, `data_received`, …), the
+    parser's `OpHandler` and a `delivery.Client`.
+
+    Not an `asyncio.Protocol` subclass on purpose: compiled by mypyc, a class of its own is a native class
+    whose attributes are C struct fields, which the delivery policy reads for every message (measured: the
+    in-process path went from 1,060 to 936 ns per message)."""
 
     def __init__(self, server: Server) -> None:
+        super().__init__()
         self.server = server
         self.cid: int = server.next_cid()
         self.transport: asyncio.Transport | None = None
-        self.out: Outbound | None = None
         opts = server.options
         self._trace = log.isEnabledFor(TRACE)
         self.parser = Parser(
@@ -108,13 +113,12 @@ class Connection(asyncio.Protocol):
             line_cache=server.pub_lines,
         )
         self.sublist: Sublist[Subscription] = server.sublist
-        self.perms: Permissions | None = None
         self.nonce = ""  # set in INFO when nkey users are configured
         self.opts = ConnectOptions()
+        # Read per message, so kept as plain fields (set again by CONNECT): nats-server's defaults.
+        self.verbose = self.opts.verbose
+        self.pedantic = self.opts.pedantic
         self.connected = False  # CONNECT processed
-        self.closed = False
-        self.echo = True  # from CONNECT: plain attributes, read once per delivery
-        self.headers = False
         self.close_reason: str = ""
         self.ip: str = ""
         self.port: int = 0
@@ -124,8 +128,6 @@ class Connection(asyncio.Protocol):
         self.subs: dict[bytes, Subscription] = {}
         self.in_msgs: int = 0
         self.in_bytes: int = 0
-        self.out_msgs: int = 0
-        self.out_bytes: int = 0
         self.user: str = ""
         self.account: str = DEFAULT_ACCOUNT
         self._start_mono = self._last_in = time.monotonic()
@@ -206,7 +208,13 @@ class Connection(asyncio.Protocol):
             log.debug("%r - Starting TLS client connection handshake", self)
             try:
                 started = StartedCoroutine(
-                    loop.start_tls(transport, self, ctx, server_side=True, ssl_handshake_timeout=timeout + 60)
+                    loop.start_tls(
+                        transport,
+                        cast(asyncio.BaseProtocol, self),
+                        ctx,
+                        server_side=True,
+                        ssl_handshake_timeout=timeout + 60,
+                    )
                 )
             except (OSError, RuntimeError, TypeError) as exc:
                 log.error("%r - cannot start TLS: %s", self, exc)
@@ -337,6 +345,10 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.resume_reading()
 
+    def eof_received(self) -> bool | None:
+        """The client half-closed: the transport closes (as asyncio.Protocol's default)."""
+        return None
+
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:
             self.close(READ_ERROR if exc is not None else CLIENT_CLOSED)
@@ -385,6 +397,8 @@ class Connection(asyncio.Protocol):
         self.opts = opts
         self.echo = opts.echo
         self.headers = opts.headers
+        self.verbose = opts.verbose
+        self.pedantic = opts.pedantic
         self.connected = True
         self.parser.headers = opts.headers
         self._info_after_pong = opts.protocol >= 1
@@ -439,7 +453,7 @@ class Connection(asyncio.Protocol):
                 self._send_err(errors.INVALID_SUBJECT)
                 return
             self.subs[sid] = sub
-        if self.opts.verbose:
+        if self.verbose:
             self._send(encoder.OK)
 
     def on_unsub(self, sid: bytes, max_msgs: int | None) -> None:
@@ -447,7 +461,7 @@ class Connection(asyncio.Protocol):
         if sub is not None and max_msgs is not None and max_msgs > 0 and max_msgs > sub.delivered:
             sub.max_msgs = max_msgs
             sub = None
-        if self.opts.verbose:
+        if self.verbose:
             self._send(encoder.OK)
         if sub is not None:
             self.remove_sub(sub)
@@ -479,8 +493,7 @@ class Connection(asyncio.Protocol):
         verbose. Returns the message's `MSG subject ` head, or None when the publish is refused."""
         self.in_msgs += 1
         self.in_bytes += size
-        opts = self.opts
-        if opts.pedantic and not is_literal_subject(subject):
+        if self.pedantic and not is_literal_subject(subject):
             self._send_err(errors.INVALID_PUBLISH_SUBJECT)
         # `MSG subject ` of the subjects this client publishes to, cached: a subject is in the cache only
         # once it passed the reserved-prefix check, so a hit skips both that check and the concatenation.
@@ -502,7 +515,7 @@ class Connection(asyncio.Protocol):
             self._send_err(errors.publish_violation(_text(subject)))
             log.error("%r - publish violation for %s", self, _text(subject))
             return None
-        if opts.verbose:
+        if self.verbose:
             self._send(encoder.OK)
         return head
 
@@ -511,11 +524,17 @@ class Connection(asyncio.Protocol):
             self._no_responders(msg.subject, msg.reply)
 
     def _no_responders(self, subject: bytes, reply: bytes) -> None:
-        """Tell a requester that nobody received its request: a 503 on its own reply subscription."""
+        """Tell a requester that nobody received its request: a 503 status message on its own reply
+        subscription, delivered by the policy like any message."""
         for sub in self.sublist.match(reply).plain:
             if sub.conn is self:
                 headers = encoder.no_responders_headers(subject)
-                self._send(encoder.encode_hmsg(reply, sub.sid, None, headers, b""))
+                status = Message(None)
+                status.set(
+                    reply, None, b"%d %d" % (len(headers), len(headers)), headers, b"", b"MSG " + reply + b" "
+                )
+                status.frame()
+                deliver(sub, status)
                 return
 
     # -- replies, errors, closing -------------------------------------------------------------------

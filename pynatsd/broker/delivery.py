@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from pynatsd.protocol.encoder import hmsg_tail, msg_tail
 
@@ -36,19 +36,23 @@ if TYPE_CHECKING:
 Callback = Callable[["Subscription", bytes, "bytes | None", "bytes | None", bytes], None]
 
 
-class Receiver(Protocol):
-    """What the policy reads and updates of a subscription's owner (a client connection or an internal
-    client). Plain attributes, not properties: they are read once per delivery."""
+class Client:
+    """What the policy reads and updates of a subscription's owner: a client connection or an internal
+    client, both subclasses. A class rather than a Protocol so that compiled code reads these as struct
+    fields, once per delivery."""
 
-    closed: bool
-    echo: bool
-    headers: bool
-    perms: Permissions | None
-    out: Outbound | None
-    out_msgs: int
-    out_bytes: int
+    def __init__(self) -> None:
+        self.closed = False
+        self.echo = True  # false: not its own messages
+        self.headers = False  # true: HMSG with headers, else MSG with them stripped
+        self.perms: Permissions | None = None
+        self.out: Outbound | None = None  # None: no socket (internal clients take callbacks)
+        self.out_msgs = 0
+        self.out_bytes = 0
 
-    def remove_sub(self, sub: Subscription) -> None: ...
+    def remove_sub(self, sub: Subscription) -> None:
+        """Drop `sub` (its auto-unsubscribe limit is reached)."""
+        raise NotImplementedError
 
     def backlogged(self) -> None:
         """Its queue passed the gate (see Outbound.limit)."""
@@ -61,7 +65,7 @@ class Subscription:
 
     def __init__(
         self,
-        conn: Receiver,
+        conn: Client,
         subject: bytes,
         queue: bytes | None,
         sid: bytes,
@@ -98,7 +102,7 @@ class Message:
         "tail",
     )
 
-    def __init__(self, origin: Receiver | None) -> None:
+    def __init__(self, origin: Client | None) -> None:
         self.origin = origin  # the publisher (echo is checked against it)
         self.subject = b""
         self.reply: bytes | None = None

@@ -17,13 +17,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pynatsd.broker.auth import DEFAULT_ACCOUNT, Permissions
-from pynatsd.broker.delivery import Message, Subscription, publish
+from pynatsd.broker.auth import DEFAULT_ACCOUNT
+from pynatsd.broker.delivery import Client, Message, Subscription, publish
 from pynatsd.broker.logging import get_logger
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
-    from pynatsd.broker.outbound import Outbound
     from pynatsd.broker.server import Server
     from pynatsd.matcher import Sublist
 
@@ -33,21 +32,15 @@ log = get_logger()
 Handler = Callable[[bytes, "bytes | None", "bytes | None", bytes], None]
 
 
-class InternalClient:
+class InternalClient(Client):
     """A client of the server inside the server. See the module docstring."""
 
     def __init__(self, server: Server, account: str = DEFAULT_ACCOUNT, name: str = "internal") -> None:
+        super().__init__()
         self.server = server
         self.account = account
         self.name = name
-        # What the delivery policy reads of a receiver (delivery.Receiver): no socket, no permissions.
-        self.closed = False
-        self.echo = True
-        self.headers = True
-        self.perms: Permissions | None = None
-        self.out: Outbound | None = None
-        self.out_msgs = 0
-        self.out_bytes = 0
+        self.headers = True  # no socket, no permissions: headers as published
         self.in_msgs = 0
         self.in_bytes = 0
         self.subs: dict[bytes, Subscription] = {}

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd import NATS_COMPAT_VERSION, __version__, extensions
 from pynatsd.broker import trace
@@ -170,7 +170,7 @@ class Server:
             {"sock": dual} if dual else {"host": opts.host or None, "port": port, "reuse_address": True}
         )
         self._listener = await self.loop.create_server(
-            lambda: Connection(self),
+            lambda: cast(asyncio.Protocol, Connection(self)),
             **where,
             backlog=1024,
             ssl=tls_first,
