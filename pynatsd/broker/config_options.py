@@ -131,6 +131,12 @@ def _extra(opts: Options, key: str, value: Any) -> None:
     opts.extra[key] = value
 
 
+def _websocket(opts: Options, key: str, value: Any) -> None:
+    from pynatsd.websocket.config import apply  # the block's schema lives with the listener
+
+    apply(opts, key, value)
+
+
 _HANDLERS: dict[str, Callable[[Options, str, Any], None]] = {
     "listen": _listen,
     "port": _setter("port", _int),
@@ -165,6 +171,7 @@ _HANDLERS: dict[str, Callable[[Options, str, Any], None]] = {
     "tls": _tls,
     "accounts": _extra,
     "no_auth_user": _setter("no_auth_user", _str),
+    "websocket": _websocket,
 }
 
 

@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from pynatsd.broker.auth import DEFAULT_ACCOUNT, Permissions
+from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator, Permissions
 from pynatsd.broker.logging import TRACE, get_logger
 from pynatsd.broker.outbound import STALL_MAX, STALL_MIN, Consumer, Outbound
 from pynatsd.broker.tls import StartedCoroutine, abortive_close, session_info
@@ -114,6 +114,8 @@ class Subscription:
 class Connection(asyncio.Protocol):
     """A client connection. Per-connection state lives here; the message path is `_publish`."""
 
+    is_websocket = False  # pynatsd.websocket's subclass: TLS is its listener's, INFO and auth its own
+
     def __init__(self, server: Server) -> None:
         self.server = server
         self.cid: int = server.next_cid()
@@ -123,7 +125,7 @@ class Connection(asyncio.Protocol):
         self.parser = Parser(
             opts.max_control_line,
             opts.max_payload,
-            expect_connect=server.auth.required,
+            expect_connect=self.authenticator().required,
             allow_headers=opts.headers,
             runs=True,
         )
@@ -198,6 +200,13 @@ class Connection(asyncio.Protocol):
     def __repr__(self) -> str:
         return f"{self.ip}:{self.port} - cid:{self.cid}"
 
+    def authenticator(self) -> Authenticator:
+        """Who checks this connection's CONNECT (a WebSocket listener can have credentials of its own)."""
+        return self.server.auth
+
+    def adjust_info(self, info: dict[str, Any]) -> None:
+        """Hook for connections under a listener of their own (WebSocket) to adjust the INFO they get."""
+
     # -- asyncio.Protocol -----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
@@ -216,7 +225,7 @@ class Connection(asyncio.Protocol):
         log.debug("%r - Client connection created", self)
         loop = server.loop
         opts = server.options
-        ctx = server.tls_context
+        ctx = None if self.is_websocket else server.tls_context
         if ctx is not None and not opts.tls_handshake_first:
             # INFO goes out in plaintext, then the connection upgrades; nothing more is written until the
             # handshake is done. start_tls must take the transport over right here: uvloop starts reading
@@ -244,7 +253,7 @@ class Connection(asyncio.Protocol):
                 self.tls_version, self.tls_cipher = session_info(transport)
                 self.tls_first = True
             self._start_ping_timer()
-        if server.auth.required:
+        if self.authenticator().required:
             self._auth_timer = loop.call_later(opts.effective_auth_timeout, self._auth_timeout)
 
     def _start_ping_timer(self) -> None:
@@ -383,14 +392,14 @@ class Connection(asyncio.Protocol):
         except errors.ProtocolError as err:
             self._protocol_error(err)
             return
-        identity = server.auth.authenticate(self, opts)
+        identity = self.authenticator().authenticate(self, opts)
         if identity is None:
             server.stats.auth_failures += 1
             log.error("%r - authentication error", self)
             self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
             return
         self.user, self.account = identity
-        self.perms = server.auth.permissions(self.user)
+        self.perms = self.authenticator().permissions(self.user)
         self.sublist = server.sublist_for(self.account)
         if self._auth_timer is not None:
             self._auth_timer.cancel()

@@ -30,9 +30,11 @@ from pynatsd.broker.outbound import FlushScheduler
 from pynatsd.broker.tls import monitor_context, server_context
 from pynatsd.matcher import Sublist, SublistStats, combine_stats
 from pynatsd.protocol import encoder
+from pynatsd.websocket import start_websocket
 
 if TYPE_CHECKING:
     from pynatsd.monitor import Monitor
+    from pynatsd.websocket.server import WebSocketListener
 
 log = get_logger()
 
@@ -115,6 +117,7 @@ class Server:
         self.scheduler = FlushScheduler()
         self.fanout = HistogramCounts(1024)  # subscriptions matched per publish (monitoring)
         self.monitor: Monitor | None = None
+        self.websocket: WebSocketListener | None = None  # the `websocket {}` port (pynatsd.websocket)
         self.tls_context: ssl.SSLContext | None = None  # set by start() when TLS is configured
         self.http_port = 0
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
@@ -173,6 +176,7 @@ class Server:
                     await self.monitor.stop()
                 raise PidFileError(f"Could not write pidfile: {exc}") from exc
             self._pid_file_written = opts.pid_file
+        self.websocket = await start_websocket(self)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if opts.ports_file_dir:
             self._write_ports_file(opts.ports_file_dir)
@@ -213,12 +217,16 @@ class Server:
             self._ldm_task.cancel()
         log.info("Initiating Shutdown...")
         self._listener.close()
+        if self.websocket is not None:
+            self.websocket.close()
         for conn in list(self.clients.values()):
             if conn.out is not None:
                 conn.out.flush()
             conn.close(SERVER_SHUTDOWN)
         await self._listener.wait_closed()
         self._listener = None
+        if self.websocket is not None:
+            await self.websocket.wait_closed()
         if self.monitor is not None:
             await self.monitor.stop()
         self._remove_lifecycle_files()
@@ -319,6 +327,8 @@ class Server:
         opts = self.options
         log.info("Entering lame duck mode, stop accepting new clients")
         self._listener.close()
+        if self.websocket is not None:
+            self.websocket.close()
         if not self.clients:
             await self.shutdown()
             return
@@ -437,6 +447,7 @@ class Server:
         if ldm:
             info["ldm"] = True
         info["pynatsd_version"] = __version__
+        conn.adjust_info(info)
         return encoder.encode_info(info)
 
 

@@ -96,7 +96,7 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "gateway": {},
             "leaf": {},
             "mqtt": {},
-            "websocket": {},
+            "websocket": server.websocket.varz() if server.websocket is not None else {},
             "jetstream": {},
             "tls_timeout": opts.tls_timeout,
             "write_deadline": int(opts.write_deadline * 1e9),
