@@ -12,12 +12,15 @@ import argparse
 import asyncio
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from wsproto.frame_protocol import FrameProtocol
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from pynatsd.websocket.framing import Decoder, frame_header
 
 

@@ -1,0 +1,208 @@
+"""`make bench-ws`: WebSocket 1 -> 1 msgs/s, pynatsd against nats-server's websocket listener, same run.
+
+python bench/websocket/run.py [--reps 3] [--sizes 16,1024] [--count 200000]
+
+Both servers get the same config (`websocket { port, no_tls: true }`) and are measured alternately
+(A B A B ...); each figure is the median of --reps runs. The generator is raw: one process publishes a
+pre-encoded batch of PUBs wrapped in one masked binary frame (masked once, with a random key, so the
+server unmasks as it would for any client) until its count is sent; one process subscribes and counts
+`MSG ` in the unframed stream.
+Writes bench/results/websocket.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import json
+import multiprocessing as mp
+import os
+import platform
+import socket
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from pynatsd.websocket.framing import Decoder, unmask  # noqa: E402
+from tests.servers import ServerProcess, free_port, start_server  # noqa: E402
+
+BATCH_BYTES = 64 * 1024
+
+
+def client_frame(payload: bytes) -> bytes:
+    """A binary frame masked with a random key, as a client sends it."""
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x82, 0x80 | n))
+    elif n < 65536:
+        head = struct.pack("!BBH", 0x82, 0x80 | 126, n)
+    else:
+        head = struct.pack("!BBQ", 0x82, 0x80 | 127, n)
+    key = os.urandom(4)
+    return head + key + unmask(payload, key)  # XOR masking is its own inverse
+
+
+class WSClient:
+    """A raw WebSocket NATS client: upgrade, INFO, CONNECT; frames decoded with pynatsd's sans-IO Decoder."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(
+            (
+                f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += self.recv()
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101"), head
+        self.decoder = Decoder(masked=False)
+        self.pending = self.data(rest)
+        while b"\r\n" not in self.pending:
+            self.pending += self.data(self.recv())
+        self.send(b'CONNECT {"verbose":false,"pedantic":false,"headers":false,"echo":true}\r\n')
+
+    def recv(self) -> bytes:
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("closed")
+        return chunk
+
+    def data(self, raw: bytes) -> bytes:
+        return b"".join(e for e in self.decoder.feed(raw) if isinstance(e, bytes))
+
+    def send(self, nats: bytes) -> None:
+        self.sock.sendall(client_frame(nats))
+
+    def ping(self) -> None:
+        self.send(b"PING\r\n")
+        buf = self.pending
+        while b"PONG\r\n" not in buf:
+            buf = buf[-8:] + self.data(self.recv())
+        self.pending = b""
+
+
+def subscriber(port: int, count: int, ready: Any, results: Any) -> None:
+    c = WSClient(port)
+    c.send(b"SUB bench 1\r\n")
+    c.ping()
+    ready.put(1)
+    seen, tail = 0, b""
+    start = 0.0
+    while seen < count:
+        data = c.data(c.recv())
+        if not start:
+            start = time.perf_counter()
+        both = tail + data
+        seen += both.count(b"MSG ")
+        tail = both[-3:] if not both.endswith(b"MSG ") else b""
+    results.put(time.perf_counter())
+
+
+def publisher(port: int, count: int, size: int, ready: Any, go: Any, results: Any) -> None:
+    c = WSClient(port)
+    c.ping()
+    pub = b"PUB bench %d\r\n" % size + b"x" * size + b"\r\n"
+    per_batch = max(1, BATCH_BYTES // len(pub))
+    batch = client_frame(pub * per_batch)
+    ready.put(1)
+    go.wait()
+    t0 = time.perf_counter()
+    sent = 0
+    while sent + per_batch <= count:
+        c.sock.sendall(batch)
+        sent += per_batch
+    if sent < count:
+        c.send(pub * (count - sent))
+    c.ping()
+    results.put(t0)
+
+
+def one_run(port: int, size: int, count: int) -> float:
+    ctx = mp.get_context("fork")
+    ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    sub = ctx.Process(target=subscriber, args=(port, count, ready, results))
+    sub.start()
+    ready.get(timeout=30)
+    pub_results = ctx.Queue()
+    pub = ctx.Process(target=publisher, args=(port, count, size, ready, go, pub_results))
+    pub.start()
+    ready.get(timeout=30)
+    go.set()
+    t0 = pub_results.get(timeout=300)
+    t1 = results.get(timeout=300)
+    pub.join(30)
+    sub.join(30)
+    return count / (t1 - t0)
+
+
+def start(kind: str, tmp: Path) -> tuple[ServerProcess, int]:
+    ws_port = free_port()
+    conf = tmp / f"{kind}.conf"
+    conf.write_text(f"websocket {{\n  port: {ws_port}\n  no_tls: true\n}}\n")
+    return start_server(kind, ["-c", str(conf)]), ws_port
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--sizes", default="16,1024")
+    ap.add_argument("--count", type=int, default=200_000, help="messages per run at 16 B (fewer for larger)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-ws-"))
+    servers = {kind: start(kind, tmp) for kind in ("pynatsd", "nats-server")}
+    rows: list[dict[str, Any]] = []
+    try:
+        for size in (int(s) for s in args.sizes.split(",")):
+            count = max(10_000, args.count * 16 // max(16, size) if size > 256 else args.count)
+            rates: dict[str, list[float]] = {k: [] for k in servers}
+            for _ in range(args.reps):
+                for kind, (_, ws_port) in servers.items():
+                    rates[kind].append(one_run(ws_port, size, count))
+            med = {k: statistics.median(v) for k, v in rates.items()}
+            row = {
+                "scenario": "ws 1-1",
+                "size": size,
+                "count": count,
+                "pynatsd": med["pynatsd"],
+                "nats-server": med["nats-server"],
+                "ratio": med["pynatsd"] / med["nats-server"],
+                "runs": rates,
+            }
+            rows.append(row)
+            print(
+                f"ws 1->1 {size:>5} B: pynatsd {med['pynatsd']:>10,.0f} msgs/s   nats-server "
+                f"{med['nats-server']:>10,.0f} msgs/s   ratio {row['ratio']:.2f}",
+                flush=True,
+            )
+    finally:
+        for proc, _ in servers.values():
+            proc.stop()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "reps": args.reps,
+        "rows": rows,
+    }
+    (out / "websocket.json").write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
