@@ -19,6 +19,26 @@ from pynatsd.websocket.handshake import HandshakeError, accept_key, parse_reques
 KEY = b"\x11\x22\x33\x44"
 
 
+@pytest.fixture(autouse=True, params=["compiled", "int"])
+def masker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test with either unmasking implementation (aiohttp's compiled one, the big-integer XOR)."""
+    if request.param == "compiled":
+        if framing._mask_in_place is None:
+            pytest.skip("aiohttp's compiled masker is not available")
+        monkeypatch.setattr(framing, "unmask", framing.unmask_c)
+    else:
+        monkeypatch.setattr(framing, "unmask", framing.unmask_int)
+    return str(request.param)
+
+
+@pytest.mark.parametrize("size", [0, 1, 3, 4, 5, 17, 4096, 100_001])
+def test_unmask_implementations_agree(size: int) -> None:
+    data = os.urandom(size)
+    expected = bytes(b ^ KEY[i % 4] for i, b in enumerate(data))
+    assert framing.unmask(data, KEY) == expected
+    assert framing.unmask(memoryview(data), KEY) == expected
+
+
 def client_frame(
     payload: bytes,
     opcode: int = framing.BINARY,
