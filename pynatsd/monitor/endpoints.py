@@ -224,7 +224,7 @@ def connection_info(conn: Connection, now: datetime, subs: bool, detail: bool, a
     info: dict[str, Any] = {
         "cid": conn.cid,
         "kind": "Client",
-        "type": "nats",
+        "type": "websocket" if conn.is_websocket else "nats",
         "ip": conn.ip,
         "port": conn.port,
         "start": rfc3339nano(conn.start),

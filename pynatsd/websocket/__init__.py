@@ -33,4 +33,7 @@ async def start_websocket(server: Server) -> WebSocketListener | None:
         # Checks that needed the whole file (see config.apply): stop as nats-server does on bad options.
         get_logger().critical("nats-server: %s", exc)
         raise SystemExit(1) from None
+    except OSError as exc:
+        get_logger().critical("Unable to listen for websocket connections: %s", exc)
+        raise SystemExit(1) from None
     return listener

@@ -174,8 +174,8 @@ def parse_block(value: Any) -> WebSocketOptions:
     return ws
 
 
-def validate(ws: WebSocketOptions, opts: Options) -> None:
-    """nats-server's validateWebsocketOptions: checks that need the rest of the configuration."""
+def check_block(ws: WebSocketOptions) -> None:
+    """The checks of nats-server's validateWebsocketOptions that need nothing but the block."""
     if ws.port == 0:
         return
     if ws.tls is None and not ws.no_tls:
@@ -185,26 +185,6 @@ def validate(ws: WebSocketOptions, opts: Options) -> None:
             _origin(origin)
         except ValueError as exc:
             raise ConfigValueError(f"unable to parse allowed origin {origin!r}: {exc}") from None
-    block = opts.extra.get("authorization") or {}
-    has_users = bool(block.get("users")) if isinstance(block, dict) else False
-    if ws.no_auth_user:
-        names = {str(u.get("user", u.get("username", ""))) for u in block.get("users", []) or []}
-        for acc in (opts.extra.get("accounts") or {}).values():
-            names |= {str(u.get("user", u.get("username", ""))) for u in (acc or {}).get("users", []) or []}
-        if ws.no_auth_user not in names:
-            raise ConfigValueError(
-                f'no_auth_user: "{ws.no_auth_user}" not present as user or nkey in authorization block or '
-                "account configuration"
-            )
-    if has_users:
-        if ws.username:
-            raise ConfigValueError(
-                "websocket authentication username not compatible with presence of users/nkeys"
-            )
-        if ws.token:
-            raise ConfigValueError(
-                "websocket authentication token not compatible with presence of users/nkeys"
-            )
     for name in ws.headers:
         low = name.lower()
         if low in _RESERVED_HEADERS:
@@ -213,11 +193,44 @@ def validate(ws: WebSocketOptions, opts: Options) -> None:
             raise ConfigValueError(f'websocket: invalid header "{name}", "Sec-WebSocket-" prefix not allowed')
 
 
+def validate(ws: WebSocketOptions, opts: Options) -> None:
+    """All of nats-server's validateWebsocketOptions, including the checks against the server's users."""
+    check_block(ws)
+    if ws.port == 0:
+        return
+    block = opts.extra.get("authorization") or {}
+    users = block.get("users", []) or [] if isinstance(block, dict) else []
+    if ws.no_auth_user:
+        names = {str(u.get("user", u.get("username", ""))) for u in users}
+        for acc in (opts.extra.get("accounts") or {}).values():
+            names |= {str(u.get("user", u.get("username", ""))) for u in (acc or {}).get("users", []) or []}
+        if not names:
+            raise ConfigValueError(
+                f'no_auth_user: "{ws.no_auth_user}" present, but users/nkeys are not defined'
+            )
+        if ws.no_auth_user not in names:
+            raise ConfigValueError(
+                f'no_auth_user: "{ws.no_auth_user}" not present as user or nkey in authorization block or '
+                "account configuration"
+            )
+    if users:
+        if ws.username:
+            raise ConfigValueError(
+                "websocket authentication username not compatible with presence of users/nkeys"
+            )
+        if ws.token:
+            raise ConfigValueError(
+                "websocket authentication token not compatible with presence of users/nkeys"
+            )
+
+
 def apply(opts: Options, key: str, value: Any) -> None:
     """Config-file hook for the `websocket` key (pynatsd.broker.config_options)."""
     # Checks against the rest of the file (users, no_auth_user) wait for the listener's start: the
     # `authorization` block may come after this one.
-    opts.extra[_EXTRA_KEY] = parse_block(value)
+    ws = parse_block(value)
+    check_block(ws)
+    opts.extra[_EXTRA_KEY] = ws
 
 
 def tls_options(ws: WebSocketOptions, opts: Options) -> Options | None:

@@ -283,6 +283,14 @@ async def test_varz_websocket_fields() -> None:
         ):
             varz = await r.json()
         assert s.websocket is not None
+        nc = await nats.connect(ws_url(s))
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{s.http_port}/connz") as r,
+        ):
+            connz = await r.json()
+        await nc.close()
+        assert [c["type"] for c in connz["connections"]] == ["websocket"]
         assert varz["websocket"] == {
             "host": "127.0.0.1",
             "port": s.websocket.port,

@@ -284,7 +284,11 @@ def test_config_errors(text: str, message: str) -> None:
             'websocket { port: 1, no_tls: true, allowed_origins: ["ftp://x"] }',
             "allowed origins must be absolute",
         ),
-        ("websocket { port: 1, no_tls: true, no_auth_user: nobody }", 'no_auth_user: "nobody" not present'),
+        ("websocket { port: 1, no_tls: true, no_auth_user: nobody }", "users/nkeys are not defined"),
+        (
+            "authorization { users: [{user: a, password: b}] }\nwebsocket { port: 1, no_tls: true, no_auth_user: x }",
+            'no_auth_user: "x" not present',
+        ),
         (
             "authorization { users: [{user: a, password: b}] }\nwebsocket { port: 1, no_tls: true, "
             "authorization { token: t } }",
@@ -294,10 +298,10 @@ def test_config_errors(text: str, message: str) -> None:
     ],
 )
 def test_config_validation(text: str, message: str) -> None:
-    opts = options(text)
-    ws = opts.extra["websocket"]
+    """Checks of the block alone fail while the file is read; those against users when the listener starts."""
     with pytest.raises(ConfigValueError, match=message):
-        validate(ws, opts)
+        opts = options(text)
+        validate(opts.extra["websocket"], opts)
 
 
 def test_block_must_be_a_map() -> None:
