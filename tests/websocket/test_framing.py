@@ -286,7 +286,8 @@ def test_config_errors(text: str, message: str) -> None:
         ),
         ("websocket { port: 1, no_tls: true, no_auth_user: nobody }", "users/nkeys are not defined"),
         (
-            "authorization { users: [{user: a, password: b}] }\nwebsocket { port: 1, no_tls: true, no_auth_user: x }",
+            "authorization { users: [{user: a, password: b}] }\n"
+            "websocket { port: 1, no_tls: true, no_auth_user: x }",
             'no_auth_user: "x" not present',
         ),
         (
