@@ -172,12 +172,13 @@ class Decoder:
     def feed(self, data: bytes) -> list[bytes | Control]:
         buf = self._buf + data if self._buf else data
         self._buf = b""
+        view = memoryview(buf)  # masked payloads are copied once, by the unmasking
         out: list[bytes | Control] = []
         pos, end = 0, len(buf)
         while pos < end:
             if self._remaining:
                 n = min(self._remaining, end - pos)
-                self._payload(buf[pos : pos + n], out)
+                self._payload(view[pos : pos + n] if self._key else buf[pos : pos + n], out)
                 pos += n
                 continue
             header = self._header(buf, pos, end, out)
@@ -259,19 +260,21 @@ class Decoder:
             self._message_done(out)
         return at
 
-    def _payload(self, chunk: bytes, out: list[bytes | Control]) -> None:
+    def _payload(self, chunk: bytes | memoryview, out: list[bytes | Control]) -> None:
         if self._key:
             key = self._key
             if self._key_pos:
                 key = key[self._key_pos :] + key[: self._key_pos]
             self._key_pos = (self._key_pos + len(chunk)) & 3
-            chunk = unmask(chunk, key)
-        self._remaining -= len(chunk)
+            data = unmask(chunk, key)
+        else:
+            data = bytes(chunk)  # a bytes slice already: returned as is
+        self._remaining -= len(data)
         if self._compressed:
-            self._gathered.append(chunk)
-            self._gathered_size += len(chunk)
-        elif chunk:
-            out.append(chunk)
+            self._gathered.append(data)
+            self._gathered_size += len(data)
+        elif data:
+            out.append(data)
         if not self._remaining and not self._in_message:
             self._message_done(out)
 
