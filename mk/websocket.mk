@@ -2,7 +2,7 @@
 # WebSocket 1 -> 1 benchmark row against nats-server's websocket listener.
 WS_BROWSER_DIR := tests/websocket/browser
 WS_NATS_WS := $(WS_BROWSER_DIR)/node_modules/nats.ws/esm/nats.js
-WS_BENCH_REPS ?= 3
+WS_BENCH_REPS ?= 5
 
 .PHONY: ws-browser-deps bench-ws bench-ws-framing test-ws
 

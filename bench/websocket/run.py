@@ -1,6 +1,6 @@
 """`make bench-ws`: WebSocket 1 -> 1 msgs/s, pynatsd against nats-server's websocket listener, same run.
 
-python bench/websocket/run.py [--reps 3] [--sizes 16,1024] [--count 1000000]
+python bench/websocket/run.py [--reps 3] [--sizes 16,1024] [--count 3000000]
 
 Both servers get the same config (`websocket { port, no_tls: true }`) and are measured alternately
 (A B A B ...); each figure is the median of --reps runs. The generator is raw: one process publishes a
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--sizes", default="16,1024")
-    ap.add_argument("--count", type=int, default=1_000_000, help="msgs per run up to 256 B (a fifth above)")
+    ap.add_argument("--count", type=int, default=3_000_000, help="msgs per run up to 256 B (a fifth above)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="bench-ws-"))

@@ -143,6 +143,23 @@ async def test_websocket_authorization_overrides_the_servers() -> None:
         await nc.close()
 
 
+async def test_no_auth_user_of_the_websocket_block() -> None:
+    ws = WebSocketOptions(host="127.0.0.1", port=-1, no_tls=True, no_auth_user="guest")
+    users = {"users": [{"user": "guest", "password": "g"}, {"user": "admin", "password": "a"}]}
+    async with ws_server(ws, extra={"authorization": users}) as s:
+        ws_nc = await nats.connect(ws_url(s))  # no credentials: the block's no_auth_user
+        (conn,) = s.clients.values()
+        assert conn.user == "guest"
+        await ws_nc.close()
+        # Over TCP the server's own rules apply: no default user.
+        reader, writer = await asyncio.open_connection("127.0.0.1", s.port)
+        await reader.readline()  # INFO
+        writer.write(b'CONNECT {"verbose":false}\r\nPING\r\n')
+        assert await asyncio.wait_for(reader.readline(), 5) == b"-ERR 'Authorization Violation'\r\n"
+        writer.close()
+        await writer.wait_closed()
+
+
 async def test_cookie_credentials() -> None:
     ws = WebSocketOptions(
         host="127.0.0.1", port=-1, no_tls=True, username="u", password="p", user_cookie="wsu"

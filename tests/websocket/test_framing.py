@@ -193,7 +193,10 @@ def test_upgrade_response() -> None:
     assert (up.compress, up.masked, up.browser) == (False, True, False)
     ext = "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\nNats-No-Masking: true\r\n"
     head = request(ext + "User-Agent: Mozilla/5.0\r\n")
-    up = upgrade(parse_request(head), WebSocketOptions(compression=True), False)
+    up = upgrade(
+        parse_request(head), WebSocketOptions(compression=True, headers={"X-Frame-Options": "DENY"}), False
+    )
+    assert up.response.endswith(b"\r\nX-Frame-Options: DENY\r\n\r\n")
     assert b"permessage-deflate; server_no_context_takeover; client_no_context_takeover\r\n" in up.response
     assert b"Nats-No-Masking: true\r\n" in up.response
     assert (up.compress, up.masked, up.browser) == (True, False, True)
