@@ -107,9 +107,20 @@ class WebSocketConnection(Connection):
     def adjust_info(self, info: dict[str, Any]) -> None:
         self.listener.adjust_info(info)
 
+    def __repr__(self) -> str:
+        # nats-server's log prefix for WebSocket clients: "wid", and the X-Forwarded-For address first.
+        cip = self.upgrade.client_ip
+        forwarded = (f"[{cip}]/" if ":" in cip else f"{cip}/") if cip else ""
+        return f"{forwarded}{self.ip}:{self.port} - wid:{self.cid}"
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.tls_version, self.tls_cipher = session_info(transport)  # wss: the listener's handshake
+        timeout = self.listener.ws.auth_timeout
+        if timeout and self._auth_timer is not None:
+            # The block's `authorization { timeout }` replaces the server's for WebSocket clients.
+            self._auth_timer.cancel()
+            self._auth_timer = self.server.loop.call_later(timeout, self._auth_timeout)
 
 
 class WebSocketTransport(asyncio.Transport):
@@ -383,8 +394,8 @@ class WebSocketListener:
         log.info("Listening for websocket clients on %s://%s:%d", scheme, ws.host, self.port)
         if not self.tls:
             log.warning("Websocket not configured with TLS. DO NOT USE IN PRODUCTION!")
-        if ws.auth_timeout or ws.ping_interval:
-            log.warning("websocket: authorization timeout and ping_interval are not applied (server's used)")
+        if ws.ping_interval:
+            log.warning("websocket: ping_interval is not applied, the server's ping_interval is used")
 
     def close(self) -> None:
         """Stop accepting (connected clients are the server's to close)."""

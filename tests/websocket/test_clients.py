@@ -160,6 +160,20 @@ async def test_no_auth_user_of_the_websocket_block() -> None:
         await writer.wait_closed()
 
 
+async def test_auth_timeout_of_the_block() -> None:
+    ws = WebSocketOptions(host="127.0.0.1", port=-1, no_tls=True, token="t", auth_timeout=0.2)
+    async with ws_server(ws) as s:
+        session, client = await raw_ws(ws_url(s))
+        try:
+            await client.receive_bytes(timeout=5)  # INFO; then no CONNECT
+            assert await client.receive_bytes(timeout=5) == b"-ERR 'Authentication Timeout'\r\n"
+            close = await client.receive(timeout=5)
+            assert (close.data, close.extra) == (1008, "Authentication Timeout")
+        finally:
+            await client.close()
+            await session.close()
+
+
 async def test_cookie_credentials() -> None:
     ws = WebSocketOptions(
         host="127.0.0.1", port=-1, no_tls=True, username="u", password="p", user_cookie="wsu"
