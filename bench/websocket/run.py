@@ -50,7 +50,41 @@ def client_frame(payload: bytes) -> bytes:
     return head + key + unmask(payload, key)  # XOR masking is its own inverse
 
 
-class WSClient:
+class TCPClient:
+    """A raw NATS client over plain TCP: the same generator as a baseline (`--tcp`)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.pending = b""
+        while b"\r\n" not in self.pending:
+            self.pending += self.recv()
+        self.send(b'CONNECT {"verbose":false,"pedantic":false,"headers":false,"echo":true}\r\n')
+
+    def recv(self) -> bytes:
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("closed")
+        return chunk
+
+    def data(self, raw: bytes) -> bytes:
+        return raw
+
+    def wrap(self, nats: bytes) -> bytes:
+        return nats
+
+    def send(self, nats: bytes) -> None:
+        self.sock.sendall(self.wrap(nats))
+
+    def ping(self) -> None:
+        self.send(b"PING\r\n")
+        buf = self.pending
+        while b"PONG\r\n" not in buf:
+            buf = buf[-8:] + self.data(self.recv())
+        self.pending = b""
+
+
+class WSClient(TCPClient):
     """A raw WebSocket NATS client: upgrade, INFO, CONNECT; frames decoded with pynatsd's sans-IO Decoder."""
 
     def __init__(self, port: int) -> None:
@@ -74,28 +108,15 @@ class WSClient:
             self.pending += self.data(self.recv())
         self.send(b'CONNECT {"verbose":false,"pedantic":false,"headers":false,"echo":true}\r\n')
 
-    def recv(self) -> bytes:
-        chunk = self.sock.recv(1 << 20)
-        if not chunk:
-            raise ConnectionError("closed")
-        return chunk
-
     def data(self, raw: bytes) -> bytes:
         return b"".join(e for e in self.decoder.feed(raw) if isinstance(e, bytes))
 
-    def send(self, nats: bytes) -> None:
-        self.sock.sendall(client_frame(nats))
-
-    def ping(self) -> None:
-        self.send(b"PING\r\n")
-        buf = self.pending
-        while b"PONG\r\n" not in buf:
-            buf = buf[-8:] + self.data(self.recv())
-        self.pending = b""
+    def wrap(self, nats: bytes) -> bytes:
+        return client_frame(nats)
 
 
-def subscriber(port: int, count: int, ready: Any, results: Any) -> None:
-    c = WSClient(port)
+def subscriber(client: type[TCPClient], port: int, count: int, ready: Any, results: Any) -> None:
+    c = client(port)
     c.send(b"SUB bench 1\r\n")
     c.ping()
     ready.put(1)
@@ -111,12 +132,14 @@ def subscriber(port: int, count: int, ready: Any, results: Any) -> None:
     results.put(time.perf_counter())
 
 
-def publisher(port: int, count: int, size: int, ready: Any, go: Any, results: Any) -> None:
-    c = WSClient(port)
+def publisher(
+    client: type[TCPClient], port: int, count: int, size: int, ready: Any, go: Any, results: Any
+) -> None:
+    c = client(port)
     c.ping()
     pub = b"PUB bench %d\r\n" % size + b"x" * size + b"\r\n"
     per_batch = max(1, BATCH_BYTES // len(pub))
-    batch = client_frame(pub * per_batch)
+    batch = c.wrap(pub * per_batch)
     ready.put(1)
     go.wait()
     t0 = time.perf_counter()
@@ -130,14 +153,14 @@ def publisher(port: int, count: int, size: int, ready: Any, go: Any, results: An
     results.put(t0)
 
 
-def one_run(port: int, size: int, count: int) -> float:
+def one_run(port: int, size: int, count: int, client: type[TCPClient] = WSClient) -> float:
     ctx = mp.get_context("fork")
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    sub = ctx.Process(target=subscriber, args=(port, count, ready, results))
+    sub = ctx.Process(target=subscriber, args=(client, port, count, ready, results))
     sub.start()
     ready.get(timeout=30)
     pub_results = ctx.Queue()
-    pub = ctx.Process(target=publisher, args=(port, count, size, ready, go, pub_results))
+    pub = ctx.Process(target=publisher, args=(client, port, count, size, ready, go, pub_results))
     pub.start()
     ready.get(timeout=30)
     go.set()
@@ -160,34 +183,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--sizes", default="16,1024")
     ap.add_argument("--count", type=int, default=3_000_000, help="msgs per run up to 256 B (a fifth above)")
+    ap.add_argument("--tcp", action="store_true", help="also the same rows over plain TCP, as a baseline")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="bench-ws-"))
     servers = {kind: start(kind, tmp) for kind in ("pynatsd", "nats-server")}
     rows: list[dict[str, Any]] = []
+    transports: list[tuple[str, type[TCPClient]]] = [("ws", WSClient)] + (
+        [("tcp", TCPClient)] if args.tcp else []
+    )
     try:
         for size in (int(s) for s in args.sizes.split(",")):
             count = args.count if size <= 256 else args.count // 5
-            rates: dict[str, list[float]] = {k: [] for k in servers}
-            for _ in range(args.reps):
-                for kind, (_, ws_port) in servers.items():
-                    rates[kind].append(one_run(ws_port, size, count))
-            med = {k: statistics.median(v) for k, v in rates.items()}
-            row = {
-                "scenario": "ws 1-1",
-                "size": size,
-                "count": count,
-                "pynatsd": med["pynatsd"],
-                "nats-server": med["nats-server"],
-                "ratio": med["pynatsd"] / med["nats-server"],
-                "runs": rates,
-            }
-            rows.append(row)
-            print(
-                f"ws 1->1 {size:>5} B: pynatsd {med['pynatsd']:>10,.0f} msgs/s   nats-server "
-                f"{med['nats-server']:>10,.0f} msgs/s   ratio {row['ratio']:.2f}",
-                flush=True,
-            )
+            for name, client in transports:
+                rates: dict[str, list[float]] = {k: [] for k in servers}
+                for _ in range(args.reps):
+                    for kind, (proc, ws_port) in servers.items():
+                        port = ws_port if client is WSClient else proc.port
+                        rates[kind].append(one_run(port, size, count, client))
+                med = {k: statistics.median(v) for k, v in rates.items()}
+                row = {
+                    "scenario": f"{name} 1-1",
+                    "size": size,
+                    "count": count,
+                    "pynatsd": med["pynatsd"],
+                    "nats-server": med["nats-server"],
+                    "ratio": med["pynatsd"] / med["nats-server"],
+                    "runs": rates,
+                }
+                rows.append(row)
+                print(
+                    f"{name:>3} 1->1 {size:>5} B: pynatsd {med['pynatsd']:>10,.0f} msgs/s   nats-server "
+                    f"{med['nats-server']:>10,.0f} msgs/s   ratio {row['ratio']:.2f}",
+                    flush=True,
+                )
     finally:
         for proc, _ in servers.values():
             proc.stop()
