@@ -179,7 +179,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self.raw: asyncio.Transport | None = None
         self.conn: WebSocketConnection | None = None
         self.decoder: framing.Decoder | None = None
-        self.head = b""
+        self.head = bytearray()  # the request head as it arrives (appends are amortized O(1))
         self.close_sent = False
         self.compress = False
         self.frame_limit = 0  # 0: one frame per message
@@ -215,6 +215,8 @@ class WebSocketProtocol(asyncio.Protocol):
             if pending:
                 conn.data_received(pending[0] if len(pending) == 1 else b"".join(pending))
                 pending = []
+                if conn.closed:
+                    return
             self._control(event)
             if conn.closed:
                 return
@@ -237,8 +239,9 @@ class WebSocketProtocol(asyncio.Protocol):
     # -- the upgrade ------------------------------------------------------------------------------------
     def _handshake(self, data: bytes) -> None:
         assert self.raw is not None
+        searched = max(0, len(self.head) - 3)  # never rescan: a byte-at-a-time head stays O(n)
         self.head += data
-        end = self.head.find(b"\r\n\r\n")
+        end = self.head.find(b"\r\n\r\n", searched)
         if end < 0:
             if len(self.head) > MAX_HEAD:
                 self._refuse(HandshakeError(431, "request header too large"))
@@ -249,13 +252,13 @@ class WebSocketProtocol(asyncio.Protocol):
                 raise HandshakeError(431, "request header too large")
             if len(self.head) > end + 4:
                 raise HandshakeError(400, "client sent data before handshake is complete")
-            req = parse_request(self.head[:end])
+            req = parse_request(bytes(self.head[:end]))
             accepted = upgrade(req, listener.ws, listener.tls)
         except HandshakeError as err:
             self._refuse(err)
             return
         self._cancel_timer()
-        self.head = b""
+        self.head = bytearray()
         if req.path.split("?", 1)[0].endswith("/leafnode"):
             log.error("Not configured to accept leaf node connections")
             self.raw.close()
