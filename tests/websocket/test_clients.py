@@ -329,3 +329,16 @@ async def test_varz_websocket_fields() -> None:
             "same_origin": True,
             "compression": True,
         }
+
+
+async def test_request_head_byte_by_byte_and_too_large() -> None:
+    async with ws_server(WebSocketOptions(host="127.0.0.1", port=-1, no_tls=True)) as s:
+        assert s.websocket is not None
+        reader, writer = await asyncio.open_connection("127.0.0.1", s.websocket.port)
+        for i in range(len(request := upgrade_request())):
+            writer.write(request[i : i + 1])
+            await writer.drain()
+        assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)).startswith(b"HTTP/1.1 101 ")
+        writer.close()
+        huge = upgrade_request("X-Filler: " + "x" * 20_000 + "\r\n")
+        assert (await http_exchange(s.websocket.port, huge)).startswith(b"HTTP/1.1 431 ")
