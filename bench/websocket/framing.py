@@ -21,7 +21,7 @@ from typing import Any
 from wsproto.frame_protocol import FrameProtocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from pynatsd.websocket.framing import Decoder, frame_header
+from pynatsd.websocket.framing import Control, Decoder, frame_header
 
 
 def client_frames(size: int, count: int) -> bytes:
@@ -34,7 +34,7 @@ def client_frames(size: int, count: int) -> bytes:
 def own_decoder(data: bytes) -> Callable[[], int]:
     def run() -> int:
         dec = Decoder()
-        return sum(len(x) for x in dec.feed(data) if isinstance(x, bytes))
+        return sum(len(x) for x in dec.feed(data) if not isinstance(x, Control))
 
     return run
 

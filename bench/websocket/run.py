@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pynatsd.websocket.framing import Decoder, unmask  # noqa: E402
+from pynatsd.websocket.framing import Control, Decoder, unmask  # noqa: E402
 from tests.servers import ServerProcess, free_port, start_server  # noqa: E402
 
 BATCH_BYTES = 64 * 1024
@@ -109,7 +109,7 @@ class WSClient(TCPClient):
         self.send(b'CONNECT {"verbose":false,"pedantic":false,"headers":false,"echo":true}\r\n')
 
     def data(self, raw: bytes) -> bytes:
-        return b"".join(e for e in self.decoder.feed(raw) if isinstance(e, bytes))
+        return b"".join(e for e in self.decoder.feed(raw) if not isinstance(e, Control))
 
     def wrap(self, nats: bytes) -> bytes:
         return client_frame(nats)

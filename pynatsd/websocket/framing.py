@@ -48,6 +48,10 @@ _H16 = struct.Struct("!BBH")
 _H64 = struct.Struct("!BBQ")
 _U16 = struct.Struct("!H")
 
+# NATS bytes out of the decoder: a bytearray when unmasking produced it (`b"".join` makes bytes of them, as
+# the parser needs: it keeps slices as dict keys).
+Data = bytes | bytearray
+
 
 class WebSocketError(Exception):
     """A violation of RFC 6455 by the peer: close with `code` and `reason`."""
@@ -68,7 +72,7 @@ class Control:
     reason: str = ""
 
 
-def unmask_int(data: bytes | bytearray | memoryview, key: bytes) -> bytes:
+def unmask_int(data: bytes | bytearray | memoryview, key: bytes) -> bytes | bytearray:
     """XOR `data` with the 4-byte `key` repeated, done on two big integers so that it runs in C."""
     n = len(data)
     if not n:
@@ -86,10 +90,10 @@ except ImportError:  # pragma: no cover - depends on the aiohttp build
     _mask_in_place = None
 
 
-def unmask_c(data: bytes | bytearray | memoryview, key: bytes) -> bytes:
-    buf = bytearray(data)
+def unmask_c(data: bytes | bytearray | memoryview, key: bytes) -> bytes | bytearray:
+    buf = bytearray(data)  # the one copy: the caller joins the chunks of a read into bytes anyway
     _mask_in_place(key, buf)
-    return bytes(buf)  # the parser keeps slices of what it is fed as dict keys: immutable bytes
+    return buf
 
 
 unmask = unmask_c if _mask_in_place is not None else unmask_int
@@ -135,8 +139,9 @@ def deflate(pieces: list[bytes | memoryview]) -> bytes:
 
 
 class Decoder:
-    """Decodes client frames. `feed(data)` returns NATS bytes (data frames, unmasked, inflated) and control
-    events in arrival order; raises WebSocketError on a protocol violation (the connection is then done).
+    """Decodes client frames. `feed(data)` returns NATS bytes (data frames, unmasked, inflated; `Data`) and
+    control events in arrival order; raises WebSocketError on a protocol violation (the connection is then
+    done).
 
     `max_message` bounds a compressed message, gathered whole before it can be inflated, and what it
     inflates to (nats-server: 8 x max_payload, at most 64 MiB).
@@ -166,14 +171,14 @@ class Decoder:
         self._key_pos = 0
         self._in_message = False  # a data message whose final frame has not come yet
         self._compressed = False
-        self._gathered: list[bytes] = []
+        self._gathered: list[Data] = []
         self._gathered_size = 0
 
-    def feed(self, data: bytes) -> list[bytes | Control]:
+    def feed(self, data: bytes) -> list[Data | Control]:
         buf = self._buf + data if self._buf else data
         self._buf = b""
         view = memoryview(buf)  # masked payloads are copied once, by the unmasking
-        out: list[bytes | Control] = []
+        out: list[Data | Control] = []
         pos, end = 0, len(buf)
         while pos < end:
             if self._remaining:
@@ -188,7 +193,7 @@ class Decoder:
             pos = header
         return out
 
-    def _header(self, buf: bytes, pos: int, end: int, out: list[bytes | Control]) -> int:
+    def _header(self, buf: bytes, pos: int, end: int, out: list[Data | Control]) -> int:
         """Parses one frame header at `pos` (and a whole control frame); returns the position after it, or
         -1 when more bytes are needed."""
         if end - pos < 2:
@@ -260,7 +265,7 @@ class Decoder:
             self._message_done(out)
         return at
 
-    def _payload(self, chunk: bytes | memoryview, out: list[bytes | Control]) -> None:
+    def _payload(self, chunk: bytes | memoryview, out: list[Data | Control]) -> None:
         if self._key:
             key = self._key
             if self._key_pos:
@@ -278,7 +283,7 @@ class Decoder:
         if not self._remaining and not self._in_message:
             self._message_done(out)
 
-    def _message_done(self, out: list[bytes | Control]) -> None:
+    def _message_done(self, out: list[Data | Control]) -> None:
         if not self._compressed:
             return
         self._compressed = False

@@ -207,13 +207,13 @@ class WebSocketProtocol(asyncio.Protocol):
             self.send_close(err.code, err.reason)
             conn.close(c.READ_ERROR)
             return
-        pending: list[bytes] = []
+        pending: list[framing.Data] = []
         for event in events:
-            if isinstance(event, bytes):
+            if not isinstance(event, framing.Control):
                 pending.append(event)
                 continue
             if pending:
-                conn.data_received(pending[0] if len(pending) == 1 else b"".join(pending))
+                conn.data_received(b"".join(pending))  # bytes; a lone bytes is passed on as is
                 pending = []
                 if conn.closed:
                     return
@@ -221,7 +221,7 @@ class WebSocketProtocol(asyncio.Protocol):
             if conn.closed:
                 return
         if pending:
-            conn.data_received(pending[0] if len(pending) == 1 else b"".join(pending))
+            conn.data_received(b"".join(pending))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()

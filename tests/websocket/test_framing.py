@@ -71,13 +71,15 @@ def compressed(payload: bytes) -> bytes:
 def decode_three_ways(stream: bytes, **kw: bool) -> list[bytes | Control]:
     """h11's trio: the stream at once, one byte at a time, and in two halves; data chunks joined per run."""
 
-    def norm(events: list[bytes | Control]) -> list[bytes | Control]:
+    def norm(events: list[framing.Data | Control]) -> list[bytes | Control]:
         out: list[bytes | Control] = []
         for e in events:
-            if isinstance(e, bytes) and out and isinstance(out[-1], bytes):
+            if isinstance(e, Control):
+                out.append(e)
+            elif out and isinstance(out[-1], bytes):
                 out[-1] += e
             else:
-                out.append(e)
+                out.append(bytes(e))
         return out
 
     whole = norm(Decoder(**kw).feed(stream))
