@@ -253,7 +253,7 @@ class Decoder:
             if end - at < length:
                 return -1
             payload = buf[at : at + length]
-            out.append(_control(opcode, unmask(payload, key) if masked else payload))
+            out.append(_control(opcode, bytes(unmask(payload, key)) if masked else payload))
             return at + length
         # A data frame: from here on its payload streams through `_payload`.
         self._in_message = not fin
