@@ -246,6 +246,8 @@ class Server:
             ports["monitoring"] = [
                 url for sock in self.monitor.sockets for url in socket_urls("http", sock.getsockname())
             ]
+        if self.websocket is not None:
+            ports["websocket"] = self.websocket.urls()
         try:
             write_atomically(path, json.dumps(ports, separators=(",", ":")))
         except OSError as exc:

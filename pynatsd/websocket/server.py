@@ -410,6 +410,14 @@ class WebSocketListener:
             await self._listener.wait_closed()
             self._listener = None
 
+    def urls(self) -> list[str]:
+        """`ws://` or `wss://` URLs of the listener's sockets (the ports file's "websocket" entry)."""
+        from pynatsd.broker.server import listener_urls  # the server module imports this package
+
+        if self._listener is None:
+            return []
+        return listener_urls("wss" if self.tls else "ws", self._listener)
+
     def authenticator(self) -> Authenticator:
         """The authenticator for WebSocket clients, rebuilt when the server's is (a reload)."""
         base = self.server.auth

