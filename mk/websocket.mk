@@ -22,9 +22,9 @@ test: ws-browser-deps
 test-ws: venv ws-browser-deps
 	$(PY) -m pytest -q tests/websocket
 
-## bench-ws: WebSocket 1 -> 1 msgs/s, pynatsd vs nats-server's websocket listener (medians of WS_BENCH_REPS)
+## bench-ws: WebSocket 1 -> 1 msgs/s, pynatsd vs nats-server (medians of WS_BENCH_REPS; the TCP rows as baseline)
 bench-ws: venv
-	$(PY) bench/websocket/run.py --reps $(WS_BENCH_REPS)
+	$(PY) bench/websocket/run.py --reps $(WS_BENCH_REPS) --tcp
 
 ## bench-ws-framing: the framing micro-benchmark behind the choice of framer (own vs wsproto vs aiohttp)
 bench-ws-framing: venv
