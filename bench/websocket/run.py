@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from pynatsd.websocket.framing import Control, Decoder, unmask  # noqa: E402
-from tests.servers import ServerProcess, free_port, start_server  # noqa: E402
+from tests.websocket.servers import start_ws_server  # noqa: E402
 
 BATCH_BYTES = 64 * 1024
 
@@ -171,13 +171,6 @@ def one_run(port: int, size: int, count: int, client: type[TCPClient] = WSClient
     return count / (t1 - t0)
 
 
-def start(kind: str, tmp: Path) -> tuple[ServerProcess, int]:
-    ws_port = free_port()
-    conf = tmp / f"{kind}.conf"
-    conf.write_text(f"websocket {{\n  port: {ws_port}\n  no_tls: true\n}}\n")
-    return start_server(kind, ["-c", str(conf)]), ws_port
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -187,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="bench-ws-"))
-    servers = {kind: start(kind, tmp) for kind in ("pynatsd", "nats-server")}
+    servers = {kind: start_ws_server(kind, tmp) for kind in ("pynatsd", "nats-server")}
     rows: list[dict[str, Any]] = []
     transports: list[tuple[str, type[TCPClient]]] = [("ws", WSClient)] + (
         [("tcp", TCPClient)] if args.tcp else []

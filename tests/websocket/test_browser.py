@@ -24,7 +24,8 @@ from selenium.webdriver.common.by import By
 from tests.conftest import need_tool
 from tests.monitor.test_dashboard import ARTIFACTS, eventually, text_of
 from tests.monitor.test_dashboard import browser as browser  # the shared Chromium fixture
-from tests.servers import ServerProcess, free_port, start_server
+from tests.servers import ServerProcess, free_port
+from tests.websocket.servers import start_ws_server
 
 PAGE_DIR = Path(__file__).parent / "browser"
 NATS_WS = PAGE_DIR / "node_modules" / "nats.ws" / "esm" / "nats.js"
@@ -45,13 +46,10 @@ def nats_ws() -> Path:
 @pytest.fixture(scope="module")
 def ws_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, int]]:
     """pynatsd with monitoring and a WebSocket listener (compression on, a token of its own)."""
-    ws_port = free_port()
-    conf = tmp_path_factory.mktemp("wsbrowser") / "ws.conf"
-    conf.write_text(
-        f"websocket {{ port: {ws_port}, no_tls: true, compression: true\n"
-        f'  authorization {{ token: "{TOKEN}" }} }}\n'
+    block = f'no_tls: true, compression: true, authorization {{ token: "{TOKEN}" }}'
+    server, ws_port = start_ws_server(
+        "pynatsd", tmp_path_factory.mktemp("wsbrowser"), block, http_port=free_port()
     )
-    server = start_server("pynatsd", ["-c", str(conf)], http_port=free_port())
     yield server, ws_port
     server.stop()
 

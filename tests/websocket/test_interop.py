@@ -12,7 +12,8 @@ import pytest
 from tests.conftest import need_tool
 from tests.interop.drivers import Driver, build_go, go_available, python_driver
 from tests.interop.spec import payload, wildcard_expectation
-from tests.servers import ServerProcess, free_port, nats_server_binary, start_server
+from tests.servers import ServerProcess, nats_server_binary
+from tests.websocket.servers import start_ws_server
 
 
 @pytest.fixture(scope="module", params=["go", "python"])
@@ -32,10 +33,8 @@ def ws_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     urls = {}
     try:
         for kind in ("pynatsd", "nats-server"):
-            port = free_port()
-            conf = tmp / f"{kind}.conf"
-            conf.write_text(f"websocket {{ port: {port}, no_tls: true, compression: true }}\n")
-            servers.append(start_server(kind, ["-c", str(conf)]))
+            server, port = start_ws_server(kind, tmp, "no_tls: true, compression: true")
+            servers.append(server)
             urls[kind] = f"ws://127.0.0.1:{port}"
         yield urls
     finally:
