@@ -12,7 +12,7 @@ from pynatsd.broker.config import parse
 from pynatsd.broker.config_options import ConfigValueError, apply_config
 from pynatsd.broker.options import Options
 from pynatsd.websocket import framing
-from pynatsd.websocket.config import WebSocketOptions, parse_block, validate, websocket_options
+from pynatsd.websocket.config import WebSocketOptions, parse_block, tls_options, validate, websocket_options
 from pynatsd.websocket.framing import Control, Decoder, WebSocketError
 from pynatsd.websocket.handshake import HandshakeError, accept_key, parse_request, upgrade
 
@@ -313,3 +313,17 @@ def test_config_validation(text: str, message: str) -> None:
 def test_block_must_be_a_map() -> None:
     with pytest.raises(ConfigValueError, match="Expected websocket to be a map"):
         parse_block(1)
+
+
+def test_tls_block_keys_pynatsd_does_not_implement_are_refused() -> None:
+    opts = options(
+        'websocket { port: 1, tls { cert_file: "c.pem", key_file: "k.pem", verify_and_map: true } }'
+    )
+    ws = websocket_options(opts)
+    assert ws is not None
+    with pytest.raises(ConfigValueError, match=r"unsupported field.*verify_and_map"):
+        tls_options(ws, opts)
+    ws.tls = {"cert_file": "c.pem", "key_file": "k.pem", "verify": True, "timeout": "3s"}
+    tls = tls_options(ws, opts)
+    assert tls is not None
+    assert (tls.tls_cert, tls.tls_key, tls.tls_verify, tls.tls_timeout) == ("c.pem", "k.pem", True, 3.0)
