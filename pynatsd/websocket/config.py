@@ -19,6 +19,7 @@ from pynatsd.broker.options import Options
 _EXTRA_KEY = "websocket"
 # Headers the upgrade response sets itself (nats-server refuses them in `headers {}`).
 _RESERVED_HEADERS = frozenset({"host", "content-length", "connection", "upgrade", "nats-no-masking"})
+_TLS_KEYS = frozenset({"cert_file", "key_file", "ca_file", "verify", "timeout"})
 _ORIGIN_KEYS = frozenset(
     {"allowed_origins", "allowed_origin", "allow_origins", "allow_origin", "origins", "origin"}
 )
@@ -180,6 +181,10 @@ def check_block(ws: WebSocketOptions) -> None:
         return
     if ws.tls is None and not ws.no_tls:
         raise ConfigValueError("websocket requires TLS configuration")
+    unknown = {k.lower() for k in ws.tls or {}} - _TLS_KEYS
+    if unknown:
+        # Fail closed: pinned certificates, cert mapping, OCSP… would restrict who gets in.
+        raise ConfigValueError(f"websocket tls: unsupported field(s) {', '.join(sorted(unknown))}")
     for origin in ws.allowed_origins:
         try:
             _origin(origin)
@@ -238,9 +243,6 @@ def tls_options(ws: WebSocketOptions, opts: Options) -> Options | None:
     if ws.tls is None:
         return None
     tls = {k.lower(): v for k, v in ws.tls.items()}
-    unknown = set(tls) - {"cert_file", "key_file", "ca_file", "verify", "timeout"}
-    if unknown:
-        raise ConfigValueError(f"websocket tls: unsupported field(s) {', '.join(sorted(unknown))}")
     return dataclasses.replace(
         opts,
         tls=True,
