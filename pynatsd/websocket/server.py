@@ -18,6 +18,7 @@ from pynatsd.broker import connection as c
 from pynatsd.broker.auth import Authenticator
 from pynatsd.broker.connection import Connection
 from pynatsd.broker.logging import get_logger
+from pynatsd.broker.options import Options
 from pynatsd.broker.tls import server_context, session_info
 from pynatsd.protocol.connect import ConnectOptions
 from pynatsd.websocket import framing
@@ -49,7 +50,6 @@ _CLOSE_CODES = {
     c.SLOW_CONSUMER_DEADLINE: framing.POLICY_VIOLATION,
     c.MAX_CONNECTIONS_EXCEEDED: framing.POLICY_VIOLATION,
     c.MAX_CONTROL_LINE_EXCEEDED: framing.POLICY_VIOLATION,
-    "Maximum Subscriptions Exceeded": framing.POLICY_VIOLATION,
     c.TLS_HANDSHAKE_FAILURE: framing.TLS_HANDSHAKE,
     c.PARSE_ERROR: framing.PROTOCOL_ERROR,
     c.PROTOCOL_VIOLATION: framing.PROTOCOL_ERROR,
@@ -65,7 +65,7 @@ class WebSocketAuthenticator(Authenticator):
     """The server's users, with the `websocket {}` block's single user, token or no_auth_user in place of
     the server's when it sets any (nats-server's authOverride), and credentials from cookies."""
 
-    def __init__(self, options: Any, ws: WebSocketOptions) -> None:
+    def __init__(self, options: Options, ws: WebSocketOptions) -> None:
         if ws.auth_override:
             options = dataclasses.replace(
                 options,
