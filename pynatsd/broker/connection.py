@@ -207,6 +207,10 @@ class Connection(asyncio.Protocol):
     def adjust_info(self, info: dict[str, Any]) -> None:
         """Hook for connections under a listener of their own (WebSocket) to adjust the INFO they get."""
 
+    def ping_interval(self) -> float:
+        """Seconds between the server's PINGs to an idle client (a WebSocket listener can set its own)."""
+        return self.server.options.ping_interval
+
     # -- asyncio.Protocol -----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
@@ -257,7 +261,7 @@ class Connection(asyncio.Protocol):
             self._auth_timer = loop.call_later(opts.effective_auth_timeout, self._auth_timeout)
 
     def _start_ping_timer(self) -> None:
-        first = min(self.server.options.ping_interval, _FIRST_PING)
+        first = min(self.ping_interval(), _FIRST_PING)
         self._ping_timer = self.server.loop.call_later(first * (1 + random.random() * 0.2), self._ping_tick)
 
     async def _finish_tls(
@@ -833,7 +837,7 @@ class Connection(asyncio.Protocol):
         opts = server.options
         now = time.monotonic()
         need_rtt = self.rtt is None or (self._ping_sent and now - self._ping_sent > _RTT_REFRESH)
-        if now - self._last_in >= opts.ping_interval or need_rtt:
+        if now - self._last_in >= self.ping_interval() or need_rtt:
             if self._pings_out + 1 > opts.ping_max:
                 server.stats.stale_connections += 1
                 log.debug("%r - Stale Client Connection - Closing", self)
@@ -842,7 +846,7 @@ class Connection(asyncio.Protocol):
             self._pings_out += 1
             self._ping_sent = now
             self._send(encoder.PING)
-        self._ping_timer = server.loop.call_later(opts.ping_interval, self._ping_tick)
+        self._ping_timer = server.loop.call_later(self.ping_interval(), self._ping_tick)
 
 
 def _deliver(sub: Subscription, head: bytes, tail: bytes, nbytes: int, reply: bytes | None) -> bool:

@@ -107,6 +107,9 @@ class WebSocketConnection(Connection):
     def adjust_info(self, info: dict[str, Any]) -> None:
         self.listener.adjust_info(info)
 
+    def ping_interval(self) -> float:
+        return self.listener.ws.ping_interval or super().ping_interval()
+
     def __repr__(self) -> str:
         # nats-server's log prefix for WebSocket clients: "wid", and the X-Forwarded-For address first.
         cip = self.upgrade.client_ip
@@ -397,8 +400,6 @@ class WebSocketListener:
         log.info("Listening for websocket clients on %s://%s:%d", scheme, ws.host, self.port)
         if not self.tls:
             log.warning("Websocket not configured with TLS. DO NOT USE IN PRODUCTION!")
-        if ws.ping_interval:
-            log.warning("websocket: ping_interval is not applied, the server's ping_interval is used")
 
     def close(self) -> None:
         """Stop accepting (connected clients are the server's to close)."""

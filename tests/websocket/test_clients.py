@@ -174,6 +174,22 @@ async def test_auth_timeout_of_the_block() -> None:
             await session.close()
 
 
+async def test_ping_interval_of_the_block() -> None:
+    """The server's interval is an hour; the block's 0.2 s brings a second PING after the first PONG."""
+    ws = WebSocketOptions(host="127.0.0.1", port=-1, no_tls=True, ping_interval=0.2)
+    async with ws_server(ws) as s:
+        session, client = await raw_ws(ws_url(s))
+        try:
+            await client.receive_bytes(timeout=5)  # INFO
+            await client.send_bytes(b'CONNECT {"verbose":false}\r\n')
+            for _ in range(2):
+                assert await client.receive_bytes(timeout=10) == b"PING\r\n"
+                await client.send_bytes(b"PONG\r\n")
+        finally:
+            await client.close()
+            await session.close()
+
+
 async def test_cookie_credentials() -> None:
     ws = WebSocketOptions(
         host="127.0.0.1", port=-1, no_tls=True, username="u", password="p", user_cookie="wsu"
