@@ -15,6 +15,7 @@ from pynatsd.websocket import framing
 from pynatsd.websocket.config import WebSocketOptions, parse_block, tls_options, validate, websocket_options
 from pynatsd.websocket.framing import Control, Decoder, WebSocketError
 from pynatsd.websocket.handshake import HandshakeError, accept_key, parse_request, upgrade
+from tests.conftest import need_tool
 
 KEY = b"\x11\x22\x33\x44"
 
@@ -23,8 +24,7 @@ KEY = b"\x11\x22\x33\x44"
 def masker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test with either unmasking implementation (aiohttp's compiled one, the big-integer XOR)."""
     if request.param == "compiled":
-        if framing._mask_in_place is None:
-            pytest.skip("aiohttp's compiled masker is not available")
+        need_tool(framing._mask_in_place is not None, "aiohttp's compiled WebSocket masker")
         monkeypatch.setattr(framing, "unmask", framing.unmask_c)
     else:
         monkeypatch.setattr(framing, "unmask", framing.unmask_int)
