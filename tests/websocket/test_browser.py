@@ -134,10 +134,11 @@ async def test_dashboard_live_tail(ws_server: tuple[ServerProcess, int], browser
             await nc.publish(f"tail.{i % 3}", f"payload {i}".encode(), reply="r.1" if i == 249 else "")
         await nc.publish("elsewhere", b"not tailed")
         await nc.flush()
-        rows: Callable[[], list[list[str]]] = lambda: [  # noqa: E731
-            [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
-            for tr in browser.find_elements(By.CSS_SELECTOR, "#tail-rows tr.tail-msg")
-        ]
+        rows: Callable[[], list[list[str]]] = lambda: browser.execute_script(  # noqa: E731
+            # one snapshot in the page: the panel may redraw between two WebDriver calls
+            "return [...document.querySelectorAll('#tail-rows tr.tail-msg')]"
+            ".map(tr => [...tr.cells].map(td => td.textContent))"
+        )
         assert await eventually(lambda: bool(rows()) and rows()[0][4] == "payload 249"), rows()[:2]
         shown = rows()
         assert len(shown) == 100
@@ -145,6 +146,10 @@ async def test_dashboard_live_tail(ws_server: tuple[ServerProcess, int], browser
         assert [r[4] for r in shown] == [f"payload {i}" for i in range(249, 149, -1)]
         assert all(r[1].startswith("tail.") for r in shown)
         assert await eventually(lambda: "250 seen" in text_of(browser, "tail-rate"))
+        await nc.publish("tail.big", b"B" * 300_000)  # many frames on the way to the browser
+        await nc.flush()
+        assert await eventually(lambda: rows()[0][1] == "tail.big"), rows()[:1]
+        assert rows()[0][3] == "300000" and rows()[0][4] == "B" * 200 + "…"
         await asyncio.sleep(0)  # let nats-py's reader run before the screenshot
         ARTIFACTS.mkdir(exist_ok=True)
         assert browser.save_screenshot(str(ARTIFACTS / "websocket-dashboard-tail.png"))
