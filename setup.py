@@ -53,7 +53,11 @@ def extensions() -> list:  # type: ignore[type-arg]
     except ImportError:
         print("pynatsd: mypyc not available; the broker will run interpreted", file=sys.stderr)
         return []
-    return mypycify(COMPILED, opt_level="3")
+    try:
+        return mypycify(COMPILED, opt_level="3")
+    except (Exception, SystemExit) as exc:  # mypyc refused the source: interpreted, and say so
+        print(f"pynatsd: mypyc failed ({exc}); running interpreted", file=sys.stderr)
+        return []
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -267,6 +267,13 @@ class _User:
     connection_types: frozenset[str] | None = None  # None: any kind of client connection
 
 
+def _describe_user(entry: _User | None) -> tuple[str, ...]:
+    if entry is None:
+        return ("",)
+    types = ",".join(sorted(entry.connection_types)) if entry.connection_types is not None else "*"
+    return (entry.name, entry.password, entry.account, types)
+
+
 class Authenticator:
     """Checks CONNECT credentials against the configured users, token or single user/password.
 
@@ -337,6 +344,43 @@ class Authenticator:
         entry = self.users.get(user) or self.nkeys.get(user)
         return entry.permissions.copy() if entry and entry.permissions else None
 
+    def _checked_secret(self, opts: ConnectOptions) -> tuple[str, ...]:
+        """What `authenticate` compares `opts` against: the mechanism and the stored secret (and account)
+        it would use. Two authenticators that give the same answer here admit that client alike."""
+        if opts.nkey and self.nkeys:
+            entry = self.nkeys.get(opts.nkey)
+            return ("nkey", *_describe_user(entry))
+        if self.users or self.nkeys:
+            if not opts.user and not opts.password and not opts.auth_token and self.no_auth_user:
+                return ("no_auth_user", self.no_auth_user, *_describe_user(self.users.get(self.no_auth_user)))
+            return ("user", *_describe_user(self.users.get(opts.user)))
+        if self.token:
+            return ("token", self.token)
+        if self.username:
+            return ("single", self.username, self.password)
+        return ("open",)
+
+    def is_slow(self, opts: ConnectOptions) -> bool:
+        """True when checking `opts` means a bcrypt hash (run off the event loop)."""
+        secret = self._checked_secret(opts)
+        kind = secret[0]
+        if kind == "user" and len(secret) > 2:  # ("user", name, password, account, types)
+            return is_bcrypt(secret[2])
+        if kind == "token":
+            return is_bcrypt(secret[1])
+        if kind == "single":
+            return is_bcrypt(secret[2])
+        return False
+
+    def still_admits(self, conn: Connection, before: Authenticator) -> bool:
+        """After a reload (self is the new configuration, `before` the old): does `conn`, connected with
+        its CONNECT options, still get in as the same user and account? Unchanged credentials need no new
+        check (no bcrypt on the loop); changed ones are checked again, as nats-server does."""
+        opts = conn.opts
+        if self._checked_secret(opts) == before._checked_secret(opts):
+            return True
+        return self.authenticate(conn, opts) == (conn.user, conn.account)
+
     def authenticate(self, conn: Connection, opts: ConnectOptions) -> tuple[str, str] | None:
         if opts.nkey and self.nkeys:
             entry = self.nkeys.get(opts.nkey)
@@ -362,7 +406,7 @@ class Authenticator:
         """(user, account) of `entry`, or None when absent or not allowed on this kind of connection."""
         if entry is None:
             return None
-        kind = getattr(conn, "connection_type", "STANDARD")  # websocket connections set their own
+        kind = conn.connection_type
         if entry.connection_types is not None and kind not in entry.connection_types:
             return None
         return entry.name, entry.account

@@ -227,6 +227,15 @@ def register_block(name: str, parser: Handler) -> None:
     BLOCK_PARSERS[name] = parser
 
 
+def _websocket(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    from pynatsd.websocket.config import apply  # the block's schema lives with the listener
+
+    apply(opts, key, value)
+
+
+register_block("websocket", _websocket)
+
+
 def _pending(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
     name, what = _PENDING_BLOCKS[key.lower()]
     parser = BLOCK_PARSERS.get(name)

@@ -18,8 +18,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
+from mypy_extensions import mypyc_attr
+
 from pynatsd.broker import trace
-from pynatsd.broker.auth import DEFAULT_ACCOUNT
+from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.broker.delivery import Client, Message, Subscription, deliver, publish
 from pynatsd.broker.listener import unmapped_ip
 from pynatsd.broker.logging import TRACE, get_logger
@@ -51,6 +53,7 @@ READ_SLICE = 32768
 # Why a connection is not reading (bits of Connection._holds).
 _HOLD_STALL = 1  # a consumer it feeds is behind (outbound.StallGate)
 _HOLD_TURN = 2  # it had its slice this turn
+_HOLD_AUTH = 4  # its CONNECT's credentials are being checked (off the loop)
 _RTT_REFRESH = 3600.0
 _FIRST_PING = 2.0
 
@@ -89,6 +92,7 @@ _CLOSE_REASONS: dict[type[errors.ProtocolError], str] = {
 }
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # pynatsd.websocket's connection is one
 class Connection(Client):
     """A client connection: an asyncio protocol (duck-typed: `connection_made`, `data_received`, …), the
     parser's `OpHandler` and a `delivery.Client`.
@@ -96,6 +100,13 @@ class Connection(Client):
     Not an `asyncio.Protocol` subclass on purpose: compiled by mypyc, a class of its own is a native class
     whose attributes are C struct fields, which the delivery policy reads for every message (measured: the
     in-process path went from 1,060 to 936 ns per message)."""
+
+    is_websocket = False  # pynatsd.websocket's subclass: TLS is its listener's, INFO and auth its own
+
+    @property
+    def connection_type(self) -> str:
+        """nats-server's connection type, for users' `allowed_connection_types`."""
+        return "WEBSOCKET" if self.is_websocket else "STANDARD"
 
     def __init__(self, server: Server) -> None:
         super().__init__()
@@ -107,7 +118,7 @@ class Connection(Client):
         self.parser = Parser(
             opts.max_control_line,
             opts.max_payload,
-            expect_connect=server.auth.required,
+            expect_connect=self.authenticator().required,
             allow_headers=opts.headers,
             handler=trace.Tracer(self) if self._trace else self,
             line_cache=server.pub_lines,
@@ -175,6 +186,17 @@ class Connection(Client):
     def __repr__(self) -> str:
         return f"{self.ip}:{self.port} - cid:{self.cid}"
 
+    def authenticator(self) -> Authenticator:
+        """Who checks this connection's CONNECT (a WebSocket listener can have credentials of its own)."""
+        return self.server.auth
+
+    def adjust_info(self, info: dict[str, Any]) -> None:
+        """Hook for connections under a listener of their own (WebSocket) to adjust the INFO they get."""
+
+    def ping_interval(self) -> float:
+        """Seconds between the server's PINGs to an idle client (a WebSocket listener can set its own)."""
+        return self.server.options.ping_interval
+
     # -- asyncio.Protocol -----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
@@ -197,7 +219,7 @@ class Connection(Client):
             self.out.flush()
         loop = server.loop
         opts = server.options
-        ctx = server.tls_context
+        ctx = None if self.is_websocket else server.tls_context
         if ctx is not None and not opts.tls_handshake_first:
             # INFO goes out in plaintext, then the connection upgrades; nothing more is written until the
             # handshake is done. start_tls must take the transport over right here: uvloop starts reading
@@ -231,7 +253,7 @@ class Connection(Client):
                 self.tls_version, self.tls_cipher = session_info(transport)
                 self.tls_first = True
             self._start_ping_timer()
-        if server.auth.required:
+        if self.authenticator().required:
             self._auth_timer = loop.call_later(opts.effective_auth_timeout, self._auth_timeout)
 
     # -- trace hook (-V): what is written goes through TracedTransport, which logs it `->>` --------------
@@ -239,7 +261,7 @@ class Connection(Client):
         return cast(asyncio.Transport, trace.TracedTransport(transport, self)) if self._trace else transport
 
     def _start_ping_timer(self) -> None:
-        first = min(self.server.options.ping_interval, _FIRST_PING)
+        first = min(self.ping_interval(), _FIRST_PING)
         self._ping_timer = self.server.loop.call_later(first * (1 + random.random() * 0.2), self._ping_tick)
 
     async def _finish_tls(
@@ -376,7 +398,34 @@ class Connection(Client):
         except errors.ProtocolError as err:
             self._protocol_error(err)
             return
-        identity = server.auth.authenticate(self, opts)
+        auth = self.authenticator()
+        if not auth.is_slow(opts):
+            self._connected(opts, auth.authenticate(self, opts))
+            return
+        # A bcrypt check (tens to hundreds of ms) runs on a worker thread: the loop serves everyone else
+        # meanwhile, and this client's next ops wait for the verdict (the parser keeps them).
+        self.parser.pause()
+        self.hold_reading(_HOLD_AUTH)
+        checking = server.loop.run_in_executor(server.auth_workers, auth.authenticate, self, opts)
+        checking.add_done_callback(lambda done: self._checked(opts, done))
+
+    def _checked(self, opts: ConnectOptions, done: asyncio.Future[tuple[str, str] | None]) -> None:
+        """A slow credential check ended: finish the CONNECT, then the ops that came after it."""
+        if self.closed:
+            return
+        exc = done.exception()
+        if exc is not None:
+            log.error("%r - authentication check failed: %s", self, exc)
+        self._connected(opts, None if exc is not None else done.result())
+        if self.closed:
+            return
+        self.parser.resume()
+        self._take_slice(b"")
+        if not self.closed:
+            self.release_reading(_HOLD_AUTH)
+
+    def _connected(self, opts: ConnectOptions, identity: tuple[str, str] | None) -> None:
+        server = self.server
         if identity is None:
             server.stats.auth_failures += 1
             log.error("%r - authentication error", self)
@@ -389,7 +438,7 @@ class Connection(Client):
             for sub in list(self.subs.values()):
                 self.remove_sub(sub)
         self.user, self.account = user, account
-        self.perms = server.auth.permissions(self.user)
+        self.perms = self.authenticator().permissions(self.user)
         self.sublist = server.sublist_for(self.account)
         if self._auth_timer is not None:
             self._auth_timer.cancel()
@@ -404,6 +453,28 @@ class Connection(Client):
         self._info_after_pong = opts.protocol >= 1
         if opts.verbose:
             self._send(encoder.OK)
+
+    def revalidate(self, auth: Authenticator, before: Authenticator) -> None:
+        """After a reload: close the connection if its credentials no longer let it in (nats-server's
+        reloadAuthorization), else take the new permissions and drop the subscriptions they refuse."""
+        if not self.connected or self.closed:
+            return
+        if not auth.still_admits(self, before):
+            self.server.stats.auth_failures += 1
+            log.error("%r - authorization revoked by a reload", self)
+            self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
+            return
+        self.perms = auth.permissions(self.user)
+        if self.perms is None:
+            return
+        for sub in list(self.subs.values()):
+            if not self.perms.can_subscribe(sub.subject, sub.queue):
+                self.remove_sub(sub)
+                queue = _text(sub.queue) if sub.queue else None
+                violation = errors.subscribe_violation(_text(sub.subject), queue)
+                self._send_err(f'{violation} (sid "{_text(sub.sid)}")')  # nats-server's words on a reload
+        if self.out is not None:
+            self.out.flush()
 
     def on_ping(self) -> None:
         self._send(encoder.PONG)
@@ -654,7 +725,7 @@ class Connection(Client):
         opts = server.options
         now = time.monotonic()
         need_rtt = self.rtt is None or (self._ping_sent and now - self._ping_sent > _RTT_REFRESH)
-        if now - self._last_in >= opts.ping_interval or need_rtt:
+        if now - self._last_in >= self.ping_interval() or need_rtt:
             if self._pings_out + 1 > opts.ping_max:
                 server.stats.stale_connections += 1
                 log.debug("%r - Stale Client Connection - Closing", self)
@@ -663,7 +734,7 @@ class Connection(Client):
             self._pings_out += 1
             self._ping_sent = now
             self._send(encoder.PING)
-        self._ping_timer = server.loop.call_later(opts.ping_interval, self._ping_tick)
+        self._ping_timer = server.loop.call_later(self.ping_interval(), self._ping_tick)
 
 
 def _text(data: bytes) -> str:

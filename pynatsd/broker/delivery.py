@@ -25,6 +25,8 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 from pynatsd.protocol.encoder import hmsg_tail, msg_tail
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 Callback = Callable[["Subscription", bytes, "bytes | None", "bytes | None", bytes], None]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Client:
     """What the policy reads and updates of a subscription's owner: a client connection or an internal
     client, both subclasses. A class rather than a Protocol so that compiled code reads these as struct

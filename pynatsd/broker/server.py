@@ -14,6 +14,7 @@ import ssl
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,9 +35,11 @@ from pynatsd.broker.outbound import FlushScheduler, StallGate
 from pynatsd.broker.tls import monitor_context, server_context
 from pynatsd.matcher import Sublist, SublistStats, combine_stats
 from pynatsd.protocol import encoder
+from pynatsd.websocket import start_websocket
 
 if TYPE_CHECKING:
     from pynatsd.monitor import Monitor
+    from pynatsd.websocket.server import WebSocketListener
 
 log = get_logger()
 
@@ -119,6 +122,8 @@ class Server:
         self.stats = ServerStats(self.clients, self.scheduler.stall)
         self.sublist: Sublist[Subscription] = Sublist(cache=not self.options.disable_sublist_cache)
         self.auth = Authenticator(self.options)
+        # bcrypt checks of CONNECTs run here, off the event loop (bcrypt releases the GIL).
+        self.auth_workers = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="auth")
         self.reloader: Callable[[], Options] | None = None  # set by the CLI when a config file is used
         # Each account is an isolated subject space; $G is the default one (`self.sublist`).
         self.account_sublists: dict[str, Sublist[Subscription]] = {DEFAULT_ACCOUNT: self.sublist}
@@ -129,6 +134,7 @@ class Server:
         self.msg_heads: dict[bytes, bytes] = {}
         self.fanout = HistogramCounts(1024)  # subscriptions matched per publish (monitoring)
         self.monitor: Monitor | None = None
+        self.websocket: WebSocketListener | None = None  # the `websocket {}` port (pynatsd.websocket)
         self.tls_context: ssl.SSLContext | None = None  # set by start() when TLS is configured
         self.http_port = 0
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
@@ -188,6 +194,7 @@ class Server:
                     await self.monitor.stop()
                 raise PidFileError(f"Could not write pidfile: {exc}") from exc
             self._pid_file_written = opts.pid_file
+        self.websocket = await start_websocket(self)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if self.tls_context is not None:
             log.info("TLS required for client connections")
@@ -250,15 +257,20 @@ class Server:
             self._ldm_task.cancel()
         log.info("Initiating Shutdown...")
         self._listener.close()
+        if self.websocket is not None:
+            self.websocket.close()
         for conn in list(self.clients.values()):
             if conn.out is not None:
                 conn.out.flush()
             conn.close(SERVER_SHUTDOWN)
         await self._listener.wait_closed()
         self._listener = None
+        if self.websocket is not None:
+            await self.websocket.wait_closed()
         if self.monitor is not None:
             await self.monitor.stop()
         self._remove_lifecycle_files()
+        self.auth_workers.shutdown(wait=False, cancel_futures=True)
         log.info("Server Exiting..")
         if self._stopped is not None:
             self._stopped.set()
@@ -275,6 +287,8 @@ class Server:
             ports["monitoring"] = [
                 url for sock in self.monitor.sockets for url in socket_urls("http", sock.getsockname())
             ]
+        if self.websocket is not None:
+            ports["websocket"] = self.websocket.urls()
         try:
             write_atomically(path, json.dumps(ports, separators=(",", ":")))
         except OSError as exc:
@@ -356,6 +370,8 @@ class Server:
         opts = self.options
         log.info("Entering lame duck mode, stop accepting new clients")
         self._listener.close()
+        if self.websocket is not None:
+            self.websocket.close()
         if not self.clients:
             await self.shutdown()
             return
@@ -395,9 +411,10 @@ class Server:
         for name in RELOADABLE:
             setattr(self.options, name, getattr(new, name))
         self.options.config_digest = new.config_digest
-        self.auth = Authenticator(self.options)
+        before, self.auth = self.auth, Authenticator(self.options)
         for conn in list(self.clients.values()):
-            conn.perms = self.auth.permissions(conn.user)
+            auth = conn.authenticator()  # a WebSocket listener's own block is not reloaded
+            conn.revalidate(auth, before if auth is self.auth else auth)
         self._reload_logging()
         for line in changes:
             log.info("%s", line)
@@ -496,6 +513,7 @@ class Server:
         if ldm:
             info["ldm"] = True
         info["pynatsd_version"] = __version__
+        conn.adjust_info(info)
         return encoder.encode_info(info)
 
 

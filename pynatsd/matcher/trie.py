@@ -2,7 +2,7 @@
 
 Literal subscriptions sit in a flat dict keyed by their own subject bytes (see sublist.py), so the trie
 stays as small as the set of wildcard filters. Matching follows nats-server's matchLevel: at each level add
-the ``>`` child, recurse into the ``*`` child, then follow the literal child.
+the ``>`` child, stack the ``*`` child, then follow the literal child.
 """
 
 from __future__ import annotations
@@ -128,34 +128,41 @@ def remove(root: Node, tokens: list[bytes], sub: Any) -> bool:
 
 
 def match(node: Node, tokens: list[bytes], i: int, n: int, out: list[Any]) -> None:
-    """Append to ``out`` the slots under ``node`` matching ``tokens[i:n]``."""
-    while i < n:
-        fwc = node.fwc
-        if fwc is not None:
-            out.append(fwc.slot)
-        pwc = node.pwc
-        if pwc is not None:
-            if i + 1 == n:
-                if pwc.slot is not None:
-                    out.append(pwc.slot)
+    """Append to ``out`` the slots under ``node`` matching ``tokens[i:n]``.
+
+    Iterative: the ``*`` branches wait on a stack instead of recursing, so no subject (a publisher's
+    1,000-token subject against a 1,200-token ``*`` filter) can exhaust Python's recursion limit."""
+    pending: list[tuple[Node, int]] = [(node, i)]
+    while pending:
+        node, i = pending.pop()
+        while i < n:
+            fwc = node.fwc
+            if fwc is not None:
+                out.append(fwc.slot)
+            pwc = node.pwc
+            if pwc is not None:
+                if i + 1 == n:
+                    if pwc.slot is not None:
+                        out.append(pwc.slot)
+                else:
+                    pending.append((pwc, i + 1))
+            nodes = node.nodes
+            if nodes is None:
+                break
+            tok = node.tok
+            if tok is None:
+                nxt = nodes.get(tokens[i])  # type: ignore[union-attr]
+                if nxt is None:
+                    break
+                node = nxt
+            elif tok == tokens[i]:
+                node = nodes  # type: ignore[assignment]
             else:
-                match(pwc, tokens, i + 1, n, out)
-        nodes = node.nodes
-        if nodes is None:
-            return
-        tok = node.tok
-        if tok is None:
-            nxt = nodes.get(tokens[i])  # type: ignore[union-attr]
-            if nxt is None:
-                return
-            node = nxt
-        elif tok == tokens[i]:
-            node = nodes  # type: ignore[assignment]
+                break
+            i += 1
         else:
-            return
-        i += 1
-    if node.slot is not None:
-        out.append(node.slot)
+            if node.slot is not None:
+                out.append(node.slot)
 
 
 def iter_subs(node: Node) -> Iterator[Any]:

@@ -102,7 +102,7 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "gateway": {},
             "leaf": {},
             "mqtt": {},
-            "websocket": {},
+            "websocket": server.websocket.varz() if server.websocket is not None else {},
             "jetstream": {},
             "tls_timeout": opts.tls_timeout,
             "write_deadline": int(opts.write_deadline * 1e9),
@@ -238,7 +238,7 @@ def connection_info(conn: Connection, now: datetime, subs: bool, detail: bool, a
     info: dict[str, Any] = {
         "cid": conn.cid,
         "kind": "Client",
-        "type": "nats",
+        "type": "websocket" if conn.is_websocket else "nats",
         "ip": conn.ip,
         "port": conn.port,
         "start": rfc3339nano(conn.start),

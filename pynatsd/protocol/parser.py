@@ -111,6 +111,7 @@ class Parser:
         "headers",
         "max_control_line",
         "max_payload",
+        "paused",
     )
 
     def __init__(
@@ -129,6 +130,7 @@ class Parser:
         self.headers = headers
         self.expect_connect = expect_connect
         self.dead = False
+        self.paused = False  # see pause()
         self._recorder = OpRecorder() if handler is None else None
         self._handler: OpHandler = handler if handler is not None else self._recorder  # type: ignore[assignment]
         self._buf = b""  # an incomplete control line (bounded by max_control_line)
@@ -148,6 +150,15 @@ class Parser:
         """Hand the ops that follow to `handler` (e.g. a tracing wrapper switched on by a reload)."""
         self._handler = handler
 
+    def pause(self) -> None:
+        """Stop after the op being handled; what follows is kept (with what `feed` gets meanwhile) until
+        `resume` and the next `feed`. For a handler that must finish something first (a slow CONNECT
+        check); reading the socket is expected to be held meanwhile, which bounds what is kept."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
     def stop(self) -> None:
         """Parse nothing more, not even the rest of the read being parsed (its connection closed), and let
         go of any partial input."""
@@ -163,6 +174,9 @@ class Parser:
         Without a handler, returns the ops parsed (the error then carries them in `.ops`)."""
         if self.dead:
             raise errors.UnknownOperation("parser is closed")
+        if self.paused:
+            self._buf += data
+            return []
         try:
             start = 0
             if self._pending is not None:
@@ -255,6 +269,9 @@ class Parser:
                 return
             expect_connect = self.expect_connect
             if self.dead:
+                return
+            if self.paused:
+                self._buf = buf[pos:]
                 return
 
     def _parse_line(self, buf: bytes, pos: int, nl: int) -> int:

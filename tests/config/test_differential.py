@@ -222,7 +222,6 @@ PYNATSD_REFUSES = {
     "leafnodes": ("leafnodes { listen: 127.0.0.1:-1 }", "leafnodes"),
     "gateway": ("gateway { name: A, listen: 127.0.0.1:-1 }", "gateway"),
     "mqtt": ("mqtt { listen: 127.0.0.1:-1 }", "mqtt"),
-    "websocket (until it lands)": ("websocket { listen: 127.0.0.1:-1, no_tls: true }", "websocket"),
 }  # fmt: skip
 
 

@@ -215,8 +215,6 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
         ("proxy_protocol: true", "proxy_protocol"),
         ("ocsp: true", "ocsp"),
         ("cluster { port: 6222 }", "cluster"),
-        ("websocket { port: 8080 }", "websocket"),
-        ("ws { port: 8080 }", "ws"),
         ("jetstream { store_dir: /tmp/js }", "jetstream"),
         ("store_dir: /tmp/js", "store_dir"),
     ],
@@ -233,12 +231,16 @@ def test_a_registered_block_parser_takes_the_block() -> None:
     def parser(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
         seen.append((key, dict(value), where))
 
-    register_block("websocket", parser)
+    before = BLOCK_PARSERS.get("cluster")
+    register_block("cluster", parser)
     try:
-        load("ws { port: 8080 }")
+        load("cluster { port: 8080 }")
     finally:
-        del BLOCK_PARSERS["websocket"]
-    assert seen == [("ws", {"port": 8080}, Where("t.conf", 1, 1))]
+        if before is None:
+            del BLOCK_PARSERS["cluster"]
+        else:
+            BLOCK_PARSERS["cluster"] = before
+    assert seen == [("cluster", {"port": 8080}, Where("t.conf", 1, 1))]
 
 
 # -- authorization, users, permissions ----------------------------------------------------------------
