@@ -81,7 +81,7 @@ _VALUE_FLAGS = {
     "signal": "signal",
 }
 # Flags whose capability pynatsd does not have: accepted, and reported, never silently ignored.
-UNSUPPORTED = {"routes", "cluster", "cluster_name", "jetstream", "store_dir"}
+UNSUPPORTED = {"routes", "cluster", "cluster_name"}
 
 
 def normalize_argv(argv: Sequence[str]) -> list[str]:
@@ -150,7 +150,7 @@ def _bool(name: str, help_text: str) -> Any:
 @_bool("check_config", "Check the configuration file and exit. [-t]")
 @_bool("tls", "Enable TLS.")
 @_bool("tlsverify", "Enable TLS with client verification.")
-@_bool("jetstream", "JetStream (not supported). [-js]")
+@_bool("jetstream", "Enable JetStream. [-js]")
 @_bool("version", "Show version and exit. [-v]")
 @_bool("help", "Show this message and exit. [-h]")
 @click.pass_context
@@ -243,6 +243,10 @@ def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Op
         opts.logtime = flags["logtime"]
     if flags["logtime_utc"]:
         opts.logtime_utc = True
+    if flags.get("jetstream"):  # JetStream hook: pynatsd.jetstream.config reads these two keys
+        opts.extra["jetstream"] = opts.extra.get("jetstream") or True
+    if flags.get("store_dir"):
+        opts.extra["jetstream_store_dir"] = flags["store_dir"]
     return opts
 
 

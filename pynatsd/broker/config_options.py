@@ -164,6 +164,7 @@ _HANDLERS: dict[str, Callable[[Options, str, Any], None]] = {
     "authorization": _authorization,
     "tls": _tls,
     "accounts": _extra,
+    "jetstream": _extra,  # read by pynatsd.jetstream.config
     "no_auth_user": _setter("no_auth_user", _str),
 }
 

@@ -33,6 +33,7 @@ from pynatsd.matcher import Sublist, SublistStats, combine_stats
 from pynatsd.protocol import encoder
 
 if TYPE_CHECKING:
+    from pynatsd.jetstream import JetStream
     from pynatsd.monitor import Monitor
 
 log = get_logger()
@@ -126,6 +127,7 @@ class Server:
         self.msg_heads: dict[bytes, bytes] = {}
         self.fanout = HistogramCounts(1024)  # subscriptions matched per publish (monitoring)
         self.monitor: Monitor | None = None
+        self.jetstream: JetStream | None = None  # set by start() when -js / a jetstream block is given
         self.tls_context: ssl.SSLContext | None = None  # set by start() when TLS is configured
         self.http_port = 0
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
@@ -158,6 +160,7 @@ class Server:
             self.http_port = await self.monitor.start(
                 opts.http_host or opts.host, opts.http_port or opts.https_port, monitor_context(opts)
             )
+        self._start_jetstream()
         # TLS-first (handshake_first): the handshake precedes INFO, so the listener itself wraps. Otherwise
         # each connection upgrades itself right after its plaintext INFO (Connection._upgrade_tls).
         tls_first = self.tls_context if opts.tls_handshake_first else None
@@ -189,6 +192,14 @@ class Server:
         if opts.ports_file_dir:
             self._write_ports_file(opts.ports_file_dir)
         log.info("Server is ready")
+
+    def _start_jetstream(self) -> None:
+        from pynatsd.jetstream import JetStream, from_options
+
+        js_config = from_options(self.options)
+        if js_config is not None:
+            self.jetstream = JetStream(self, js_config)
+            self.jetstream.start()
 
     def sublist_for(self, account: str) -> Sublist[Subscription]:
         """The subject space of `account`, created on its first user's connect."""
@@ -231,6 +242,8 @@ class Server:
             conn.close(SERVER_SHUTDOWN)
         await self._listener.wait_closed()
         self._listener = None
+        if self.jetstream is not None:
+            self.jetstream.stop()
         if self.monitor is not None:
             await self.monitor.stop()
         self._remove_lifecycle_files()
@@ -425,6 +438,8 @@ class Server:
             "port": port,
             "headers": opts.headers,
         }
+        if self.jetstream is not None:
+            info["jetstream"] = True
         if self.auth.required:
             info["auth_required"] = True
         if self.tls_context is not None:
