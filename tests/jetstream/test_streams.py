@@ -8,7 +8,7 @@ import json
 import pytest
 from nats.aio.client import Client
 from nats.js import api
-from nats.js.errors import APIError, BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NoStreamResponseError, NotFoundError
 
 from tests.jetstream.conftest import JsServer
 
@@ -73,7 +73,7 @@ async def test_publish_ack_dedupe_and_expected_headers(nc: Client) -> None:
         await js.publish("s.b", b"x", headers={"Nats-Expected-Last-Msg-Id": "nope"})
     assert err.value.err_code == 10070
     # A publish that matches no stream gets no responders, as from nats-server.
-    with pytest.raises(Exception):
+    with pytest.raises(NoStreamResponseError):
         await js.publish("nowhere", b"x", timeout=0.5)
 
 
