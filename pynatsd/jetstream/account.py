@@ -83,12 +83,12 @@ class JsAccount:
         self.client.close()
 
     # -- streams --------------------------------------------------------------------------------------
-    def create_stream(self, cfg: dict[str, Any]) -> tuple[Stream, bool]:
-        """The stream with this config; (stream, False) if it already existed with the same config."""
+    def create_stream(self, cfg: dict[str, Any]) -> Stream:
+        """A new stream with this config, or the existing one if its config is the same."""
         existing = self.streams.get(cfg["name"])
         if existing is not None:
             if equivalent(existing.config, cfg):
-                return existing, False
+                return existing
             raise errors.stream_name_exist()
         self._check_overlap(cfg)
         self._check_limits(cfg)
@@ -97,7 +97,7 @@ class JsAccount:
         stream.save_meta()
         self.streams[stream.name] = stream
         stream.start()
-        return stream, True
+        return stream
 
     def _check_overlap(self, cfg: dict[str, Any], skip: str = "") -> None:
         for other in self.streams.values():

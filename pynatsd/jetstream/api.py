@@ -149,11 +149,9 @@ class Api:
     # -- streams --------------------------------------------------------------------------------------
     def stream_create(self, toks: list[str], payload: bytes) -> Reply:
         cfg = normalize_config(_request(payload), toks[2])
-        stream, created = self.account.create_stream(cfg)
-        out = {**stream.info(), "ts": rfc3339(now_ns())}
-        if created:
-            out["did_create"] = True
-        return out
+        stream = self.account.create_stream(cfg)
+        # nats-server says did_create for an idempotent repeat too.
+        return {**stream.info(), "ts": rfc3339(now_ns()), "did_create": True}
 
     def stream_update(self, toks: list[str], payload: bytes) -> Reply:
         cfg = normalize_config(_request(payload), toks[2])
@@ -275,7 +273,7 @@ class Api:
         if req.get("stream_name") and req["stream_name"] != stream_name:
             raise errors.stream_mismatch()
         stream = self._stream(stream_name)
-        raw = req.get("config")
+        raw = req.get("config", {})
         if not isinstance(raw, dict):
             raise errors.consumer_config_required()
         if name is None:

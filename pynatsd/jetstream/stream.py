@@ -474,7 +474,7 @@ class Stream:
 
     def delete_message(self, seq: int, no_erase: bool = True) -> None:
         if self.config["deny_delete"]:
-            raise errors._e(400, 10054, "message delete not permitted")
+            raise errors.msg_delete_failed("message delete not permitted")
         if self.config["sealed"]:
             raise errors.stream_sealed()
         if not self.store.remove(seq):

@@ -1,0 +1,164 @@
+"""The same JetStream API requests against nats-server -js and pynatsd -js: same JSON field sets (recursively),
+same error codes, same status headers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from tests.conftest import need_tool
+from tests.servers import ServerProcess, nats_server_binary, start_server
+
+# Values that legitimately differ (ids, times, generated names, versions) are compared by shape only.
+Request = tuple[str, Any]
+
+SCRIPT: list[Request] = [
+    ("$JS.API.INFO", b""),
+    ("$JS.API.STREAM.CREATE.S1", {"name": "S1", "subjects": ["foo", "bar.*"]}),
+    ("$JS.API.STREAM.CREATE.S1", {"name": "S1", "subjects": ["foo", "bar.*"]}),
+    ("$JS.API.STREAM.CREATE.S1", {"name": "S1", "subjects": ["foo"], "max_msgs": 5}),
+    ("$JS.API.STREAM.CREATE.S2", {"name": "S2", "subjects": ["foo"]}),
+    ("$JS.API.STREAM.CREATE.S3", {"name": "S3", "subjects": ["x"], "num_replicas": 3}),
+    ("$JS.API.STREAM.CREATE.S4", {"name": "S5", "subjects": ["x"]}),
+    ("$JS.API.STREAM.CREATE.S4", b"not json"),
+    ("PUB foo", b"hello"),
+    ("PUB bar.x", b"world"),
+    ("PUB foo", b"again"),
+    ("$JS.API.STREAM.INFO.S1", b""),
+    ("$JS.API.STREAM.INFO.S1", {"subjects_filter": ">"}),
+    ("$JS.API.STREAM.INFO.NOPE", b""),
+    ("$JS.API.STREAM.NAMES", b""),
+    ("$JS.API.STREAM.NAMES", {"subject": "bar.y"}),
+    ("$JS.API.STREAM.LIST", b""),
+    ("$JS.API.STREAM.UPDATE.S1", {"name": "S1", "subjects": ["foo", "bar.*"], "max_msgs": 10}),
+    ("$JS.API.STREAM.UPDATE.S1", {"name": "S1", "subjects": ["foo"], "storage": "memory"}),
+    ("$JS.API.STREAM.UPDATE.NOPE", {"name": "NOPE", "subjects": ["nope"]}),
+    ("$JS.API.STREAM.MSG.GET.S1", {"seq": 1}),
+    ("$JS.API.STREAM.MSG.GET.S1", {"last_by_subj": "bar.x"}),
+    ("$JS.API.STREAM.MSG.GET.S1", {"seq": 100}),
+    ("$JS.API.STREAM.MSG.DELETE.S1", {"seq": 1}),
+    ("$JS.API.STREAM.MSG.DELETE.S1", {"seq": 1}),
+    ("$JS.API.STREAM.INFO.S1", b""),
+    ("$JS.API.CONSUMER.CREATE.S1", {"stream_name": "S1", "config": {"durable_name": "d1"}}),
+    ("$JS.API.CONSUMER.DURABLE.CREATE.S1.d2",
+     {"stream_name": "S1", "config": {"durable_name": "d2", "ack_policy": "explicit", "deliver_subject": "push.d2"}}),
+    ("$JS.API.CONSUMER.CREATE.S1.d3",
+     {"stream_name": "S1", "config": {"name": "d3", "ack_policy": "explicit", "filter_subject": "foo"}}),
+    ("$JS.API.CONSUMER.CREATE.S1.d4.bar.x",
+     {"stream_name": "S1", "config": {"name": "d4", "ack_policy": "explicit", "filter_subject": "foo"}}),
+    ("$JS.API.CONSUMER.CREATE.S1", {"stream_name": "S1", "config": {"ack_policy": "explicit", "name": ""}}),
+    ("$JS.API.CONSUMER.CREATE.S1.d5", {"stream_name": "S1", "config": {"name": "d5", "filter_subject": "zzz"}}),
+    ("$JS.API.CONSUMER.CREATE.S1.d6", {"stream_name": "S1"}),
+    ("$JS.API.CONSUMER.INFO.S1.d3", b""),
+    ("$JS.API.CONSUMER.INFO.S1.nope", b""),
+    ("$JS.API.CONSUMER.INFO.NOPE.d3", b""),
+    ("$JS.API.CONSUMER.NAMES.S1", b""),
+    ("$JS.API.CONSUMER.LIST.S1", b""),
+    ("NEXT S1.d3", {"batch": 1, "no_wait": True}),
+    ("NEXT S1.d3", {"batch": 5, "no_wait": True}),
+    ("NEXT S1.d3", {"batch": 1, "max_bytes": 1, "no_wait": True}),
+    ("NEXT S1.d3", {"batch": 2, "expires": 50_000_000}),
+    ("$JS.API.CONSUMER.DELETE.S1.d3", b""),
+    ("$JS.API.CONSUMER.DELETE.S1.d3", b""),
+    ("$JS.API.STREAM.PURGE.S1", {"filter": "foo"}),
+    ("$JS.API.STREAM.PURGE.S1", {"keep": 1}),
+    ("$JS.API.STREAM.PURGE.S1", b""),
+    ("$JS.API.STREAM.CREATE.KV_b",
+     {"name": "KV_b", "subjects": ["$KV.b.>"], "allow_direct": True, "max_msgs_per_subject": 5,
+      "allow_rollup_hdrs": True, "deny_delete": True, "discard": "new"}),
+    ("PUB $KV.b.k1", b"v1"),
+    ("DIRECT KV_b", {"last_by_subj": "$KV.b.k1"}),
+    ("DIRECT KV_b.$KV.b.k1", b""),
+    ("DIRECT KV_b", {"seq": 99}),
+    ("$JS.API.STREAM.MSG.DELETE.KV_b", {"seq": 1}),
+    ("$JS.API.STREAM.DELETE.S2", b""),
+    ("$JS.API.STREAM.DELETE.S1", b""),
+    ("$JS.API.STREAM.INFO.S1", b""),
+    ("$JS.API.INFO", b""),
+]  # fmt: skip
+
+
+def shape(value: Any) -> Any:
+    """The field structure of a JSON value: dict keys recursively, error codes and types kept verbatim."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k == "metadata":  # the server version and level differ by design
+                out[k] = "meta"
+            elif k in ("type", "err_code", "code", "did_create", "success", "duplicate"):
+                out[k] = v
+            else:
+                out[k] = shape(v)
+        return out
+    if isinstance(value, list):  # the element shapes present, in any order (listing order is not fixed)
+        return sorted({json.dumps(shape(v), sort_keys=True) for v in value})
+    return type(value).__name__
+
+
+async def run_script(nc: Client) -> list[Any]:
+    results: list[Any] = []
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox + ".>")
+    for n, (subject, body) in enumerate(SCRIPT):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        if subject.startswith(("PUB ", "DIRECT ", "NEXT ")):
+            verb, target = subject.split(" ", 1)
+            real = {
+                "PUB": target,
+                "DIRECT": f"$JS.API.DIRECT.GET.{target}",
+                "NEXT": f"$JS.API.CONSUMER.MSG.NEXT.{target}",
+            }[verb]
+            await nc.publish(real, data, reply=f"{inbox}.{n}")
+            got = []
+            while True:
+                try:
+                    msg = await sub.next_msg(0.3)
+                except nats.errors.TimeoutError:
+                    break
+                hdrs = dict(msg.headers or {})
+                for k in ("Nats-Time-Stamp",):
+                    hdrs.pop(k, None)
+                got.append((hdrs, shape(json.loads(msg.data)) if msg.data.startswith(b"{") else msg.data))
+            results.append((subject, got))
+        else:
+            msg = await nc.request(subject, data, timeout=2)
+            results.append((subject, shape(json.loads(msg.data))))
+    return results
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    need_tool(nats_server_binary() is not None, "nats-server")
+    ref = start_server("nats-server", ["-js", "-sd", str(tmp_path / "ref")])
+    ours = start_server("pynatsd", ["-js", "-sd", str(tmp_path / "ours")])
+    yield ref, ours
+    ref.stop()
+    ours.stop()
+
+
+@pytest.fixture
+async def clients(servers: tuple[ServerProcess, ServerProcess]) -> AsyncIterator[tuple[Client, Client]]:
+    ref, ours = servers
+    a = await nats.connect(ref.url)
+    b = await nats.connect(ours.url)
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+async def test_api_responses_match_nats_server(clients: tuple[Client, Client]) -> None:
+    ref, ours = clients
+    expected = await run_script(ref)
+    got = await run_script(ours)
+    diffs = [
+        f"{subject}:\n  nats-server {want}\n  pynatsd     {have}"
+        for (subject, want), (_, have) in zip(expected, got, strict=True)
+        if have != want
+    ]
+    assert not diffs, "\n".join(diffs)
