@@ -1,5 +1,5 @@
-"""The same JetStream API requests against nats-server -js and pynatsd -js: same JSON field sets (recursively),
-same error codes, same status headers."""
+"""The same JetStream API requests against nats-server -js and pynatsd -js: same JSON field sets
+(recursively), same error codes, same status headers."""
 
 from __future__ import annotations
 
@@ -47,13 +47,15 @@ SCRIPT: list[Request] = [
     ("$JS.API.STREAM.INFO.S1", b""),
     ("$JS.API.CONSUMER.CREATE.S1", {"stream_name": "S1", "config": {"durable_name": "d1"}}),
     ("$JS.API.CONSUMER.DURABLE.CREATE.S1.d2",
-     {"stream_name": "S1", "config": {"durable_name": "d2", "ack_policy": "explicit", "deliver_subject": "push.d2"}}),
+     {"stream_name": "S1",
+      "config": {"durable_name": "d2", "ack_policy": "explicit", "deliver_subject": "push.d2"}}),
     ("$JS.API.CONSUMER.CREATE.S1.d3",
      {"stream_name": "S1", "config": {"name": "d3", "ack_policy": "explicit", "filter_subject": "foo"}}),
     ("$JS.API.CONSUMER.CREATE.S1.d4.bar.x",
      {"stream_name": "S1", "config": {"name": "d4", "ack_policy": "explicit", "filter_subject": "foo"}}),
     ("$JS.API.CONSUMER.CREATE.S1", {"stream_name": "S1", "config": {"ack_policy": "explicit", "name": ""}}),
-    ("$JS.API.CONSUMER.CREATE.S1.d5", {"stream_name": "S1", "config": {"name": "d5", "filter_subject": "zzz"}}),
+    ("$JS.API.CONSUMER.CREATE.S1.d5",
+     {"stream_name": "S1", "config": {"name": "d5", "filter_subject": "zzz"}}),
     ("$JS.API.CONSUMER.CREATE.S1.d6", {"stream_name": "S1"}),
     ("$JS.API.CONSUMER.INFO.S1.d3", b""),
     ("$JS.API.CONSUMER.INFO.S1.nope", b""),
