@@ -37,6 +37,14 @@ class JsAccount:
 
         self.api = Api(self)
         self.client.subscribe(b"$JS.API.>", self.api.handle)
+        if self.js.domain:
+            # Clients that name the domain use $JS.<domain>.API.>: the same API under another prefix.
+            prefix = b"$JS.%s.API." % self.js.domain.encode()
+
+            def in_domain(subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
+                self.api.handle(b"$JS.API." + subject[len(prefix) :], reply, hdrs, payload)
+
+            self.client.subscribe(prefix + b">", in_domain)
         if self.dir.is_dir():
             for sdir in sorted(self.dir.iterdir()):
                 self._load_stream(sdir)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
@@ -193,3 +194,17 @@ async def test_unknown_and_unsupported_api(nc: Client) -> None:
     assert resp["type"] == "io.nats.jetstream.api.v1.stream_snapshot_response" and "error" in resp
     resp = await raw(nc, "$JS.API.STREAM.CREATE.X", b"{bad json")
     assert resp["error"]["err_code"] == 10025  # type: ignore[index]
+
+
+async def test_domain(tmp_path: Path) -> None:
+    srv = JsServer(tmp_path / "dom", jetstream={"domain": "hub"})
+    await srv.start()
+    try:
+        nc = await srv.connect()
+        js = nc.jetstream(domain="hub")
+        await js.add_stream(name="D", subjects=["d"])
+        ack = await js.publish("d", b"x")
+        assert (ack.seq, ack.domain) == (1, "hub")
+        assert (await js.account_info()).domain == "hub"
+    finally:
+        await srv.stop()
