@@ -22,8 +22,9 @@ def jsdriver() -> Path:
     need_tool(go_available(), "go and the nats.go sources")
     out = BUILD_DIR / "jsdriver-go"
     BUILD_DIR.mkdir(exist_ok=True)
-    subprocess.run(["go", "build", "-o", str(out), "."], check=True, env=go_env(), cwd=HERE / "go" / "jsdriver",
-                   capture_output=True, timeout=300)  # fmt: skip
+    cmd = ["go", "build", "-o", str(out), "."]
+    src = HERE / "go" / "jsdriver"
+    subprocess.run(cmd, check=True, env=go_env(), cwd=src, capture_output=True, timeout=300)
     return out
 
 
