@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pynatsd.broker.logging import get_logger
 from pynatsd.jetstream import consumer as consumer_mod
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
@@ -14,6 +15,8 @@ from pynatsd.jetstream.util import headers, now_ns, rfc3339, subjects_overlap
 
 if TYPE_CHECKING:
     from pynatsd.jetstream.account import JsAccount
+
+log = get_logger()
 
 _TYPE = "io.nats.jetstream.api.v1."
 NAMES_LIMIT = 1024
@@ -106,7 +109,10 @@ class Api:
                 raise errors._e(501, 10003, f"{'.'.join(toks[:2]).lower()} is not supported by pynatsd")
             body = route(toks, payload)
             resp = {"type": _TYPE + kind, **body}
-        except ApiError as err:
+        except Exception as exc:  # an answer is owed whatever happened: never leave a request hanging
+            err = exc if isinstance(exc, ApiError) else errors.general(f"{type(exc).__name__}: {exc}")
+            if not isinstance(exc, ApiError):
+                log.exception("JetStream API %s failed", subject.decode(errors="replace"))
             self.account.api_errors += 1
             resp = {"type": _TYPE + kind, "error": err.json()}
             if kind == "stream_info_response":

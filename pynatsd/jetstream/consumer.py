@@ -399,8 +399,14 @@ class Consumer:
             self._npending += 1
         self.kick()
 
-    def on_removed(self) -> None:
-        self._npending = None
+    def on_removed(self, gone: list[tuple[int, bytes]] | None = None) -> None:
+        """Messages left the stream: count them out of num_pending (`None`: recount when next asked)."""
+        if gone is None or self._npending is None:
+            self._npending = None
+            return
+        for seq, subject in gone:
+            if seq >= self.sseq and self.wants(subject):
+                self._npending -= 1
 
     def on_purged(self, first_seq: int) -> None:
         self._npending = None
@@ -732,14 +738,14 @@ class Consumer:
         if body.startswith(b"{"):
             try:
                 req = json.loads(body)
-            except ValueError:
+                batch = int(req.get("batch") or 1)
+                max_bytes = int(req.get("max_bytes") or 0)
+                no_wait = bool(req.get("no_wait"))
+                expires = int(req.get("expires") or 0)
+                hb = int(req.get("idle_heartbeat") or 0)
+            except (ValueError, TypeError, AttributeError):
                 self._status(reply, b"400 Bad Request")
                 return
-            batch = int(req.get("batch") or 1)
-            max_bytes = int(req.get("max_bytes") or 0)
-            no_wait = bool(req.get("no_wait"))
-            expires = int(req.get("expires") or 0)
-            hb = int(req.get("idle_heartbeat") or 0)
         elif body:
             try:
                 batch = int(body)

@@ -26,6 +26,10 @@ def bad_request() -> ApiError:
     return _e(400, 10003, "bad request")
 
 
+def general(err: str) -> ApiError:
+    return _e(500, 10051, err)
+
+
 def invalid_json(err: str) -> ApiError:
     return _e(400, 10025, f"invalid JSON: {err}")
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.broker.delivery import Subscription
+from pynatsd.broker.logging import get_logger
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
@@ -24,6 +25,8 @@ from pynatsd.jetstream.util import (
     subject_matches,
     subjects_overlap,
 )
+
+log = get_logger()
 
 if TYPE_CHECKING:
     from pynatsd.jetstream.account import JsAccount
@@ -273,11 +276,12 @@ class Stream:
     def _on_publish(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
         try:
             seq, duplicate = self.process(subject, hdrs, payload)
+        except OSError as exc:  # the disk said no (full, gone): the publisher hears it, as from nats-server
+            log.error("JetStream stream %s: storing failed: %s", self.name, exc)
+            self._nack(reply, errors.store_failed(str(exc)))
+            return
         except ApiError as err:
-            self.account.api_errors_on_publish += 1
-            if reply:
-                body = json.dumps({"error": err.json(), "stream": self.name, "seq": 0}, separators=(",", ":"))
-                self.account.client.publish(reply, None, None, body.encode())
+            self._nack(reply, err)
             return
         if reply:
             domain = self.account.js.domain
@@ -288,6 +292,12 @@ class Stream:
                 b',"duplicate": true' if duplicate else b"",
             )
             self.account.client.publish(reply, None, None, ack)
+
+    def _nack(self, reply: bytes | None, err: ApiError) -> None:
+        self.account.api_errors_on_publish += 1
+        if reply:
+            body = json.dumps({"error": err.json(), "stream": self.name, "seq": 0}, separators=(",", ":"))
+            self.account.client.publish(reply, None, None, body.encode())
 
     def process(self, subject: bytes, hdrs: bytes | None, payload: bytes) -> tuple[int, bool]:
         """Store one published message after nats-server's checks; returns (sequence, duplicate)."""
@@ -352,9 +362,9 @@ class Stream:
             self._dedupe[msg_id] = (seq, ts)
             self._last_msg_id = msg_id
         if rollup == b"sub":
-            st.remove_many([s for s in st.subjects.get(subject, ()) if s < seq])
+            self.remove([s for s in st.subjects.get(subject, ()) if s < seq])
         elif rollup == b"all":
-            st.remove_many([s for s in st.seqs_from(st.first_seq) if s < seq])
+            self.remove([s for s in st.seqs_from(st.first_seq) if s < seq])
         self._enforce_limits(subject)
         if st.msgs == 1 or self._age_timer is None:
             self._schedule_age_check()
@@ -376,9 +386,18 @@ class Stream:
             return
         if retention == "interest" and any(c.needs(seq, subject) for c in self.consumers.values()):
             return
-        if self.store.remove(seq):
-            for consumer in self.consumers.values():
-                consumer.on_removed()
+        self.remove([seq])
+
+    def remove(self, seqs: list[int]) -> int:
+        """Remove messages and tell the consumers (their pending counts); returns how many went."""
+        st = self.store
+        gone = [(seq, subj) for seq in seqs if (subj := st.subject_of(seq)) is not None]
+        if not gone:
+            return 0
+        st.remove_many([seq for seq, _ in gone])
+        for consumer in self.consumers.values():
+            consumer.on_removed(gone)
+        return len(gone)
 
     def _enforce_limits(self, subject: bytes | None = None) -> None:
         cfg, st = self.config, self.store
@@ -387,12 +406,12 @@ class Stream:
             lists = [st.subjects.get(subject, [])] if subject is not None else list(st.subjects.values())
             victims = [s for lst in lists for s in lst[: max(0, len(lst) - per)]]
             if victims:
-                st.remove_many(victims)
+                self.remove(victims)
         if cfg["max_msgs"] > 0 and st.msgs > cfg["max_msgs"]:
-            st.remove_many(list(_take(st.seqs_from(st.first_seq), st.msgs - cfg["max_msgs"])))
+            self.remove(list(_take(st.seqs_from(st.first_seq), st.msgs - cfg["max_msgs"])))
         if cfg["max_bytes"] > 0:
             while st.bytes > cfg["max_bytes"] and st.msgs:
-                st.remove(st.first_seq)
+                self.remove([st.first_seq])
 
     # -- max_age --------------------------------------------------------------------------------------
     def _schedule_age_check(self) -> None:
@@ -415,9 +434,7 @@ class Stream:
                 break
             old.append(s)
         if old:
-            st.remove_many(old)
-            for consumer in self.consumers.values():
-                consumer.on_removed()
+            self.remove(old)
         self._schedule_age_check()
 
     # -- dedupe ---------------------------------------------------------------------------------------
@@ -477,10 +494,8 @@ class Stream:
             raise errors.msg_delete_failed("message delete not permitted")
         if self.config["sealed"]:
             raise errors.stream_sealed()
-        if not self.store.remove(seq):
+        if not self.remove([seq]):
             raise errors.msg_delete_failed("no message found")
-        for consumer in self.consumers.values():
-            consumer.on_removed()
 
     def purge(self, req: dict[str, Any]) -> int:
         if self.config["deny_purge"]:
