@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd.broker.auth import DEFAULT_ACCOUNT
 from pynatsd.broker.logging import get_logger
+from pynatsd.jetstream import errors
 from pynatsd.jetstream.config import JsConfig, from_options
 
 if TYPE_CHECKING:
@@ -76,6 +77,12 @@ class JetStream:
         for acc in self.accounts.values():
             acc.stop()
         log.info("JetStream stopped")
+
+    def check_capacity(self, storage: str, size: int) -> None:
+        """Refuse a message that would take the server past max_memory_store / max_file_store (10023)."""
+        limit = self.config.max_memory_store if storage == "memory" else self.config.max_file_store
+        if limit >= 0 and self.usage()[storage if storage == "memory" else "storage"] + size > limit:
+            raise errors.insufficient_resources()
 
     def stats_stored(self, size: int) -> None:
         self.stored_msgs += 1

@@ -121,7 +121,7 @@ class JsAccount:
             self.js.config.max_memory_store if cfg["storage"] == "memory" else self.js.config.max_file_store
         )
         if limit >= 0 and cfg["max_bytes"] > limit:
-            raise errors._e(503, 10023, "insufficient resources")
+            raise errors.insufficient_resources()
 
     def update_stream(self, cfg: dict[str, Any]) -> Stream:
         stream = self.streams.get(cfg["name"])

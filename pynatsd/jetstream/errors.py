@@ -26,6 +26,10 @@ def bad_request() -> ApiError:
     return _e(400, 10003, "bad request")
 
 
+def insufficient_resources() -> ApiError:
+    return _e(503, 10023, "insufficient resources")
+
+
 def general(err: str) -> ApiError:
     return _e(500, 10051, err)
 

@@ -350,6 +350,7 @@ class Stream:
                 and len(st.subjects.get(subject, ())) >= cfg["max_msgs_per_subject"]
             ):
                 raise errors.store_failed("maximum messages per subject exceeded")
+        self.account.js.check_capacity(cfg["storage"], st.msg_size(subject, hdrs, payload))
         if self.config["retention"] == "interest" and not self._has_interest(subject):
             # Nobody would ever ack it: nats-server acknowledges and drops it at once.
             st.skip_to(st.last_seq + 1)

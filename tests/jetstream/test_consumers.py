@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 
 import pytest
 from nats.aio.client import Client
@@ -156,10 +157,14 @@ async def test_deliver_new_and_by_time(nc: Client) -> None:
     new = await js.pull_subscribe(
         "s.x", "new", config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.NEW)
     )
+    await asyncio.sleep(0.01)
+    since = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    await asyncio.sleep(0.01)
     await js.publish("s.x", b"later")
     assert [m.data for m in await new.fetch(5, timeout=0.5)] == [b"later"]
-    first = await js.get_msg("S", seq=2)
-    assert first.data == b"m1"
+    cfg = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_TIME, opt_start_time=since)
+    by_time = await js.pull_subscribe("s.x", "bytime", config=cfg)
+    assert [m.data for m in await by_time.fetch(5, timeout=0.5)] == [b"later"]
 
 
 async def test_push_consumer_and_queue_group(nc: Client) -> None:
