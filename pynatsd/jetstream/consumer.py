@@ -364,8 +364,13 @@ class Consumer:
                 n = st.msgs
             else:
                 n = 0
-                for subj, lst in st.subjects.items():
-                    if self.wants(subj):
+                lists = (
+                    [st.subjects.get(f) for f in self.filters]
+                    if self._literal and self.filters
+                    else [lst for subj, lst in st.subjects.items() if self.wants(subj)]
+                )
+                for lst in lists:
+                    if lst:
                         n += len(lst) - bisect_left(lst, start)
             self._npending = n
         return self._npending + len(self._lps)
@@ -450,7 +455,10 @@ class Consumer:
                 return msg
         if self.sseq > st.last_seq:
             return None
-        found = st.next_seq(self.sseq, self.wants if self.filters else None)
+        if self._literal and self.filters:  # straight from the subjects' own sequence lists
+            found = st.next_seq_of(self.sseq, self.filters)
+        else:
+            found = st.next_seq(self.sseq, self.wants if self.filters else None)
         if found is None:
             self.sseq = st.last_seq + 1
             self._npending = 0

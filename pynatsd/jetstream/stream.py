@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
@@ -404,7 +405,7 @@ class Stream:
         cfg, st = self.config, self.store
         per = cfg["max_msgs_per_subject"]
         if per > 0:
-            lists = [st.subjects.get(subject, [])] if subject is not None else list(st.subjects.values())
+            lists = list(st.subjects.values()) if subject is None else [st.subjects.get(subject, array("q"))]
             victims = [s for lst in lists for s in lst[: max(0, len(lst) - per)]]
             if victims:
                 self.remove(victims)

@@ -93,3 +93,19 @@ def test_empty_stream_keeps_sequence_across_restart(tmp_path: Path) -> None:
     again = FileStore(tmp_path)
     assert (again.msgs, again.first_seq, again.last_seq) == (0, 4, 3)
     again.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_front_trim_and_time_lookup(tmp_path: Path, kind: str) -> None:
+    store: Store = MemoryStore() if kind == "memory" else FileStore(tmp_path)
+    for i in range(10_000):
+        store.append(b"a" if i % 2 else b"b", None, b"", 1000 + i)
+    store.remove_many(list(range(1, 9000)))  # the columns' front is trimmed past here
+    assert (store.msgs, store.first_seq) == (1001, 9000)
+    assert store.next_seq(1) == 9000 and store.next_seq(9001, lambda s: s == b"b") == 9001
+    assert store.next_seq_of(9002, [b"a", b"b"]) == 9002
+    assert store.seq_for_time(1000 + 9500) == 9501 and store.seq_for_time(0) == 9000
+    assert store.seq_for_time(10**9) == 10_001
+    assert store.load(10_000) is not None and store.load(10) is None
+    assert store.append(b"c", None, b"z", 99_999) == 10_001
+    store.close()

@@ -29,7 +29,7 @@ import zlib
 from pathlib import Path
 
 from pynatsd.broker.logging import get_logger
-from pynatsd.jetstream.store.base import Store, StoredMsg
+from pynatsd.jetstream.store.base import Locator, Removed, Store, StoredMsg
 
 log = get_logger()
 
@@ -50,7 +50,6 @@ class FileStore(Store):
         self.dir.mkdir(parents=True, exist_ok=True)
         self.sync_interval = sync_interval
         self.sync_always = sync_always
-        self._loc: dict[int, tuple[int, int]] = {}  # seq -> (segment, offset of the record)
         self._live: dict[int, int] = {}  # segment -> messages still in it
         self._readers: dict[int, int] = {}  # segment -> read descriptor
         self._seg = 0
@@ -105,22 +104,19 @@ class FileStore(Store):
                 self.flush()
         return offset
 
-    def _put(self, msg: StoredMsg) -> None:
+    def _put(self, msg: StoredMsg) -> Locator:
         offset = self._write(self._record(MSG, msg.seq, msg.ts, msg.subject, msg.hdrs, msg.data))
-        self._loc[msg.seq] = (self._seg, offset)
         self._live[self._seg] = self._live.get(self._seg, 0) + 1
+        return (self._seg, offset)
 
-    def _drop(self, seqs: list[int], purge_to: int = 0) -> None:
+    def _drop(self, removed: Removed, purge_to: int = 0) -> None:
         if purge_to:
             self._write(self._record(PURGE, purge_to, 0))
             for seg in self._live:
                 self._live[seg] = 0
-            self._loc.clear()
-        for seq in seqs:
+        for seq, (seg, _) in removed:
             self._write(self._record(DEL, seq, 0))
-            loc = self._loc.pop(seq, None)
-            if loc is not None:
-                self._live[loc[0]] -= 1
+            self._live[seg] -= 1
         self._drop_empty_segments()
 
     def _drop_empty_segments(self) -> None:
@@ -135,10 +131,7 @@ class FileStore(Store):
             self._path(seg).unlink(missing_ok=True)
 
     # -- reading --------------------------------------------------------------------------------------
-    def _get(self, seq: int, subject: bytes, ts: int) -> StoredMsg | None:
-        loc = self._loc.get(seq)
-        if loc is None:
-            return None
+    def _get(self, seq: int, subject: bytes, ts: int, loc: Locator) -> StoredMsg | None:
         seg, offset = loc
         fd = self._readers.get(seg)
         if fd is None:
@@ -189,19 +182,21 @@ class FileStore(Store):
             if kind == MSG:
                 at = pos + _HEAD.size
                 subject = bytes(view[at : at + slen])
-                if seq not in self._meta:  # a MSG record twice would be a bug; keep the first
-                    self._index(subject, seq, ts, _size(slen, max(hlen, 0), stop - at - slen - max(hlen, 0)))
-                    self._loc[seq] = (seg, pos)
+                if seq > self.last_seq:  # a MSG record twice would be a bug; keep the first
+                    size = _size(slen, max(hlen, 0), stop - at - slen - max(hlen, 0))
+                    self._index(subject, seq, ts, size, (seg, pos))
                     self._live[seg] += 1
             elif kind == DEL:
-                if self._unindex(seq):
-                    loc = self._loc.pop(seq)
+                loc = self._unindex(seq)
+                if loc is not None:
                     self._live[loc[0]] -= 1
             elif kind == PURGE:
-                for s in [s for s in self._loc if s < seq]:
-                    self._unindex(s)
-                    loc = self._loc.pop(s)
-                    self._live[loc[0]] -= 1
+                for s in list(self.seqs_from(self.first_seq)):
+                    if s >= seq:
+                        break
+                    loc = self._unindex(s)
+                    if loc is not None:
+                        self._live[loc[0]] -= 1
                 self.skip_to(seq - 1)
             else:  # BASE
                 self.skip_to(seq)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pynatsd.jetstream.store.base import Store, StoredMsg
+from pynatsd.jetstream.store.base import Locator, Removed, Store, StoredMsg
 
 
 class MemoryStore(Store):
@@ -14,15 +14,16 @@ class MemoryStore(Store):
         # nats-server's memory store accounting: subject + headers + payload + 16.
         return len(subject) + (len(hdrs) if hdrs else 0) + len(data) + 16
 
-    def _put(self, msg: StoredMsg) -> None:
+    def _put(self, msg: StoredMsg) -> Locator:
         self._data[msg.seq] = (msg.hdrs, msg.data)
+        return (0, 0)
 
-    def _get(self, seq: int, subject: bytes, ts: int) -> StoredMsg | None:
+    def _get(self, seq: int, subject: bytes, ts: int, loc: Locator) -> StoredMsg | None:
         hdrs, data = self._data[seq]
         return StoredMsg(subject, seq, hdrs, data, ts)
 
-    def _drop(self, seqs: list[int], purge_to: int = 0) -> None:
+    def _drop(self, removed: Removed, purge_to: int = 0) -> None:
         if purge_to:
             self._data.clear()
-        for seq in seqs:
+        for seq, _ in removed:
             self._data.pop(seq, None)
