@@ -40,5 +40,6 @@ async def test_jsz_varz_metrics(tmp_path: Path) -> None:
         metrics = get(http, "/metrics")
         assert 'pynatsd_jetstream_messages{server_id="' in metrics
         assert "pynatsd_jetstream_streams" in metrics
+        assert 'id="streams"' in get(http, "/")  # the dashboard's stream table
     finally:
         srv.stop()
