@@ -12,6 +12,7 @@ from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.stream import API_LEVEL, Stream, normalize_config
 from pynatsd.jetstream.util import headers, now_ns, rfc3339, subjects_overlap
+from pynatsd.protocol.encoder import no_responders_headers
 
 if TYPE_CHECKING:
     from pynatsd.jetstream.account import JsAccount
@@ -241,7 +242,11 @@ class Api:
         """`$JS.API.DIRECT.GET.<stream>[.<subject>]`: the message itself, its coordinates in headers."""
         stream = self.account.streams.get(toks[2])
         if stream is None or not stream.config["allow_direct"] or not reply:
-            return  # nats-server only listens for streams that allow direct gets
+            # nats-server only listens for streams that allow direct gets: "no responders".
+            if reply:
+                subject = ".".join(["$JS.API", *toks]).encode()
+                self.account.client.publish(reply, None, no_responders_headers(subject), b"")
+            return
         client = self.account.client
         try:
             if len(toks) > 3:
@@ -357,7 +362,8 @@ class Api:
         stream = self.account.streams.get(stream_name)
         consumer = stream.consumers.get(name) if stream is not None else None
         if consumer is None:
-            if reply:
-                self.account.client.publish(reply, None, headers(b"404 No Messages"), b"")
+            if reply:  # nats-server has no subscription for it: the requester hears "no responders"
+                subject = b"$JS.API.CONSUMER.MSG.NEXT.%s.%s" % (stream_name.encode(), name.encode())
+                self.account.client.publish(reply, None, no_responders_headers(subject), b"")
             return
         consumer.request_next(reply, payload)

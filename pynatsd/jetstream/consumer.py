@@ -735,9 +735,10 @@ class Consumer:
 
     # -- pull requests --------------------------------------------------------------------------------
     def request_next(self, reply: bytes | None, payload: bytes) -> None:
-        if self.push:
-            return  # nats-server ignores MSG.NEXT on a push consumer
         if not reply:
+            return
+        if self.push:
+            self._status(reply, b"409 Consumer is push based")
             return
         self._add_request(reply, payload.strip())
 
@@ -759,11 +760,12 @@ class Consumer:
                 batch = int(body)
             except ValueError:
                 batch = 1
-        if batch <= 0:
-            self._status(reply, b"400 Bad Request")
+        refusal = self._refuse_request(batch, max_bytes, expires, hb)
+        if refusal:
+            self._status(reply, refusal)
             return
-        if hb and expires and hb * 2 > expires:
-            self._status(reply, b"400 Bad Request")
+        if no_wait and not expires and not self.redeliver and not self._blocked() and self.num_pending() == 0:
+            self._status(reply, b"404 No Messages")
             return
         if len(self.waiting) >= self.config.get("max_waiting", MAX_WAITING_DEFAULT):
             self._status(reply, b"409 Exceeded MaxWaiting")
@@ -777,6 +779,21 @@ class Consumer:
         if hb:
             req_.timers.append(self.loop.call_later(hb / 1e9, self._pull_heartbeat, req_))
         self._deliver_pull()
+
+    def _refuse_request(self, batch: int, max_bytes: int, expires: int, hb: int) -> bytes:
+        """The status refusing a pull request outright (nats-server's checks, in its order), or b""."""
+        cfg = self.config
+        if batch <= 0:
+            return b"400 Bad Request - batch size must be positive"
+        if hb and expires and hb * 2 > expires:
+            return b"400 Bad Request - heartbeat value too large"
+        if cfg.get("max_batch") and batch > cfg["max_batch"]:
+            return b"409 Exceeded MaxRequestBatch of %d" % cfg["max_batch"]
+        if cfg.get("max_expires") and expires > cfg["max_expires"]:
+            return b"409 Exceeded MaxRequestExpires of %s" % _go_duration(cfg["max_expires"]).encode()
+        if cfg.get("max_bytes") and max_bytes > cfg["max_bytes"]:
+            return b"409 Exceeded MaxRequestMaxBytes of %d" % cfg["max_bytes"]
+        return b""
 
     def _expire(self, req: PullRequest) -> None:
         if req in self.waiting:
@@ -819,3 +836,13 @@ class Consumer:
             return
         wait = max(threshold - (now - self._inactive_since), threshold // 4, 50_000_000)
         self._idle_timer = self.loop.call_later(wait / 1e9, self._check_inactive)
+
+
+def _go_duration(ns: int) -> str:
+    """Go's time.Duration String() for the whole-millisecond and larger values a config holds."""
+    if ns % 1_000_000_000 == 0:
+        secs = ns // 1_000_000_000
+        h, rest = divmod(secs, 3600)
+        m, sec = divmod(rest, 60)
+        return (f"{h}h" if h else "") + (f"{m}m" if h or m else "") + f"{sec}s"
+    return f"{ns / 1e6:g}ms" if ns < 1_000_000_000 else f"{ns / 1e9:g}s"
