@@ -48,7 +48,7 @@ def test_file_recovery_keeps_state_and_cuts_torn_tail(tmp_path: Path) -> None:
     seg = next(tmp_path.glob("*.blk"))
     good = seg.stat().st_size
     with seg.open("ab") as f:  # a record cut short by a crash
-        f.write(store._record(file_mod.MSG, 21, 9999, b"s.x", None, b"payload")[:-3])
+        f.write(b"".join(store._record(file_mod.MSG, 21, 9999, b"s.x", None, b"payload"))[:-3])
     again = FileStore(tmp_path)
     assert seg.stat().st_size == good
     assert (again.msgs, again.first_seq, again.last_seq, again.bytes) == (17, 3, 20, total_bytes)
