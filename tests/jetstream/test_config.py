@@ -77,3 +77,30 @@ async def test_storage_limit_refuses_publishes(tmp_path: Path) -> None:
         await asyncio.sleep(0)
     finally:
         await srv.stop()
+
+
+async def test_jetstream_per_account(tmp_path: Path) -> None:
+    conf = tmp_path / "acc.conf"
+    conf.write_text(
+        f'jetstream {{ store_dir: "{tmp_path / "store"}" }}\n'
+        "accounts {\n"
+        "  A: { jetstream: enabled, users: [ {user: a, password: a} ] }\n"
+        "  B: { jetstream: enabled, users: [ {user: b, password: b} ] }\n"
+        "}\n"
+    )
+    srv = start_server("pynatsd", ["-c", str(conf)])
+    try:
+        a = await nats.connect(srv.url, user="a", password="a")
+        b = await nats.connect(srv.url, user="b", password="b")
+        await a.jetstream().add_stream(name="SAME", subjects=["x"])
+        await b.jetstream().add_stream(name="SAME", subjects=["x"], max_msgs=1)  # no clash across accounts
+        for _ in range(3):
+            await a.jetstream().publish("x", b"a")
+            await b.jetstream().publish("x", b"b")
+        assert (await a.jetstream().stream_info("SAME")).state.messages == 3
+        assert (await b.jetstream().stream_info("SAME")).state.messages == 1
+        await a.close()
+        await b.close()
+        assert (tmp_path / "store" / "jetstream" / "A" / "streams" / "SAME").is_dir()
+    finally:
+        srv.stop()
