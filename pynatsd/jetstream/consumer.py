@@ -175,6 +175,7 @@ class PullRequest:
     heartbeat: int  # ns; 0 = none
     sent: int = 0
     sent_bytes: int = 0
+    last_sent: int = 0  # ns; heartbeats only fill silences
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
 
 
@@ -541,6 +542,7 @@ class Consumer:
             self._send(req.reply, msg)
             req.sent += 1
             req.sent_bytes += size
+            req.last_sent = now
             if req.sent >= req.batch:
                 self._finish(req, None)
         # Requests that asked not to wait get their answer now.
@@ -802,8 +804,11 @@ class Consumer:
     def _pull_heartbeat(self, req: PullRequest) -> None:
         if req not in self.waiting:
             return
-        self._status(req.reply, b"100 Idle Heartbeat")
-        req.timers.append(self.loop.call_later(req.heartbeat / 1e9, self._pull_heartbeat, req))
+        quiet = now_ns() - req.last_sent
+        if quiet >= req.heartbeat:
+            self._status(req.reply, b"100 Idle Heartbeat")
+            quiet = 0
+        req.timers.append(self.loop.call_later((req.heartbeat - quiet) / 1e9, self._pull_heartbeat, req))
 
     # -- push heartbeats, inactivity ------------------------------------------------------------------
     def _heartbeat(self) -> None:
