@@ -608,6 +608,8 @@ class Consumer:
             hdrs = (hdrs[:-2] if hdrs else b"NATS/1.0\r\n") + size
             data = b""
         self.account.client.publish(subject, reply, hdrs, data, shown_as=msg.subject)
+        if self.ack_none:
+            self.stream.on_acked(seq)  # nothing to wait for: interest/workqueue retention may drop it
         self.save_soon()
 
     def _ack_subject(self, n: int, seq: int, now: int) -> bytes:
@@ -699,13 +701,15 @@ class Consumer:
     def _ack_done(self, sseq: int) -> None:
         """`sseq` will not be delivered again: move the ack floor, tell the stream (interest/workqueue)."""
         self.rdc.pop(sseq, None)
-        if self.pending:
-            floor = min(self.pending) - 1
+        # `pending` is in delivery order, which is stream order (redeliveries keep their first place).
+        oldest = next(iter(self.pending), None)
+        if oldest is not None:
+            floor = oldest - 1
         else:
             floor = self.sseq - 1 if not self._lps else max(self._lps[0] - 1, self.asflr)
         if floor > self.asflr:
             self.asflr = floor
-            self.adflr = self.pending[min(self.pending)][0] - 1 if self.pending else self.dseq
+            self.adflr = self.pending[oldest][0] - 1 if oldest is not None else self.dseq
         elif not self.pending:
             self.adflr = self.dseq
         self.stream.on_acked(sseq)
