@@ -224,6 +224,7 @@ class Consumer:
         self._hb_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._interest_timer: asyncio.TimerHandle | None = None
+        self._interest_wait = 0.005  # seconds until the next look for a push subscriber (doubles to 0.25)
         self._save_timer: asyncio.TimerHandle | None = None
         self._inactive_since = now_ns()
         self._npending: int | None = None  # cached count of undelivered matching messages
@@ -489,8 +490,11 @@ class Consumer:
             if self._interest_timer is None and (
                 self.redeliver or self._lps or self.sseq <= self.stream.store.last_seq
             ):
-                self._interest_timer = self.loop.call_later(0.02, self._recheck_interest)
+                # No hook tells us when a subscriber appears: look again, soon at first, then less often.
+                self._interest_wait = min(self._interest_wait * 2, 0.25)
+                self._interest_timer = self.loop.call_later(self._interest_wait, self._recheck_interest)
             return
+        self._interest_wait = 0.005
         self._inactive_since = now_ns()
         subject = self.config["deliver_subject"].encode()
         while not self._blocked() and self._fc_reply is None:
