@@ -224,6 +224,8 @@ class Consumer:
         self._hb_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._interest_timer: asyncio.TimerHandle | None = None
+        self._replay_timer: asyncio.TimerHandle | None = None
+        self._replay_last: tuple[int, int] | None = None  # (stored ts, sent ns) of the last replayed message
         self._interest_wait = 0.005  # seconds until the next look for a push subscriber (doubles to 0.25)
         self._save_timer: asyncio.TimerHandle | None = None
         self._inactive_since = now_ns()
@@ -337,7 +339,8 @@ class Consumer:
         if self._stopped:
             return
         self._stopped = True
-        for t in (self._ack_timer, self._hb_timer, self._idle_timer, self._interest_timer, self._save_timer):
+        timers = (self._ack_timer, self._hb_timer, self._idle_timer, self._interest_timer, self._replay_timer)
+        for t in (*timers, self._save_timer):
             if t is not None:
                 t.cancel()
         if self._save_timer is not None and not deleted:
@@ -499,7 +502,7 @@ class Consumer:
         subject = self.config["deliver_subject"].encode()
         while not self._blocked() and self._fc_reply is None:
             msg = self._next()
-            if msg is None:
+            if msg is None or self._replay_later(msg):
                 return
             self._send(subject, msg)
             if self._fc_sub is not None:
@@ -507,6 +510,26 @@ class Consumer:
                 self._since_fc_bytes += len(msg.data)
                 if self._since_fc_msgs >= FC_EVERY_MSGS or self._since_fc_bytes >= FC_EVERY_BYTES:
                     self._send_flow_control(subject)
+
+    def _replay_later(self, msg: StoredMsg) -> bool:
+        """replay_policy original: True (message put back, delivery resumed later) while `msg` is early."""
+        if self.config["replay_policy"] != "original" or msg.seq in self.pending:
+            return False
+        now = now_ns()
+        if self._replay_last is not None:
+            prev_ts, prev_sent = self._replay_last
+            wait = (msg.ts - prev_ts) - (now - prev_sent)
+            if wait > 0:
+                self._unnext(msg)
+                if self._replay_timer is None:
+                    self._replay_timer = self.loop.call_later(wait / 1e9, self._replay_resume)
+                return True
+        self._replay_last = (msg.ts, now)
+        return False
+
+    def _replay_resume(self) -> None:
+        self._replay_timer = None
+        self.kick()
 
     def _recheck_interest(self) -> None:
         self._interest_timer = None
@@ -536,7 +559,7 @@ class Consumer:
             if self._blocked():
                 break
             msg = self._next()
-            if msg is None:
+            if msg is None or self._replay_later(msg):
                 break
             size = len(msg.subject) + len(msg.data) + (len(msg.hdrs) if msg.hdrs else 0)
             if req.max_bytes and req.sent_bytes + size > req.max_bytes:

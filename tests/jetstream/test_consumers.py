@@ -268,3 +268,18 @@ async def test_workqueue_and_interest_retention(nc: Client) -> None:
     (mb,) = await b.fetch(1)
     await mb.ack_sync()
     assert (await js.stream_info("INT")).state.messages == 0
+
+
+async def test_replay_original(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="RP", subjects=["rp"])
+    await js.publish("rp", b"a")
+    await asyncio.sleep(0.6)
+    await js.publish("rp", b"b")
+    cfg = api.ConsumerConfig(replay_policy=api.ReplayPolicy.ORIGINAL)
+    psub = await js.pull_subscribe("rp", "r", config=cfg)
+    (first,) = await psub.fetch(1)
+    with pytest.raises(NatsTimeout):  # "b" is held back as long as the publisher paused
+        await psub.fetch(1, timeout=0.1)
+    (second,) = await psub.fetch(1, timeout=3)
+    assert (first.data, second.data) == (b"a", b"b")
