@@ -37,6 +37,7 @@ class JetStream:
         self.accounts: dict[str, JsAccount] = {}
         self.loop: asyncio.AbstractEventLoop = server.loop
         self.max_payload = server.options.max_payload
+        self.limited = config.max_memory_store >= 0 or config.max_file_store >= 0
         self.stored_msgs = 0
         self.stored_bytes = 0
         self._sync_timer: asyncio.TimerHandle | None = None

@@ -188,6 +188,11 @@ class Stream:
         self._dedupe: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._last_msg_id = ""
         self._age_timer: Any = None
+        domain = account.js.domain
+        self._ack_head = b'{"stream":%s,%s' % (
+            json.dumps(self.name).encode(),
+            b'"domain":%s,' % json.dumps(domain).encode() if domain else b"",
+        )
         self._rebuild_dedupe()
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -285,13 +290,8 @@ class Stream:
             self._nack(reply, err)
             return
         if reply:
-            domain = self.account.js.domain
-            ack = b'{"stream":%s,%s"seq":%d%s}' % (
-                json.dumps(self.name).encode(),
-                b'"domain":%s,' % json.dumps(domain).encode() if domain else b"",
-                seq,
-                b',"duplicate": true' if duplicate else b"",
-            )
+            # Written as nats-server writes it (by hand, hence the space in `"duplicate": true`).
+            ack = b'%s"seq":%d%s}' % (self._ack_head, seq, b',"duplicate": true' if duplicate else b"")
             self.account.client.publish(reply, None, None, ack)
 
     def _nack(self, reply: bytes | None, err: ApiError) -> None:
@@ -351,7 +351,8 @@ class Stream:
                 and len(st.subjects.get(subject, ())) >= cfg["max_msgs_per_subject"]
             ):
                 raise errors.store_failed("maximum messages per subject exceeded")
-        self.account.js.check_capacity(cfg["storage"], st.msg_size(subject, hdrs, payload))
+        if self.account.js.limited:
+            self.account.js.check_capacity(cfg["storage"], st.msg_size(subject, hdrs, payload))
         if self.config["retention"] == "interest" and not self._has_interest(subject):
             # Nobody would ever ack it: nats-server acknowledges and drops it at once.
             st.skip_to(st.last_seq + 1)
