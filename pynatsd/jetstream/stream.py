@@ -26,6 +26,7 @@ from pynatsd.jetstream.util import (
     subject_matches,
     subjects_overlap,
 )
+from pynatsd.protocol.subjects import is_valid_subject
 
 log = get_logger()
 
@@ -92,6 +93,8 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str,
     for key, value in raw.items():
         if value is None:
             continue
+        if key not in STREAM_DEFAULTS and key not in ("name", "subjects") and value in (False, "", 0, [], {}):
+            continue  # nats-server omits empty optional fields (omitempty)
         cfg[key] = value
     for key, allowed in _ENUMS.items():
         if cfg[key] not in allowed:
@@ -109,7 +112,7 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str,
         raise errors.replicas_not_supported()
     if cfg["max_age"] < 0:
         raise errors.stream_invalid_config("max age needs to be >= 0")
-    if not cfg.get("duplicate_window"):
+    if not raw.get("duplicate_window"):
         cfg["duplicate_window"] = DEFAULT_DUPLICATE_WINDOW
         if cfg["max_age"] and cfg["max_age"] < DEFAULT_DUPLICATE_WINDOW:
             cfg["duplicate_window"] = cfg["max_age"]
@@ -122,21 +125,7 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str,
         subjects = [name]
     if not isinstance(subjects, list) or not all(isinstance(s, str) and s for s in subjects):
         raise errors.stream_invalid_config("invalid subject")
-    for s in subjects:
-        if (
-            s.startswith("$JS.API")
-            or s.startswith("$SYS.")
-            or (s.startswith("_INBOX.") and s.count(".") == 0)
-        ):
-            raise errors.stream_invalid_config(
-                "subjects that overlap with jetstream api require no-ack to be true"
-            )
-        if " " in s or ".." in s or s.startswith(".") or s.endswith("."):
-            raise errors.stream_invalid_config(f"invalid subject: {s!r}")
-    for i, a in enumerate(subjects):
-        for b in subjects[i + 1 :]:
-            if subjects_overlap(a.encode(), b.encode()):
-                raise errors.stream_invalid_config("subjects overlap")
+    _check_subjects(subjects, bool(cfg.get("no_ack")))
     cfg["subjects"] = subjects
     meta = dict(cfg.get("metadata") or {})
     meta.update({"_nats.req.level": "0"})
@@ -144,6 +133,33 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str,
     return {k: cfg[k] for k in _FIELD_ORDER if k in cfg} | {
         k: v for k, v in cfg.items() if k not in _FIELD_ORDER
     }
+
+
+def _check_subjects(subjects: list[str], no_ack: bool) -> None:
+    """nats-server's subject rules for a stream (its messages, in its order)."""
+    seen: set[str] = set()
+    for i, subj in enumerate(subjects):
+        sb = subj.encode()
+        if not is_valid_subject(sb):
+            raise errors.stream_invalid_config("invalid subject")
+        if subj in seen:
+            raise errors.stream_invalid_config("duplicate subjects detected")
+        if subj == ">" and not no_ack:
+            raise errors.stream_invalid_config("capturing all subjects requires no-ack to be true")
+        if not no_ack:
+            for space in (b"$JS.>", b"$JSC.>", b"$NRG.>"):
+                if subjects_overlap(sb, space) and not is_subset(sb, b"$JS.EVENT.>"):
+                    raise errors.stream_invalid_config(
+                        "subjects that overlap with jetstream api require no-ack to be true"
+                    )
+            if subjects_overlap(sb, b"$SYS.>") and not is_subset(sb, b"$SYS.ACCOUNT.>"):
+                raise errors.stream_invalid_config(
+                    "subjects that overlap with system api require no-ack to be true"
+                )
+        for other in subjects[i + 1 :]:
+            if subjects_overlap(other.encode(), sb):
+                raise errors.stream_invalid_config(f'subject "{subj}" overlaps with "{other}"')
+        seen.add(subj)
 
 
 def with_server_metadata(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -289,14 +305,14 @@ class Stream:
         except ApiError as err:
             self._nack(reply, err)
             return
-        if reply:
+        if reply and not self.config.get("no_ack"):
             # Written as nats-server writes it (by hand, hence the space in `"duplicate": true`).
             ack = b'%s"seq":%d%s}' % (self._ack_head, seq, b',"duplicate": true' if duplicate else b"")
             self.account.client.publish(reply, None, None, ack)
 
     def _nack(self, reply: bytes | None, err: ApiError) -> None:
         self.account.api_errors_on_publish += 1
-        if reply:
+        if reply and not self.config.get("no_ack"):
             body = json.dumps({"error": err.json(), "stream": self.name, "seq": 0}, separators=(",", ":"))
             self.account.client.publish(reply, None, None, body.encode())
 
