@@ -100,12 +100,10 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
         if cfg.get("max_waiting"):
             raise errors.consumer_push_max_waiting()
     else:
-        if cfg.get("flow_control") or cfg.get("idle_heartbeat"):
-            raise errors.consumer_invalid_policy(
-                "consumer idle heartbeat requires a push based consumer"
-                if cfg.get("idle_heartbeat")
-                else "consumer flow control requires a push based consumer"
-            )
+        if cfg.get("flow_control"):
+            raise errors._e(400, 10089, "consumer flow control requires a push based consumer")
+        if cfg.get("idle_heartbeat"):
+            raise errors._e(400, 10088, "consumer idle heartbeat requires a push based consumer")
         if cfg.get("max_waiting", 0) < 0:
             raise errors._e(400, 10087, "consumer max waiting needs to be positive")
         if not cfg.get("max_waiting"):
@@ -116,7 +114,7 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     if backoff:
         if cfg["ack_policy"] == "none":
             raise errors.consumer_invalid_policy("ack policy none can not be used with backoff")
-        if cfg["max_deliver"] != -1 and cfg["max_deliver"] <= len(backoff):
+        if cfg["max_deliver"] != -1 and cfg["max_deliver"] < len(backoff):
             raise errors.consumer_max_deliver_backoff()
         cfg["ack_wait"] = backoff[0]
     if not cfg.get("max_ack_pending") and cfg["ack_policy"] != "none":
@@ -147,6 +145,8 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     retention = stream.config["retention"]
     if retention == "workqueue":
         if cfg["ack_policy"] != "explicit":
+            if not push:
+                raise errors.consumer_pull_requires_ack()
             raise errors.consumer_wq_requires_explicit_ack()
         if dp != "all":
             raise errors.consumer_wq_not_deliver_all()

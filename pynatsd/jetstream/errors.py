@@ -182,6 +182,10 @@ def consumer_invalid_policy(err: str) -> ApiError:
     return _e(400, 10094, err)
 
 
+def consumer_pull_requires_ack() -> ApiError:
+    return _e(400, 10084, "consumer in pull mode requires explicit ack policy on workqueue stream")
+
+
 def consumer_wq_requires_explicit_ack() -> ApiError:
     return _e(400, 10098, "workqueue stream requires explicit ack")
 
