@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -240,3 +241,51 @@ async def test_api_responses_match_nats_server(clients: tuple[Client, Client]) -
         if have != want
     ]
     assert not diffs, "\n".join(diffs)
+
+
+async def ack_flow(nc: Client) -> list[Any]:
+    """Deliveries, acks of each kind, and the consumer's counters after each step (values, not shapes)."""
+    js = nc.jetstream()
+    await js.add_stream(name="ACK", subjects=["ack.*"])
+    for i in range(6):
+        await js.publish(f"ack.{i % 2}", b"%d" % i)
+    await nc.request(
+        "$JS.API.CONSUMER.CREATE.ACK.c",
+        json.dumps({"stream_name": "ACK", "config": {"name": "c", "ack_policy": "explicit"}}).encode(),
+    )
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    out: list[Any] = []
+
+    async def info() -> None:
+        ci = json.loads((await nc.request("$JS.API.CONSUMER.INFO.ACK.c", b"", timeout=2)).data)
+        counters = ("num_ack_pending", "num_redelivered", "num_pending", "num_waiting")
+        out.append({k: ci[k] for k in counters})
+        for k in ("delivered", "ack_floor"):
+            out.append({f: v for f, v in ci[k].items() if f != "last_active"})
+
+    await nc.publish("$JS.API.CONSUMER.MSG.NEXT.ACK.c", b'{"batch": 4, "no_wait": true}', reply=inbox)
+    msgs = [await sub.next_msg(2) for _ in range(4)]
+    out.append([(m.subject, m.data, m.reply.split(".")[:7]) for m in msgs])
+    await info()
+    reply = await nc.request(msgs[1].reply, b"+ACK", timeout=2)  # double ack: an empty answer
+    out.append(reply.data)
+    await info()
+    await nc.publish(msgs[0].reply, b"+ACK")
+    await nc.publish(msgs[2].reply, b"-NAK")
+    await nc.publish(msgs[3].reply, b"+TERM")
+    await nc.flush()
+    await asyncio.sleep(0.1)
+    await info()
+    await nc.publish("$JS.API.CONSUMER.MSG.NEXT.ACK.c", b'{"batch": 1, "no_wait": true}', reply=inbox)
+    again = await sub.next_msg(2)
+    out.append((again.data, again.reply.split(".")[:7]))
+    await info()
+    return out
+
+
+async def test_ack_flow_matches_nats_server(clients: tuple[Client, Client]) -> None:
+    ref, ours = clients
+    expected = await ack_flow(ref)
+    got = await ack_flow(ours)
+    assert got == expected
