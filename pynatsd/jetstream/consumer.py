@@ -219,6 +219,7 @@ class Consumer:
         self._lps: deque[int] = deque()  # last_per_subject: the initial sequences
         self.waiting: deque[PullRequest] = deque()
         self.last_active = 0
+        self.last_ack = 0
         self._scheduled = False
         self._ack_timer: asyncio.TimerHandle | None = None
         self._hb_timer: asyncio.TimerHandle | None = None
@@ -387,13 +388,16 @@ class Consumer:
             delivered["stream_seq"] = max(self._lps[0] - 1, 0)
         if self.last_active:
             delivered["last_active"] = rfc3339(self.last_active)
+        ack_floor: dict[str, Any] = {"consumer_seq": self.adflr, "stream_seq": self.asflr}
+        if self.last_ack:
+            ack_floor["last_active"] = rfc3339(self.last_ack)
         out: dict[str, Any] = {
             "stream_name": self.stream.name,
             "name": self.name,
             "created": rfc3339(self.created),
             "config": self.config if stored_config else with_server_metadata(self.config),
             "delivered": delivered,
-            "ack_floor": {"consumer_seq": self.adflr, "stream_seq": self.asflr},
+            "ack_floor": ack_floor,
             "num_ack_pending": len(self.pending),
             "num_redelivered": len(self.rdc),
             "num_waiting": len(self.waiting),
@@ -728,6 +732,7 @@ class Consumer:
     def _ack_done(self, sseq: int) -> None:
         """`sseq` will not be delivered again: move the ack floor, tell the stream (interest/workqueue)."""
         self.rdc.pop(sseq, None)
+        self.last_ack = now_ns()
         # `pending` is in delivery order, which is stream order (redeliveries keep their first place).
         oldest = next(iter(self.pending), None)
         if oldest is not None:

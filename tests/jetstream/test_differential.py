@@ -263,6 +263,7 @@ async def ack_flow(nc: Client) -> list[Any]:
         out.append({k: ci[k] for k in counters})
         for k in ("delivered", "ack_floor"):
             out.append({f: v for f, v in ci[k].items() if f != "last_active"})
+            out.append(sorted(ci[k]))  # the field set, last_active included
 
     await nc.publish("$JS.API.CONSUMER.MSG.NEXT.ACK.c", b'{"batch": 4, "no_wait": true}', reply=inbox)
     msgs = [await sub.next_msg(2) for _ in range(4)]
