@@ -290,3 +290,31 @@ async def test_ack_flow_matches_nats_server(clients: tuple[Client, Client]) -> N
     expected = await ack_flow(ref)
     got = await ack_flow(ours)
     assert got == expected
+
+
+async def kv_flow(nc: Client) -> list[Any]:
+    """nats-py's KV over each server: revisions, values, operations, keys, history, stream state."""
+    js = nc.jetstream()
+    kv = await js.create_key_value(bucket="DIFF", history=3)
+    out: list[Any] = [await kv.put("a", b"1"), await kv.put("b", b"2"), await kv.update("a", b"3", last=1)]
+    await kv.delete("b")
+    out.append(await kv.create("b", b"again"))
+    await kv.purge("a")
+    for key in ("a", "b"):
+        try:
+            e = await kv.get(key)
+            out.append((e.key, e.value, e.revision, e.operation))
+        except Exception as exc:
+            out.append(type(exc).__name__)
+    out.append(sorted(await kv.keys()))
+    out.append([(e.key, e.value, e.revision, e.operation) for e in await kv.history("b")])
+    info = json.loads((await nc.request("$JS.API.STREAM.INFO.KV_DIFF", b"", timeout=2)).data)
+    out.append(shape(info))
+    st = info["state"]
+    out.append((st["messages"], st["first_seq"], st["last_seq"], st.get("num_deleted"), st["num_subjects"]))
+    return out
+
+
+async def test_kv_matches_nats_server(clients: tuple[Client, Client]) -> None:
+    ref, ours = clients
+    assert await kv_flow(ours) == await kv_flow(ref)
