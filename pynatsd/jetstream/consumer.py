@@ -136,12 +136,9 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
             if subjects_overlap(a.encode(), b.encode()):
                 raise errors._e(400, 10138, "consumer subject filters cannot overlap")
     dp = cfg["deliver_policy"]
-    if dp == "by_start_sequence" and not cfg.get("opt_start_seq"):
-        raise errors.consumer_invalid_policy("consumer deliver policy requires a start sequence")
-    if dp == "by_start_time" and not cfg.get("opt_start_time"):
-        raise errors.consumer_invalid_policy("consumer deliver policy requires a start time")
-    if dp != "by_start_sequence" and cfg.get("opt_start_seq"):
-        raise errors.consumer_invalid_policy("consumer deliver policy does not allow a start sequence")
+    _check_start(dp, cfg, bool(filters))
+    if push and cfg.get("flow_control") and not cfg.get("idle_heartbeat"):
+        raise errors.flow_control_needs_heartbeats()
     retention = stream.config["retention"]
     if retention == "workqueue":
         if cfg["ack_policy"] != "explicit":
@@ -163,6 +160,40 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     cfg["metadata"] = meta
     out = {k: cfg[k] for k in _ORDER if k in cfg and (k in _ALWAYS or cfg[k] not in (0, "", False, [], {}))}
     return out
+
+
+def _check_start(dp: str, cfg: dict[str, Any], filtered: bool) -> None:
+    """Start position conflicts, worded as nats-server words them (`start start sequence` included)."""
+    name = dp.replace("_", " ")
+
+    def also(start: str) -> errors.ApiError:
+        return errors.consumer_invalid_policy(
+            f"consumer delivery policy is deliver {name}, but optional start {start} is also set"
+        )
+
+    def missing(what: str) -> errors.ApiError:
+        return errors.consumer_invalid_policy(
+            f"consumer delivery policy is deliver {name}, but optional {what} is not set"
+        )
+
+    seq, start_time = cfg.get("opt_start_seq"), cfg.get("opt_start_time")
+    if dp == "by_start_sequence":
+        if not seq:
+            raise missing("start sequence")
+        if start_time:
+            raise also("time")
+    elif dp == "by_start_time":
+        if not start_time:
+            raise missing("start time")
+        if seq:
+            raise also("start sequence")
+    else:
+        if seq:
+            raise also("sequence")
+        if start_time:
+            raise also("time")
+        if dp == "last_per_subject" and not filtered:
+            raise missing("filter subject")
 
 
 @dataclass

@@ -182,6 +182,10 @@ def consumer_invalid_policy(err: str) -> ApiError:
     return _e(400, 10094, err)
 
 
+def flow_control_needs_heartbeats() -> ApiError:
+    return _e(400, 10108, "consumer with flow control also needs heartbeats")
+
+
 def consumer_pull_requires_ack() -> ApiError:
     return _e(400, 10084, "consumer in pull mode requires explicit ack policy on workqueue stream")
 

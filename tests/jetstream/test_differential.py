@@ -125,6 +125,16 @@ SCRIPT: list[Request] = [
      {"stream_name": "S1", "config": {"name": "p10", "deliver_policy": "last_per_subject",
                                       "filter_subject": ">", "headers_only": True}}),
     ("$JS.API.CONSUMER.INFO.S1.p10", b""),
+    ("$JS.API.CONSUMER.CREATE.S1.q1",
+     {"stream_name": "S1", "config": {"name": "q1", "deliver_policy": "last_per_subject"}}),
+    ("$JS.API.CONSUMER.CREATE.S1.q2", {"stream_name": "S1", "config": {"name": "q2", "opt_start_seq": 3}}),
+    ("$JS.API.CONSUMER.CREATE.S1.q3",
+     {"stream_name": "S1", "config": {"name": "q3", "deliver_policy": "by_start_time", "opt_start_seq": 3,
+                                      "opt_start_time": "2020-01-01T00:00:00Z"}}),
+    ("$JS.API.CONSUMER.CREATE.S1.q4",
+     {"stream_name": "S1", "config": {"name": "q4", "deliver_subject": "q4", "flow_control": True}}),
+    ("$JS.API.CONSUMER.CREATE.S1.q5",
+     {"stream_name": "S1", "config": {"name": "q5", "filter_subjects": ["bar.*", "bar.x"]}}),
     ("$JS.API.CONSUMER.CREATE.S1.p11",
      {"stream_name": "S1", "config": {"name": "p11", "deliver_policy": "by_start_time",
                                       "opt_start_time": "2020-01-01T00:00:00Z"}}),
@@ -318,3 +328,38 @@ async def kv_flow(nc: Client) -> list[Any]:
 async def test_kv_matches_nats_server(clients: tuple[Client, Client]) -> None:
     ref, ours = clients
     assert await kv_flow(ours) == await kv_flow(ref)
+
+
+async def push_flow(nc: Client) -> list[Any]:
+    """A push consumer bound after creation, then an ordered-style one (flow control, heartbeats)."""
+    js = nc.jetstream()
+    await js.add_stream(name="PUSH", subjects=["push.*"])
+    for i in range(4):
+        await js.publish(f"push.{i}", b"%d" % i, headers={"X": str(i)} if i == 1 else None)
+    inbox = nc.new_inbox()
+    cfg = {
+        "name": "p",
+        "deliver_subject": inbox,
+        "ack_policy": "explicit",
+        "deliver_policy": "last_per_subject",
+        "filter_subject": "push.*",
+    }
+    created = json.loads(
+        (
+            await nc.request(
+                "$JS.API.CONSUMER.CREATE.PUSH.p", json.dumps({"stream_name": "PUSH", "config": cfg}).encode()
+            )
+        ).data
+    )
+    out: list[Any] = [shape(created), created["num_pending"]]
+    sub = await nc.subscribe(inbox)
+    msgs = [await sub.next_msg(2) for _ in range(4)]
+    out.append([(m.subject, m.data, m.headers, m.reply.split(".")[:7], m.reply.split(".")[-1]) for m in msgs])
+    info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.PUSH.p", b"", timeout=2)).data)
+    out.append((shape(info), info.get("push_bound"), info["num_ack_pending"]))
+    return out
+
+
+async def test_push_matches_nats_server(clients: tuple[Client, Client]) -> None:
+    ref, ours = clients
+    assert await push_flow(ours) == await push_flow(ref)
