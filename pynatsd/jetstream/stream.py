@@ -354,7 +354,9 @@ class Stream:
                 if not cfg["allow_rollup_hdrs"]:
                     raise errors.rollup_failed("rollup not permitted")
                 if roll not in (b"sub", b"all"):
-                    raise errors.rollup_failed(f"rollup value invalid: {roll.decode(errors='replace')}")
+                    raise errors.rollup_failed(
+                        f"rollup value invalid: {json.dumps(roll.decode(errors='replace'))}"
+                    )
                 rollup = roll
         if cfg["discard"] == "new" and not rollup:
             if cfg["max_msgs"] > 0 and st.msgs >= cfg["max_msgs"]:
@@ -518,7 +520,7 @@ class Stream:
 
     def purge(self, req: dict[str, Any]) -> int:
         if self.config["deny_purge"]:
-            raise errors.purge_failed("purge not permitted")
+            raise errors.purge_failed("stream purge not permitted")
         if self.config["sealed"]:
             raise errors.stream_sealed()
         filt = req.get("filter")

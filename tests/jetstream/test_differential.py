@@ -363,3 +363,65 @@ async def push_flow(nc: Client) -> list[Any]:
 async def test_push_matches_nats_server(clients: tuple[Client, Client]) -> None:
     ref, ours = clients
     assert await push_flow(ours) == await push_flow(ref)
+
+
+async def publish_flow(nc: Client) -> list[Any]:
+    """PubAcks (bodies verbatim) under limits, discard policies, rollups and expectations."""
+    out: list[Any] = []
+
+    async def create(cfg: dict[str, Any]) -> None:
+        resp = json.loads(
+            (await nc.request(f"$JS.API.STREAM.CREATE.{cfg['name']}", json.dumps(cfg).encode())).data
+        )
+        out.append(resp.get("error"))
+
+    async def pub(subject: str, data: bytes = b"x", **hdrs: str) -> None:
+        msg = await nc.request(subject, data, timeout=2, headers=hdrs or None)
+        out.append(msg.data)
+
+    await create({"name": "N", "subjects": ["n.*"], "max_msgs": 2, "discard": "new", "max_msg_size": 8})
+    for _ in range(3):
+        await pub("n.a")
+    await pub("n.b", b"123456789")
+    await create({"name": "NB", "subjects": ["nb"], "max_bytes": 100, "discard": "new"})
+    for _ in range(3):
+        await pub("nb", b"y" * 30)
+    await create(
+        {
+            "name": "PS",
+            "subjects": ["ps.*"],
+            "max_msgs_per_subject": 1,
+            "discard": "new",
+            "discard_new_per_subject": True,
+        }
+    )
+    await pub("ps.a")
+    await pub("ps.a")
+    await pub("ps.b")
+    await create({"name": "RU", "subjects": ["ru.*"], "allow_rollup_hdrs": True})
+    await pub("ru.a", **{"Nats-Rollup": "bogus"})
+    await pub("ru.a", **{"Nats-Rollup": "sub"})
+    await pub("ps.a", **{"Nats-Rollup": "sub"})
+    await pub("ru.a", **{"Nats-Expected-Last-Subject-Sequence": "5"})
+    await pub("ru.a", **{"Nats-Msg-Id": "one"})
+    await pub("ru.a", **{"Nats-Msg-Id": "one"})
+    await pub("ru.b", **{"Nats-Expected-Last-Msg-Id": "two"})
+    await create({"name": "SE", "subjects": ["se"], "deny_purge": True})
+    await pub("se")
+    purge = json.loads((await nc.request("$JS.API.STREAM.PURGE.SE", b"")).data)
+    out.append(purge.get("error"))
+    seal = {"name": "SE", "subjects": ["se"], "deny_purge": True, "sealed": True}
+    upd = json.loads((await nc.request("$JS.API.STREAM.UPDATE.SE", json.dumps(seal).encode())).data)
+    out.append(upd.get("error"))
+    await pub("se")
+    out.append(
+        json.loads((await nc.request("$JS.API.STREAM.MSG.DELETE.SE", b'{"seq": 1}')).data).get("error")
+    )
+    return out
+
+
+async def test_publish_flow_matches_nats_server(clients: tuple[Client, Client]) -> None:
+    ref, ours = clients
+    expected = await publish_flow(ref)
+    got = await publish_flow(ours)
+    assert got == expected
