@@ -134,7 +134,7 @@ def _bool(name: str, help_text: str) -> Any:
 @click.option("--routes", default=None)
 @click.option("--cluster", default=None)
 @click.option("--cluster_name", default=None)
-@click.option("--store_dir", default=None)
+@click.option("--store_dir", default=None, help="JetStream store directory. [-sd]")
 @click.option(
     "--signal",
     default=None,
