@@ -305,6 +305,10 @@ class Stream:
         except ApiError as err:
             self._nack(reply, err)
             return
+        except Exception as exc:  # a bug must not leave the publisher waiting for its PubAck
+            log.exception("JetStream stream %s: storing failed", self.name)
+            self._nack(reply, errors.general(f"{type(exc).__name__}: {exc}"))
+            return
         if reply and not self.config.get("no_ack"):
             # Written as nats-server writes it (by hand, hence the space in `"duplicate": true`).
             ack = b'%s"seq":%d%s}' % (self._ack_head, seq, b',"duplicate": true' if duplicate else b"")
