@@ -38,10 +38,6 @@ def invalid_json(err: str) -> ApiError:
     return _e(400, 10025, f"invalid JSON: {err}")
 
 
-def not_enabled_for_account() -> ApiError:
-    return _e(503, 10039, "JetStream not enabled for account")
-
-
 def stream_not_found() -> ApiError:
     return _e(404, 10059, "stream not found")
 
@@ -64,10 +60,6 @@ def replicas_not_supported() -> ApiError:
 
 def stream_invalid_config(err: str) -> ApiError:
     return _e(500, 10052, err)
-
-
-def stream_update(err: str) -> ApiError:
-    return _e(500, 10069, err)
 
 
 def no_message_found() -> ApiError:
@@ -112,10 +104,6 @@ def stream_sealed() -> ApiError:
 
 def consumer_not_found() -> ApiError:
     return _e(404, 10014, "consumer not found")
-
-
-def consumer_name_exist() -> ApiError:
-    return _e(400, 10013, "consumer name already in use")
 
 
 def consumer_already_exists() -> ApiError:
@@ -164,10 +152,6 @@ def consumer_deliver_to_wildcards() -> ApiError:
 
 def consumer_duplicate_filters() -> ApiError:
     return _e(400, 10136, "consumer cannot have both FilterSubject and FilterSubjects specified")
-
-
-def consumer_filter_not_subset() -> ApiError:
-    return _e(400, 10093, "consumer filter subject is not a valid subset of the interest subjects")
 
 
 def consumer_push_max_waiting() -> ApiError:

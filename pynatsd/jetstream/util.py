@@ -5,12 +5,6 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-HDR_LINE = b"NATS/1.0\r\n"
-
-
-def tokens(subject: bytes) -> list[bytes]:
-    return subject.split(b".")
-
 
 def subject_matches(filter_: bytes, subject: bytes) -> bool:
     """True if literal `subject` is matched by `filter_` (which may hold `*` and `>`)."""
@@ -77,15 +71,6 @@ def headers(status: bytes = b"", pairs: list[tuple[bytes, bytes]] | None = None)
         parts.append(k + b": " + v + b"\r\n")
     parts.append(b"\r\n")
     return b"".join(parts)
-
-
-def remove_header(hdrs: bytes, key: bytes) -> bytes:
-    needle = b"\r\n" + key + b":"
-    i = hdrs.find(needle)
-    if i < 0:
-        return hdrs
-    end = hdrs.find(b"\r\n", i + 2)
-    return hdrs[:i] + hdrs[end:]
 
 
 def now_ns() -> int:
