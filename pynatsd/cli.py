@@ -109,7 +109,7 @@ _INT_FLAGS = {
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _GO_BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
 # Flags whose capability pynatsd does not have: accepted, and reported, never silently ignored.
-UNSUPPORTED = {"routes", "cluster", "cluster_name", "jetstream", "store_dir"}
+UNSUPPORTED = {"routes", "cluster", "cluster_name"}
 # Cluster flags that only tune routes: refused, since without routes they could only be ignored.
 REFUSED_CLUSTER_FLAGS = ("no_advertise", "connect_retries", "cluster_advertise")
 # Bare words nats-server takes after the flags (its `nats-server version`).
@@ -182,7 +182,7 @@ def _bool(name: str, help_text: str) -> Any:
 @click.option("--routes", default=None)
 @click.option("--cluster", default=None)
 @click.option("--cluster_name", default=None)
-@click.option("--store_dir", default=None)
+@click.option("--store_dir", default=None, help="JetStream store directory. [-sd]")
 @click.option("--remote_syslog", default=None, help="Syslog server address (udp://localhost:514). [-r]")
 @click.option("--log_size_limit", type=int, default=None, help="Rotate the log file past this many bytes.")
 @click.option("--max_traced_msg_len", type=int, default=None, help="Payload bytes shown per traced message.")
@@ -204,7 +204,7 @@ def _bool(name: str, help_text: str) -> Any:
 @_bool("check_config", "Check the configuration file and exit. [-t]")
 @_bool("tls", "Enable TLS.")
 @_bool("tlsverify", "Enable TLS with client verification.")
-@_bool("jetstream", "JetStream (not supported). [-js]")
+@_bool("jetstream", "Enable JetStream. [-js]")
 @_bool("syslog", "Log to the local syslog. [-s]")
 @_bool("no_advertise", "Cluster: not supported.")
 @_bool("help_tls", "TLS help.")
@@ -345,6 +345,10 @@ def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Op
         opts.log_size_limit = flags["log_size_limit"]
     if flags["max_traced_msg_len"] is not None:
         opts.max_traced_msg_len = flags["max_traced_msg_len"]
+    if flags.get("jetstream"):  # JetStream hook: pynatsd.jetstream.config reads these two keys
+        opts.extra["jetstream"] = opts.extra.get("jetstream") or True
+    if flags.get("store_dir"):
+        opts.extra["jetstream_store_dir"] = flags["store_dir"]
     return opts
 
 

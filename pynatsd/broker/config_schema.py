@@ -235,6 +235,35 @@ def _websocket(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> N
 
 register_block("websocket", _websocket)
 
+# The `jetstream {}` keys pynatsd.jetstream.config reads, and those it does not implement: encryption at
+# rest is refused by name (it protects data), the rest are unknown fields.
+_JETSTREAM_KEYS = frozenset(
+    {"store_dir", "store", "storedir", "max_memory_store", "max_mem_store", "max_mem", "max_file_store",
+     "max_file", "domain", "sync_interval", "enabled"}
+)  # fmt: skip
+_JETSTREAM_ENCRYPTION = frozenset({"key", "ek", "cipher", "prev_encryption_key", "tpm"})
+
+
+def _jetstream(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    if key.lower() in ("store_dir", "storedir"):  # the top-level alias of jetstream's store_dir
+        opts.extra["jetstream_store_dir"] = to_str(key, value)
+        return
+    if isinstance(value, dict):
+        block = to_block(key, value)
+        for low, k, _, at in entries(block, where):
+            if low in _JETSTREAM_ENCRYPTION:
+                with ctx.at(at):
+                    raise refused(k, "JetStream encryption at rest")
+            if low not in _JETSTREAM_KEYS:
+                unknown(ctx, block, k, at)
+        value = dict(block)
+    elif not isinstance(value, bool | str):
+        raise ConfigValueError(f"{key}: expected a block, a boolean or enabled/disabled, got {value!r}")
+    opts.extra["jetstream"] = value
+
+
+register_block("jetstream", _jetstream)
+
 
 def _pending(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
     name, what = _PENDING_BLOCKS[key.lower()]
@@ -447,7 +476,13 @@ def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
                 elif low in ("imports", "exports"):
                     raise refused(k, "account imports and exports", access=True)
                 elif low == "jetstream":
-                    raise refused(k, "JetStream yet", access=True)
+                    # On or off per account; a block of per-account limits would restrict what its
+                    # users may do, and pynatsd does not enforce those: refused.
+                    if isinstance(v, dict):
+                        raise refused(k, "per-account JetStream limits", access=True)
+                    if not isinstance(v, bool) and str(v).lower() not in ("enabled", "disabled"):
+                        raise ConfigValueError(f"{k}: expected enabled, disabled or a boolean, got {v!r}")
+                    account["jetstream"] = v is True or str(v).lower() == "enabled"
                 elif low in ("mappings", "maps"):
                     raise refused(k, "subject mappings")
                 elif low == "limits":

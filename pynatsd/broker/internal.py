@@ -83,13 +83,23 @@ class InternalClient(Client):
     def backlogged(self) -> None:
         """Never: an internal client has no queue."""
 
-    def publish(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> bool:
-        """Publish as this client (no permission checks: the server speaks). True if anyone received it."""
+    def publish(
+        self,
+        subject: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+        shown_as: bytes | None = None,
+    ) -> bool:
+        """Publish as this client (no permission checks: the server speaks). True if anyone received it.
+
+        `shown_as`: the subject receivers see in their MSG instead of `subject` (JetStream delivers a
+        stored message to an inbox or deliver subject, showing the message's own subject, as nats-server)."""
         if not is_literal_subject(subject):
             raise ValueError(f"cannot publish to a wildcard subject: {subject!r}")
         self.in_msgs += 1
         self.in_bytes += len(payload) + (len(headers) if headers is not None else 0)
-        head = self._heads.get(subject)
+        head = self._heads.get(subject) if shown_as is None else b"MSG " + shown_as + b" "
         if head is None:
             head = b"MSG " + subject + b" "
             if len(self._heads) >= 1024:

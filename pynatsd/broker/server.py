@@ -38,6 +38,7 @@ from pynatsd.protocol import encoder
 from pynatsd.websocket import start_websocket
 
 if TYPE_CHECKING:
+    from pynatsd.jetstream import JetStream
     from pynatsd.monitor import Monitor
     from pynatsd.websocket.server import WebSocketListener
 
@@ -135,6 +136,7 @@ class Server:
         self.fanout = HistogramCounts(1024)  # subscriptions matched per publish (monitoring)
         self.monitor: Monitor | None = None
         self.websocket: WebSocketListener | None = None  # the `websocket {}` port (pynatsd.websocket)
+        self.jetstream: JetStream | None = None  # set by start() when -js / a jetstream block is given
         self.tls_context: ssl.SSLContext | None = None  # set by start() when TLS is configured
         self.http_port = 0
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
@@ -168,6 +170,7 @@ class Server:
             self.http_port = await self.monitor.start(
                 opts.http_host or opts.host, opts.http_port or opts.https_port, monitor_context(opts)
             )
+        self._start_jetstream()
         # TLS-first (handshake_first): the handshake precedes INFO, so the listener itself wraps. Otherwise
         # each connection upgrades itself right after its plaintext INFO (Connection._upgrade_tls).
         tls_first = self.tls_context if opts.tls_handshake_first else None
@@ -222,6 +225,14 @@ class Server:
             digest = f"({opts.config_digest})" if opts.config_digest else ""
             log.info("Using configuration file: %s %s", opts.config_file, digest)
 
+    def _start_jetstream(self) -> None:
+        from pynatsd.jetstream import JetStream, from_options
+
+        js_config = from_options(self.options)
+        if js_config is not None:
+            self.jetstream = JetStream(self, js_config)
+            self.jetstream.start()
+
     def sublist_for(self, account: str) -> Sublist[Subscription]:
         """The subject space of `account`, created on its first user's connect."""
         sublist = self.account_sublists.get(account)
@@ -267,6 +278,8 @@ class Server:
         self._listener = None
         if self.websocket is not None:
             await self.websocket.wait_closed()
+        if self.jetstream is not None:
+            self.jetstream.stop()
         if self.monitor is not None:
             await self.monitor.stop()
         self._remove_lifecycle_files()
@@ -489,6 +502,8 @@ class Server:
             "port": port,
             "headers": opts.headers,
         }
+        if self.jetstream is not None:
+            info["jetstream"] = True
         if self.auth.required:
             info["auth_required"] = True
         if self.tls_context is not None:

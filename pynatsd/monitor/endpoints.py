@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pynatsd import NATS_COMPAT_VERSION, __version__
 from pynatsd.broker.auth import DEFAULT_ACCOUNT
 from pynatsd.broker.build import git_commit
+from pynatsd.jetstream import monitor as js_monitor
 from pynatsd.matcher import combine_stats
 from pynatsd.monitor.formats import go_duration, parse_bool, parse_int, rfc3339nano, uptime
 from pynatsd.protocol.subjects import is_literal_subject
@@ -103,7 +104,7 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "leaf": {},
             "mqtt": {},
             "websocket": server.websocket.varz() if server.websocket is not None else {},
-            "jetstream": {},
+            "jetstream": {} if server.jetstream is None else js_monitor.varz_block(server.jetstream),
             "tls_timeout": opts.tls_timeout,
             "write_deadline": int(opts.write_deadline * 1e9),
             "start": rfc3339nano(server.start_time),
@@ -460,7 +461,9 @@ def accstatz(server: Server) -> dict[str, Any]:
     return {"server_id": server.server_id, "now": rfc3339nano(_now()), "account_statz": statz}
 
 
-def jsz(server: Server) -> dict[str, Any]:
+def jsz(server: Server, query: Mapping[str, str] | None = None) -> dict[str, Any]:
+    if server.jetstream is not None:
+        return js_monitor.jsz(server.jetstream, server.server_id, query or {})
     return {
         "memory": 0,
         "storage": 0,

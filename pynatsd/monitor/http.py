@@ -102,7 +102,7 @@ class Monitor:
             "/leafz": lambda r: endpoints.leafz(s),
             "/accountz": lambda r: endpoints.accountz(s, r.query),
             "/accstatz": lambda r: endpoints.accstatz(s),
-            "/jsz": lambda r: endpoints.jsz(s),
+            "/jsz": lambda r: endpoints.jsz(s, r.query),
         }
         for path, build in routes.items():
             app.router.add_get(path, _json_handler(build))

@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from pynatsd.broker.histogram import HistogramCounts
+from pynatsd.jetstream import monitor as js_monitor
 
 if TYPE_CHECKING:
     from pynatsd.broker.server import Server
@@ -95,6 +96,9 @@ class PynatsdCollector(Collector):
             server.scheduler.flush_sizes,
             FLUSH_BUCKETS,
         )
+        if server.jetstream is not None:
+            for kind, name, doc, value in js_monitor.metrics(server.jetstream):
+                yield gauge(name, doc, value) if kind == "gauge" else counter(name, doc, value)
         for key, value in varz(server, self.cpu, {}).items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue

@@ -202,7 +202,7 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
         ("accounts { A { nkey: ABC } }", "nkey"),
         ('accounts { A { exports = [{stream: "x.>"}] } }', "exports"),
         ('accounts { A { imports = [{stream: {account: B, subject: "x"}}] } }', "imports"),
-        ("accounts { A { jetstream: enabled } }", "jetstream"),
+        ("accounts { A { jetstream: { max_mem: 1GB } } }", "jetstream"),
         ("accounts { A { limits { max_connections: 1 } } }", "limits"),
         ("tls { verify_and_map: true }", "verify_and_map"),
         ('tls { pinned_certs: ["aa"] }', "pinned_certs"),
@@ -215,8 +215,6 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
         ("proxy_protocol: true", "proxy_protocol"),
         ("ocsp: true", "ocsp"),
         ("cluster { port: 6222 }", "cluster"),
-        ("jetstream { store_dir: /tmp/js }", "jetstream"),
-        ("store_dir: /tmp/js", "store_dir"),
     ],
 )
 def test_unsupported_keys_are_refused_by_name(text: str, key: str) -> None:
@@ -508,3 +506,11 @@ def test_handshake_first_values(value: str, warned: bool, certs: dict[str, str])
     assert opts.tls_handshake_first
     assert bool(warnings) == warned
     assert 'field "first"\'s value "maybe" is invalid' in errors_of('tls { first: "maybe" }')
+
+
+def test_jetstream_block_keys_are_checked() -> None:
+    opts, warnings = load("jetstream { store_dir: /tmp/js, max_file_store: 1GB, domain: hub }")
+    assert warnings == [] and opts.extra["jetstream"]["store_dir"] == "/tmp/js"
+    assert 'unknown field "max_fie_store"' in errors_of("jetstream { max_fie_store: 1GB }")
+    out = errors_of('jetstream { store_dir: /tmp/js, key: "s3cret" }')
+    assert '"key": pynatsd does not support JetStream encryption at rest' in out

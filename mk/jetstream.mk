@@ -1,0 +1,14 @@
+# JetStream benchmark (issue 23): publish with ack (sync, async) and pull-consume, pynatsd -js vs nats-server -js
+# in the same run (medians of JS_BENCH_REPS), plus the store's fsync-policy cost -> bench/results/jetstream.json
+JS_BENCH_REPS ?= 3
+JS_BENCH_MSGS ?= 5000
+
+.PHONY: bench-js test-js
+
+## bench-js: the JetStream benchmark table (a few minutes on 2 cores)
+bench-js: venv
+	$(PY) bench/jetstream/run.py --reps $(JS_BENCH_REPS) --msgs $(JS_BENCH_MSGS)
+
+## test-js: the JetStream tests (nats-py end to end, differential, crash, store)
+test-js: venv
+	$(PY) -m pytest -q tests/jetstream

@@ -1,0 +1,369 @@
+"""`$JS.API.>`: requests in, nats-server's response JSON (type, fields, error codes) out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pynatsd.broker.logging import get_logger
+from pynatsd.jetstream import consumer as consumer_mod
+from pynatsd.jetstream import errors
+from pynatsd.jetstream.errors import ApiError
+from pynatsd.jetstream.stream import API_LEVEL, Stream, normalize_config
+from pynatsd.jetstream.util import headers, now_ns, rfc3339, subjects_overlap
+from pynatsd.protocol.encoder import no_responders_headers
+
+if TYPE_CHECKING:
+    from pynatsd.jetstream.account import JsAccount
+
+log = get_logger()
+
+_TYPE = "io.nats.jetstream.api.v1."
+NAMES_LIMIT = 1024
+LIST_LIMIT = 256
+# Go's encoding/json escapes these; clients never care, byte-level comparisons do.
+_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+Reply = dict[str, Any]
+
+
+def encode(body: Reply) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).translate(_GO_ESCAPES).encode()
+
+
+def _request(payload: bytes) -> dict[str, Any]:
+    """The request JSON ({} for an empty body); ApiError on invalid JSON."""
+    if not payload.strip():
+        return {}
+    try:
+        req = json.loads(payload)
+    except ValueError as exc:
+        raise errors.invalid_json(str(exc)) from None
+    if not isinstance(req, dict):
+        raise errors.invalid_json("expected an object")
+    return req
+
+
+class Api:
+    """Dispatches one account's `$JS.API.>` requests."""
+
+    def __init__(self, account: JsAccount) -> None:
+        self.account = account
+        # (tokens after $JS.API, with "*" for a name) -> (response type, handler)
+        self.routes: dict[tuple[str, ...], tuple[str, Callable[[list[str], bytes], Reply]]] = {
+            ("INFO",): ("account_info_response", self.info),
+            ("STREAM", "CREATE", "*"): ("stream_create_response", self.stream_create),
+            ("STREAM", "UPDATE", "*"): ("stream_update_response", self.stream_update),
+            ("STREAM", "INFO", "*"): ("stream_info_response", self.stream_info),
+            ("STREAM", "DELETE", "*"): ("stream_delete_response", self.stream_delete),
+            ("STREAM", "PURGE", "*"): ("stream_purge_response", self.stream_purge),
+            ("STREAM", "NAMES"): ("stream_names_response", self.stream_names),
+            ("STREAM", "LIST"): ("stream_list_response", self.stream_list),
+            ("STREAM", "MSG", "GET", "*"): ("stream_msg_get_response", self.msg_get),
+            ("STREAM", "MSG", "DELETE", "*"): ("stream_msg_delete_response", self.msg_delete),
+            ("CONSUMER", "CREATE", "*"): ("consumer_create_response", self.consumer_create),
+            ("CONSUMER", "CREATE", "*", "*"): ("consumer_create_response", self.consumer_create),
+            ("CONSUMER", "CREATE", "*", "*", "*"): ("consumer_create_response", self.consumer_create),
+            ("CONSUMER", "DURABLE", "CREATE", "*", "*"): ("consumer_create_response", self.consumer_durable),
+            ("CONSUMER", "INFO", "*", "*"): ("consumer_info_response", self.consumer_info),
+            ("CONSUMER", "DELETE", "*", "*"): ("consumer_delete_response", self.consumer_delete),
+            ("CONSUMER", "NAMES", "*"): ("consumer_names_response", self.consumer_names),
+            ("CONSUMER", "LIST", "*"): ("consumer_list_response", self.consumer_list),
+        }
+        # Known to nats-server but not served here: answered with an error instead of silence.
+        self.unsupported: dict[tuple[str, ...], str] = {
+            ("STREAM", "SNAPSHOT", "*"): "stream_snapshot_response",
+            ("STREAM", "RESTORE", "*"): "stream_restore_response",
+            ("STREAM", "LEADER", "STEPDOWN", "*"): "stream_leader_stepdown_response",
+            ("STREAM", "PEER", "REMOVE", "*"): "stream_remove_peer_response",
+            ("CONSUMER", "LEADER", "STEPDOWN", "*", "*"): "consumer_leader_stepdown_response",
+            ("CONSUMER", "PAUSE", "*", "*"): "consumer_pause_response",
+            ("CONSUMER", "UNPIN", "*", "*"): "consumer_unpin_response",
+        }
+
+    # -- dispatch -------------------------------------------------------------------------------------
+    def handle(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
+        toks = subject.decode(errors="replace").split(".")[2:]
+        if toks[:2] == ["CONSUMER", "MSG"] and len(toks) == 5 and toks[2] == "NEXT":
+            self.msg_next(toks[3], toks[4], reply, payload)
+            return
+        if toks[:2] == ["DIRECT", "GET"] and len(toks) >= 3:
+            self.direct_get(toks, reply, payload)
+            return
+        if toks[:2] == ["CONSUMER", "CREATE"] and len(toks) > 4:
+            toks = [*toks[:4], ".".join(toks[4:])]  # CONSUMER.CREATE.<stream>.<name>.<filter...>
+        route, kind = None, ""
+        for i in range(len(toks), 0, -1):
+            key = tuple(toks[:i]) + ("*",) * (len(toks) - i)
+            if key in self.routes:
+                kind, route = self.routes[key]
+                break
+            if key in self.unsupported:
+                kind = self.unsupported[key]
+                break
+        if not kind or not reply:
+            return  # nats-server does not answer unknown API subjects either
+        self.account.api_total += 1
+        try:
+            if route is None:
+                raise errors._e(501, 10003, f"{'.'.join(toks[:2]).lower()} is not supported by pynatsd")
+            body = route(toks, payload)
+            resp = {"type": _TYPE + kind, **body}
+        except Exception as exc:  # an answer is owed whatever happened: never leave a request hanging
+            err = exc if isinstance(exc, ApiError) else errors.general(f"{type(exc).__name__}: {exc}")
+            if not isinstance(exc, ApiError):
+                log.exception("JetStream API %s failed", subject.decode(errors="replace"))
+            self.account.api_errors += 1
+            resp = {"type": _TYPE + kind, "error": err.json()}
+            if kind == "stream_info_response":
+                resp.update(total=0, offset=0, limit=0)
+        self.account.client.publish(reply, None, None, encode(resp))
+
+    def _stream(self, name: str) -> Stream:
+        stream = self.account.streams.get(name)
+        if stream is None:
+            raise errors.stream_not_found()
+        return stream
+
+    # -- account --------------------------------------------------------------------------------------
+    def info(self, toks: list[str], payload: bytes) -> Reply:
+        u = self.account.usage()
+        cfg = self.account.js.config
+        out: Reply = {
+            "memory": u["memory"],
+            "storage": u["storage"],
+            "reserved_memory": 0,
+            "reserved_storage": 0,
+            "streams": u["streams"],
+            "consumers": u["consumers"],
+            "limits": {
+                "max_memory": cfg.max_memory_store,
+                "max_storage": cfg.max_file_store,
+                "max_streams": -1,
+                "max_consumers": -1,
+                "max_ack_pending": -1,
+                "memory_max_stream_bytes": -1,
+                "storage_max_stream_bytes": -1,
+                "max_bytes_required": False,
+            },
+        }
+        if self.account.js.domain:
+            out["domain"] = self.account.js.domain
+        out["api"] = {"level": API_LEVEL, "total": self.account.api_total, "errors": self.account.api_errors}
+        return out
+
+    # -- streams --------------------------------------------------------------------------------------
+    def stream_create(self, toks: list[str], payload: bytes) -> Reply:
+        cfg = normalize_config(_request(payload), toks[2])
+        stream = self.account.create_stream(cfg)
+        # nats-server says did_create for an idempotent repeat too.
+        return {**stream.info(), "ts": rfc3339(now_ns()), "did_create": True}
+
+    def stream_update(self, toks: list[str], payload: bytes) -> Reply:
+        cfg = normalize_config(_request(payload), toks[2])
+        stream = self.account.update_stream(cfg)
+        return {**stream.info(), "ts": rfc3339(now_ns())}
+
+    def stream_info(self, toks: list[str], payload: bytes) -> Reply:
+        req = _request(payload)
+        stream = self._stream(toks[2])
+        sf = req.get("subjects_filter")
+        info = stream.info(subjects_filter=sf, deleted_details=bool(req.get("deleted_details")))
+        total = len(info["state"].get("subjects", {}))
+        return {
+            "total": total,
+            "offset": 0,
+            "limit": 100_000 if sf else 0,
+            **info,
+            "cluster": {"leader": self.account.js.server.server_name},
+            "ts": rfc3339(now_ns()),
+        }
+
+    def stream_delete(self, toks: list[str], payload: bytes) -> Reply:
+        self.account.delete_stream(toks[2])
+        return {"success": True}
+
+    def stream_purge(self, toks: list[str], payload: bytes) -> Reply:
+        req = _request(payload)
+        purged = self._stream(toks[2]).purge(req)
+        return {"success": True, "purged": purged}
+
+    def _filtered_streams(self, req: dict[str, Any]) -> list[Stream]:
+        streams = sorted(self.account.streams.values(), key=lambda s: s.name)
+        subj = req.get("subject")
+        if subj:
+            sb = str(subj).encode()
+            streams = [
+                s for s in streams if any(subjects_overlap(sb, x.encode()) for x in s.config["subjects"])
+            ]
+        return streams
+
+    def stream_names(self, toks: list[str], payload: bytes) -> Reply:
+        req = _request(payload)
+        streams = self._filtered_streams(req)
+        offset = int(req.get("offset") or 0)
+        page = streams[offset : offset + NAMES_LIMIT]
+        return {
+            "total": len(streams),
+            "offset": offset,
+            "limit": NAMES_LIMIT,
+            "streams": [s.name for s in page],
+        }
+
+    def stream_list(self, toks: list[str], payload: bytes) -> Reply:
+        req = _request(payload)
+        streams = self._filtered_streams(req)
+        offset = int(req.get("offset") or 0)
+        page = streams[offset : offset + LIST_LIMIT]
+        ts = rfc3339(now_ns())
+        items = []
+        for s in page:
+            info = s.info()
+            info["config"] = s.config  # the list shows the stored config, without the server's metadata
+            items.append({**info, "ts": ts})
+        return {"total": len(streams), "offset": offset, "limit": LIST_LIMIT, "streams": items}
+
+    def msg_get(self, toks: list[str], payload: bytes) -> Reply:
+        req = _request(payload)
+        stream = self._stream(toks[3])
+        return {"message": stream.message_json(stream.get_message(req))}
+
+    def msg_delete(self, toks: list[str], payload: bytes) -> Reply:
+        req = _request(payload)
+        stream = self._stream(toks[3])
+        seq = req.get("seq")
+        if not isinstance(seq, int) or seq <= 0:
+            raise errors.bad_request()
+        stream.delete_message(seq)
+        return {"success": True}
+
+    def direct_get(self, toks: list[str], reply: bytes | None, payload: bytes) -> None:
+        """`$JS.API.DIRECT.GET.<stream>[.<subject>]`: the message itself, its coordinates in headers."""
+        stream = self.account.streams.get(toks[2])
+        if stream is None or not stream.config["allow_direct"] or not reply:
+            # nats-server only listens for streams that allow direct gets: "no responders".
+            if reply:
+                subject = ".".join(["$JS.API", *toks]).encode()
+                self.account.client.publish(reply, None, no_responders_headers(subject), b"")
+            return
+        client = self.account.client
+        try:
+            if len(toks) > 3:
+                if payload.strip():
+                    raise errors.bad_request()
+                req: dict[str, Any] = {"last_by_subj": ".".join(toks[3:])}
+            else:
+                req = _request(payload)
+            msg = stream.get_message(req)
+        except ApiError as err:
+            status = b"404 Message Not Found" if err.err_code == 10037 else b"408 Bad Request"
+            client.publish(reply, None, headers(status), b"")
+            return
+        extra = b"".join(
+            (
+                b"Nats-Stream: ",
+                stream.name.encode(),
+                b"\r\n",
+                b"Nats-Subject: ",
+                msg.subject,
+                b"\r\n",
+                b"Nats-Sequence: %d\r\n" % msg.seq,
+                b"Nats-Time-Stamp: ",
+                rfc3339(msg.ts).encode(),
+                b"\r\n",
+            )
+        )
+        base = msg.hdrs[:-2] if msg.hdrs else b"NATS/1.0\r\n"
+        client.publish(reply, None, base + extra + b"\r\n", msg.data)
+
+    # -- consumers ------------------------------------------------------------------------------------
+    def _create(
+        self, stream_name: str, req: dict[str, Any], name: str | None, durable_api: bool, filt: str | None
+    ) -> Reply:
+        if req.get("stream_name") and req["stream_name"] != stream_name:
+            raise errors.stream_mismatch()
+        stream = self._stream(stream_name)
+        raw = req.get("config", {})
+        if not isinstance(raw, dict):
+            raise errors.consumer_config_required()
+        if name is None:
+            if raw.get("durable_name"):
+                raise errors.consumer_ephemeral_with_durable_name()
+        elif durable_api:
+            if not raw.get("durable_name"):
+                raise errors.consumer_durable_name_not_set()
+            if raw["durable_name"] != name:
+                raise errors.consumer_durable_name_mismatch()
+        else:
+            given = raw.get("name") or raw.get("durable_name")
+            if given and given != name:
+                raise errors.consumer_durable_name_mismatch()
+            if not raw.get("name"):
+                raw = {**raw, "name": name}
+            if filt is not None:
+                fs = raw.get("filter_subjects")
+                if fs and len(fs) > 1:
+                    raise errors._e(
+                        400, 10137, "consumer with multiple subject filters cannot use subject based API"
+                    )
+                if (raw.get("filter_subject") or (fs[0] if fs else "")) != filt:
+                    raise errors.consumer_filter_mismatch()
+        cfg = consumer_mod.normalize_config(raw, stream)
+        consumer = self.account.add_consumer(stream, cfg, str(req.get("action") or ""))
+        return {**consumer.info(), "ts": rfc3339(now_ns())}
+
+    def consumer_create(self, toks: list[str], payload: bytes) -> Reply:
+        req = _request(payload)
+        name = toks[3] if len(toks) > 3 else None
+        filt = toks[4] if len(toks) > 4 else None
+        return self._create(toks[2], req, name, False, filt)
+
+    def consumer_durable(self, toks: list[str], payload: bytes) -> Reply:
+        return self._create(toks[3], _request(payload), toks[4], True, None)
+
+    def consumer_info(self, toks: list[str], payload: bytes) -> Reply:
+        stream = self._stream(toks[2])
+        consumer = stream.consumers.get(toks[3])
+        if consumer is None:
+            raise errors.consumer_not_found()
+        return {**consumer.info(), "ts": rfc3339(now_ns())}
+
+    def consumer_delete(self, toks: list[str], payload: bytes) -> Reply:
+        stream = self._stream(toks[2])
+        self.account.delete_consumer(stream, toks[3])
+        return {"success": True}
+
+    def consumer_names(self, toks: list[str], payload: bytes) -> Reply:
+        req = _request(payload)
+        stream = self._stream(toks[2])
+        names = sorted(stream.consumers)
+        offset = int(req.get("offset") or 0)
+        return {
+            "total": len(names),
+            "offset": offset,
+            "limit": NAMES_LIMIT,
+            "consumers": names[offset : offset + NAMES_LIMIT],
+        }
+
+    def consumer_list(self, toks: list[str], payload: bytes) -> Reply:
+        req = _request(payload)
+        stream = self._stream(toks[2])
+        names = sorted(stream.consumers)
+        offset = int(req.get("offset") or 0)
+        ts = rfc3339(now_ns())
+        items = [
+            {**stream.consumers[n].info(stored_config=True), "ts": ts}
+            for n in names[offset : offset + LIST_LIMIT]
+        ]
+        return {"total": len(names), "offset": offset, "limit": LIST_LIMIT, "consumers": items}
+
+    def msg_next(self, stream_name: str, name: str, reply: bytes | None, payload: bytes) -> None:
+        stream = self.account.streams.get(stream_name)
+        consumer = stream.consumers.get(name) if stream is not None else None
+        if consumer is None:
+            if reply:  # nats-server has no subscription for it: the requester hears "no responders"
+                subject = b"$JS.API.CONSUMER.MSG.NEXT.%s.%s" % (stream_name.encode(), name.encode())
+                self.account.client.publish(reply, None, no_responders_headers(subject), b"")
+            return
+        consumer.request_next(reply, payload)

@@ -1,0 +1,61 @@
+"""JetStream settings from `-js`/`-sd` and the config file's `jetstream` block (nats-server's names)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pynatsd.broker.config_options import parse_duration
+from pynatsd.broker.options import Options
+
+
+class JsConfigError(ValueError):
+    pass
+
+
+@dataclass
+class JsConfig:
+    store_dir: Path
+    max_memory_store: int = -1  # -1: no limit
+    max_file_store: int = -1
+    domain: str = ""
+    sync_interval: float = 120.0  # nats-server's default sync_interval: 2 minutes
+    sync_always: bool = False
+
+
+def _size(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise JsConfigError(f"jetstream {key}: expected a size, got {value!r}")
+    return value
+
+
+def from_options(opts: Options) -> JsConfig | None:
+    """The JetStream settings, or None when JetStream is off.
+
+    `opts.extra["jetstream"]` holds the config file's value (a block, or true/enabled/false) and the
+    CLI puts `-js` as True and `-sd` as `opts.extra["jetstream_store_dir"]` (flags win over the file)."""
+    raw = opts.extra.get("jetstream")
+    flag_dir = opts.extra.get("jetstream_store_dir")
+    if raw is None or raw is False or raw in ("disabled", "false", "off", "no"):
+        return None
+    block: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if block.get("enabled") is False:
+        return None
+    store_dir = flag_dir or block.get("store_dir") or block.get("store") or ""
+    cfg = JsConfig(store_dir=Path(store_dir) if store_dir else Path(tempfile.gettempdir()) / "nats")
+    for key, value in block.items():
+        k = key.lower()
+        if k in ("max_memory_store", "max_mem_store", "max_mem"):
+            cfg.max_memory_store = _size(key, value)
+        elif k in ("max_file_store", "max_file"):
+            cfg.max_file_store = _size(key, value)
+        elif k == "domain":
+            cfg.domain = str(value)
+        elif k == "sync_interval":
+            if value == "always":
+                cfg.sync_always = True
+            else:
+                cfg.sync_interval = float(parse_duration(key, value))
+    return cfg

@@ -1,0 +1,920 @@
+"""Consumers: pull (`MSG.NEXT` requests) and push (a deliver subject), acks, redelivery, flow control.
+
+State is what nats-server keeps: the next stream sequence to look at (`sseq`), the last consumer sequence
+handed out (`dseq`), the ack floors, the messages delivered but not acked (`pending`: stream sequence ->
+(consumer sequence, delivery time)), and delivery counts of redelivered messages. Every delivery carries
+the reply subject `$JS.ACK.<stream>.<consumer>.<deliveries>.<sseq>.<dseq>.<ts>.<pending>`; acks come back
+on it through this account's internal client.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pynatsd.jetstream import errors
+from pynatsd.jetstream.store import StoredMsg
+from pynatsd.jetstream.util import (
+    headers,
+    now_ns,
+    parse_rfc3339,
+    rfc3339,
+    subject_matches,
+    subjects_overlap,
+)
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from pynatsd.jetstream.stream import Stream
+
+from pynatsd.jetstream.stream import with_server_metadata
+
+ACK_WAIT_DEFAULT = 30_000_000_000
+MAX_ACK_PENDING_DEFAULT = 1000
+MAX_WAITING_DEFAULT = 512
+EPHEMERAL_INACTIVE_DEFAULT = 5_000_000_000
+FC_EVERY_MSGS = 128
+FC_EVERY_BYTES = 1024 * 1024
+
+_DELIVER = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
+_ACK = ("none", "all", "explicit")
+_REPLAY = ("instant", "original")
+_ORDER = [
+    "durable_name", "name", "description", "deliver_policy", "opt_start_seq", "opt_start_time",
+    "ack_policy", "ack_wait", "max_deliver", "backoff", "filter_subject", "filter_subjects",
+    "replay_policy", "rate_limit_bps", "sample_freq", "max_waiting", "max_ack_pending", "flow_control",
+    "headers_only", "max_batch", "max_expires", "max_bytes", "deliver_subject", "deliver_group",
+    "idle_heartbeat", "inactive_threshold", "num_replicas", "mem_storage", "metadata",
+]  # fmt: skip
+_ALWAYS = {"deliver_policy", "ack_policy", "replay_policy", "num_replicas"}
+
+NO_MESSAGES = headers(b"404 No Messages")
+IDLE_HEARTBEAT = headers(b"100 Idle Heartbeat")
+
+
+def random_name(n: int = 8) -> str:
+    return "".join(random.choices(string.ascii_letters + string.digits, k=n))
+
+
+def _valid_name(name: str) -> bool:
+    return bool(name) and not any(c in name for c in ".*> \t/\\")
+
+
+def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
+    """nats-server's consumer defaults and checks; raises ApiError."""
+    if not isinstance(raw, dict):
+        raise errors.consumer_config_required()
+    cfg: dict[str, Any] = {k: v for k, v in raw.items() if v is not None}
+    durable = cfg.get("durable_name") or ""
+    name = cfg.get("name") or ""
+    if durable and name and durable != name:
+        raise errors.consumer_name_mismatch()
+    if durable and not _valid_name(durable):
+        raise errors.consumer_bad_durable_name()
+    if name and not _valid_name(name):
+        raise errors.stream_invalid_config("consumer name can not contain '.', '*', '>', '\\', '/'")
+    if durable:
+        cfg["name"] = durable
+    cfg.setdefault("deliver_policy", "all")
+    cfg.setdefault("ack_policy", "none")
+    cfg.setdefault("replay_policy", "instant")
+    if (
+        cfg["deliver_policy"] not in _DELIVER
+        or cfg["ack_policy"] not in _ACK
+        or cfg["replay_policy"] not in _REPLAY
+    ):
+        raise errors.invalid_json("unknown consumer policy")
+    if cfg.get("max_deliver", 0) in (0,) or cfg.get("max_deliver", 0) < -1:
+        cfg["max_deliver"] = -1
+    push = bool(cfg.get("deliver_subject"))
+    if push:
+        ds = cfg["deliver_subject"]
+        if "*" in ds or ">" in ds:
+            raise errors.consumer_deliver_to_wildcards()
+        if cfg.get("max_waiting"):
+            raise errors.consumer_push_max_waiting()
+    else:
+        if cfg.get("flow_control"):
+            raise errors._e(400, 10089, "consumer flow control requires a push based consumer")
+        if cfg.get("idle_heartbeat"):
+            raise errors._e(400, 10088, "consumer idle heartbeat requires a push based consumer")
+        if cfg.get("max_waiting", 0) < 0:
+            raise errors._e(400, 10087, "consumer max waiting needs to be positive")
+        if not cfg.get("max_waiting"):
+            cfg["max_waiting"] = MAX_WAITING_DEFAULT
+    if not cfg.get("ack_wait") and cfg["ack_policy"] != "none":
+        cfg["ack_wait"] = ACK_WAIT_DEFAULT
+    backoff = cfg.get("backoff") or []
+    if backoff:
+        if cfg["ack_policy"] == "none":
+            raise errors.consumer_invalid_policy("ack policy none can not be used with backoff")
+        if cfg["max_deliver"] != -1 and cfg["max_deliver"] < len(backoff):
+            raise errors.consumer_max_deliver_backoff()
+        cfg["ack_wait"] = backoff[0]
+    if not cfg.get("max_ack_pending") and cfg["ack_policy"] != "none":
+        cfg["max_ack_pending"] = MAX_ACK_PENDING_DEFAULT
+    if not durable and not cfg.get("inactive_threshold"):
+        cfg["inactive_threshold"] = EPHEMERAL_INACTIVE_DEFAULT
+    if cfg.get("filter_subject") and cfg.get("filter_subjects"):
+        raise errors.consumer_duplicate_filters()
+    filters = list(
+        cfg.get("filter_subjects") or ([cfg["filter_subject"]] if cfg.get("filter_subject") else [])
+    )
+    if cfg.get("filter_subject") == ">":
+        pass
+    for f in filters:
+        if not f:
+            raise errors._e(400, 10139, "consumer filter in FilterSubjects cannot be empty")
+    for i, a in enumerate(filters):
+        for b in filters[i + 1 :]:
+            if subjects_overlap(a.encode(), b.encode()):
+                raise errors._e(400, 10138, "consumer subject filters cannot overlap")
+    dp = cfg["deliver_policy"]
+    _check_start(dp, cfg, bool(filters))
+    if push and cfg.get("flow_control") and not cfg.get("idle_heartbeat"):
+        raise errors.flow_control_needs_heartbeats()
+    retention = stream.config["retention"]
+    if retention == "workqueue":
+        if cfg["ack_policy"] != "explicit":
+            if not push:
+                raise errors.consumer_pull_requires_ack()
+            raise errors.consumer_wq_requires_explicit_ack()
+        if dp != "all":
+            raise errors.consumer_wq_not_deliver_all()
+        for other in stream.consumers.values():
+            if other.name == cfg.get("name"):
+                continue
+            if not other.filters or not filters:
+                raise errors.consumer_wq_multiple_unfiltered()
+            if any(subjects_overlap(a, b.encode()) for a in other.filters for b in filters):
+                raise errors.consumer_wq_not_unique()
+    cfg.setdefault("num_replicas", 0)
+    meta = dict(cfg.get("metadata") or {})
+    meta["_nats.req.level"] = "0"
+    cfg["metadata"] = meta
+    out = {k: cfg[k] for k in _ORDER if k in cfg and (k in _ALWAYS or cfg[k] not in (0, "", False, [], {}))}
+    return out
+
+
+def _check_start(dp: str, cfg: dict[str, Any], filtered: bool) -> None:
+    """Start position conflicts, worded as nats-server words them (`start start sequence` included)."""
+    name = dp.replace("_", " ")
+
+    def also(start: str) -> errors.ApiError:
+        return errors.consumer_invalid_policy(
+            f"consumer delivery policy is deliver {name}, but optional start {start} is also set"
+        )
+
+    def missing(what: str) -> errors.ApiError:
+        return errors.consumer_invalid_policy(
+            f"consumer delivery policy is deliver {name}, but optional {what} is not set"
+        )
+
+    seq, start_time = cfg.get("opt_start_seq"), cfg.get("opt_start_time")
+    if dp == "by_start_sequence":
+        if not seq:
+            raise missing("start sequence")
+        if start_time:
+            raise also("time")
+    elif dp == "by_start_time":
+        if not start_time:
+            raise missing("start time")
+        if seq:
+            raise also("start sequence")
+    else:
+        if seq:
+            raise also("sequence")
+        if start_time:
+            raise also("time")
+        if dp == "last_per_subject" and not filtered:
+            raise missing("filter subject")
+
+
+@dataclass
+class PullRequest:
+    reply: bytes
+    batch: int
+    max_bytes: int
+    no_wait: bool
+    expires: int  # monotonic deadline in ns; 0 = none
+    heartbeat: int  # ns; 0 = none
+    sent: int = 0
+    sent_bytes: int = 0
+    last_sent: int = 0  # ns; heartbeats only fill silences
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)
+
+
+class Consumer:
+    """One consumer of one stream. See the module docstring."""
+
+    def __init__(
+        self,
+        stream: Stream,
+        name: str,
+        config: dict[str, Any],
+        created: int,
+        state: dict[str, Any] | None = None,
+    ) -> None:
+        self.stream = stream
+        self.account = stream.account
+        self.loop = stream.account.js.loop
+        self.config = config
+        self.name = name
+        self.created = created
+        self.durable = bool(config.get("durable_name"))
+        self.push = bool(config.get("deliver_subject"))
+        self.filters = [
+            f.encode()
+            for f in (
+                config.get("filter_subjects")
+                or ([config["filter_subject"]] if config.get("filter_subject") else [])
+            )
+        ]
+        self._literal = all(b"*" not in f and b">" not in f for f in self.filters)
+        self.ack_none = config["ack_policy"] == "none"
+        self.ack_all = config["ack_policy"] == "all"
+        self.sseq = 1
+        self.dseq = 0
+        self.asflr = 0
+        self.adflr = 0
+        self.pending: dict[int, tuple[int, int]] = {}  # sseq -> (dseq, deadline ns)
+        self.rdc: dict[int, int] = {}  # sseq -> deliveries so far (only > 1 kept)
+        self.redeliver: deque[int] = deque()
+        self._redeliver_set: set[int] = set()
+        self._lps: deque[int] = deque()  # last_per_subject: the initial sequences
+        self.waiting: deque[PullRequest] = deque()
+        self.last_active = 0
+        self.last_ack = 0
+        self._scheduled = False
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._hb_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._interest_timer: asyncio.TimerHandle | None = None
+        self._replay_timer: asyncio.TimerHandle | None = None
+        self._replay_last: tuple[int, int] | None = None  # (stored ts, sent ns) of the last replayed message
+        self._interest_wait = 0.005  # seconds until the next look for a push subscriber (doubles to 0.25)
+        self._save_timer: asyncio.TimerHandle | None = None
+        self._inactive_since = now_ns()
+        self._npending: int | None = None  # cached count of undelivered matching messages
+        self._fc_reply: bytes | None = None
+        self._fc_count = 0
+        self._since_fc_msgs = 0
+        self._since_fc_bytes = 0
+        self._delivered_since_hb = False
+        self._stopped = False
+        self._ack_sub = self.account.client.subscribe(
+            b"$JS.ACK.%s.%s.>" % (stream.name.encode(), self.name.encode()), self._on_ack
+        )
+        self._fc_sub = (
+            self.account.client.subscribe(
+                b"$JS.FC.%s.%s.*" % (stream.name.encode(), self.name.encode()), self._on_fc
+            )
+            if config.get("flow_control")
+            else None
+        )
+        if state is not None:
+            self._restore(state)
+        else:
+            self._set_start()
+        if self.push and config.get("idle_heartbeat"):
+            self._hb_timer = self.loop.call_later(config["idle_heartbeat"] / 1e9, self._heartbeat)
+        if config.get("inactive_threshold"):
+            self._idle_timer = self.loop.call_later(config["inactive_threshold"] / 1e9, self._check_inactive)
+        self.kick()
+
+    # -- setup ----------------------------------------------------------------------------------------
+    def wants(self, subject: bytes) -> bool:
+        if not self.filters:
+            return True
+        return any(subject_matches(f, subject) for f in self.filters)
+
+    def _set_start(self) -> None:
+        st = self.stream.store
+        cfg = self.config
+        dp = cfg["deliver_policy"]
+        match = None if not self.filters else self.wants
+        if dp == "all":
+            self.sseq = st.first_seq
+        elif dp == "last":
+            last = 0
+            if not self.filters:
+                last = st.last_seq if st.msgs else 0
+            else:
+                last = max((lst[-1] for s, lst in st.subjects.items() if self.wants(s)), default=0)
+            self.sseq = last if last else st.last_seq + 1
+        elif dp == "new":
+            self.sseq = st.last_seq + 1
+        elif dp == "by_start_sequence":
+            self.sseq = max(int(cfg["opt_start_seq"]), 1)
+        elif dp == "by_start_time":
+            self.sseq = st.seq_for_time(parse_rfc3339(cfg["opt_start_time"]))
+        else:  # last_per_subject
+            self._lps = deque(sorted(lst[-1] for s, lst in st.subjects.items() if match is None or match(s)))
+            self.sseq = st.last_seq + 1
+        self.asflr = max(self.sseq - 1, 0)
+        if self._lps:
+            self.asflr = self._lps[0] - 1
+        self.sseq = max(self.sseq, 1)
+
+    # -- persistence ----------------------------------------------------------------------------------
+    @property
+    def persistent(self) -> bool:
+        return self.durable and self.stream.directory is not None and self.stream.config["storage"] == "file"
+
+    def state_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "config": self.config,
+            "created": self.created,
+            "sseq": self.sseq,
+            "dseq": self.dseq,
+            "asflr": self.asflr,
+            "adflr": self.adflr,
+            "pending": [[s, d] for s, (d, _) in self.pending.items()],
+            "rdc": [[s, n] for s, n in self.rdc.items()],
+            "lps": list(self._lps),
+        }
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.sseq = state["sseq"]
+        self.dseq = state["dseq"]
+        self.asflr = state["asflr"]
+        self.adflr = state["adflr"]
+        self._lps = deque(state.get("lps") or [])
+        self.rdc = {int(s): int(n) for s, n in state.get("rdc") or []}
+        # Whatever was pending when we went down is due for redelivery now.
+        for s, d in state.get("pending") or []:
+            self.pending[int(s)] = (int(d), 0)
+        self._schedule_ack_check(0)
+
+    def save_soon(self) -> None:
+        if self.persistent and self._save_timer is None and not self._stopped:
+            self._save_timer = self.loop.call_later(0.05, self.save)
+
+    def save(self) -> None:
+        self._save_timer = None
+        if not self.persistent or self.stream.directory is None:
+            return
+        d = self.stream.directory / "obs"
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f"{self.name}.json.tmp"
+        tmp.write_text(json.dumps(self.state_json()))
+        tmp.replace(d / f"{self.name}.json")
+
+    def stop(self, deleted: bool = False) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        timers = (self._ack_timer, self._hb_timer, self._idle_timer, self._interest_timer, self._replay_timer)
+        for t in (*timers, self._save_timer):
+            if t is not None:
+                t.cancel()
+        if self._save_timer is not None and not deleted:
+            self.save()
+        self.account.client.unsubscribe(self._ack_sub)
+        if self._fc_sub is not None:
+            self.account.client.unsubscribe(self._fc_sub)
+        for req in self.waiting:
+            for t in req.timers:
+                t.cancel()
+            if deleted:
+                self._status(req.reply, b"409 Consumer Deleted")
+        self.waiting.clear()
+        if deleted and self.stream.directory is not None:
+            (self.stream.directory / "obs" / f"{self.name}.json").unlink(missing_ok=True)
+
+    # -- counts ---------------------------------------------------------------------------------------
+    def num_pending(self) -> int:
+        """Messages matching the filter at or past `sseq` (plus last_per_subject's initial ones)."""
+        if self._npending is None:
+            st = self.stream.store
+            start = self.sseq
+            if start > st.last_seq:
+                n = 0
+            elif not self.filters and start <= st.first_seq:
+                n = st.msgs
+            else:
+                n = 0
+                lists = (
+                    [st.subjects.get(f) for f in self.filters]
+                    if self._literal and self.filters
+                    else [lst for subj, lst in st.subjects.items() if self.wants(subj)]
+                )
+                for lst in lists:
+                    if lst:
+                        n += len(lst) - bisect_left(lst, start)
+            self._npending = n
+        return self._npending + len(self._lps)
+
+    def info(self, stored_config: bool = False) -> dict[str, Any]:
+        """Consumer info; `stored_config`: the config as kept (lists), else with the server's metadata."""
+        delivered: dict[str, Any] = {"consumer_seq": self.dseq, "stream_seq": max(self.sseq - 1, 0)}
+        if self._lps:
+            delivered["stream_seq"] = max(self._lps[0] - 1, 0)
+        if self.last_active:
+            delivered["last_active"] = rfc3339(self.last_active)
+        ack_floor: dict[str, Any] = {"consumer_seq": self.adflr, "stream_seq": self.asflr}
+        if self.last_ack:
+            ack_floor["last_active"] = rfc3339(self.last_ack)
+        out: dict[str, Any] = {
+            "stream_name": self.stream.name,
+            "name": self.name,
+            "created": rfc3339(self.created),
+            "config": self.config if stored_config else with_server_metadata(self.config),
+            "delivered": delivered,
+            "ack_floor": ack_floor,
+            "num_ack_pending": len(self.pending),
+            "num_redelivered": len(self.rdc),
+            "num_waiting": len(self.waiting),
+            "num_pending": self.num_pending(),
+        }
+        if self.push and self._has_interest():
+            out["push_bound"] = True
+        return out
+
+    # -- stream events --------------------------------------------------------------------------------
+    def on_new_message(self, seq: int, subject: bytes) -> None:
+        if self._npending is not None and seq >= self.sseq and self.wants(subject):
+            self._npending += 1
+        self.kick()
+
+    def on_removed(self, gone: list[tuple[int, bytes]] | None = None) -> None:
+        """Messages left the stream: count them out of num_pending (`None`: recount when next asked)."""
+        if gone is None or self._npending is None:
+            self._npending = None
+            return
+        for seq, subject in gone:
+            if seq >= self.sseq and self.wants(subject):
+                self._npending -= 1
+
+    def on_purged(self, first_seq: int) -> None:
+        self._npending = None
+        if self.sseq < first_seq:
+            self.sseq = first_seq
+        if self.asflr < first_seq - 1:
+            self.asflr = first_seq - 1
+        for s in [s for s in self.pending if s < first_seq]:
+            del self.pending[s]
+        self._lps = deque(s for s in self._lps if s >= first_seq)
+        self.save_soon()
+
+    # -- delivery -------------------------------------------------------------------------------------
+    def kick(self) -> None:
+        if not self._scheduled and not self._stopped:
+            self._scheduled = True
+            self.loop.call_soon(self._deliver)
+
+    def _has_interest(self) -> bool:
+        res = self.account.client.sublist.match(self.config["deliver_subject"].encode())
+        if self.config.get("deliver_group"):
+            q = self.config["deliver_group"].encode()
+            return any(g and g[0].queue == q for g in res.groups)
+        return bool(res.plain or res.groups)
+
+    def _next(self) -> StoredMsg | None:
+        """The next message to hand out: a due redelivery first, then last_per_subject's, then new ones."""
+        st = self.stream.store
+        while self.redeliver:
+            seq = self.redeliver.popleft()
+            self._redeliver_set.discard(seq)
+            if seq in self.pending:
+                msg = st.load(seq)
+                if msg is not None:
+                    return msg
+                self.pending.pop(seq, None)
+        while self._lps:
+            seq = self._lps.popleft()
+            msg = st.load(seq)
+            if msg is not None:
+                return msg
+        if self.sseq > st.last_seq:
+            return None
+        if self._literal and self.filters:  # straight from the subjects' own sequence lists
+            found = st.next_seq_of(self.sseq, self.filters)
+        else:
+            found = st.next_seq(self.sseq, self.wants if self.filters else None)
+        if found is None:
+            self.sseq = st.last_seq + 1
+            self._npending = 0
+            return None
+        msg = st.load(found)
+        self.sseq = found + 1
+        if self._npending:
+            self._npending -= 1
+        return msg
+
+    def _blocked(self) -> bool:
+        if self.ack_none:
+            return False
+        return len(self.pending) >= self.config.get("max_ack_pending", -1) > 0
+
+    def _deliver(self) -> None:
+        self._scheduled = False
+        if self._stopped:
+            return
+        if self.push:
+            self._deliver_push()
+        else:
+            self._deliver_pull()
+
+    def _deliver_push(self) -> None:
+        if not self._has_interest():
+            if self._interest_timer is None and (
+                self.redeliver or self._lps or self.sseq <= self.stream.store.last_seq
+            ):
+                # No hook tells us when a subscriber appears: look again, soon at first, then less often.
+                self._interest_wait = min(self._interest_wait * 2, 0.25)
+                self._interest_timer = self.loop.call_later(self._interest_wait, self._recheck_interest)
+            return
+        self._interest_wait = 0.005
+        self._inactive_since = now_ns()
+        subject = self.config["deliver_subject"].encode()
+        while not self._blocked() and self._fc_reply is None:
+            msg = self._next()
+            if msg is None or self._replay_later(msg):
+                return
+            self._send(subject, msg)
+            if self._fc_sub is not None:
+                self._since_fc_msgs += 1
+                self._since_fc_bytes += len(msg.data)
+                if self._since_fc_msgs >= FC_EVERY_MSGS or self._since_fc_bytes >= FC_EVERY_BYTES:
+                    self._send_flow_control(subject)
+
+    def _replay_later(self, msg: StoredMsg) -> bool:
+        """replay_policy original: True (message put back, delivery resumed later) while `msg` is early."""
+        if self.config["replay_policy"] != "original" or msg.seq in self.pending:
+            return False
+        now = now_ns()
+        if self._replay_last is not None:
+            prev_ts, prev_sent = self._replay_last
+            wait = (msg.ts - prev_ts) - (now - prev_sent)
+            if wait > 0:
+                self._unnext(msg)
+                if self._replay_timer is None:
+                    self._replay_timer = self.loop.call_later(wait / 1e9, self._replay_resume)
+                return True
+        self._replay_last = (msg.ts, now)
+        return False
+
+    def _replay_resume(self) -> None:
+        self._replay_timer = None
+        self.kick()
+
+    def _recheck_interest(self) -> None:
+        self._interest_timer = None
+        self.kick()
+
+    def _send_flow_control(self, subject: bytes) -> None:
+        self._fc_count += 1
+        self._fc_reply = b"$JS.FC.%s.%s.%d" % (self.stream.name.encode(), self.name.encode(), self._fc_count)
+        self._since_fc_msgs = self._since_fc_bytes = 0
+        self.account.client.publish(subject, self._fc_reply, headers(b"100 FlowControl Request"), b"")
+
+    def _on_fc(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
+        if subject == self._fc_reply:
+            self._fc_reply = None
+            self.kick()
+
+    def _deliver_pull(self) -> None:
+        now = now_ns()
+        while self.waiting:
+            req = self.waiting[0]
+            if req.expires and now >= req.expires:
+                self._finish(req, b"408 Request Timeout")
+                continue
+            if not self._reply_has_interest(req.reply):
+                self._finish(req, None)
+                continue
+            if self._blocked():
+                break
+            msg = self._next()
+            if msg is None or self._replay_later(msg):
+                break
+            size = len(msg.subject) + len(msg.data) + (len(msg.hdrs) if msg.hdrs else 0)
+            if req.max_bytes and req.sent_bytes + size > req.max_bytes:
+                self._unnext(msg)
+                self._finish(req, b"409 Message Size Exceeds MaxBytes")
+                continue
+            self._send(req.reply, msg)
+            req.sent += 1
+            req.sent_bytes += size
+            req.last_sent = now
+            if req.sent >= req.batch:
+                self._finish(req, None)
+        # Requests that asked not to wait get their answer now.
+        for req in [r for r in self.waiting if r.no_wait]:
+            self._finish(req, b"404 No Messages")
+
+    def _unnext(self, msg: StoredMsg) -> None:
+        """Put back a message taken by `_next` but not sent."""
+        if msg.seq in self.pending:
+            self.redeliver.appendleft(msg.seq)
+            self._redeliver_set.add(msg.seq)
+        elif self.sseq == msg.seq + 1:
+            self.sseq = msg.seq
+            if self._npending is not None:
+                self._npending += 1
+        else:
+            self._lps.appendleft(msg.seq)
+
+    def _reply_has_interest(self, reply: bytes) -> bool:
+        res = self.account.client.sublist.match(reply)
+        return bool(res.plain or res.groups)
+
+    def _finish(self, req: PullRequest, status: bytes | None) -> None:
+        for t in req.timers:
+            t.cancel()
+        try:
+            self.waiting.remove(req)
+        except ValueError:
+            return
+        if status is not None:
+            pairs = None
+            if not status.startswith(b"404"):
+                pairs = [
+                    (b"Nats-Pending-Messages", b"%d" % (req.batch - req.sent)),
+                    (b"Nats-Pending-Bytes", b"%d" % (max(req.max_bytes - req.sent_bytes, 0))),
+                ]
+            self._status(req.reply, status, pairs)
+
+    def _status(self, reply: bytes, status: bytes, pairs: list[tuple[bytes, bytes]] | None = None) -> None:
+        self.account.client.publish(reply, None, headers(status, pairs), b"")
+
+    def _send(self, subject: bytes, msg: StoredMsg) -> None:
+        seq = msg.seq
+        now = now_ns()
+        self.last_active = now
+        self._delivered_since_hb = True
+        self.dseq += 1
+        n = self.rdc.get(seq, 1)
+        if seq in self.pending:
+            n += 1
+            self.rdc[seq] = n
+        reply = self._ack_subject(n, seq, now)
+        if self.ack_none:
+            self.asflr = max(self.asflr, seq)
+            self.adflr = self.dseq
+        else:
+            wait = self._ack_wait(n)
+            self.pending[seq] = (self.dseq, now + wait)
+            self._schedule_ack_check(wait)
+        hdrs, data = msg.hdrs, msg.data
+        if self.config.get("headers_only"):
+            size = b"Nats-Msg-Size: %d\r\n\r\n" % len(data)
+            hdrs = (hdrs[:-2] if hdrs else b"NATS/1.0\r\n") + size
+            data = b""
+        self.account.client.publish(subject, reply, hdrs, data, shown_as=msg.subject)
+        if self.ack_none:
+            self.stream.on_acked(seq)  # nothing to wait for: interest/workqueue retention may drop it
+        self.save_soon()
+
+    def _ack_subject(self, n: int, seq: int, now: int) -> bytes:
+        return b"$JS.ACK.%s.%s.%d.%d.%d.%d.%d" % (
+            self.stream.name.encode(),
+            self.name.encode(),
+            n,
+            seq,
+            self.dseq,
+            now,
+            self.num_pending(),
+        )
+
+    def _ack_wait(self, deliveries: int) -> int:
+        backoff = self.config.get("backoff")
+        if backoff:
+            return int(backoff[min(deliveries - 1, len(backoff) - 1)])
+        return int(self.config.get("ack_wait") or ACK_WAIT_DEFAULT)
+
+    # -- ack timers -----------------------------------------------------------------------------------
+    def _schedule_ack_check(self, delay_ns: int) -> None:
+        if self._ack_timer is None and not self._stopped:
+            self._ack_timer = self.loop.call_later(max(delay_ns, 0) / 1e9 + 0.001, self._check_acks)
+
+    def _check_acks(self) -> None:
+        self._ack_timer = None
+        now = now_ns()
+        soonest = 0
+        max_deliver = self.config.get("max_deliver", -1)
+        for seq, (_, deadline) in list(self.pending.items()):
+            if deadline <= now:
+                if seq in self._redeliver_set:
+                    continue
+                if max_deliver > 0 and self.rdc.get(seq, 1) >= max_deliver:
+                    # Delivered as often as allowed: it stays unacked but is not sent again.
+                    del self.pending[seq]
+                    self._ack_done(seq)
+                    continue
+                self.redeliver.append(seq)
+                self._redeliver_set.add(seq)
+            elif soonest == 0 or deadline < soonest:
+                soonest = deadline
+        if self.redeliver:
+            self.kick()
+        if soonest:
+            self._schedule_ack_check(soonest - now)
+
+    # -- acks -----------------------------------------------------------------------------------------
+    def _on_ack(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
+        parts = subject.split(b".")
+        if len(parts) < 9:
+            return
+        try:
+            sseq, dseq = int(parts[5]), int(parts[6])
+        except ValueError:
+            return
+        kind = payload[:4]
+        self._inactive_since = now_ns()
+        if kind in (b"", b"+ACK"):
+            self._ack(sseq, dseq)
+        elif kind == b"-NAK":
+            self._nak(sseq, payload[4:])
+        elif kind == b"+WPI":
+            entry = self.pending.get(sseq)
+            if entry is not None:
+                self.pending[sseq] = (entry[0], now_ns() + self._ack_wait(self.rdc.get(sseq, 1)))
+        elif kind == b"+NXT":
+            self._ack(sseq, dseq)
+            if reply and not self.push:
+                self._add_request(reply, payload[4:].strip())
+        elif kind == b"+TER" and sseq in self.pending:
+            del self.pending[sseq]
+            self._ack_done(sseq)
+        if reply and kind != b"+NXT":
+            self.account.client.publish(reply, None, None, b"")
+        self.kick()
+
+    def _ack(self, sseq: int, dseq: int) -> None:
+        if self.ack_all:
+            acked = [s for s in self.pending if s <= sseq]
+            for s in acked:
+                del self.pending[s]
+            for s in acked:
+                self._ack_done(s)
+            return
+        if self.pending.pop(sseq, None) is not None:
+            self._ack_done(sseq)
+
+    def _ack_done(self, sseq: int) -> None:
+        """`sseq` will not be delivered again: move the ack floor, tell the stream (interest/workqueue)."""
+        self.rdc.pop(sseq, None)
+        self.last_ack = now_ns()
+        # `pending` is in delivery order, which is stream order (redeliveries keep their first place).
+        oldest = next(iter(self.pending), None)
+        if oldest is not None:
+            floor = oldest - 1
+        else:
+            floor = self.sseq - 1 if not self._lps else max(self._lps[0] - 1, self.asflr)
+        if floor > self.asflr:
+            self.asflr = floor
+            self.adflr = self.pending[oldest][0] - 1 if oldest is not None else self.dseq
+        elif not self.pending:
+            self.adflr = self.dseq
+        self.stream.on_acked(sseq)
+        self.save_soon()
+
+    def _nak(self, sseq: int, rest: bytes) -> None:
+        entry = self.pending.get(sseq)
+        if entry is None:
+            return
+        delay = 0
+        rest = rest.strip()
+        if rest.startswith(b"{"):
+            try:
+                delay = int(json.loads(rest).get("delay") or 0)
+            except (ValueError, AttributeError):
+                delay = 0
+        if delay > 0:
+            self.pending[sseq] = (entry[0], now_ns() + delay)
+            self._schedule_ack_check(delay)
+        elif sseq not in self._redeliver_set:
+            self.redeliver.append(sseq)
+            self._redeliver_set.add(sseq)
+
+    def needs(self, sseq: int, subject: bytes) -> bool:
+        """True while this consumer may still deliver or await an ack for `sseq` (interest retention)."""
+        if not self.wants(subject):
+            return False
+        return sseq in self.pending or sseq >= self.sseq or sseq in self._lps
+
+    # -- pull requests --------------------------------------------------------------------------------
+    def request_next(self, reply: bytes | None, payload: bytes) -> None:
+        if not reply:
+            return
+        if self.push:
+            self._status(reply, b"409 Consumer is push based")
+            return
+        self._add_request(reply, payload.strip())
+
+    def _add_request(self, reply: bytes, body: bytes) -> None:
+        batch, max_bytes, no_wait, expires, hb = 1, 0, False, 0, 0
+        if body.startswith(b"{"):
+            try:
+                req = json.loads(body)
+                batch = int(req.get("batch") or 1)
+                max_bytes = int(req.get("max_bytes") or 0)
+                no_wait = bool(req.get("no_wait"))
+                expires = int(req.get("expires") or 0)
+                hb = int(req.get("idle_heartbeat") or 0)
+            except (ValueError, TypeError, AttributeError):
+                self._status(reply, b"400 Bad Request")
+                return
+        elif body:
+            try:
+                batch = int(body)
+            except ValueError:
+                batch = 1
+        refusal = self._refuse_request(batch, max_bytes, expires, hb)
+        if refusal:
+            self._status(reply, refusal)
+            return
+        if no_wait and not expires and not self.redeliver and not self._blocked() and self.num_pending() == 0:
+            self._status(reply, b"404 No Messages")
+            return
+        if len(self.waiting) >= self.config.get("max_waiting", MAX_WAITING_DEFAULT):
+            self._status(reply, b"409 Exceeded MaxWaiting")
+            return
+        now = now_ns()
+        self._inactive_since = now
+        req_ = PullRequest(reply, batch, max_bytes, no_wait, now + expires if expires else 0, hb)
+        self.waiting.append(req_)
+        if expires:
+            req_.timers.append(self.loop.call_later(expires / 1e9, self._expire, req_))
+        if hb:
+            req_.timers.append(self.loop.call_later(hb / 1e9, self._pull_heartbeat, req_))
+        self._deliver_pull()
+
+    def _refuse_request(self, batch: int, max_bytes: int, expires: int, hb: int) -> bytes:
+        """The status refusing a pull request outright (nats-server's checks, in its order), or b""."""
+        cfg = self.config
+        if batch <= 0:
+            return b"400 Bad Request - batch size must be positive"
+        if hb and expires and hb * 2 > expires:
+            return b"400 Bad Request - heartbeat value too large"
+        if cfg.get("max_batch") and batch > cfg["max_batch"]:
+            return b"409 Exceeded MaxRequestBatch of %d" % cfg["max_batch"]
+        if cfg.get("max_expires") and expires > cfg["max_expires"]:
+            return b"409 Exceeded MaxRequestExpires of %s" % _go_duration(cfg["max_expires"]).encode()
+        if cfg.get("max_bytes") and max_bytes > cfg["max_bytes"]:
+            return b"409 Exceeded MaxRequestMaxBytes of %d" % cfg["max_bytes"]
+        return b""
+
+    def _expire(self, req: PullRequest) -> None:
+        if req in self.waiting:
+            self._finish(req, b"408 Request Timeout")
+
+    def _pull_heartbeat(self, req: PullRequest) -> None:
+        if req not in self.waiting:
+            return
+        quiet = now_ns() - req.last_sent
+        if quiet >= req.heartbeat:
+            self._status(req.reply, b"100 Idle Heartbeat")
+            quiet = 0
+        req.timers.append(self.loop.call_later((req.heartbeat - quiet) / 1e9, self._pull_heartbeat, req))
+
+    # -- push heartbeats, inactivity ------------------------------------------------------------------
+    def _heartbeat(self) -> None:
+        interval = self.config["idle_heartbeat"] / 1e9
+        self._hb_timer = self.loop.call_later(interval, self._heartbeat)
+        if self._delivered_since_hb:
+            self._delivered_since_hb = False
+            return
+        if not self._has_interest():
+            return
+        pairs = [
+            (b"Nats-Last-Consumer", b"%d" % self.dseq),
+            (b"Nats-Last-Stream", b"%d" % max(self.sseq - 1, 0)),
+        ]
+        if self._fc_reply is not None:
+            pairs.append((b"Nats-Consumer-Stalled", self._fc_reply))
+        self.account.client.publish(
+            self.config["deliver_subject"].encode(), None, headers(b"100 Idle Heartbeat", pairs), b""
+        )
+
+    def _check_inactive(self) -> None:
+        threshold = self.config["inactive_threshold"]
+        self._idle_timer = None
+        now = now_ns()
+        active = bool(self.waiting) or (self.push and self._has_interest())
+        if active:
+            self._inactive_since = now
+        elif now - self._inactive_since >= threshold:
+            self.stream.account.delete_consumer(self.stream, self.name)
+            return
+        wait = max(threshold - (now - self._inactive_since), threshold // 4, 50_000_000)
+        self._idle_timer = self.loop.call_later(wait / 1e9, self._check_inactive)
+
+
+def _go_duration(ns: int) -> str:
+    """Go's time.Duration String() for the whole-millisecond and larger values a config holds."""
+    if ns % 1_000_000_000 == 0:
+        secs = ns // 1_000_000_000
+        h, rest = divmod(secs, 3600)
+        m, sec = divmod(rest, 60)
+        return (f"{h}h" if h else "") + (f"{m}m" if h or m else "") + f"{sec}s"
+    return f"{ns / 1e6:g}ms" if ns < 1_000_000_000 else f"{ns / 1e9:g}s"

@@ -1,0 +1,569 @@
+"""A stream: its configuration (nats-server's defaults and checks), message capture and limits."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pynatsd import NATS_COMPAT_VERSION
+from pynatsd.broker.delivery import Subscription
+from pynatsd.broker.logging import get_logger
+from pynatsd.jetstream import errors
+from pynatsd.jetstream.errors import ApiError
+from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
+from pynatsd.jetstream.util import (
+    get_header,
+    is_subset,
+    now_ns,
+    rfc3339,
+    subject_matches,
+    subjects_overlap,
+)
+from pynatsd.protocol.subjects import is_valid_subject
+
+log = get_logger()
+
+if TYPE_CHECKING:
+    from pynatsd.jetstream.account import JsAccount
+    from pynatsd.jetstream.consumer import Consumer
+
+API_LEVEL = 1
+DEFAULT_DUPLICATE_WINDOW = 120_000_000_000  # 2 minutes, in nanoseconds
+_NAME_BAD = re.compile(r"[.*>\s\x00]")
+
+STREAM_DEFAULTS: dict[str, Any] = {
+    "retention": "limits",
+    "max_consumers": -1,
+    "max_msgs": -1,
+    "max_bytes": -1,
+    "max_age": 0,
+    "max_msgs_per_subject": -1,
+    "max_msg_size": -1,
+    "discard": "old",
+    "storage": "file",
+    "num_replicas": 1,
+    "duplicate_window": DEFAULT_DUPLICATE_WINDOW,
+    "compression": "none",
+    "allow_direct": False,
+    "mirror_direct": False,
+    "sealed": False,
+    "deny_delete": False,
+    "deny_purge": False,
+    "allow_rollup_hdrs": False,
+    "consumer_limits": {},
+    "allow_msg_ttl": False,
+}
+# The order nats-server writes a stream config in (fields it omits when empty come and go in place).
+_FIELD_ORDER = [
+    "name", "description", "subjects", "retention", "max_consumers", "max_msgs", "max_bytes", "max_age",
+    "max_msgs_per_subject", "max_msg_size", "discard", "storage", "num_replicas", "duplicate_window",
+    "placement", "mirror", "sources", "compression", "allow_direct", "mirror_direct", "sealed",
+    "deny_delete", "deny_purge", "allow_rollup_hdrs", "republish", "discard_new_per_subject",
+    "consumer_limits", "allow_msg_ttl", "metadata",
+]  # fmt: skip
+_ENUMS = {
+    "retention": ("limits", "interest", "workqueue"),
+    "discard": ("old", "new"),
+    "storage": ("file", "memory"),
+    "compression": ("none", "s2"),
+}
+
+
+def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str, Any]:
+    """nats-server's defaults and checks for a requested stream config; raises ApiError."""
+    if not isinstance(raw, dict):
+        raise errors.bad_request()
+    name = raw.get("name") or ""
+    if subject_name is not None and name != subject_name:
+        raise errors.stream_mismatch()
+    if not isinstance(name, str) or not name:
+        raise errors.stream_invalid_config("stream name is required")
+    if "/" in name or "\\" in name:
+        raise errors._e(400, 10128, "Stream name can not contain path separators")
+    if _NAME_BAD.search(name):
+        raise errors.stream_invalid_config("stream name can not contain whitespace, '.', '*', '>'")
+    cfg: dict[str, Any] = dict(STREAM_DEFAULTS)
+    for key, value in raw.items():
+        if value is None:
+            continue
+        if key not in STREAM_DEFAULTS and key not in ("name", "subjects") and value in (False, "", 0, [], {}):
+            continue  # nats-server omits empty optional fields (omitempty)
+        cfg[key] = value
+    for key, allowed in _ENUMS.items():
+        if cfg[key] not in allowed:
+            raise errors.invalid_json(f"can not unmarshal {key} {cfg[key]!r}")
+    for key in ("max_msgs", "max_bytes", "max_msgs_per_subject", "max_msg_size", "max_consumers"):
+        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool):
+            raise errors.invalid_json(f"{key} must be an integer")
+        if cfg[key] == 0:
+            cfg[key] = -1
+    if cfg["num_replicas"] == 0:
+        cfg["num_replicas"] = 1
+    if cfg["num_replicas"] < 0:
+        raise errors._e(400, 10133, "replicas count cannot be negative")
+    if cfg["num_replicas"] > 1:
+        raise errors.replicas_not_supported()
+    if cfg["max_age"] < 0:
+        raise errors.stream_invalid_config("max age needs to be >= 0")
+    if not raw.get("duplicate_window"):
+        cfg["duplicate_window"] = DEFAULT_DUPLICATE_WINDOW
+        if cfg["max_age"] and cfg["max_age"] < DEFAULT_DUPLICATE_WINDOW:
+            cfg["duplicate_window"] = cfg["max_age"]
+    if cfg["max_age"] and cfg["duplicate_window"] > cfg["max_age"]:
+        raise errors.stream_invalid_config("duplicates window can not be larger then max age")
+    if cfg.get("mirror") or cfg.get("sources"):
+        raise errors.stream_invalid_config("mirrors and sources are not supported by pynatsd")
+    subjects = cfg.get("subjects") or []
+    if not subjects:
+        subjects = [name]
+    if not isinstance(subjects, list) or not all(isinstance(s, str) and s for s in subjects):
+        raise errors.stream_invalid_config("invalid subject")
+    _check_subjects(subjects, bool(cfg.get("no_ack")))
+    cfg["subjects"] = subjects
+    meta = dict(cfg.get("metadata") or {})
+    meta.update({"_nats.req.level": "0"})
+    cfg["metadata"] = meta
+    return {k: cfg[k] for k in _FIELD_ORDER if k in cfg} | {
+        k: v for k, v in cfg.items() if k not in _FIELD_ORDER
+    }
+
+
+def _check_subjects(subjects: list[str], no_ack: bool) -> None:
+    """nats-server's subject rules for a stream (its messages, in its order)."""
+    seen: set[str] = set()
+    for i, subj in enumerate(subjects):
+        sb = subj.encode()
+        if not is_valid_subject(sb):
+            raise errors.stream_invalid_config("invalid subject")
+        if subj in seen:
+            raise errors.stream_invalid_config("duplicate subjects detected")
+        if subj == ">" and not no_ack:
+            raise errors.stream_invalid_config("capturing all subjects requires no-ack to be true")
+        if not no_ack:
+            for space in (b"$JS.>", b"$JSC.>", b"$NRG.>"):
+                if subjects_overlap(sb, space) and not is_subset(sb, b"$JS.EVENT.>"):
+                    raise errors.stream_invalid_config(
+                        "subjects that overlap with jetstream api require no-ack to be true"
+                    )
+            if subjects_overlap(sb, b"$SYS.>") and not is_subset(sb, b"$SYS.ACCOUNT.>"):
+                raise errors.stream_invalid_config(
+                    "subjects that overlap with system api require no-ack to be true"
+                )
+        for other in subjects[i + 1 :]:
+            if subjects_overlap(other.encode(), sb):
+                raise errors.stream_invalid_config(f'subject "{subj}" overlaps with "{other}"')
+        seen.add(subj)
+
+
+def with_server_metadata(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config as info and create responses show it: the server's level and version in the metadata."""
+    out = dict(cfg)
+    meta = dict(cfg.get("metadata") or {})
+    meta.update({"_nats.level": str(API_LEVEL), "_nats.ver": NATS_COMPAT_VERSION})
+    out["metadata"] = dict(sorted(meta.items()))
+    return out
+
+
+def equivalent(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Same config apart from server-set metadata (a repeated create with it is idempotent)."""
+
+    def strip(c: dict[str, Any]) -> dict[str, Any]:
+        c = dict(c)
+        c["metadata"] = {k: v for k, v in (c.get("metadata") or {}).items() if not k.startswith("_nats.")}
+        return c
+
+    return strip(a) == strip(b)
+
+
+class Stream:
+    """One stream of one account: subscribes to its subjects, stores, enforces limits, feeds consumers."""
+
+    def __init__(
+        self, account: JsAccount, config: dict[str, Any], created: int, directory: Path | None
+    ) -> None:
+        self.account = account
+        self.config = config
+        self.name: str = config["name"]
+        self.created = created
+        self.directory = directory
+        self.store: Store
+        if config["storage"] == "memory" or directory is None:
+            self.store = MemoryStore()
+        else:
+            self.store = FileStore(directory / "msgs", account.js.sync_interval, account.js.sync_always)
+        self.consumers: dict[str, Consumer] = {}
+        self._subs: list[Subscription] = []
+        # Nats-Msg-Id -> (sequence, timestamp ns), oldest first, within the duplicate window.
+        self._dedupe: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._last_msg_id = ""
+        self._age_timer: Any = None
+        domain = account.js.domain
+        self._ack_head = b'{"stream":%s,%s' % (
+            json.dumps(self.name).encode(),
+            b'"domain":%s,' % json.dumps(domain).encode() if domain else b"",
+        )
+        self._rebuild_dedupe()
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        client = self.account.client
+        for subject in self.config["subjects"]:
+            self._subs.append(client.subscribe(subject.encode(), self._on_publish))
+        self._schedule_age_check()
+
+    def stop(self) -> None:
+        for sub in self._subs:
+            self.account.client.unsubscribe(sub)
+        self._subs.clear()
+        if self._age_timer is not None:
+            self._age_timer.cancel()
+            self._age_timer = None
+        for consumer in list(self.consumers.values()):
+            consumer.stop()
+        self.store.close()
+
+    def save_meta(self) -> None:
+        if self.directory is None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / "meta.json.tmp"
+        tmp.write_text(json.dumps({"config": self.config, "created": self.created}))
+        tmp.replace(self.directory / "meta.json")
+
+    def update(self, new: dict[str, Any]) -> None:
+        old = self.config
+        if new["storage"] != old["storage"]:
+            raise errors.stream_invalid_config("stream configuration update can not change storage type")
+        if new["retention"] != old["retention"]:
+            raise errors.stream_invalid_config("stream configuration update can not change retention policy")
+        if old["sealed"] and not new["sealed"]:
+            raise errors.stream_invalid_config("stream configuration update can not unseal a sealed stream")
+        if old["deny_delete"] and not new["deny_delete"]:
+            raise errors.stream_invalid_config(
+                "stream configuration update can not cancel deny message deletes"
+            )
+        if old["deny_purge"] and not new["deny_purge"]:
+            raise errors.stream_invalid_config("stream configuration update can not cancel deny purge")
+        for subject in self._subs:
+            self.account.client.unsubscribe(subject)
+        self._subs.clear()
+        self.config = new
+        self.start()
+        self.save_meta()
+        self._enforce_limits()
+
+    # -- info -----------------------------------------------------------------------------------------
+    def state(self, subjects_filter: str | None = None, deleted_details: bool = False) -> dict[str, Any]:
+        st = self.store
+        state: dict[str, Any] = {
+            "messages": st.msgs,
+            "bytes": st.bytes,
+            "first_seq": st.first_seq if st.last_seq or st.first_seq > 1 else 0,
+            "first_ts": rfc3339(st.first_ts()),
+            "last_seq": st.last_seq,
+            "last_ts": rfc3339(st.last_ts),
+        }
+        if st.msgs == 0:
+            state["first_ts"] = "0001-01-01T00:00:00Z"
+        span = st.last_seq - st.first_seq + 1 if st.msgs else 0
+        if span > st.msgs:
+            state["num_deleted"] = span - st.msgs
+            if deleted_details:
+                state["deleted"] = [s for s in range(st.first_seq, st.last_seq + 1) if s not in st]
+        if st.subjects:
+            state["num_subjects"] = len(st.subjects)
+        if subjects_filter:
+            f = subjects_filter.encode()
+            counts = {s.decode(): len(v) for s, v in st.subjects.items() if subject_matches(f, s)}
+            if counts:
+                state["subjects"] = counts
+        state["consumer_count"] = len(self.consumers)
+        return state
+
+    def info(self, **kwargs: Any) -> dict[str, Any]:
+        return {
+            "config": with_server_metadata(self.config),
+            "created": rfc3339(self.created),
+            "state": self.state(**kwargs),
+        }
+
+    # -- publish --------------------------------------------------------------------------------------
+    def _on_publish(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
+        try:
+            seq, duplicate = self.process(subject, hdrs, payload)
+        except OSError as exc:  # the disk said no (full, gone): the publisher hears it, as from nats-server
+            log.error("JetStream stream %s: storing failed: %s", self.name, exc)
+            self._nack(reply, errors.store_failed(str(exc)))
+            return
+        except ApiError as err:
+            self._nack(reply, err)
+            return
+        except Exception as exc:  # a bug must not leave the publisher waiting for its PubAck
+            log.exception("JetStream stream %s: storing failed", self.name)
+            self._nack(reply, errors.general(f"{type(exc).__name__}: {exc}"))
+            return
+        if reply and not self.config.get("no_ack"):
+            # Written as nats-server writes it (by hand, hence the space in `"duplicate": true`).
+            ack = b'%s"seq":%d%s}' % (self._ack_head, seq, b',"duplicate": true' if duplicate else b"")
+            self.account.client.publish(reply, None, None, ack)
+
+    def _nack(self, reply: bytes | None, err: ApiError) -> None:
+        self.account.api_errors_on_publish += 1
+        if reply and not self.config.get("no_ack"):
+            body = json.dumps({"error": err.json(), "stream": self.name, "seq": 0}, separators=(",", ":"))
+            self.account.client.publish(reply, None, None, body.encode())
+
+    def process(self, subject: bytes, hdrs: bytes | None, payload: bytes) -> tuple[int, bool]:
+        """Store one published message after nats-server's checks; returns (sequence, duplicate)."""
+        cfg = self.config
+        st = self.store
+        if cfg["sealed"]:
+            raise errors.stream_sealed()
+        size = len(payload) + (len(hdrs) if hdrs else 0)
+        if 0 <= cfg["max_msg_size"] < size or size > self.account.js.max_payload:
+            raise errors.message_too_big()
+        msg_id = ""
+        rollup = b""
+        if hdrs:
+            expected = get_header(hdrs, b"Nats-Expected-Stream")
+            if expected is not None and expected.decode() != self.name:
+                raise errors.stream_not_match()
+            mid = get_header(hdrs, b"Nats-Msg-Id")
+            if mid:
+                msg_id = mid.decode()
+                self._expire_dedupe()
+                seen = self._dedupe.get(msg_id)
+                if seen is not None:
+                    return seen[0], True
+            els = get_header(hdrs, b"Nats-Expected-Last-Sequence")
+            if els is not None and _int(els) != st.last_seq:
+                raise errors.wrong_last_sequence(st.last_seq)
+            elmi = get_header(hdrs, b"Nats-Expected-Last-Msg-Id")
+            if elmi is not None and elmi.decode() != self._last_msg_id:
+                raise errors.wrong_last_msg_id(self._last_msg_id)
+            elss = get_header(hdrs, b"Nats-Expected-Last-Subject-Sequence")
+            if elss is not None:
+                last = st.last_for(subject)
+                if _int(elss) != last:
+                    raise errors.wrong_last_sequence(last)
+            roll = get_header(hdrs, b"Nats-Rollup")
+            if roll is not None:
+                if not cfg["allow_rollup_hdrs"]:
+                    raise errors.rollup_failed("rollup not permitted")
+                if roll not in (b"sub", b"all"):
+                    raise errors.rollup_failed(
+                        f"rollup value invalid: {json.dumps(roll.decode(errors='replace'))}"
+                    )
+                rollup = roll
+        if cfg["discard"] == "new" and not rollup:
+            if cfg["max_msgs"] > 0 and st.msgs >= cfg["max_msgs"]:
+                raise errors.store_failed("maximum messages exceeded")
+            if cfg["max_bytes"] > 0 and st.bytes + st.msg_size(subject, hdrs, payload) > cfg["max_bytes"]:
+                raise errors.store_failed("maximum bytes exceeded")
+            if (
+                cfg.get("discard_new_per_subject")
+                and cfg["max_msgs_per_subject"] > 0
+                and len(st.subjects.get(subject, ())) >= cfg["max_msgs_per_subject"]
+            ):
+                raise errors.store_failed("maximum messages per subject exceeded")
+        if self.account.js.limited:
+            self.account.js.check_capacity(cfg["storage"], st.msg_size(subject, hdrs, payload))
+        if self.config["retention"] == "interest" and not self._has_interest(subject):
+            # Nobody would ever ack it: nats-server acknowledges and drops it at once.
+            st.skip_to(st.last_seq + 1)
+            return st.last_seq, False
+        ts = now_ns()
+        if ts <= st.last_ts:
+            ts = st.last_ts + 1  # strictly increasing, so by_start_time and max_age stay exact
+        seq = st.append(subject, hdrs, payload, ts)
+        if msg_id:
+            self._dedupe[msg_id] = (seq, ts)
+            self._last_msg_id = msg_id
+        if rollup == b"sub":
+            self.remove([s for s in st.subjects.get(subject, ()) if s < seq])
+        elif rollup == b"all":
+            self.remove([s for s in st.seqs_from(st.first_seq) if s < seq])
+        self._enforce_limits(subject)
+        if st.msgs == 1 or self._age_timer is None:
+            self._schedule_age_check()
+        for consumer in self.consumers.values():
+            consumer.on_new_message(seq, subject)
+        self.account.js.stats_stored(size)
+        return seq, False
+
+    def _has_interest(self, subject: bytes) -> bool:
+        return any(c.wants(subject) for c in self.consumers.values())
+
+    def on_acked(self, seq: int) -> None:
+        """A consumer is done with `seq`: under interest or workqueue retention it may go now."""
+        retention = self.config["retention"]
+        if retention == "limits":
+            return
+        subject = self.store.subject_of(seq)
+        if subject is None:
+            return
+        if retention == "interest" and any(c.needs(seq, subject) for c in self.consumers.values()):
+            return
+        self.remove([seq])
+
+    def remove(self, seqs: list[int]) -> int:
+        """Remove messages and tell the consumers (their pending counts); returns how many went."""
+        st = self.store
+        gone = [(seq, subj) for seq in seqs if (subj := st.subject_of(seq)) is not None]
+        if not gone:
+            return 0
+        st.remove_many([seq for seq, _ in gone])
+        for consumer in self.consumers.values():
+            consumer.on_removed(gone)
+        return len(gone)
+
+    def _enforce_limits(self, subject: bytes | None = None) -> None:
+        cfg, st = self.config, self.store
+        per = cfg["max_msgs_per_subject"]
+        if per > 0:
+            lists = list(st.subjects.values()) if subject is None else [st.subjects.get(subject, array("q"))]
+            victims = [s for lst in lists for s in lst[: max(0, len(lst) - per)]]
+            if victims:
+                self.remove(victims)
+        if cfg["max_msgs"] > 0 and st.msgs > cfg["max_msgs"]:
+            self.remove(list(_take(st.seqs_from(st.first_seq), st.msgs - cfg["max_msgs"])))
+        if cfg["max_bytes"] > 0:
+            while st.bytes > cfg["max_bytes"] and st.msgs:
+                self.remove([st.first_seq])
+
+    # -- max_age --------------------------------------------------------------------------------------
+    def _schedule_age_check(self) -> None:
+        max_age = self.config["max_age"]
+        if not max_age or self.store.msgs == 0:
+            return
+        if self._age_timer is not None:
+            self._age_timer.cancel()
+        due = (self.store.first_ts() + max_age - now_ns()) / 1e9
+        self._age_timer = self.account.js.loop.call_later(max(due, 0.0) + 0.001, self._expire_aged)
+
+    def _expire_aged(self) -> None:
+        self._age_timer = None
+        cutoff = now_ns() - self.config["max_age"]
+        st = self.store
+        old = []
+        for s in st.seqs_from(st.first_seq):
+            ts = st.ts_of(s)
+            if ts is None or ts > cutoff:
+                break
+            old.append(s)
+        if old:
+            self.remove(old)
+        self._schedule_age_check()
+
+    # -- dedupe ---------------------------------------------------------------------------------------
+    def _expire_dedupe(self) -> None:
+        cutoff = now_ns() - self.config["duplicate_window"]
+        d = self._dedupe
+        while d:
+            if next(iter(d.values()))[1] >= cutoff:
+                break
+            d.popitem(last=False)
+
+    def _rebuild_dedupe(self) -> None:
+        """After a restart: the message ids still inside the duplicate window, from the stored headers."""
+        st = self.store
+        cutoff = now_ns() - self.config["duplicate_window"]
+        start = st.seq_for_time(cutoff) if st.msgs else st.last_seq + 1
+        for seq in st.seqs_from(start):
+            msg = st.load(seq)
+            if msg is not None and msg.hdrs:
+                mid = get_header(msg.hdrs, b"Nats-Msg-Id")
+                if mid:
+                    self._dedupe[mid.decode()] = (seq, msg.ts)
+                    self._last_msg_id = mid.decode()
+
+    # -- messages -------------------------------------------------------------------------------------
+    def get_message(self, req: dict[str, Any]) -> StoredMsg:
+        """STREAM.MSG.GET / DIRECT.GET lookups: seq, last_by_subj, next_by_subj (with seq)."""
+        st = self.store
+        seq = req.get("seq") or 0
+        last_by = req.get("last_by_subj")
+        next_by = req.get("next_by_subj")
+        if not isinstance(seq, int) or sum(bool(x) for x in (last_by, next_by)) > 1:
+            raise errors.bad_request()
+        found: int | None
+        if last_by:
+            f = last_by.encode()
+            if b"*" in f or b">" in f:
+                found = max(
+                    (lst[-1] for s, lst in st.subjects.items() if subject_matches(f, s)), default=None
+                )
+            else:
+                found = st.last_for(f) or None
+        elif next_by:
+            f = next_by.encode()
+            found = st.next_seq(max(seq, 1), lambda s: subject_matches(f, s))
+        elif seq:
+            found = seq if seq in st else None
+        else:
+            raise errors.bad_request()
+        msg = st.load(found) if found else None
+        if msg is None:
+            raise errors.no_message_found()
+        return msg
+
+    def delete_message(self, seq: int, no_erase: bool = True) -> None:
+        if self.config["deny_delete"]:
+            raise errors.msg_delete_failed("message delete not permitted")
+        if self.config["sealed"]:
+            raise errors.stream_sealed()
+        if not self.remove([seq]):
+            raise errors.msg_delete_failed("no message found")
+
+    def purge(self, req: dict[str, Any]) -> int:
+        if self.config["deny_purge"]:
+            raise errors.purge_failed("stream purge not permitted")
+        if self.config["sealed"]:
+            raise errors.stream_sealed()
+        filt = req.get("filter")
+        seq = req.get("seq") or 0
+        keep = req.get("keep") or 0
+        if seq and keep:
+            raise errors.bad_request()
+        match: Callable[[bytes], bool] | None = None
+        if filt:
+            fb = filt.encode()
+            if not any(
+                is_subset(fb, s.encode()) or subjects_overlap(fb, s.encode()) for s in self.config["subjects"]
+            ):
+                raise errors.bad_request()
+            match = partial(subject_matches, fb)
+        n = self.store.purge(match, upto=seq, keep=keep)
+        for consumer in self.consumers.values():
+            consumer.on_purged(self.store.first_seq)
+        return n
+
+    def message_json(self, msg: StoredMsg) -> dict[str, Any]:
+        out: dict[str, Any] = {"subject": msg.subject.decode(), "seq": msg.seq}
+        if msg.hdrs:
+            out["hdrs"] = base64.b64encode(msg.hdrs).decode()
+        if msg.data:
+            out["data"] = base64.b64encode(msg.data).decode()
+        out["time"] = rfc3339(msg.ts)
+        return out
+
+
+def _int(raw: bytes) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        return -1
+
+
+def _take(it: Any, n: int) -> Any:
+    for i, x in enumerate(it):
+        if i >= n:
+            return
+        yield x

@@ -1,0 +1,105 @@
+"""Small helpers: subject matching, NATS header blocks, Go-style timestamps."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+
+def subject_matches(filter_: bytes, subject: bytes) -> bool:
+    """True if literal `subject` is matched by `filter_` (which may hold `*` and `>`)."""
+    if filter_ == subject or filter_ == b">":
+        return True
+    ft, st = filter_.split(b"."), subject.split(b".")
+    for i, f in enumerate(ft):
+        if f == b">":
+            return len(st) > i
+        if i >= len(st) or (f != b"*" and f != st[i]):
+            return False
+    return len(ft) == len(st)
+
+
+def subjects_overlap(a: bytes, b: bytes) -> bool:
+    """True if some literal subject is matched by both `a` and `b`."""
+    at, bt = a.split(b"."), b.split(b".")
+    for i in range(max(len(at), len(bt))):
+        x = at[i] if i < len(at) else None
+        y = bt[i] if i < len(bt) else None
+        if x == b">":
+            return y is not None
+        if y == b">":
+            return x is not None
+        if x is None or y is None:
+            return False
+        if x != y and x != b"*" and y != b"*":
+            return False
+    return True
+
+
+def is_subset(sub: bytes, sup: bytes) -> bool:
+    """True if every subject `sub` matches is also matched by `sup`."""
+    st, pt = sub.split(b"."), sup.split(b".")
+    for i, p in enumerate(pt):
+        if p == b">":
+            return len(st) > i
+        if i >= len(st):
+            return False
+        if p != b"*" and (st[i] in (b"*", b">") or st[i] != p):
+            return False
+        if st[i] == b">":
+            return False
+    return len(st) == len(pt)
+
+
+def get_header(hdrs: bytes | None, key: bytes) -> bytes | None:
+    """The value of `key` in a raw header block (first occurrence, exact case, as nats-server reads)."""
+    if not hdrs:
+        return None
+    needle = b"\r\n" + key + b":"
+    i = hdrs.find(needle)
+    if i < 0:
+        return None
+    start = i + len(needle)
+    end = hdrs.find(b"\r\n", start)
+    return hdrs[start:end].strip()
+
+
+def headers(status: bytes = b"", pairs: list[tuple[bytes, bytes]] | None = None) -> bytes:
+    """A raw header block: `NATS/1.0[ status]` and `key: value` lines."""
+    parts = [b"NATS/1.0" + (b" " + status if status else b"") + b"\r\n"]
+    for k, v in pairs or ():
+        parts.append(k + b": " + v + b"\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+def rfc3339(ns: int) -> str:
+    """Go's time.RFC3339Nano in UTC: nanoseconds without trailing zeros; 0 -> Go's zero time."""
+    if ns <= 0:
+        return "0001-01-01T00:00:00Z"
+    secs, frac = divmod(ns, 1_000_000_000)
+    base = datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    if frac:
+        base += "." + f"{frac:09d}".rstrip("0")
+    return base + "Z"
+
+
+def parse_rfc3339(text: str) -> int:
+    """Nanoseconds since the epoch of an RFC 3339 time (any offset, up to nanosecond precision)."""
+    main, frac, tz = text, "", "+00:00"
+    if text.endswith("Z"):
+        main = text[:-1]
+    else:
+        for sign in ("+", "-"):
+            j = text.rfind(sign, 19)
+            if j > 0:
+                main, tz = text[:j], text[j:]
+                break
+    if "." in main:
+        main, frac = main.split(".", 1)
+    dt = datetime.fromisoformat(main + tz)
+    return int(dt.timestamp()) * 1_000_000_000 + int((frac + "000000000")[:9] or 0)

@@ -1,0 +1,68 @@
+"""Fixtures: an in-process pynatsd with JetStream on a temporary store directory, restartable."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from pynatsd.broker.options import Options
+from pynatsd.broker.server import Server
+
+
+class JsServer:
+    """A pynatsd with `-js -sd <dir>` in this test's loop; `restart()` keeps the store directory."""
+
+    def __init__(self, store_dir: Path, **extra: Any) -> None:
+        self.store_dir = store_dir
+        self.extra = extra
+        self.server: Server | None = None
+        self.port = -1
+        self.clients: list[Client] = []
+
+    async def start(self) -> None:
+        opts = Options(host="127.0.0.1", port=self.port)
+        opts.extra["jetstream"] = self.extra.get("jetstream", True)
+        opts.extra["jetstream_store_dir"] = str(self.store_dir)
+        self.server = Server(opts)
+        await self.server.start()
+        self.port = self.server.port
+
+    async def stop(self) -> None:
+        for nc in self.clients:
+            if not nc.is_closed:
+                await nc.close()
+        self.clients.clear()
+        if self.server is not None:
+            await self.server.shutdown()
+            self.server = None
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    async def connect(self, **kwargs: Any) -> Client:
+        nc = await nats.connect(self.url, allow_reconnect=False, **kwargs)
+        self.clients.append(nc)
+        return nc
+
+
+@pytest.fixture
+async def js_server(tmp_path: Path) -> AsyncIterator[JsServer]:
+    srv = JsServer(tmp_path / "store")
+    await srv.start()
+    yield srv
+    await srv.stop()
+
+
+@pytest.fixture
+async def nc(js_server: JsServer) -> Client:
+    return await js_server.connect()

@@ -1,0 +1,106 @@
+"""JetStream settings: -js/-sd, the config file's jetstream block, and the storage limits they set."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.js import api
+from nats.js.errors import APIError
+
+from pynatsd.broker.config import parse
+from pynatsd.broker.config_options import apply_config
+from pynatsd.broker.options import Options
+from pynatsd.jetstream.config import from_options
+from tests.jetstream.conftest import JsServer
+from tests.servers import start_server
+
+
+def config_of(text: str) -> Options:
+    opts = Options()
+    apply_config(opts, parse(text))
+    return opts
+
+
+def test_block_and_switches() -> None:
+    cfg = from_options(
+        config_of("jetstream { store_dir: /data/js, max_mem: 1G, max_file_store: 10GB, domain: hub }")
+    )
+    assert cfg is not None
+    assert (str(cfg.store_dir), cfg.max_memory_store, cfg.max_file_store, cfg.domain) == (
+        "/data/js",
+        1000**3,
+        10 * 1024**3,
+        "hub",
+    )
+    assert from_options(config_of("jetstream: enabled")) is not None
+    assert from_options(config_of("jetstream: false")) is None
+    assert from_options(Options()) is None
+    always = from_options(config_of("jetstream { sync_interval: always }"))
+    assert always is not None and always.sync_always
+    flags = Options()
+    flags.extra.update(jetstream=True, jetstream_store_dir="/tmp/x")
+    cfg = from_options(flags)
+    assert cfg is not None and str(cfg.store_dir) == "/tmp/x"
+
+
+async def test_config_file_enables_jetstream(tmp_path: Path) -> None:
+    conf = tmp_path / "js.conf"
+    conf.write_text(f'jetstream {{\n  store_dir: "{tmp_path / "store"}"\n  max_file_store: 1MB\n}}\n')
+    srv = start_server("pynatsd", ["-c", str(conf)])
+    try:
+        nc = await nats.connect(srv.url)
+        info = json.loads((await nc.request("$JS.API.INFO", b"", timeout=2)).data)
+        assert info["limits"]["max_storage"] == 1024 * 1024
+        await nc.jetstream().add_stream(name="F", subjects=["f"])
+        await nc.close()
+        assert (tmp_path / "store" / "jetstream" / "$G" / "streams" / "F" / "meta.json").exists()
+    finally:
+        srv.stop()
+
+
+async def test_storage_limit_refuses_publishes(tmp_path: Path) -> None:
+    srv = JsServer(tmp_path / "lim", jetstream={"max_memory_store": 2000})
+    await srv.start()
+    try:
+        nc: Client = await srv.connect()
+        js = nc.jetstream()
+        await js.add_stream(name="L", subjects=["l"], storage=api.StorageType.MEMORY)
+        with pytest.raises(APIError) as err:
+            for _ in range(100):
+                await js.publish("l", b"x" * 100)
+        assert err.value.err_code == 10023
+        await asyncio.sleep(0)
+    finally:
+        await srv.stop()
+
+
+async def test_jetstream_per_account(tmp_path: Path) -> None:
+    conf = tmp_path / "acc.conf"
+    conf.write_text(
+        f'jetstream {{ store_dir: "{tmp_path / "store"}" }}\n'
+        "accounts {\n"
+        "  A: { jetstream: enabled, users: [ {user: a, password: a} ] }\n"
+        "  B: { jetstream: enabled, users: [ {user: b, password: b} ] }\n"
+        "}\n"
+    )
+    srv = start_server("pynatsd", ["-c", str(conf)])
+    try:
+        a = await nats.connect(srv.url, user="a", password="a")
+        b = await nats.connect(srv.url, user="b", password="b")
+        await a.jetstream().add_stream(name="SAME", subjects=["x"])
+        await b.jetstream().add_stream(name="SAME", subjects=["x"], max_msgs=1)  # no clash across accounts
+        for _ in range(3):
+            await a.jetstream().publish("x", b"a")
+            await b.jetstream().publish("x", b"b")
+        assert (await a.jetstream().stream_info("SAME")).state.messages == 3
+        assert (await b.jetstream().stream_info("SAME")).state.messages == 1
+        await a.close()
+        await b.close()
+        assert (tmp_path / "store" / "jetstream" / "A" / "streams" / "SAME").is_dir()
+    finally:
+        srv.stop()
