@@ -1,15 +1,11 @@
-"""The server: listener, connection registry, shared state and lifecycle."""
+"""The server: listener, connection registry and shared state; its life as a daemon (signals, lame duck,
+reload, pid and ports files) is in pynatsd.lifecycle."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ipaddress
-import json
 import os
 import platform
-import random
-import signal
 import ssl
 import sys
 from collections import deque
@@ -17,11 +13,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd import NATS_COMPAT_VERSION, __version__, extensions
-from pynatsd.broker import trace
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.broker.build import git_commit
 from pynatsd.broker.connection import CLIENT_CLOSED, SERVER_SHUTDOWN, Connection
@@ -29,10 +23,12 @@ from pynatsd.broker.delivery import Subscription
 from pynatsd.broker.histogram import HistogramCounts
 from pynatsd.broker.ids import new_server_id
 from pynatsd.broker.listener import dual_stack_socket, peer_closed
-from pynatsd.broker.logging import TRACE, configure_from, get_logger
-from pynatsd.broker.options import RELOADABLE, Options, reload_changes, unreloadable_changes
+from pynatsd.broker.logging import get_logger
+from pynatsd.broker.options import Options
 from pynatsd.broker.outbound import FlushScheduler, StallGate
 from pynatsd.broker.tls import monitor_context, server_context
+from pynatsd.lifecycle import lame_duck, reload, signals
+from pynatsd.lifecycle.files import LifecycleFiles, PidFileError, listener_urls, socket_urls
 from pynatsd.matcher import Sublist, SublistStats, combine_stats
 from pynatsd.protocol import encoder
 from pynatsd.websocket import start_websocket
@@ -149,8 +145,7 @@ class Server:
         self.ldm = False  # lame duck mode: no new clients, the connected ones closed gradually
         self._ldm_task: asyncio.Task[None] | None = None
         self._shutting_down = False
-        self._pid_file_written = ""
-        self._ports_file_written = ""
+        self.files = LifecycleFiles()  # the pid and ports files this process wrote
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -190,19 +185,18 @@ class Server:
         self._info_base = self._build_info()
         if opts.pid_file:
             try:
-                write_pid_file(opts.pid_file)
-            except OSError as exc:
+                self.files.write_pid_file(opts.pid_file)
+            except PidFileError:
                 self._listener.close()
                 if self.monitor is not None:
                     await self.monitor.stop()
-                raise PidFileError(f"Could not write pidfile: {exc}") from exc
-            self._pid_file_written = opts.pid_file
+                raise
         self.websocket = await start_websocket(self)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if self.tls_context is not None:
             log.info("TLS required for client connections")
         if opts.ports_file_dir:
-            self._write_ports_file(opts.ports_file_dir)
+            self.files.write_ports_file(opts.ports_file_dir, self.listening_urls())
         log.info("Server is ready")
 
     def _log_banner(self) -> None:
@@ -250,6 +244,20 @@ class Server:
         for sublist in self.account_sublists.values():
             yield from sublist.subscriptions()
 
+    def listening_urls(self) -> dict[str, list[str]]:
+        """Where clients, monitoring and WebSocket clients reach this server (the ports file's content)."""
+        ports: dict[str, list[str]] = {}
+        if self._listener is not None:
+            scheme = "tls" if self.options.tls_handshake_first else "nats"
+            ports["nats"] = listener_urls(scheme, self._listener)
+        if self.monitor is not None and self.monitor.sockets:
+            ports["monitoring"] = [
+                url for sock in self.monitor.sockets for url in socket_urls("http", sock.getsockname())
+            ]
+        if self.websocket is not None:
+            ports["websocket"] = self.websocket.urls()
+        return ports
+
     @property
     def listening(self) -> bool:
         """True while the client listener accepts connections."""
@@ -282,173 +290,42 @@ class Server:
             self.jetstream.stop()
         if self.monitor is not None:
             await self.monitor.stop()
-        self._remove_lifecycle_files()
+        self.files.remove()
         self.auth_workers.shutdown(wait=False, cancel_futures=True)
         log.info("Server Exiting..")
         if self._stopped is not None:
             self._stopped.set()
 
-    # -- pid and ports files --------------------------------------------------------------------------
-    def _write_ports_file(self, directory: str) -> None:
-        """`<dir>/<exe>_<pid>.ports`: the URLs clients and monitoring answer on, as nats-server writes it."""
-        path = Path(directory) / f"{executable_name()}_{os.getpid()}.ports"
-        ports: dict[str, list[str]] = {}
-        if self._listener is not None:
-            scheme = "tls" if self.options.tls_handshake_first else "nats"
-            ports["nats"] = listener_urls(scheme, self._listener)
-        if self.monitor is not None and self.monitor.sockets:
-            ports["monitoring"] = [
-                url for sock in self.monitor.sockets for url in socket_urls("http", sock.getsockname())
-            ]
-        if self.websocket is not None:
-            ports["websocket"] = self.websocket.urls()
-        try:
-            write_atomically(path, json.dumps(ports, separators=(",", ":")))
-        except OSError as exc:
-            log.error("Error writing ports file (%s): %s", path, exc)
-            return
-        self._ports_file_written = str(path)
+    # -- the daemon's life (pynatsd.lifecycle) -----------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        """nats-server's signals (see lifecycle.signals)."""
+        signals.install(self)
 
-    def _remove_lifecycle_files(self) -> None:
-        # nats-server leaves its pid file behind; pynatsd removes it on a clean exit, so a stale file can
-        # never point `--signal` at an unrelated process that reused the pid.
-        for path, what in ((self._ports_file_written, "ports"), (self._pid_file_written, "pid")):
-            if path:
-                try:
-                    os.remove(path)
-                except OSError as exc:
-                    log.error("Error cleaning up %s file %s: %s", what, path, exc)
-        self._ports_file_written = self._pid_file_written = ""
+    def enter_lame_duck_mode(self) -> None:
+        """Start lame duck mode (a no-op when already in it or shutting down); see lifecycle.lame_duck."""
+        if self.ldm or self._shutting_down or self._listener is None:
+            return
+        self.ldm = True
+        self._ldm_task = self.loop.create_task(lame_duck.run(self))
+
+    def stop_accepting(self) -> None:
+        """Close the client listeners (lame duck mode); connected clients stay."""
+        if self._listener is not None:
+            self._listener.close()
+        if self.websocket is not None:
+            self.websocket.close()
+
+    def reload(self) -> None:
+        """Re-read the configuration file (SIGHUP); see lifecycle.reload."""
+        reload.apply(self)
+
+    def reopen_log_file(self) -> None:
+        """Reopen the `-l` log file (SIGUSR1)."""
+        reload.reopen_log_file(self)
 
     async def wait_closed(self) -> None:
         assert self._stopped is not None
         await self._stopped.wait()
-
-    def install_signal_handlers(self) -> None:
-        """nats-server's signals: SIGINT/SIGTERM stop, SIGHUP reloads the configuration (when a reloader is
-        set), SIGUSR1 reopens the log file, SIGUSR2 enters lame duck mode."""
-        handlers = {
-            signal.SIGINT: self._on_stop_signal,
-            signal.SIGTERM: self._on_stop_signal,
-            signal.SIGHUP: self._on_reload_signal,
-            signal.SIGUSR1: self._on_reopen_signal,
-            signal.SIGUSR2: self._on_ldm_signal,
-        }
-        for sig, handler in handlers.items():
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                self.loop.add_signal_handler(sig, handler, sig)
-
-    def _trapped(self, sig: int) -> None:
-        name = signal.Signals(sig)
-        log.info('Trapped "%s" signal', _GO_SIGNAL_NAMES.get(name, name.name))
-
-    def _on_reload_signal(self, sig: int) -> None:
-        self._trapped(sig)
-        self.reload()
-
-    def _on_reopen_signal(self, sig: int) -> None:
-        self._trapped(sig)
-        self.reopen_log_file()
-
-    def _on_ldm_signal(self, sig: int) -> None:
-        self._trapped(sig)
-        self.enter_lame_duck_mode()
-
-    def reopen_log_file(self) -> None:
-        """Reopen the `-l` log file (after logrotate renamed it, new lines go to a new file at its path)."""
-        opts = self.options
-        if not opts.log_file:
-            log.info("File log re-open ignored, not a file logger")
-            return
-        try:
-            configure_from(opts)
-        except OSError as exc:
-            log.error("Error re-opening log file %s: %s", opts.log_file, exc)
-            return
-        log.info("File log re-opened")
-
-    # -- lame duck mode -------------------------------------------------------------------------------
-    def enter_lame_duck_mode(self) -> None:
-        """Start lame duck mode (a no-op when already in it or shutting down); see `_lame_duck`."""
-        if self.ldm or self._shutting_down or self._listener is None:
-            return
-        self.ldm = True
-        self._ldm_task = self.loop.create_task(self._lame_duck())
-
-    async def _lame_duck(self) -> None:
-        """nats-server's lame duck mode: close the listener, tell protocol-1 clients with an INFO carrying
-        `ldm: true`, wait the grace period, then close the clients spread over the rest of
-        `lame_duck_duration` (so they do not all reconnect elsewhere at once), then shut down."""
-        assert self._listener is not None
-        opts = self.options
-        log.info("Entering lame duck mode, stop accepting new clients")
-        self._listener.close()
-        if self.websocket is not None:
-            self.websocket.close()
-        if not self.clients:
-            await self.shutdown()
-            return
-        grace = abs(opts.lame_duck_grace_period)
-        spread = opts.lame_duck_duration - grace
-        if spread <= 0:
-            spread = 1.0
-        clients = list(self.clients.values())
-        interval = min(spread / len(clients), 1.0)  # never more than a second between two closes
-        for conn in clients:
-            if conn.wants_async_info and not conn.closed:
-                conn.send_raw(self.info_for(conn, ldm=True))
-        await asyncio.sleep(grace)
-        log.info("Closing existing clients")
-        for i, conn in enumerate(clients):
-            if conn.out is not None:
-                conn.out.flush()
-            conn.close(SERVER_SHUTDOWN)
-            if i < len(clients) - 1:
-                await asyncio.sleep(random.uniform(interval / 2, interval))
-        await self.shutdown()
-
-    def reload(self) -> None:
-        """Re-reads the configuration: new credentials and permissions apply to connected clients too."""
-        if self.reloader is None:
-            return
-        try:
-            new = self.reloader()
-        except Exception as exc:  # a bad file keeps the running configuration
-            log.error("Failed to reload configuration: %s", exc)
-            return
-        unsupported = unreloadable_changes(self.options, new)
-        if unsupported:  # not silently ignored: the running configuration stays, as a whole
-            log.error("Failed to reload configuration: %s", "; ".join(unsupported))
-            return
-        changes = reload_changes(self.options, new)
-        for name in RELOADABLE:
-            setattr(self.options, name, getattr(new, name))
-        self.options.config_digest = new.config_digest
-        before, self.auth = self.auth, Authenticator(self.options)
-        for conn in list(self.clients.values()):
-            auth = conn.authenticator()  # a WebSocket listener's own block is not reloaded
-            conn.revalidate(auth, before if auth is self.auth else auth)
-        self._reload_logging()
-        for line in changes:
-            log.info("%s", line)
-        digest = f"({new.config_digest})" if new.config_digest else ""
-        log.info("Reloaded server configuration %s", digest)
-
-    def _reload_logging(self) -> None:
-        """The new logging settings, as a reload applies them; a destination that fails keeps the old."""
-        try:
-            configure_from(self.options)
-        except OSError as exc:
-            log.error("Failed to apply the new logging settings: %s", exc)
-        tracing = log.isEnabledFor(TRACE)
-        for conn in list(self.clients.values()):
-            trace.retrace(conn, tracing)
-
-    def _on_stop_signal(self, sig: int) -> None:
-        self._trapped(sig)
-        if sig == signal.SIGTERM and self.ldm:
-            return  # as nats-server: SIGTERM does not cut a lame duck shutdown short (SIGINT does)
-        self.loop.create_task(self.shutdown())
 
     # -- connections ----------------------------------------------------------------------------------
     def next_cid(self) -> int:
@@ -530,82 +407,3 @@ class Server:
         info["pynatsd_version"] = __version__
         conn.adjust_info(info)
         return encoder.encode_info(info)
-
-
-# How nats-server (Go's syscall.Signal.String) names the signals in its "Trapped" log line.
-_GO_SIGNAL_NAMES = {
-    signal.SIGINT: "interrupt",
-    signal.SIGTERM: "terminated",
-    signal.SIGHUP: "hangup",
-    signal.SIGUSR1: "user defined signal 1",
-    signal.SIGUSR2: "user defined signal 2",
-}
-
-
-class PidFileError(OSError):
-    """The `-P` pid file could not be written (the server does not start)."""
-
-
-def write_pid_file(path: str) -> None:
-    """The pid, without a trailing newline, as nats-server writes it."""
-    write_atomically(Path(path), str(os.getpid()))
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file and a rename, so a reader never sees the file empty or half written; in
-    place (as nats-server does) when the directory does not let us create the temporary file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        path.write_text(text)
-
-
-def executable_name() -> str:
-    """The base name nats-server puts in the ports file name; `pynatsd` when run as `python -m pynatsd`."""
-    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
-    return name if name and not name.endswith(".py") else "pynatsd"
-
-
-def listener_urls(scheme: str, listener: asyncio.base_events.Server) -> list[str]:
-    """URLs of every socket of `listener`; a wildcard address lists every interface's address."""
-    urls: list[str] = []
-    for sock in listener.sockets:
-        for url in socket_urls(scheme, sock.getsockname()):
-            if url not in urls:
-                urls.append(url)
-    return urls
-
-
-def socket_urls(scheme: str, sockname: Any) -> list[str]:
-    """`scheme://host:port` for a bound address; for 0.0.0.0 or ::, one per interface address (nats-server's
-    resolveHostPorts)."""
-    host, port = str(sockname[0]), int(sockname[1])
-    hosts = interface_addresses() if ipaddress.ip_address(host).is_unspecified else [host]
-    return [f"{scheme}://[{h}]:{port}" if ":" in h else f"{scheme}://{h}:{port}" for h in hosts or [host]]
-
-
-def interface_addresses() -> list[str]:
-    """Every address of every network interface (IPv4 by ioctl, IPv6 from /proc); Linux, best effort."""
-    import fcntl
-    import socket
-    import struct
-
-    v4: dict[str, list[str]] = {}
-    v6: dict[str, list[str]] = {}
-    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for _index, name in socket.if_nameindex():
-            with contextlib.suppress(OSError):
-                req = struct.pack("256s", name.encode()[:15])
-                raw = fcntl.ioctl(s.fileno(), 0x8915, req)  # SIOCGIFADDR
-                v4.setdefault(name, []).append(socket.inet_ntoa(raw[20:24]))
-    with contextlib.suppress(OSError), open("/proc/net/if_inet6") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) >= 6:
-                v6.setdefault(fields[5], []).append(str(ipaddress.IPv6Address(bytes.fromhex(fields[0]))))
-    names = list(dict.fromkeys([*v4, *v6]))
-    return [addr for name in names for addr in (*v4.get(name, []), *v6.get(name, []))]

@@ -413,7 +413,7 @@ class WebSocketListener:
 
     def urls(self) -> list[str]:
         """`ws://` or `wss://` URLs of the listener's sockets (the ports file's "websocket" entry)."""
-        from pynatsd.broker.server import listener_urls  # the server module imports this package
+        from pynatsd.lifecycle.files import listener_urls
 
         if self._listener is None:
             return []

@@ -9,7 +9,8 @@ import pytest
 
 from pynatsd.broker.logging import configure, get_logger
 from pynatsd.broker.options import Options
-from pynatsd.broker.server import Server, executable_name, socket_urls
+from pynatsd.broker.server import Server
+from pynatsd.lifecycle.files import executable_name, socket_urls
 
 
 def test_socket_urls_format_ipv4_and_ipv6() -> None:

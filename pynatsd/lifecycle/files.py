@@ -1,0 +1,118 @@
+"""The pid and ports files, as nats-server writes them (`-P`, `--ports_file_dir`), and the URLs a bound
+socket answers on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pynatsd.broker.logging import get_logger
+
+log = get_logger()
+
+
+class LifecycleFiles:
+    """The files this process wrote, removed on a clean exit."""
+
+    def __init__(self) -> None:
+        self.pid_file = ""
+        self.ports_file = ""
+
+    def write_pid_file(self, path: str) -> None:
+        """The pid, without a trailing newline, as nats-server writes it; PidFileError if it cannot."""
+        try:
+            write_atomically(Path(path), str(os.getpid()))
+        except OSError as exc:
+            raise PidFileError(f"Could not write pidfile: {exc}") from exc
+        self.pid_file = path
+
+    def write_ports_file(self, directory: str, ports: dict[str, list[str]]) -> None:
+        """`<dir>/<exe>_<pid>.ports`: the URLs clients and monitoring answer on, in nats-server's JSON."""
+        path = Path(directory) / f"{executable_name()}_{os.getpid()}.ports"
+        try:
+            write_atomically(path, json.dumps(ports, separators=(",", ":")))
+        except OSError as exc:
+            log.error("Error writing ports file (%s): %s", path, exc)
+            return
+        self.ports_file = str(path)
+
+    def remove(self) -> None:
+        # nats-server leaves its pid file behind; pynatsd removes it on a clean exit, so a stale file can
+        # never point `--signal` at an unrelated process that reused the pid.
+        for path, what in ((self.ports_file, "ports"), (self.pid_file, "pid")):
+            if path:
+                try:
+                    os.remove(path)
+                except OSError as exc:
+                    log.error("Error cleaning up %s file %s: %s", what, path, exc)
+        self.ports_file = self.pid_file = ""
+
+
+class PidFileError(OSError):
+    """The `-P` pid file could not be written (the server does not start)."""
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file and a rename, so a reader never sees the file empty or half written; in
+    place (as nats-server does) when the directory does not let us create the temporary file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        path.write_text(text)
+
+
+def executable_name() -> str:
+    """The base name nats-server puts in the ports file name; `pynatsd` when run as `python -m pynatsd`."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return name if name and not name.endswith(".py") else "pynatsd"
+
+
+def listener_urls(scheme: str, listener: asyncio.base_events.Server) -> list[str]:
+    """URLs of every socket of `listener`; a wildcard address lists every interface's address."""
+    urls: list[str] = []
+    for sock in listener.sockets:
+        for url in socket_urls(scheme, sock.getsockname()):
+            if url not in urls:
+                urls.append(url)
+    return urls
+
+
+def socket_urls(scheme: str, sockname: Any) -> list[str]:
+    """`scheme://host:port` for a bound address; for 0.0.0.0 or ::, one per interface address (nats-server's
+    resolveHostPorts)."""
+    host, port = str(sockname[0]), int(sockname[1])
+    hosts = interface_addresses() if ipaddress.ip_address(host).is_unspecified else [host]
+    return [f"{scheme}://[{h}]:{port}" if ":" in h else f"{scheme}://{h}:{port}" for h in hosts or [host]]
+
+
+def interface_addresses() -> list[str]:
+    """Every address of every network interface (IPv4 by ioctl, IPv6 from /proc); Linux, best effort."""
+    import fcntl
+    import socket
+    import struct
+
+    v4: dict[str, list[str]] = {}
+    v6: dict[str, list[str]] = {}
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _index, name in socket.if_nameindex():
+            with contextlib.suppress(OSError):
+                req = struct.pack("256s", name.encode()[:15])
+                raw = fcntl.ioctl(s.fileno(), 0x8915, req)  # SIOCGIFADDR
+                v4.setdefault(name, []).append(socket.inet_ntoa(raw[20:24]))
+    with contextlib.suppress(OSError), open("/proc/net/if_inet6") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6:
+                v6.setdefault(fields[5], []).append(str(ipaddress.IPv6Address(bytes.fromhex(fields[0]))))
+    names = list(dict.fromkeys([*v4, *v6]))
+    return [addr for name in names for addr in (*v4.get(name, []), *v6.get(name, []))]

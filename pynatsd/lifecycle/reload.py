@@ -1,0 +1,70 @@
+"""Configuration reload (SIGHUP, `--signal reload`) and log file reopening (SIGUSR1)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pynatsd.broker import trace
+from pynatsd.broker.auth import Authenticator
+from pynatsd.broker.logging import TRACE, configure_from, get_logger
+from pynatsd.broker.options import RELOADABLE, reload_changes, unreloadable_changes
+
+if TYPE_CHECKING:
+    from pynatsd.broker.server import Server
+
+log = get_logger()
+
+
+def apply(server: Server) -> None:
+    """Re-read the configuration: new credentials and permissions apply to connected clients too (those
+    no longer admitted are closed, subscriptions no longer permitted are dropped); logging settings apply
+    at once. A file that fails, or that changes what cannot be reloaded, keeps the running configuration."""
+    if server.reloader is None:
+        return
+    try:
+        new = server.reloader()
+    except Exception as exc:  # a bad file keeps the running configuration
+        log.error("Failed to reload configuration: %s", exc)
+        return
+    unsupported = unreloadable_changes(server.options, new)
+    if unsupported:  # not silently ignored: the running configuration stays, as a whole
+        log.error("Failed to reload configuration: %s", "; ".join(unsupported))
+        return
+    changes = reload_changes(server.options, new)
+    for name in RELOADABLE:
+        setattr(server.options, name, getattr(new, name))
+    server.options.config_digest = new.config_digest
+    before, server.auth = server.auth, Authenticator(server.options)
+    for conn in list(server.clients.values()):
+        auth = conn.authenticator()  # a WebSocket listener's own block is not reloaded
+        conn.revalidate(auth, before if auth is server.auth else auth)
+    _reload_logging(server)
+    for line in changes:
+        log.info("%s", line)
+    digest = f"({new.config_digest})" if new.config_digest else ""
+    log.info("Reloaded server configuration %s", digest)
+
+
+def _reload_logging(server: Server) -> None:
+    """The new logging settings, as a reload applies them; a destination that fails keeps the old."""
+    try:
+        configure_from(server.options)
+    except OSError as exc:
+        log.error("Failed to apply the new logging settings: %s", exc)
+    tracing = log.isEnabledFor(TRACE)
+    for conn in list(server.clients.values()):
+        trace.retrace(conn, tracing)
+
+
+def reopen_log_file(server: Server) -> None:
+    """Reopen the `-l` log file (after logrotate renamed it, new lines go to a new file at its path)."""
+    opts = server.options
+    if not opts.log_file:
+        log.info("File log re-open ignored, not a file logger")
+        return
+    try:
+        configure_from(opts)
+    except OSError as exc:
+        log.error("Error re-opening log file %s: %s", opts.log_file, exc)
+        return
+    log.info("File log re-opened")
