@@ -92,13 +92,14 @@ def start_engine(timeout: float = 60) -> Engine:
 
 
 def build_base_image(engine: Engine) -> str:
-    """debootstrap a minimal Debian bookworm with python3-venv and import it as BASE_TAG."""
+    """debootstrap a minimal Debian bookworm with python3-venv (and what the compiled message path builds
+    with: gcc, the C library's and Python's headers) and import it as BASE_TAG."""
     rootfs = engine.root / "rootfs"
     subprocess.run(
         [
             "debootstrap",
             "--variant=minbase",
-            "--include=python3-venv",
+            "--include=python3-venv,python3-dev,gcc,libc6-dev",
             "bookworm",
             str(rootfs),
             MIRROR,

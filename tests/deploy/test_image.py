@@ -104,6 +104,7 @@ async def test_image_serves_nats_and_monitoring_as_non_root(engine: Engine) -> N
         assert (state["ExitCode"], state["OOMKilled"]) == (0, False)
         logs = engine.run("logs", name)
         assert "Server Exiting" in logs.stdout + logs.stderr
+        assert "message path compiled (mypyc)" in logs.stdout + logs.stderr  # built from source in the image
     finally:
         engine.run("rm", "-f", name, check=False)
 

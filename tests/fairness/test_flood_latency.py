@@ -1,5 +1,7 @@
-"""Fairness under flood (issue 16, item 3): while publishers flood interleaved subjects at full speed, a
-new client's CONNECT → PONG and an idle client's PING → PONG still complete quickly.
+"""Fairness under flood (issue 16 item 3, issue 18 item 5): while publishers flood interleaved subjects at
+full speed, or one client floods any other op (PINGs before CONNECT, +OK lines, SUB/UNSUB churn, -ERR
+provoking publishes, subscribers that stop reading), a new client's CONNECT → PONG and an idle client's
+PING → PONG still complete quickly.
 
 The flood is bounded (a fixed number of pre-encoded messages per publisher, written as fast as the
 broker reads them), and so is the test. The bounds are generous for a noisy 2-core machine: before the
@@ -132,5 +134,130 @@ def test_handshakes_and_pings_stay_fast_under_an_interleaved_flood(kind: str) ->
         for name, v in (("handshake", handshakes), ("ping", pings))
     }
     report = f"{kind}: " + "; ".join(f"{n} median {a:.1f} ms, max {b:.1f} ms" for n, (a, b) in ms.items())
+    print(report)
+    assert max(handshakes) < BOUND and max(pings) < BOUND, report
+
+
+# Other floods, each from two connections (issue 18, item 5): the op stream one connection repeats.
+OP_FLOODS = {
+    "pings before CONNECT": (b"", b"PING\r\n" * 2000),
+    "+OK lines": (b'CONNECT {"verbose":false}\r\n', b"+OK\r\n" * 2000),
+    "SUB/UNSUB churn": (
+        b'CONNECT {"verbose":false}\r\n',
+        b"".join(b"SUB churn.%d %d\r\nUNSUB %d\r\n" % (i, i, i) for i in range(500)),
+    ),
+    "-ERR per publish (pedantic)": (
+        b'CONNECT {"verbose":true,"pedantic":true}\r\n',
+        b"PUB bad.* 1\r\nx\r\n" * 1000,
+    ),
+}
+FLOOD_SECONDS = 3.0
+
+
+def _op_flood(port: int, connect: bytes, chunk: bytes, stop: threading.Event) -> None:
+    """Send `chunk` over and over for FLOOD_SECONDS, reading whatever comes back (the replies must not
+    make the flood a slow consumer of its own)."""
+    with _connect(port) as sock:
+        _read_until(sock, b"\r\n")
+        sock.sendall(connect)
+        sock.setblocking(False)
+        deadline = time.monotonic() + FLOOD_SECONDS
+        view = memoryview(chunk)
+        while not stop.is_set() and time.monotonic() < deadline:
+            sent = 0
+            while sent < len(view) and not stop.is_set():
+                try:
+                    sent += sock.send(view[sent:])
+                except BlockingIOError:
+                    time.sleep(0.0005)
+                try:
+                    while sock.recv(1 << 20):
+                        pass
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:
+                    return
+
+
+def _latencies_during(
+    server: ServerProcess, floods: list[threading.Thread], stop: threading.Event
+) -> tuple[list[float], list[float]]:
+    idle = _connect(server.port)
+    _read_until(idle, b"\r\n")
+    idle.sendall(b'CONNECT {"verbose":false}\r\nPING\r\n')
+    _read_until(idle, b"PONG\r\n")
+    handshakes: list[float] = []
+    pings: list[float] = []
+    try:
+        for flood in floods:
+            flood.start()
+        time.sleep(0.3)
+        for _ in range(8):
+            handshakes.append(_handshake(server.port))
+            pings.append(_ping(idle))
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for flood in floods:
+            flood.join(10)
+        idle.close()
+    return handshakes, pings
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flood", list(OP_FLOODS))
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_no_op_flood_delays_other_clients(kind: str, flood: str) -> None:
+    connect, chunk = OP_FLOODS[flood]
+    server = start_server(kind)
+    stop = threading.Event()
+    try:
+        floods = [
+            threading.Thread(target=_op_flood, args=(server.port, connect, chunk, stop), daemon=True)
+            for _ in range(2)
+        ]
+        handshakes, pings = _latencies_during(server, floods, stop)
+    finally:
+        server.stop()
+    report = (
+        f"{kind}, {flood}: handshake max {max(handshakes) * 1000:.1f} ms, ping max {max(pings) * 1000:.1f} ms"
+    )
+    print(report)
+    assert max(handshakes) < BOUND and max(pings) < BOUND, report
+
+
+def _stalled_subscriber(port: int, stop: threading.Event) -> None:
+    """A subscriber on every flooded subject that never reads (its TCP window closes)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(b'CONNECT {"verbose":false}\r\nSUB bench.* 1\r\n')
+    stop.wait(30)
+    sock.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_subscribers_that_stop_reading_do_not_delay_other_clients(kind: str) -> None:
+    server = start_server(kind)
+    stop = threading.Event()
+    payload = b"x" * 1024
+    chunk = b"".join(b"PUB bench.%d 1024\r\n%s\r\n" % (i, payload) for i in range(100))
+    try:
+        floods = [
+            threading.Thread(target=_stalled_subscriber, args=(server.port, stop), daemon=True)
+            for _ in range(10)
+        ]
+        floods += [
+            threading.Thread(
+                target=_op_flood,
+                args=(server.port, b'CONNECT {"verbose":false}\r\n', chunk, stop),
+                daemon=True,
+            )
+        ]
+        handshakes, pings = _latencies_during(server, floods, stop)
+    finally:
+        server.stop()
+    report = f"{kind}: handshake max {max(handshakes) * 1000:.1f} ms, ping max {max(pings) * 1000:.1f} ms"
     print(report)
     assert max(handshakes) < BOUND and max(pings) < BOUND, report
