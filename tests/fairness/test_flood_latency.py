@@ -87,38 +87,22 @@ def _publish(port: int, count: int, stop: threading.Event) -> None:
 
 
 def _measure_under_flood(server: ServerProcess) -> tuple[list[float], list[float]]:
+    """The issue's scenario: a subscriber on `bench.*`, publishers joining the flood one after another."""
     stop = threading.Event()
     sub = _connect(server.port)
     _read_until(sub, b"\r\n")
     sub.sendall(b'CONNECT {"verbose":false}\r\nSUB bench.* 1\r\nPING\r\n')
     _read_until(sub, b"PONG\r\n")
-    idle = _connect(server.port)
-    _read_until(idle, b"\r\n")
-    idle.sendall(b'CONNECT {"verbose":false}\r\nPING\r\n')
-    _read_until(idle, b"PONG\r\n")
     threads = [threading.Thread(target=_drain, args=(sub, stop), daemon=True)]
     threads += [
         threading.Thread(target=_publish, args=(server.port, MESSAGES, stop), daemon=True)
         for _ in range(PUBLISHERS)
     ]
-    handshakes: list[float] = []
-    pings: list[float] = []
     try:
-        threads[0].start()
-        for publisher in threads[1:]:
-            publisher.start()
-            time.sleep(0.2)  # publishers connect one after another, while the others flood
-        for _ in range(10):
-            handshakes.append(_handshake(server.port))
-            pings.append(_ping(idle))
-            time.sleep(0.05)
+        # Publishers connect one after another, while the others flood.
+        return _latencies_during(server, threads, stop, stagger=0.2, rounds=10)
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(10)
         sub.close()
-        idle.close()
-    return handshakes, pings
 
 
 @pytest.mark.slow
@@ -180,8 +164,13 @@ def _op_flood(port: int, connect: bytes, chunk: bytes, stop: threading.Event) ->
 
 
 def _latencies_during(
-    server: ServerProcess, floods: list[threading.Thread], stop: threading.Event
+    server: ServerProcess,
+    floods: list[threading.Thread],
+    stop: threading.Event,
+    stagger: float = 0.0,
+    rounds: int = 8,
 ) -> tuple[list[float], list[float]]:
+    """Start `floods` (`stagger` seconds apart), then measure `rounds` handshakes and idle-client PINGs."""
     idle = _connect(server.port)
     _read_until(idle, b"\r\n")
     idle.sendall(b'CONNECT {"verbose":false}\r\nPING\r\n')
@@ -191,8 +180,9 @@ def _latencies_during(
     try:
         for flood in floods:
             flood.start()
+            time.sleep(stagger)
         time.sleep(0.3)
-        for _ in range(8):
+        for _ in range(rounds):
             handshakes.append(_handshake(server.port))
             pings.append(_ping(idle))
             time.sleep(0.05)

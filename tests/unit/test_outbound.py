@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from pynatsd.broker.outbound import FlushScheduler, Outbound
+from pynatsd.broker.outbound import FlushScheduler, Outbound, StallGate
 
 
 class FakeTransport:
@@ -129,7 +129,9 @@ class FakeConsumer:
         self.stalls = 0
 
 
-async def test_the_gate_opens_when_the_transport_drains_or_the_queue_closes() -> None:
+def stalled() -> tuple[Outbound, FakeTransport, StallGate, FakeConsumer, FakeProducer]:
+    """A queue past its gate (900 of 1000 bytes buffered by a paused transport) and a producer that the
+    read which fed it stalled."""
     out, transport, scheduler = make(max_pending=1000)
     gate = scheduler.stall
     gate.loop = asyncio.get_running_loop()
@@ -138,6 +140,11 @@ async def test_the_gate_opens_when_the_transport_drains_or_the_queue_closes() ->
     out.pause()
     gate.passed(consumer, out)
     gate.after_read(producer)
+    return out, transport, gate, consumer, producer
+
+
+async def test_the_gate_opens_when_the_transport_drains_or_the_queue_closes() -> None:
+    out, transport, gate, consumer, producer = stalled()
     assert producer.events == ["hold"] and consumer.stalls == 1 and gate.stalled_total == 1
     out.resume()  # still 900 buffered: above the gate (750)
     assert producer.events == ["hold"] and out.limit == 750 - 900
@@ -152,14 +159,7 @@ async def test_the_gate_opens_when_the_transport_drains_or_the_queue_closes() ->
 
 
 async def test_a_stall_ends_by_itself_and_a_closed_producer_is_forgotten() -> None:
-    out, transport, scheduler = make(max_pending=1000)
-    gate = scheduler.stall
-    gate.loop = asyncio.get_running_loop()
-    consumer, producer = FakeConsumer(out), FakeProducer(1)
-    transport.buffered = 900
-    out.pause()
-    gate.passed(consumer, out)
-    gate.after_read(producer)
+    out, _, gate, consumer, producer = stalled()
     await asyncio.sleep(0.05)  # STALL_MIN/STALL_MAX are milliseconds
     assert producer.events == ["hold", "release"] and out.gated == 0
     gone = FakeProducer(2)
