@@ -36,10 +36,9 @@ from tests.servers import IN_CI, ServerProcess, nats_server_binary, start_server
 SERVERS = ("pynatsd", "nats-server")
 SUBJECT = scenarios.SUBJECT
 # name -> (publishers, subscribers, queue group, idle subscriptions, share of the base count, subjects)
-# subjects "one": every PUB to bench.s (pynatsd's run fast path, pynatsd.protocol.ops.PUBRUN). "mix": subjects
-# alternate (bench.s, bench.s2) and subscribers take bench.*: no two consecutive PUBs share a subject, and
-# pynatsd frames the interleaved stretch at once (PUBMIX). "split": the same publisher, subscribers on
-# bench.s only (half the messages): the mix is framed from the offsets of the frames each subscriber takes.
+# subjects "one": every PUB to bench.s. "mix": subjects alternate (bench.s, bench.s2) and subscribers take
+# bench.*: no two consecutive PUBs share a subject. "split": the same publisher, subscribers on bench.s only
+# (half the messages).
 PUBSUB: dict[str, tuple[int, int, bool, int, float, str]] = {
     "pub": (1, 0, False, 0, 2.0, "one"),
     "pub-mix": (1, 0, False, 0, 1.0, "mix"),

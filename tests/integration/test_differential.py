@@ -76,8 +76,7 @@ CASES: list[tuple[str, bytes, bytes | None]] = [
     ("hpub-to-header-sub", V0H + b"SUB h 1\r\nHPUB h 12 14\r\nNATS/1.0\r\n\r\nhi\r\n", None),
     ("no-responders", V0H + b"SUB inbox.* 1\r\nPUB req inbox.1 2\r\nhi\r\n", None),
     ("no-responders-needs-reply-sub", V0H + b"PUB req inbox.1 2\r\nhi\r\n", None),
-    # Runs of PUBs to one subject (the parser's PUBRUN fast path, which pedantic mode and the cases below
-    # turn off: then every PUB takes the per-message path).
+    # Runs of PUBs to one subject, with pedantic on and off, and the cases batch paths once fell back on.
     ("pub-run", VR + b"SUB foo 1\r\n" + b"PUB foo 2\r\nhi\r\n" * 3, b"MSG foo 1 2\r\nhi\r\n" * 3),
     ("pub-run-reply", VR + b"SUB foo 7\r\n" + b"PUB foo r 2\r\nhi\r\n" * 3, b"MSG foo 7 r 2\r\nhi\r\n" * 3),
     (
@@ -138,8 +137,7 @@ CASES: list[tuple[str, bytes, bytes | None]] = [
         VR + b"SUB foo q 1\r\n" + (b"PUB foo 300\r\n" + (b"PUB foo " * 40)[:300] + b"\r\n") * 3,
         None,
     ),
-    # Interleaved subjects (PUBMIX, once the lines are cached): framed at once when every subject reaches
-    # the same plain subscriptions, message by message otherwise.
+    # Interleaved subjects, once their control lines are cached.
     ("pubmix-wildcard", VR + b"SUB s.* 1\r\n" + MIX * 4, None),
     ("pubmix-full-wildcard-two-subs", VR + b"SUB > 1\r\nSUB s.> 22\r\n" + MIX * 4, None),
     ("pubmix-no-interest", VR + MIX * 4 + b"PING\r\n", b"PONG\r\n"),

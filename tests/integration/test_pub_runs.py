@@ -1,4 +1,4 @@
-"""Runs of identical PUB lines (the PUBRUN fast path) delivered across connections: every message of a
+"""Runs of identical PUB lines (a shape batch paths once special-cased) delivered across connections: every message of a
 run reaches each plain subscriber in order and exactly one queue-group member, framed byte for byte as a
 single PUB would be, whatever the lengths of the members' sids."""
 
@@ -135,7 +135,7 @@ def test_a_run_whose_sizes_are_spelled_differently_reaches_a_queue_group_intact(
 def test_interleaved_subjects_reach_each_subscriber_with_its_own_frames_in_order(
     server: ServerProcess, size: int
 ) -> None:
-    """A publisher cycling through three subjects (PUBMIX): subscribers on one subject, on another, on
+    """A publisher cycling through three subjects: subscribers on one subject, on another, on
     all of them (wildcard) each get exactly their messages, in publish order, framed
     byte for byte as single PUBs would be; payloads hold other subjects' PUB lines."""
     only_a = subscriber(server, b"SUB mix.a 1\r\n")

@@ -135,9 +135,9 @@ def test_differential(
     assert _canonical(got) == _canonical(want), (data, got, want)
 
 
-# Back-to-back PUBs to one subject, with pedantic off as client libraries connect: pynatsd's run fast path
-# (pynatsd.protocol.ops.PUBRUN) and each of its fallbacks (auto-unsubscribe, several subscriptions on the one
-# connection, a payload holding `PUB subject `). One queue subscription only, so delivery is deterministic.
+# Back-to-back PUBs to one subject, with pedantic off as client libraries connect, with what batch paths
+# once special-cased (auto-unsubscribe, several subscriptions on the one connection, a payload holding
+# `PUB subject `). One queue subscription only, so delivery is deterministic.
 run_op = st.one_of(
     st.builds(lambda s, i: b"SUB %s %d\r\n" % (s, i), st.sampled_from(SUBJECTS), st.integers(1, 4)),
     st.builds(lambda s: b"SUB %s q 5\r\n" % s, st.sampled_from(SUBJECTS)),
@@ -162,7 +162,7 @@ run_op = st.one_of(
         ),
         st.booleans(),
     ),
-    # Interleaved subjects (PUBMIX): one frame per subject in turn, repeated.
+    # Interleaved subjects: one frame per subject in turn, repeated.
     st.builds(
         lambda subjects, payload, k: (
             b"".join(b"PUB %s %d\r\n%s\r\n" % (s, len(payload), payload) for s in subjects) * k
