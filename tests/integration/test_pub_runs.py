@@ -1,6 +1,6 @@
-"""Runs of identical PUB lines (a shape batch paths once special-cased) delivered across connections: every message of a
-run reaches each plain subscriber in order and exactly one queue-group member, framed byte for byte as a
-single PUB would be, whatever the lengths of the members' sids."""
+"""Runs of identical PUB lines (a shape batch paths once special-cased) delivered across connections:
+every message of a run reaches each plain subscriber in order and exactly one queue-group member, framed
+byte for byte as a single PUB would be, whatever the lengths of the members' sids."""
 
 from __future__ import annotations
 
