@@ -25,7 +25,7 @@ venv: $(STAMP)
 # The message path compiled with mypyc beside its sources (setup.py; falls back to interpreted without a
 # C compiler). Rebuilt when any module changes.
 $(COMPILED_STAMP): $(STAMP) setup.py $(wildcard pynatsd/*/*.py)
-	@find pynatsd -name '*.so' -delete; rm -rf *__mypyc*.so build/lib.* build/temp.*  # none left from another module list
+	@find pynatsd -name '*.so' -delete; rm -rf build/lib.* build/temp.*  # none left from another module list
 	$(PY) setup.py -q build_ext --inplace
 	@mkdir -p build && touch $@
 
@@ -54,7 +54,7 @@ typecheck: venv
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .hypothesis
-	find pynatsd -name '*.so' -delete; rm -f *__mypyc*.so
+	find pynatsd -name '*.so' -delete
 
 # Per-capability targets (bench, soak, compose, pipeline…) live in mk/*.mk.
 -include mk/*.mk

@@ -54,7 +54,9 @@ def extensions() -> list:  # type: ignore[type-arg]
         print("pynatsd: mypyc not available; the broker will run interpreted", file=sys.stderr)
         return []
     try:
-        return mypycify(COMPILED, opt_level="3")
+        # The group's shared library goes inside the package (pynatsd/_native__mypyc…so): `pip install .`
+        # installs nothing but `pynatsd`.
+        return mypycify(COMPILED, opt_level="3", group_name="pynatsd._native")
     except (Exception, SystemExit) as exc:  # mypyc refused the source: interpreted, and say so
         print(f"pynatsd: mypyc failed ({exc}); running interpreted", file=sys.stderr)
         return []

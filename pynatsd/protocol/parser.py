@@ -131,8 +131,10 @@ class Parser:
         self.expect_connect = expect_connect
         self.dead = False
         self.paused = False  # see pause()
-        self._recorder = OpRecorder() if handler is None else None
-        self._handler: OpHandler = handler if handler is not None else self._recorder  # type: ignore[assignment]
+        self._recorder: OpRecorder | None = None
+        if handler is None:  # no handler: record the ops, for `feed` to return
+            handler = self._recorder = OpRecorder()
+        self._handler: OpHandler = handler
         self._buf = b""  # an incomplete control line (bounded by max_control_line)
         self._acc: bytearray | None = None  # an incomplete payload being gathered
         # the op whose payload is being gathered: (is_hpub, subject, reply, sizes as sent, header size,
