@@ -411,7 +411,7 @@ class Connection(Client):
 
     def _checked(self, opts: ConnectOptions, done: asyncio.Future[tuple[str, str] | None]) -> None:
         """A slow credential check ended: finish the CONNECT, then the ops that came after it."""
-        if self.closed:
+        if self.closed or done.cancelled():  # cancelled: the server is shutting down
             return
         exc = done.exception()
         if exc is not None:
