@@ -49,15 +49,15 @@ class NullTransport:
         pass
 
 
-def stream(subjects: int, size: int, count: int) -> list[bytes]:
-    """The publisher's input as 64 KiB reads: `count` PUBs cycling through `subjects` subjects."""
+def stream(subjects: int, size: int, count: int, read: int = 65536) -> list[bytes]:
+    """The publisher's input as reads of `read` bytes: `count` PUBs cycling through `subjects` subjects."""
     payload = b"x" * size
     frames = [b"PUB bench.%d %d\r\n%s\r\n" % (i % subjects, size, payload) for i in range(subjects)]
     data = b"".join(frames[i % subjects] for i in range(count))
-    return [data[i : i + 65536] for i in range(0, len(data), 65536)]
+    return [data[i : i + read] for i in range(0, len(data), read)]
 
 
-async def measure(subjects: int, size: int, subs: int, count: int) -> float:
+async def measure(subjects: int, size: int, subs: int, count: int, read: int = 65536) -> float:
     from pynatsd.broker.connection import Connection
     from pynatsd.broker.options import Options
     from pynatsd.broker.server import Server
@@ -75,7 +75,7 @@ async def measure(subjects: int, size: int, subs: int, count: int) -> float:
     pub = Connection(server)
     pub.connection_made(NullTransport())  # type: ignore[arg-type]
     pub.data_received(b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\n")
-    reads = stream(subjects, size, count)
+    reads = stream(subjects, size, count, read)
     await asyncio.sleep(0.01)  # the INFOs go out (flusher tasks), so every queue starts empty
     start = time.process_time()  # CPU time: another process taking the core does not count
     for data in reads:
@@ -94,9 +94,10 @@ def main() -> None:
     parser.add_argument("--subs", type=int, default=1)
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--read", type=int, default=65536, help="bytes per read (a client's write size)")
     args = parser.parse_args()
     runs = [
-        asyncio.run(measure(args.subjects, args.size, args.subs, args.messages)) for _ in range(args.reps)
+        asyncio.run(measure(args.subjects, args.size, args.subs, args.messages, args.read)) for _ in range(args.reps)
     ]
     runs.sort()
     print(f"{runs[len(runs) // 2]:.0f} ns/msg (min {runs[0]:.0f}, max {runs[-1]:.0f})")
