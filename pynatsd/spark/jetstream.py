@@ -128,9 +128,8 @@ def ack_coordinates(reply: str) -> tuple[int, int, int, int]:
 
     The classic form has 9 tokens; the newer one adds domain and account hash (and a trailing token).
     """
-    t = reply.split(".")
-    i = 5 if len(t) == 9 else 7
-    return int(t[i]), int(t[i + 1]), int(t[i + 2]), int(t[i + 3])
+    t = reply.rsplit(".", 4) if reply.count(".") == 8 else reply.split(".")[6:11]
+    return int(t[1]), int(t[2]), int(t[3]), int(t[4])
 
 
 class StreamRange(InputPartition):
@@ -205,6 +204,7 @@ def _pull_range(
             return  # everything requested arrived and the range is not done: cannot happen, but never spin
         rows: list[Message] = []
         seqs: list[int] = []
+        times: list[int] = []
         done = False
         for m in msgs:
             if m.headers and STATUS in m.headers and not m.payload:
@@ -224,21 +224,22 @@ def _pull_range(
             if sseq > hi:
                 done = True
                 break
-            rows.append(m._replace(reply=None, received_us=ts // 1000))
+            rows.append(m)
             seqs.append(sseq)
+            times.append(ts // 1000)
             if sseq == hi or pending == 0:
                 done = True
                 break
         if rows:
-            yield _record_batch(rows, seqs, opts.stream)
+            yield _record_batch(rows, seqs, times, opts.stream)
         if done:
             return
 
 
-def _record_batch(msgs: Sequence[Message], seqs: list[int], stream: str) -> pa.RecordBatch:
+def _record_batch(msgs: Sequence[Message], seqs: list[int], times: list[int], stream: str) -> pa.RecordBatch:
     names = pa.array([stream] * len(msgs), pa.string())
     return pa.RecordBatch.from_arrays(
-        [*message_columns(msgs), pa.array(seqs, pa.int64()), names], schema=JS_READ_ARROW_SCHEMA
+        [*message_columns(msgs, times), pa.array(seqs, pa.int64()), names], schema=JS_READ_ARROW_SCHEMA
     )
 
 

@@ -104,9 +104,9 @@ async def publish_batches(
                 payload = payloads[i]
                 data = payload.encode() if isinstance(payload, str) else payload or b""
                 hdrs: dict[str, str] | None = dict(headers[i]) if headers and headers[i] else None
-                if msg_id_prefix is not None:
+                if msg_id_prefix is not None:  # a row's own id (e.g. a result's natural key) wins
                     hdrs = hdrs or {}
-                    hdrs[options.msg_id_header] = f"{msg_id_prefix}/{row}"
+                    hdrs.setdefault(options.msg_id_header, f"{msg_id_prefix}/{row}")
                 reply = f"{acks.inbox}.{row}" if acks else (replies[i] if replies else None)
                 await publish(subject, data, reply=reply or "", headers=hdrs)
                 row += 1

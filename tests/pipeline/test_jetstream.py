@@ -244,3 +244,34 @@ def test_exactly_once_across_killed_driver(
     total = first + second
     assert got.count() == got.select("seq").distinct().count() == total
     assert sorted(json.loads(r.payload)["i"] for r in got.select("payload").collect()) == list(range(total))
+
+
+def test_example_job_resumes_from_checkpoint(
+    spark: SparkSession, js_broker: ServerProcess, js: SyncNats, tmp_path: Path
+) -> None:
+    from pynatsd.spark.example import job
+    from pynatsd.spark.example.trades import Trade, expected_vwap, simulate
+
+    if js_broker.kind != "pynatsd":
+        pytest.skip("one server is enough")
+    start_ms = 1_767_225_600_000
+    js.io.run(job.ensure_streams(js_broker.url, {"EXT": "trades.>", "EXV": "vwap.>"}), 10)
+    trades = list(simulate(600, start_ms, 75))
+    late = Trade("ZZZ", 1.0, 1, start_ms + 3_600_000)  # moves the watermark past every window
+    half = len(trades) // 2
+    parquet, ck = str(tmp_path / "vwap"), str(tmp_path / "ck")
+    for part in (trades[:half], [*trades[half:], late]):  # the second run resumes from the checkpoint
+        publish_acked(js, [(t.subject, t.to_json(), None) for t in part])
+        query = job.start(
+            spark, js_broker.url, parquet, ck, stream="EXT", out_stream="EXV", trigger_seconds=0.2
+        )
+        try:
+            query.processAllAvailable()
+            query.processAllAvailable()  # the watermark moves in the batch after the data
+        finally:
+            query.stop()
+    expected = expected_vwap(trades)
+    rows = read(spark, js_broker.url, "EXV").collect()
+    got = {(json.loads(r.payload)["symbol"], r.headers["Nats-Msg-Id"]) for r in rows}
+    assert len(rows) == len(got) == len(expected) == 20  # every window exactly once
+    assert sum(json.loads(r.payload)["trades"] for r in rows) == len(trades)
