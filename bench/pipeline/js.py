@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,9 +26,8 @@ sys.path.insert(0, str(REPO))
 from pynatsd.spark.jetstream import StreamAdmin, StreamReadOptions  # noqa: E402
 from pynatsd.spark.spark import local_session  # noqa: E402
 from tests.pipeline.natsclient import SyncNats  # noqa: E402
-from tests.servers import ServerProcess, start_server  # noqa: E402
+from tests.servers import start_server  # noqa: E402
 
-RAW = [sys.executable, str(Path(__file__).with_name("rawnats.py"))]
 SIZE = 100
 
 
@@ -42,20 +40,21 @@ def stream_count(url: str, stream: str) -> int:
         admin.close()
 
 
-def fill(server: ServerProcess, client: SyncNats, stream: str, n: int) -> None:
-    """A stream of n messages, published raw (core NATS publishes are stored too) for speed."""
+def fill(client: SyncNats, stream: str, n: int) -> None:
+    """A stream of n messages, published with acks in windows (a raw publisher outruns the store)."""
 
-    async def add() -> None:
-        await client.nc.jetstream().add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+    async def pub() -> None:
+        js = client.nc.jetstream()
+        await js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+        payload = b"x" * SIZE
+        for lo in range(0, n, 10_000):
+            acks = [
+                await js.publish_async(f"{stream.lower()}.x", payload) for _ in range(min(10_000, n - lo))
+            ]
+            for ack in acks:
+                await ack
 
-    client.io.run(add(), 10)
-    subprocess.run([*RAW, "pub", str(server.port), f"{stream.lower()}.x", str(n), str(SIZE)], check=True)
-    deadline = time.monotonic() + 60
-    while stream_count(server.url, stream) < n and time.monotonic() < deadline:
-        time.sleep(0.2)
-    got = stream_count(server.url, stream)
-    if got != n:
-        raise RuntimeError(f"stream {stream} holds {got} of {n} messages (publisher outran the server)")
+    client.io.run(pub(), 300)
 
 
 def bench_in(spark: Any, url: str, stream: str, n: int, parts: int) -> float:
@@ -103,7 +102,7 @@ def main() -> None:
             server = start_server(kind, ["-js", "-sd", tempfile.mkdtemp(prefix="bench-js-")])
             client = SyncNats(server.url)
             try:
-                fill(server, client, "BIN", n)
+                fill(client, "BIN", n)
                 bench_in(spark, server.url, "BIN", n, 2)  # warm-up: Python workers, connections
                 runs: dict[str, list[float]] = {}
                 for rep in range(args.reps):

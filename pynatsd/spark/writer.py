@@ -46,8 +46,9 @@ def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
 
 
 class Acks:
-    """Acks of one task's JetStream publishes: each publish carries reply `<inbox>.<row>`, and the acks land
-    in a MessageBuffer through the parser's fast lane (a callback per ack would cap the rate)."""
+    """Acks of one task's JetStream publishes. Every publish carries the same reply inbox (acks are counted,
+    never matched to rows), so the acks land in a MessageBuffer through the parser's fast lane with a cached
+    control line (a callback per ack would cap the rate)."""
 
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
@@ -57,7 +58,7 @@ class Acks:
 
     async def subscribe(self, nc: BufferingClient) -> None:
         self.inbox = nc.new_inbox()
-        await nc.subscribe_into(self.inbox + ".*", None, self.buffer)
+        await nc.subscribe_into(self.inbox, None, self.buffer)
 
     async def wait(self, count: int) -> None:
         """Return once `count` publishes are acknowledged; raise on the first refused one."""
@@ -74,6 +75,49 @@ class Acks:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"pynatsd writer: {count - self.acked} publish ack(s) missing")
             await asyncio.sleep(0.001)  # the acks arrive on this same loop
+
+    async def publish_plain(
+        self, nc: BufferingClient, subjects: list[str], payloads: list[Any], prefix: str, row: int
+    ) -> int:
+        """Publish rows without headers of their own; returns the next row number.
+
+        The HPUB frames are formatted here and queued in chunks: nats-py's publish() costs several times
+        more per message (header validation, one queue entry each).
+        """
+        limit = self.options.max_pending
+        reply = self.inbox.encode()
+        hdr_format = b"NATS/1.0\r\n%s: %s/%%d\r\n\r\n" % (
+            self.options.msg_id_header.encode(),
+            prefix.encode(),
+        )
+        encoded: dict[str, bytes] = {}
+        frames: list[bytes] = []
+        for subject, payload in zip(subjects, payloads, strict=True):
+            data = payload.encode() if isinstance(payload, str) else payload or b""
+            subj = encoded.get(subject)
+            if subj is None:
+                if not subject or any(c in subject for c in " \t\r\n"):
+                    raise ValueError(f"pynatsd writer: bad subject {subject!r}")
+                subj = encoded[subject] = subject.encode()
+            hdr = hdr_format % row
+            frames.append(
+                b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subj, reply, len(hdr), len(hdr) + len(data), hdr, data)
+            )
+            row += 1
+            if len(frames) >= 1000 or row - self.acked > limit:
+                await self._send(nc, frames)
+                frames = []
+                if row - self.acked > limit:
+                    await self.wait(row - limit // 2)
+        await self._send(nc, frames)
+        return row
+
+    @staticmethod
+    async def _send(nc: BufferingClient, frames: list[bytes]) -> None:
+        if frames:
+            nc.stats["out_msgs"] += len(frames)
+            await nc._send_command(b"".join(frames))
+            await nc._flush_pending()
 
 
 async def publish_batches(
@@ -95,6 +139,11 @@ async def publish_batches(
             replies = _column(batch, "reply")
             headers = _column(batch, "headers")
             publish = nc.publish
+            if acks and headers is None and msg_id_prefix is not None:
+                row = await acks.publish_plain(client, subjects, payloads, msg_id_prefix, row)
+                if errors:
+                    break
+                continue
             if replies is None and headers is None and msg_id_prefix is None:
                 for subject, payload in zip(subjects, payloads, strict=True):
                     await publish(subject, payload.encode() if isinstance(payload, str) else payload or b"")
@@ -107,7 +156,7 @@ async def publish_batches(
                 if msg_id_prefix is not None:  # a row's own id (e.g. a result's natural key) wins
                     hdrs = hdrs or {}
                     hdrs.setdefault(options.msg_id_header, f"{msg_id_prefix}/{row}")
-                reply = f"{acks.inbox}.{row}" if acks else (replies[i] if replies else None)
+                reply = acks.inbox if acks else (replies[i] if replies else None)
                 await publish(subject, data, reply=reply or "", headers=hdrs)
                 row += 1
                 if acks and row - acks.acked > options.max_pending:
