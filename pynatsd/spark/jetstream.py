@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -63,7 +63,7 @@ class StreamReadOptions:
         start_seq = _int(options, "startSequence", 0, minimum=0) or None
         start_time = options.get("startTime") or None
         latest = options.get("latest", "false").lower() == "true"
-        if sum(x is not None and x is not False for x in (start_seq, start_time, latest or None)) > 1:
+        if (start_seq is not None) + (start_time is not None) + latest > 1:
             raise ValueError("pynatsd: use at most one of startSequence, startTime, latest")
         if start_time is not None:
             datetime.fromisoformat(start_time)  # fail on the driver, not in the server's parser
@@ -150,8 +150,11 @@ def plan_ranges(lo: int, hi: int, parts: int) -> list[StreamRange]:
     return [StreamRange(s, min(s + size - 1, hi)) for s in range(lo, hi + 1, size)]
 
 
-def read_range(opts: StreamReadOptions, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
-    """Every message of the stream with lo <= seq <= hi (matching the filter), as Arrow batches."""
+def read_range(
+    opts: StreamReadOptions, lo: int, hi: int, deliver: dict[str, Any] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Every message of the stream with lo <= seq <= hi (matching the filter), as Arrow batches; `deliver`
+    replaces the consumer's start (from lo) by another deliver policy."""
     io = LoopThread("pynatsd-js-read")
     errors: list[BaseException] = []
     buffer = MessageBuffer(1 << 62, 1 << 62)  # bounded by the pull requests instead
@@ -163,7 +166,9 @@ def read_range(opts: StreamReadOptions, lo: int, hi: int) -> Iterator[pa.RecordB
         )
         inbox = nc.new_inbox()
         io.run(nc.subscribe_into(inbox, None, buffer), opts.timeout)
-        cfg = opts.consumer_config(deliver_policy="by_start_sequence", opt_start_seq=lo)
+        cfg = opts.consumer_config(
+            **(deliver or {"deliver_policy": "by_start_sequence", "opt_start_seq": lo})
+        )
         info = io.run(create_consumer(nc, opts, cfg), opts.timeout + 5)
         if info.get("num_pending", 1) == 0:
             return
@@ -243,6 +248,14 @@ def _record_batch(msgs: Sequence[Message], seqs: list[int], times: list[int], st
     )
 
 
+def read_partition(opts: StreamReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    # Spark runs one partition with value None when partitions() planned none (an empty range).
+    if partition.value is None:
+        return iter(())
+    lo, hi = partition.value
+    return read_range(opts, lo, hi)
+
+
 class StreamAdmin:
     """Driver-side JetStream API calls (stream bounds, sequence of a time); connects lazily."""
 
@@ -272,24 +285,11 @@ class StreamAdmin:
 
     def seq_at(self, when: str) -> int:
         """The first sequence stored at or after `when` (ISO 8601); last + 1 when there is none."""
-        opts = self.opts
-        cfg = opts.consumer_config(deliver_policy="by_start_time", opt_start_time=_rfc3339(when))
-        self._call(f"$JS.API.STREAM.INFO.{opts.stream}", None)  # connected
-        assert self._io is not None
-        info = self._io.run(create_consumer(self._nc, opts, cfg), opts.timeout + 5)
-        try:
-            msg = self._io.run(
-                self._nc.request(
-                    f"$JS.API.CONSUMER.MSG.NEXT.{opts.stream}.{info['name']}",
-                    b'{"batch":1,"no_wait":true}',
-                    timeout=opts.timeout,
-                ),
-                opts.timeout + 5,
-            )
-        finally:
-            self._call(f"$JS.API.CONSUMER.DELETE.{opts.stream}.{info['name']}", None)
-        if msg.reply and msg.reply.startswith("$JS.ACK."):
-            return ack_coordinates(msg.reply)[0]
+        deliver = {"deliver_policy": "by_start_time", "opt_start_time": _rfc3339(when)}
+        for batch in read_range(replace(self.opts, fetch_batch=1), 1, 1 << 62, deliver):
+            return int(
+                batch.column(5)[0].as_py()
+            )  # leaving the generator deletes nothing: the consumer expires
         return self.bounds()[1] + 1
 
     def start_offset(self) -> int:
@@ -357,8 +357,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return plan_ranges(_seq(start) + 1, _seq(end), self.options.partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        lo, hi = partition.value
-        yield from read_range(self.options, lo, hi)
+        return read_partition(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # the stream keeps its messages; its retention policy, not this query, decides when they go
@@ -384,5 +383,4 @@ class JetStreamBatchReader(DataSourceReader):
         return plan_ranges(lo, hi, self.options.partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        lo, hi = partition.value
-        yield from read_range(self.options, lo, hi)
+        return read_partition(self.options, partition)

@@ -88,6 +88,8 @@ def test_batch_read_same_rows_with_1_2_4_partitions(
         results.append([(r.seq, r.subject, bytes(r.payload), r.headers or None, r.stream) for r in rows])
     assert results[0] == results[1] == results[2]
     assert results[0] == [(i + 1, s, p, h, "BR") for i, (s, p, h) in enumerate(sent)]
+    assert read(spark, js_broker.url, "BR", startTime="2000-01-01T00:00:00+00:00").count() == len(sent)
+    assert read(spark, js_broker.url, "BR", latest="true").count() == 0
     # A subject filter and a sequence range.
     some = read(
         spark, js_broker.url, "BR", subjects="br.1", startSequence="101", endSequence="400", numPartitions="3"
