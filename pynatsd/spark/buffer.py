@@ -102,6 +102,17 @@ class MessageBuffer:
                 self._bytes -= len(self._msgs.popleft().payload)
                 self._base += 1
 
+    def take(self, timeout: float = 0.0) -> list[Message]:
+        """Remove and return every buffered message, waiting up to `timeout` seconds for one to arrive."""
+        with self._lock:
+            if not self._msgs and timeout > 0:
+                self._arrived.wait(timeout)
+            msgs = list(self._msgs)
+            self._msgs.clear()
+            self._base += len(msgs)
+            self._bytes = 0
+            return msgs
+
     def wait_idle(self, idle: float, limit: float) -> None:
         """Block until no message arrived for `idle` seconds (counting from now), or `limit` seconds pass."""
         deadline = time.monotonic() + limit

@@ -62,12 +62,14 @@ class ReadOptions:
 
 @dataclass(frozen=True)
 class WriteOptions:
-    """Write settings: where to publish and how long the final flush may take."""
+    """Write settings: where to publish, how long the final flush (or the last ack) may take."""
 
     servers: list[str]
     flush_timeout: float
     connect_timeout: float
     msg_id_header: str
+    stream: str | None  # JetStream mode: publish with acks into this stream
+    max_pending: int  # JetStream mode: unacknowledged publishes in flight per task
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -76,4 +78,6 @@ class WriteOptions:
             flush_timeout=_int(options, "flushTimeoutMs", 30_000, minimum=1) / 1000,
             connect_timeout=_int(options, "connectTimeoutMs", 5000, minimum=1) / 1000,
             msg_id_header=options.get("msgIdHeader", "Nats-Msg-Id"),
+            stream=options.get("stream") or None,
+            max_pending=_int(options, "maxPending", 20_000, minimum=1),
         )

@@ -46,8 +46,12 @@ class ArrowPartition(InputPartition):
         super().__init__(ipc)
 
 
-def to_record_batch(msgs: Sequence[Message], first_seq: int) -> pa.RecordBatch:
-    """Columnar form of `msgs`; the i-th message gets seq first_seq + i."""
+def message_columns(msgs: Sequence[Message], received_us: Sequence[int] | None = None) -> list[pa.Array]:
+    """The columns every read yields before `seq`: subject, reply, headers, payload, received_at.
+
+    With `received_us` (a JetStream read: the reply is the ack subject, the time the stream's), the reply
+    column is null and received_at comes from `received_us`.
+    """
     n = len(msgs)
     # One pass per column: zip(*msgs) over a whole micro-batch costs more than the Arrow conversion.
     headers = [m.headers for m in msgs]
@@ -57,17 +61,22 @@ def to_record_batch(msgs: Sequence[Message], first_seq: int) -> pa.RecordBatch:
         if any(h is not None for h in headers)
         else pa.nulls(n, map_type)
     )
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([m.subject for m in msgs], pa.string()),
-            pa.array([m.reply for m in msgs], pa.string()),
-            headers_col,
-            pa.array([m.payload for m in msgs], pa.binary()),
-            pa.array([m.received_us for m in msgs], READ_ARROW_SCHEMA.field(4).type),
-            pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
-        ],
-        schema=READ_ARROW_SCHEMA,
-    )
+    return [
+        pa.array([m.subject for m in msgs], pa.string()),
+        pa.array([m.reply for m in msgs], pa.string()) if received_us is None else pa.nulls(n, pa.string()),
+        headers_col,
+        pa.array([m.payload for m in msgs], pa.binary()),
+        pa.array(
+            [m.received_us for m in msgs] if received_us is None else received_us,
+            READ_ARROW_SCHEMA.field(4).type,
+        ),
+    ]
+
+
+def to_record_batch(msgs: Sequence[Message], first_seq: int) -> pa.RecordBatch:
+    """Columnar form of `msgs`; the i-th message gets seq first_seq + i."""
+    seqs = pa.array(np.arange(first_seq, first_seq + len(msgs), dtype=np.int64))
+    return pa.RecordBatch.from_arrays([*message_columns(msgs), seqs], schema=READ_ARROW_SCHEMA)
 
 
 def to_ipc(batch: pa.RecordBatch) -> bytes:

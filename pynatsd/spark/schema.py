@@ -29,6 +29,10 @@ READ_SCHEMA = StructType(
 # Spark validates returned Arrow batches against exactly this schema, so derive it rather than restate it.
 READ_ARROW_SCHEMA: pa.Schema = to_arrow_schema(READ_SCHEMA, timezone="UTC")
 
+# A JetStream read adds the stream's name; `seq` is then the stream sequence.
+JS_READ_SCHEMA = StructType([*READ_SCHEMA.fields, StructField("stream", StringType(), False)])
+JS_READ_ARROW_SCHEMA: pa.Schema = to_arrow_schema(JS_READ_SCHEMA, timezone="UTC")
+
 # Columns a written DataFrame may have; others are ignored.
 WRITE_REQUIRED = ("subject", "payload")
 WRITE_OPTIONAL = ("headers", "reply")

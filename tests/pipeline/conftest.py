@@ -31,7 +31,8 @@ def spark() -> Iterator[SparkSession]:
     need_tool(_spark_available(), "Java and pyspark")
     from pynatsd.spark.spark import local_session
 
-    session = local_session("pynatsd-tests")
+    # local[2,2]: a failed task is retried once, as on a cluster (the task-retry tests need it).
+    session = local_session("pynatsd-tests", master="local[2,2]")
     yield session
     _shut_down_spark(session)
 

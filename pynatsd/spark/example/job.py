@@ -1,8 +1,16 @@
 """The Spark side of the example: parse trades, 10-second windowed VWAP and volume per symbol, then publish
-each closed window to `vwap.<symbol>` and append it to Parquet."""
+each closed window to `vwap.<symbol>` and write it to Parquet.
+
+    python -m pynatsd.spark.example.job --url URL --checkpoint DIR --parquet DIR   (JetStream: TRADES -> VWAP)
+"""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+
+import nats
+import nats.js.errors
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -64,17 +72,27 @@ def start(
     checkpoint_dir: str,
     subjects: str = "trades.>",
     trigger_seconds: float = 1.0,
+    stream: str | None = None,
+    out_stream: str | None = None,
 ) -> StreamingQuery:
-    """Run the pipeline: one streaming query, whose micro-batches go to the broker and to Parquet."""
-    messages = spark.readStream.format("pynatsd").option("url", url).option("subjects", subjects).load()
+    """Run the pipeline: one streaming query, whose micro-batches go to the broker and to Parquet.
+
+    With `stream` the trades are read from that JetStream stream (restartable from the checkpoint with nothing
+    lost); with `out_stream` results are published into that stream with acks, de-duplicated by window id.
+    """
+    reader = spark.readStream.format("pynatsd").option("url", url)
+    reader = reader.option("stream", stream) if stream else reader.option("subjects", subjects)
+    messages = reader.load()
 
     def sink(batch: DataFrame, batch_id: int) -> None:
         batch.persist()
         try:
             if batch.isEmpty():
                 return
-            batch.write.mode("append").parquet(parquet_dir)
-            to_messages(batch).write.format("pynatsd").option("url", url).mode("append").save()
+            # One directory per batch, overwritten: a batch replayed after a crash replaces its own output.
+            batch.write.mode("overwrite").parquet(f"{parquet_dir}/batch_id={batch_id}")
+            out = to_messages(batch).write.format("pynatsd").option("url", url)
+            (out.option("stream", out_stream) if out_stream else out).mode("append").save()
         finally:
             batch.unpersist()
 
@@ -86,3 +104,40 @@ def start(
         .foreachBatch(sink)
         .start()
     )
+
+
+async def ensure_streams(url: str, streams: dict[str, str]) -> None:
+    """Create the streams (name -> subjects) that do not exist yet."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        for name, subjects in streams.items():
+            try:
+                await js.stream_info(name)
+            except nats.js.errors.NotFoundError:
+                await js.add_stream(name=name, subjects=[subjects])
+    finally:
+        await nc.close()
+
+
+def main() -> None:
+    """`python -m pynatsd.spark.example.job`: the JetStream pipeline, restartable from its checkpoint."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--url", default="nats://127.0.0.1:4222")
+    parser.add_argument("--stream", default="TRADES", help="stream of trades (created on trades.>)")
+    parser.add_argument("--out-stream", default="VWAP", help="stream of results (created on vwap.>)")
+    parser.add_argument("--checkpoint", required=True, help="keep it to resume where the job stopped")
+    parser.add_argument("--parquet", required=True)
+    args = parser.parse_args()
+    asyncio.run(ensure_streams(args.url, {args.stream: "trades.>", args.out_stream: "vwap.>"}))
+    from pynatsd.spark.spark import local_session
+
+    spark = local_session("pynatsd-vwap")
+    query = start(
+        spark, args.url, args.parquet, args.checkpoint, stream=args.stream, out_stream=args.out_stream
+    )
+    query.awaitTermination()
+
+
+if __name__ == "__main__":
+    main()

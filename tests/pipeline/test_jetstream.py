@@ -1,0 +1,279 @@
+"""The JetStream mode of the pynatsd data source in a real local Spark: sequence-range reads from the
+executors, exactly-once across a killed driver and across task retries, acked and de-duplicated writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.conftest import need_tool
+from tests.pipeline.natsclient import SyncNats
+from tests.servers import REPO_ROOT, ServerProcess, nats_server_binary, start_server
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module", params=["pynatsd", "nats-server"])
+def js_broker(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """A JetStream-enabled server with its own store directory."""
+    if request.param == "nats-server":
+        need_tool(nats_server_binary() is not None, "nats-server")
+    server = start_server(request.param, ["-js", "-sd", tempfile.mkdtemp(prefix="pynatsd-js-")])
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def js(js_broker: ServerProcess) -> Iterator[SyncNats]:
+    client = SyncNats(js_broker.url)
+    yield client
+    client.close()
+
+
+def add_stream(client: SyncNats, name: str, subjects: list[str]) -> None:
+    async def add() -> None:
+        await client.nc.jetstream().add_stream(name=name, subjects=subjects)
+
+    client.io.run(add(), 10)
+
+
+def publish_acked(client: SyncNats, msgs: list[tuple[str, bytes, dict[str, str] | None]]) -> None:
+    """Publish into streams, waiting for every ack (so the messages have sequences when this returns)."""
+
+    async def pub() -> None:
+        js = client.nc.jetstream()
+        futures = [await js.publish_async(s, p, headers=h) for s, p, h in msgs]
+        for f in futures:
+            await f
+
+    client.io.run(pub(), 120)
+
+
+def stream_messages(client: SyncNats, name: str) -> int:
+    async def info() -> int:
+        return int((await client.nc.jetstream().stream_info(name)).state.messages)
+
+    return client.io.run(info(), 10)
+
+
+def read(spark: SparkSession, url: str, stream: str, **options: str) -> DataFrame:
+    reader = spark.read.format("pynatsd").option("url", url).option("stream", stream)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def test_batch_read_same_rows_with_1_2_4_partitions(
+    spark: SparkSession, js_broker: ServerProcess, js: SyncNats
+) -> None:
+    add_stream(js, "BR", ["br.>"])
+    sent = [(f"br.{i % 3}", f"m{i}".encode(), {"n": str(i)} if i % 7 == 0 else None) for i in range(3000)]
+    publish_acked(js, sent)
+    results = []
+    for parts in ("1", "2", "4"):
+        rows = read(spark, js_broker.url, "BR", numPartitions=parts).orderBy("seq").collect()
+        results.append([(r.seq, r.subject, bytes(r.payload), r.headers or None, r.stream) for r in rows])
+    assert results[0] == results[1] == results[2]
+    assert results[0] == [(i + 1, s, p, h, "BR") for i, (s, p, h) in enumerate(sent)]
+    assert read(spark, js_broker.url, "BR", startTime="2000-01-01T00:00:00+00:00").count() == len(sent)
+    assert read(spark, js_broker.url, "BR", latest="true").count() == 0
+    # A subject filter and a sequence range.
+    some = read(
+        spark, js_broker.url, "BR", subjects="br.1", startSequence="101", endSequence="400", numPartitions="3"
+    ).collect()
+    assert sorted(r.seq for r in some) == [s for s in range(101, 401) if (s - 1) % 3 == 1]
+
+
+def _fail_first_attempt(df: DataFrame, partition: int) -> DataFrame:
+    """Make the first attempt of one task fail midway, after it produced some rows (Spark retries it)."""
+    from pyspark import TaskContext
+    from pyspark.sql.functions import udf
+
+    def boom(seq: int) -> int:
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.partitionId() == partition and ctx.attemptNumber() == 0 and seq % 500 == 0:
+            raise RuntimeError("injected task failure")
+        return seq
+
+    return df.withColumn("seq", udf(boom, "long", useArrow=False)("seq"))
+
+
+def test_task_retry_duplicates_nothing(spark: SparkSession, js_broker: ServerProcess, js: SyncNats) -> None:
+    add_stream(js, "TR", ["tr.in.>"])
+    add_stream(js, "TROUT", ["tr.out.>"])
+    n = 4000
+    publish_acked(js, [(f"tr.in.{i % 4}", f"p{i}".encode(), None) for i in range(n)])
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
+    try:
+        # Into a parquet sink through the streaming source.
+        out = tempfile.mkdtemp(prefix="pynatsd-tr-")
+        source = (
+            spark.readStream.format("pynatsd")
+            .option("url", js_broker.url)
+            .option("stream", "TR")
+            .option("numPartitions", "2")
+            .load()
+        )
+        query = (
+            _fail_first_attempt(source, 1)
+            .writeStream.format("parquet")
+            .option("path", f"{out}/data")
+            .option("checkpointLocation", f"{out}/ck")
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120)
+        assert query.exception() is None
+        got = spark.read.parquet(f"{out}/data")
+        assert got.count() == got.select("seq").distinct().count() == n
+        # Into a stream through the JetStream sink: the retried task republishes ids the stream has seen.
+        df = read(spark, js_broker.url, "TR", numPartitions="2").selectExpr(
+            "concat('tr.out.', subject) AS subject", "payload", "seq"
+        )
+        (
+            _fail_first_attempt(df, 0)
+            .drop("seq")
+            .write.format("pynatsd")
+            .option("url", js_broker.url)
+            .option("stream", "TROUT")
+            .mode("append")
+            .save()
+        )
+        assert stream_messages(js, "TROUT") == n
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+
+def test_stream_write_acks_and_msg_ids(spark: SparkSession, js_broker: ServerProcess, js: SyncNats) -> None:
+    add_stream(js, "SWIN", ["swj.in.>"])
+    add_stream(js, "SWOUT", ["swj.out.>"])
+    publish_acked(js, [(f"swj.in.{i % 2}", f"m{i}".encode(), None) for i in range(1000)])
+    ck = tempfile.mkdtemp(prefix="pynatsd-swj-")
+    source = (
+        spark.readStream.format("pynatsd")
+        .option("url", js_broker.url)
+        .option("stream", "SWIN")
+        .option("maxMessagesPerTrigger", "300")
+        .load()
+    )
+    query = (
+        source.selectExpr("concat('swj.out.', substring(subject, 8)) AS subject", "payload")
+        .writeStream.format("pynatsd")
+        .option("url", js_broker.url)
+        .option("stream", "SWOUT")
+        .option("checkpointLocation", ck)
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    rows = read(spark, js_broker.url, "SWOUT").collect()
+    assert sorted(bytes(r.payload) for r in rows) == sorted(f"m{i}".encode() for i in range(1000))
+    ids = [r.headers["Nats-Msg-Id"] for r in rows]
+    assert len(set(ids)) == 1000
+    assert all(i.startswith(query.id + "/") and len(i.split("/")) == 4 for i in ids)
+    # Publishing into a subject no stream captures fails the write instead of losing the rows.
+    bad = spark.createDataFrame([("swj.nowhere", b"x")], "subject string, payload binary")
+    with pytest.raises(Exception, match=r"refused|ack"):
+        bad.write.format("pynatsd").option("url", js_broker.url).option("stream", "SWOUT").option(
+            "flushTimeoutMs", "3000"
+        ).mode("append").save()
+
+
+def _eo(url: str, out: Path, mode: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.pipeline.eo_query",
+            url,
+            "EO",
+            str(out / "data"),
+            str(out / "ck"),
+            mode,
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        start_new_session=True,  # its own process group: the kill takes the JVM and the Python workers too
+        stdout=subprocess.DEVNULL,
+        stderr=open(out / f"{mode}.log", "wb"),
+    )
+
+
+def test_exactly_once_across_killed_driver(
+    spark: SparkSession, js_broker: ServerProcess, js: SyncNats, tmp_path: Path
+) -> None:
+    if js_broker.kind != "pynatsd":
+        pytest.skip("one server is enough for the slow subprocess test")
+    add_stream(js, "EO", ["eo.>"])
+    first, second = 6000, 3000
+    publish_acked(js, [(f"eo.{i % 5}", json.dumps({"i": i}).encode(), None) for i in range(first)])
+    proc = _eo(js_broker.url, tmp_path, "run")
+    commits = tmp_path / "ck" / "commits"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if commits.is_dir() and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 3:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+        assert len(list(commits.iterdir())) >= 3, "the query committed no batch in time"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    done_before = len([p for p in commits.iterdir() if p.name.isdigit()])
+    assert done_before < first // 700 + 1, "killed too late: every batch was already committed"
+    publish_acked(
+        js, [(f"eo.{i % 5}", json.dumps({"i": i}).encode(), None) for i in range(first, first + second)]
+    )
+    drain = _eo(js_broker.url, tmp_path, "drain")
+    assert drain.wait(180) == 0, (tmp_path / "drain.log").read_text()[-3000:]
+    got = spark.read.parquet(str(tmp_path / "data"))
+    total = first + second
+    assert got.count() == got.select("seq").distinct().count() == total
+    assert sorted(json.loads(r.payload)["i"] for r in got.select("payload").collect()) == list(range(total))
+
+
+def test_example_job_resumes_from_checkpoint(
+    spark: SparkSession, js_broker: ServerProcess, js: SyncNats, tmp_path: Path
+) -> None:
+    from pynatsd.spark.example import job
+    from pynatsd.spark.example.trades import Trade, expected_vwap, simulate
+
+    if js_broker.kind != "pynatsd":
+        pytest.skip("one server is enough")
+    start_ms = 1_767_225_600_000
+    js.io.run(job.ensure_streams(js_broker.url, {"EXT": "trades.>", "EXV": "vwap.>"}), 10)
+    trades = list(simulate(600, start_ms, 75))
+    late = Trade("ZZZ", 1.0, 1, start_ms + 3_600_000)  # moves the watermark past every window
+    half = len(trades) // 2
+    parquet, ck = str(tmp_path / "vwap"), str(tmp_path / "ck")
+    for part in (trades[:half], [*trades[half:], late]):  # the second run resumes from the checkpoint
+        publish_acked(js, [(t.subject, t.to_json(), None) for t in part])
+        query = job.start(
+            spark, js_broker.url, parquet, ck, stream="EXT", out_stream="EXV", trigger_seconds=0.2
+        )
+        try:
+            query.processAllAvailable()
+            query.processAllAvailable()  # the watermark moves in the batch after the data
+        finally:
+            query.stop()
+    expected = expected_vwap(trades)
+    rows = read(spark, js_broker.url, "EXV").collect()
+    got = {(json.loads(r.payload)["symbol"], r.headers["Nats-Msg-Id"]) for r in rows}
+    assert len(rows) == len(got) == len(expected) == 20  # every window exactly once
+    assert sum(json.loads(r.payload)["trades"] for r in rows) == len(trades)
