@@ -24,6 +24,7 @@ from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
     from pynatsd.broker.connection import Connection
+    from pynatsd.broker.jwt import JwtAuthenticator, UserGrant
 
 DEFAULT_ACCOUNT = "$G"
 _CACHE_LIMIT = 1024
@@ -296,6 +297,12 @@ class Authenticator:
             acc = acc or {}
             self._add_users(acc.get("users", []), name, acc.get("default_permissions"))
         self.no_auth_user = options.no_auth_user
+        self.jwt: JwtAuthenticator | None = None
+        if "trusted" in options.extra:  # operator mode: every client needs a user JWT
+            from pynatsd.broker.jwt import JwtAuthenticator
+
+            self.jwt = JwtAuthenticator(options.extra["trusted"], options.extra.get("resolver_preload", {}),
+                                        options.extra.get("system_account", ""))  # fmt: skip
 
     @staticmethod
     def new_nonce() -> str:
@@ -338,15 +345,30 @@ class Authenticator:
 
     @property
     def required(self) -> bool:
-        return bool(self.username or self.token or self.users or self.nkeys)
+        return bool(self.username or self.token or self.users or self.nkeys or self.jwt)
+
+    @property
+    def wants_nonce(self) -> bool:
+        """INFO carries a nonce for clients to sign (nkey users, and JWT users in operator mode)."""
+        return bool(self.nkeys or self.jwt)
+
+    def grant(self, user: str) -> UserGrant | None:
+        """A JWT user's permissions, limits and expiry from its latest admission (None outside operator
+        mode)."""
+        return self.jwt.grants.get(user) if self.jwt is not None else None
 
     def permissions(self, user: str) -> Permissions | None:
+        if self.jwt is not None:
+            grant = self.jwt.grants.get(user)
+            return grant.permissions.copy() if grant and grant.permissions else None
         entry = self.users.get(user) or self.nkeys.get(user)
         return entry.permissions.copy() if entry and entry.permissions else None
 
     def _checked_secret(self, opts: ConnectOptions) -> tuple[str, ...]:
         """What `authenticate` compares `opts` against: the mechanism and the stored secret (and account)
         it would use. Two authenticators that give the same answer here admit that client alike."""
+        if self.jwt is not None:  # revocations or account changes: always checked again (cheap, no bcrypt)
+            return ("jwt", str(id(self)))
         if opts.nkey and self.nkeys:
             entry = self.nkeys.get(opts.nkey)
             return ("nkey", *_describe_user(entry))
@@ -382,6 +404,8 @@ class Authenticator:
         return self.authenticate(conn, opts) == (conn.user, conn.account)
 
     def authenticate(self, conn: Connection, opts: ConnectOptions) -> tuple[str, str] | None:
+        if self.jwt is not None:
+            return self.jwt.authenticate(conn, opts, conn.nonce)
         if opts.nkey and self.nkeys:
             entry = self.nkeys.get(opts.nkey)
             ok = entry is not None and self._nkey_ok(conn, opts)

@@ -69,6 +69,7 @@ MAX_PAYLOAD_EXCEEDED = "Maximum Payload Exceeded"
 MAX_CONTROL_LINE_EXCEEDED = "Maximum Control Line Exceeded"
 AUTHENTICATION_VIOLATION = "Authentication Failure"
 AUTHENTICATION_TIMEOUT = "Authentication Timeout"
+AUTHENTICATION_EXPIRED = "Authentication Expired"
 MAX_CONNECTIONS_EXCEEDED = "Maximum Connections Exceeded"
 READ_ERROR = "Read Error"
 WRITE_ERROR = "Write Error"
@@ -125,6 +126,7 @@ class Connection(Client):
         )
         self.sublist: Sublist[Subscription] = server.sublist
         self.nonce = ""  # set in INFO when nkey users are configured
+        self.jwt_subs = -1  # a JWT user's subscription limit (its own or its account's); -1: none
         self.opts = ConnectOptions()
         # Read per message, so kept as plain fields (set again by CONNECT): nats-server's defaults.
         self.verbose = self.opts.verbose
@@ -443,6 +445,7 @@ class Connection(Client):
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
+        self._apply_grant()
         self.opts = opts
         self.echo = opts.echo
         self.headers = opts.headers
@@ -453,6 +456,23 @@ class Connection(Client):
         self._info_after_pong = opts.protocol >= 1
         if opts.verbose:
             self._send(encoder.OK)
+
+    def _apply_grant(self) -> None:
+        """A JWT user's limits (the smaller of its own and the server's) and the end of its
+        authentication, when its JWT (or its connect time window) expires."""
+        grant = self.authenticator().grant(self.user)
+        if grant is None:
+            return
+        self.jwt_subs = grant.subs
+        server_max = self.server.options.max_payload
+        self.parser.max_payload = server_max if grant.payload < 0 else min(grant.payload, server_max)
+        if grant.expires_in > 0:
+            self._auth_timer = self.server.loop.call_later(grant.expires_in, self._auth_expired)
+
+    def _auth_expired(self) -> None:
+        self._auth_timer = None
+        log.error("%r - user authentication expired", self)
+        self.close(AUTHENTICATION_EXPIRED, errors.AUTHENTICATION_EXPIRED)
 
     def revalidate(self, auth: Authenticator, before: Authenticator) -> None:
         """After a reload: close the connection if its credentials no longer let it in (nats-server's
@@ -511,8 +531,10 @@ class Connection(Client):
             self._send_err(errors.subscribe_violation(_text(subject), _text(queue) if queue else None))
             log.error("%r - subscription violation for %s", self, _text(subject))
             return
-        limit = server.options.max_subscriptions
-        if limit > 0 and len(self.subs) >= limit:
+        limit = server.options.max_subscriptions or -1
+        if self.jwt_subs >= 0 and (limit < 0 or self.jwt_subs < limit):
+            limit = self.jwt_subs
+        if limit >= 0 and len(self.subs) >= limit:
             self._send_err(errors.MAX_SUBSCRIPTIONS)
             log.error("%r - maximum subscriptions exceeded", self)
             return

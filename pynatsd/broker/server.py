@@ -397,7 +397,7 @@ class Server:
         info["client_id"] = conn.cid
         if conn.ip:
             info["client_ip"] = conn.ip
-        if self.auth.nkeys and not connect_info and not ldm:
+        if self.auth.wants_nonce and not connect_info and not ldm:
             info["nonce"] = conn.nonce = self.auth.new_nonce()
         if connect_info:
             info["connect_info"] = True

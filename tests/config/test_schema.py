@@ -186,15 +186,10 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        ('operator: "op.jwt"', "operator"),
-        ('operators: ["op.jwt"]', "operators"),
-        ('root_operators: ["op.jwt"]', "root_operators"),
-        ("resolver: MEMORY", "resolver"),
-        ("account_resolver: MEMORY", "account_resolver"),
-        ('resolver_preload: { ABC: "jwt" }', "resolver_preload"),
+        ("resolver: { type: full, dir: x }", "resolver"),
+        ("account_resolver: URL(http://127.0.0.1:1/)", "account_resolver"),
         ("resolver_tls: { cert_file: x }", "resolver_tls"),
-        ('trusted_keys: ["OABC"]', "trusted_keys"),
-        ('trusted: "OABC"', "trusted"),
+        ("resolver_pinned_accounts: [x]", "resolver_pinned_accounts"),
         ("default_sentinel: abc", "default_sentinel"),
         ("proxies: { trusted: [] }", "proxies"),
         ("authorization { auth_callout { issuer: x } }", "auth_callout"),

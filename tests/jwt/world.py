@@ -1,0 +1,98 @@
+"""One operator-mode setup shared by the JWT tests: an operator with a signing key, a system account,
+accounts A (with signing keys, revocations) and B, and accounts the server must not trust."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.jwt.issuer import Key, account_jwt, user_jwt
+from tests.servers import IN_CI, ServerProcess, nats_server_binary, start_server
+
+KINDS = ["pynatsd", "nats-server"]
+
+
+def require(kind: str) -> None:
+    """Skip a nats-server run when the binary is missing (never in CI)."""
+    if kind == "nats-server" and nats_server_binary() is None and not IN_CI:
+        pytest.skip("nats-server not installed")
+
+
+def _window(hours_from: float, hours_to: float) -> dict[str, str]:
+    now = datetime.now(UTC)
+    start, end = now + timedelta(hours=hours_from), now + timedelta(hours=hours_to)
+    return {"start": start.strftime("%H:%M:%S"), "end": end.strftime("%H:%M:%S")}
+
+
+@dataclass
+class World:
+    operator: Key = field(default_factory=lambda: Key("O"))
+    op_signer: Key = field(default_factory=lambda: Key("O"))
+    system: Key = field(default_factory=lambda: Key("A"))
+    a: Key = field(default_factory=lambda: Key("A"))
+    a_signer: Key = field(default_factory=lambda: Key("A"))
+    b: Key = field(default_factory=lambda: Key("A"))
+    stranger: Key = field(default_factory=lambda: Key("O"))
+    untrusted: Key = field(default_factory=lambda: Key("A"))
+    no_bearer: Key = field(default_factory=lambda: Key("A"))
+    revoked: Key = field(default_factory=lambda: Key("U"))
+    users: dict[str, tuple[str, Key]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.revoked_at = int(time.time()) + 5  # revokes every JWT issued before then
+        self.accounts = {
+            self.system.public: account_jwt(self.op_signer, self.system),
+            self.a.public: account_jwt(
+                self.operator, self.a, signing_keys=[self.a_signer.public],
+                revocations={self.revoked.public: self.revoked_at},
+            ),
+            # B is issued by the operator's signing key.
+            self.b.public: account_jwt(self.op_signer, self.b),
+            self.untrusted.public: account_jwt(self.stranger, self.untrusted),
+            self.no_bearer.public: account_jwt(
+                self.operator, self.no_bearer, limits={"disallow_bearer": True}
+            ),
+        }  # fmt: skip
+        self.operator_jwt = self.operator.issue(
+            self.operator.public, "operator",
+            {"signing_keys": [self.op_signer.public], "system_account": self.system.public},
+        )  # fmt: skip
+
+    def user(
+        self, name: str, issuer: Key | None = None, key: Key | None = None, **nats: object
+    ) -> tuple[str, Key]:
+        """A user JWT (issued by account A unless `issuer`), remembered under `name`."""
+        key = key or Key("U")
+        token = user_jwt(issuer or self.a, key, **nats)
+        self.users[name] = (token, key)
+        return token, key
+
+    def config(self, directory: Path) -> Path:
+        (directory / "op.jwt").write_text(self.operator_jwt)
+        preload = "\n".join(f"  {name}: {token}" for name, token in self.accounts.items())
+        conf = directory / "operator.conf"
+        conf.write_text(
+            f'operator: "{directory / "op.jwt"}"\nsystem_account: {self.system.public}\n'
+            f"resolver: MEMORY\nresolver_preload: {{\n{preload}\n}}\n"
+        )
+        return conf
+
+
+@contextmanager
+def running(kind: str, conf: Path) -> Iterator[ServerProcess]:
+    require(kind)
+    server = start_server(kind, ["-c", str(conf)])
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+WINDOW_NOW = _window(-1, 1)
+WINDOW_LATER = _window(2, 3)
