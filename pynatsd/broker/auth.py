@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from pynatsd.broker.jwt import JwtAuthenticator, UserGrant
 
 DEFAULT_ACCOUNT = "$G"
+REVOCATION = "Credentials Revoked"  # the close reason, as nats-server's connz shows it
+REVOKED_TEXT = "User Authentication Revoked"
 _CACHE_LIMIT = 1024
 # allow_responses: nats-server's defaults (one reply within two minutes) and reply-map pruning cadence.
 RESPONSE_MAX_MSGS = 1
@@ -399,6 +401,10 @@ class Authenticator:
         its CONNECT options, still get in as the same user and account? Unchanged credentials need no new
         check (no bcrypt on the loop); changed ones are checked again, as nats-server does."""
         opts = conn.opts
+        if self.jwt is not None and self.jwt.revoked(opts):
+            # nats-server tells a live client its JWT was revoked (not a plain violation).
+            conn.close(REVOCATION, REVOKED_TEXT)
+            return False
         if self._checked_secret(opts) == before._checked_secret(opts):
             return True
         return self.authenticate(conn, opts) == (conn.user, conn.account)

@@ -376,6 +376,15 @@ class JwtAuthenticator:
             return None  # expired accounts stay known but admit nobody
         return acc
 
+    def revoked(self, opts: ConnectOptions) -> bool:
+        """True when the account of a connected user's JWT now revokes it (checked on reload)."""
+        try:
+            user = decode(opts.jwt, "user")
+        except JwtError:
+            return False
+        acc = self.account(user.nats.get("issuer_account") or user.issuer)
+        return acc is not None and acc.user_revoked(user.subject, user.issued_at)
+
     def authenticate(self, conn: Connection, opts: ConnectOptions, nonce: str) -> tuple[str, str] | None:
         """(user nkey, account) for a valid user JWT in CONNECT, or None (Authorization Violation)."""
         try:
