@@ -303,8 +303,7 @@ class Authenticator:
         if "trusted" in options.extra:  # operator mode: every client needs a user JWT
             from pynatsd.broker.jwt import JwtAuthenticator
 
-            self.jwt = JwtAuthenticator(options.extra["trusted"], options.extra.get("resolver_preload", {}),
-                                        options.extra.get("system_account", ""))  # fmt: skip
+            self.jwt = JwtAuthenticator(options.extra)
 
     @staticmethod
     def new_nonce() -> str:
@@ -369,8 +368,8 @@ class Authenticator:
     def _checked_secret(self, opts: ConnectOptions) -> tuple[str, ...]:
         """What `authenticate` compares `opts` against: the mechanism and the stored secret (and account)
         it would use. Two authenticators that give the same answer here admit that client alike."""
-        if self.jwt is not None:  # revocations or account changes: always checked again (cheap, no bcrypt)
-            return ("jwt", str(id(self)))
+        if self.jwt is not None:  # JWTs are always checked again (account updates; cheap, no bcrypt)
+            return ("jwt",)
         if opts.nkey and self.nkeys:
             entry = self.nkeys.get(opts.nkey)
             return ("nkey", *_describe_user(entry))
@@ -405,7 +404,7 @@ class Authenticator:
             # nats-server tells a live client its JWT was revoked (not a plain violation).
             conn.close(REVOCATION, REVOKED_TEXT)
             return False
-        if self._checked_secret(opts) == before._checked_secret(opts):
+        if self.jwt is None and self._checked_secret(opts) == before._checked_secret(opts):
             return True
         return self.authenticate(conn, opts) == (conn.user, conn.account)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -518,13 +519,49 @@ def _trusted_keys(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -
 
 
 def _resolver(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    """Only the MEMORY resolver (accounts from `resolver_preload`); directory and URL ones are refused."""
-    if isinstance(value, str) and value.strip().upper() == "MEMORY":
+    """`MEMORY` (accounts from `resolver_preload`) or a `full` directory resolver; URL and cache
+    resolvers, and deletes (`allow_delete`), are refused."""
+    if isinstance(value, str) and value.strip().upper() in ("MEMORY", "MEM"):
         opts.extra["resolver"] = "MEMORY"
         return
-    if isinstance(value, (str, dict)):
-        raise refused(key, "account resolvers other than MEMORY (directory, URL)", access=True)
-    raise ConfigValueError(f"{key}: expected MEMORY, URL(...) or a resolver block, got {value!r}")
+    if isinstance(value, str):
+        raise refused(key, "URL account resolvers", access=True)
+    if not isinstance(value, dict):
+        raise ConfigValueError(f"{key}: expected MEMORY, URL(...) or a resolver block, got {value!r}")
+    block = to_block(key, value)
+    spec: dict[str, Any] = {"type": "", "dir": "", "limit": 0}
+    for low, k, v, _at in entries(block, where):
+        if low in ("type", "dir"):
+            spec[low] = to_str(k, v)
+        elif low == "allow_delete":
+            if to_bool(k, v):
+                raise refused(k, "account deletes in the directory resolver", access=True)
+        elif low == "hard_delete":
+            spec["hard_delete"] = to_bool(k, v)
+        elif low == "limit":
+            spec["limit"] = to_int(k, v)
+        elif low in ("interval", "timeout", "ttl"):
+            # interval: sync with other servers, timeout: fetch from them; a single server has none.
+            spec[low] = parse_duration(k, v)
+        else:
+            unknown(ctx, block, k, _at)
+    kind = spec["type"].upper()
+    if kind in ("MEMORY", "MEM"):
+        opts.extra["resolver"] = "MEMORY"
+        return
+    if kind == "CACHE":
+        raise refused(key, "the CACHE account resolver", access=True)
+    if kind != "FULL":
+        raise ConfigValueError(f"{key}: unknown resolver type {spec['type']!r}")
+    if "ttl" in spec:
+        raise ConfigValueError("FULL does not accept ttl")
+    if "hard_delete" in spec:
+        raise ConfigValueError("hard_delete has no effect without delete")
+    if not spec["dir"]:
+        raise ConfigValueError("dir has no value and needs to point to a directory")
+    if os.path.exists(spec["dir"]) and not os.path.isdir(spec["dir"]):
+        raise ConfigValueError("dir needs to point to an accessible directory")
+    opts.extra["resolver"] = {"type": "full", "dir": spec["dir"], "limit": spec["limit"]}
 
 
 def _resolver_preload(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
@@ -573,6 +610,11 @@ def _check_operator_mode(ctx: Ctx, opts: Options) -> None:
     named = [op.nats.get("system_account", "") for op in operators]
     if system and any(named) and system not in named:
         problems.append("system_account in config and operator JWT must be identical")
+    if not system and not (named and named[0]) and isinstance(extra.get("resolver"), dict):
+        problems.append(
+            "using nats based account resolver - the system account needs to be specified in "
+            "configuration or the operator jwt"
+        )
     for problem in problems:
         ctx.error(_NOWHERE, problem)
     trusted = list(extra.get("trusted_keys", []))
@@ -581,6 +623,7 @@ def _check_operator_mode(ctx: Ctx, opts: Options) -> None:
             trusted.append(op.subject)
         trusted.extend(k for k in op.nats.get("signing_keys") or [] if isinstance(k, str))
     extra["trusted"] = trusted
+    extra["strict_operators"] = [op.subject for op in operators if op.nats.get("strict_signing_key_usage")]
     if not system and named:
         extra["system_account"] = named[0]
 

@@ -339,24 +339,80 @@ class UserGrant:
     expires_in: float  # seconds until the JWT (or its time window) ends; 0 = never
 
 
-class JwtAuthenticator:
-    """Trusted operator keys plus the account resolver (MEMORY, preloaded), checking user JWTs."""
+class DirectoryStore:
+    """The `full` resolver's directory: one `<account>.jwt` file per account, as nats-server keeps it
+    (unsharded). Preloaded JWTs count as stored when newer than the file (nats-server stores them at
+    start); nothing is written until an update arrives."""
 
-    def __init__(self, trusted: list[str], preload: dict[str, str], system_account: str) -> None:
-        self.trusted = frozenset(trusted)
-        self.preload = dict(preload)
-        self.system_account = system_account
+    def __init__(self, directory: str, limit: int) -> None:
+        self.directory = Path(directory)
+        self.limit = limit
+
+    def _path(self, name: str) -> Path | None:
+        return self.directory / f"{name}.jwt" if valid_public_nkey(name, "A") else None
+
+    def load(self, name: str) -> str | None:
+        path = self._path(name)
+        if path is None:
+            return None
+        try:
+            return path.read_text().strip() or None
+        except OSError:
+            return None
+
+    def save(self, name: str, token: str) -> None:
+        """Stores `token` for account `name` (replacing any); raises OSError or JwtError."""
+        path = self._path(name)
+        if path is None:
+            raise JwtError("invalid public key")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.limit > 0 and not path.exists() and len(list(self.directory.glob("*.jwt"))) >= self.limit:
+            raise JwtError("jwt store is full")
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(token)
+        tmp.replace(path)  # readers never see half a JWT
+
+
+def _newer(a: str | None, b: str | None) -> str | None:
+    """The more recently issued of two account JWTs (either may be missing or undecodable)."""
+    if a is None or b is None:
+        return a or b
+
+    def issued(token: str) -> int:
+        try:
+            return int(json.loads(_b64(token.split(".")[1])).get("iat", 0))
+        except (JwtError, IndexError, ValueError, AttributeError):
+            return -1
+
+    return b if issued(b) > issued(a) else a
+
+
+class JwtAuthenticator:
+    """Trusted operator keys plus the account resolver (MEMORY with preloads, or a `full` directory),
+    checking user JWTs."""
+
+    def __init__(self, extra: dict[str, Any]) -> None:
+        """From the options the config schema checked (`trusted`, `resolver`, `resolver_preload`, ...)."""
+        self.trusted = frozenset(extra["trusted"])
+        # Operators with strict_signing_key_usage: their own key may not issue accounts.
+        self.strict_operators = frozenset(extra.get("strict_operators", ()))
+        self.preload = dict(extra.get("resolver_preload", {}))
+        self.system_account: str = extra.get("system_account", "")
+        resolver = extra.get("resolver")
+        self.store = (
+            DirectoryStore(resolver["dir"], int(resolver.get("limit", 0)))
+            if isinstance(resolver, dict)
+            else None
+        )
         self._accounts: dict[str, tuple[str, Account | None]] = {}
         self.grants: dict[str, UserGrant] = {}  # user nkey -> grant of its latest admission
-
-    def describe(self) -> tuple[str, ...]:
-        """What decides admissions (for reload comparisons)."""
-        return ("jwt", *sorted(self.trusted), *sorted(f"{k}={v}" for k, v in self.preload.items()))
 
     def account(self, name: str) -> Account | None:
         """The resolver's account `name`, verified (nats-server's fetchAccountClaims); None if unknown
         or not valid."""
         token = self.preload.get(name)
+        if self.store is not None:
+            token = _newer(self.store.load(name), token)
         if token is None:
             return None
         cached = self._accounts.get(name)
