@@ -13,8 +13,10 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
+import itertools
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pynatsd.broker.config_schema import valid_public_nkey
+from pynatsd.protocol.subjects import is_valid_subject
 
 if TYPE_CHECKING:
     from pynatsd.broker.auth import Permissions
@@ -39,6 +42,7 @@ _SUBJECT_PREFIX = {"operator": "O", "account": "A", "user": "U"}
 _KNOWN_CONNECTION_TYPES = frozenset({"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS",
                                      "IN_PROCESS"})  # fmt: skip
 _DECORATION = "-----"
+_GRANTS_KEPT = 4096
 
 
 class JwtError(ValueError):
@@ -451,13 +455,15 @@ class JwtAuthenticator:
         if user.time_problem():
             return None
         nats = user.nats
+        if nats.get("proxy_required"):  # pynatsd has no trusted proxies: never from one
+            return None
         issuer_account = nats.get("issuer_account") or ""
         acc = self.account(issuer_account or user.issuer)
         if acc is None or user.issuer not in acc.signing_keys:
             return None
         scope = acc.signing_keys[user.issuer]
         if scope is not None:
-            scoped = _scoped(scope, nats)
+            scoped = _scoped(scope, user, acc)
             if scoped is None:
                 return None
             nats = scoped
@@ -486,6 +492,9 @@ class JwtAuthenticator:
             expires = window
         subs = _min_limit(_limit(nats, "subs"), acc.subs)
         payload = _min_limit(_limit(nats, "payload"), acc.payload)
+        self.grants.pop(user.subject, None)
+        if len(self.grants) >= _GRANTS_KEPT:  # only read right after admission: the oldest can go
+            del self.grants[next(iter(self.grants))]
         self.grants[user.subject] = UserGrant(perms, subs, payload, max(expires, 0.0))
         return user.subject, acc.name
 
@@ -496,20 +505,100 @@ def _min_limit(a: int, b: int) -> int:
     return a if b == NO_LIMIT else min(a, b)
 
 
-def _scoped(scope: dict[str, Any], nats: dict[str, Any]) -> dict[str, Any] | None:
+def _scoped(scope: dict[str, Any], user: Claims, acc: Account) -> dict[str, Any] | None:
     """A user issued by a scoped signing key: it must not carry permissions of its own and gets the
-    scope's template (nats-server's ValidateScopedSigner); templates with functions are refused."""
+    scope's template (nats-server's ValidateScopedSigner), its subjects expanded for this user."""
+    nats = user.nats
     if scope.get("kind", "user_scope") != "user_scope":
         return None
-    own = {k: nats.get(k) for k in ("pub", "sub", "resp", "src", "times", "times_location",
-                                    "bearer_token", "allowed_connection_types")}  # fmt: skip
-    if any(own.values()) or any(_limit(nats, k) != NO_LIMIT for k in ("subs", "data", "payload")):
+    # nats-server requires the user's permission and limit fields to be all zero values.
+    if any(_set(nats.get(k)) for k in _USER_PERMISSION_FIELDS):
         return None
-    template = scope.get("template") or {}
-    if "{{" in json.dumps(template):
-        log.error("scoped signing key templates with functions are not supported by pynatsd")
+    template = dict(scope.get("template") or {})
+    try:
+        for side in ("pub", "sub"):
+            spec = dict(template.get(side) or {})
+            allow_given = bool(spec.get("allow"))
+            spec["allow"] = expand_subjects(spec.get("allow") or [], user, acc, strict=False)
+            spec["deny"] = expand_subjects(spec.get("deny") or [], user, acc, strict=True)
+            if allow_given and not spec["allow"]:  # nothing left to allow: deny everything instead
+                spec["deny"].append(">")
+            template[side] = spec
+    except JwtError as err:
+        log.error("user %s: scoped permissions template: %s", user.subject, err)
         return None
     return {**nats, **template}
+
+
+_MUSTACHE = re.compile(r"\{\{([^}]+)\}\}")
+_MAX_EXPANSIONS = 4096  # nats-server's cap on subjects one template may generate
+
+
+def _template_values(op: str, user: Claims, acc: Account) -> tuple[list[str], bool]:
+    """The values one `{{op}}` stands for, and whether it was a tag lookup (several values)."""
+    low = op.lower()
+    if low == "name()":
+        return [user.name], False
+    if low == "subject()":
+        return [user.subject], False
+    if low == "account-name()":
+        return [acc.claims.name], False
+    if low == "account-subject()":
+        return [str(user.nats.get("issuer_account", ""))], False
+    for prefix, tags in (("tag(", user.nats.get("tags")), ("account-tag(", acc.claims.nats.get("tags"))):
+        if low.startswith(prefix) and low.endswith(")"):
+            wanted = op[len(prefix) : -1].lower() + ":"
+            return [t[len(wanted) :] for t in tags or [] if str(t).startswith(wanted)], True
+    raise JwtError(f"template operation {op!r} is not defined")
+
+
+def expand_subjects(subjects: list[Any], user: Claims, acc: Account, strict: bool) -> list[str]:
+    """nats-server's processUserPermissionsTemplate for one list: `{{name()}}`, `{{subject()}}`,
+    `{{account-name()}}`, `{{account-subject()}}`, `{{tag(x)}}`, `{{account-tag(x)}}`. Invalid results
+    are dropped (`strict`: they fail the user, as for deny lists)."""
+    out: list[str] = []
+    for raw in subjects:
+        subject = str(raw)
+        found = _MUSTACHE.findall(subject)
+        if not found:
+            out.append(subject)
+            continue
+        sources = [f"{{{{{op}}}}}" for op in found]
+        values, tagged = [], False
+        for op in found:
+            vals, is_tag = _template_values(op.strip(), user, acc)
+            if is_tag and not vals:
+                if strict:
+                    raise JwtError(f"generated invalid subject {subject!r}: {op.strip()!r} is not defined")
+                vals = [" "]
+            values.append(vals)
+            tagged = tagged or is_tag
+        combos = list(itertools.product(*values)) if tagged else [tuple(v[0] for v in values)]
+        if len(out) + len(combos) > _MAX_EXPANSIONS:
+            raise JwtError(f"template expansion exceeds limit: {_MAX_EXPANSIONS}")
+        for combo in combos:
+            result = subject
+            for src, value in zip(sources, combo, strict=True):
+                result = result.replace(src, value)
+            if is_valid_subject(result.encode()):
+                out.append(result)
+            elif strict:
+                raise JwtError("generated invalid subject")
+    return out
+
+
+# The user claims' UserPermissionLimits fields (permissions, limits, bearer, connection types).
+_USER_PERMISSION_FIELDS = ("pub", "sub", "resp", "src", "times", "times_location", "subs", "data", "payload",
+                           "bearer_token", "allowed_connection_types", "proxy_required")  # fmt: skip
+
+
+def _set(value: Any) -> bool:
+    """Not a zero value (Go's): none of None, 0, False, "", and no list or map holding a set value."""
+    if isinstance(value, dict):
+        return any(_set(v) for v in value.values())
+    if isinstance(value, list):
+        return bool(value)
+    return bool(value)
 
 
 def _nonce_signed(user: str, nonce: str, sig_text: str) -> bool:

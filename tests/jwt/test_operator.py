@@ -27,6 +27,9 @@ ACCEPTED: dict[str, tuple[str, Key]] = {
     "src allows loopback": W.user("src ok", src=["127.0.0.0/8"]),
     "inside its time window": W.user("times ok", times=[WINDOW_NOW], times_location="UTC"),
     "standard connections": W.user("types ok", allowed_connection_types=["STANDARD"]),
+    "scoped signing key": W.user(
+        "scoped", issuer=W.a_scoped, issuer_account=W.a.public, subs=0, data=0, payload=0
+    ),
     "reissued after its revocation": W.user("reissued", key=W.revoked, claims={"iat": W.revoked_at + 10}),
 }
 REJECTED: dict[str, tuple[str, Key]] = {
@@ -40,6 +43,17 @@ REJECTED: dict[str, tuple[str, Key]] = {
     "src elsewhere": W.user("src no", src=["10.0.0.0/8"]),
     "outside its time window": W.user("times no", times=[WINDOW_LATER], times_location="UTC"),
     "websocket only": W.user("types no", allowed_connection_types=["WEBSOCKET"]),
+    "scoped user with its own limits": W.user("scoped limits", issuer=W.a_scoped, issuer_account=W.a.public),
+    "scoped user with its own permissions": W.user(
+        "scoped perms",
+        issuer=W.a_scoped,
+        issuer_account=W.a.public,
+        subs=0,
+        data=0,
+        payload=0,
+        pub={"deny": ["x"]},
+    ),
+    "proxy required": W.user("proxied", proxy_required=True),
     "issued by the operator": W.user("by operator", issuer=W.operator),
 }
 
@@ -163,3 +177,25 @@ async def test_bad_creds_refused(server: ServerProcess, tmp_path: Path) -> None:
             await client.connect(server.url, user_credentials=str(path), allow_reconnect=False)
     finally:
         await client.close()  # nats-py leaves the failed connection's transport open otherwise
+
+
+def test_scoped_signing_key_template_applies(server: ServerProcess) -> None:
+    token, key = W.users["scoped"]
+    extra = b"PUB scoped.a 1\r\na\r\nPUB other 1\r\na\r\nPUB scoped.b 9\r\nnine char\r\n"
+    assert attempt(server.port, token, key, extra) == (
+        b"-ERR 'Permissions Violation for Publish to \"other\"'\r\n-ERR 'Maximum Payload Violation'\r\n",
+        True,
+    )
+
+
+def test_scoped_template_functions(server: ServerProcess) -> None:
+    token, key = W.user(
+        "templated", issuer=W.a_templated, issuer_account=W.a.public, subs=0, data=0, payload=0,
+        tags=["team:blue", "team:red"], claims={"name": "alice"},
+    )  # fmt: skip
+    allowed = [b"user.alice.x", b"acct.account", b"blue.in", b"red.in"]
+    denied = [b"user.bob.x", b"green.in", b"missing.x"]
+    extra = b"".join(b"PUB %s 1\r\na\r\n" % s for s in allowed + denied)
+    reply, closed = attempt(server.port, token, key, extra)
+    assert not closed
+    assert reply == b"".join(b"-ERR 'Permissions Violation for Publish to \"%s\"'\r\n" % s for s in denied)

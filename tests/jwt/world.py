@@ -37,6 +37,8 @@ class World:
     system: Key = field(default_factory=lambda: Key("A"))
     a: Key = field(default_factory=lambda: Key("A"))
     a_signer: Key = field(default_factory=lambda: Key("A"))
+    a_scoped: Key = field(default_factory=lambda: Key("A"))
+    a_templated: Key = field(default_factory=lambda: Key("A"))
     b: Key = field(default_factory=lambda: Key("A"))
     stranger: Key = field(default_factory=lambda: Key("O"))
     untrusted: Key = field(default_factory=lambda: Key("A"))
@@ -45,11 +47,21 @@ class World:
     users: dict[str, tuple[str, Key]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.scope = {
+            "kind": "user_scope", "key": self.a_scoped.public, "role": "scoped",
+            "template": {"pub": {"allow": ["scoped.>"]}, "subs": -1, "data": -1, "payload": 8},
+        }  # fmt: skip
+        self.templated = {
+            "kind": "user_scope", "key": self.a_templated.public, "role": "templated",
+            "template": {"pub": {"allow": ["user.{{name()}}.>", "acct.{{account-name()}}", "{{tag(team)}}.in",
+                                           "{{tag(missing)}}.x"]},
+                         "subs": -1, "data": -1, "payload": -1},
+        }  # fmt: skip
         self.revoked_at = int(time.time()) + 5  # revokes every JWT issued before then
         self.accounts = {
             self.system.public: account_jwt(self.op_signer, self.system),
             self.a.public: account_jwt(
-                self.operator, self.a, signing_keys=[self.a_signer.public],
+                self.operator, self.a, signing_keys=[self.a_signer.public, self.scope, self.templated],
                 revocations={self.revoked.public: self.revoked_at},
             ),
             # B is issued by the operator's signing key.
