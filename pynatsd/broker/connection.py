@@ -467,12 +467,13 @@ class Connection(Client):
         server_max = self.server.options.max_payload
         self.parser.max_payload = server_max if grant.payload < 0 else min(grant.payload, server_max)
         if grant.expires_in > 0:
-            self._auth_timer = self.server.loop.call_later(grant.expires_in, self._auth_expired)
+            loop = self.server.loop
+            self._auth_timer = loop.call_later(grant.expires_in, self._auth_expired, grant.expiry_error)
 
-    def _auth_expired(self) -> None:
+    def _auth_expired(self, err_text: str) -> None:
         self._auth_timer = None
-        log.error("%r - user authentication expired", self)
-        self.close(AUTHENTICATION_EXPIRED, errors.AUTHENTICATION_EXPIRED)
+        log.error("%r - %s", self, err_text)
+        self.close(AUTHENTICATION_EXPIRED, err_text)
 
     def revalidate(self, auth: Authenticator, before: Authenticator) -> None:
         """After a reload: close the connection if its credentials no longer let it in (nats-server's

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pynatsd.broker.config_schema import valid_public_nkey
+from pynatsd.protocol import errors
 from pynatsd.protocol.subjects import is_valid_subject
 
 if TYPE_CHECKING:
@@ -340,7 +341,8 @@ class UserGrant:
     permissions: Permissions | None
     subs: int
     payload: int
-    expires_in: float  # seconds until the JWT (or its time window) ends; 0 = never
+    expires_in: float  # seconds until the JWT (or its time window, or its account) ends; 0 = never
+    expiry_error: str = errors.AUTHENTICATION_EXPIRED  # what the client is told then
 
 
 class DirectoryStore:
@@ -490,12 +492,17 @@ class JwtAuthenticator:
         expires = float(user.expires - time.time()) if user.expires else 0.0
         if window and (not expires or window < expires):
             expires = window
+        expiry_error = errors.AUTHENTICATION_EXPIRED
+        if acc.claims.expires:
+            acc_left = float(acc.claims.expires - time.time())
+            if not expires or acc_left < expires:
+                expires, expiry_error = acc_left, errors.ACCOUNT_AUTHENTICATION_EXPIRED
         subs = _min_limit(_limit(nats, "subs"), acc.subs)
         payload = _min_limit(_limit(nats, "payload"), acc.payload)
         self.grants.pop(user.subject, None)
         if len(self.grants) >= _GRANTS_KEPT:  # only read right after admission: the oldest can go
             del self.grants[next(iter(self.grants))]
-        self.grants[user.subject] = UserGrant(perms, subs, payload, max(expires, 0.0))
+        self.grants[user.subject] = UserGrant(perms, subs, payload, max(expires, 0.0), expiry_error)
         return user.subject, acc.name
 
 

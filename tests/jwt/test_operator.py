@@ -12,7 +12,7 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
-from tests.jwt.issuer import Key, b64, creds
+from tests.jwt.issuer import Key, account_jwt, b64, creds
 from tests.jwt.world import KINDS, WINDOW_LATER, WINDOW_NOW, World, running
 from tests.servers import ServerProcess
 from tests.wire import WireClient
@@ -34,6 +34,7 @@ ACCEPTED: dict[str, tuple[str, Key]] = {
 }
 REJECTED: dict[str, tuple[str, Key]] = {
     "unknown account": W.user("unknown", issuer=Key("A")),
+    "expired account": W.user("in expired", issuer=W.expired),
     "account of an untrusted operator": W.user("untrusted", issuer=W.untrusted),
     "signing key without issuer_account": W.user("no issuer account", issuer=W.a_signer),
     "issuer_account not its signer": W.user("bad signer", issuer=Key("A"), issuer_account=W.a.public),
@@ -147,6 +148,20 @@ def test_expiry_while_connected(server: ServerProcess) -> None:
         assert client.exchange(f"CONNECT {connect}\r\n".encode()) == (b"", False)
         rest, _ = client.read_until(b"Expired'\r\n", timeout=15)
     assert rest.endswith(b"-ERR 'User Authentication Expired'\r\n")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_account_expiry_while_connected(kind: str, tmp_path: Path) -> None:
+    world = World()
+    short = Key("A")
+    world.accounts[short.public] = account_jwt(world.operator, short, claims={"exp": int(time.time()) + 3})
+    token, key = world.user("in short", issuer=short)
+    with running(kind, world.config(tmp_path)) as srv, WireClient(srv.port) as client:
+        sig = b64(key.sign(client.info["nonce"].encode()))
+        connect = json.dumps({"jwt": token, "sig": sig, "verbose": False, "protocol": 1})
+        assert client.exchange(f"CONNECT {connect}\r\n".encode()) == (b"", False)
+        rest, _ = client.read_until(b"Expired'\r\n", timeout=15)
+    assert rest.endswith(b"-ERR 'Account Authentication Expired'\r\n")
 
 
 async def test_creds_and_account_isolation(server: ServerProcess, tmp_path: Path) -> None:

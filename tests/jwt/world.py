@@ -43,6 +43,7 @@ class World:
     stranger: Key = field(default_factory=lambda: Key("O"))
     untrusted: Key = field(default_factory=lambda: Key("A"))
     no_bearer: Key = field(default_factory=lambda: Key("A"))
+    expired: Key = field(default_factory=lambda: Key("A"))
     revoked: Key = field(default_factory=lambda: Key("U"))
     users: dict[str, tuple[str, Key]] = field(default_factory=dict)
 
@@ -57,6 +58,7 @@ class World:
                                            "{{tag(missing)}}.x"]},
                          "subs": -1, "data": -1, "payload": -1},
         }  # fmt: skip
+        past = int(time.time()) - 10
         self.revoked_at = int(time.time()) + 5  # revokes every JWT issued before then
         self.accounts = {
             self.system.public: account_jwt(self.op_signer, self.system),
@@ -67,6 +69,7 @@ class World:
             # B is issued by the operator's signing key.
             self.b.public: account_jwt(self.op_signer, self.b),
             self.untrusted.public: account_jwt(self.stranger, self.untrusted),
+            self.expired.public: account_jwt(self.operator, self.expired, claims={"exp": past}),
             self.no_bearer.public: account_jwt(
                 self.operator, self.no_bearer, limits={"disallow_bearer": True}
             ),
