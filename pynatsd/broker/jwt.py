@@ -44,6 +44,7 @@ _KNOWN_CONNECTION_TYPES = frozenset({"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFN
                                      "IN_PROCESS"})  # fmt: skip
 _DECORATION = "-----"
 _GRANTS_KEPT = 4096
+MAX_ACCOUNT_CONNECTIONS = "Maximum Account Connections Exceeded"  # the close reason (nats-server's)
 
 
 class JwtError(ValueError):
@@ -185,6 +186,7 @@ class Account:
     default_permissions: dict[str, Any] | None
     subs: int
     payload: int
+    connections: int  # active client connections the account may have
 
     @property
     def name(self) -> str:
@@ -204,9 +206,11 @@ def _limit(limits: dict[str, Any], key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else NO_LIMIT
 
 
-# Account limits nats-server enforces account-wide and pynatsd does not (yet): an account that sets one
-# is refused rather than run without it.
-_UNENFORCED_ACCOUNT_LIMITS = ("conn", "leaf", "data", "imports", "exports")
+# Account limits nats-server enforces and pynatsd does not (yet): an account that sets one is refused
+# rather than run without it.
+# (`leaf`, `imports`, `exports` and `wildcards` only restrict what pynatsd has not: leaf nodes, imports and
+# exports, so any value of them is safe.)
+_UNENFORCED_ACCOUNT_LIMITS = ("data",)
 
 
 def load_account(token: str) -> Account:
@@ -229,7 +233,7 @@ def load_account(token: str) -> Account:
         raise JwtError("account imports, exports and mappings are not supported by pynatsd")
     return Account(claims, keys, revocations, bool(limits.get("disallow_bearer")),
                    nats.get("default_permissions") or None, _limit(limits, "subs"),
-                   _limit(limits, "payload"))  # fmt: skip
+                   _limit(limits, "payload"), _limit(limits, "conn"))  # fmt: skip
 
 
 # -- users ----------------------------------------------------------------------------------------------
@@ -438,6 +442,16 @@ class JwtAuthenticator:
             return None  # expired accounts stay known but admit nobody
         return acc
 
+    @staticmethod
+    def _account_full(conn: Connection, acc: Account) -> bool:
+        """The account's `conn` limit reached (checked when connecting only: a reload or update does
+        not close connections already in)."""
+        if acc.connections == NO_LIMIT:
+            return False
+        clients = conn.server.clients.values()
+        active = sum(1 for c in clients if c.connected and not c.closed and c.account == acc.name)
+        return active >= acc.connections
+
     def revoked(self, opts: ConnectOptions) -> bool:
         """True when the account of a connected user's JWT now revokes it (checked on reload)."""
         try:
@@ -485,6 +499,10 @@ class JwtAuthenticator:
         allowed, window = time_window(nats.get("times") or [], str(nats.get("times_location") or ""))
         if not allowed:
             log.error("%r - Outside connect times", conn)
+            return None
+        if not conn.connected and self._account_full(conn, acc):
+            # As nats-server: admitted, then refused by the account with a text of its own.
+            conn.close(MAX_ACCOUNT_CONNECTIONS, errors.MAX_ACCOUNT_CONNECTIONS)
             return None
         perms = permissions_from_jwt(nats)
         if perms is None and acc.default_permissions:

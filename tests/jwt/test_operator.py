@@ -150,6 +150,17 @@ def test_expiry_while_connected(server: ServerProcess) -> None:
     assert rest.endswith(b"-ERR 'User Authentication Expired'\r\n")
 
 
+def test_account_connection_limit(server: ServerProcess) -> None:
+    first_token, first = W.user("capped 1", issuer=W.capped)
+    second_token, second = W.user("capped 2", issuer=W.capped)
+    with WireClient(server.port) as holder:
+        sig = b64(first.sign(holder.info["nonce"].encode()))
+        connect = json.dumps({"jwt": first_token, "sig": sig, "verbose": False, "protocol": 1})
+        assert holder.exchange(f"CONNECT {connect}\r\n".encode()) == (b"", False)
+        refused = attempt(server.port, second_token, second)
+    assert refused == (b"-ERR 'maximum account active connections exceeded'\r\n", True)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_account_expiry_while_connected(kind: str, tmp_path: Path) -> None:
     world = World()

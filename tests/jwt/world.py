@@ -44,6 +44,7 @@ class World:
     untrusted: Key = field(default_factory=lambda: Key("A"))
     no_bearer: Key = field(default_factory=lambda: Key("A"))
     expired: Key = field(default_factory=lambda: Key("A"))
+    capped: Key = field(default_factory=lambda: Key("A"))
     revoked: Key = field(default_factory=lambda: Key("U"))
     users: dict[str, tuple[str, Key]] = field(default_factory=dict)
 
@@ -70,6 +71,7 @@ class World:
             self.b.public: account_jwt(self.op_signer, self.b),
             self.untrusted.public: account_jwt(self.stranger, self.untrusted),
             self.expired.public: account_jwt(self.operator, self.expired, claims={"exp": past}),
+            self.capped.public: account_jwt(self.operator, self.capped, limits={"conn": 1, "leaf": 0}),
             self.no_bearer.public: account_jwt(
                 self.operator, self.no_bearer, limits={"disallow_bearer": True}
             ),
