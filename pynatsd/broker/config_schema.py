@@ -623,7 +623,11 @@ def _check_operator_mode(ctx: Ctx, opts: Options) -> None:
             trusted.append(op.subject)
         trusted.extend(k for k in op.nats.get("signing_keys") or [] if isinstance(k, str))
     extra["trusted"] = trusted
-    extra["strict_operators"] = [op.subject for op in operators if op.nats.get("strict_signing_key_usage")]
+    strict = [op for op in operators if op.nats.get("strict_signing_key_usage")]
+    extra["strict_operators"] = [op.subject for op in strict]
+    extra["strict_signers"] = [
+        k for op in strict for k in op.nats.get("signing_keys") or [] if isinstance(k, str)
+    ]
     if not system and named:
         extra["system_account"] = named[0]
 

@@ -51,9 +51,12 @@ class JwtError(ValueError):
     """A token that cannot be decoded, is not signed by its issuer or is of the wrong kind."""
 
 
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
 def _b64(text: str) -> bytes:
-    if "=" in text:  # RawURLEncoding: no padding
-        raise JwtError("padded base64")
+    if not _B64URL.fullmatch(text):  # RawURLEncoding: its alphabet only, no padding
+        raise JwtError("illegal base64 data")
     try:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError) as err:
@@ -406,6 +409,8 @@ class JwtAuthenticator:
         self.trusted = frozenset(extra["trusted"])
         # Operators with strict_signing_key_usage: their own key may not issue accounts.
         self.strict_operators = frozenset(extra.get("strict_operators", ()))
+        # Their signing keys: the accounts these issue may sign users with signing keys only.
+        self.strict_signers = frozenset(extra.get("strict_signers", ()))
         self.preload = dict(extra.get("resolver_preload", {}))
         self.system_account: str = extra.get("system_account", "")
         resolver = extra.get("resolver")
@@ -435,6 +440,8 @@ class JwtAuthenticator:
             if acc is not None and (acc.name != name or acc.claims.issuer not in self.trusted):
                 log.error("account %s: JWT not issued by a trusted operator", name)
                 acc = None
+            if acc is not None and acc.claims.issuer in self.strict_signers:
+                acc.signing_keys.pop(acc.name, None)
             cached = (token, acc)
             self._accounts[name] = cached
         acc = cached[1]

@@ -46,7 +46,9 @@ class World:
     expired: Key = field(default_factory=lambda: Key("A"))
     capped: Key = field(default_factory=lambda: Key("A"))
     revoked: Key = field(default_factory=lambda: Key("U"))
+    b_signer: Key = field(default_factory=lambda: Key("A"))
     users: dict[str, tuple[str, Key]] = field(default_factory=dict)
+    strict: bool = False  # the operator's strict_signing_key_usage
 
     def __post_init__(self) -> None:
         self.scope = {
@@ -68,7 +70,7 @@ class World:
                 revocations={self.revoked.public: self.revoked_at},
             ),
             # B is issued by the operator's signing key.
-            self.b.public: account_jwt(self.op_signer, self.b),
+            self.b.public: account_jwt(self.op_signer, self.b, signing_keys=[self.b_signer.public]),
             self.untrusted.public: account_jwt(self.stranger, self.untrusted),
             self.expired.public: account_jwt(self.operator, self.expired, claims={"exp": past}),
             self.capped.public: account_jwt(self.operator, self.capped, limits={"conn": 1, "leaf": 0}),
@@ -78,7 +80,8 @@ class World:
         }  # fmt: skip
         self.operator_jwt = self.operator.issue(
             self.operator.public, "operator",
-            {"signing_keys": [self.op_signer.public], "system_account": self.system.public},
+            {"signing_keys": [self.op_signer.public], "system_account": self.system.public,
+             "strict_signing_key_usage": self.strict},
         )  # fmt: skip
 
     def user(
