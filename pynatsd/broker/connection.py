@@ -463,6 +463,9 @@ class Connection(Client):
         grant = self.authenticator().grant(self.user)
         if grant is None:
             return
+        if self._auth_timer is not None:  # an account update: the expiry is computed again
+            self._auth_timer.cancel()
+            self._auth_timer = None
         self.jwt_subs = grant.subs
         server_max = self.server.options.max_payload
         self.parser.max_payload = server_max if grant.payload < 0 else min(grant.payload, server_max)
@@ -486,6 +489,7 @@ class Connection(Client):
             self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
             return
         self.perms = auth.permissions(self.user)
+        self._apply_grant()  # a JWT user's limits and expiry as its (maybe updated) account sets them
         if self.perms is None:
             return
         for sub in list(self.subs.values()):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pynatsd.broker.options import Options, unreloadable_changes
 from tests.config.test_differential import _run
 from tests.jwt.issuer import Key, account_jwt
 from tests.jwt.world import KINDS, World, require
@@ -68,3 +69,19 @@ def test_valid_operator_config(kind: str, tmp_path: Path) -> None:
     require(kind)
     result = _run(kind, ["-t", "-c", str(_config(tmp_path))])
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "message"),
+    [
+        (None, "MEMORY", "moving to or from an account resolver"),
+        ("MEMORY", None, "moving to or from an account resolver"),
+        ("MEMORY", {"type": "full", "dir": "x", "limit": 0}, "not supported for resolver"),
+    ],
+)
+def test_reload_keeps_the_resolver(before: object, after: object, message: str) -> None:
+    old, new = Options(), Options()
+    for opts, resolver in ((old, before), (new, after)):
+        if resolver is not None:
+            opts.extra["resolver"] = resolver
+    assert [m for m in unreloadable_changes(old, new) if message in m]
