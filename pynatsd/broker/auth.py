@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd.broker.config_schema import ConfigValueError, parse_duration
 from pynatsd.broker.options import Options
+from pynatsd.protocol import errors
 from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 DEFAULT_ACCOUNT = "$G"
 REVOCATION = "Credentials Revoked"  # the close reason, as nats-server's connz shows it
-REVOKED_TEXT = "User Authentication Revoked"
 _CACHE_LIMIT = 1024
 # allow_responses: nats-server's defaults (one reply within two minutes) and reply-map pruning cadence.
 RESPONSE_MAX_MSGS = 1
@@ -402,7 +402,7 @@ class Authenticator:
         opts = conn.opts
         if self.jwt is not None and self.jwt.revoked(opts):
             # nats-server tells a live client its JWT was revoked (not a plain violation).
-            conn.close(REVOCATION, REVOKED_TEXT)
+            conn.close(REVOCATION, errors.AUTHENTICATION_REVOKED)
             return False
         if self.jwt is None and self._checked_secret(opts) == before._checked_secret(opts):
             return True

@@ -360,18 +360,27 @@ class DirectoryStore:
     def __init__(self, directory: str, limit: int) -> None:
         self.directory = Path(directory)
         self.limit = limit
+        # JWTs read or saved, so a connect reads the disk at most once per account (updates come through
+        # save); a file that is not there yet is looked for again next time.
+        self._cache: dict[str, str] = {}
 
     def _path(self, name: str) -> Path | None:
         return self.directory / f"{name}.jwt" if valid_public_nkey(name, "A") else None
 
     def load(self, name: str) -> str | None:
+        token = self._cache.get(name)
+        if token is not None:
+            return token
         path = self._path(name)
         if path is None:
             return None
         try:
-            return path.read_text().strip() or None
+            token = path.read_text().strip() or None
         except OSError:
             return None
+        if token is not None:
+            self._cache[name] = token
+        return token
 
     def save(self, name: str, token: str) -> None:
         """Stores `token` for account `name` (replacing any); raises OSError or JwtError."""
@@ -384,6 +393,7 @@ class DirectoryStore:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(token)
         tmp.replace(path)  # readers never see half a JWT
+        self._cache[name] = token
 
 
 def _newer(a: str | None, b: str | None) -> str | None:
