@@ -205,15 +205,10 @@ class Account:
 
 
 def _limit(limits: dict[str, Any], key: str) -> int:
-    value = limits.get(key, NO_LIMIT)
-    return value if isinstance(value, int) and not isinstance(value, bool) else NO_LIMIT
-
-
-# Account limits nats-server enforces and pynatsd does not (yet): an account that sets one is refused
-# rather than run without it.
-# (`leaf`, `imports`, `exports` and `wildcards` only restrict what pynatsd has not: leaf nodes, imports and
-# exports, so any value of them is safe.)
-_UNENFORCED_ACCOUNT_LIMITS = ("data",)
+    """A limit as the jwt library decodes it: absent is Go's zero value, 0 (nothing allowed), as in
+    nats-server; -1 is no limit."""
+    value = limits.get(key, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def load_account(token: str) -> Account:
@@ -228,10 +223,9 @@ def load_account(token: str) -> Account:
         else:
             raise JwtError("malformed signing key")
     revocations = {k: v for k, v in (nats.get("revocations") or {}).items() if isinstance(v, int)}
+    # Of the limits, nats-server enforces subs, payload and conn for clients (data it does not enforce;
+    # leaf, imports, exports and wildcards restrict what pynatsd does not have).
     limits = nats.get("limits") or {}
-    for key in _UNENFORCED_ACCOUNT_LIMITS:
-        if _limit(limits, key) != NO_LIMIT:
-            raise JwtError(f"account limit {key!r} is not supported by pynatsd")
     if nats.get("imports") or nats.get("exports") or nats.get("mappings"):
         raise JwtError("account imports, exports and mappings are not supported by pynatsd")
     return Account(claims, keys, revocations, bool(limits.get("disallow_bearer")),

@@ -150,6 +150,27 @@ def test_expiry_while_connected(server: ServerProcess) -> None:
     assert rest.endswith(b"-ERR 'User Authentication Expired'\r\n")
 
 
+def test_jwt_without_limits_allows_nothing(server: ServerProcess) -> None:
+    """Absent limits are zero, as the jwt library decodes them: no connection for an account without
+    limits, no subscription and no payload for a user without limits."""
+    token, key = W.user("in bare", issuer=W.bare)
+    assert attempt(server.port, token, key) == (
+        b"-ERR 'maximum account active connections exceeded'\r\n",
+        True,
+    )
+    bare_user = Key("U")
+    reply, closed = attempt(
+        server.port,
+        W.a.issue(bare_user.public, "user", {}),
+        bare_user,
+        b"SUB a 1\r\nPUB a 0\r\n\r\nPUB a 2\r\nhi\r\n",
+    )
+    assert (reply, closed) == (
+        b"-ERR 'maximum subscriptions exceeded'\r\n-ERR 'Maximum Payload Violation'\r\n",
+        True,
+    )
+
+
 def test_account_connection_limit(server: ServerProcess) -> None:
     first_token, first = W.user("capped 1", issuer=W.capped)
     second_token, second = W.user("capped 2", issuer=W.capped)

@@ -45,6 +45,7 @@ class World:
     no_bearer: Key = field(default_factory=lambda: Key("A"))
     expired: Key = field(default_factory=lambda: Key("A"))
     capped: Key = field(default_factory=lambda: Key("A"))
+    bare: Key = field(default_factory=lambda: Key("A"))  # an account JWT without limits
     revoked: Key = field(default_factory=lambda: Key("U"))
     b_signer: Key = field(default_factory=lambda: Key("A"))
     users: dict[str, tuple[str, Key]] = field(default_factory=dict)
@@ -74,6 +75,7 @@ class World:
             self.untrusted.public: account_jwt(self.stranger, self.untrusted),
             self.expired.public: account_jwt(self.operator, self.expired, claims={"exp": past}),
             self.capped.public: account_jwt(self.operator, self.capped, limits={"conn": 1, "leaf": 0}),
+            self.bare.public: self.operator.issue(self.bare.public, "account", {}),
             self.no_bearer.public: account_jwt(
                 self.operator, self.no_bearer, limits={"disallow_bearer": True}
             ),
