@@ -42,6 +42,15 @@ class Key:
         return f"{head}.{body}.{b64(self.sign(f'{head}.{body}'.encode()))}"
 
 
+def issue_v1(issuer: Key, subject: str, kind: str, nats: dict[str, Any]) -> str:
+    """A v1 JWT (type at the top level, signature over the claims only), as older nsc wrote them."""
+    payload = {"jti": b64(os.urandom(16)), "iat": int(time.time()), "iss": issuer.public, "name": kind,
+               "sub": subject, "type": kind, "nats": nats}  # fmt: skip
+    head = b64(json.dumps({"typ": "jwt", "alg": "ed25519"}).encode())
+    body = b64(json.dumps(payload).encode())
+    return f"{head}.{body}.{b64(issuer.sign(body.encode()))}"
+
+
 def account_jwt(issuer: Key, account: Key, **nats: Any) -> str:
     """An account JWT with nsc's defaults (no limits), `nats` fields merged in (limits are merged)."""
     limits = {**UNLIMITED_ACCOUNT, **nats.pop("limits", {})}
