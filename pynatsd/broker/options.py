@@ -174,4 +174,7 @@ def unreloadable_changes(old: Options, new: Options) -> list[str]:
         changes.append(
             f"config reload not supported for resolver: old={resolvers[0]!r}, new={resolvers[1]!r}"
         )
+    systems = old.extra.get("system_account", ""), new.extra.get("system_account", "")
+    if systems[0] != systems[1]:  # the resolver's services live in the system account
+        changes.append(f"config reload not supported for SystemAccount: old={systems[0]}, new={systems[1]}")
     return changes

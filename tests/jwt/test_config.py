@@ -85,3 +85,9 @@ def test_reload_keeps_the_resolver(before: object, after: object, message: str) 
         if resolver is not None:
             opts.extra["resolver"] = resolver
     assert [m for m in unreloadable_changes(old, new) if message in m]
+
+
+def test_reload_keeps_the_system_account() -> None:
+    old, new = Options(), Options()
+    old.extra["system_account"], new.extra["system_account"] = "AOLD", "ANEW"
+    assert [m for m in unreloadable_changes(old, new) if "SystemAccount" in m]
