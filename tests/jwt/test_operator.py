@@ -3,7 +3,6 @@ rejection, limits, permissions, expiry and account isolation, against pynatsd an
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,11 +12,10 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from tests.jwt.issuer import Key, account_jwt, b64, creds
-from tests.jwt.world import KINDS, WINDOW_LATER, WINDOW_NOW, World, running
+from tests.jwt.world import KINDS, VIOLATION, WINDOW_LATER, WINDOW_NOW, World, attempt, connect_as, running
 from tests.servers import ServerProcess
 from tests.wire import WireClient
 
-VIOLATION = b"-ERR 'Authorization Violation'\r\n"
 W = World()
 NOW = int(time.time())
 ACCEPTED: dict[str, tuple[str, Key]] = {
@@ -66,15 +64,6 @@ def server(
     directory = tmp_path_factory.mktemp(request.param)
     with running(request.param, W.config(directory)) as srv:
         yield srv
-
-
-def attempt(port: int, token: str, signer: Key | None, extra: bytes = b"") -> tuple[bytes, bool]:
-    """CONNECT with `token`, the nonce signed by `signer` (none: no signature), then `extra`."""
-    with WireClient(port) as client:
-        connect: dict[str, object] = {"jwt": token, "verbose": False, "pedantic": False, "protocol": 1}
-        if signer is not None:
-            connect["sig"] = b64(signer.sign(client.info["nonce"].encode()))
-        return client.exchange(f"CONNECT {json.dumps(connect)}\r\n".encode() + extra)
 
 
 @pytest.mark.parametrize("case", list(ACCEPTED))
@@ -143,9 +132,7 @@ def test_payload_limit(server: ServerProcess) -> None:
 def test_expiry_while_connected(server: ServerProcess) -> None:
     token, key = W.user("short lived", claims={"exp": int(time.time()) + 2})
     with WireClient(server.port) as client:
-        sig = b64(key.sign(client.info["nonce"].encode()))
-        connect = json.dumps({"jwt": token, "sig": sig, "verbose": False, "protocol": 1})
-        assert client.exchange(f"CONNECT {connect}\r\n".encode()) == (b"", False)
+        assert connect_as(client, token, key) == (b"", False)
         rest, _ = client.read_until(b"Expired'\r\n", timeout=15)
     assert rest.endswith(b"-ERR 'User Authentication Expired'\r\n")
 
@@ -154,10 +141,9 @@ def test_jwt_without_limits_allows_nothing(server: ServerProcess) -> None:
     """Absent limits are zero, as the jwt library decodes them: no connection for an account without
     limits, no subscription and no payload for a user without limits."""
     token, key = W.user("in bare", issuer=W.bare)
-    assert attempt(server.port, token, key) == (
-        b"-ERR 'maximum account active connections exceeded'\r\n",
-        True,
-    )
+    reply, closed = attempt(server.port, token, key)
+    # nats-server may also get the subscription limit's error (0 here) out before it closes: its own race.
+    assert reply.startswith(b"-ERR 'maximum account active connections exceeded'\r\n") and closed
     bare_user = Key("U")
     reply, closed = attempt(
         server.port,
@@ -165,19 +151,16 @@ def test_jwt_without_limits_allows_nothing(server: ServerProcess) -> None:
         bare_user,
         b"SUB a 1\r\nPUB a 0\r\n\r\nPUB a 2\r\nhi\r\n",
     )
-    assert (reply, closed) == (
-        b"-ERR 'maximum subscriptions exceeded'\r\n-ERR 'Maximum Payload Violation'\r\n",
-        True,
-    )
+    # nats-server closes such a client right after its CONNECT (its subscription limit is reached at 0),
+    # so what else it answers first varies; pynatsd closes it at its oversized PUB.
+    assert reply.startswith(b"-ERR 'maximum subscriptions exceeded'\r\n") and closed
 
 
 def test_account_connection_limit(server: ServerProcess) -> None:
     first_token, first = W.user("capped 1", issuer=W.capped)
     second_token, second = W.user("capped 2", issuer=W.capped)
     with WireClient(server.port) as holder:
-        sig = b64(first.sign(holder.info["nonce"].encode()))
-        connect = json.dumps({"jwt": first_token, "sig": sig, "verbose": False, "protocol": 1})
-        assert holder.exchange(f"CONNECT {connect}\r\n".encode()) == (b"", False)
+        assert connect_as(holder, first_token, first) == (b"", False)
         refused = attempt(server.port, second_token, second)
     assert refused == (b"-ERR 'maximum account active connections exceeded'\r\n", True)
 
@@ -189,9 +172,7 @@ def test_account_expiry_while_connected(kind: str, tmp_path: Path) -> None:
     world.accounts[short.public] = account_jwt(world.operator, short, claims={"exp": int(time.time()) + 3})
     token, key = world.user("in short", issuer=short)
     with running(kind, world.config(tmp_path)) as srv, WireClient(srv.port) as client:
-        sig = b64(key.sign(client.info["nonce"].encode()))
-        connect = json.dumps({"jwt": token, "sig": sig, "verbose": False, "protocol": 1})
-        assert client.exchange(f"CONNECT {connect}\r\n".encode()) == (b"", False)
+        assert connect_as(client, token, key) == (b"", False)
         rest, _ = client.read_until(b"Expired'\r\n", timeout=15)
     assert rest.endswith(b"-ERR 'Account Authentication Expired'\r\n")
 

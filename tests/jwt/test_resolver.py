@@ -4,7 +4,6 @@ to live connections, on pynatsd and nats-server alike."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +11,8 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
-from tests.jwt.issuer import Key, account_jwt, b64, creds
-from tests.jwt.world import KINDS, World, running
+from tests.jwt.issuer import Key, account_jwt, creds
+from tests.jwt.world import KINDS, World, connect_as, running
 from tests.wire import WireClient
 
 
@@ -53,9 +52,7 @@ async def test_pushed_accounts_apply(kind: str, tmp_path: Path) -> None:
     sys_user = creds(tmp_path / "sys.creds", *world.user("sys", issuer=world.system))
     victim_token, victim = world.user("victim")
     with running(kind, _full_resolver_config(world, tmp_path)) as server, WireClient(server.port) as live:
-        sig = b64(victim.sign(live.info["nonce"].encode()))
-        connect = json.dumps({"jwt": victim_token, "sig": sig, "verbose": False, "protocol": 1})
-        assert live.exchange(f"CONNECT {connect}\r\n".encode()) == (b"", False)
+        assert connect_as(live, victim_token, victim) == (b"", False)
         assert not await _connects(server.url, c_user)  # C is not known yet
         sys = await nats.connect(server.url, user_credentials=str(sys_user))
         try:
@@ -72,10 +69,7 @@ async def test_pushed_accounts_apply(kind: str, tmp_path: Path) -> None:
             assert mismatch["error"]["code"] == 500
             garbage = await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", "not-a-jwt")
             assert garbage["error"]["description"].startswith("jwt update resulted in error - ")
-            revoking = account_jwt(
-                world.operator, world.a, signing_keys=[world.a_signer.public],
-                revocations={victim.public: int(time.time()) + 5},
-            )  # fmt: skip
+            revoking = world.revoke(victim)
             updated = await _request(sys, f"$SYS.REQ.ACCOUNT.{world.a.public}.CLAIMS.UPDATE", revoking)
             assert updated["data"]["message"] == "jwt updated"
         finally:

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.jwt.test_operator import VIOLATION, attempt
-from tests.jwt.world import KINDS, World, running
+from tests.jwt.world import KINDS, VIOLATION, World, attempt, running
 
 
 @pytest.mark.parametrize("kind", KINDS)

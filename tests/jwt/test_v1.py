@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.jwt.issuer import Key, issue_v1
-from tests.jwt.test_operator import VIOLATION, attempt
-from tests.jwt.world import KINDS, require
+from tests.jwt.world import KINDS, VIOLATION, attempt, require
 from tests.servers import start_server
 
 

@@ -3,6 +3,7 @@ accounts A (with signing keys, revocations) and B, and accounts the server must 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,10 +13,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.jwt.issuer import Key, account_jwt, user_jwt
+from tests.jwt.issuer import Key, account_jwt, b64, user_jwt
 from tests.servers import IN_CI, ServerProcess, nats_server_binary, start_server
+from tests.wire import WireClient
 
 KINDS = ["pynatsd", "nats-server"]
+VIOLATION = b"-ERR 'Authorization Violation'\r\n"
+
+
+def connect_as(client: WireClient, token: str, signer: Key | None, extra: bytes = b"") -> tuple[bytes, bool]:
+    """CONNECT `client` with `token`, the nonce signed by `signer` (none: no signature), then `extra`:
+    what came back before the closing PONG, and whether the server closed."""
+    connect: dict[str, object] = {"jwt": token, "verbose": False, "pedantic": False, "protocol": 1}
+    if signer is not None:
+        connect["sig"] = b64(signer.sign(client.info["nonce"].encode()))
+    return client.exchange(f"CONNECT {json.dumps(connect)}\r\n".encode() + extra)
+
+
+def attempt(port: int, token: str, signer: Key | None, extra: bytes = b"") -> tuple[bytes, bool]:
+    """`connect_as` on a fresh connection."""
+    with WireClient(port) as client:
+        return connect_as(client, token, signer, extra)
 
 
 def require(kind: str) -> None:
@@ -66,10 +84,7 @@ class World:
         self.revoked_at = int(time.time()) + 5  # revokes every JWT issued before then
         self.accounts = {
             self.system.public: account_jwt(self.op_signer, self.system),
-            self.a.public: account_jwt(
-                self.operator, self.a, signing_keys=[self.a_signer.public, self.scope, self.templated],
-                revocations={self.revoked.public: self.revoked_at},
-            ),
+            self.a.public: self.account_a(revocations={self.revoked.public: self.revoked_at}),
             # B is issued by the operator's signing key.
             self.b.public: account_jwt(self.op_signer, self.b, signing_keys=[self.b_signer.public]),
             self.untrusted.public: account_jwt(self.stranger, self.untrusted),
@@ -85,6 +100,15 @@ class World:
             {"signing_keys": [self.op_signer.public], "system_account": self.system.public,
              "strict_signing_key_usage": self.strict},
         )  # fmt: skip
+
+    def account_a(self, revocations: dict[str, int]) -> str:
+        """Account A's JWT (its signing keys) with `revocations`."""
+        keys = [self.a_signer.public, self.scope, self.templated]
+        return account_jwt(self.operator, self.a, signing_keys=keys, revocations=revocations)
+
+    def revoke(self, user: Key) -> str:
+        """Account A's JWT revoking every JWT of `user` issued until a few seconds from now."""
+        return self.account_a({user.public: int(time.time()) + 5})
 
     def user(
         self, name: str, issuer: Key | None = None, key: Key | None = None, **nats: object
