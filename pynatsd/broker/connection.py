@@ -70,6 +70,7 @@ MAX_CONTROL_LINE_EXCEEDED = "Maximum Control Line Exceeded"
 AUTHENTICATION_VIOLATION = "Authentication Failure"
 AUTHENTICATION_TIMEOUT = "Authentication Timeout"
 AUTHENTICATION_EXPIRED = "Authentication Expired"
+MAX_SUBSCRIPTIONS_EXCEEDED = "Maximum Subscriptions Exceeded"
 MAX_CONNECTIONS_EXCEEDED = "Maximum Connections Exceeded"
 READ_ERROR = "Read Error"
 WRITE_ERROR = "Write Error"
@@ -446,6 +447,8 @@ class Connection(Client):
             self._auth_timer.cancel()
             self._auth_timer = None
         self._apply_grant()
+        if self.closed:
+            return
         self.opts = opts
         self.echo = opts.echo
         self.headers = opts.headers
@@ -467,6 +470,11 @@ class Connection(Client):
             self._auth_timer.cancel()
             self._auth_timer = None
         self.jwt_subs = grant.subs
+        if 0 <= grant.subs <= len(self.subs):
+            # As nats-server: a client already at its subscription limit (0, or lowered by an account
+            # update) is told so and closed.
+            self.close(MAX_SUBSCRIPTIONS_EXCEEDED, errors.MAX_SUBSCRIPTIONS)
+            return
         server_max = self.server.options.max_payload
         self.parser.max_payload = server_max if grant.payload < 0 else min(grant.payload, server_max)
         if grant.expires_in > 0:
@@ -490,7 +498,7 @@ class Connection(Client):
             return
         self.perms = auth.permissions(self.user)
         self._apply_grant()  # a JWT user's limits and expiry as its (maybe updated) account sets them
-        if self.perms is None:
+        if self.perms is None or self.closed:
             return
         for sub in list(self.subs.values()):
             if not self.perms.can_subscribe(sub.subject, sub.queue):
