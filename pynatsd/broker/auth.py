@@ -20,12 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd.broker.config_schema import ConfigValueError, parse_duration
 from pynatsd.broker.options import Options
+from pynatsd.protocol import errors
 from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
     from pynatsd.broker.connection import Connection
+    from pynatsd.broker.jwt import JwtAuthenticator, UserGrant
 
 DEFAULT_ACCOUNT = "$G"
+REVOCATION = "Credentials Revoked"  # the close reason, as nats-server's connz shows it
 _CACHE_LIMIT = 1024
 # allow_responses: nats-server's defaults (one reply within two minutes) and reply-map pruning cadence.
 RESPONSE_MAX_MSGS = 1
@@ -296,6 +299,11 @@ class Authenticator:
             acc = acc or {}
             self._add_users(acc.get("users", []), name, acc.get("default_permissions"))
         self.no_auth_user = options.no_auth_user
+        self.jwt: JwtAuthenticator | None = None
+        if "trusted" in options.extra:  # operator mode: every client needs a user JWT
+            from pynatsd.broker.jwt import JwtAuthenticator
+
+            self.jwt = JwtAuthenticator(options.extra)
 
     @staticmethod
     def new_nonce() -> str:
@@ -338,15 +346,30 @@ class Authenticator:
 
     @property
     def required(self) -> bool:
-        return bool(self.username or self.token or self.users or self.nkeys)
+        return bool(self.username or self.token or self.users or self.nkeys or self.jwt)
+
+    @property
+    def wants_nonce(self) -> bool:
+        """INFO carries a nonce for clients to sign (nkey users, and JWT users in operator mode)."""
+        return bool(self.nkeys or self.jwt)
+
+    def grant(self, user: str) -> UserGrant | None:
+        """A JWT user's permissions, limits and expiry from its latest admission (None outside operator
+        mode)."""
+        return self.jwt.grants.get(user) if self.jwt is not None else None
 
     def permissions(self, user: str) -> Permissions | None:
+        if self.jwt is not None:
+            grant = self.jwt.grants.get(user)
+            return grant.permissions.copy() if grant and grant.permissions else None
         entry = self.users.get(user) or self.nkeys.get(user)
         return entry.permissions.copy() if entry and entry.permissions else None
 
     def _checked_secret(self, opts: ConnectOptions) -> tuple[str, ...]:
         """What `authenticate` compares `opts` against: the mechanism and the stored secret (and account)
         it would use. Two authenticators that give the same answer here admit that client alike."""
+        if self.jwt is not None:  # JWTs are always checked again (account updates; cheap, no bcrypt)
+            return ("jwt",)
         if opts.nkey and self.nkeys:
             entry = self.nkeys.get(opts.nkey)
             return ("nkey", *_describe_user(entry))
@@ -377,11 +400,17 @@ class Authenticator:
         its CONNECT options, still get in as the same user and account? Unchanged credentials need no new
         check (no bcrypt on the loop); changed ones are checked again, as nats-server does."""
         opts = conn.opts
-        if self._checked_secret(opts) == before._checked_secret(opts):
+        if self.jwt is not None and self.jwt.revoked(opts):
+            # nats-server tells a live client its JWT was revoked (not a plain violation).
+            conn.close(REVOCATION, errors.AUTHENTICATION_REVOKED)
+            return False
+        if self.jwt is None and self._checked_secret(opts) == before._checked_secret(opts):
             return True
         return self.authenticate(conn, opts) == (conn.user, conn.account)
 
     def authenticate(self, conn: Connection, opts: ConnectOptions) -> tuple[str, str] | None:
+        if self.jwt is not None:
+            return self.jwt.authenticate(conn, opts, conn.nonce)
         if opts.nkey and self.nkeys:
             entry = self.nkeys.get(opts.nkey)
             ok = entry is not None and self._nkey_ok(conn, opts)

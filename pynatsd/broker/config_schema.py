@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -495,6 +496,142 @@ def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
     opts.extra["accounts"] = accounts
 
 
+# -- operator mode (decentralized JWT authentication, pynatsd.broker.jwt) -----------------------------------
+def _operators(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    """`operator`: one or more operator JWTs (file paths or inline), verified at start."""
+    from pynatsd.broker import jwt
+
+    found = opts.extra.setdefault("operators", [])
+    for entry in to_strings(key, value):
+        try:
+            claims = jwt.read_operator(entry)
+        except jwt.JwtError as err:
+            raise ConfigValueError(str(err)) from None
+        found.append(claims)
+
+
+def _trusted_keys(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    keys = to_strings(key, value)
+    for k in keys:
+        if not valid_public_nkey(k, "O"):
+            raise ConfigValueError(f'trusted Keys "{k}" are required to be a valid public operator nkey')
+    opts.extra.setdefault("trusted_keys", []).extend(keys)
+
+
+def _resolver(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    """`MEMORY` (accounts from `resolver_preload`) or a `full` directory resolver; URL and cache
+    resolvers, and deletes (`allow_delete`), are refused."""
+    if isinstance(value, str) and value.strip().upper() in ("MEMORY", "MEM"):
+        opts.extra["resolver"] = "MEMORY"
+        return
+    if isinstance(value, str):
+        raise refused(key, "URL account resolvers", access=True)
+    if not isinstance(value, dict):
+        raise ConfigValueError(f"{key}: expected MEMORY, URL(...) or a resolver block, got {value!r}")
+    block = to_block(key, value)
+    spec: dict[str, Any] = {"type": "", "dir": "", "limit": 0}
+    for low, k, v, _at in entries(block, where):
+        if low in ("type", "dir"):
+            spec[low] = to_str(k, v)
+        elif low == "allow_delete":
+            if to_bool(k, v):
+                raise refused(k, "account deletes in the directory resolver", access=True)
+        elif low == "hard_delete":
+            spec["hard_delete"] = to_bool(k, v)
+        elif low == "limit":
+            spec["limit"] = to_int(k, v)
+        elif low in ("interval", "timeout", "ttl"):
+            # interval: sync with other servers, timeout: fetch from them; a single server has none.
+            spec[low] = parse_duration(k, v)
+        else:
+            unknown(ctx, block, k, _at)
+    kind = spec["type"].upper()
+    if kind in ("MEMORY", "MEM"):
+        opts.extra["resolver"] = "MEMORY"
+        return
+    if kind == "CACHE":
+        raise refused(key, "the CACHE account resolver", access=True)
+    if kind != "FULL":
+        raise ConfigValueError(f"{key}: unknown resolver type {spec['type']!r}")
+    if "ttl" in spec:
+        raise ConfigValueError("FULL does not accept ttl")
+    if "hard_delete" in spec:
+        raise ConfigValueError("hard_delete has no effect without delete")
+    if not spec["dir"]:
+        raise ConfigValueError("dir has no value and needs to point to a directory")
+    if os.path.exists(spec["dir"]) and not os.path.isdir(spec["dir"]):
+        raise ConfigValueError("dir needs to point to an accessible directory")
+    opts.extra["resolver"] = {"type": "full", "dir": spec["dir"], "limit": spec["limit"]}
+
+
+def _resolver_preload(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    from pynatsd.broker import jwt
+
+    block = to_block(key, value)
+    preload: dict[str, str] = opts.extra.setdefault("resolver_preload", {})
+    for name, token in block.items():
+        if not isinstance(token, str):
+            raise ConfigValueError(f"preload account error for {name!r}: expected a JWT string")
+        try:
+            claims = jwt.decode(token, "account")
+        except jwt.JwtError as err:
+            raise ConfigValueError(f"preload account error for {name!r}: {err}") from None
+        if claims.subject != name:
+            raise ConfigValueError(f"preload account error for {name!r}: JWT is for account {claims.subject}")
+        preload[name] = token
+
+
+def _system_account(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    opts.extra["system_account"] = to_str(key, value)
+
+
+def _check_operator_mode(ctx: Ctx, opts: Options) -> None:
+    """nats-server's validateTrustedOperators; fills `trusted` (the keys that may issue accounts)."""
+    extra = opts.extra
+    operators = extra.get("operators", [])
+    if not operators and not extra.get("trusted_keys"):
+        if "system_account" in extra:  # only operator mode has a system account in pynatsd
+            where = ctx.places.get("system_account") or ctx.places.get("system") or _NOWHERE
+            ctx.warn(where, '"system_account" is not supported by pynatsd and is ignored', strict=False)
+        if extra.get("resolver_preload") and "resolver" not in extra:
+            ctx.error(_NOWHERE, "resolver_preload requires a resolver")
+        return
+    problems = []
+    if "resolver" not in extra:
+        problems.append("operators require an account resolver to be configured")
+    if extra.get("accounts"):
+        problems.append("operators do not allow Accounts to be configured directly")
+    auth = extra.get("authorization", {})
+    if auth.get("users") or opts.username or opts.authorization:
+        problems.append("operators do not allow users to be configured directly")
+    if operators and extra.get("trusted_keys"):
+        problems.append("conflicting options for 'TrustedKeys' and 'TrustedOperators'")
+    system = extra.get("system_account", "")
+    named = [op.nats.get("system_account", "") for op in operators]
+    if system and any(named) and system not in named:
+        problems.append("system_account in config and operator JWT must be identical")
+    if not system and not (named and named[0]) and isinstance(extra.get("resolver"), dict):
+        problems.append(
+            "using nats based account resolver - the system account needs to be specified in "
+            "configuration or the operator jwt"
+        )
+    for problem in problems:
+        ctx.error(_NOWHERE, problem)
+    trusted = list(extra.get("trusted_keys", []))
+    for op in operators:
+        if not op.nats.get("strict_signing_key_usage"):
+            trusted.append(op.subject)
+        trusted.extend(k for k in op.nats.get("signing_keys") or [] if isinstance(k, str))
+    extra["trusted"] = trusted
+    strict = [op for op in operators if op.nats.get("strict_signing_key_usage")]
+    extra["strict_operators"] = [op.subject for op in strict]
+    extra["strict_signers"] = [
+        k for op in strict for k in op.nats.get("signing_keys") or [] if isinstance(k, str)
+    ]
+    if not system and named:
+        extra["system_account"] = named[0]
+
+
 def _check_users(ctx: Ctx, opts: Options) -> None:
     """Rules across blocks (nats-server checks them in whichever order the blocks come)."""
     auth: dict[str, Any] = opts.extra.get("authorization", {})
@@ -804,11 +941,11 @@ TOP_LEVEL: dict[str, Handler] = _table(
     (("tls",), _tls),
     (tuple(_PENDING_BLOCKS), _pending),
     # Access control pynatsd does not implement: refused, never ignored.
-    (("operator", "operators", "roots", "root", "root_operators", "root_operator"),
-     refuse("operator (JWT) authentication", access=True)),
-    (("resolver", "account_resolver", "accounts_resolver", "resolver_tls", "resolver_preload",
-      "resolver_pinned_accounts"), refuse("account resolvers (JWT authentication)", access=True)),
-    (("trusted", "trusted_keys"), refuse("trusted operator keys (JWT authentication)", access=True)),
+    (("operator", "operators", "roots", "root", "root_operators", "root_operator"), _operators),
+    (("resolver", "account_resolver", "accounts_resolver"), _resolver),
+    (("resolver_preload",), _resolver_preload),
+    (("trusted", "trusted_keys"), _trusted_keys),
+    (("resolver_tls", "resolver_pinned_accounts"), refuse("these account resolver options", access=True)),
     (("default_sentinel",), refuse("JWT sentinel users", access=True)),
     (("proxies",), refuse("trusted proxies", access=True)),
     # Other features pynatsd does not have.
@@ -826,7 +963,7 @@ TOP_LEVEL: dict[str, Handler] = _table(
     (("max_traced_msg_len",), _field("max_traced_msg_len", to_int)),
     (("trace_verbose", "trace_headers", "allow_non_tls", "no_system_account", "no_system",
       "no_sys_acc"), ignore(to_bool)),
-    (("system_account", "system"), ignore(to_str)),
+    (("system_account", "system"), _system_account),
     (("prof_port", "prof_block_rate", "connect_error_reports", "reconnect_error_reports"), ignore(to_int)),
     (("max_sub_tokens", "max_subscription_tokens"), ignore(_max_sub_tokens)),
     (("write_timeout",), ignore(_write_timeout)),
@@ -848,6 +985,7 @@ def apply_config(opts: Options, config: dict[str, Any]) -> list[ConfigWarning]:
         with ctx.at(where):
             handler(ctx, opts, key, value, where)
     _check_users(ctx, opts)
+    _check_operator_mode(ctx, opts)
     if ctx.errors:
         raise ConfigErrors(ctx.errors)
     return ctx.warnings

@@ -69,6 +69,8 @@ MAX_PAYLOAD_EXCEEDED = "Maximum Payload Exceeded"
 MAX_CONTROL_LINE_EXCEEDED = "Maximum Control Line Exceeded"
 AUTHENTICATION_VIOLATION = "Authentication Failure"
 AUTHENTICATION_TIMEOUT = "Authentication Timeout"
+AUTHENTICATION_EXPIRED = "Authentication Expired"
+MAX_SUBSCRIPTIONS_EXCEEDED = "Maximum Subscriptions Exceeded"
 MAX_CONNECTIONS_EXCEEDED = "Maximum Connections Exceeded"
 READ_ERROR = "Read Error"
 WRITE_ERROR = "Write Error"
@@ -125,6 +127,7 @@ class Connection(Client):
         )
         self.sublist: Sublist[Subscription] = server.sublist
         self.nonce = ""  # set in INFO when nkey users are configured
+        self.jwt_subs = -1  # a JWT user's subscription limit (its own or its account's); -1: none
         self.opts = ConnectOptions()
         # Read per message, so kept as plain fields (set again by CONNECT): nats-server's defaults.
         self.verbose = self.opts.verbose
@@ -443,6 +446,9 @@ class Connection(Client):
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
+        self._apply_grant()
+        if self.closed:
+            return
         self.opts = opts
         self.echo = opts.echo
         self.headers = opts.headers
@@ -453,6 +459,32 @@ class Connection(Client):
         self._info_after_pong = opts.protocol >= 1
         if opts.verbose:
             self._send(encoder.OK)
+
+    def _apply_grant(self) -> None:
+        """A JWT user's limits (the smaller of its own and the server's) and the end of its
+        authentication, when its JWT (or its connect time window) expires."""
+        grant = self.authenticator().grant(self.user)
+        if grant is None:
+            return
+        if self._auth_timer is not None:  # an account update: the expiry is computed again
+            self._auth_timer.cancel()
+            self._auth_timer = None
+        self.jwt_subs = grant.subs
+        if 0 <= grant.subs <= len(self.subs):
+            # As nats-server: a client already at its subscription limit (0, or lowered by an account
+            # update) is told so and closed.
+            self.close(MAX_SUBSCRIPTIONS_EXCEEDED, errors.MAX_SUBSCRIPTIONS)
+            return
+        server_max = self.server.options.max_payload
+        self.parser.max_payload = server_max if grant.payload < 0 else min(grant.payload, server_max)
+        if grant.expires_in > 0:
+            loop = self.server.loop
+            self._auth_timer = loop.call_later(grant.expires_in, self._auth_expired, grant.expiry_error)
+
+    def _auth_expired(self, err_text: str) -> None:
+        self._auth_timer = None
+        log.error("%r - %s", self, err_text)
+        self.close(AUTHENTICATION_EXPIRED, err_text)
 
     def revalidate(self, auth: Authenticator, before: Authenticator) -> None:
         """After a reload: close the connection if its credentials no longer let it in (nats-server's
@@ -465,7 +497,8 @@ class Connection(Client):
             self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
             return
         self.perms = auth.permissions(self.user)
-        if self.perms is None:
+        self._apply_grant()  # a JWT user's limits and expiry as its (maybe updated) account sets them
+        if self.perms is None or self.closed:
             return
         for sub in list(self.subs.values()):
             if not self.perms.can_subscribe(sub.subject, sub.queue):
@@ -511,8 +544,10 @@ class Connection(Client):
             self._send_err(errors.subscribe_violation(_text(subject), _text(queue) if queue else None))
             log.error("%r - subscription violation for %s", self, _text(subject))
             return
-        limit = server.options.max_subscriptions
-        if limit > 0 and len(self.subs) >= limit:
+        limit = server.options.max_subscriptions or -1
+        if self.jwt_subs >= 0 and (limit < 0 or self.jwt_subs < limit):
+            limit = self.jwt_subs
+        if limit >= 0 and len(self.subs) >= limit:
             self._send_err(errors.MAX_SUBSCRIPTIONS)
             log.error("%r - maximum subscriptions exceeded", self)
             return

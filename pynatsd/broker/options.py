@@ -166,4 +166,15 @@ def unreloadable_changes(old: Options, new: Options) -> list[str]:
         before, after = getattr(old, f.name), getattr(new, f.name)
         if f.name not in RELOADABLE and f.name not in ("config_file", "config_digest") and before != after:
             changes.append(f"config reload not supported for {f.name}: old={before!r}, new={after!r}")
+    # Operator mode: the resolver's services start with the server (nats-server refuses these too).
+    resolvers = old.extra.get("resolver"), new.extra.get("resolver")
+    if (resolvers[0] is None) != (resolvers[1] is None):
+        changes.append("config reload does not support moving to or from an account resolver")
+    elif resolvers[0] != resolvers[1]:
+        changes.append(
+            f"config reload not supported for resolver: old={resolvers[0]!r}, new={resolvers[1]!r}"
+        )
+    systems = old.extra.get("system_account", ""), new.extra.get("system_account", "")
+    if systems[0] != systems[1]:  # the resolver's services live in the system account
+        changes.append(f"config reload not supported for SystemAccount: old={systems[0]}, new={systems[1]}")
     return changes

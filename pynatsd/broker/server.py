@@ -34,6 +34,7 @@ from pynatsd.protocol import encoder
 from pynatsd.websocket import start_websocket
 
 if TYPE_CHECKING:
+    from pynatsd.broker.resolver import ResolverService
     from pynatsd.jetstream import JetStream
     from pynatsd.monitor import Monitor
     from pynatsd.websocket.server import WebSocketListener
@@ -133,6 +134,7 @@ class Server:
         self.monitor: Monitor | None = None
         self.websocket: WebSocketListener | None = None  # the `websocket {}` port (pynatsd.websocket)
         self.jetstream: JetStream | None = None  # set by start() when -js / a jetstream block is given
+        self.resolver: ResolverService | None = None  # set by start() with a `full` account resolver
         self.tls_context: ssl.SSLContext | None = None  # set by start() when TLS is configured
         self.http_port = 0
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
@@ -166,6 +168,7 @@ class Server:
                 opts.http_host or opts.host, opts.http_port or opts.https_port, monitor_context(opts)
             )
         self._start_jetstream()
+        self._start_resolver()
         # TLS-first (handshake_first): the handshake precedes INFO, so the listener itself wraps. Otherwise
         # each connection upgrades itself right after its plaintext INFO (Connection._upgrade_tls).
         tls_first = self.tls_context if opts.tls_handshake_first else None
@@ -226,6 +229,19 @@ class Server:
         if js_config is not None:
             self.jetstream = JetStream(self, js_config)
             self.jetstream.start()
+
+    def _start_resolver(self) -> None:
+        """The `full` account resolver's $SYS services (updates pushed over NATS, lookups)."""
+        jwt_auth = self.auth.jwt
+        if jwt_auth is not None and jwt_auth.store is not None:
+            from pynatsd.broker.resolver import ResolverService
+
+            self.resolver = ResolverService(self, jwt_auth.system_account)
+            self.resolver.start()
+
+    def info_base(self) -> dict[str, Any]:
+        """The server's INFO fields common to every connection."""
+        return dict(self._info_base)
 
     def sublist_for(self, account: str) -> Sublist[Subscription]:
         """The subject space of `account`, created on its first user's connect."""
@@ -288,6 +304,8 @@ class Server:
             await self.websocket.wait_closed()
         if self.jetstream is not None:
             self.jetstream.stop()
+        if self.resolver is not None:
+            self.resolver.stop()
         if self.monitor is not None:
             await self.monitor.stop()
         self.files.remove()
@@ -397,7 +415,7 @@ class Server:
         info["client_id"] = conn.cid
         if conn.ip:
             info["client_ip"] = conn.ip
-        if self.auth.nkeys and not connect_info and not ldm:
+        if self.auth.wants_nonce and not connect_info and not ldm:
             info["nonce"] = conn.nonce = self.auth.new_nonce()
         if connect_info:
             info["connect_info"] = True

@@ -212,10 +212,12 @@ BOTH_START = {
     "long lame duck": 'lame_duck_duration: "45s"\nlame_duck_grace_period: "1s"',
     "bcrypt unquoted": f"authorization {{ user: u, password: {PASS_HASH} }}",
     "variables": "SECRET: pw\nauthorization { user: u, password: $SECRET }",
+    "memory resolver": "resolver: MEMORY",
 }
 # nats-server runs these; pynatsd does not implement them and refuses to start rather than run open.
 PYNATSD_REFUSES = {
-    "resolver": ("resolver: MEMORY", "resolver"),
+    "cache resolver": ('resolver: { type: cache, dir: "./jwt" }', "resolver"),
+    "URL resolver": ("resolver: URL(http://127.0.0.1:1/jwt/v1/accounts/)", "resolver"),
     "account exports": (
         'accounts { A { users = [{user: a, password: a}], exports = [{stream: "x.>"}] } }', "exports"
     ),
