@@ -70,11 +70,11 @@ async def measure(subjects: int, size: int, subs: int, count: int, read: int = 6
         sub = Connection(server)
         transport = NullTransport()
         sub.connection_made(transport)  # type: ignore[arg-type]
-        sub.data_received(b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\nSUB bench.* 1\r\n")
+        sub.data_received(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB bench.* 1\r\n')
         sinks.append(transport)
     pub = Connection(server)
     pub.connection_made(NullTransport())  # type: ignore[arg-type]
-    pub.data_received(b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\n")
+    pub.data_received(b'CONNECT {"verbose":false,"pedantic":false}\r\n')
     reads = stream(subjects, size, count, read)
     await asyncio.sleep(0.01)  # the INFOs go out (flusher tasks), so every queue starts empty
     start = time.process_time()  # CPU time: another process taking the core does not count
@@ -97,7 +97,8 @@ def main() -> None:
     parser.add_argument("--read", type=int, default=65536, help="bytes per read (a client's write size)")
     args = parser.parse_args()
     runs = [
-        asyncio.run(measure(args.subjects, args.size, args.subs, args.messages, args.read)) for _ in range(args.reps)
+        asyncio.run(measure(args.subjects, args.size, args.subs, args.messages, args.read))
+        for _ in range(args.reps)
     ]
     runs.sort()
     print(f"{runs[len(runs) // 2]:.0f} ns/msg (min {runs[0]:.0f}, max {runs[-1]:.0f})")
