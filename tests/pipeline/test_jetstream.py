@@ -214,11 +214,10 @@ def _eo(url: str, out: Path, mode: str) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.parametrize("js_broker", ["pynatsd"], indirect=True)  # slow: one server is enough
 def test_exactly_once_across_killed_driver(
     spark: SparkSession, js_broker: ServerProcess, js: SyncNats, tmp_path: Path
 ) -> None:
-    if js_broker.kind != "pynatsd":
-        pytest.skip("one server is enough for the slow subprocess test")
     add_stream(js, "EO", ["eo.>"])
     first, second = 6000, 3000
     publish_acked(js, [(f"eo.{i % 5}", json.dumps({"i": i}).encode(), None) for i in range(first)])
@@ -248,14 +247,13 @@ def test_exactly_once_across_killed_driver(
     assert sorted(json.loads(r.payload)["i"] for r in got.select("payload").collect()) == list(range(total))
 
 
+@pytest.mark.parametrize("js_broker", ["pynatsd"], indirect=True)  # slow: one server is enough
 def test_example_job_resumes_from_checkpoint(
     spark: SparkSession, js_broker: ServerProcess, js: SyncNats, tmp_path: Path
 ) -> None:
     from pynatsd.spark.example import job
     from pynatsd.spark.example.trades import Trade, expected_vwap, simulate
 
-    if js_broker.kind != "pynatsd":
-        pytest.skip("one server is enough")
     start_ms = 1_767_225_600_000
     js.io.run(job.ensure_streams(js_broker.url, {"EXT": "trades.>", "EXV": "vwap.>"}), 10)
     trades = list(simulate(600, start_ms, 75))
