@@ -301,50 +301,41 @@ def config_digest(parsed: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256((text + "\n").encode()).hexdigest()
 
 
+# Flags that set one option each when given (flag -> Options field).
+_FLAG_FIELDS = {
+    "port": "port",
+    "addr": "host",
+    "name": "server_name",
+    "client_advertise": "client_advertise",
+    "http_port": "http_port",
+    "https_port": "https_port",
+    "log": "log_file",
+    "pid": "pid_file",
+    "ports_file_dir": "ports_file_dir",
+    "user": "username",
+    "password": "password",
+    "auth": "authorization",
+    "logtime": "logtime",
+    "syslog": "syslog",
+    "remote_syslog": "remote_syslog",
+    "log_size_limit": "log_size_limit",
+    "max_traced_msg_len": "max_traced_msg_len",
+}
+
+
 def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Options:
     """Apply command-line flags on top of `opts` (defaults when None); flags override the file."""
     opts = opts or Options()
-    if flags["port"] is not None:
-        opts.port = flags["port"]
-    if flags["addr"] is not None:
-        opts.host = flags["addr"]
-    if flags["name"] is not None:
-        opts.server_name = flags["name"]
-    if flags["client_advertise"] is not None:
-        opts.client_advertise = flags["client_advertise"]
-    if flags["http_port"] is not None:
-        opts.http_port = flags["http_port"]
-    if flags["https_port"] is not None:
-        opts.https_port = flags["https_port"]
+    for flag, field in _FLAG_FIELDS.items():
+        if flags[flag] is not None:
+            setattr(opts, field, flags[flag])
     _tls_flags(flags, opts)
-    if flags["log"] is not None:
-        opts.log_file = flags["log"]
-    if flags["pid"] is not None:
-        opts.pid_file = flags["pid"]
-    if flags["ports_file_dir"] is not None:
-        opts.ports_file_dir = flags["ports_file_dir"]
-    if flags["user"] is not None:
-        opts.username = flags["user"]
-    if flags["password"] is not None:
-        opts.password = flags["password"]
-    if flags["auth"] is not None:
-        opts.authorization = flags["auth"]
     if flags["debug"] or flags["debug_trace"] or flags["debug_trace_verbose"]:
         opts.debug = True
     if flags["trace"] or flags["debug_trace"] or flags["trace_verbose"] or flags["debug_trace_verbose"]:
         opts.trace = True
-    if flags["logtime"] is not None:
-        opts.logtime = flags["logtime"]
     if flags["logtime_utc"]:
         opts.logtime_utc = True
-    if flags["syslog"] is not None:
-        opts.syslog = flags["syslog"]
-    if flags["remote_syslog"] is not None:
-        opts.remote_syslog = flags["remote_syslog"]
-    if flags["log_size_limit"] is not None:
-        opts.log_size_limit = flags["log_size_limit"]
-    if flags["max_traced_msg_len"] is not None:
-        opts.max_traced_msg_len = flags["max_traced_msg_len"]
     if flags.get("jetstream"):  # JetStream hook: pynatsd.jetstream.config reads these two keys
         opts.extra["jetstream"] = opts.extra.get("jetstream") or True
     if flags.get("store_dir"):
