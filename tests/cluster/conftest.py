@@ -1,0 +1,71 @@
+"""Fixtures for the cluster suite: three-node clusters of every mix, shared per module or private."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.harness import MATRIX, Cluster, build_cluster, running_cluster
+from tests.conftest import need_tool
+from tests.servers import nats_server_binary
+
+ClusterFactory = Callable[..., Cluster]
+
+
+@pytest.fixture(scope="module", params=list(MATRIX))
+def mix(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """Each cluster test runs on 3 pynatsd, 2 pynatsd + 1 nats-server, 1 pynatsd + 2 nats-server and, as
+    the reference, 3 nats-server nodes (ids: 3py, 2py+1go, 1py+2go, 3go)."""
+    kinds = MATRIX[request.param]
+    if "nats-server" in kinds:
+        need_tool(nats_server_binary() is not None, "nats-server")
+    return kinds
+
+
+@pytest.fixture(scope="module")
+def cluster(mix: tuple[str, ...]) -> Iterator[Cluster]:
+    """A meshed three-node cluster of the module's mix, shared by its tests (each uses its own subjects)."""
+    with (
+        tempfile.TemporaryDirectory(prefix="pynatsd-cluster-") as workdir,
+        running_cluster(mix, Path(workdir)) as cluster,
+    ):
+        yield cluster
+
+
+@pytest.fixture
+def healthy_cluster(cluster: Cluster) -> Cluster:
+    """The shared cluster, restarted and re-meshed if an earlier test left a node down."""
+    for node in cluster.nodes:
+        if not node.running:
+            cluster.start(node)
+    cluster.wait_mesh()
+    return cluster
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
+    """Private clusters (for kills and restarts), stopped after the test."""
+    started: list[Cluster] = []
+
+    def start(kinds: tuple[str, ...], extra: str = "") -> Cluster:
+        if "nats-server" in kinds:
+            need_tool(nats_server_binary() is not None, "nats-server")
+        cluster = build_cluster(kinds, tmp_path / f"cluster{len(started)}", extra)
+        started.append(cluster)
+        for node in cluster.nodes:
+            cluster.start(node)
+        cluster.wait_mesh()
+        return cluster
+
+    yield start
+    for cluster in started:
+        cluster.stop_all()
+
+
+@pytest.fixture
+def subject() -> str:
+    return f"cl.{uuid.uuid4().hex[:10]}"
