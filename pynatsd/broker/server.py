@@ -31,12 +31,15 @@ from pynatsd.lifecycle import lame_duck, reload, signals
 from pynatsd.lifecycle.files import LifecycleFiles, PidFileError, listener_urls, socket_urls
 from pynatsd.matcher import Sublist, SublistStats, combine_stats
 from pynatsd.protocol import encoder
+from pynatsd.routes.config import ClusterOptions, cluster_options
 from pynatsd.websocket import start_websocket
 
 if TYPE_CHECKING:
     from pynatsd.broker.resolver import ResolverService
     from pynatsd.jetstream import JetStream
     from pynatsd.monitor import Monitor
+    from pynatsd.routes.manager import RouteManager
+    from pynatsd.routes.route import Route
     from pynatsd.websocket.server import WebSocketListener
 
 log = get_logger()
@@ -148,6 +151,9 @@ class Server:
         self._ldm_task: asyncio.Task[None] | None = None
         self._shutting_down = False
         self.files = LifecycleFiles()  # the pid and ports files this process wrote
+        # Clustering (pynatsd.routes): the `cluster {}` settings, None without one; the routes' manager.
+        self.cluster: ClusterOptions | None = cluster_options(self.options)
+        self.route_manager: RouteManager | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -273,6 +279,11 @@ class Server:
         if self.websocket is not None:
             ports["websocket"] = self.websocket.urls()
         return ports
+
+    @property
+    def routes(self) -> list[Route]:
+        """The registered routes (pynatsd.routes documents their fields); empty without clustering."""
+        return [] if self.route_manager is None else self.route_manager.registered()
 
     @property
     def listening(self) -> bool:

@@ -1,0 +1,30 @@
+"""Clustering: pynatsd as a member of a NATS cluster, over nats-server 2.15's route protocol.
+
+Layout: `config` (the `cluster {}` block and the cluster flags, as `ClusterOptions`), `route` (one route
+connection: handshake, interest, routed messages), `manager` (the route listener, solicited routes with
+retry, gossip, duplicate resolution, connect_urls). Route ops are parsed and encoded, purely, by
+`pynatsd.protocol.route`. Who receives a routed message is decided by the one delivery policy
+(`pynatsd.broker.delivery`): a route is a `delivery.Client` whose subscriptions are the remote interest.
+
+Interface for monitoring and tooling (stable; other branches build on it):
+
+- `Server.cluster` -> `ClusterOptions | None` (None: no clustering). Fields: `name: str` (the effective
+  cluster name, adopted from peers when it was not configured), `host: str`, `port: int` (the bound route
+  port once started), `advertise: str`, `urls: list[str]` (the configured `routes`), `pool_size: int`,
+  `no_advertise: bool`, `connect_retries: int`, `compression: str`, `username: str`, `auth_timeout: float`.
+- `Server.routes` -> iterable of `Route` (the registered routes: handshake done, one per remote server).
+- `Route` (`pynatsd.routes.route.Route`), per route: `rid: int`, `remote_id: str`, `remote_name: str`,
+  `did_solicit: bool`, `is_configured: bool`, `host: str`, `port: int` (the peer's address),
+  `start: datetime`, `last_activity: datetime`, `rtt: float | None` (seconds), `in_msgs`, `out_msgs`,
+  `in_bytes`, `out_bytes: int`, `pending_bytes: int`, `pool_idx: int` (always 0: pynatsd keeps one route
+  per remote server, see below), `compression: str` ("off"), `subjects() -> list[str]` (the remote
+  interest, `subject` or `subject queue`), `num_subs: int`, `url: str` (the route URL it was solicited
+  with, or ""), `remote_cluster: str`.
+
+Pooling: pynatsd advertises no `route_pool_size`, so a 2.15 peer treats it as a server without pooling
+(one route, accounts named in every RS+/RS-/RMSG), which nats-server supports for mixed clusters.
+"""
+
+from pynatsd.routes.config import ClusterOptions, cluster_options
+
+__all__ = ["ClusterOptions", "cluster_options"]
