@@ -11,6 +11,7 @@ import pytest
 
 from tests.cluster.harness import MATRIX, Cluster, build_cluster, running_cluster
 from tests.conftest import need_tool
+from tests.interop.conftest import c_driver, driver, go_driver, python_driver  # noqa: F401 (the drivers)
 from tests.servers import nats_server_binary
 
 ClusterFactory = Callable[..., Cluster]

@@ -7,7 +7,6 @@ import asyncio
 import pytest
 
 from tests.cluster.harness import Cluster
-from tests.interop.conftest import c_driver, driver, go_driver, python_driver  # noqa: F401 (fixtures)
 from tests.interop.drivers import Driver
 from tests.interop.spec import as_seen_by, payload, reply_pairs, sent_pairs
 
