@@ -19,7 +19,15 @@ from pynatsd.broker.auth import DEFAULT_ACCOUNT
 from pynatsd.broker.build import git_commit
 from pynatsd.jetstream import monitor as js_monitor
 from pynatsd.matcher import combine_stats
-from pynatsd.monitor.formats import go_duration, parse_bool, parse_int, rfc3339nano, uptime
+from pynatsd.monitor import cluster
+from pynatsd.monitor.formats import (
+    go_duration,
+    parse_bool,
+    parse_int,
+    rfc3339nano,
+    subscription_detail,
+    uptime,
+)
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
@@ -86,6 +94,9 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
         info["tls_required"] = True
         if opts.tls_verify:
             info["tls_verify"] = True
+    urls = cluster.connect_urls(server)
+    if urls:
+        info["connect_urls"] = urls
     info.update(
         {
             "max_connections": opts.max_connections,
@@ -99,7 +110,7 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "max_control_line": opts.max_control_line,
             "max_payload": opts.max_payload,
             "max_pending": opts.max_pending,
-            "cluster": {},
+            "cluster": cluster.varz_cluster(server),
             "gateway": {},
             "leaf": {},
             "mqtt": {},
@@ -116,8 +127,8 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "cpu": cpu.sample(),
             "connections": len(server.clients),
             "total_connections": stats.total_connections,
-            "routes": 0,
-            "remotes": 0,
+            "routes": len(server.routes),
+            "remotes": cluster.remotes(server),
             "leafnodes": 0,
             "in_msgs": in_msgs,
             "in_bytes": in_bytes,
@@ -185,13 +196,17 @@ def _param(query: Mapping[str, str], name: str, parse: Callable[[str, str], Any]
         raise BadRequest(str(exc)) from None
 
 
+def _subs_option(query: Mapping[str, str]) -> tuple[bool, bool]:
+    """`subs` as nats-server decodes it for /connz and /routez: (list subscriptions, with details)."""
+    detail = query.get("subs", "").lower() == "detail"
+    return detail or _param(query, "subs", parse_bool, False), detail
+
+
 def connz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
     sort = query.get("sort", "") or "cid"
     if sort not in _SORTS:
         raise BadRequest(f"invalid sorting option: {sort}")
-    subs_param = query.get("subs", "")
-    detail = subs_param == "detail"
-    subs = detail or _param(query, "subs", parse_bool, False)
+    subs, detail = _subs_option(query)
     auth = _param(query, "auth", parse_bool, False)
     offset = max(0, _param(query, "offset", parse_int, 0))
     limit = _param(query, "limit", parse_int, DEFAULT_LIMIT)
@@ -300,24 +315,8 @@ class SubscriptionsSnapshot:
 
     def to_json(self) -> list[Any]:
         if self.detail:
-            return [subscription_detail(s, self.conn) for s in self.subs]
+            return [subscription_detail(s, self.conn.cid) for s in self.subs]
         return [s.subject.decode("utf-8", "replace") for s in self.subs]
-
-
-def subscription_detail(sub: Any, conn: Connection, with_account: bool = False) -> dict[str, Any]:
-    detail: dict[str, Any] = {}
-    if with_account:
-        detail["account"] = conn.account
-        detail["account_tag"] = conn.account
-    detail["subject"] = sub.subject.decode("utf-8", "replace")
-    if sub.queue:
-        detail["qgroup"] = sub.queue.decode("utf-8", "replace")
-    detail["sid"] = sub.sid.decode("utf-8", "replace")
-    detail["msgs"] = sub.delivered
-    if sub.max_msgs:
-        detail["max"] = sub.max_msgs
-    detail["cid"] = conn.cid
-    return detail
 
 
 def _matching(sublist: Sublist[Subscription], subject: bytes) -> list[Subscription]:
@@ -360,7 +359,7 @@ def subsz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
         result["total"] = len(found)
         result["offset"] = offset
         result["limit"] = limit
-        page = [subscription_detail(s, s.conn, with_account=True) for s in listing[offset:]]
+        page = [subscription_detail(s, s.conn.cid, s.conn.account) for s in listing[offset:]]
         if page:
             result["subscriptions_list"] = page
     else:
@@ -370,14 +369,9 @@ def subsz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
     return result
 
 
-def routez(server: Server) -> dict[str, Any]:
-    return {
-        "server_id": server.server_id,
-        "server_name": server.server_name,
-        "now": rfc3339nano(_now()),
-        "num_routes": 0,
-        "routes": [],
-    }
+def routez(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
+    subs, detail = _subs_option(query)
+    return cluster.routez(server, _now(), subs, detail)
 
 
 def gatewayz(server: Server) -> dict[str, Any]:

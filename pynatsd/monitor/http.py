@@ -97,7 +97,7 @@ class Monitor:
             "/connz": lambda r: endpoints.connz(s, r.query),
             "/subsz": lambda r: endpoints.subsz(s, r.query),
             "/subscriptionsz": lambda r: endpoints.subsz(s, r.query),
-            "/routez": lambda r: endpoints.routez(s),
+            "/routez": lambda r: endpoints.routez(s, r.query),
             "/gatewayz": lambda r: endpoints.gatewayz(s),
             "/leafz": lambda r: endpoints.leafz(s),
             "/accountz": lambda r: endpoints.accountz(s, r.query),

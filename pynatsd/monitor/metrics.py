@@ -96,6 +96,7 @@ class PynatsdCollector(Collector):
             server.scheduler.flush_sizes,
             FLUSH_BUCKETS,
         )
+        yield from self._routes()
         if server.jetstream is not None:
             for kind, name, doc, value in js_monitor.metrics(server.jetstream):
                 yield gauge(name, doc, value) if kind == "gauge" else counter(name, doc, value)
@@ -103,6 +104,70 @@ class PynatsdCollector(Collector):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue
             yield gauge(f"gnatsd_varz_{key}", f"/varz {key} (prometheus-nats-exporter name).", value)
+
+    def _routes(self) -> Iterator[Metric]:
+        """Route counts, and each route's traffic labelled with its peer (one series per route)."""
+        server = self.server
+        routes = sorted(server.routes, key=lambda r: r.rid)
+        sid = [server.server_id]
+        num = GaugeMetricFamily(
+            "pynatsd_routes", "Route connections to other cluster members.", labels=["server_id"]
+        )
+        num.add_metric(sid, len(routes))
+        yield num
+        exporter = GaugeMetricFamily(
+            "gnatsd_routez_num_routes",
+            "/routez num_routes (prometheus-nats-exporter name).",
+            labels=["server_id"],
+        )
+        exporter.add_metric(sid, len(routes))
+        yield exporter
+        labels = ["server_id", "remote_id", "remote_name"]
+        families = [
+            (
+                CounterMetricFamily,
+                "pynatsd_route_messages_in",
+                "Messages received over the route.",
+                "in_msgs",
+            ),
+            (CounterMetricFamily, "pynatsd_route_messages_out", "Messages sent over the route.", "out_msgs"),
+            (
+                CounterMetricFamily,
+                "pynatsd_route_bytes_in",
+                "Payload bytes received over the route.",
+                "in_bytes",
+            ),
+            (
+                CounterMetricFamily,
+                "pynatsd_route_bytes_out",
+                "Payload bytes sent over the route.",
+                "out_bytes",
+            ),
+            (
+                GaugeMetricFamily,
+                "pynatsd_route_pending_bytes",
+                "Bytes queued for the route.",
+                "pending_bytes",
+            ),
+            (
+                GaugeMetricFamily,
+                "pynatsd_route_subscriptions",
+                "Remote interest the peer announced.",
+                "num_subs",
+            ),
+        ]
+        for family, name, doc, attr in families:
+            metric = family(name, doc, labels=labels)
+            for route in routes:
+                metric.add_metric([*sid, route.remote_id, route.remote_name], getattr(route, attr))
+            yield metric
+        rtt = GaugeMetricFamily(
+            "pynatsd_route_rtt_seconds", "Last measured round trip to the peer.", labels=labels
+        )
+        for route in routes:
+            if route.rtt is not None:
+                rtt.add_metric([*sid, route.remote_id, route.remote_name], route.rtt)
+        yield rtt
 
     def _histogram(self, name: str, doc: str, counts: HistogramCounts, bounds: tuple[int, ...]) -> Metric:
         h = HistogramMetricFamily(name, doc, labels=["server_id"])

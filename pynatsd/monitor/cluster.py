@@ -1,0 +1,98 @@
+"""The cluster's part of monitoring: /routez, /varz's `cluster` block, `connect_urls` and route counts,
+with nats-server's field names and order (its `Routez`, `RouteInfo`, `ClusterOptsVarz`).
+
+Reads only the clustering interface documented in `pynatsd.routes` (`Server.cluster`, `Server.routes`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from pynatsd.monitor.formats import go_duration, rfc3339nano, subscription_detail, uptime
+from pynatsd.routes.config import DEFAULT_AUTH_TIMEOUT
+
+if TYPE_CHECKING:
+    from pynatsd.broker.server import Server
+    from pynatsd.routes.route import Route
+
+# nats-server's cluster TLS timeout when none is configured (pynatsd has no route TLS; the field is shown
+# as nats-server shows it for a plain cluster listener).
+DEFAULT_TLS_TIMEOUT = 2.0
+
+
+def routez(server: Server, now: datetime, subs: bool, detail: bool) -> dict[str, Any]:
+    """/routez; `subs` lists each route's remote interest, `detail` with nats-server's SubDetail fields."""
+    routes = sorted(server.routes, key=lambda r: r.rid)
+    # No `import`/`export`: pynatsd refuses route permissions at startup (see pynatsd.routes.config).
+    return {
+        "server_id": server.server_id,
+        "server_name": server.server_name,
+        "now": rfc3339nano(now),
+        "num_routes": len(routes),
+        "routes": [route_info(r, now, subs, detail) for r in routes],
+    }
+
+
+def route_info(route: Route, now: datetime, subs: bool, detail: bool) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "rid": route.rid,
+        "remote_id": route.remote_id,
+        "remote_name": route.remote_name,
+        "did_solicit": route.did_solicit,
+        "is_configured": route.is_configured,
+        "ip": route.host,
+        "port": route.port,
+        "start": rfc3339nano(route.start),
+        "last_activity": rfc3339nano(route.last_activity),
+        # nats-server prints the route's RTT duration, "0s" until the first PING/PONG measured it.
+        "rtt": go_duration(round(route.rtt, 6)) if route.rtt is not None else "0s",
+        "uptime": uptime((now - route.start).total_seconds()),
+        "idle": uptime((now - route.last_activity).total_seconds()),
+        "pending_size": route.pending_bytes,
+        "in_msgs": route.in_msgs,
+        "out_msgs": route.out_msgs,
+        "in_bytes": route.in_bytes,
+        "out_bytes": route.out_bytes,
+        "subscriptions": route.num_subs,
+    }
+    if subs and route.num_subs:
+        remote = list(route.remote_subs.values())
+        if detail:
+            info["subscriptions_list_detail"] = [subscription_detail(s, route.rid) for s in remote]
+        else:  # subjects only, queue subscriptions too (as nats-server lists them)
+            info["subscriptions_list"] = [s.subject.decode("utf-8", "replace") for s in remote]
+    # No `account`: that names the account a pooled route is pinned to, and pynatsd does not pool.
+    info["compression"] = route.compression
+    return info
+
+
+def varz_cluster(server: Server) -> dict[str, Any]:
+    """/varz `cluster`: empty without clustering, as nats-server's omitempty fields leave it."""
+    cluster = server.cluster
+    if cluster is None:
+        return {}
+    block: dict[str, Any] = {
+        "name": cluster.name,
+        "addr": cluster.host,
+        "cluster_port": cluster.port,
+        "auth_timeout": cluster.auth_timeout or DEFAULT_AUTH_TIMEOUT,
+    }
+    if cluster.urls:  # host:port of the configured routes, credentials left out
+        block["urls"] = [urlsplit(u).netloc.rpartition("@")[2] for u in cluster.urls]
+    block["tls_timeout"] = DEFAULT_TLS_TIMEOUT
+    if cluster.pool_size:  # the configured value, as nats-server shows it (pynatsd keeps one route a peer)
+        block["pool_size"] = cluster.pool_size
+    return block
+
+
+def connect_urls(server: Server) -> list[str]:
+    """The client URLs of this server and its peers, as announced to clients in INFO `connect_urls`."""
+    urls = server.info_base().get("connect_urls") or []
+    return [str(u) for u in urls]
+
+
+def remotes(server: Server) -> int:
+    """Peers with at least one route (nats-server's `remotes`; `routes` counts route connections)."""
+    return len({r.remote_id for r in server.routes})
