@@ -2,14 +2,15 @@
 
 Nothing is counted per message for Prometheus beyond two cheap histograms (fan-out per publish, frames per
 flush), kept as plain lists of counts by `HistogramCounts` and turned into buckets only when scraped. The
-`gnatsd_varz_*` family repeats /varz's numeric fields under the names prometheus-nats-exporter gives them,
-so the community NATS Grafana dashboards work without an exporter in between.
+`gnatsd_varz_*` family repeats /varz's numeric fields under the names prometheus-nats-exporter gives them
+(and `gnatsd_routez_num_routes` the route count), so the community NATS Grafana dashboards work without an
+exporter in between.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -100,10 +101,7 @@ class PynatsdCollector(Collector):
         if server.jetstream is not None:
             for kind, name, doc, value in js_monitor.metrics(server.jetstream):
                 yield gauge(name, doc, value) if kind == "gauge" else counter(name, doc, value)
-        for key, value in varz(server, self.cpu, {}).items():
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                continue
-            yield gauge(f"gnatsd_varz_{key}", f"/varz {key} (prometheus-nats-exporter name).", value)
+        yield from exporter_families(varz(server, self.cpu, {}), len(server.routes))
 
     def _routes(self) -> Iterator[Metric]:
         """Route counts, and each route's traffic labelled with its peer (one series per route)."""
@@ -173,6 +171,28 @@ class PynatsdCollector(Collector):
         h = HistogramMetricFamily(name, doc, labels=["server_id"])
         h.add_metric([self.server.server_id], counts.buckets(bounds), float(counts.total))
         return h
+
+
+def exporter_families(varz: dict[str, Any], num_routes: int) -> Iterator[Metric]:
+    """/varz's numeric fields as `gnatsd_varz_*` and the route count as `gnatsd_routez_num_routes`, the
+    names prometheus-nats-exporter gives them (for pynatsd's own /metrics and for nats-server's, see
+    pynatsd.monitor.exporter)."""
+    sid = [str(varz["server_id"])]
+    for key, value in varz.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        g = GaugeMetricFamily(
+            f"gnatsd_varz_{key}", f"/varz {key} (prometheus-nats-exporter name).", labels=["server_id"]
+        )
+        g.add_metric(sid, value)
+        yield g
+    routes = GaugeMetricFamily(
+        "gnatsd_routez_num_routes",
+        "/routez num_routes (prometheus-nats-exporter name).",
+        labels=["server_id"],
+    )
+    routes.add_metric(sid, num_routes)
+    yield routes
 
 
 def build_registry(server: Server, cpu: CpuSampler) -> CollectorRegistry:
