@@ -182,8 +182,8 @@ def parse_block(value: Any) -> ClusterOptions:
             mode = str(v).lower() if isinstance(v, bool | str) else ""
             if isinstance(v, dict) or mode in _COMPRESSED:
                 raise ConfigValueError(
-                    f'cluster "{key}": pynatsd does not compress routes; use "off" (or "accept") to '
-                    "run pynatsd"
+                    f'cluster "{key}": pynatsd does not support compressed routes; use "off" (or '
+                    '"accept") to run pynatsd'
                 )
             if mode not in _UNCOMPRESSED:
                 raise ConfigValueError(f'cluster {key}: unknown compression mode "{v}"')
