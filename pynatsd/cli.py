@@ -24,6 +24,7 @@ from pynatsd.broker.listener import raise_fd_limit
 from pynatsd.broker.logging import configure_from, get_logger
 from pynatsd.broker.options import Options
 from pynatsd.protocol import encoder
+from pynatsd.routes import config as cluster_config
 
 # Go's flag package treats `-name` and `--name` alike and lets booleans be `-T` or `-T=false`; click wants
 # `--name` for long options and a value for booleans, so argv is normalised first.
@@ -108,10 +109,6 @@ _INT_FLAGS = {
 # Go's strconv.ParseBool, which the flag package uses for `-x=value`.
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _GO_BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
-# Flags whose capability pynatsd does not have: accepted, and reported, never silently ignored.
-UNSUPPORTED = {"routes", "cluster", "cluster_name"}
-# Cluster flags that only tune routes: refused, since without routes they could only be ignored.
-REFUSED_CLUSTER_FLAGS = ("no_advertise", "connect_retries", "cluster_advertise")
 # Bare words nats-server takes after the flags (its `nats-server version`).
 _COMMANDS = {"version": "--version=true", "help": "--help=true"}
 
@@ -179,15 +176,15 @@ def _bool(name: str, help_text: str) -> Any:
 @click.option("--tlscert", default=None)
 @click.option("--tlskey", default=None)
 @click.option("--tlscacert", default=None)
-@click.option("--routes", default=None)
-@click.option("--cluster", default=None)
-@click.option("--cluster_name", default=None)
+@click.option("--routes", default=None, help="Routes to solicit, comma-separated (nats-route://host:port).")
+@click.option("--cluster", default=None, help="Cluster URL for routes (nats://host:port). [--cluster_listen]")
+@click.option("--cluster_name", default=None, help="Cluster name.")
 @click.option("--store_dir", default=None, help="JetStream store directory. [-sd]")
 @click.option("--remote_syslog", default=None, help="Syslog server address (udp://localhost:514). [-r]")
 @click.option("--log_size_limit", type=int, default=None, help="Rotate the log file past this many bytes.")
 @click.option("--max_traced_msg_len", type=int, default=None, help="Payload bytes shown per traced message.")
-@click.option("--connect_retries", type=int, default=None, help="Cluster: not supported.")
-@click.option("--cluster_advertise", default=None, help="Cluster: not supported.")
+@click.option("--connect_retries", type=int, default=None, help="Connect attempts for implicit routes.")
+@click.option("--cluster_advertise", default=None, help="Cluster URL to advertise (host:port).")
 @click.option("--profile", type=int, default=None, help="Profiling port: not supported.")
 @click.option(
     "--signal",
@@ -206,7 +203,7 @@ def _bool(name: str, help_text: str) -> Any:
 @_bool("tlsverify", "Enable TLS with client verification.")
 @_bool("jetstream", "Enable JetStream. [-js]")
 @_bool("syslog", "Log to the local syslog. [-s]")
-@_bool("no_advertise", "Cluster: not supported.")
+@_bool("no_advertise", "Do not advertise known cluster URLs to clients.")
 @_bool("help_tls", "TLS help.")
 @_bool("version", "Show version and exit. [-v]")
 @_bool("help", "Show this message and exit. [-h]")
@@ -222,10 +219,6 @@ def command(ctx: click.Context, **flags: Any) -> None:
     if flags["help_tls"]:
         click.echo(TLS_HELP)
         return
-    refused = [f"--{name}" for name in REFUSED_CLUSTER_FLAGS if flags[name]]
-    if refused:
-        click.echo(f"pynatsd: {', '.join(refused)}: clustering is not supported by pynatsd", err=True)
-        ctx.exit(1)
     if flags["profile"]:
         click.echo("pynatsd: --profile: Go's profiling port is not supported by pynatsd", err=True)
         ctx.exit(1)
@@ -257,9 +250,6 @@ def command(ctx: click.Context, **flags: Any) -> None:
         ctx.exit(1)
     for warning in warnings:
         logger.warning("config: %s", warning)
-    for flag in sorted(UNSUPPORTED):
-        if flags.get(flag):
-            logger.warning("--%s is not supported by pynatsd (core NATS only); ignoring it", flag)
     run(options, (lambda: _reloaded_options(flags)) if options.config_file else None)
 
 
@@ -340,6 +330,15 @@ def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Op
         opts.extra["jetstream"] = opts.extra.get("jetstream") or True
     if flags.get("store_dir"):
         opts.extra["jetstream_store_dir"] = flags["store_dir"]
+    cluster_config.apply_flags(
+        opts,
+        flags.get("cluster"),
+        flags.get("cluster_name"),
+        flags.get("routes"),
+        flags.get("cluster_advertise"),
+        flags.get("no_advertise"),
+        flags.get("connect_retries"),
+    )
     return opts
 
 

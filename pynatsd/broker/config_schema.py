@@ -236,6 +236,15 @@ def _websocket(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> N
 
 register_block("websocket", _websocket)
 
+
+def _cluster(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    from pynatsd.routes.config import apply  # the block's schema lives with the routes
+
+    apply(opts, key, value)
+
+
+register_block("cluster", _cluster)
+
 # The `jetstream {}` keys pynatsd.jetstream.config reads, and those it does not implement: encryption at
 # rest is refused by name (it protects data), the rest are unknown fields.
 _JETSTREAM_KEYS = frozenset(

@@ -17,6 +17,11 @@ no other code queues one (nats-server keeps the same rules in one `deliverMsg`).
 
 Queue groups: one member per group, picked at random; a member that takes nothing (closed, denied, its
 own echo) passes the message to the next one.
+
+Routes (pynatsd.routes): a route is a `Client` whose subscriptions are the remote server's interest. As
+nats-server's processMsgResults: remote interest is collected while the local receivers get the message,
+then each route gets ONE routed message naming the queue groups it was chosen for (`Message.queues`), and
+a message that came from a route goes to local receivers only, to the queue groups it names.
 """
 
 from __future__ import annotations
@@ -52,6 +57,11 @@ class Client:
         self.out: Outbound | None = None  # None: no socket (internal clients take callbacks)
         self.out_msgs = 0
         self.out_bytes = 0
+        self.is_route = False  # a route (pynatsd.routes): its subscriptions are a remote server's interest
+
+    def send_routed(self, sub: Subscription, msg: Message) -> bool:
+        """A route's: send `msg` as one routed message for `sub`'s account (queue groups in msg.queues)."""
+        raise NotImplementedError
 
     def remove_sub(self, sub: Subscription) -> None:
         """Drop `sub` (its auto-unsubscribe limit is reached)."""
@@ -98,6 +108,7 @@ class Message:
         "nbytes",
         "origin",
         "payload",
+        "queues",
         "reply",
         "size",
         "sizes",
@@ -118,6 +129,9 @@ class Message:
         self.tail = b""  # `[reply ]size\r\npayload\r\n`
         self.hhead = b""  # `HMSG subject ` (with headers only)
         self.htail = b""
+        # Routes: the queue groups named by a routed message (inbound: only those get it here; outbound:
+        # those a route was chosen for). None: none named.
+        self.queues: list[bytes] | None = None
 
     def set(
         self,
@@ -157,6 +171,8 @@ def deliver(sub: Subscription, msg: Message) -> bool:
     perms = conn.perms
     if perms is not None and perms.sub_deny and perms.delivery_denied(msg.subject):
         return False
+    if conn.is_route:
+        return conn.send_routed(sub, msg)  # one routed message, framed by the route
     if sub.max_msgs:
         if sub.delivered >= sub.max_msgs:
             conn.remove_sub(sub)
@@ -188,8 +204,9 @@ def deliver(sub: Subscription, msg: Message) -> bool:
 
 def publish(sublist: Sublist[Subscription], msg: Message, fanout: list[int]) -> bool:
     """Deliver `msg` to every matching subscription of `sublist`: each plain one, and one member of each
-    queue group. `fanout` is the histogram of matches per publish (its last slot takes the rest). True if
-    anyone received it."""
+    queue group; remote interest through one routed message per route (see the module's docstring).
+    `fanout` is the histogram of matches per publish (its last slot takes the rest). True if anyone
+    received it."""
     plain, groups = sublist.match(msg.subject)
     matched = len(plain) + len(groups)
     fanout[matched if matched < len(fanout) else -1] += 1
@@ -197,15 +214,53 @@ def publish(sublist: Sublist[Subscription], msg: Message, fanout: list[int]) -> 
         return False
     msg.frame()
     delivered = False
+    origin = msg.origin
+    from_route = origin is not None and origin.is_route
+    # The routes to send to: one remote interest of each, and the queue groups it was chosen for.
+    routes: list[tuple[Subscription, list[bytes]]] | None = None
     for sub in plain:
-        if deliver(sub, msg):
+        if sub.conn.is_route:
+            if not from_route:  # a routed message is never forwarded to another route
+                routes = _route_target(routes, sub, None)
+        elif deliver(sub, msg):
             delivered = True
+    named = msg.queues if from_route else None
     for group in groups:
-        # Exactly one member per queue group: from a random start, the first that takes it.
+        # Exactly one member per queue group: from a random start, the first that takes it; a remote
+        # member (a route's interest) takes it through that route's one routed message.
+        if from_route and (named is None or group[0].queue not in named):
+            continue  # a routed message reaches only the queue groups its sender chose this server for
         n = len(group)
         start = int(random.random() * n)
         for i in range(n):
-            if deliver(group[(start + i) % n], msg):
+            member = group[(start + i) % n]
+            if member.conn.is_route:
+                if from_route or member.conn.closed:
+                    continue
+                routes = _route_target(routes, member, member.queue)
+                break
+            if deliver(member, msg):
                 delivered = True
                 break
+    if routes is not None:
+        for sub, queues in routes:
+            msg.queues = queues or None
+            if deliver(sub, msg):
+                delivered = True
+        msg.queues = None
     return delivered
+
+
+def _route_target(
+    routes: list[tuple[Subscription, list[bytes]]] | None, sub: Subscription, queue: bytes | None
+) -> list[tuple[Subscription, list[bytes]]]:
+    """Add `sub`'s route to the routes to send to (once per route), with `queue` among its queue groups."""
+    if routes is None:
+        routes = []
+    for known, queues in routes:
+        if known.conn is sub.conn:
+            if queue is not None:
+                queues.append(queue)
+            return routes
+    routes.append((sub, [] if queue is None else [queue]))
+    return routes

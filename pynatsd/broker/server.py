@@ -201,6 +201,12 @@ class Server:
                     await self.monitor.stop()
                 raise
         self.websocket = await start_websocket(self)
+        if self.cluster is not None:  # after the client port: route INFOs carry our client URLs
+            from pynatsd.routes.manager import RouteManager
+
+            self.route_manager = RouteManager(self, self.cluster)
+            await self.route_manager.start()
+            self.cluster_changed(notify=False)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if self.tls_context is not None:
             log.info("TLS required for client connections")
@@ -255,6 +261,8 @@ class Server:
         if sublist is None:
             sublist = Sublist(cache=not self.options.disable_sublist_cache)
             self.account_sublists[account] = sublist
+            if self.route_manager is not None:
+                self.route_manager.watch(account, sublist)  # its interest goes to the routes
         return sublist
 
     def sublist_stats(self) -> SublistStats:
@@ -309,6 +317,8 @@ class Server:
             if conn.out is not None:
                 conn.out.flush()
             conn.close(SERVER_SHUTDOWN)
+        if self.route_manager is not None:
+            await self.route_manager.stop()
         await self._listener.wait_closed()
         self._listener = None
         if self.websocket is not None:
@@ -419,14 +429,31 @@ class Server:
         info["max_payload"] = opts.max_payload
         return info
 
-    def info_for(self, conn: Connection, connect_info: bool = False, ldm: bool = False) -> bytes:
+    def cluster_changed(self, notify: bool = True) -> None:
+        """The cluster's name or its servers' client URLs changed: the client INFO says so, and, unless
+        `no_advertise`, clients that take async INFOs are told (nats-server's sendAsyncInfoToClients)."""
+        manager = self.route_manager
+        if manager is None:
+            return
+        self._info_base["cluster"] = manager.cluster.name
+        if manager.cluster.no_advertise:
+            return
+        self._info_base["connect_urls"] = manager.own_client_urls() + manager.connect_urls
+        if notify and not self.ldm:
+            for conn in list(self.clients.values()):
+                if conn.wants_async_info and not conn.closed:
+                    conn.send_raw(self.info_for(conn, update=True))
+
+    def info_for(
+        self, conn: Connection, connect_info: bool = False, ldm: bool = False, update: bool = False
+    ) -> bytes:
         """The INFO a connection gets on accept (or, with connect_info, after its first PONG; with ldm,
-        the async one announcing lame duck mode)."""
+        the async one announcing lame duck mode; with update, the async one about the cluster)."""
         info = dict(self._info_base)
         info["client_id"] = conn.cid
         if conn.ip:
             info["client_ip"] = conn.ip
-        if self.auth.wants_nonce and not connect_info and not ldm:
+        if self.auth.wants_nonce and not connect_info and not ldm and not update:
             info["nonce"] = conn.nonce = self.auth.new_nonce()
         if connect_info:
             info["connect_info"] = True

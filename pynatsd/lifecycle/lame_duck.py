@@ -22,6 +22,8 @@ async def run(server: Server) -> None:
     opts = server.options
     log.info("Entering lame duck mode, stop accepting new clients")
     server.stop_accepting()
+    if server.route_manager is not None:
+        server.route_manager.lame_duck()  # peers stop advertising this server to their clients
     if not server.clients:
         await server.shutdown()
         return

@@ -15,7 +15,7 @@ the cache is re-tried now and then.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any, Generic
 
@@ -55,6 +55,7 @@ class Sublist(Generic[S]):
         "num_inserts",
         "num_matches",
         "num_removes",
+        "watcher",
     )
 
     def __init__(self, cache: bool = True) -> None:
@@ -74,6 +75,8 @@ class Sublist(Generic[S]):
         self.num_inserts = 0
         self.num_removes = 0
         self.num_matches = 0
+        self.watcher: Callable[[S, bool], None] | None = None
+        """Told of every effective insert (True) or remove (False): a cluster propagates interest so."""
 
     def __len__(self) -> int:
         return self.num_inserts - self.num_removes
@@ -106,6 +109,8 @@ class Sublist(Generic[S]):
                 self._cache.pop(subject, None)
         self.num_inserts += 1
         self.generation += 1
+        if self.watcher is not None:
+            self.watcher(sub, True)
 
     def remove(self, sub: S) -> bool:
         """Remove a subscription; False if it was not in the index."""
@@ -135,6 +140,8 @@ class Sublist(Generic[S]):
             self._cache.pop(subject, None)
         self.num_removes += 1
         self.generation += 1
+        if self.watcher is not None:
+            self.watcher(sub, False)
         return True
 
     def match(self, subject: bytes) -> MatchResult[S]:

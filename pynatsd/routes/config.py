@@ -8,8 +8,12 @@ the server with a clear error; unknown keys are errors, as in nats-server.
 
 from __future__ import annotations
 
+import re
+import urllib.parse
 from dataclasses import dataclass, field
+from typing import Any
 
+from pynatsd.broker.config_options import ConfigValueError, parse_duration
 from pynatsd.broker.options import Options
 
 _EXTRA_KEY = "cluster"
@@ -35,6 +39,8 @@ class ClusterOptions:
     password: str = ""
     auth_timeout: float = 0.0  # 0: DEFAULT_AUTH_TIMEOUT
     dynamic_name: bool = False  # set at start when `name` was not configured
+    ping_interval: float = 0.0  # 0: the server's, at most ROUTE_MAX_PING_INTERVAL
+    ping_max: int = 0  # 0: the server's
 
     @property
     def auth_required(self) -> bool:
@@ -45,3 +51,199 @@ def cluster_options(opts: Options) -> ClusterOptions | None:
     """The configured cluster, or None."""
     cluster = opts.extra.get(_EXTRA_KEY)
     return cluster if isinstance(cluster, ClusterOptions) and cluster.port != 0 else None
+
+
+# -- the `cluster {}` block ---------------------------------------------------------------------------
+# Compression modes nats-server accepts; pynatsd compresses nothing, so only those that let a route run
+# uncompressed are taken (`accept`: compress only if the peer asks, and pynatsd answers "off").
+_UNCOMPRESSED = frozenset({"off", "disabled", "false", "accept", "not_supported"})
+_COMPRESSED = frozenset(
+    {"on", "enabled", "true", "s2_auto", "s2_fast", "s2_better", "s2_best", "s2_uncompressed"}
+)
+
+
+def _str(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigValueError(f"cluster {key}: expected a string, got {value!r}")
+    return value
+
+
+def _int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigValueError(f"cluster {key}: expected an integer, got {value!r}")
+    return value
+
+
+def _bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigValueError(f"cluster {key}: expected a boolean, got {value!r}")
+    return value
+
+
+def parse_listen(text: str, what: str = "cluster listen") -> tuple[str, int]:
+    """`host:port` (`nats://host:port` from the command line): nats-server's route listen address."""
+    if "://" in text:
+        url = urllib.parse.urlsplit(text)
+        host = url.hostname or ""
+        try:
+            port_text = url.netloc.rpartition(":")[2]
+        except ValueError as exc:
+            raise ConfigValueError(f"{what}: invalid address {text!r}") from exc
+    else:
+        host, _, port_text = text.rpartition(":")
+        host = host.strip("[]")
+    if not re.fullmatch(r"-?\d+", port_text):
+        raise ConfigValueError(f'{what}: could not parse port "{port_text}" in {text!r}')
+    return host or "0.0.0.0", int(port_text)
+
+
+def check_route_url(text: str) -> str:
+    """A route URL (`nats-route://[user:pass@]host:port`, `nats://…`): returned trimmed, or an error."""
+    url = urllib.parse.urlsplit(text.strip())
+    try:
+        port = url.port
+    except ValueError as exc:
+        raise ConfigValueError(f"error parsing route url [{text!r}]: {exc}") from exc
+    if not url.hostname or port is None:
+        raise ConfigValueError(f"error parsing route url [{text!r}]: host and port required")
+    return text.strip()
+
+
+def route_urls(value: Any, key: str = "routes") -> list[str]:
+    """`routes`: a list of URLs (or, from the command line, one comma-separated string)."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise ConfigValueError(f"cluster {key}: expected a list of URLs, got {value!r}")
+    urls: list[str] = []
+    for item in items:
+        url = check_route_url(_str(key, item))
+        if url not in urls:  # nats-server warns about a duplicate and keeps one
+            urls.append(url)
+    return urls
+
+
+def _authorization(cluster: ClusterOptions, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise ConfigValueError("cluster authorization: expected a block")
+    for key, v in value.items():
+        k = key.lower()
+        if k in ("user", "username"):
+            cluster.username = _str(key, v)
+        elif k in ("pass", "password"):
+            cluster.password = _str(key, v)
+        elif k == "timeout":
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise ConfigValueError(f"cluster authorization timeout: expected seconds, got {v!r}")
+            cluster.auth_timeout = float(v)
+        elif k == "users":
+            raise ConfigValueError("Cluster authorization does not allow multiple users")
+        elif k in ("token", "permissions", "nkey", "accounts"):
+            raise ConfigValueError(
+                f'cluster authorization "{key}": pynatsd does not support it for routes (it controls who '
+                "may connect); remove it to run pynatsd"
+            )
+        else:
+            raise ConfigValueError(f'cluster authorization: unknown field "{key}"')
+    if cluster.password and not cluster.username:
+        raise ConfigValueError("cluster authorization: a password needs a user")
+
+
+def parse_block(value: Any) -> ClusterOptions:
+    """A `cluster {}` block as nats-server reads it (keys case-insensitive, unknown keys rejected)."""
+    if not isinstance(value, dict):
+        raise ConfigValueError(f"Expected cluster to be a map, got {type(value).__name__}")
+    cluster = ClusterOptions()
+    for key, v in value.items():
+        k = key.lower()
+        if k == "name":
+            name = _str(key, v)
+            if " " in name:
+                raise ConfigValueError("cluster name cannot contain spaces or new lines")
+            cluster.name = name
+        elif k == "listen":
+            cluster.host, cluster.port = parse_listen(str(v))
+        elif k == "port":
+            cluster.port = _int(key, v)
+        elif k in ("host", "net"):
+            cluster.host = _str(key, v)
+        elif k == "authorization":
+            _authorization(cluster, v)
+        elif k == "routes":
+            cluster.urls = route_urls(v)
+        elif k in ("cluster_advertise", "advertise"):
+            cluster.advertise = _str(key, v)
+        elif k == "no_advertise":
+            cluster.no_advertise = _bool(key, v)
+        elif k == "connect_retries":
+            cluster.connect_retries = _int(key, v)
+        elif k == "pool_size":
+            cluster.pool_size = _int(key, v)
+        elif k == "compression":
+            mode = str(v).lower() if isinstance(v, bool | str) else ""
+            if isinstance(v, dict) or mode in _COMPRESSED:
+                raise ConfigValueError(
+                    f'cluster "{key}": pynatsd does not support compressed routes; use "off" (or '
+                    '"accept") to run pynatsd'
+                )
+            if mode not in _UNCOMPRESSED:
+                raise ConfigValueError(f'cluster {key}: unknown compression mode "{v}"')
+        elif k == "ping_interval":
+            cluster.ping_interval = parse_duration(f"cluster {key}", v)
+        elif k == "ping_max":
+            cluster.ping_max = _int(key, v)
+        elif k in ("tls", "permissions", "accounts", "connect_backoff", "write_deadline", "write_timeout"):
+            what = {
+                "tls": "TLS for routes",
+                "permissions": "route import/export permissions",
+                "accounts": "pinned accounts (dedicated routes)",
+            }.get(k, f'"{k}" for routes')
+            access = k in ("tls", "permissions")
+            why = " (it protects or restricts what peers may do)" if access else ""
+            raise ConfigValueError(
+                f'cluster "{key}": pynatsd does not support {what}{why}; remove it to run pynatsd'
+            )
+        else:
+            raise ConfigValueError(f'cluster: unknown field "{key}"')
+    return cluster
+
+
+def apply(opts: Options, key: str, value: Any) -> None:
+    """The config-file hook: parse the block into `opts.extra["cluster"]`."""
+    opts.extra[_EXTRA_KEY] = parse_block(value)
+
+
+def apply_flags(
+    opts: Options,
+    listen: str | None,
+    name: str | None,
+    routes: str | None,
+    advertise: str | None,
+    no_advertise: bool | None,
+    connect_retries: int | None,
+) -> None:
+    """The cluster flags over the config file's block, as nats-server's: `--cluster` (the listen URL,
+    credentials in it become the routes' authorization), `--cluster_name`, `--routes` (comma-separated,
+    replacing the block's), `--cluster_advertise`, `--no_advertise`, `--connect_retries`."""
+    if not any(x is not None for x in (listen, name, routes, advertise, no_advertise, connect_retries)):
+        return
+    current = opts.extra.get(_EXTRA_KEY)
+    cluster = current if isinstance(current, ClusterOptions) else ClusterOptions()
+    if listen:
+        cluster.host, cluster.port = parse_listen(listen, "--cluster")
+        url = urllib.parse.urlsplit(listen)
+        if url.username:
+            cluster.username = urllib.parse.unquote(url.username)
+            cluster.password = urllib.parse.unquote(url.password or "")
+    if name is not None:
+        if " " in name:
+            raise ConfigValueError("cluster name cannot contain spaces or new lines")
+        cluster.name = name
+    if routes is not None:
+        cluster.urls = route_urls(routes, "--routes") if routes else []
+    if advertise is not None:
+        cluster.advertise = advertise
+    if no_advertise is not None:
+        cluster.no_advertise = no_advertise
+    if connect_retries is not None:
+        cluster.connect_retries = connect_retries
+    opts.extra[_EXTRA_KEY] = cluster

@@ -1,25 +1,56 @@
-"""One route connection to another server of the cluster (see pynatsd.routes for the interface)."""
+"""One route connection to another server of the cluster (see pynatsd.routes for the interface).
+
+The handshake, as nats-server 2.15 does it: the accepting side sends its route INFO at once and expects
+CONNECT first; the soliciting side sends CONNECT and its INFO at once. Each side, on the peer's first
+INFO, registers the route with the manager (which resolves duplicates, gossips the new server to the
+others and sends our interest), then both exchange RS+/RS- and routed messages. PINGs measure the RTT
+and detect a stale peer.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
-from pynatsd.broker.delivery import Client, Subscription
+from pynatsd.broker.auth import _password_ok
+from pynatsd.broker.delivery import Client, Message, Subscription, publish
+from pynatsd.broker.logging import get_logger
+from pynatsd.broker.outbound import Outbound
+from pynatsd.protocol import encoder, errors
+from pynatsd.protocol.route import RouteParser, encode_connect, rmsg_head
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
+    from pynatsd.routes.manager import RouteManager
+
+log = get_logger()
+
+# Close reasons, as nats-server names them (/routez, logs).
+DUPLICATE_ROUTE = "Duplicate Route"
+CLUSTER_NAME_CONFLICT = "Cluster Name Conflict"
+DUPLICATE_SERVER_NAME = "Duplicate Server Name"
+WRONG_PORT = "Incorrect Port"
+FIRST_PING = 1.0  # seconds to the first PING: an RTT soon after the handshake
+ROUTE_MAX_PING_INTERVAL = 60.0  # nats-server caps the route ping interval at a minute
 
 
 class Route(Client):
-    """A route: a `delivery.Client` whose subscriptions are the remote server's interest."""
+    """A route: a `delivery.Client` whose subscriptions are the remote server's interest, and the
+    asyncio protocol of its socket (duck-typed, as broker.connection.Connection)."""
 
-    def __init__(self, server: Server, rid: int, did_solicit: bool, url: str = "") -> None:
+    def __init__(
+        self, manager: RouteManager, did_solicit: bool, url: str = "", is_configured: bool = False
+    ) -> None:
         super().__init__()
+        self.is_route = True
+        self.manager = manager
+        server = manager.server
         self.server = server
-        self.rid = rid
+        self.rid = server.next_cid()  # nats-server numbers routes and clients from one counter
+        self.cid = self.rid  # the stall gate's producer id
         self.did_solicit = did_solicit
-        self.is_configured = False  # solicited because it is in `routes` (explicit), not gossiped
+        self.is_configured = is_configured  # solicited because it is in `routes` (explicit)
         self.url = url
         self.remote_id = ""
         self.remote_name = ""
@@ -33,8 +64,27 @@ class Route(Client):
         self.in_bytes = 0
         self.pool_idx = 0
         self.compression = "off"
+        self.close_reason = ""
+        self.connect_urls: list[str] = []  # the peer's client URLs (its INFO's connect_urls)
+        self.info: dict[str, Any] = {}  # the peer's first INFO (gossiped to the other routes)
+        self.registered = False  # accepted by the manager (handshake done, not a duplicate)
+        self.retry = False  # reconnect if closed, though not solicited (a duplicate was dropped for it)
+        self.no_reconnect = False
+        self.gossip_mode = 0  # the gossip mode of the INFO that made us solicit this route
         # (account, subject, queue) -> the remote interest's subscription in that account's sublist
         self.remote_subs: dict[tuple[bytes, bytes, bytes | None], Subscription] = {}
+        self.transport: asyncio.Transport | None = None
+        self.parser = RouteParser(self, max_control_line=server.options.max_control_line)
+        self._connect_received = did_solicit  # only the accepting side waits for CONNECT
+        self._info_received = False
+        self._msg = Message(self)
+        self._fanout = server.fanout.counts
+        self._pings_out = 0
+        self._ping_sent = 0.0
+        self._ping_timer: asyncio.TimerHandle | None = None
+        self._auth_timer: asyncio.TimerHandle | None = None
+
+    # -- what monitoring reads ------------------------------------------------------------------------
 
     @property
     def pending_bytes(self) -> int:
@@ -50,3 +100,337 @@ class Route(Client):
 
     def idle_for(self) -> timedelta:
         return datetime.now(UTC) - self.last_activity
+
+    def __repr__(self) -> str:
+        return f"{self.host}:{self.port} - rid:{self.rid}"
+
+    # -- asyncio protocol -----------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.host, self.port = str(peer[0]), int(peer[1])
+        server = self.server
+        self.out = Outbound(transport, server.scheduler, server.options.max_pending)
+        self.out.start(self._write_failed)
+        manager = self.manager
+        manager.connecting(self)
+        if self.did_solicit:
+            self.out.push(encode_connect(manager.connect_options(self.url)))
+        self.out.push(manager.route_info())
+        self.out.flush()
+        log.info("%r - Route connection created", self)
+        loop = server.loop
+        self._ping_timer = loop.call_later(FIRST_PING, self._ping_tick)
+        if not self.did_solicit and manager.cluster.auth_required:
+            timeout = manager.cluster.auth_timeout or server.options.effective_auth_timeout
+            self._auth_timer = loop.call_later(timeout, self._auth_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_activity = datetime.now(UTC)
+        scheduler = self.server.scheduler
+        scheduler.reading = True
+        try:
+            self.parser.feed(data)
+        except errors.ProtocolError as err:
+            if not self.closed:
+                log.error("%r - Router parser ERROR: %s", self, err)
+                text = errors.UNKNOWN_OPERATION if isinstance(err, errors.UnknownOperation) else None
+                self.close("Protocol Violation", text)
+        except Exception:
+            log.exception("%r - unexpected error while processing route data", self)
+            self.close("Protocol Violation")
+        finally:
+            scheduler.reading = False
+            scheduler.flush_touched()
+            scheduler.stall.after_read(self)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.close("Read Error" if exc is not None else "Client Closed")
+
+    def pause_writing(self) -> None:
+        if self.out is not None:
+            self.out.pause()
+
+    def resume_writing(self) -> None:
+        if self.out is not None:
+            self.out.resume()
+
+    def hold_reading(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def release_reading(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    # -- route ops (protocol.route.RouteOpHandler) ----------------------------------------------------
+    def _admitted(self) -> bool:
+        """The accepting side takes nothing before CONNECT (nats-server: an authorization violation)."""
+        if self._connect_received:
+            return True
+        self.close("Authentication Failure", errors.AUTHORIZATION_VIOLATION)
+        return False
+
+    def on_connect(self, options: dict[str, Any]) -> None:
+        if self.did_solicit or self._connect_received:
+            return  # nats-server ignores a CONNECT on a solicited or connected route
+        if options.get("lang"):
+            log.error("%r - a client connected to the route port", self)
+            self.close(WRONG_PORT, "attempted to connect to route port")
+            return
+        if options.get("gateway"):
+            text = f"Rejecting connection from gateway {options['gateway']!r} on the Route port"
+            self.close("Wrong Gateway", text)
+            return
+        cluster = self.manager.cluster
+        if cluster.auth_required and not (
+            options.get("user") == cluster.username
+            and _password_ok(str(options.get("pass", "")), cluster.password)
+        ):
+            self.server.stats.auth_failures += 1
+            log.error("%r - authentication error", self)
+            self.close("Authentication Failure", errors.AUTHORIZATION_VIOLATION)
+            return
+        remote_cluster = str(options.get("cluster", ""))
+        if not self.manager.agree_cluster_name(remote_cluster, bool(options.get("cluster_dynamic"))):
+            text = f'Rejecting connection, cluster name "{remote_cluster}" does not match "{cluster.name}"'
+            log.error("%r - %s", self, text)
+            self.close(CLUSTER_NAME_CONFLICT, text)
+            return
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
+        self._connect_received = True
+        self.remote_id = str(options.get("name", ""))
+        self.headers = self.server.options.headers and bool(options.get("headers"))
+
+    def on_info(self, info: dict[str, Any]) -> None:
+        if not self._admitted():
+            return
+        if self._info_received:
+            self._async_info(info)
+            return
+        manager = self.manager
+        server_id = str(info.get("server_id", ""))
+        if server_id == self.server.server_id:
+            manager.route_to_self(self)
+            self.no_reconnect = True
+            self.close(DUPLICATE_ROUTE)
+            return
+        remote_cluster = str(info.get("cluster", ""))
+        if remote_cluster and not manager.agree_cluster_name(
+            remote_cluster, bool(info.get("cluster_dynamic"))
+        ):
+            log.error("%r - cluster name %r does not match %r", self, remote_cluster, manager.cluster.name)
+            self.close(CLUSTER_NAME_CONFLICT)
+            return
+        name = str(info.get("server_name", ""))
+        if not self.did_solicit and name == self.server.server_name:
+            log.error("%r - Remote server has a duplicate name: %r", self, name)
+            self.close(DUPLICATE_SERVER_NAME)
+            return
+        self._info_received = True
+        self.remote_id = server_id
+        self.remote_name = name
+        self.remote_cluster = remote_cluster
+        self.headers = self.server.options.headers and bool(info.get("headers"))
+        urls = info.get("connect_urls")
+        self.connect_urls = [str(u) for u in urls] if isinstance(urls, list) else []
+        port = info.get("port")
+        if not self.url and isinstance(port, int):
+            self.url = f"nats-route://{_join(str(info.get('host', '')), port)}/"
+        if not info.get("ip") and isinstance(port, int):
+            # nats-server's: where the peer's route port is, as seen from here (what gossip hands on).
+            info["ip"] = f"nats-route://{_join(self.host, port)}/"
+        info.pop("nonce", None)
+        self.info = info
+        if not manager.add_route(self):
+            log.debug("%r - Detected duplicate remote route %r", self, server_id)
+            self.close(DUPLICATE_ROUTE)
+
+    def _async_info(self, info: dict[str, Any]) -> None:
+        """An INFO after the first: about another server (gossip), or the peer entering lame duck mode."""
+        server_id = str(info.get("server_id", ""))
+        if server_id and server_id != self.remote_id:
+            self.manager.implicit_route(info)
+        elif info.get("ldm"):
+            self.manager.peer_lame_duck(self)
+
+    def on_ping(self) -> None:
+        if not self._admitted():
+            return
+        self._send(encoder.PONG)
+
+    def on_pong(self) -> None:
+        self._pings_out = 0
+        if self._ping_sent:
+            self.rtt = time.monotonic() - self._ping_sent
+            self._ping_sent = 0.0
+
+    def on_ok(self) -> None:
+        pass
+
+    def on_err(self, text: str) -> None:
+        log.error("%r - Router Error %s", self, text)
+        self.close("Parse Error")
+
+    def on_rsub(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
+        if not self._admitted():
+            return
+        key = (account, subject, queue)
+        if key in self.remote_subs:
+            return  # a queue group's new weight: pynatsd picks among members, not by weight
+        sub = Subscription(self, subject, queue, account)  # sid: the account (RMSG names it)
+        try:
+            self.server.sublist_for(account.decode("utf-8", "replace")).insert(sub)
+        except ValueError:
+            log.error("%r - Could not insert subscription: %r", self, subject)
+            self._send(encoder.encode_err("Invalid Subscription"))
+            return
+        self.remote_subs[key] = sub
+
+    def on_runsub(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
+        if not self._admitted():
+            return
+        sub = self.remote_subs.pop((account, subject, queue), None)
+        if sub is not None:
+            self.server.sublist_for(account.decode("utf-8", "replace")).remove(sub)
+
+    def on_rmsg(
+        self,
+        account: bytes,
+        subject: bytes,
+        reply: bytes | None,
+        queues: list[bytes] | None,
+        headers: bytes | None,
+        payload: bytes,
+    ) -> None:
+        if not self._admitted():
+            return
+        size = len(payload) if headers is None else len(headers) + len(payload)
+        self.in_msgs += 1
+        self.in_bytes += size
+        sublist = self.server.account_sublists.get(account.decode("utf-8", "replace"))
+        if sublist is None:
+            return  # nobody here has ever used that account
+        sizes = b"%d" % size if headers is None else b"%d %d" % (len(headers), size)
+        msg = self._msg
+        msg.set(subject, reply, sizes, headers, payload, b"MSG " + subject + b" ")
+        msg.queues = queues
+        publish(sublist, msg, self._fanout)
+
+    # -- sending --------------------------------------------------------------------------------------
+    def send_routed(self, sub: Subscription, msg: Message) -> bool:
+        """One RMSG (HMSG with headers, when the peer takes them) for `msg` in `sub`'s account, naming
+        the queue groups in `msg.queues`; called by delivery.deliver only."""
+        out = self.out
+        if out is None or self.closed:
+            return False
+        with_headers = msg.headers is not None and self.headers
+        queues = msg.queues
+        if queues:
+            head = rmsg_head(sub.sid, msg.subject, msg.reply, queues, with_headers)
+            if with_headers:
+                tail = b"%d %d\r\n%s%s\r\n" % (len(msg.headers or b""), msg.size, msg.headers, msg.payload)
+            else:
+                tail = b"%d\r\n%s\r\n" % (msg.nbytes, msg.payload)
+        else:
+            head = (b"HMSG " if with_headers else b"RMSG ") + sub.sid + b" " + msg.subject + b" "
+            tail = msg.htail if with_headers else msg.tail
+        over = out.enqueue_msg(head, b"", tail)
+        self.out_msgs += 1
+        self.out_bytes += msg.size if with_headers else msg.nbytes
+        if over:
+            self.backlogged()
+        return True
+
+    def backlogged(self) -> None:
+        out = self.out
+        if out is None:
+            return
+        if not out.paused:
+            out.flush()
+        if out.queued > out.hard_limit:
+            self.server.stats.slow_consumers += 1
+            log.warning("%r - Slow Consumer Detected", self)
+            self.close("Slow Consumer (Pending Bytes)")
+
+    def send(self, data: bytes) -> None:
+        """Queue a frame (RS+, INFO, ...) and flush it."""
+        if self.out is not None and not self.closed:
+            self.out.push(data)
+            self.out.flush()
+
+    def _send(self, data: bytes) -> None:
+        if self.out is not None:
+            self.out.push(data)
+
+    # -- timers, closing ------------------------------------------------------------------------------
+    def _ping_tick(self) -> None:
+        self._ping_timer = None
+        if self.closed:
+            return
+        cluster = self.manager.cluster
+        opts = self.server.options
+        if self._pings_out + 1 > (cluster.ping_max or opts.ping_max):
+            self.server.stats.stale_connections += 1
+            log.debug("%r - Stale Route Connection - Closing", self)
+            self.close("Stale Connection", errors.STALE_CONNECTION)
+            return
+        self._pings_out += 1
+        self._ping_sent = time.monotonic()
+        self.send(encoder.PING)
+        interval = cluster.ping_interval or min(opts.ping_interval, ROUTE_MAX_PING_INTERVAL)
+        self._ping_timer = self.server.loop.call_later(interval, self._ping_tick)
+
+    def _auth_timeout(self) -> None:
+        self._auth_timer = None
+        if not self._connect_received and not self.closed:
+            self.close("Authentication Timeout", errors.AUTHENTICATION_TIMEOUT)
+
+    def _write_failed(self, exc: BaseException) -> None:
+        log.debug("%r - write error: %s", self, exc)
+        self.close("Write Error")
+
+    def close(self, reason: str, err_text: str | None = None) -> None:
+        """Close with `reason` (after `-ERR '<err_text>'` if given); drops the remote interest. Idempotent."""
+        if self.closed:
+            return
+        out = self.out
+        if out is not None:
+            if err_text is not None:
+                out.push(encoder.encode_err(err_text))
+            out.flush()
+        self.closed = True
+        self.close_reason = reason
+        for timer in (self._ping_timer, self._auth_timer):
+            if timer is not None:
+                timer.cancel()
+        self._ping_timer = self._auth_timer = None
+        server = self.server
+        for (account, _, _), sub in self.remote_subs.items():
+            sublist = server.account_sublists.get(account.decode("utf-8", "replace"))
+            if sublist is not None:
+                sublist.remove(sub)
+        self.remote_subs = {}
+        server.scheduler.stall.forget(self)
+        self.parser.stop()
+        if out is not None:
+            out.close()
+        if self.transport is not None:
+            self.transport.close()
+        self.out = None
+        log.info("%r - Router connection closed: %s", self, reason)
+        self.manager.route_closed(self)
+
+
+def _join(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

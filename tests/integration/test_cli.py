@@ -128,10 +128,15 @@ def test_flag_without_value_is_an_error() -> None:
     assert result.returncode == 2 and "flag needs an argument" in result.stderr
 
 
-def test_unsupported_capabilities_are_reported_not_ignored() -> None:
-    proc, _, lines = spawn("-p", "-1", "-a", "127.0.0.1", "--cluster_name", "c1")
+def test_cluster_flags_start_a_cluster_listener() -> None:
+    """--cluster and --cluster_name are nats-server's (pynatsd.routes), no longer warned about."""
+    proc, _, lines = spawn(
+        "-p", "-1", "-a", "127.0.0.1", "--cluster", "nats://127.0.0.1:-1", "--cluster_name", "c1"
+    )
     stop(proc)
-    assert any("--cluster_name is not supported" in line and "[WRN]" in line for line in lines)
+    assert any("Listening for route connections on 127.0.0.1:" in line for line in lines), lines
+    assert any("Cluster name is c1" in line for line in lines), lines
+    assert not any("not supported" in line for line in lines), lines
 
 
 def test_port_in_use_fails_with_a_clear_message() -> None:

@@ -41,12 +41,31 @@ def test_accepted_like_nats_server(spawn: Spawn, args: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [["--no_advertise"], ["--connect_retries", "3"], ["--cluster_advertise", "127.0.0.1:6222"]]
+    "args",
+    [
+        ["--no_advertise"],
+        ["--connect_retries", "3"],
+        ["--cluster_advertise", "127.0.0.1:6222"],
+        ["--cluster_name", "c1"],
+        ["--cluster", "nats://127.0.0.1:-1", "--cluster_name", "c1"],
+    ],
 )
-def test_cluster_tuning_flags_are_refused_not_ignored(args: list[str]) -> None:
+def test_cluster_flags_are_accepted_like_nats_server(spawn: Spawn, args: list[str]) -> None:
+    """The cluster flags (pynatsd.routes) start both servers; without --cluster they configure nothing."""
+    for kind in KINDS:
+        spawn(kind, "-a", "127.0.0.1", "-p", str(free_port()), *args)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--routes", "nats://:bad"], "error parsing route url"),
+        (["--cluster", "nats://127.0.0.1:x"], "could not parse port"),
+    ],
+)
+def test_bad_cluster_flags_stop_pynatsd(args: list[str], message: str) -> None:
     done = run("pynatsd", "-p", str(free_port()), *args)
-    assert done.returncode == 1
-    assert "clustering is not supported" in done.stderr
+    assert done.returncode == 1 and message in done.stderr, done
 
 
 def test_help_tls() -> None:

@@ -1,0 +1,382 @@
+"""Sans-IO route protocol (server to server, nats-server 2.15 without route pooling): bytes <-> typed ops.
+
+What a route speaks, as nats-server writes it (checked against the real binary, tests/routes):
+
+    INFO {...}                 CONNECT {...}              PING / PONG / +OK / -ERR 'text'
+    RS+ <account> <subject>[ <queue> <weight>]             interest (a queue group's weight: its members)
+    RS- <account> <subject>[ <queue>]                      no more interest
+    RMSG <account> <subject> [<reply> | + <reply> <q>... | \\| <q>...] <size>
+    HMSG <account> <subject> [same reply/queue forms] <header size> <total size>
+
+`+ reply q1 q2` / `| q1 q2` name the queue groups the sender chose this server's members for; only those
+groups get the message here. A route without pooling names the account in every op (nats-server's
+"no pool" routes), which is what pynatsd speaks.
+
+`RouteParser.feed` calls a `RouteOpHandler` per complete op; without a handler it records typed op values
+(`RSub`, `RMsg`, ...). Malformed input raises a `protocol.errors.ProtocolError` (nats-server answers
+`-ERR 'Unknown Protocol Operation'` for an unknown op and closes on bad arguments); the parser is then
+dead. Routes have no max_payload of their own in nats-server (its routes take any size); the parser is
+bounded by `max_payload` all the same (`MAX_ROUTED_PAYLOAD` by default), and by `max_control_line`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pynatsd.protocol import errors
+from pynatsd.protocol.parser import parse_size
+
+# nats-server refuses configured payload limits above 64 MiB: no server sends a larger message.
+MAX_ROUTED_PAYLOAD = 64 * 1024 * 1024
+_WS = b" \t\r\n"
+
+
+class RouteOpHandler(Protocol):
+    """What a route parser drives; one method per complete op, in wire order."""
+
+    def on_info(self, info: dict[str, Any]) -> None: ...
+
+    def on_connect(self, options: dict[str, Any]) -> None: ...
+
+    def on_ping(self) -> None: ...
+
+    def on_pong(self) -> None: ...
+
+    def on_ok(self) -> None: ...
+
+    def on_err(self, text: str) -> None: ...
+
+    def on_rsub(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
+        """`weight` is 1 without a queue."""
+
+    def on_runsub(self, account: bytes, subject: bytes, queue: bytes | None) -> None: ...
+
+    def on_rmsg(
+        self,
+        account: bytes,
+        subject: bytes,
+        reply: bytes | None,
+        queues: list[bytes] | None,
+        headers: bytes | None,
+        payload: bytes,
+    ) -> None:
+        """`queues`: the groups named (None: the plain form); `headers`: the raw block of an HMSG."""
+
+
+@dataclass(frozen=True, slots=True)
+class RInfo:
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RConnect:
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RPing:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class RPong:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ROk:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class RErr:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RSub:
+    account: bytes
+    subject: bytes
+    queue: bytes | None = None
+    weight: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RUnsub:
+    account: bytes
+    subject: bytes
+    queue: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RMsg:
+    account: bytes
+    subject: bytes
+    reply: bytes | None
+    queues: list[bytes] | None
+    headers: bytes | None
+    payload: bytes
+
+
+RouteOp = RInfo | RConnect | RPing | RPong | ROk | RErr | RSub | RUnsub | RMsg
+
+
+class RouteOpRecorder:
+    """A `RouteOpHandler` that records every op as a value (tests, tools)."""
+
+    def __init__(self) -> None:
+        self.ops: list[RouteOp] = []
+
+    def on_info(self, info: dict[str, Any]) -> None:
+        self.ops.append(RInfo(info))
+
+    def on_connect(self, options: dict[str, Any]) -> None:
+        self.ops.append(RConnect(options))
+
+    def on_ping(self) -> None:
+        self.ops.append(RPing())
+
+    def on_pong(self) -> None:
+        self.ops.append(RPong())
+
+    def on_ok(self) -> None:
+        self.ops.append(ROk())
+
+    def on_err(self, text: str) -> None:
+        self.ops.append(RErr(text))
+
+    def on_rsub(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
+        self.ops.append(RSub(account, subject, queue, weight))
+
+    def on_runsub(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
+        self.ops.append(RUnsub(account, subject, queue))
+
+    def on_rmsg(
+        self,
+        account: bytes,
+        subject: bytes,
+        reply: bytes | None,
+        queues: list[bytes] | None,
+        headers: bytes | None,
+        payload: bytes,
+    ) -> None:
+        self.ops.append(RMsg(account, subject, reply, queues, headers, payload))
+
+
+def _bad(what: str, line: bytes) -> errors.BadArguments:
+    return errors.BadArguments(f"{what}: {line[:128]!r}")
+
+
+def parse_msg_args(
+    args: list[bytes], with_headers: bool, line: bytes
+) -> tuple[bytes, bytes, bytes | None, list[bytes] | None, int, int]:
+    """RMSG/HMSG arguments as nats-server reads them: (account, subject, reply, queues, header size,
+    total size); the header size is -1 for RMSG."""
+    sizes = 2 if with_headers else 1
+    if len(args) < 2 + sizes:
+        raise _bad("route message: too few arguments", line)
+    queues: list[bytes] | None = None
+    reply: bytes | None = None
+    middle = args[2 : len(args) - sizes]
+    if len(middle) == 1:
+        reply = middle[0]
+    elif len(middle) > 1:
+        indicator = middle[0]
+        if indicator == b"+":
+            reply, queues = middle[1], middle[2:]
+        elif indicator == b"|":
+            queues = middle[1:]
+        else:
+            raise _bad("route message: bad or missing reply indicator", line)
+    total = parse_size(args[-1])
+    hdr = parse_size(args[-2]) if with_headers else -1
+    if total < 0 or (with_headers and (hdr < 0 or hdr > total)):
+        raise _bad("route message: bad or missing size", line)
+    return args[0], args[1], reply, queues, hdr, total
+
+
+class RouteParser:
+    """Incremental parser for one route connection (see the module docstring)."""
+
+    def __init__(
+        self,
+        handler: RouteOpHandler | None = None,
+        max_control_line: int = 4096,
+        max_payload: int = MAX_ROUTED_PAYLOAD,
+    ) -> None:
+        self._recorder: RouteOpRecorder | None = None
+        if handler is None:
+            handler = self._recorder = RouteOpRecorder()
+        self._handler: RouteOpHandler = handler
+        self.max_control_line = max_control_line
+        self.max_payload = max_payload
+        self.dead = False
+        self._buf = bytearray()
+        # a message whose payload is being gathered: (account, subject, reply, queues, header size, total)
+        self._pending: tuple[bytes, bytes, bytes | None, list[bytes] | None, int, int] | None = None
+
+    def stop(self) -> None:
+        """Parse nothing more (the connection closed)."""
+        self.dead = True
+        self._buf = bytearray()
+        self._pending = None
+
+    def feed(self, data: bytes) -> list[RouteOp]:
+        """Parse `data`; calls the handler per complete op. Raises ProtocolError on malformed input."""
+        if self.dead:
+            raise errors.UnknownOperation("parser is closed")
+        self._buf += data
+        try:
+            self._parse()
+        except errors.ProtocolError:
+            self.dead = True
+            self._buf = bytearray()
+            raise
+        if self._recorder is not None:
+            ops, self._recorder.ops = self._recorder.ops, []
+            return ops
+        return []
+
+    def _parse(self) -> None:
+        buf = self._buf
+        pos = 0
+        try:
+            while not self.dead:
+                pending = self._pending
+                if pending is not None:
+                    total = pending[5]
+                    if len(buf) - pos < total + 2:
+                        return
+                    body = bytes(buf[pos : pos + total])
+                    if buf[pos + total : pos + total + 2] != b"\r\n":
+                        raise errors.BadArguments("route message: payload not followed by CRLF")
+                    pos += total + 2
+                    self._pending = None
+                    account, subject, reply, queues, hdr, _ = pending
+                    if hdr >= 0:
+                        self._handler.on_rmsg(account, subject, reply, queues, body[:hdr], body[hdr:])
+                    else:
+                        self._handler.on_rmsg(account, subject, reply, queues, None, body)
+                    continue
+                end = buf.find(b"\n", pos)
+                if end < 0:
+                    if len(buf) - pos > self.max_control_line + 16:
+                        raise errors.MaxControlLineExceeded(errors.MAX_CONTROL_LINE)
+                    return
+                line = bytes(buf[pos:end]).rstrip(b"\r")
+                pos = end + 1
+                self._line(line)
+        finally:
+            del buf[:pos]
+
+    def _line(self, line: bytes) -> None:
+        name, _, rest = line.lstrip(b" \t").partition(b" ")
+        if not rest and b"\t" in name:
+            name, _, rest = name.partition(b"\t")
+        op = name.upper()
+        rest = rest.strip(_WS)
+        if len(rest) > self.max_control_line:
+            raise errors.MaxControlLineExceeded(errors.MAX_CONTROL_LINE)
+        handler = self._handler
+        if op in (b"RMSG", b"HMSG"):
+            parsed = parse_msg_args(rest.split(), op == b"HMSG", line)
+            if parsed[5] > self.max_payload:
+                raise errors.MaxPayloadExceeded(errors.MAX_PAYLOAD)
+            self._pending = parsed
+        elif op == b"RS+":
+            args = rest.split()
+            if len(args) == 2:
+                handler.on_rsub(args[0], args[1], None, 1)
+            elif len(args) == 4:
+                weight = parse_size(args[3])
+                if weight < 1:
+                    raise _bad("RS+: bad queue weight", line)
+                handler.on_rsub(args[0], args[1], args[2], weight)
+            else:
+                raise _bad("RS+: wrong number of arguments", line)
+        elif op == b"RS-":
+            args = rest.split()
+            if len(args) not in (2, 3):
+                raise _bad("RS-: wrong number of arguments", line)
+            handler.on_runsub(args[0], args[1], args[2] if len(args) == 3 else None)
+        elif op == b"PING":
+            handler.on_ping()
+        elif op == b"PONG":
+            handler.on_pong()
+        elif op == b"+OK":
+            handler.on_ok()
+        elif op == b"-ERR":
+            handler.on_err(rest.decode("utf-8", "replace").strip("'"))
+        elif op.startswith(b"INFO") or op.startswith(b"CONNECT"):
+            kind = b"INFO" if op.startswith(b"INFO") else b"CONNECT"
+            text = line.lstrip(b" \t")[len(kind) :].strip(_WS)
+            try:
+                value = json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                raise errors.InvalidJSON(f"{kind.decode()}: invalid JSON") from exc
+            if not isinstance(value, dict):
+                raise errors.InvalidJSON(f"{kind.decode()}: not a JSON object")
+            if kind == b"INFO":
+                handler.on_info(value)
+            else:
+                handler.on_connect(value)
+        else:
+            raise errors.UnknownOperation(errors.UNKNOWN_OPERATION)
+
+
+# -- encoding ----------------------------------------------------------------------------------------
+def encode_rsub(account: bytes, subject: bytes, queue: bytes | None = None, weight: int = 1) -> bytes:
+    if queue:
+        return b"RS+ %s %s %s %d\r\n" % (account, subject, queue, weight)
+    return b"RS+ %s %s\r\n" % (account, subject)
+
+
+def encode_runsub(account: bytes, subject: bytes, queue: bytes | None = None) -> bytes:
+    if queue:
+        return b"RS- %s %s %s\r\n" % (account, subject, queue)
+    return b"RS- %s %s\r\n" % (account, subject)
+
+
+def rmsg_head(
+    account: bytes,
+    subject: bytes,
+    reply: bytes | None,
+    queues: list[bytes] | None,
+    headers: bool,
+) -> bytes:
+    """`RMSG account subject [reply | + reply q… | | q…] ` (or HMSG): the frame up to its size field(s)."""
+    parts = [b"HMSG " if headers else b"RMSG ", account, b" ", subject, b" "]
+    if queues:
+        if reply:
+            parts += [b"+ ", reply, b" "]
+        else:
+            parts.append(b"| ")
+        for q in queues:
+            parts += [q, b" "]
+    elif reply:
+        parts += [reply, b" "]
+    return b"".join(parts)
+
+
+def encode_rmsg(
+    account: bytes,
+    subject: bytes,
+    reply: bytes | None,
+    queues: list[bytes] | None,
+    headers: bytes | None,
+    payload: bytes,
+) -> bytes:
+    """A whole routed message (RMSG, or HMSG when `headers` is given)."""
+    head = rmsg_head(account, subject, reply, queues, headers is not None)
+    if headers is None:
+        return b"%s%d\r\n%s\r\n" % (head, len(payload), payload)
+    total = len(headers) + len(payload)
+    return b"%s%d %d\r\n%s%s\r\n" % (head, len(headers), total, headers, payload)
+
+
+def encode_connect(options: dict[str, Any]) -> bytes:
+    from pynatsd.protocol.encoder import go_json
+
+    return b"CONNECT " + go_json(options).encode() + b"\r\n"
