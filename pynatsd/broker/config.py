@@ -147,8 +147,11 @@ class _Parser:
             return self.quoted()
         if c == "$":
             return self.variable()
+        # `//` opens a comment after a blank (`port: 1 // note`), not inside a word: `nats-route://h:p`.
         while (
-            self.i < len(self.s) and self.s[self.i] not in _BARE_END and not self.s.startswith("//", self.i)
+            self.i < len(self.s)
+            and self.s[self.i] not in _BARE_END
+            and not (self.s.startswith("//", self.i) and self.s[self.i - 1] in " \t")
         ):
             self.i += 1
         raw = self.s[start : self.i].rstrip()
@@ -165,7 +168,10 @@ class _Parser:
                 return items
             if c == "":
                 raise self.error("unexpected end of input, missing ']'")
+            start = self.i
             items.append(self.value())
+            if self.i == start:  # nothing a value can start with (e.g. `}`): an error, not a loop
+                raise self.error(f"unexpected '{c}' in array")
 
     def quoted(self) -> str:
         quote, start = self.peek(), self.i

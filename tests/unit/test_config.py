@@ -27,6 +27,17 @@ def test_separators_and_comments() -> None:
     }
 
 
+def test_bare_urls_keep_their_double_slash() -> None:
+    """nats-server's unquoted strings end at blanks only, so `//` inside a URL is not a comment."""
+    text = (
+        "cluster {\n  routes: [nats-route://127.0.0.1:6222, nats://h:7222] // two seeds\n}\nurl: nats://x:1"
+    )
+    assert parse(text) == {
+        "cluster": {"routes": ["nats-route://127.0.0.1:6222", "nats://h:7222"]},
+        "url": "nats://x:1",
+    }
+
+
 def test_blocks_arrays_and_nesting() -> None:
     text = """
     authorization {
@@ -92,6 +103,7 @@ def test_include_relative_to_including_file(tmp_path: Path) -> None:
         ("port: 1\nx: $NOPE_NOT_SET_42", "2:4", "variable reference for 'NOPE_NOT_SET_42' can not be found"),
         ("a {\n  b: 1\n", "3:1", "missing '}'"),
         ("a: [1, 2", "1:9", "missing ']'"),
+        ("a: [1, }", "1:8", "unexpected '}' in array"),
         ('a: "abc\n', "1:4", "unterminated quoted string"),
         ("a:\n", "1:3", "missing value for key 'a'"),
         ("}", "1:1", "unexpected '}'"),
