@@ -6,9 +6,10 @@ read everything); a late publisher connects `delay` s after the start, within a 
 Subscribers `recv_into` a 1 MiB buffer and count `MSG ` occurrences with `bytearray.count` (C speed; the
 payload is all `x`, so nothing else matches), including an occurrence split across two reads; they stop
 when they hold their expected count, or, when the count is unknown (queue groups, lossy runs), after a
-PING whose PONG arrives behind every queued MSG. The request/reply pairs use fixed-length frames too
-(fresh inboxes `_INBOX.<rr>.<seq>` keep that length), so no side parses anything per message. `probe`
-samples the latency other clients see while a row runs.
+PING whose PONG arrives behind every queued MSG (on another node of a cluster, routed messages can still
+follow that PONG: a subscriber short of a known count then waits for a quiet second). The request/reply
+pairs use fixed-length frames too (fresh inboxes `_INBOX.<rr>.<seq>` keep that length), so no side parses
+anything per message. `probe` samples the latency other clients see while a row runs.
 
 Every worker reports through `results` a tuple `(role, index, data)`; workers synchronise on `ready`
 (a queue: one item per worker once it is subscribed/connected) and the `go`/`done` events.
@@ -30,6 +31,7 @@ BATCH_BYTES = 64 * 1024
 RECV_BYTES = 1 << 20
 TIMEOUT = 120.0
 CONNECT_TIMEOUT = 2.0  # nats.go's default
+SETTLE = 1.0  # quiet time that ends a subscriber short of its count after its final PONG
 
 
 def connect(port: int) -> socket.socket:
@@ -152,7 +154,7 @@ def subscriber(
     ready.put(idx)
     s.settimeout(0.05)
     buf = bytearray(RECV_BYTES)
-    count, last, tail, pinged = 0, 0.0, b"", False
+    count, last, tail, pinged, settling = 0, 0.0, b"", False, 0.0
     deadline = time.monotonic() + TIMEOUT
     while True:
         try:
@@ -171,7 +173,13 @@ def subscriber(
             if expected and count >= expected:
                 break
             if pinged and tail == b"PONG\r\n":
-                break
+                if not expected:
+                    break
+                # Short of a known count at the PONG: messages may still be crossing a route from the
+                # publishers' node; stop once none has come for SETTLE seconds.
+                settling = time.monotonic()
+        if settling and time.monotonic() - max(settling, last) > SETTLE:
+            break
         if done.is_set() and not pinged:
             s.sendall(b"PING\r\n")
             pinged = True

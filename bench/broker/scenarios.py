@@ -91,10 +91,14 @@ def pubsub(
     subjects: Sequence[str] = (SUBJECT,),
     sub_subject: str = SUBJECT,
     stagger: float | None = None,
+    sub_port: int | None = None,
+    subscribed: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """`pubs` publishers share `n` messages, each cycling through `subjects`; `subs` subscribers on
     `sub_subject` (one queue group when `queue`). With `stagger`, publisher i connects `stagger` * i s
-    after the start, while the others already flood (a connect that takes over 2 s fails).
+    after the start, while the others already flood (a connect that takes over 2 s fails). Subscribers
+    connect to `sub_port` when given (another node of a cluster); `subscribed` runs once they are, before
+    any publisher starts (to wait until their interest has reached the publishers' node).
 
     Returns the delivered rate (msgs/s, all subscribers), the publish rate, delivered and expected
     counts, and each publisher's connect time (ms) and error.
@@ -108,9 +112,20 @@ def pubsub(
         wanted = sum(owed(k, subjects, sub_subject) for k in share)
         for i in range(subs):
             expected = 0 if queue else wanted
-            args = (port, sub_subject, "q" if queue else "", expected, i, w.ready, w.done, w.results)
+            args = (
+                sub_port or port,
+                sub_subject,
+                "q" if queue else "",
+                expected,
+                i,
+                w.ready,
+                w.done,
+                w.results,
+            )
             w.spawn(gen.subscriber, *args)
         w.wait_ready(subs)
+        if subscribed is not None:
+            subscribed()
         for i in range(pubs):
             delay = None if stagger is None else stagger * i
             w.spawn(gen.publisher, port, list(subjects), share[i], size, i, w.ready, w.go, w.results, delay)
