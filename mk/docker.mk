@@ -4,7 +4,9 @@ COMPOSE_FILE := docker/docker-compose.yml
 IMAGE ?= pynatsd:latest
 BASE_IMAGE ?= python:3.11-slim
 
-.PHONY: docker-image compose-up compose-down test-deploy
+CLUSTER_FILE := docker/docker-compose.cluster.yml
+
+.PHONY: docker-image compose-up compose-down cluster-up cluster-down test-deploy
 
 ## docker-image: build docker/Dockerfile as $(IMAGE) on $(BASE_IMAGE)
 docker-image:
@@ -18,6 +20,15 @@ compose-up:
 ## compose-down: stop the stack (add VOLUMES=1 to delete Prometheus and Grafana data too)
 compose-down:
 	$(COMPOSE) -f $(COMPOSE_FILE) down $(if $(VOLUMES),--volumes)
+
+## cluster-up: two pynatsd nodes and a nats-server (from PyPI) in one cluster, Prometheus scraping all three
+cluster-up:
+	COMPOSE_DOCKER_CLI_BUILD=1 DOCKER_BUILDKIT=1 PYNATSD_IMAGE=$(IMAGE) PYNATSD_BASE_IMAGE=$(BASE_IMAGE) \
+		$(COMPOSE) -f $(CLUSTER_FILE) up -d --build
+
+## cluster-down: stop the cluster (add VOLUMES=1 to delete the Prometheus data too)
+cluster-down:
+	$(COMPOSE) -f $(CLUSTER_FILE) down $(if $(VOLUMES),--volumes)
 
 ## test-deploy: static checks plus the real image and compose tests (root, docker.io, debootstrap)
 test-deploy: venv

@@ -113,13 +113,6 @@ class PynatsdCollector(Collector):
         )
         num.add_metric(sid, len(routes))
         yield num
-        exporter = GaugeMetricFamily(
-            "gnatsd_routez_num_routes",
-            "/routez num_routes (prometheus-nats-exporter name).",
-            labels=["server_id"],
-        )
-        exporter.add_metric(sid, len(routes))
-        yield exporter
         labels = ["server_id", "remote_id", "remote_name"]
         families = [
             (

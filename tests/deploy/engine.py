@@ -33,6 +33,7 @@ class Engine:
     root: Path
     proc: subprocess.Popen[bytes]
     docker: str
+    base: str = ""  # the base image tag, once built
 
     @property
     def env(self) -> dict[str, str]:
@@ -124,8 +125,10 @@ def build_base_image(engine: Engine) -> str:
     return BASE_TAG
 
 
-def build_image(engine: Engine, repo: Path, tag: str, base: str) -> None:
-    """Build docker/Dockerfile from the repository, pip reaching PyPI over the host network."""
+def build_image(
+    engine: Engine, repo: Path, tag: str, base: str, dockerfile: str = "docker/Dockerfile"
+) -> None:
+    """Build `dockerfile` from the repository, pip reaching PyPI over the host network."""
     args = [
         "build",
         "--network",
@@ -133,7 +136,7 @@ def build_image(engine: Engine, repo: Path, tag: str, base: str) -> None:
         "--build-arg",
         f"BASE_IMAGE={base}",
         "-f",
-        "docker/Dockerfile",
+        dockerfile,
         "-t",
         tag,
     ]
@@ -144,3 +147,16 @@ def build_image(engine: Engine, repo: Path, tag: str, base: str) -> None:
     )
     if result.returncode != 0:
         raise RuntimeError(f"docker build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+
+
+def wait_healthy(engine: Engine, container: str, timeout: float = 60) -> None:
+    """Wait until Docker's own healthcheck (the image's HEALTHCHECK command) reports healthy."""
+    deadline = time.monotonic() + timeout
+    status = ""
+    while time.monotonic() < deadline:
+        status = engine.run("inspect", "-f", "{{.State.Health.Status}}", container).stdout.strip()
+        if status == "healthy":
+            return
+        time.sleep(0.5)
+    logs = engine.run("logs", container, check=False)
+    raise AssertionError(f"{container} is {status!r} after {timeout}s\n{logs.stdout}{logs.stderr}")

@@ -9,7 +9,6 @@ import subprocess
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import nats
@@ -17,38 +16,13 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import need_tool
-from tests.deploy.engine import Engine, build_base_image, build_image, engine_available, start_engine
+from tests.deploy.conftest import IMAGE
+from tests.deploy.engine import Engine, wait_healthy
 from tests.servers import REPO_ROOT, free_port
 from tests.wire import WireClient
 
-IMAGE = "pynatsd:test"
 # The first test also pays for debootstrap and the build (about 75 s here); keep room for slower machines.
 pytestmark = pytest.mark.timeout(900)
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[Engine]:
-    need_tool(engine_available(), "dockerd, debootstrap and docker-compose as root (Debian docker.io etc.)")
-    engine = start_engine()
-    try:
-        build_image(engine, REPO_ROOT, IMAGE, build_base_image(engine))
-        yield engine
-    finally:
-        engine.stop()
-
-
-def wait_healthy(engine: Engine, container: str, timeout: float = 60) -> None:
-    """Wait until Docker's own healthcheck (the image's HEALTHCHECK command) reports healthy."""
-    deadline = time.monotonic() + timeout
-    status = ""
-    while time.monotonic() < deadline:
-        status = engine.run("inspect", "-f", "{{.State.Health.Status}}", container).stdout.strip()
-        if status == "healthy":
-            return
-        time.sleep(0.5)
-    logs = engine.run("logs", container, check=False)
-    raise AssertionError(f"{container} is {status!r} after {timeout}s\n{logs.stdout}{logs.stderr}")
 
 
 async def roundtrip(port: int, count: int) -> None:

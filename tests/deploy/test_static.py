@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need_tool
-from tests.servers import REPO_ROOT, free_port, start_server
+from tests.servers import REPO_ROOT, free_port, nats_server_binary, start_server
 
 DOCKER = REPO_ROOT / "docker"
 DASHBOARD = DOCKER / "grafana" / "dashboards" / "pynatsd.json"
@@ -77,16 +77,67 @@ def test_compose_file_validates() -> None:
         assert service in out.stdout
 
 
-def test_prometheus_config_passes_promtool() -> None:
+def test_cluster_compose_file_validates() -> None:
+    need_tool(shutil.which("docker-compose") is not None, "docker-compose (Debian package docker-compose)")
+    out = subprocess.run(
+        [*_compose(), "-f", str(DOCKER / "docker-compose.cluster.yml"), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    for service in ("pynatsd-a:", "pynatsd-b:", "nats-server:", "nats-server-exporter:", "prometheus:"):
+        assert service in out.stdout
+
+
+@pytest.mark.parametrize("config", ["prometheus.yml", "cluster.yml"])
+def test_prometheus_config_passes_promtool(config: str) -> None:
     need_tool(shutil.which("promtool") is not None, "promtool (Debian package prometheus)")
     out = subprocess.run(
-        ["promtool", "check", "config", str(DOCKER / "prometheus" / "prometheus.yml")],
+        ["promtool", "check", "config", str(DOCKER / "prometheus" / config)],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout + out.stderr
+
+
+def test_cluster_node_conf_forms_the_mixed_cluster() -> None:
+    """docker/cluster/node.conf, read by two pynatsd processes and a nats-server with the compose file's
+    environment (ports and peers on loopback), gives a full mesh of the three names."""
+    need_tool(nats_server_binary() is not None, "nats-server")
+    names = {"pynatsd-a": "pynatsd", "pynatsd-b": "pynatsd", "nats-server": "nats-server"}
+    ports = {name: (free_port(), free_port(), free_port()) for name in names}
+    servers = []
+    try:
+        for name, kind in names.items():
+            peers = [ports[other][2] for other in names if other != name]
+            env = {
+                "NODE_NAME": name,
+                "CLIENT_PORT": str(ports[name][0]),
+                "HTTP_PORT": str(ports[name][1]),
+                "CLUSTER_PORT": str(ports[name][2]),
+                "ROUTE_1": f"nats-route://127.0.0.1:{peers[0]}",
+                "ROUTE_2": f"nats-route://127.0.0.1:{peers[1]}",
+            }
+            conf = str(DOCKER / "cluster" / "node.conf")
+            servers.append(start_server(kind, ["-c", conf], port=ports[name][0], env=env))
+
+        def meshed() -> bool:
+            for name in names:
+                routez = json.loads(scrape(f"http://127.0.0.1:{ports[name][1]}/routez"))
+                if {r["remote_name"] for r in routez["routes"]} != set(names) - {name}:
+                    return False
+            return True
+
+        deadline = time.monotonic() + 30
+        while not meshed():
+            assert time.monotonic() < deadline, "the three nodes did not mesh"
+            time.sleep(0.2)
+    finally:
+        for server in servers:
+            server.stop()
 
 
 def _dashboard_exprs() -> list[str]:

@@ -28,8 +28,9 @@ def add_route(server: Server, rid: int, name: str, solicited: bool) -> Route:
     """A registered route with traffic and remote interest (a plain and a queue subscription)."""
     manager = server.route_manager
     assert manager is not None
-    route = Route(server, rid, did_solicit=solicited, url="nats-route://127.0.0.1:7001" if solicited else "")
-    route.is_configured = solicited
+    url = "nats-route://127.0.0.1:7001" if solicited else ""
+    route = Route(manager, did_solicit=solicited, url=url, is_configured=solicited)
+    route.rid = rid
     route.remote_id, route.remote_name = f"N{name.upper()}ID", name
     route.host, route.port = "127.0.0.1", 7000 + rid
     route.start = datetime.now(UTC) - timedelta(seconds=75)
