@@ -59,6 +59,9 @@ class RouteManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._connecting: set[str] = set()  # URLs being solicited (no second attempt meanwhile)
         self._stopping = False
+        if not cluster.name:
+            cluster.name = new_server_id()[:22]  # nats-server's dynamic name: random until a peer's
+            cluster.dynamic_name = True
 
     def registered(self) -> list[Route]:
         return list(self.routes.values())
@@ -67,9 +70,6 @@ class RouteManager:
     async def start(self) -> None:
         cluster = self.cluster
         server = self.server
-        if not cluster.name:
-            cluster.name = new_server_id()[:22]  # nats-server's dynamic name: random until a peer's
-            cluster.dynamic_name = True
         for account, sublist in server.account_sublists.items():
             self.watch(account, sublist)
         port = 0 if cluster.port == -1 else cluster.port
