@@ -4,6 +4,7 @@ reload, pid and ports files) is in pynatsd.lifecycle."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import platform
 import ssl
@@ -152,7 +153,9 @@ class Server:
         self._shutting_down = False
         self.files = LifecycleFiles()  # the pid and ports files this process wrote
         # Clustering (pynatsd.routes): the `cluster {}` settings, None without one; the routes' manager.
-        self.cluster: ClusterOptions | None = cluster_options(self.options)
+        # A copy: the running cluster's name and port change (dynamic name, random port); the options keep
+        # what was configured, which a reload compares.
+        self.cluster: ClusterOptions | None = copy.deepcopy(cluster_options(self.options))
         self.route_manager: RouteManager | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
