@@ -197,6 +197,10 @@ class RouteManager:
     # -- connections ----------------------------------------------------------------------------------
     def connecting(self, route: Route) -> None:
         self.connections.add(route)
+        if route.did_solicit:
+            # Done connecting: should it close at once, its reconnect must not take it for an attempt
+            # still under way.
+            self._connecting.discard(route.url)
 
     def solicit(self, url: str, explicit: bool, gossip_mode: int = 0) -> None:
         """Connect to the route at `url` (retried: forever if explicit, else connect_retries times)."""

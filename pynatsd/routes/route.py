@@ -116,7 +116,7 @@ class Route(Client):
         self.out = Outbound(transport, server.scheduler, server.options.max_pending)
         self.out.start(self._write_failed)
         manager = self.manager
-        manager.connecting(self)
+        manager.connecting(self)  # (for a solicited route: its connect attempt is over)
         if self.did_solicit:
             self.out.push(encode_connect(manager.connect_options(self.url)))
         self.out.push(manager.route_info())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,12 +31,19 @@ def node() -> Iterator[Start]:
         routes: list[ServerProcess] | None = None,
         cluster_port: int | None = None,
         args: list[str] | None = None,
+        name: str | None = "T",
+        http: bool = False,
+        listen_flag: bool = True,
     ) -> ServerProcess:
+        """`routes`: the nodes to solicit; `name` None: a dynamic cluster name; `listen_flag` False: the
+        route port comes from a config file in `args` (--cluster would override its authorization)."""
         rport = cluster_port or free_port()
-        cmd = ["--cluster", f"nats://127.0.0.1:{rport}", "--cluster_name", "T"]
+        cmd = ["--cluster", f"nats://127.0.0.1:{rport}"] if listen_flag else []
+        if name is not None:
+            cmd += ["--cluster_name", name]
         if routes:
             cmd += ["--routes", ",".join(f"nats://127.0.0.1:{r.extra['route_port']}" for r in routes)]
-        server = start_server(kind, cmd + (args or []))
+        server = start_server(kind, cmd + (args or []), http_port=free_port() if http else None)
         server.extra["route_port"] = rport
         started.append(server)
         return server
@@ -75,3 +84,9 @@ async def settle(*clients: nats.NATS) -> None:
     for c in clients:
         await c.flush()
     await asyncio.sleep(0.3)
+
+
+def routez(server: ServerProcess) -> dict[str, Any]:
+    """nats-server's /routez (the reference's view of its routes)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/routez?subs=1", timeout=5) as resp:
+        return dict(json.load(resp))

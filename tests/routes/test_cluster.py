@@ -11,7 +11,8 @@ import nats
 import pytest
 from nats.errors import NoRespondersError
 
-from tests.routes.conftest import Start, connect, settle, wait_routed
+from tests.routes.conftest import Start, connect, routez, settle, wait_routed
+from tests.servers import free_port
 
 pytestmark = pytest.mark.asyncio
 
@@ -210,3 +211,108 @@ async def test_clients_hear_of_every_server_in_connect_urls(
     finally:
         await a.close()
         await b.close()
+
+
+@pytest.mark.parametrize("pynatsd_solicits", [True, False])
+async def test_nats_server_keeps_one_route_to_pynatsd(node: Start, pynatsd_solicits: bool) -> None:
+    """pynatsd advertises no route pool: a 2.15 peer keeps a single route, accounts in every op."""
+    if pynatsd_solicits:
+        reference = node("nats-server", http=True)
+        ours = node("pynatsd", routes=[reference])
+    else:
+        ours = node("pynatsd")
+        reference = node("nats-server", routes=[ours], http=True)
+    a, b = await connect(ours), await connect(reference)
+    try:
+        await a.subscribe("seen.by.peer", cb=Inbox().add)
+        await wait_routed(a, b)
+        await wait_routed(b, a)
+        await asyncio.sleep(1.5)  # a pooling peer would have added its other connections by now
+        view = routez(reference)
+        assert view["num_routes"] == 1, view
+        route = view["routes"][0]
+        assert route["did_solicit"] is (not pynatsd_solicits)
+        assert "seen.by.peer" in route.get("subscriptions_list", []), route
+    finally:
+        await a.close()
+        await b.close()
+
+
+@pytest.mark.parametrize("kinds", [("pynatsd", "nats-server"), ("pynatsd", "pynatsd")])
+async def test_servers_soliciting_each_other_keep_one_route(node: Start, kinds: tuple[str, str]) -> None:
+    """Both sides configure the other: the duplicate is resolved and messages flow once."""
+    first_port = free_port()
+    second = node(
+        kinds[1], args=["--routes", f"nats://127.0.0.1:{first_port}"], http=kinds[1] == "nats-server"
+    )
+    first = node(kinds[0], routes=[second], cluster_port=first_port)
+    a, b = await connect(first), await connect(second)
+    try:
+        await wait_routed(a, b)
+        await wait_routed(b, a)
+        await asyncio.sleep(2.5)  # past any reconnect of a dropped duplicate
+        got = Inbox()
+        await b.subscribe("once", cb=got.add)
+        await settle(a, b)
+        await wait_routed(a, b)
+        await a.publish("once", b"1")
+        await settle(a, b)
+        assert got.data() == [b"1"]
+        if kinds[1] == "nats-server":
+            assert routez(second)["num_routes"] == 1
+    finally:
+        await a.close()
+        await b.close()
+
+
+@pytest.mark.parametrize(
+    "kinds", [("pynatsd", "nats-server"), ("nats-server", "pynatsd"), ("pynatsd", "pynatsd")]
+)
+async def test_dynamic_cluster_names_converge(node: Start, kinds: tuple[str, str]) -> None:
+    seed = node(kinds[0], name=None)
+    joiner = node(kinds[1], routes=[seed], name=None)
+    a, b = await connect(seed), await connect(joiner)
+    try:
+        await wait_routed(a, b)
+        await wait_routed(b, a)
+    finally:
+        await a.close()
+        await b.close()
+
+
+@pytest.mark.parametrize("kinds", [("pynatsd", "nats-server"), ("nats-server", "pynatsd")])
+async def test_different_cluster_names_do_not_route(node: Start, kinds: tuple[str, str]) -> None:
+    seed = node(kinds[0], name="ONE")
+    joiner = node(kinds[1], routes=[seed], name="TWO")
+    a, b = await connect(seed), await connect(joiner)
+    try:
+        with pytest.raises(AssertionError, match="no route"):
+            await wait_routed(b, a, timeout=2.0)
+    finally:
+        await a.close()
+        await b.close()
+
+
+ROUTE_AUTH = (
+    'cluster {{ name: T, listen: "127.0.0.1:{port}", authorization {{ user: ruser, password: {pw} }} }}'
+)
+
+
+@pytest.mark.parametrize("kinds", [("pynatsd", "nats-server"), ("nats-server", "pynatsd")])
+async def test_route_authorization(node: Start, tmp_path: Any, kinds: tuple[str, str]) -> None:
+    """The accepting side checks the route's credentials (from the soliciting side's route URL)."""
+    port = free_port()
+    conf = tmp_path / "routes.conf"
+    conf.write_text(ROUTE_AUTH.format(port=port, pw="s3cret"))
+    proc = node(kinds[0], args=["-c", str(conf)], cluster_port=port, name=None, listen_flag=False)
+    good = node(kinds[1], args=["--routes", f"nats://ruser:s3cret@127.0.0.1:{port}"])
+    bad = node(kinds[1], args=["--routes", f"nats://ruser:wrong@127.0.0.1:{port}"])
+    a, b, c = await connect(proc), await connect(good), await connect(bad)
+    try:
+        await wait_routed(b, a)
+        await wait_routed(a, b)
+        with pytest.raises(AssertionError, match="no route"):
+            await wait_routed(c, a, timeout=2.0)
+    finally:
+        for client in (a, b, c):
+            await client.close()
