@@ -116,7 +116,8 @@ async def test_request_reply_headers_and_no_responders(node: Start, seed_kind: s
 
 
 @pytest.mark.parametrize(
-    "kinds", [("pynatsd", "nats-server", "pynatsd"), ("nats-server", "pynatsd", "nats-server")]
+    "kinds",
+    [("pynatsd", "nats-server", "pynatsd"), ("nats-server", "pynatsd", "nats-server"), ("pynatsd",) * 3],
 )
 async def test_third_node_given_one_seed_learns_the_mesh(node: Start, kinds: tuple[str, str, str]) -> None:
     """C knows only A; B joined A before. Messages are never forwarded route to route, so B's
