@@ -174,6 +174,9 @@ def unreloadable_changes(old: Options, new: Options) -> list[str]:
         changes.append(
             f"config reload not supported for resolver: old={resolvers[0]!r}, new={resolvers[1]!r}"
         )
+    clusters = old.extra.get("cluster"), new.extra.get("cluster")  # pynatsd.routes: routes start once
+    if clusters[0] != clusters[1]:
+        changes.append("config reload not supported for cluster: the cluster block and flags changed")
     systems = old.extra.get("system_account", ""), new.extra.get("system_account", "")
     if systems[0] != systems[1]:  # the resolver's services live in the system account
         changes.append(f"config reload not supported for SystemAccount: old={systems[0]}, new={systems[1]}")

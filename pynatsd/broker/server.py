@@ -4,6 +4,7 @@ reload, pid and ports files) is in pynatsd.lifecycle."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import platform
 import ssl
@@ -152,7 +153,9 @@ class Server:
         self._shutting_down = False
         self.files = LifecycleFiles()  # the pid and ports files this process wrote
         # Clustering (pynatsd.routes): the `cluster {}` settings, None without one; the routes' manager.
-        self.cluster: ClusterOptions | None = cluster_options(self.options)
+        # A copy: the running cluster's name and port change (dynamic name, random port); the options keep
+        # what was configured, which a reload compares.
+        self.cluster: ClusterOptions | None = copy.deepcopy(cluster_options(self.options))
         self.route_manager: RouteManager | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -192,6 +195,11 @@ class Server:
         sockets = self._listener.sockets
         self.port = int(sockets[0].getsockname()[1]) if sockets else port
         self._info_base = self._build_info()
+        if self.cluster is not None:
+            from pynatsd.routes.manager import RouteManager
+
+            self.route_manager = RouteManager(self, self.cluster)
+            self.cluster_changed(notify=False)  # the first clients' INFO already names the cluster
         if opts.pid_file:
             try:
                 self.files.write_pid_file(opts.pid_file)
@@ -201,12 +209,8 @@ class Server:
                     await self.monitor.stop()
                 raise
         self.websocket = await start_websocket(self)
-        if self.cluster is not None:  # after the client port: route INFOs carry our client URLs
-            from pynatsd.routes.manager import RouteManager
-
-            self.route_manager = RouteManager(self, self.cluster)
+        if self.route_manager is not None:  # after the client port: route INFOs carry our client URLs
             await self.route_manager.start()
-            self.cluster_changed(notify=False)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if self.tls_context is not None:
             log.info("TLS required for client connections")

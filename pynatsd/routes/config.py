@@ -230,10 +230,16 @@ def apply_flags(
     cluster = current if isinstance(current, ClusterOptions) else ClusterOptions()
     if listen:
         cluster.host, cluster.port = parse_listen(listen, "--cluster")
+        # As nats-server: credentials in the URL become the routes' authorization; a URL without them
+        # clears the config file's (the flag overrides the block).
         url = urllib.parse.urlsplit(listen)
-        if url.username:
+        if url.username is not None:
+            if url.password is None:
+                raise ConfigValueError("expected cluster password to be set")
             cluster.username = urllib.parse.unquote(url.username)
-            cluster.password = urllib.parse.unquote(url.password or "")
+            cluster.password = urllib.parse.unquote(url.password)
+        else:
+            cluster.username = cluster.password = ""
     if name is not None:
         if " " in name:
             raise ConfigValueError("cluster name cannot contain spaces or new lines")

@@ -59,6 +59,9 @@ class RouteManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._connecting: set[str] = set()  # URLs being solicited (no second attempt meanwhile)
         self._stopping = False
+        if not cluster.name:
+            cluster.name = new_server_id()[:22]  # nats-server's dynamic name: random until a peer's
+            cluster.dynamic_name = True
 
     def registered(self) -> list[Route]:
         return list(self.routes.values())
@@ -67,9 +70,6 @@ class RouteManager:
     async def start(self) -> None:
         cluster = self.cluster
         server = self.server
-        if not cluster.name:
-            cluster.name = new_server_id()[:22]  # nats-server's dynamic name: random until a peer's
-            cluster.dynamic_name = True
         for account, sublist in server.account_sublists.items():
             self.watch(account, sublist)
         port = 0 if cluster.port == -1 else cluster.port
@@ -197,6 +197,10 @@ class RouteManager:
     # -- connections ----------------------------------------------------------------------------------
     def connecting(self, route: Route) -> None:
         self.connections.add(route)
+        if route.did_solicit:
+            # Done connecting: should it close at once, its reconnect must not take it for an attempt
+            # still under way.
+            self._connecting.discard(route.url)
 
     def solicit(self, url: str, explicit: bool, gossip_mode: int = 0) -> None:
         """Connect to the route at `url` (retried: forever if explicit, else connect_retries times)."""

@@ -71,8 +71,9 @@ class Route(Client):
         self.retry = False  # reconnect if closed, though not solicited (a duplicate was dropped for it)
         self.no_reconnect = False
         self.gossip_mode = 0  # the gossip mode of the INFO that made us solicit this route
-        # (account, subject, queue) -> the remote interest's subscription in that account's sublist
-        self.remote_subs: dict[tuple[bytes, bytes, bytes | None], Subscription] = {}
+        # (account, subject, queue) -> the remote interest's subscriptions in that account's sublist: one,
+        # or a queue group's weight of them
+        self.remote_subs: dict[tuple[bytes, bytes, bytes | None], list[Subscription]] = {}
         self.transport: asyncio.Transport | None = None
         self.parser = RouteParser(self, max_control_line=server.options.max_control_line)
         self._connect_received = did_solicit  # only the accepting side waits for CONNECT
@@ -115,7 +116,7 @@ class Route(Client):
         self.out = Outbound(transport, server.scheduler, server.options.max_pending)
         self.out.start(self._write_failed)
         manager = self.manager
-        manager.connecting(self)
+        manager.connecting(self)  # (for a solicited route: its connect attempt is over)
         if self.did_solicit:
             self.out.push(encode_connect(manager.connect_options(self.url)))
         self.out.push(manager.route_info())
@@ -286,23 +287,37 @@ class Route(Client):
         if not self._admitted():
             return
         key = (account, subject, queue)
-        if key in self.remote_subs:
-            return  # a queue group's new weight: pynatsd picks among members, not by weight
-        sub = Subscription(self, subject, queue, account)  # sid: the account (RMSG names it)
-        try:
-            self.server.sublist_for(account.decode("utf-8", "replace")).insert(sub)
-        except ValueError:
-            log.error("%r - Could not insert subscription: %r", self, subject)
-            self._send(encoder.encode_err("Invalid Subscription"))
-            return
-        self.remote_subs[key] = sub
+        shadows = self.remote_subs.get(key)
+        if shadows is None:
+            shadows = self.remote_subs[key] = []
+        elif queue is None:
+            return  # a repeat
+        # A queue group's weight (its members there) is that many entries in the group, as nats-server's
+        # sublist shadows remote queue subscriptions: a member is picked fairly across the cluster; the
+        # entries are one route, which gets one routed message.
+        sublist = self.server.sublist_for(account.decode("utf-8", "replace"))
+        while len(shadows) > weight:
+            sublist.remove(shadows.pop())
+        while len(shadows) < weight:
+            sub = Subscription(self, subject, queue, account)  # sid: the account (RMSG names it)
+            try:
+                sublist.insert(sub)
+            except ValueError:
+                log.error("%r - Could not insert subscription: %r", self, subject)
+                self._send(encoder.encode_err("Invalid Subscription"))
+                if not shadows:
+                    del self.remote_subs[key]
+                return
+            shadows.append(sub)
 
     def on_runsub(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
         if not self._admitted():
             return
-        sub = self.remote_subs.pop((account, subject, queue), None)
-        if sub is not None:
-            self.server.sublist_for(account.decode("utf-8", "replace")).remove(sub)
+        shadows = self.remote_subs.pop((account, subject, queue), None)
+        if shadows:
+            sublist = self.server.sublist_for(account.decode("utf-8", "replace"))
+            for sub in shadows:
+                sublist.remove(sub)
 
     def on_rmsg(
         self,
@@ -416,10 +431,11 @@ class Route(Client):
                 timer.cancel()
         self._ping_timer = self._auth_timer = None
         server = self.server
-        for (account, _, _), sub in self.remote_subs.items():
+        for (account, _, _), shadows in self.remote_subs.items():
             sublist = server.account_sublists.get(account.decode("utf-8", "replace"))
             if sublist is not None:
-                sublist.remove(sub)
+                for sub in shadows:
+                    sublist.remove(sub)
         self.remote_subs = {}
         server.scheduler.stall.forget(self)
         self.parser.stop()

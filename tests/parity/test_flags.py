@@ -61,6 +61,7 @@ def test_cluster_flags_are_accepted_like_nats_server(spawn: Spawn, args: list[st
     [
         (["--routes", "nats://:bad"], "error parsing route url"),
         (["--cluster", "nats://127.0.0.1:x"], "could not parse port"),
+        (["--cluster", "nats://user@127.0.0.1:-1"], "expected cluster password to be set"),
     ],
 )
 def test_bad_cluster_flags_stop_pynatsd(args: list[str], message: str) -> None:

@@ -1,0 +1,111 @@
+"""The delivery policy with routes (broker.delivery.publish): one routed message per route, never route to
+route, queue groups named by the sender, remote members weighted. Fakes stand for the connections."""
+
+from __future__ import annotations
+
+import collections
+
+from pynatsd.broker.delivery import Client, Message, Subscription, publish
+from pynatsd.matcher import Sublist
+
+
+class Local(Client):
+    def __init__(self) -> None:
+        super().__init__()
+        self.got: list[tuple[bytes, bytes]] = []
+
+    def remove_sub(self, sub: Subscription) -> None:
+        pass
+
+
+class FakeRoute(Client):
+    def __init__(self) -> None:
+        super().__init__()
+        self.is_route = True
+        self.sent: list[tuple[bytes, bytes, list[bytes]]] = []
+
+    def send_routed(self, sub: Subscription, msg: Message) -> bool:
+        self.sent.append((sub.sid, msg.subject, list(msg.queues or [])))
+        return True
+
+
+def local_sub(conn: Local, subject: bytes, queue: bytes | None = None) -> Subscription:
+    def record(
+        sub: Subscription, subj: bytes, reply: bytes | None, headers: bytes | None, payload: bytes
+    ) -> None:
+        conn.got.append((sub.sid, payload))
+
+    return Subscription(conn, subject, queue, b"%d" % id(conn), record)
+
+
+def message(origin: Client | None, subject: bytes = b"foo", queues: list[bytes] | None = None) -> Message:
+    msg = Message(origin)
+    msg.set(subject, None, b"1", None, b"x", b"MSG " + subject + b" ")
+    msg.queues = queues
+    return msg
+
+
+def test_one_routed_message_per_route_however_many_interests_match() -> None:
+    sublist: Sublist[Subscription] = Sublist()
+    route, other = FakeRoute(), FakeRoute()
+    for subject in (b"foo", b"*", b">"):
+        sublist.insert(Subscription(route, subject, None, b"$G"))
+    sublist.insert(Subscription(route, b"foo", b"q1", b"$G"))
+    sublist.insert(Subscription(route, b"foo", b"q2", b"$G"))
+    sublist.insert(Subscription(other, b"foo", None, b"$G"))
+    local = Local()
+    sublist.insert(local_sub(local, b"foo"))
+    assert publish(sublist, message(Local()), [0] * 8)
+    assert route.sent == [(b"$G", b"foo", [b"q1", b"q2"])]
+    assert other.sent == [(b"$G", b"foo", [])]
+    assert len(local.got) == 1
+
+
+def test_a_routed_message_goes_to_local_receivers_only() -> None:
+    sublist: Sublist[Subscription] = Sublist()
+    source, other = FakeRoute(), FakeRoute()
+    sublist.insert(Subscription(other, b"foo", None, b"$G"))
+    sublist.insert(Subscription(other, b"foo", b"q1", b"$G"))
+    local = Local()
+    sublist.insert(local_sub(local, b"foo"))
+    assert publish(sublist, message(source, queues=None), [0] * 8)
+    assert other.sent == [] and len(local.got) == 1
+
+
+def test_a_routed_message_reaches_only_the_queue_groups_it_names() -> None:
+    sublist: Sublist[Subscription] = Sublist()
+    source = FakeRoute()
+    named, unnamed = Local(), Local()
+    sublist.insert(local_sub(named, b"foo", b"q1"))
+    sublist.insert(local_sub(unnamed, b"foo", b"q2"))
+    publish(sublist, message(source, queues=[b"q1"]), [0] * 8)
+    publish(sublist, message(source, queues=None), [0] * 8)
+    assert len(named.got) == 1 and unnamed.got == []
+
+
+def test_queue_group_member_is_local_or_one_route_never_both() -> None:
+    sublist: Sublist[Subscription] = Sublist()
+    route = FakeRoute()
+    # a remote group of 3 members: three entries of one route (as Route.on_rsub shadows its weight)
+    for _ in range(3):
+        sublist.insert(Subscription(route, b"foo", b"q", b"$G"))
+    local = Local()
+    sublist.insert(local_sub(local, b"foo", b"q"))
+    publisher = Local()
+    for _ in range(400):
+        publish(sublist, message(publisher), [0] * 8)
+    remote = len(route.sent)
+    assert remote + len(local.got) == 400  # exactly one member each time
+    assert all(q == [b"q"] for _, _, q in route.sent)
+    counts = collections.Counter({"remote": remote, "local": len(local.got)})
+    assert counts["remote"] > counts["local"]  # weighted 3:1, as nats-server picks
+
+
+def test_closed_route_takes_nothing_and_no_interest_means_not_delivered() -> None:
+    sublist: Sublist[Subscription] = Sublist()
+    route = FakeRoute()
+    route.closed = True
+    sublist.insert(Subscription(route, b"foo", None, b"$G"))
+    assert not publish(sublist, message(Local()), [0] * 8)
+    assert not publish(sublist, message(Local(), b"bar"), [0] * 8)
+    assert route.sent == []

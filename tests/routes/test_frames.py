@@ -1,0 +1,115 @@
+"""Route frames compared with nats-server 2.15's own: a raw socket plays a route peer to each server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from tests.routes.conftest import Start
+
+FAKE_INFO = (
+    b'INFO {"server_id":"NFAKEPEER","server_name":"fake","version":"2.15.1","proto":1,"go":"x",'
+    b'"host":"127.0.0.1","port":1,"headers":true,"max_payload":1048576,"cluster":"T"}\r\n'
+)
+FAKE_CONNECT = (
+    b'CONNECT {"echo":true,"verbose":false,"pedantic":false,"tls_required":false,"headers":true,'
+    b'"name":"NFAKEPEER","cluster":"T"}\r\n'
+)
+
+
+def read_until(sock: socket.socket, marker: bytes, timeout: float = 5.0) -> bytes:
+    data = b""
+    deadline = time.monotonic() + timeout
+    while marker not in data:
+        assert time.monotonic() < deadline, data
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            continue
+        assert chunk, data
+        data += chunk
+    return data
+
+
+def session(port: int, route_port: int) -> dict[str, object]:
+    """What a server says to a route peer: its INFO, the interest it sends for a client's
+    subscriptions, what its client gets of routed messages and what the route gets of its client's."""
+    route = socket.create_connection(("127.0.0.1", route_port))
+    info = json.loads(read_until(route, b"\r\n").split(b" ", 1)[1])
+    route.sendall(FAKE_CONNECT + FAKE_INFO + b"PING\r\n")
+    read_until(route, b"PONG\r\n")
+    client = socket.create_connection(("127.0.0.1", port))
+    read_until(client, b"\r\n")
+    client.sendall(
+        b'CONNECT {"verbose":false,"headers":true}\r\nSUB foo 1\r\nSUB bar q1 2\r\nSUB bar q1 3\r\nPING\r\n'
+    )
+    read_until(client, b"PONG\r\n")
+    route.sendall(b"PING\r\n")
+    interest = read_until(route, b"RS+ $G bar q1 2\r\n")
+    rs = [line for line in interest.split(b"\r\n") if line.startswith(b"RS") and b" $G " in line]
+    route.sendall(
+        b"RS+ $G baz\r\nRMSG $G foo reply 2\r\nhi\r\nRMSG $G bar | q1 2\r\nhq\r\n"
+        b"HMSG $G foo 12 14\r\nNATS/1.0\r\n\r\nhi\r\nRMSG $G bar 1\r\nx\r\nPING\r\n"
+    )
+    read_until(route, b"PONG\r\n")
+    client.sendall(b"PUB baz r2 3\r\nabc\r\nHPUB baz 12 14\r\nNATS/1.0\r\n\r\nhi\r\nPING\r\n")
+    delivered = read_until(client, b"PONG\r\n")
+    routed = read_until(route, b"hi\r\n").replace(b"PONG\r\n", b"").replace(b"PING\r\n", b"")
+    route.close()
+    client.close()
+    # the queue group's member is picked at random: either sid is right
+    delivered = delivered.replace(b"PONG\r\n", b"").replace(b"MSG bar 3 ", b"MSG bar 2 ")
+    return {"info": info, "rs": rs, "delivered": delivered, "routed": routed}
+
+
+@pytest.mark.parametrize("kind", ["pynatsd"])
+def test_route_frames_match_nats_server(node: Start, kind: str) -> None:
+    ours = node(kind)
+    reference = node("nats-server")
+    mine = session(ours.port, int(ours.extra["route_port"]))
+    theirs = session(reference.port, int(reference.extra["route_port"]))
+    common = {"server_id", "server_name", "version", "proto", "go", "host", "port", "headers", "max_payload"}
+    for info in (mine["info"], theirs["info"]):
+        assert common | {"cluster", "connect_urls"} <= set(info)  # type: ignore[arg-type]
+        assert info["cluster"] == "T"  # type: ignore[index]
+    assert "route_pool_size" not in mine["info"]  # type: ignore[operator]  # one route, see pynatsd.routes
+    assert mine["rs"] == theirs["rs"] == [b"RS+ $G foo", b"RS+ $G bar q1 1", b"RS+ $G bar q1 2"]
+    # only the named queue group gets `| q1`; a plain RMSG reaches no queue group
+    assert (
+        mine["delivered"]
+        == theirs["delivered"]
+        == (b"MSG foo 1 reply 2\r\nhi\r\nMSG bar 2 2\r\nhq\r\nHMSG foo 1 12 14\r\nNATS/1.0\r\n\r\nhi\r\n")
+    )
+    assert (
+        mine["routed"]
+        == theirs["routed"]
+        == b"RMSG $G baz r2 3\r\nabc\r\nHMSG $G baz 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
+    )
+
+
+def test_soliciting_connect_matches_nats_server(node: Start) -> None:
+    """The CONNECT a server sends to a route it solicits (it does not wait for the peer's INFO)."""
+    connects = {}
+    for kind in ("pynatsd", "nats-server"):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        fake_port = listener.getsockname()[1]
+        server = node(kind, args=["--routes", f"nats://ruser:rpass@127.0.0.1:{fake_port}"])
+        listener.settimeout(10)
+        conn, _ = listener.accept()
+        first = read_until(conn, b"\r\n").split(b"\r\n")[0]
+        assert first.startswith(b"CONNECT ")
+        connects[kind] = json.loads(first[len(b"CONNECT ") :])
+        conn.close()
+        listener.close()
+        server.stop()
+    ours, theirs = connects["pynatsd"], connects["nats-server"]
+    for key in ("echo", "verbose", "pedantic", "user", "pass", "tls_required", "headers", "cluster"):
+        assert ours[key] == theirs[key], key
+    assert set(ours) <= set(theirs)
+    assert ours["name"] != theirs["name"] and ours["name"].startswith("N")  # each server's own id
