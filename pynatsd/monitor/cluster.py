@@ -14,6 +14,7 @@ from pynatsd.monitor.formats import go_duration, rfc3339nano, subscription_detai
 from pynatsd.routes.config import DEFAULT_AUTH_TIMEOUT
 
 if TYPE_CHECKING:
+    from pynatsd.broker.delivery import Subscription
     from pynatsd.broker.server import Server
     from pynatsd.routes.route import Route
 
@@ -58,14 +59,31 @@ def route_info(route: Route, now: datetime, subs: bool, detail: bool) -> dict[st
         "subscriptions": route.num_subs,
     }
     if subs and route.num_subs:
-        remote = list(route.remote_subs.values())
         if detail:
-            info["subscriptions_list_detail"] = [subscription_detail(s, route.rid) for s in remote]
+            info["subscriptions_list_detail"] = [
+                remote_detail(shadows, route.rid) for shadows in interest(route)
+            ]
         else:  # subjects only, queue subscriptions too (as nats-server lists them)
-            info["subscriptions_list"] = [s.subject.decode("utf-8", "replace") for s in remote]
+            info["subscriptions_list"] = [
+                shadows[0].subject.decode("utf-8", "replace") for shadows in interest(route)
+            ]
     # No `account`: that names the account a pooled route is pinned to, and pynatsd does not pool.
     info["compression"] = route.compression
     return info
+
+
+def interest(route: Route) -> list[list[Subscription]]:
+    """The route's remote interest, one entry per subject (and queue group): the subscriptions that stand
+    for it in the account's sublist (a queue group's weight is that many)."""
+    return [shadows for shadows in route.remote_subs.values() if shadows]
+
+
+def remote_detail(shadows: list[Subscription], rid: int) -> dict[str, Any]:
+    """One remote subscription as nats-server details a route's: a queue group once, whatever its weight,
+    with the messages sent to it over the route."""
+    detail = subscription_detail(shadows[0], rid)
+    detail["msgs"] = sum(s.delivered for s in shadows)
+    return detail
 
 
 def varz_cluster(server: Server) -> dict[str, Any]:

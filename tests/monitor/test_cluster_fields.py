@@ -25,7 +25,8 @@ ROUTE_KEYS = [
 
 
 def add_route(server: Server, rid: int, name: str, solicited: bool) -> Route:
-    """A registered route with traffic and remote interest (a plain and a queue subscription)."""
+    """A registered route with traffic and remote interest (a plain subscription, and a queue group of
+    weight 2: two members there)."""
     manager = server.route_manager
     assert manager is not None
     url = "nats-route://127.0.0.1:7001" if solicited else ""
@@ -37,11 +38,12 @@ def add_route(server: Server, rid: int, name: str, solicited: bool) -> Route:
     route.last_activity = datetime.now(UTC) - timedelta(seconds=3)
     route.rtt = 0.000412
     route.in_msgs, route.in_bytes, route.out_msgs, route.out_bytes = 5, 50, 7, 70
-    for subject, queue in ((b"orders.>", None), (b"work", b"q")):
+    for subject, queue, weight in ((b"orders.>", None, 1), (b"work", b"q", 2)):
         sid = b"R $G " + subject + (b" " + queue if queue else b"")
-        sub = Subscription(route, subject, queue, sid)
-        sub.delivered = 2
-        route.remote_subs[(b"$G", subject, queue)] = sub
+        shadows = [Subscription(route, subject, queue, sid) for _ in range(weight)]
+        for sub in shadows:
+            sub.delivered = 2
+        route.remote_subs[(b"$G", subject, queue)] = shadows
     manager.routes[route.remote_id] = route
     return route
 
@@ -80,7 +82,7 @@ async def test_routez_subscription_lists(clustered: Server, get: Get) -> None:
     (detailed, _) = (await get("/routez?subs=detail"))["routes"]
     assert sorted(detailed["subscriptions_list_detail"], key=lambda d: d["subject"]) == [
         {"subject": "orders.>", "sid": "R $G orders.>", "msgs": 2, "cid": 3},
-        {"subject": "work", "qgroup": "q", "sid": "R $G work q", "msgs": 2, "cid": 3},
+        {"subject": "work", "qgroup": "q", "sid": "R $G work q", "msgs": 4, "cid": 3},  # weight 2
     ]
     status, _headers, text = await get("/routez?subs=maybe", raw=True)
     assert status == 400 and "subs" in text
