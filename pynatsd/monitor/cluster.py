@@ -61,27 +61,29 @@ def route_info(route: Route, now: datetime, subs: bool, detail: bool) -> dict[st
     if subs and route.num_subs:
         if detail:
             info["subscriptions_list_detail"] = [
-                remote_detail(shadows, route.rid) for shadows in interest(route)
+                remote_detail(a, subs, route.rid) for a, subs in interest(route)
             ]
         else:  # subjects only, queue subscriptions too (as nats-server lists them)
             info["subscriptions_list"] = [
-                shadows[0].subject.decode("utf-8", "replace") for shadows in interest(route)
+                subs[0].subject.decode("utf-8", "replace") for _, subs in interest(route)
             ]
     # No `account`: that names the account a pooled route is pinned to, and pynatsd does not pool.
     info["compression"] = route.compression
     return info
 
 
-def interest(route: Route) -> list[list[Subscription]]:
-    """The route's remote interest, one entry per subject (and queue group): the subscriptions that stand
-    for it in the account's sublist (a queue group's weight is that many)."""
-    return [shadows for shadows in route.remote_subs.values() if shadows]
+def interest(route: Route) -> list[tuple[bytes, list[Subscription]]]:
+    """The route's remote interest, one entry per subject (and queue group): its account and the
+    subscriptions that stand for it in the account's sublist (a queue group's weight is that many)."""
+    return [(key[0], shadows) for key, shadows in route.remote_subs.items() if shadows]
 
 
-def remote_detail(shadows: list[Subscription], rid: int) -> dict[str, Any]:
-    """One remote subscription as nats-server details a route's: a queue group once, whatever its weight,
-    with the messages sent to it over the route."""
-    detail = subscription_detail(shadows[0], rid)
+def remote_detail(account: bytes, shadows: list[Subscription], rid: int) -> dict[str, Any]:
+    """One remote subscription as nats-server details those of a route without pooling: a queue group
+    once, whatever its weight; sid `account subject [queue]`; the messages sent to it over the route."""
+    sub = shadows[0]
+    detail = subscription_detail(sub, rid)
+    detail["sid"] = b" ".join(p for p in (account, sub.subject, sub.queue) if p).decode("utf-8", "replace")
     detail["msgs"] = sum(s.delivered for s in shadows)
     return detail
 

@@ -115,6 +115,7 @@ async def test_routez_interest_and_traffic(
         ]
         queued = [d for d in details if d["subject"] == subject and d.get("qgroup") == "workers"]
         assert len(queued) == 1 and list(queued[0]) == reference["detail"]
+        assert queued[0]["sid"].endswith(f"$G {subject} workers")  # nats-server prefixes "R " when pooling
 
         def counted() -> tuple[int, int]:
             out = sum(r["out_msgs"] for r in routes_to(cluster[0], ids[1]))

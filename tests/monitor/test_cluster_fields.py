@@ -39,8 +39,7 @@ def add_route(server: Server, rid: int, name: str, solicited: bool) -> Route:
     route.rtt = 0.000412
     route.in_msgs, route.in_bytes, route.out_msgs, route.out_bytes = 5, 50, 7, 70
     for subject, queue, weight in ((b"orders.>", None, 1), (b"work", b"q", 2)):
-        sid = b"R $G " + subject + (b" " + queue if queue else b"")
-        shadows = [Subscription(route, subject, queue, sid) for _ in range(weight)]
+        shadows = [Subscription(route, subject, queue, b"internal") for _ in range(weight)]
         for sub in shadows:
             sub.delivered = 2
         route.remote_subs[(b"$G", subject, queue)] = shadows
@@ -81,8 +80,9 @@ async def test_routez_subscription_lists(clustered: Server, get: Get) -> None:
     assert sorted(listed["subscriptions_list"]) == ["orders.>", "work"]  # subjects only, as nats-server
     (detailed, _) = (await get("/routez?subs=detail"))["routes"]
     assert sorted(detailed["subscriptions_list_detail"], key=lambda d: d["subject"]) == [
-        {"subject": "orders.>", "sid": "R $G orders.>", "msgs": 2, "cid": 3},
-        {"subject": "work", "qgroup": "q", "sid": "R $G work q", "msgs": 4, "cid": 3},  # weight 2
+        # sid as nats-server's for a route without pooling: account, subject and queue
+        {"subject": "orders.>", "sid": "$G orders.>", "msgs": 2, "cid": 3},
+        {"subject": "work", "qgroup": "q", "sid": "$G work q", "msgs": 4, "cid": 3},  # weight 2
     ]
     status, _headers, text = await get("/routez?subs=maybe", raw=True)
     assert status == 400 and "subs" in text
