@@ -145,7 +145,7 @@ async def test_interest_is_sent_again_after_a_peer_restarts(node: Start, kind: s
     await a.subscribe("kept", cb=inbox.add)
     await a.flush()
     peer.stop(signal.SIGKILL)
-    peer = node(peer_kind, cluster_port=int(peer_route_port))
+    peer = node(peer_kind, cluster_port=int(str(peer_route_port)))
     b = await connect(peer)
     try:
         await wait_routed(b, a)
