@@ -181,9 +181,7 @@ class Route(Client):
         return False
 
     def on_connect(self, options: dict[str, Any]) -> None:
-        if self.did_solicit or self._connect_received:
-            return  # nats-server ignores a CONNECT on a solicited or connected route
-        if options.get("lang"):
+        if options.get("lang"):  # a client library's CONNECT, whenever it comes
             log.error("%r - a client connected to the route port", self)
             self.close(WRONG_PORT, "attempted to connect to route port")
             return
@@ -191,6 +189,8 @@ class Route(Client):
             text = f"Rejecting connection from gateway {options['gateway']!r} on the Route port"
             self.close("Wrong Gateway", text)
             return
+        if self.did_solicit or self._connect_received:
+            return  # the handshake is done; nothing more to learn from it
         cluster = self.manager.cluster
         if cluster.auth_required and not (
             options.get("user") == cluster.username

@@ -114,3 +114,49 @@ def test_soliciting_connect_matches_nats_server(node: Start) -> None:
         assert ours[key] == theirs[key], key
     assert set(ours) <= set(theirs)
     assert ours["name"] != theirs["name"] and ours["name"].startswith("N")  # each server's own id
+
+
+def first_reply(route_port: int, data: bytes) -> tuple[bytes, bool]:
+    """What a server answers on its route port to `data` (after its INFO), and whether it then closed."""
+    sock = socket.create_connection(("127.0.0.1", route_port))
+    read_until(sock, b"\r\n")
+    sock.sendall(data)
+    out = b""
+    closed = False
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        sock.settimeout(0.2)
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            if out:
+                break
+            continue
+        except ConnectionResetError:
+            closed = True
+            break
+        if not chunk:
+            closed = True
+            break
+        out += chunk
+    sock.close()
+    lines = [line for line in out.split(b"\r\n") if line and not line.startswith((b"PING", b"PONG", b"INFO"))]
+    return b"\r\n".join(lines), closed
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        FAKE_CONNECT + b"BOGUS\r\n",
+        FAKE_CONNECT + b'CONNECT {"lang":"python","verbose":false}\r\n',
+        b'CONNECT {"lang":"python","verbose":false,"pedantic":false}\r\n',
+        b"RS+ $G foo\r\n",
+        FAKE_CONNECT.replace(b'"cluster":"T"', b'"cluster":"OTHER"'),
+    ],
+    ids=["unknown-op", "second-connect", "client-on-route-port", "op-before-connect", "cluster-name"],
+)
+def test_bad_route_input_gets_nats_server_answer(node: Start, data: bytes) -> None:
+    ours, reference = node("pynatsd"), node("nats-server")
+    mine = first_reply(int(str(ours.extra["route_port"])), data)
+    theirs = first_reply(int(str(reference.extra["route_port"])), data)
+    assert mine == theirs
