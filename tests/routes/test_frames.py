@@ -49,8 +49,10 @@ def session(port: int, route_port: int) -> dict[str, Any]:
         b'CONNECT {"verbose":false,"headers":true}\r\nSUB foo 1\r\nSUB bar q1 2\r\nSUB bar q1 3\r\nPING\r\n'
     )
     read_until(client, b"PONG\r\n")
-    route.sendall(b"PING\r\n")
+    route.sendall(b"PING\r\n")  # its PONG comes after the interest the subscriptions sent
     interest = read_until(route, b"RS+ $G bar q1 2\r\n")
+    if b"PONG\r\n" not in interest.split(b"RS+ $G bar q1 2\r\n", 1)[1]:
+        read_until(route, b"PONG\r\n")
     rs = [line for line in interest.split(b"\r\n") if line.startswith(b"RS") and b" $G " in line]
     route.sendall(
         b"RS+ $G baz\r\nRMSG $G foo reply 2\r\nhi\r\nRMSG $G bar | q1 2\r\nhq\r\n"
