@@ -61,6 +61,7 @@ class RouteManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._connecting: set[str] = set()  # URLs being solicited (no second attempt meanwhile)
         self._stopping = False
+        self._own_urls: list[str] | None = None
         # `tls {}`: the accepting and the soliciting side's contexts (pynatsd.routes.tls)
         self._tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None
         if not cluster.name:
@@ -178,7 +179,13 @@ class RouteManager:
 
     def own_client_urls(self) -> list[str]:
         """Where clients reach this server, as nats-server advertises it: client_advertise, else the
-        listen address, every non-loopback address of the host when listening on all of them."""
+        listen address, every non-loopback address of the host when listening on all of them (looked up
+        once: a name lookup may block)."""
+        if self._own_urls is None:
+            self._own_urls = self._client_urls()
+        return list(self._own_urls)
+
+    def _client_urls(self) -> list[str]:
         server = self.server
         opts = server.options
         if opts.client_advertise:

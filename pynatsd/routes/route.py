@@ -246,11 +246,11 @@ class Route(Client):
         urls = info.get("connect_urls")
         self.connect_urls = [str(u) for u in urls] if isinstance(urls, list) else []
         port = info.get("port")
-        if not self.url and isinstance(port, int):
-            self.url = f"nats-route://{_join(str(info.get('host', '')), port)}/"
         if not info.get("ip") and isinstance(port, int):
             # nats-server's: where the peer's route port is, as seen from here (what gossip hands on).
             info["ip"] = f"nats-route://{_join(self.host, port)}/"
+        if not self.url and info.get("ip"):
+            self.url = str(info["ip"])  # an accepted route's way back (its INFO's host may be 0.0.0.0)
         info.pop("nonce", None)
         self.info = info
         if not manager.add_route(self):

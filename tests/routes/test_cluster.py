@@ -317,3 +317,31 @@ async def test_route_authorization(node: Start, tmp_path: Any, kinds: tuple[str,
     finally:
         for client in (a, b, c):
             await client.close()
+
+
+async def test_every_node_given_the_same_routes_list_including_itself(node: Start) -> None:
+    """The usual deployment: one routes list for all (each node's own URL in it is recognized as itself)."""
+    ports = [free_port() for _ in range(3)]
+    urls = ",".join(f"nats://127.0.0.1:{p}" for p in ports)
+    kinds = ("pynatsd", "nats-server", "pynatsd")
+    servers = [
+        node(kind, cluster_port=port, args=["--routes", urls])
+        for kind, port in zip(kinds, ports, strict=True)
+    ]
+    clients = [await connect(server) for server in servers]
+    try:
+        for pub in clients:
+            for sub in clients:
+                if pub is not sub:
+                    await wait_routed(pub, sub)
+        got = Inbox()
+        await clients[0].subscribe("all", cb=got.add)
+        await settle(*clients)
+        await asyncio.sleep(1.0)
+        for i, client in enumerate(clients):
+            await client.publish("all", b"%d" % i)
+        await settle(*clients)
+        assert sorted(got.data()) == [b"0", b"1", b"2"]  # once each: no duplicate routes
+    finally:
+        for client in clients:
+            await client.close()
