@@ -2,8 +2,9 @@
 
 The parsed block lives in `opts.extra["cluster"]`; `cluster_options(opts)` returns it, or None when no
 cluster listener is configured. Security fails closed: a key that decides who may connect or what peers
-may do and that pynatsd does not implement (route permissions, TLS for routes, pinned accounts) stops
-the server with a clear error; unknown keys are errors, as in nats-server.
+may do and that pynatsd does not implement (route permissions, TLS options beyond certificate, key, CA
+and timeout, pinned accounts) stops the server with a clear error; unknown keys are errors, as in
+nats-server.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ _EXTRA_KEY = "cluster"
 DEFAULT_POOL_SIZE = 3
 DEFAULT_CONNECT_RETRIES = 0  # explicit routes retry forever; implicit ones (gossiped) give up
 DEFAULT_AUTH_TIMEOUT = 2.0
+DEFAULT_TLS_TIMEOUT = 2.0
 
 
 @dataclass
@@ -41,6 +43,9 @@ class ClusterOptions:
     dynamic_name: bool = False  # set at start when `name` was not configured
     ping_interval: float = 0.0  # 0: the server's, at most ROUTE_MAX_PING_INTERVAL
     ping_max: int = 0  # 0: the server's
+    # `tls {}`: cert_file, key_file, ca_file, timeout (seconds). Routes then run mutual TLS, as
+    # nats-server's: each side presents its certificate and verifies the other's against ca_file.
+    tls: dict[str, Any] | None = None
 
     @property
     def auth_required(self) -> bool:
@@ -122,6 +127,40 @@ def route_urls(value: Any, key: str = "routes") -> list[str]:
     return urls
 
 
+_TLS_FILES = ("cert_file", "key_file", "ca_file")
+
+
+def _tls(value: Any) -> dict[str, Any]:
+    """The route `tls {}` block: certificate, key, CA and handshake timeout. Anything else (insecure,
+    pinned certificates, cipher or curve choices, verify_and_map, OCSP, ...) would change who is trusted
+    or how: refused by name (fail closed)."""
+    if not isinstance(value, dict):
+        raise ConfigValueError("cluster tls: expected a block")
+    tls: dict[str, Any] = {"timeout": DEFAULT_TLS_TIMEOUT}
+    for key, v in value.items():
+        k = key.lower()
+        if k in _TLS_FILES:
+            tls[k] = _str(f"tls {key}", v)
+        elif k == "timeout":
+            tls["timeout"] = parse_duration(f"cluster tls {key}", v)
+        elif k == "verify":
+            _bool(f"tls {key}", v)  # routes verify their peers in any case, as nats-server's
+        else:
+            raise ConfigValueError(
+                f'cluster tls "{key}": pynatsd does not support it for routes (it decides which peers are '
+                "trusted, or how); remove it to run pynatsd"
+            )
+    if not tls.get("cert_file") or not tls.get("key_file"):
+        raise ConfigValueError("cluster tls: cert_file and key_file are required")
+    from pynatsd.routes.tls import route_contexts
+
+    try:
+        route_contexts(tls)  # unusable files stop the server now, not at its first route
+    except ValueError as exc:
+        raise ConfigValueError(f"cluster tls: {exc}") from None
+    return tls
+
+
 def _authorization(cluster: ClusterOptions, value: Any) -> None:
     if not isinstance(value, dict):
         raise ConfigValueError("cluster authorization: expected a block")
@@ -191,13 +230,14 @@ def parse_block(value: Any) -> ClusterOptions:
             cluster.ping_interval = parse_duration(f"cluster {key}", v)
         elif k == "ping_max":
             cluster.ping_max = _int(key, v)
-        elif k in ("tls", "permissions", "accounts", "connect_backoff", "write_deadline", "write_timeout"):
+        elif k == "tls":
+            cluster.tls = _tls(v)
+        elif k in ("permissions", "accounts", "connect_backoff", "write_deadline", "write_timeout"):
             what = {
-                "tls": "TLS for routes",
                 "permissions": "route import/export permissions",
                 "accounts": "pinned accounts (dedicated routes)",
             }.get(k, f'"{k}" for routes')
-            access = k in ("tls", "permissions")
+            access = k == "permissions"
             why = " (it protects or restricts what peers may do)" if access else ""
             raise ConfigValueError(
                 f'cluster "{key}": pynatsd does not support {what}{why}; remove it to run pynatsd'

@@ -20,6 +20,7 @@ import asyncio
 import ipaddress
 import random
 import socket
+import ssl
 import urllib.parse
 from typing import TYPE_CHECKING, Any, cast
 
@@ -29,6 +30,7 @@ from pynatsd.broker.logging import get_logger
 from pynatsd.protocol import encoder
 from pynatsd.protocol.route import encode_rsub, encode_runsub
 from pynatsd.routes.route import Route
+from pynatsd.routes.tls import route_contexts
 
 if TYPE_CHECKING:
     from pynatsd.broker.delivery import Subscription
@@ -59,6 +61,9 @@ class RouteManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._connecting: set[str] = set()  # URLs being solicited (no second attempt meanwhile)
         self._stopping = False
+        self._own_urls: list[str] | None = None
+        # `tls {}`: the accepting and the soliciting side's contexts (pynatsd.routes.tls)
+        self._tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None
         if not cluster.name:
             cluster.name = new_server_id()[:22]  # nats-server's dynamic name: random until a peer's
             cluster.dynamic_name = True
@@ -73,11 +78,15 @@ class RouteManager:
         for account, sublist in server.account_sublists.items():
             self.watch(account, sublist)
         port = 0 if cluster.port == -1 else cluster.port
+        if cluster.tls is not None:
+            self._tls = route_contexts(cluster.tls)
         self._listener = await server.loop.create_server(
             lambda: cast(asyncio.Protocol, Route(self, did_solicit=False)),
             host=cluster.host or None,
             port=port,
             reuse_address=True,
+            ssl=self._tls[0] if self._tls else None,
+            ssl_handshake_timeout=self._tls_timeout(),
         )
         sockets = self._listener.sockets
         if sockets:
@@ -121,6 +130,8 @@ class RouteManager:
         }
         if cluster.auth_required:
             info["auth_required"] = True
+        if cluster.tls is not None:
+            info["tls_required"] = info["tls_verify"] = True
         info["max_payload"] = opts.max_payload
         if server.jetstream is not None:
             info["jetstream"] = True
@@ -142,7 +153,7 @@ class RouteManager:
             options["user"] = urllib.parse.unquote(parts.username)
             options["pass"] = urllib.parse.unquote(parts.password or "")
         options |= {
-            "tls_required": False,
+            "tls_required": self.cluster.tls is not None,
             "headers": self.server.options.headers,
             "name": self.server.server_id,
             "cluster": self.cluster.name,
@@ -168,7 +179,13 @@ class RouteManager:
 
     def own_client_urls(self) -> list[str]:
         """Where clients reach this server, as nats-server advertises it: client_advertise, else the
-        listen address, every non-loopback address of the host when listening on all of them."""
+        listen address, every non-loopback address of the host when listening on all of them (looked up
+        once: a name lookup may block)."""
+        if self._own_urls is None:
+            self._own_urls = self._client_urls()
+        return list(self._own_urls)
+
+    def _client_urls(self) -> list[str]:
         server = self.server
         opts = server.options
         if opts.client_advertise:
@@ -226,6 +243,9 @@ class RouteManager:
                         lambda: cast(asyncio.Protocol, self._solicited(url, explicit, gossip_mode)),
                         host,
                         port,
+                        ssl=self._tls[1] if self._tls else None,
+                        server_hostname=host if self._tls else None,
+                        ssl_handshake_timeout=self._tls_timeout(),
                     )
                     return
                 except OSError as exc:
@@ -237,6 +257,10 @@ class RouteManager:
                 await asyncio.sleep(ROUTE_CONNECT_DELAY)
         finally:
             self._connecting.discard(url)
+
+    def _tls_timeout(self) -> float | None:
+        tls = self.cluster.tls
+        return float(tls["timeout"]) if tls is not None else None
 
     def _solicited(self, url: str, explicit: bool, gossip_mode: int) -> Route:
         route = Route(self, did_solicit=True, url=url, is_configured=explicit)

@@ -181,9 +181,7 @@ class Route(Client):
         return False
 
     def on_connect(self, options: dict[str, Any]) -> None:
-        if self.did_solicit or self._connect_received:
-            return  # nats-server ignores a CONNECT on a solicited or connected route
-        if options.get("lang"):
+        if options.get("lang"):  # a client library's CONNECT, whenever it comes
             log.error("%r - a client connected to the route port", self)
             self.close(WRONG_PORT, "attempted to connect to route port")
             return
@@ -191,6 +189,8 @@ class Route(Client):
             text = f"Rejecting connection from gateway {options['gateway']!r} on the Route port"
             self.close("Wrong Gateway", text)
             return
+        if self.did_solicit or self._connect_received:
+            return  # the handshake is done; nothing more to learn from it
         cluster = self.manager.cluster
         if cluster.auth_required and not (
             options.get("user") == cluster.username
@@ -246,11 +246,11 @@ class Route(Client):
         urls = info.get("connect_urls")
         self.connect_urls = [str(u) for u in urls] if isinstance(urls, list) else []
         port = info.get("port")
-        if not self.url and isinstance(port, int):
-            self.url = f"nats-route://{_join(str(info.get('host', '')), port)}/"
         if not info.get("ip") and isinstance(port, int):
             # nats-server's: where the peer's route port is, as seen from here (what gossip hands on).
             info["ip"] = f"nats-route://{_join(self.host, port)}/"
+        if not self.url and info.get("ip"):
+            self.url = str(info["ip"])  # an accepted route's way back (its INFO's host may be 0.0.0.0)
         info.pop("nonce", None)
         self.info = info
         if not manager.add_route(self):

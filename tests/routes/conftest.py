@@ -43,7 +43,10 @@ def node() -> Iterator[Start]:
             cmd += ["--cluster_name", name]
         if routes:
             cmd += ["--routes", ",".join(f"nats://127.0.0.1:{r.extra['route_port']}" for r in routes)]
-        server = start_server(kind, cmd + (args or []), http_port=free_port() if http else None)
+        port = free_port()
+        while port == rport:  # two free ports asked in a row may be the same one
+            port = free_port()
+        server = start_server(kind, cmd + (args or []), port=port, http_port=free_port() if http else None)
         server.extra["route_port"] = rport
         started.append(server)
         return server

@@ -145,7 +145,7 @@ async def test_interest_is_sent_again_after_a_peer_restarts(node: Start, kind: s
     await a.subscribe("kept", cb=inbox.add)
     await a.flush()
     peer.stop(signal.SIGKILL)
-    peer = node(peer_kind, cluster_port=int(peer_route_port))
+    peer = node(peer_kind, cluster_port=int(str(peer_route_port)))
     b = await connect(peer)
     try:
         await wait_routed(b, a)
@@ -316,4 +316,32 @@ async def test_route_authorization(node: Start, tmp_path: Any, kinds: tuple[str,
             await wait_routed(c, a, timeout=2.0)
     finally:
         for client in (a, b, c):
+            await client.close()
+
+
+async def test_every_node_given_the_same_routes_list_including_itself(node: Start) -> None:
+    """The usual deployment: one routes list for all (each node's own URL in it is recognized as itself)."""
+    ports = [free_port() for _ in range(3)]
+    urls = ",".join(f"nats://127.0.0.1:{p}" for p in ports)
+    kinds = ("pynatsd", "nats-server", "pynatsd")
+    servers = [
+        node(kind, cluster_port=port, args=["--routes", urls])
+        for kind, port in zip(kinds, ports, strict=True)
+    ]
+    clients = [await connect(server) for server in servers]
+    try:
+        for pub in clients:
+            for sub in clients:
+                if pub is not sub:
+                    await wait_routed(pub, sub)
+        got = Inbox()
+        await clients[0].subscribe("all", cb=got.add)
+        await settle(*clients)
+        await asyncio.sleep(1.0)
+        for i, client in enumerate(clients):
+            await client.publish("all", b"%d" % i)
+        await settle(*clients)
+        assert sorted(got.data()) == [b"0", b"1", b"2"]  # once each: no duplicate routes
+    finally:
+        for client in clients:
             await client.close()

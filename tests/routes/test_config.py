@@ -61,7 +61,10 @@ def test_host_and_port_keys_and_no_port_means_no_cluster() -> None:
 @pytest.mark.parametrize(
     ("block", "words"),
     [
-        ("tls { cert_file: x }", "TLS for routes"),
+        ("tls { cert_file: x, key_file: y, insecure: true }", '"insecure": pynatsd does not support'),
+        ("tls { cert_file: x, key_file: y, pinned_certs: [] }", '"pinned_certs": pynatsd does not support'),
+        ("tls { cert_file: x }", "cert_file and key_file are required"),
+        ("tls { cert_file: no-such.pem, key_file: no-such.key }", "no-such.pem: no such file"),
         ("permissions { import: x }", "route import/export permissions"),
         ("accounts: [A]", "pinned accounts"),
         ("compression: s2_fast", "compressed routes"),

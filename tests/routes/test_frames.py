@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ def read_until(sock: socket.socket, marker: bytes, timeout: float = 5.0) -> byte
     return data
 
 
-def session(port: int, route_port: int) -> dict[str, object]:
+def session(port: int, route_port: int) -> dict[str, Any]:
     """What a server says to a route peer: its INFO, the interest it sends for a client's
     subscriptions, what its client gets of routed messages and what the route gets of its client's."""
     route = socket.create_connection(("127.0.0.1", route_port))
@@ -48,8 +49,10 @@ def session(port: int, route_port: int) -> dict[str, object]:
         b'CONNECT {"verbose":false,"headers":true}\r\nSUB foo 1\r\nSUB bar q1 2\r\nSUB bar q1 3\r\nPING\r\n'
     )
     read_until(client, b"PONG\r\n")
-    route.sendall(b"PING\r\n")
+    route.sendall(b"PING\r\n")  # its PONG comes after the interest the subscriptions sent
     interest = read_until(route, b"RS+ $G bar q1 2\r\n")
+    if b"PONG\r\n" not in interest.split(b"RS+ $G bar q1 2\r\n", 1)[1]:
+        read_until(route, b"PONG\r\n")
     rs = [line for line in interest.split(b"\r\n") if line.startswith(b"RS") and b" $G " in line]
     route.sendall(
         b"RS+ $G baz\r\nRMSG $G foo reply 2\r\nhi\r\nRMSG $G bar | q1 2\r\nhq\r\n"
@@ -70,13 +73,13 @@ def session(port: int, route_port: int) -> dict[str, object]:
 def test_route_frames_match_nats_server(node: Start, kind: str) -> None:
     ours = node(kind)
     reference = node("nats-server")
-    mine = session(ours.port, int(ours.extra["route_port"]))
-    theirs = session(reference.port, int(reference.extra["route_port"]))
+    mine = session(ours.port, int(str(ours.extra["route_port"])))
+    theirs = session(reference.port, int(str(reference.extra["route_port"])))
     common = {"server_id", "server_name", "version", "proto", "go", "host", "port", "headers", "max_payload"}
     for info in (mine["info"], theirs["info"]):
-        assert common | {"cluster", "connect_urls"} <= set(info)  # type: ignore[arg-type]
-        assert info["cluster"] == "T"  # type: ignore[index]
-    assert "route_pool_size" not in mine["info"]  # type: ignore[operator]  # one route, see pynatsd.routes
+        assert common | {"cluster", "connect_urls"} <= set(info)
+        assert info["cluster"] == "T"
+    assert "route_pool_size" not in mine["info"]  # one route, see pynatsd.routes
     assert mine["rs"] == theirs["rs"] == [b"RS+ $G foo", b"RS+ $G bar q1 1", b"RS+ $G bar q1 2"]
     # only the named queue group gets `| q1`; a plain RMSG reaches no queue group
     assert (
@@ -113,3 +116,49 @@ def test_soliciting_connect_matches_nats_server(node: Start) -> None:
         assert ours[key] == theirs[key], key
     assert set(ours) <= set(theirs)
     assert ours["name"] != theirs["name"] and ours["name"].startswith("N")  # each server's own id
+
+
+def first_reply(route_port: int, data: bytes) -> tuple[bytes, bool]:
+    """What a server answers on its route port to `data` (after its INFO), and whether it then closed."""
+    sock = socket.create_connection(("127.0.0.1", route_port))
+    read_until(sock, b"\r\n")
+    sock.sendall(data)
+    out = b""
+    closed = False
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        sock.settimeout(0.2)
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            if out:
+                break
+            continue
+        except ConnectionResetError:
+            closed = True
+            break
+        if not chunk:
+            closed = True
+            break
+        out += chunk
+    sock.close()
+    lines = [line for line in out.split(b"\r\n") if line and not line.startswith((b"PING", b"PONG", b"INFO"))]
+    return b"\r\n".join(lines), closed
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        FAKE_CONNECT + b"BOGUS\r\n",
+        FAKE_CONNECT + b'CONNECT {"lang":"python","verbose":false}\r\n',
+        b'CONNECT {"lang":"python","verbose":false,"pedantic":false}\r\n',
+        b"RS+ $G foo\r\n",
+        FAKE_CONNECT.replace(b'"cluster":"T"', b'"cluster":"OTHER"'),
+    ],
+    ids=["unknown-op", "second-connect", "client-on-route-port", "op-before-connect", "cluster-name"],
+)
+def test_bad_route_input_gets_nats_server_answer(node: Start, data: bytes) -> None:
+    ours, reference = node("pynatsd"), node("nats-server")
+    mine = first_reply(int(str(ours.extra["route_port"])), data)
+    theirs = first_reply(int(str(reference.extra["route_port"])), data)
+    assert mine == theirs
