@@ -11,16 +11,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pynatsd.monitor.formats import go_duration, rfc3339nano, subscription_detail, uptime
-from pynatsd.routes.config import DEFAULT_AUTH_TIMEOUT
+from pynatsd.routes.config import DEFAULT_AUTH_TIMEOUT, DEFAULT_TLS_TIMEOUT
 
 if TYPE_CHECKING:
     from pynatsd.broker.delivery import Subscription
     from pynatsd.broker.server import Server
     from pynatsd.routes.route import Route
-
-# nats-server's cluster TLS timeout when none is configured (pynatsd has no route TLS; the field is shown
-# as nats-server shows it for a plain cluster listener).
-DEFAULT_TLS_TIMEOUT = 2.0
 
 
 def routez(server: Server, now: datetime, subs: bool, detail: bool) -> dict[str, Any]:
@@ -93,15 +89,22 @@ def varz_cluster(server: Server) -> dict[str, Any]:
     cluster = server.cluster
     if cluster is None:
         return {}
+    tls = cluster.tls
+    tls_timeout = float(tls["timeout"]) if tls else DEFAULT_TLS_TIMEOUT
+    # nats-server's default: the TLS handshake limit plus a second under TLS, else 2 s
+    auth_timeout = cluster.auth_timeout or (tls_timeout + 1.0 if tls else DEFAULT_AUTH_TIMEOUT)
     block: dict[str, Any] = {
         "name": cluster.name,
         "addr": cluster.host,
         "cluster_port": cluster.port,
-        "auth_timeout": cluster.auth_timeout or DEFAULT_AUTH_TIMEOUT,
+        "auth_timeout": auth_timeout,
     }
     if cluster.urls:  # host:port of the configured routes, credentials left out
         block["urls"] = [urlsplit(u).netloc.rpartition("@")[2] for u in cluster.urls]
-    block["tls_timeout"] = DEFAULT_TLS_TIMEOUT
+    block["tls_timeout"] = tls_timeout
+    if tls:  # routes then run mutual TLS: required and verified
+        block["tls_required"] = True
+        block["tls_verify"] = True
     if cluster.pool_size:  # the configured value, as nats-server shows it (pynatsd keeps one route a peer)
         block["pool_size"] = cluster.pool_size
     return block

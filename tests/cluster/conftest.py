@@ -52,10 +52,10 @@ def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
     """Private clusters (for kills and restarts), stopped after the test."""
     started: list[Cluster] = []
 
-    def start(kinds: tuple[str, ...], extra: str = "") -> Cluster:
+    def start(kinds: tuple[str, ...], cluster_extra: str = "") -> Cluster:
         if "nats-server" in kinds:
             need_tool(nats_server_binary() is not None, "nats-server")
-        cluster = build_cluster(kinds, tmp_path / f"cluster{len(started)}", extra)
+        cluster = build_cluster(kinds, tmp_path / f"cluster{len(started)}", cluster_extra)
         started.append(cluster)
         for node in cluster.nodes:
             cluster.start(node)

@@ -42,8 +42,9 @@ def http_json(url: str, timeout: float = 5.0) -> dict[str, Any]:
     return body
 
 
-def node_config(name: str, cluster: str, cluster_port: int, seed: int | None, extra: str = "") -> str:
-    """One node's config: its names, the cluster listener, the seed route (none for the seed itself)."""
+def node_config(name: str, cluster: str, cluster_port: int, seed: int | None, cluster_extra: str = "") -> str:
+    """One node's config: its names, the cluster listener, the seed route (none for the seed itself), and
+    `cluster_extra` lines inside the cluster block (a `tls {}` block, say)."""
     routes = f"  routes: [nats-route://127.0.0.1:{seed}]\n" if seed is not None else ""
     return (
         f"server_name: {name}\n"
@@ -51,8 +52,8 @@ def node_config(name: str, cluster: str, cluster_port: int, seed: int | None, ex
         f"  name: {cluster}\n"
         f"  listen: 127.0.0.1:{cluster_port}\n"
         f"{routes}"
+        f"{cluster_extra}"
         "}\n"
-        f"{extra}"
     )
 
 
@@ -221,7 +222,7 @@ def wait_until(check: Callable[[], bool], timeout: float, message: Callable[[], 
     raise AssertionError(message())
 
 
-def build_cluster(kinds: Sequence[str], workdir: Path, extra: str = "", name: str = "pyc") -> Cluster:
+def build_cluster(kinds: Sequence[str], workdir: Path, cluster_extra: str = "", name: str = "pyc") -> Cluster:
     """Nodes of the given kinds with ports allocated and config files written (none started)."""
     for kind in kinds:
         if kind not in KINDS:
@@ -233,15 +234,15 @@ def build_cluster(kinds: Sequence[str], workdir: Path, extra: str = "", name: st
         node_name = f"n{i}-{'py' if kind == 'pynatsd' else 'go'}"
         config = workdir / f"{node_name}.conf"
         seed = cluster_ports[0] if i else None
-        config.write_text(node_config(node_name, name, cluster_ports[i], seed, extra))
+        config.write_text(node_config(node_name, name, cluster_ports[i], seed, cluster_extra))
         nodes.append(Node(i, kind, node_name, free_port(), cluster_ports[i], free_port(), config))
     return Cluster(nodes, name, workdir)
 
 
 @contextlib.contextmanager
-def running_cluster(kinds: Sequence[str], workdir: Path, extra: str = "") -> Iterator[Cluster]:
+def running_cluster(kinds: Sequence[str], workdir: Path, cluster_extra: str = "") -> Iterator[Cluster]:
     """A started, fully meshed cluster; every node stopped on exit."""
-    cluster = build_cluster(kinds, workdir, extra)
+    cluster = build_cluster(kinds, workdir, cluster_extra)
     try:
         for node in cluster.nodes:
             cluster.start(node)

@@ -25,6 +25,7 @@ from tests.cluster.conftest import ClusterFactory
 from tests.cluster.harness import Cluster, Node, running_cluster
 from tests.conftest import need_tool
 from tests.monitor.test_dashboard import browser, eventually, text_of  # noqa: F401 (browser: a fixture)
+from tests.routes.test_tls import route_certs
 from tests.servers import nats_server_binary
 from tests.wire import WireClient
 
@@ -192,3 +193,24 @@ async def test_dashboard_shows_routes(cluster_factory: ClusterFactory, browser: 
     assert await eventually(lambda: peers() == {"n1-py", "n2-go"}), peers()
     errors = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
     assert errors == [], json.dumps(errors)
+
+
+def test_varz_cluster_fields_with_route_tls(cluster_factory: ClusterFactory, tmp_path: Path) -> None:
+    """Routes over mutual TLS: pynatsd's /varz `cluster` block has nats-server's keys and values (TLS
+    required and verified, the TLS timeout, the authorization timeout derived from it)."""
+    certs = route_certs(tmp_path)
+    tls = (
+        f'  tls {{ cert_file: "{certs["cert"]}", key_file: "{certs["key"]}", ca_file: "{certs["ca"]}",'
+        " timeout: 3 }\n"
+    )
+    cluster = cluster_factory(("pynatsd", "nats-server", "pynatsd"), cluster_extra=tls)
+    blocks = [node.get("/varz")["cluster"] for node in cluster.nodes]
+    assert blocks[1]["tls_required"] is True  # the reference: nats-server's view of the same settings
+    # Not reported by pynatsd (its client TLS block does not either): the certificate's expiry date.
+    assert "tls_cert_not_after" in blocks[1]
+    del blocks[1]["tls_cert_not_after"]
+    for block, node in zip(blocks, cluster.nodes, strict=True):
+        assert {k: v for k, v in block.items() if k not in ("cluster_port", "urls")} == {
+            k: v for k, v in blocks[1].items() if k not in ("cluster_port", "urls")
+        }, node
+        assert list(block) == [k for k in blocks[1] if node.index > 0 or k != "urls"], node

@@ -123,3 +123,17 @@ async def test_route_metrics(clustered: Server, get: Get) -> None:
     assert samples[("pynatsd_route_bytes_out_total", "beta")] == 70
     assert samples[("pynatsd_route_subscriptions", "alpha")] == 2
     assert samples[("pynatsd_route_rtt_seconds", "beta")] == pytest.approx(0.000412)
+
+
+async def test_varz_cluster_block_with_route_tls(clustered: Server, get: Get) -> None:
+    """Route TLS configured: required and verified (mutual), and the default authorization timeout is the
+    handshake limit plus a second, as nats-server's."""
+    assert clustered.cluster is not None
+    clustered.cluster.tls = {"timeout": 3.0, "cert_file": "c.pem", "key_file": "k.pem"}
+    block = (await get("/varz"))["cluster"]
+    assert list(block) == [
+        "name", "addr", "cluster_port", "auth_timeout", "urls", "tls_timeout", "tls_required", "tls_verify",
+        "pool_size",
+    ]  # fmt: skip
+    assert (block["auth_timeout"], block["tls_timeout"]) == (4, 3)
+    assert block["tls_required"] is True and block["tls_verify"] is True
