@@ -57,11 +57,11 @@ def route_info(route: Route, now: datetime, subs: bool, detail: bool) -> dict[st
     if subs and route.num_subs:
         if detail:
             info["subscriptions_list_detail"] = [
-                remote_detail(a, subs, route.rid) for a, subs in interest(route)
+                remote_detail(account, shadows, route.rid) for account, shadows in interest(route)
             ]
         else:  # subjects only, queue subscriptions too (as nats-server lists them)
             info["subscriptions_list"] = [
-                subs[0].subject.decode("utf-8", "replace") for _, subs in interest(route)
+                shadows[0].subject.decode("utf-8", "replace") for _, shadows in interest(route)
             ]
     # No `account`: that names the account a pooled route is pinned to, and pynatsd does not pool.
     info["compression"] = route.compression
