@@ -21,6 +21,7 @@ from pynatsd.protocol.ops import HPub, Pub, Sub, Unsub, describe
 
 if TYPE_CHECKING:
     from pynatsd.broker.connection import Connection
+    from pynatsd.routes.route import Route
 
 log = get_logger()
 REDACTED = "[REDACTED]"
@@ -150,7 +151,7 @@ def retrace(conn: Connection, enabled: bool) -> None:
 class TracedTransport:
     """A transport that traces the frames written through it, then writes them (`->>` lines)."""
 
-    def __init__(self, transport: asyncio.Transport, conn: Connection) -> None:
+    def __init__(self, transport: asyncio.Transport, conn: Connection | Route) -> None:
         self._transport = transport
         self._conn = conn
         self._pending = b""  # the start of a frame whose end is in a later write
@@ -186,6 +187,8 @@ class TracedTransport:
             shown = _OUT_LINES.get(line)
             if shown is None and line.startswith(b"-ERR "):
                 shown = "-ERR " + _text(line[5:]).strip("'")
+            elif shown is None and line.startswith((b"RS+ ", b"RS- ")):  # a route's interest
+                shown = _text(line)
             if shown:
                 log.log(TRACE, "%r - ->> [%s]", conn, shown)
             pos = end + 2
@@ -196,8 +199,9 @@ _OUT_LINES = {b"PING": "PING", b"PONG": "PONG", b"+OK": "OK"}
 
 
 def _payload_size(line: bytes) -> int | None:
-    """The bytes after a MSG or HMSG control line (headers and payload), None for other lines."""
-    if line.startswith((b"MSG ", b"HMSG ")):
+    """The bytes after a MSG, HMSG or (routes) RMSG control line (headers and payload), None for other
+    lines."""
+    if line.startswith((b"MSG ", b"HMSG ", b"RMSG ")):
         last = line.rsplit(b" ", 1)[-1]
         if last.isdigit():
             return int(last)

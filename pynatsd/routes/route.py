@@ -16,10 +16,18 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd.broker.auth import _password_ok
 from pynatsd.broker.delivery import Client, Message, Subscription, publish
-from pynatsd.broker.logging import get_logger
+from pynatsd.broker.logging import TRACE, get_logger
 from pynatsd.broker.outbound import Outbound
+from pynatsd.broker.trace import TracedTransport, payload_line, redact
 from pynatsd.protocol import encoder, errors
-from pynatsd.protocol.route import RouteParser, encode_connect, rmsg_head
+from pynatsd.protocol.route import (
+    RouteOpHandler,
+    RouteParser,
+    encode_connect,
+    encode_rsub,
+    encode_runsub,
+    rmsg_head,
+)
 
 if TYPE_CHECKING:
     from pynatsd.routes.manager import RouteManager
@@ -75,7 +83,9 @@ class Route(Client):
         # or a queue group's weight of them
         self.remote_subs: dict[tuple[bytes, bytes, bytes | None], list[Subscription]] = {}
         self.transport: asyncio.Transport | None = None
-        self.parser = RouteParser(self, max_control_line=server.options.max_control_line)
+        self._trace = log.isEnabledFor(TRACE)
+        handler: RouteOpHandler = RouteTracer(self) if self._trace else self
+        self.parser = RouteParser(handler, max_control_line=server.options.max_control_line)
         self._connect_received = did_solicit  # only the accepting side waits for CONNECT
         self._info_received = False
         self._msg = Message(self)
@@ -113,7 +123,8 @@ class Route(Client):
         if peer:
             self.host, self.port = str(peer[0]), int(peer[1])
         server = self.server
-        self.out = Outbound(transport, server.scheduler, server.options.max_pending)
+        traced = cast(asyncio.Transport, TracedTransport(transport, self)) if self._trace else transport
+        self.out = Outbound(traced, server.scheduler, server.options.max_pending)
         self.out.start(self._write_failed)
         manager = self.manager
         manager.connecting(self)  # (for a solicited route: its connect attempt is over)
@@ -450,3 +461,69 @@ class Route(Client):
 
 def _join(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class RouteTracer:
+    """The route parser's handler while tracing (-V): each op traced as nats-server traces a route's
+    (`<<- [RS+ $G foo]`, `<<- [RMSG $G foo 5]` and its payload), then handled by the route."""
+
+    def __init__(self, route: Route) -> None:
+        self.route = route
+
+    def _trace(self, text: str, payload: bytes = b"") -> None:
+        route = self.route
+        log.log(TRACE, "%r - <<- [%s]", route, text)
+        line = payload_line("<<-", payload, route.server.options.max_traced_msg_len)
+        if line is not None:
+            log.log(TRACE, "%r - %s", route, line)
+
+    def on_info(self, info: dict[str, Any]) -> None:
+        self._trace(f"INFO {encoder.go_json(redact(info))}")
+        self.route.on_info(info)
+
+    def on_connect(self, options: dict[str, Any]) -> None:
+        self._trace(f"CONNECT {encoder.go_json(redact(options))}")
+        self.route.on_connect(options)
+
+    def on_ping(self) -> None:
+        self._trace("PING")
+        self.route.on_ping()
+
+    def on_pong(self) -> None:
+        self._trace("PONG")
+        self.route.on_pong()
+
+    def on_ok(self) -> None:
+        self._trace("+OK")
+        self.route.on_ok()
+
+    def on_err(self, text: str) -> None:
+        self._trace(f"-ERR {text}")
+        self.route.on_err(text)
+
+    def on_rsub(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
+        self._trace(_text(encode_rsub(account, subject, queue, weight)[:-2]))
+        self.route.on_rsub(account, subject, queue, weight)
+
+    def on_runsub(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
+        self._trace(_text(encode_runsub(account, subject, queue)[:-2]))
+        self.route.on_runsub(account, subject, queue)
+
+    def on_rmsg(
+        self,
+        account: bytes,
+        subject: bytes,
+        reply: bytes | None,
+        queues: list[bytes] | None,
+        headers: bytes | None,
+        payload: bytes,
+    ) -> None:
+        head = rmsg_head(account, subject, reply, queues, headers is not None)
+        size = len(payload) if headers is None else len(headers) + len(payload)
+        sizes = b"%d" % size if headers is None else b"%d %d" % (len(headers), size)
+        self._trace(_text(head + sizes), (headers or b"") + payload)
+        self.route.on_rmsg(account, subject, reply, queues, headers, payload)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")

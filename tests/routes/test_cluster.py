@@ -345,3 +345,33 @@ async def test_every_node_given_the_same_routes_list_including_itself(node: Star
     finally:
         for client in clients:
             await client.close()
+
+
+async def test_route_traffic_is_traced_like_nats_server(node: Start) -> None:
+    """-V: a route's ops in both directions, with nats-server's arrows and words."""
+    peer = node("nats-server")
+    ours = node("pynatsd", routes=[peer], args=["-V"])
+    a, b = await connect(ours), await connect(peer)
+    try:
+        await a.subscribe("traced.here", cb=Inbox().add)
+        await b.subscribe("traced.there", cb=Inbox().add)
+        await wait_routed(a, b)
+        await wait_routed(b, a)
+        await a.publish("traced.there", b"out")
+        await b.publish("traced.here", b"in")
+        await settle(a, b)
+        await asyncio.sleep(0.3)
+    finally:
+        await a.close()
+        await b.close()
+    log = ours.log()
+    for expected in (
+        "rid:",
+        "- ->> [RS+ $G traced.here]",
+        "- <<- [RS+ $G traced.there]",
+        "- ->> [RMSG $G traced.there 3]",
+        '- ->> MSG_PAYLOAD: ["out"]',
+        "- <<- [RMSG $G traced.here 2]",
+        '- <<- MSG_PAYLOAD: ["in"]',
+    ):
+        assert expected in log, expected
