@@ -94,6 +94,7 @@ def host_network(
     prometheus = services["prometheus"]
     prometheus.pop("ports")
     prometheus.update(network_mode="host", image=PROMETHEUS_IMAGE)
+    prometheus["healthcheck"] = {"disable": True}  # wget is in prom/prometheus, not in the test image
     prometheus["command"].append(f"--web.listen-address=127.0.0.1:{prom}")
     prometheus["volumes"] = [
         v
