@@ -44,7 +44,9 @@ class Engine:
             [self.docker, *args], env=self.env, capture_output=True, text=True, check=check, timeout=timeout
         )
 
-    def stop(self) -> None:
+    def stop(self, remove: bool = True) -> None:
+        """Stop dockerd and unmount what it left; delete its state folder unless `remove` is False (the
+        caller removes it later: with vfs layers that takes minutes)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -56,7 +58,8 @@ class Engine:
         mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
         for mount in sorted((m for m in mounts if m.startswith(f"{self.root}/")), reverse=True):
             subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
-        shutil.rmtree(self.root, ignore_errors=True)
+        if remove:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def start_engine(timeout: float = 60) -> Engine:
