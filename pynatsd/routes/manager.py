@@ -94,9 +94,7 @@ class RouteManager:
                 ssl_handshake_timeout=self._tls_timeout(),
             )
         except OSError as exc:
-            raise RouteListenError(
-                f"Error listening on router: {cluster.host}:{cluster.port}, {exc}"
-            ) from None
+            raise RouteListenError(f"Error listening on router port: {cluster.port} - {exc}") from None
         sockets = self._listener.sockets
         if sockets:
             cluster.port = int(sockets[0].getsockname()[1])
