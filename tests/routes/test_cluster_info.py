@@ -94,3 +94,21 @@ def test_a_busy_route_port_stops_the_server(kind: str) -> None:
         )
     assert done.returncode == 1, done
     assert f"Error listening on router port: {port} - " in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("kind", "peer_kind"), [("pynatsd", "nats-server"), ("nats-server", "pynatsd")])
+def test_async_info_when_a_server_leaves(node: Start, kind: str, peer_kind: str) -> None:
+    here = node(kind)
+    peer = node(peer_kind, routes=[here])
+    with WireClient(here.port) as client:
+        client.send(b'CONNECT {"protocol":1,"verbose":false}\r\nPING\r\n')
+        client.read_until(b"PONG\r\n")
+        info = client.info
+        deadline = time.monotonic() + 10
+        while not own_urls(peer, info.get("connect_urls") or []):
+            assert time.monotonic() < deadline, info
+            info = next_info(client)
+        peer.stop(signal.SIGKILL)
+        while own_urls(peer, info.get("connect_urls") or []):
+            assert time.monotonic() < deadline + 10, info
+            info = next_info(client)
