@@ -145,7 +145,13 @@ class RouteManager:
         if server.jetstream is not None:
             info["jetstream"] = True
         if cluster.advertise:
-            info["ip"] = f"nats-route://{cluster.advertise}/"
+            # nats-server's: the advertised address is the route's host, port and ip (a port-less one
+            # keeps the listen port)
+            adv_host, sep, adv_port = cluster.advertise.rpartition(":")
+            if not sep or not adv_port.isdigit():
+                adv_host, adv_port = cluster.advertise, str(port)
+            info["host"], info["port"] = adv_host.strip("[]"), int(adv_port)
+            info["ip"] = f"nats-route://{_join(adv_host.strip('[]'), int(adv_port))}/"
         info["cluster"] = cluster.name
         if cluster.dynamic_name:
             info["cluster_dynamic"] = True
