@@ -25,6 +25,7 @@ from pynatsd.broker.logging import configure_from, get_logger
 from pynatsd.broker.options import Options
 from pynatsd.protocol import encoder
 from pynatsd.routes import config as cluster_config
+from pynatsd.routes.manager import RouteListenError
 
 # Go's flag package treats `-name` and `--name` alike and lets booleans be `-T` or `-T=false`; click wants
 # `--name` for long options and a value for booleans, so argv is normalised first.
@@ -452,7 +453,7 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
         server.reloader = reloader
         try:
             await server.start()
-        except PidFileError as exc:
+        except (PidFileError, RouteListenError) as exc:
             get_logger().critical("%s", exc)
             raise SystemExit(1) from None
         except OSError as exc:

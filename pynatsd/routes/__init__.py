@@ -1,8 +1,9 @@
 """Clustering: pynatsd as a member of a NATS cluster, over nats-server 2.15's route protocol.
 
 Layout: `config` (the `cluster {}` block and the cluster flags, as `ClusterOptions`), `route` (one route
-connection: handshake, interest, routed messages), `manager` (the route listener, solicited routes with
-retry, gossip, duplicate resolution, connect_urls). Route ops are parsed and encoded, purely, by
+connection: handshake, interest, routed messages, -V tracing), `manager` (the route listener, solicited
+routes with retry, interest propagation, gossip, duplicate resolution, connect_urls, lame duck mode),
+`tls` (mutual TLS between routes). Route ops are parsed and encoded, purely, by
 `pynatsd.protocol.route`. Who receives a routed message is decided by the one delivery policy
 (`pynatsd.broker.delivery`): a route is a `delivery.Client` whose subscriptions are the remote interest.
 
@@ -11,7 +12,9 @@ Interface for monitoring and tooling (stable; other branches build on it):
 - `Server.cluster` -> `ClusterOptions | None` (None: no clustering). Fields: `name: str` (the effective
   cluster name, adopted from peers when it was not configured), `host: str`, `port: int` (the bound route
   port once started), `advertise: str`, `urls: list[str]` (the configured `routes`), `pool_size: int`,
-  `no_advertise: bool`, `connect_retries: int`, `compression: str`, `username: str`, `auth_timeout: float`.
+  `no_advertise: bool`, `connect_retries: int`, `compression: str`, `username: str`, `auth_timeout: float`,
+  `tls: dict | None` (cert_file, key_file, ca_file, timeout), `dynamic_name: bool`. A copy of what was
+  configured (`Options.extra["cluster"]`, which a reload compares).
 - `Server.routes` -> iterable of `Route` (the registered routes: handshake done, one per remote server).
 - `Route` (`pynatsd.routes.route.Route`), per route: `rid: int`, `remote_id: str`, `remote_name: str`,
   `did_solicit: bool`, `is_configured: bool`, `host: str`, `port: int` (the peer's address),
@@ -19,7 +22,9 @@ Interface for monitoring and tooling (stable; other branches build on it):
   `in_bytes`, `out_bytes: int`, `pending_bytes: int`, `pool_idx: int` (always 0: pynatsd keeps one route
   per remote server, see below), `compression: str` ("off"), `subjects() -> list[str]` (the remote
   interest, `subject` or `subject queue`), `num_subs: int`, `url: str` (the route URL it was solicited
-  with, or ""), `remote_cluster: str`.
+  with, or the peer's route address), `remote_cluster: str`, `connect_urls: list[str]` (the peer's
+  client URLs), `closed: bool`, `close_reason: str`. Message counters count routed messages (RMSG/HMSG)
+  only; client totals (`ServerStats`) do not include them.
 
 Pooling: pynatsd advertises no `route_pool_size`, so a 2.15 peer treats it as a server without pooling
 (one route, accounts named in every RS+/RS-/RMSG), which nats-server supports for mixed clusters.

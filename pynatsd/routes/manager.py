@@ -45,6 +45,10 @@ ROUTE_RECONNECT_DELAY = 1.0  # before reconnecting an explicit route (DEFAULT_RO
 _GOSSIP_DEFAULT, _GOSSIP_DISABLED, _GOSSIP_OVERRIDE = 0, 1, 2
 
 
+class RouteListenError(Exception):
+    """The route port cannot be bound (the server stops, as nats-server does)."""
+
+
 class RouteManager:
     """Every route of one server, and the interest it propagates to them."""
 
@@ -80,18 +84,23 @@ class RouteManager:
         port = 0 if cluster.port == -1 else cluster.port
         if cluster.tls is not None:
             self._tls = route_contexts(cluster.tls)
-        self._listener = await server.loop.create_server(
-            lambda: cast(asyncio.Protocol, Route(self, did_solicit=False)),
-            host=cluster.host or None,
-            port=port,
-            reuse_address=True,
-            ssl=self._tls[0] if self._tls else None,
-            ssl_handshake_timeout=self._tls_timeout(),
-        )
+        try:
+            self._listener = await server.loop.create_server(
+                lambda: cast(asyncio.Protocol, Route(self, did_solicit=False)),
+                host=cluster.host or None,
+                port=port,
+                reuse_address=True,
+                ssl=self._tls[0] if self._tls else None,
+                ssl_handshake_timeout=self._tls_timeout(),
+            )
+        except OSError as exc:
+            raise RouteListenError(f"Error listening on router port: {cluster.port} - {exc}") from None
         sockets = self._listener.sockets
         if sockets:
             cluster.port = int(sockets[0].getsockname()[1])
         log.info("Cluster name is %s", cluster.name)
+        if cluster.dynamic_name:
+            log.warning("Cluster name was dynamically generated, consider setting one")
         log.info("Listening for route connections on %s:%d", cluster.host, cluster.port)
         for url in cluster.urls:
             self.solicit(url, explicit=True)
@@ -136,7 +145,13 @@ class RouteManager:
         if server.jetstream is not None:
             info["jetstream"] = True
         if cluster.advertise:
-            info["ip"] = f"nats-route://{cluster.advertise}/"
+            # nats-server's: the advertised address is the route's host, port and ip (a port-less one
+            # keeps the listen port)
+            adv_host, sep, adv_port = cluster.advertise.rpartition(":")
+            if not sep or not adv_port.isdigit():
+                adv_host, adv_port = cluster.advertise, str(port)
+            info["host"], info["port"] = adv_host.strip("[]"), int(adv_port)
+            info["ip"] = f"nats-route://{_join(adv_host.strip('[]'), int(adv_port))}/"
         info["cluster"] = cluster.name
         if cluster.dynamic_name:
             info["cluster_dynamic"] = True

@@ -30,6 +30,7 @@ from pynatsd.protocol.route import (
 )
 
 if TYPE_CHECKING:
+    from pynatsd.matcher import Sublist
     from pynatsd.routes.manager import RouteManager
 
 log = get_logger()
@@ -41,6 +42,7 @@ DUPLICATE_SERVER_NAME = "Duplicate Server Name"
 WRONG_PORT = "Incorrect Port"
 FIRST_PING = 1.0  # seconds to the first PING: an RTT soon after the handshake
 ROUTE_MAX_PING_INTERVAL = 60.0  # nats-server caps the route ping interval at a minute
+_HEADS_CACHED = 4096
 
 
 class Route(Client):
@@ -90,6 +92,9 @@ class Route(Client):
         self._info_received = False
         self._msg = Message(self)
         self._fanout = server.fanout.counts
+        self._sublists: dict[bytes, Sublist[Subscription]] = {}  # account -> its subject space here
+        self._heads: dict[bytes, bytes] = {}  # subject -> `MSG subject ` (bounded, see _HEADS_CACHED)
+        self._rheads: dict[bytes, dict[bytes, bytes]] = {}  # account -> subject -> `RMSG account subject `
         self._pings_out = 0
         self._ping_sent = 0.0
         self._ping_timer: asyncio.TimerHandle | None = None
@@ -344,12 +349,21 @@ class Route(Client):
         size = len(payload) if headers is None else len(headers) + len(payload)
         self.in_msgs += 1
         self.in_bytes += size
-        sublist = self.server.account_sublists.get(account.decode("utf-8", "replace"))
+        sublist = self._sublists.get(account)
         if sublist is None:
-            return  # nobody here has ever used that account
+            sublist = self.server.account_sublists.get(account.decode("utf-8", "replace"))
+            if sublist is None:
+                return  # nobody here has ever used that account
+            self._sublists[account] = sublist
+        head = self._heads.get(subject)
+        if head is None:
+            head = b"MSG " + subject + b" "
+            if len(self._heads) >= _HEADS_CACHED:
+                self._heads.clear()
+            self._heads[subject] = head
         sizes = b"%d" % size if headers is None else b"%d %d" % (len(headers), size)
         msg = self._msg
-        msg.set(subject, reply, sizes, headers, payload, b"MSG " + subject + b" ")
+        msg.set(subject, reply, sizes, headers, payload, head)
         msg.queues = queues
         publish(sublist, msg, self._fanout)
 
@@ -362,6 +376,7 @@ class Route(Client):
             return False
         with_headers = msg.headers is not None and self.headers
         queues = msg.queues
+        cached: bytes | None = None
         if queues:
             head = rmsg_head(sub.sid, msg.subject, msg.reply, queues, with_headers)
             if with_headers:
@@ -369,7 +384,19 @@ class Route(Client):
             else:
                 tail = b"%d\r\n%s\r\n" % (msg.nbytes, msg.payload)
         else:
-            head = (b"HMSG " if with_headers else b"RMSG ") + sub.sid + b" " + msg.subject + b" "
+            # `RMSG account subject `, cached per account and subject (bounded)
+            heads = self._rheads.get(sub.sid)
+            if heads is None:
+                heads = self._rheads[sub.sid] = {}
+            cached = heads.get(msg.subject) if not with_headers else None
+            if cached is None:
+                head = (b"HMSG " if with_headers else b"RMSG ") + sub.sid + b" " + msg.subject + b" "
+                if not with_headers:
+                    if len(heads) >= _HEADS_CACHED:
+                        heads.clear()
+                    heads[msg.subject] = head
+            else:
+                head = cached
             tail = msg.htail if with_headers else msg.tail
         over = out.enqueue_msg(head, b"", tail)
         self.out_msgs += 1

@@ -375,3 +375,32 @@ async def test_route_traffic_is_traced_like_nats_server(node: Start) -> None:
         '- <<- MSG_PAYLOAD: ["in"]',
     ):
         assert expected in log, expected
+
+
+async def test_interest_churn_keeps_stable_subscribers_exact(node: Start) -> None:
+    """Subscriptions on the same subject come and go on every node while messages flow: the stable
+    subscribers get every message once (interest counted per subject, RS- only at the last one)."""
+    seed = node("pynatsd")
+    servers = [seed, node("nats-server", routes=[seed]), node("pynatsd", routes=[seed])]
+    clients = [await connect(server) for server in servers]
+    try:
+        for pub in clients:
+            for sub in clients:
+                if pub is not sub:
+                    await wait_routed(pub, sub)
+        stable = [Inbox() for _ in clients]
+        for client, inbox in zip(clients, stable, strict=True):
+            await client.subscribe("churn", cb=inbox.add)
+        await settle(*clients)
+        for i in range(200):
+            churner = clients[i % 3]
+            extra = await churner.subscribe("churn", cb=Inbox().add)
+            await clients[(i + 1) % 3].publish("churn", b"%d" % i)
+            await extra.unsubscribe()
+        await settle(*clients)
+        await asyncio.sleep(0.5)
+        for inbox in stable:
+            assert sorted(inbox.data(), key=int) == [b"%d" % i for i in range(200)]
+    finally:
+        for client in clients:
+            await client.close()

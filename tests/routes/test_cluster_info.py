@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
+import subprocess
 import time
 from typing import Any
 
 import pytest
 
 from tests.routes.conftest import Start
-from tests.servers import ServerProcess
+from tests.servers import REPO_ROOT, ServerProcess, nats_server_binary, pynatsd_command
 from tests.wire import WireClient
 
 
@@ -74,3 +76,39 @@ def test_no_advertise_keeps_other_servers_out_of_client_info(node: Start, kind: 
                 pass
             assert time.monotonic() < deadline
     assert not own_urls(peer, info.get("connect_urls") or []), info
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_a_busy_route_port_stops_the_server(kind: str) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        command = pynatsd_command() if kind == "pynatsd" else [str(nats_server_binary())]
+        done = subprocess.run(
+            [*command, "-a", "127.0.0.1", "-p", "-1", "--cluster", f"nats://127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=REPO_ROOT,
+        )
+    assert done.returncode == 1, done
+    assert f"Error listening on router port: {port} - " in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("kind", "peer_kind"), [("pynatsd", "nats-server"), ("nats-server", "pynatsd")])
+def test_async_info_when_a_server_leaves(node: Start, kind: str, peer_kind: str) -> None:
+    here = node(kind)
+    peer = node(peer_kind, routes=[here])
+    with WireClient(here.port) as client:
+        client.send(b'CONNECT {"protocol":1,"verbose":false}\r\nPING\r\n')
+        client.read_until(b"PONG\r\n")
+        info = client.info
+        deadline = time.monotonic() + 10
+        while not own_urls(peer, info.get("connect_urls") or []):
+            assert time.monotonic() < deadline, info
+            info = next_info(client)
+        peer.stop(signal.SIGKILL)
+        while own_urls(peer, info.get("connect_urls") or []):
+            assert time.monotonic() < deadline + 10, info
+            info = next_info(client)

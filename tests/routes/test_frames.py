@@ -162,3 +162,14 @@ def test_bad_route_input_gets_nats_server_answer(node: Start, data: bytes) -> No
     mine = first_reply(int(str(ours.extra["route_port"])), data)
     theirs = first_reply(int(str(reference.extra["route_port"])), data)
     assert mine == theirs
+
+
+def test_cluster_advertise_is_the_route_address_in_info(node: Start) -> None:
+    infos = {}
+    for kind in ("pynatsd", "nats-server"):
+        server = node(kind, args=["--cluster_advertise", "10.1.2.3:7244"])
+        sock = socket.create_connection(("127.0.0.1", int(str(server.extra["route_port"]))))
+        infos[kind] = json.loads(read_until(sock, b"\r\n").split(b" ", 1)[1])
+        sock.close()
+    for info in infos.values():
+        assert (info["host"], info["port"], info["ip"]) == ("10.1.2.3", 7244, "nats-route://10.1.2.3:7244/")
