@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.harness import MATRIX, Cluster, build_cluster, running_cluster
+from tests.cluster.harness import MATRIX, Cluster, running_cluster, start_cluster
 from tests.conftest import need_tool
 from tests.interop.conftest import c_driver, driver, go_driver, python_driver  # noqa: F401 (the drivers)
 from tests.servers import nats_server_binary
@@ -55,11 +55,8 @@ def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
     def start(kinds: tuple[str, ...], cluster_extra: str = "") -> Cluster:
         if "nats-server" in kinds:
             need_tool(nats_server_binary() is not None, "nats-server")
-        cluster = build_cluster(kinds, tmp_path / f"cluster{len(started)}", cluster_extra)
+        cluster = start_cluster(kinds, tmp_path / f"cluster{len(started)}", cluster_extra)
         started.append(cluster)
-        for node in cluster.nodes:
-            cluster.start(node)
-        cluster.wait_mesh()
         return cluster
 
     yield start

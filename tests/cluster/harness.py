@@ -239,14 +239,35 @@ def build_cluster(kinds: Sequence[str], workdir: Path, cluster_extra: str = "", 
     return Cluster(nodes, name, workdir)
 
 
+PORT_ATTEMPTS = 3
+
+
+def start_cluster(kinds: Sequence[str], workdir: Path, cluster_extra: str = "") -> Cluster:
+    """Build and start a cluster and wait for its mesh. Ports are picked free but only bound later, so
+    another process on a busy machine may take one first: a node that cannot bind its port is retried
+    with fresh ports (and only that failure is)."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        cluster = build_cluster(kinds, workdir / f"try{attempt}", cluster_extra)
+        try:
+            for node in cluster.nodes:
+                cluster.start(node)
+            cluster.wait_mesh()
+            return cluster
+        except RuntimeError as e:
+            cluster.stop_all()
+            if "address already in use" not in str(e).lower() or attempt == PORT_ATTEMPTS:
+                raise
+        except BaseException:
+            cluster.stop_all()
+            raise
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def running_cluster(kinds: Sequence[str], workdir: Path, cluster_extra: str = "") -> Iterator[Cluster]:
     """A started, fully meshed cluster; every node stopped on exit."""
-    cluster = build_cluster(kinds, workdir, cluster_extra)
+    cluster = start_cluster(kinds, workdir, cluster_extra)
     try:
-        for node in cluster.nodes:
-            cluster.start(node)
-        cluster.wait_mesh()
         yield cluster
     finally:
         cluster.stop_all()
