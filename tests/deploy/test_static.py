@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster.harness import running_cluster
 from tests.conftest import need_tool
 from tests.servers import REPO_ROOT, free_port, nats_server_binary, start_server
 
@@ -171,16 +172,13 @@ def scrape(url: str, timeout: float = 10) -> str:
             time.sleep(0.05)
 
 
-def test_dashboard_queries_only_metrics_pynatsd_exports() -> None:
+def test_dashboard_queries_only_metrics_pynatsd_exports(tmp_path: Path) -> None:
+    """Scraped from a node of a two-node pynatsd cluster, so the per-route series exist too."""
     exprs = _dashboard_exprs()
     wanted = set().union(*(promql_metric_names(e) for e in exprs))
     assert len(wanted) >= 10, wanted
-    http_port = free_port()
-    server = start_server("pynatsd", http_port=http_port)
-    try:
-        text = scrape(f"http://127.0.0.1:{http_port}/metrics")
-    finally:
-        server.stop()
+    with running_cluster(("pynatsd", "pynatsd"), tmp_path) as cluster:
+        text = scrape(f"{cluster[0].monitor_url}/metrics")
     exported = {
         re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line[:1] not in ("#", "")
     }
