@@ -585,14 +585,19 @@ def _system_account(ctx: Ctx, opts: Options, key: str, value: Any, where: Where)
     opts.extra["system_account"] = to_str(key, value)
 
 
+def _no_system_account(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    opts.extra["no_system_account"] = to_bool(key, value)
+
+
 def _check_operator_mode(ctx: Ctx, opts: Options) -> None:
     """nats-server's validateTrustedOperators; fills `trusted` (the keys that may issue accounts)."""
     extra = opts.extra
     operators = extra.get("operators", [])
     if not operators and not extra.get("trusted_keys"):
-        if "system_account" in extra:  # only operator mode has a system account in pynatsd
+        system = extra.get("system_account")
+        if system and system != "$SYS" and system not in extra.get("accounts", {}):
             where = ctx.places.get("system_account") or ctx.places.get("system") or _NOWHERE
-            ctx.warn(where, '"system_account" is not supported by pynatsd and is ignored', strict=False)
+            ctx.error(where, "error resolving system account: account missing")
         if extra.get("resolver_preload") and "resolver" not in extra:
             ctx.error(_NOWHERE, "resolver_preload requires a resolver")
         return
@@ -961,8 +966,8 @@ TOP_LEVEL: dict[str, Handler] = _table(
     (("logfile_size_limit", "log_size_limit"), _field("log_size_limit", to_int)),
     (("logfile_max_num", "log_max_num"), _field("log_max_num", to_int)),
     (("max_traced_msg_len",), _field("max_traced_msg_len", to_int)),
-    (("trace_verbose", "trace_headers", "allow_non_tls", "no_system_account", "no_system",
-      "no_sys_acc"), ignore(to_bool)),
+    (("trace_verbose", "trace_headers", "allow_non_tls"), ignore(to_bool)),
+    (("no_system_account", "no_system", "no_sys_acc"), _no_system_account),
     (("system_account", "system"), _system_account),
     (("prof_port", "prof_block_rate", "connect_error_reports", "reconnect_error_reports"), ignore(to_int)),
     (("max_sub_tokens", "max_subscription_tokens"), ignore(_max_sub_tokens)),

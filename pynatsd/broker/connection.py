@@ -432,6 +432,7 @@ class Connection(Client):
         if identity is None:
             server.stats.auth_failures += 1
             log.error("%r - authentication error", self)
+            self.opts = opts  # who tried (the system account's authentication error advisory)
             self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
             return
         user, account = identity
@@ -454,11 +455,14 @@ class Connection(Client):
         self.headers = opts.headers
         self.verbose = opts.verbose
         self.pedantic = opts.pedantic
+        first = not self.connected
         self.connected = True
         self.parser.headers = opts.headers
         self._info_after_pong = opts.protocol >= 1
         if opts.verbose:
             self._send(encoder.OK)
+        if first:
+            server.client_connected(self)  # the system account's CONNECT advisory
 
     def _apply_grant(self) -> None:
         """A JWT user's limits (the smaller of its own and the server's) and the end of its

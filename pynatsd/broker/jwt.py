@@ -415,6 +415,15 @@ class DirectoryStore:
         self._cache[name] = token
 
 
+def payload_of(token: str) -> dict[str, Any]:
+    """The claims of a JWT as JSON, unverified ({} if unreadable): for display of verified tokens."""
+    try:
+        claims = json.loads(_b64(token.split(".")[1]))
+    except (JwtError, IndexError, ValueError, UnicodeDecodeError):
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
 def _newer(a: str | None, b: str | None) -> str | None:
     """The more recently issued of two account JWTs (either may be missing or undecodable)."""
     if a is None or b is None:
@@ -451,12 +460,22 @@ class JwtAuthenticator:
         self._accounts: dict[str, tuple[str, Account | None]] = {}
         self.grants: dict[str, UserGrant] = {}  # user nkey -> grant of its latest admission
 
-    def account(self, name: str) -> Account | None:
-        """The resolver's account `name`, verified (nats-server's fetchAccountClaims); None if unknown
-        or not valid."""
+    def token(self, name: str) -> str | None:
+        """The resolver's JWT of account `name` (the newer of preload and directory), unverified."""
         token = self.preload.get(name)
         if self.store is not None:
             token = _newer(self.store.load(name), token)
+        return token
+
+    def payload(self, name: str) -> dict[str, Any]:
+        """The claims of account `name`'s JWT, as JSON (monitoring's `decoded_jwt`)."""
+        token = self.token(name)
+        return payload_of(token) if token else {}
+
+    def account(self, name: str) -> Account | None:
+        """The resolver's account `name`, verified (nats-server's fetchAccountClaims); None if unknown
+        or not valid."""
+        token = self.token(name)
         if token is None:
             return None
         cached = self._accounts.get(name)

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any, cast
 from pynatsd import NATS_COMPAT_VERSION, __version__, extensions
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.broker.build import git_commit
-from pynatsd.broker.connection import CLIENT_CLOSED, SERVER_SHUTDOWN, Connection
+from pynatsd.broker.connection import (
+    AUTHENTICATION_VIOLATION,
+    CLIENT_CLOSED,
+    SERVER_SHUTDOWN,
+    SLOW_CONSUMER_DEADLINE,
+    SLOW_CONSUMER_PENDING,
+    Connection,
+)
 from pynatsd.broker.delivery import Subscription
 from pynatsd.broker.histogram import HistogramCounts
 from pynatsd.broker.ids import new_server_id
@@ -35,6 +42,7 @@ from pynatsd.websocket import start_websocket
 
 if TYPE_CHECKING:
     from pynatsd.broker.resolver import ResolverService
+    from pynatsd.broker.system import SystemService
     from pynatsd.jetstream import JetStream
     from pynatsd.monitor import Monitor
     from pynatsd.websocket.server import WebSocketListener
@@ -50,6 +58,7 @@ class ClosedTotals:
     out_msgs: int = 0
     in_bytes: int = 0
     out_bytes: int = 0
+    slow_consumers: int = 0
 
 
 class ServerStats:
@@ -63,6 +72,7 @@ class ServerStats:
         self._clients = clients
         self._stall = stall
         self.closed = ClosedTotals()
+        self.closed_by_account: dict[str, ClosedTotals] = {}  # per account (accstatz, /metrics)
         self.slow_consumers = 0
         self.stale_connections = 0
         self.total_connections = 0
@@ -93,11 +103,16 @@ class ServerStats:
         return self._total("out_bytes")
 
     def add_closed(self, conn: Connection) -> None:
-        closed = self.closed
-        closed.in_msgs += conn.in_msgs
-        closed.out_msgs += conn.out_msgs
-        closed.in_bytes += conn.in_bytes
-        closed.out_bytes += conn.out_bytes
+        account = self.closed_by_account.get(conn.account)
+        if account is None:
+            account = self.closed_by_account[conn.account] = ClosedTotals()
+        for closed in (self.closed, account):
+            closed.in_msgs += conn.in_msgs
+            closed.out_msgs += conn.out_msgs
+            closed.in_bytes += conn.in_bytes
+            closed.out_bytes += conn.out_bytes
+        if conn.close_reason in (SLOW_CONSUMER_PENDING, SLOW_CONSUMER_DEADLINE):
+            account.slow_consumers += 1
 
     def __repr__(self) -> str:
         return (
@@ -135,6 +150,7 @@ class Server:
         self.websocket: WebSocketListener | None = None  # the `websocket {}` port (pynatsd.websocket)
         self.jetstream: JetStream | None = None  # set by start() when -js / a jetstream block is given
         self.resolver: ResolverService | None = None  # set by start() with a `full` account resolver
+        self.system: SystemService | None = None  # set by start() unless there is no system account
         self.tls_context: ssl.SSLContext | None = None  # set by start() when TLS is configured
         self.http_port = 0
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
@@ -169,6 +185,7 @@ class Server:
             )
         self._start_jetstream()
         self._start_resolver()
+        self._start_system()
         # TLS-first (handshake_first): the handshake precedes INFO, so the listener itself wraps. Otherwise
         # each connection upgrades itself right after its plaintext INFO (Connection._upgrade_tls).
         tls_first = self.tls_context if opts.tls_handshake_first else None
@@ -239,6 +256,22 @@ class Server:
             self.resolver = ResolverService(self, jwt_auth.system_account)
             self.resolver.start()
 
+    def _start_system(self) -> None:
+        """The system account's requests and advisories (pynatsd.broker.system), when a client can reach
+        that account: in operator mode, or with accounts configured (without them nobody can be in it)."""
+        extra = self.options.extra
+        reachable = self.auth.jwt is not None or bool(extra.get("accounts") or extra.get("system_account"))
+        if self.auth.system_account and reachable:
+            from pynatsd.broker.system import SystemService
+
+            self.system = SystemService(self, self.auth.system_account)
+            self.system.start()
+
+    def client_connected(self, conn: Connection) -> None:
+        """Called once when a client is authenticated (its CONNECT advisory)."""
+        if self.system is not None:
+            self.system.client_connected(conn)
+
     def info_base(self) -> dict[str, Any]:
         """The server's INFO fields common to every connection."""
         return dict(self._info_base)
@@ -306,6 +339,8 @@ class Server:
             self.jetstream.stop()
         if self.resolver is not None:
             self.resolver.stop()
+        if self.system is not None:
+            self.system.stop()
         if self.monitor is not None:
             await self.monitor.stop()
         self.files.remove()
@@ -375,6 +410,8 @@ class Server:
         if self.clients.pop(conn.cid, None) is not None:
             self.stats.add_closed(conn)
             self.closed_clients.append(conn)
+            if self.system is not None:
+                self.system.client_closed(conn, auth_failed=conn.close_reason == AUTHENTICATION_VIOLATION)
         conn.transport = None
 
     # -- INFO -----------------------------------------------------------------------------------------
