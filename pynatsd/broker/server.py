@@ -248,12 +248,13 @@ class Server:
             self.jetstream.start()
 
     def _start_resolver(self) -> None:
-        """The `full` account resolver's $SYS services (updates pushed over NATS, lookups)."""
+        """The directory account resolvers' $SYS services (updates pushed over NATS, lookups, deletes)."""
         jwt_auth = self.auth.jwt
         if jwt_auth is not None and jwt_auth.store is not None:
             from pynatsd.broker.resolver import ResolverService
 
-            self.resolver = ResolverService(self, jwt_auth.system_account)
+            cache = jwt_auth.resolver_type == "cache"
+            self.resolver = ResolverService(self, self.auth.system_account, cache)
             self.resolver.start()
 
     def _start_system(self) -> None:

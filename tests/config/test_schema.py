@@ -205,8 +205,6 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        ("resolver: { type: cache, dir: x }", "resolver"),
-        ("resolver: { type: full, dir: x, allow_delete: true }", "allow_delete"),
         ("account_resolver: URL(http://127.0.0.1:1/)", "account_resolver"),
         ("resolver_tls: { cert_file: x }", "resolver_tls"),
         ("resolver_pinned_accounts: [x]", "resolver_pinned_accounts"),
