@@ -157,7 +157,8 @@ class SystemService:
 
     def _send(self, subject: str | bytes, body: dict[str, Any]) -> None:
         subj = subject.encode() if isinstance(subject, str) else subject
-        self.client.publish(subj, None, None, json.dumps(body, separators=(",", ":")).encode())
+        text = json.dumps(body, separators=(",", ":"), default=_snapshot_json)
+        self.client.publish(subj, None, None, text.encode())
 
     def _interest(self, subject: str) -> bool:
         """Anyone (but us) listening on `subject` in the system account: events are built only then."""
@@ -179,7 +180,9 @@ class SystemService:
                 "error": {"code": _HTTP_BAD_REQUEST, "description": str(err)},
             }
         except ValueError as err:  # the endpoints' BadRequest, an account that does not exist
-            body = {"server": self.server_info(), "error": {"code": _HTTP_ERROR, "description": str(err)}}
+            # nats-server's typed nil: `"data": null` beside the error
+            error = {"code": _HTTP_ERROR, "description": str(err)}
+            body = {"server": self.server_info(), "data": None, "error": error}
         else:
             body = {"server": self.server_info(), "data": data}
         self._send(reply, body)
@@ -504,6 +507,14 @@ _EMPTY_SERVER = {
     "seq": 0,
     "time": "0001-01-01T00:00:00Z",
 }
+
+
+def _snapshot_json(value: Any) -> Any:
+    """The monitoring endpoints' deferred parts (e.g. a connection's subscriptions) as JSON."""
+    to_json = getattr(value, "to_json", None)
+    if to_json is None:
+        raise TypeError(f"not JSON serializable: {type(value).__name__}")
+    return to_json()
 
 
 def now_of(when: datetime) -> str:

@@ -1,0 +1,124 @@
+"""The system account's requests: answered as nats-server answers them (the same JSON keys; values
+differ by nature), to system account users only."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import nats.errors
+import pytest
+
+from tests.system.common import KINDS, SERVER_ONLY_THEIRS, ask, assert_same_shape, client, system_server
+
+# (subject, request body): `{id}` is the server's id.
+REQUESTS: list[tuple[str, dict[str, Any] | None]] = [
+    ("$SYS.REQ.SERVER.PING", None),
+    ("$SYS.REQ.SERVER.PING.STATSZ", None),
+    ("$SYS.REQ.SERVER.{id}.STATSZ", None),
+    ("$SYS.REQ.SERVER.PING.CONNZ", {"auth": True, "subscriptions": True}),
+    ("$SYS.REQ.SERVER.PING.CONNZ", {"subscriptions_detail": True, "acc": "A"}),
+    ("$SYS.REQ.SERVER.{id}.CONNZ", {"state": 1}),
+    ("$SYS.REQ.SERVER.PING.SUBSZ", None),
+    ("$SYS.REQ.SERVER.PING.SUBSZ", {"subscriptions": True, "test": "work.x", "account": "A"}),
+    ("$SYS.REQ.SERVER.PING.ACCOUNTZ", None),
+    ("$SYS.REQ.SERVER.PING.ACCOUNTZ", {"account": "A"}),
+    ("$SYS.REQ.SERVER.PING.HEALTHZ", None),
+    ("$SYS.REQ.SERVER.PING.ROUTEZ", None),
+    ("$SYS.REQ.SERVER.PING.GATEWAYZ", None),
+    ("$SYS.REQ.SERVER.PING.LEAFZ", None),
+    ("$SYS.REQ.SERVER.PING.CONNZ", {"server_name": "{name}", "exact_match": True}),
+    ("$SYS.REQ.ACCOUNT.A.CONNZ", None),
+    ("$SYS.REQ.ACCOUNT.A.SUBSZ", None),
+    ("$SYS.REQ.ACCOUNT.A.STATZ", None),
+    ("$SYS.REQ.ACCOUNT.PING.STATZ", None),
+    ("$SYS.REQ.ACCOUNT.A.CONNS", None),
+    ("$SYS.REQ.ACCOUNT.NOPE.INFO", None),
+]
+# What nats-server shows that pynatsd has no such thing for: the system imports and exports it gives
+# every account (pynatsd answers the system requests in the system account only), and subscriptions of
+# its internal clients in accounts other than the system one.
+ONLY_THEIRS = {
+    "$SYS.REQ.SERVER.PING.ACCOUNTZ {'account': 'A'}": {"data.account_detail.imports"},
+}
+
+
+def _key(subject: str, body: dict[str, Any] | None) -> str:
+    return f"{subject} {body}" if body is not None else subject
+
+
+async def _collect(kind: str, tmp_path: Path) -> dict[str, Any]:
+    """Every request's reply on `kind`, with a client of A connected and subscribed."""
+    with system_server(kind, tmp_path) as server:
+        async with client(server.url, "a", name="in-a") as a, client(server.url, "sys") as sys:
+            await a.subscribe("work.>")
+            await a.publish("work.x", b"hello")
+            await a.flush()
+            ident = (await ask(sys, "$SYS.REQ.SERVER.PING.IDZ"))
+            replies: dict[str, Any] = {"IDZ": ident}
+            for subject, body in REQUESTS:
+                subj = subject.format(id=ident["id"])
+                filled = {k: (v.format(name=ident["name"]) if isinstance(v, str) else v)
+                          for k, v in (body or {}).items()}  # fmt: skip
+                replies[_key(subject, body)] = await ask(sys, subj, filled if body is not None else None)
+            replies["VARZ"] = await ask(sys, f"$SYS.REQ.SERVER.{ident['id']}.VARZ")
+            bad = await sys.request("$SYS.REQ.SERVER.PING.CONNZ", b"{x", timeout=5)
+            replies["bad body"] = json.loads(bad.data)
+            # A filter that leaves this server out: no answer at all.
+            with pytest.raises(nats.errors.TimeoutError):
+                await sys.request("$SYS.REQ.SERVER.PING.VARZ", b'{"server_name": "elsewhere"}', timeout=0.5)
+            # A user of another account reaches none of it (nats-server imports a few account-scoped
+            # services, e.g. `$SYS.REQ.SERVER.PING.CONNZ`, into every account; pynatsd does not).
+            for subject in ("$SYS.REQ.SERVER.PING", "$SYS.REQ.SERVER.PING.VARZ", "$SYS.REQ.ACCOUNT.A.CONNZ",
+                            "$SYS.REQ.ACCOUNT.A.INFO", "$SYS.REQ.SERVER.PING.ACCOUNTZ"):  # fmt: skip
+                with pytest.raises(nats.errors.NoRespondersError):
+                    await a.request(subject, b"", timeout=2)
+            return replies
+
+
+@pytest.fixture(scope="module")
+def replies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Both servers' replies to the same requests (collected once for the module)."""
+    out = {}
+    for kind in KINDS:
+        out[kind] = asyncio.run(_collect(kind, tmp_path_factory.mktemp(kind)))
+    return out
+
+
+@pytest.mark.parametrize("key", ["IDZ", "bad body"] + [_key(s, b) for s, b in REQUESTS])
+def test_same_shape_as_nats_server(replies: dict[str, dict[str, Any]], key: str) -> None:
+    ours, theirs = replies["pynatsd"][key], replies["nats-server"][key]
+    assert_same_shape(ours, theirs, only_theirs=SERVER_ONLY_THEIRS | ONLY_THEIRS.get(key, set()))
+
+
+def test_values(replies: dict[str, dict[str, Any]]) -> None:
+    """What the replies say, where both servers must agree."""
+    for kind, got in replies.items():
+        ident = got["IDZ"]
+        ping = got["$SYS.REQ.SERVER.PING"]
+        assert ping["server"]["id"] == ident["id"] and ping["statsz"]["connections"] == 2, kind
+        # ... and the start-up probe of tests/servers.py, which has come and gone
+        assert got["$SYS.REQ.SERVER.{id}.STATSZ"]["statsz"]["total_connections"] == 3, kind
+        conns = got["$SYS.REQ.ACCOUNT.A.CONNZ"]["data"]
+        assert [c["name"] for c in conns["connections"]] == ["in-a"], kind
+        subs = got["$SYS.REQ.ACCOUNT.A.SUBSZ"]["data"]
+        assert "work.>" in [s["subject"] for s in subs["subscriptions_list"]], kind
+        assert {s["account"] for s in subs["subscriptions_list"]} == {"A"}, kind
+        tested = got["$SYS.REQ.SERVER.PING.SUBSZ {'subscriptions': True, 'test': 'work.x', 'account': 'A'}"]
+        assert [s["subject"] for s in tested["data"]["subscriptions_list"]] == ["work.>"], kind
+        statz = got["$SYS.REQ.ACCOUNT.A.STATZ"]["data"]["account_statz"]
+        assert [(s["acc"], s["conns"], s["received"]["msgs"]) for s in statz] == [("A", 1, 1)], kind
+        accounts = got["$SYS.REQ.SERVER.PING.ACCOUNTZ"]["data"]
+        assert accounts["system_account"] == "SYS" and {"A", "SYS", "$G"} <= set(accounts["accounts"]), kind
+        detail = got["$SYS.REQ.SERVER.PING.ACCOUNTZ {'account': 'A'}"]["data"]["account_detail"]
+        assert (detail["account_name"], detail["client_connections"]) == ("A", 1), kind
+        assert got["$SYS.REQ.SERVER.PING.HEALTHZ"]["data"] == {"status": "ok", "status_code": 200}, kind
+        assert got["$SYS.REQ.ACCOUNT.A.CONNS"]["conns"] == 1, kind
+        assert got["$SYS.REQ.ACCOUNT.A.CONNS"]["type"] == "io.nats.server.advisory.v1.account_connections"
+        missing = got["$SYS.REQ.ACCOUNT.NOPE.INFO"]
+        assert missing["error"] == {"code": 500, "description": "Account NOPE does not exist"}, kind
+        assert got["bad body"]["error"]["code"] == 400, kind
+        assert got["VARZ"]["data"]["server_id"] == ident["id"], kind
+        assert got["VARZ"]["data"]["system_account"] == "SYS", kind
