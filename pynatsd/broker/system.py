@@ -448,8 +448,8 @@ class SystemService:
         wanted = [subject for subject in subjects if self._interest(subject)]
         if wanted:
             event = self._account_conns(account)
-            for subject in wanted:
-                self._send(subject, event)
+            for subject in wanted:  # one event, each message with its own server block (sequence)
+                self._send(subject, {**event, "server": self.server_info()})
 
     def _disconnect_event(self, subject: str, conn: Connection) -> None:
         if not self._interest(subject):

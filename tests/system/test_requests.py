@@ -56,7 +56,7 @@ async def _collect(kind: str, tmp_path: Path) -> dict[str, Any]:
             await a.subscribe("work.>")
             await a.publish("work.x", b"hello")
             await a.flush()
-            ident = (await ask(sys, "$SYS.REQ.SERVER.PING.IDZ"))
+            ident = await ask(sys, "$SYS.REQ.SERVER.PING.IDZ")
             replies: dict[str, Any] = {"IDZ": ident}
             for subject, body in REQUESTS:
                 subj = subject.format(id=ident["id"])
