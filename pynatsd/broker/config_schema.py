@@ -538,6 +538,9 @@ def _resolver(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
         elif low == "limit":
             spec["limit"] = to_int(k, v)
         elif low in ("interval", "timeout", "ttl"):
+            if not isinstance(v, str):  # nats-server reads these as duration strings only
+                go_type = {bool: "bool", int: "int64", float: "float64"}.get(type(v), type(v).__name__)
+                raise ConfigValueError(f"interface conversion: interface {{}} is {go_type}, not string")
             spec[low] = parse_duration(k, v)
         else:
             unknown(ctx, block, k, _at)

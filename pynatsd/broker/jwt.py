@@ -539,7 +539,9 @@ class JwtAuthenticator:
         self.store: DirectoryStore | None = None
         if isinstance(resolver, dict):
             limit, ttl = int(resolver.get("limit", 0)), float(resolver.get("ttl", 0.0))
-            delete, evict = str(resolver.get("delete", NO_DELETE)), self.resolver_type == "cache"
+            evict = self.resolver_type == "cache"
+            # A cache deletes for good (nats-server's cache store is a hard-deleting one).
+            delete = HARD_DELETE if evict else str(resolver.get("delete", NO_DELETE))
             self.store = DirectoryStore(resolver["dir"], limit, delete, evict, ttl)
         self._accounts: dict[str, tuple[str, Account | None]] = {}
         self.grants: dict[str, UserGrant] = {}  # user nkey -> grant of its latest admission

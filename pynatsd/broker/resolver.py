@@ -9,7 +9,7 @@ the account's live connections (revoked users are closed, permissions follow);
 `$SYS.REQ.CLAIMS.LIST` with the stored account ids; `$SYS.REQ.CLAIMS.DELETE` (a JWT by the operator,
 issued to itself, listing `accounts`) deletes them with `allow_delete` and expires their connections.
 A `cache` resolver (CacheDirAccResolver) takes updates for accounts in use only, answers no lookups,
-refuses deletes and forgets files older than its `ttl`.
+deletes for good (no `allow_delete` needed) and forgets files older than its `ttl`.
 """
 
 from __future__ import annotations
