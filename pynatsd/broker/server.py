@@ -283,6 +283,8 @@ class Server:
         if sublist is None:
             sublist = Sublist(cache=not self.options.disable_sublist_cache)
             self.account_sublists[account] = sublist
+            if self.system is not None:  # the system services every account answers in itself
+                self.system.account_created(account)
         return sublist
 
     def sublist_stats(self) -> SublistStats:

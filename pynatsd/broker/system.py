@@ -33,6 +33,7 @@ from pynatsd.broker.logging import get_logger
 if TYPE_CHECKING:
     import asyncio
 
+    from pynatsd.broker.auth import Permissions, Rule
     from pynatsd.broker.connection import Connection
     from pynatsd.broker.server import Server
 
@@ -43,6 +44,7 @@ DISCONNECT_TYPE = "io.nats.server.advisory.v1.client_disconnect"
 ACCOUNT_CONNS_TYPE = "io.nats.server.advisory.v1.account_connections"
 STATSZ_FIRST, STATSZ_EVERY = 0.25, 10.0
 _HTTP_BAD_REQUEST, _HTTP_ERROR = 400, 500
+USER_INFO = b"$SYS.REQ.USER.INFO"
 _ID_ALPHABET = string.digits + string.ascii_letters
 _CONNZ_STATES = {0: "open", 1: "closed", 2: "all"}
 _FILTER_KEYS = ("server_name", "cluster", "host", "exact_match", "tags", "domain")
@@ -116,6 +118,7 @@ class SystemService:
         self._statsz_every = STATSZ_FIRST
         self._statsz_timer: asyncio.TimerHandle | None = None
         self._cpu: Any = None  # a CpuSampler of our own when there is no monitoring port
+        self._in_accounts: dict[str, InternalClient] = {}  # the services every other account has
 
     @property
     def server_id(self) -> str:
@@ -130,6 +133,9 @@ class SystemService:
                 sub(subject.encode(), handler)
         for name in ("CONNZ", "SUBSZ", "LEAFZ", "JSZ", "INFO", "STATZ", "CONNS"):
             sub(f"$SYS.REQ.ACCOUNT.*.{name}".encode(), self._on_account_request)
+        sub(USER_INFO, lambda *msg: self._on_user_info(self.client, *msg))
+        for account in {*self.server.account_sublists, *self.server.auth.accounts}:
+            self.account_created(account)
         self._statsz_timer = self.server.loop.call_later(self._statsz_every, self._statsz_tick)
 
     def stop(self) -> None:
@@ -137,6 +143,64 @@ class SystemService:
             self._statsz_timer.cancel()
             self._statsz_timer = None
         self.client.close()
+        for client in self._in_accounts.values():
+            client.close()
+        self._in_accounts.clear()
+
+    def account_created(self, account: str) -> None:
+        """Every account but the system one answers a few requests about itself in its own subject space,
+        as nats-server's system imports: `$SYS.REQ.USER.INFO` (who am I), `$SYS.REQ.SERVER.PING.CONNZ` and
+        `$SYS.REQ.ACCOUNT.PING.CONNZ` (its connections), `$SYS.REQ.ACCOUNT.PING.STATZ` (its statistics)."""
+        if account == self.account or account in self._in_accounts or self.client.closed:
+            return
+        client = self._in_accounts[account] = InternalClient(self.server, account, "system-imports")
+        client.subscribe(USER_INFO, lambda *msg: self._on_user_info(client, *msg))
+        for subject in (b"$SYS.REQ.SERVER.PING.CONNZ", b"$SYS.REQ.ACCOUNT.PING.CONNZ"):
+            client.subscribe(subject, lambda *msg: self._on_scoped(client, account, "CONNZ", *msg))
+        client.subscribe(
+            b"$SYS.REQ.ACCOUNT.PING.STATZ", lambda *msg: self._on_scoped(client, account, "STATZ", *msg)
+        )
+
+    def _on_scoped(
+        self,
+        client: InternalClient,
+        account: str,
+        name: str,
+        subject: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+    ) -> None:
+        """An account's own CONNZ or STATZ, answered in that account."""
+        scoped = f"$SYS.REQ.ACCOUNT.{account}.{name}".encode()
+        self._on_account_request(scoped, reply, headers, payload, client)
+
+    def _on_user_info(
+        self,
+        client: InternalClient,
+        subject: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+    ) -> None:
+        """nats-server's userInfoReq: the requester's user, account, permissions and expiry."""
+        from pynatsd.broker.connection import Connection
+        from pynatsd.monitor.endpoints import account_name_tag
+
+        conn = client.origin
+        if reply is None or not isinstance(conn, Connection):
+            return
+        info: dict[str, Any] = {
+            "user": _raw_user(conn),
+            "account": conn.account,
+            "account_name": account_name_tag(self.server, conn.account),
+        }
+        if conn.perms is not None:
+            info["permissions"] = public_permissions(conn.perms)
+        expires = payload_of(conn.opts.jwt).get("exp") if conn.opts.jwt else None
+        if isinstance(expires, int) and expires > 0:
+            info["expires"] = max(int((expires - datetime.now(UTC).timestamp()) * 1e9), 0)
+        self._send(reply, {"server": self.server_info(), "data": info}, client)
 
     # -- the envelope -------------------------------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
@@ -155,17 +219,20 @@ class SystemService:
             "time": now_text(),
         }
 
-    def _send(self, subject: str | bytes, body: dict[str, Any]) -> None:
+    def _send(self, subject: str | bytes, body: dict[str, Any], client: InternalClient | None = None) -> None:
+        """Publish `body` as JSON, in the system account (or through `client`, in its account)."""
         subj = subject.encode() if isinstance(subject, str) else subject
         text = json.dumps(body, separators=(",", ":"), default=_snapshot_json)
-        self.client.publish(subj, None, None, text.encode())
+        (client or self.client).publish(subj, None, None, text.encode())
 
     def _interest(self, subject: str) -> bool:
         """Anyone (but us) listening on `subject` in the system account: events are built only then."""
         found = self.client.sublist.match(subject.encode())
         return bool(found.plain) or any(found.groups)
 
-    def _respond(self, reply: bytes | None, build: Callable[[], Any]) -> None:
+    def _respond(
+        self, reply: bytes | None, build: Callable[[], Any], client: InternalClient | None = None
+    ) -> None:
         """nats-server's zReq: `data` from `build`, or `error` {code, description}; nothing if skipped."""
         if reply is None:
             return
@@ -185,7 +252,7 @@ class SystemService:
             body = {"server": self.server_info(), "data": None, "error": error}
         else:
             body = {"server": self.server_info(), "data": data}
-        self._send(reply, body)
+        self._send(reply, body, client)
 
     def _options(self, payload: bytes) -> dict[str, Any]:
         """The request's JSON options; raises _BadOptions, or Skip when its filter excludes this server."""
@@ -360,7 +427,12 @@ class SystemService:
 
     # -- account endpoints --------------------------------------------------------------------------------
     def _on_account_request(
-        self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes
+        self,
+        subject: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+        client: InternalClient | None = None,
     ) -> None:
         from pynatsd.monitor import endpoints as ep
 
@@ -390,7 +462,7 @@ class SystemService:
                 raise Skip
             return statz
 
-        self._respond(reply, build)
+        self._respond(reply, build, client)
 
     def _on_conns(self, account: str, reply: bytes | None, payload: bytes) -> None:
         """nats-server's connsRequest: the account's connection counts, when it has local connections."""
@@ -515,6 +587,29 @@ def _snapshot_json(value: Any) -> Any:
     if to_json is None:
         raise TypeError(f"not JSON serializable: {type(value).__name__}")
     return to_json()
+
+
+def public_permissions(perms: Permissions) -> dict[str, Any]:
+    """nats-server's publicPermissions: the user's publish, subscribe and response rules."""
+
+    def side(rule: Rule | None) -> dict[str, list[str]] | None:
+        if rule is None:
+            return None
+        out: dict[str, list[str]] = {}
+        if rule.allow:
+            out["allow"] = [p.decode(errors="replace") for p in rule.allow]
+        if rule.deny:
+            out["deny"] = [p.decode(errors="replace") for p in rule.deny]
+        return out or None
+
+    result: dict[str, Any] = {}
+    for key, rule in (("publish", perms.publish), ("subscribe", perms.subscribe)):
+        described = side(rule)
+        if described is not None:
+            result[key] = described
+    if perms.responses is not None:
+        result["responses"] = {"max": perms.responses.max_msgs, "ttl": int(perms.responses.expires * 1e9)}
+    return result
 
 
 def now_of(when: datetime) -> str:

@@ -137,7 +137,7 @@ async def test_metrics_per_account(tmp_path: Path) -> None:
 
     assert value("pynatsd_account_connections", "A") == 1
     assert value("pynatsd_account_connections", "SYS") == 0
-    assert value("pynatsd_account_subscriptions", "A") == 1
+    assert value("pynatsd_account_subscriptions", "A") == 5  # its own and the 4 system services in it
     assert value("pynatsd_account_subscriptions", "SYS") > 0  # the system services' own
     assert value("pynatsd_account_messages_in_total", "A") == 1
     assert value("pynatsd_account_messages_out_total", "A") == 1

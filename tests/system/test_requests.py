@@ -37,9 +37,11 @@ REQUESTS: list[tuple[str, dict[str, Any] | None]] = [
     ("$SYS.REQ.ACCOUNT.A.CONNS", None),
     ("$SYS.REQ.ACCOUNT.NOPE.INFO", None),
 ]
-# What nats-server shows that pynatsd has no such thing for: the system imports and exports it gives
-# every account (pynatsd answers the system requests in the system account only), and subscriptions of
-# its internal clients in accounts other than the system one.
+# Asked by a user of account A, answered in A about A (nats-server's system imports).
+SCOPED = ["$SYS.REQ.USER.INFO", "$SYS.REQ.SERVER.PING.CONNZ", "$SYS.REQ.ACCOUNT.PING.CONNZ",
+          "$SYS.REQ.ACCOUNT.PING.STATZ"]  # fmt: skip
+# What nats-server shows that pynatsd has no such thing for: the service imports behind the scoped
+# requests above (pynatsd answers them in each account directly).
 ONLY_THEIRS = {
     "$SYS.REQ.SERVER.PING.ACCOUNTZ {'account': 'A'}": {"data.account_detail.imports"},
 }
@@ -69,8 +71,10 @@ async def _collect(kind: str, tmp_path: Path) -> dict[str, Any]:
             # A filter that leaves this server out: no answer at all.
             with pytest.raises(nats.errors.TimeoutError):
                 await sys.request("$SYS.REQ.SERVER.PING.VARZ", b'{"server_name": "elsewhere"}', timeout=0.5)
-            # A user of another account reaches none of it (nats-server imports a few account-scoped
-            # services, e.g. `$SYS.REQ.SERVER.PING.CONNZ`, into every account; pynatsd does not).
+            # In its own account a user asks who it is, and about its account's connections only.
+            for subject in SCOPED:
+                replies[f"A {subject}"] = await ask(a, subject)
+            # Nothing else of it reaches a user of another account.
             for subject in ("$SYS.REQ.SERVER.PING", "$SYS.REQ.SERVER.PING.VARZ", "$SYS.REQ.ACCOUNT.A.CONNZ",
                             "$SYS.REQ.ACCOUNT.A.INFO", "$SYS.REQ.SERVER.PING.ACCOUNTZ"):  # fmt: skip
                 with pytest.raises(nats.errors.NoRespondersError):
@@ -87,7 +91,9 @@ def replies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     return out
 
 
-@pytest.mark.parametrize("key", ["IDZ", "bad body"] + [_key(s, b) for s, b in REQUESTS])
+@pytest.mark.parametrize(
+    "key", ["IDZ", "bad body"] + [_key(s, b) for s, b in REQUESTS] + [f"A {s}" for s in SCOPED]
+)
 def test_same_shape_as_nats_server(replies: dict[str, dict[str, Any]], key: str) -> None:
     ours, theirs = replies["pynatsd"][key], replies["nats-server"][key]
     assert_same_shape(ours, theirs, only_theirs=SERVER_ONLY_THEIRS | ONLY_THEIRS.get(key, set()))
@@ -122,3 +128,43 @@ def test_values(replies: dict[str, dict[str, Any]]) -> None:
         assert got["bad body"]["error"]["code"] == 400, kind
         assert got["VARZ"]["data"]["server_id"] == ident["id"], kind
         assert got["VARZ"]["data"]["system_account"] == "SYS", kind
+        assert got["A $SYS.REQ.USER.INFO"]["data"] == {"user": "a", "account": "A", "account_name": "A"}, kind
+        for subject in ("$SYS.REQ.SERVER.PING.CONNZ", "$SYS.REQ.ACCOUNT.PING.CONNZ"):
+            assert [c["name"] for c in got[f"A {subject}"]["data"]["connections"]] == ["in-a"], kind
+        scoped_statz = got["A $SYS.REQ.ACCOUNT.PING.STATZ"]["data"]["account_statz"]
+        assert [s["acc"] for s in scoped_statz] == ["A"], kind
+        # In A: the four scoped services and the client's subscription, as nats-server counts them.
+        assert statz[0]["num_subscriptions"] == 5, kind
+
+
+USER_INFO_CONFIG = """
+accounts {
+  SYS { users = [{user: sys, password: sys}] }
+  B { users = [{user: b, password: b, permissions: {
+        publish: {allow: ["x.>", "_INBOX.>", "$SYS.REQ.USER.INFO"], deny: ["x.secret"]},
+        subscribe: {deny: ["y"]}, allow_responses: {max: 3, expires: "1m"}}}] }
+}
+system_account: SYS
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_user_info_shows_permissions(kind: str, tmp_path: Path) -> None:
+    """`$SYS.REQ.USER.INFO` tells a user its account and permissions in nats-server's words."""
+    from tests.servers import server_with_config
+    from tests.system.common import require
+
+    require(kind)
+    with server_with_config(kind, tmp_path / "b.conf", USER_INFO_CONFIG) as server:
+        async with client(server.url, "b") as b:
+            info = await ask(b, "$SYS.REQ.USER.INFO")
+    assert info["data"] == {
+        "user": "b",
+        "account": "B",
+        "account_name": "B",
+        "permissions": {
+            "publish": {"allow": ["x.>", "_INBOX.>", "$SYS.REQ.USER.INFO"], "deny": ["x.secret"]},
+            "subscribe": {"deny": ["y"]},
+            "responses": {"max": 3, "ttl": 60_000_000_000},
+        },
+    }
