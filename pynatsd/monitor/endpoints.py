@@ -473,10 +473,20 @@ def accountz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
     return result
 
 
-def account_stat(server: Server, name: str) -> dict[str, Any]:
+def _connected_by_account(server: Server) -> dict[str, list[Connection]]:
+    """The connected clients of each account, in one pass."""
+    by_account: dict[str, list[Connection]] = {}
+    for conn in server.clients.values():
+        if conn.connected:
+            by_account.setdefault(conn.account, []).append(conn)
+    return by_account
+
+
+def account_stat(server: Server, name: str, conns: list[Connection] | None = None) -> dict[str, Any]:
     """nats-server's AccountStat of one account: its connections, subscriptions and traffic (of its
-    open connections and those closed since start)."""
-    conns = [c for c in server.clients.values() if c.account == name and c.connected]
+    open connections, `conns` when known, and those closed since start)."""
+    if conns is None:
+        conns = _connected_by_account(server).get(name, [])
     closed = server.stats.closed_by_account.get(name)
     sublist = server.account_sublists.get(name)
     zero = {"msgs": 0, "bytes": 0}
@@ -514,8 +524,8 @@ def accstatz(server: Server, accounts: Iterable[str] | None = None, unused: bool
     `accounts` those that exist."""
     known = _accounts(server)
     names = known if accounts is None else [a for a in accounts if a in known]
-    active = {c.account for c in server.clients.values() if c.connected}
-    statz = [account_stat(server, name) for name in names if unused or name in active]
+    active = _connected_by_account(server)
+    statz = [account_stat(server, name, active.get(name, [])) for name in names if unused or name in active]
     return {"server_id": server.server_id, "now": rfc3339nano(_now()), "account_statz": statz}
 
 
