@@ -172,8 +172,7 @@ class SystemService:
         payload: bytes,
     ) -> None:
         """An account's own CONNZ or STATZ, answered in that account."""
-        scoped = f"$SYS.REQ.ACCOUNT.{account}.{name}".encode()
-        self._on_account_request(scoped, reply, headers, payload, client)
+        self._account_request(account, name, reply, payload, client, every=False)
 
     def _on_user_info(
         self,
@@ -434,13 +433,26 @@ class SystemService:
         payload: bytes,
         client: InternalClient | None = None,
     ) -> None:
-        from pynatsd.monitor import endpoints as ep
-
         _, _, _, account, name = subject.decode(errors="replace").split(".")
-        s = self.server
         if name == "CONNS":
             self._on_conns(account, reply, payload)
             return
+        self._account_request(account, name, reply, payload, client, every=account == "PING")
+
+    def _account_request(
+        self,
+        account: str,
+        name: str,
+        reply: bytes | None,
+        payload: bytes,
+        client: InternalClient | None,
+        every: bool,
+    ) -> None:
+        """Endpoint `name` about `account`; `every`: STATZ of every account (or those the body lists),
+        only for the system account's `$SYS.REQ.ACCOUNT.PING.STATZ`, never for a scoped request."""
+        from pynatsd.monitor import endpoints as ep
+
+        s = self.server
 
         def build() -> Any:
             options = self._options(payload)
@@ -456,8 +468,11 @@ class SystemService:
                 return ep.account_info(s, account)
             # STATZ: `PING` is the broadcast form (every account); an account without connections is
             # not reported unless asked (include_unused).
-            wanted = options.get("accounts") if account == "PING" else [account]
-            statz = ep.accstatz(s, accounts=wanted or None, unused=bool(options.get("include_unused")))
+            listed = options.get("accounts")
+            wanted = [str(a) for a in listed] if every and isinstance(listed, list) and listed else None
+            if not every:
+                wanted = [account]
+            statz = ep.accstatz(s, accounts=wanted, unused=bool(options.get("include_unused")))
             if not statz["account_statz"] and not options.get("include_unused"):
                 raise Skip
             return statz

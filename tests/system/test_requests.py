@@ -174,3 +174,33 @@ async def test_user_info_shows_permissions(kind: str, tmp_path: Path) -> None:
             "responses": {"max": 3, "ttl": 60_000_000_000},
         },
     }
+
+
+PING_ACCOUNT_CONFIG = """
+accounts {
+  SYS { users = [{user: sys, password: sys}] }
+  A { users = [{user: a, password: a}] }
+  PING { users = [{user: ping, password: ping}] }
+}
+system_account: SYS
+"""
+
+
+async def test_scoped_requests_stay_in_their_account(tmp_path: Path) -> None:
+    """A user's scoped requests tell about its own account only, whatever the body asks, even from an
+    account named like the broadcast token. Stricter than nats-server 2.15.1, which answers a user of an
+    account named `PING` with the statistics of every account its body lists."""
+    from tests.servers import server_with_config
+
+    kind = "pynatsd"
+    with server_with_config(kind, tmp_path / "ping.conf", PING_ACCOUNT_CONFIG) as server:
+        async with client(server.url, "a"), client(server.url, "ping") as ping:
+            body = json.dumps({"accounts": ["A", "SYS"], "include_unused": True, "acc": "A"}).encode()
+            for subject in ("$SYS.REQ.ACCOUNT.PING.STATZ", "$SYS.REQ.SERVER.PING.CONNZ"):
+                reply = json.loads((await ping.request(subject, body, timeout=5)).data)
+                data = reply["data"]
+                if "account_statz" in data:
+                    assert [s["acc"] for s in data["account_statz"]] == ["PING"], kind
+                else:
+                    assert [c.get("account", "PING") for c in data["connections"]] in ([], ["PING"]), kind
+                    assert data["num_connections"] == 1, kind
