@@ -75,6 +75,7 @@ MAX_CONNECTIONS_EXCEEDED = "Maximum Connections Exceeded"
 READ_ERROR = "Read Error"
 WRITE_ERROR = "Write Error"
 TLS_HANDSHAKE_FAILURE = "TLS Handshake Failure"
+KICKED = "Kicked"  # closed by a system account request
 # OpenSSL's reasons for first bytes that are not a TLS handshake at all.
 _NOT_TLS = frozenset(
     {

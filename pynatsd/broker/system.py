@@ -8,6 +8,7 @@ Requests (the reply is `{"server": {...}, "data": {...}}`, or `"error"` with a c
   `$SYS.REQ.SERVER.PING` and `$SYS.REQ.SERVER.PING.<EP>` (every server answers), `$SYS.REQ.SERVER.<id>.<EP>`
   (this one), EP in STATSZ, IDZ, VARZ, CONNZ, SUBSZ, ROUTEZ, GATEWAYZ, LEAFZ, ACCOUNTZ, JSZ, HEALTHZ; the
   request body is the endpoint's options as JSON (nats-server's names) plus the server filter options.
+  `$SYS.REQ.SERVER.<id>.KICK` and `.LDM` (`{"cid": N}`) close a client or send it lame duck mode.
   `$SYS.REQ.ACCOUNT.<acc>.<EP>` with EP in CONNZ, SUBSZ, LEAFZ, JSZ, INFO, STATZ, CONNS, and
   `$SYS.REQ.ACCOUNT.PING.STATZ`.
 Advisories: `$SYS.ACCOUNT.<acc>.CONNECT` / `.DISCONNECT`, `$SYS.ACCOUNT.<acc>.SERVER.CONNS` (and the old
@@ -133,6 +134,8 @@ class SystemService:
                 sub(subject.encode(), handler)
         for name in ("CONNZ", "SUBSZ", "LEAFZ", "JSZ", "INFO", "STATZ", "CONNS"):
             sub(f"$SYS.REQ.ACCOUNT.*.{name}".encode(), self._on_account_request)
+        sub(f"$SYS.REQ.SERVER.{self.server_id}.KICK".encode(), self._on_kick)
+        sub(f"$SYS.REQ.SERVER.{self.server_id}.LDM".encode(), self._on_client_ldm)
         sub(USER_INFO, lambda *msg: self._on_user_info(self.client, *msg))
         for account in {*self.server.account_sublists, *self.server.auth.accounts}:
             self.account_created(account)
@@ -337,6 +340,49 @@ class SystemService:
 
             self._cpu = CpuSampler()
         return self._cpu, {}
+
+    def _on_kick(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
+        """`{"cid": N}`: close that client (reason `Kicked`), as nats-server's kickClient."""
+        from pynatsd.broker.connection import KICKED
+
+        conn = self._client_of(payload)
+        if conn is None:
+            self._client_error(reply, "no such client or leafnode id")
+            return
+        conn.close(KICKED)
+        if reply is not None:
+            self._send(reply, {"server": self.server_info()})
+
+    def _on_client_ldm(
+        self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes
+    ) -> None:
+        """`{"cid": N}`: tell that client the server is in lame duck mode (an INFO with `ldm`), as
+        nats-server's ldmClient, so it reconnects elsewhere."""
+        conn = self._client_of(payload)
+        if conn is None:
+            self._client_error(reply, "no such client id")
+            return
+        if not conn.wants_async_info:
+            self._client_error(
+                reply, "client does not support Lame Duck Mode or is not ready to receive the notification"
+            )
+            return
+        conn.send_raw(self.server.info_for(conn, ldm=True))
+        if reply is not None:
+            self._send(reply, {"server": self.server_info()})
+
+    def _client_of(self, payload: bytes) -> Connection | None:
+        try:
+            cid = json.loads(payload).get("cid")
+        except (UnicodeDecodeError, ValueError, AttributeError):
+            log.error("Error unmarshalling kick client request")
+            return None
+        return self.server.clients.get(cid) if isinstance(cid, int) else None
+
+    def _client_error(self, reply: bytes | None, description: str) -> None:
+        if reply is not None:
+            error = {"code": _HTTP_ERROR, "description": description}
+            self._send(reply, {"server": self.server_info(), "error": error})
 
     def _on_idz(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
         if reply is not None:  # nats-server's ServerID, bare (no envelope)

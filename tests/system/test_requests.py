@@ -204,3 +204,31 @@ async def test_scoped_requests_stay_in_their_account(tmp_path: Path) -> None:
                 else:
                     assert [c.get("account", "PING") for c in data["connections"]] in ([], ["PING"]), kind
                     assert data["num_connections"] == 1, kind
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_kick_and_lame_duck_a_client(kind: str, tmp_path: Path) -> None:
+    """`$SYS.REQ.SERVER.<id>.LDM` sends one client an INFO with `ldm`; `.KICK` closes it (`Kicked`)."""
+    from tests.wire import WireClient
+
+    with system_server(kind, tmp_path) as server:
+        async with client(server.url, "sys") as sys:
+            ident = await ask(sys, "$SYS.REQ.SERVER.PING.IDZ")
+            with WireClient(server.port) as wire:
+                wire.exchange(b'CONNECT {"user":"a","pass":"a","protocol":1,"verbose":false}\r\n')
+                cid = wire.info["client_id"]
+                ldm = await ask(sys, f"$SYS.REQ.SERVER.{ident['id']}.LDM", {"cid": cid})
+                assert set(ldm) == {"server"}, kind
+                infos = []  # (nats-server 2.12+ confirms the account in an INFO after the first PONG)
+                while not any(i.get("ldm") for i in infos):
+                    line, _ = wire.read_until(b"\r\n", timeout=5)
+                    assert line.startswith(b"INFO "), (kind, line)
+                    infos.append(json.loads(line[5:]))
+                kicked = await ask(sys, f"$SYS.REQ.SERVER.{ident['id']}.KICK", {"cid": cid})
+                assert set(kicked) == {"server"}, kind
+                closed = await ask(sys, f"$SYS.REQ.SERVER.{ident['id']}.CONNZ", {"cid": cid, "state": 1})
+                assert closed["data"]["connections"][0]["reason"] == "Kicked", kind
+            for verb, problem in (("KICK", "no such client or leafnode id"), ("LDM", "no such client id")):
+                missing = await ask(sys, f"$SYS.REQ.SERVER.{ident['id']}.{verb}", {"cid": 99999})
+                assert missing["error"] == {"code": 500, "description": problem}, kind
+                assert "data" not in missing, kind
