@@ -327,6 +327,10 @@ class Server:
         if self._ldm_task is not None and self._ldm_task is not asyncio.current_task():
             self._ldm_task.cancel()
         log.info("Initiating Shutdown...")
+        if self.system is not None:  # the last system message: the clients' disconnects are not sent
+            self.system.announce("SHUTDOWN")
+            self.system.stop()
+            self.system = None
         self._listener.close()
         if self.websocket is not None:
             self.websocket.close()
@@ -362,6 +366,8 @@ class Server:
         if self.ldm or self._shutting_down or self._listener is None:
             return
         self.ldm = True
+        if self.system is not None:
+            self.system.announce("LAMEDUCK")
         self._ldm_task = self.loop.create_task(lame_duck.run(self))
 
     def stop_accepting(self) -> None:

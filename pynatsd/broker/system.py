@@ -13,7 +13,9 @@ Requests (the reply is `{"server": {...}, "data": {...}}`, or `"error"` with a c
   `$SYS.REQ.ACCOUNT.PING.STATZ`.
 Advisories: `$SYS.ACCOUNT.<acc>.CONNECT` / `.DISCONNECT`, `$SYS.ACCOUNT.<acc>.SERVER.CONNS` (and the old
 `$SYS.SERVER.ACCOUNT.<acc>.CONNS`), `$SYS.SERVER.<id>.CLIENT.AUTH.ERR`, and `$SYS.SERVER.<id>.STATSZ`
-every few seconds while someone listens (250 ms at start, doubling up to 10 s, as nats-server).
+every few seconds while someone listens (250 ms at start, doubling up to 10 s, as nats-server),
+`$SYS.SERVER.<id>.LAMEDUCK` and `$SYS.SERVER.<id>.SHUTDOWN`. Every account also answers a few requests
+about itself (see `account_created`).
 """
 
 from __future__ import annotations
@@ -149,6 +151,10 @@ class SystemService:
         for client in self._in_accounts.values():
             client.close()
         self._in_accounts.clear()
+
+    def announce(self, event: str) -> None:
+        """`$SYS.SERVER.<id>.SHUTDOWN` or `.LAMEDUCK`: the server block alone, as nats-server sends it."""
+        self._send(f"$SYS.SERVER.{self.server_id}.{event}", self.server_info())
 
     def account_created(self, account: str) -> None:
         """Every account but the system one answers a few requests about itself in its own subject space,

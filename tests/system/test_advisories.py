@@ -153,3 +153,21 @@ async def test_operator_mode_connect_event(kind: str, tmp_path: Path) -> None:
     assert info["acc"] == world.a.public and info["user"] == _key.public and info["jwt"] == token
     assert info["issuer_key"] == world.a.public and info["name_tag"] == "account"
     assert info["tags"] == ["team:x"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("event", ["LAMEDUCK", "SHUTDOWN"])
+async def test_lame_duck_and_shutdown_announced(kind: str, event: str, tmp_path: Path) -> None:
+    """Entering lame duck mode (SIGUSR2) and shutting down (SIGTERM) are announced with the server
+    block alone."""
+    import signal
+
+    with system_server(kind, tmp_path, "lame_duck_duration: 30s\nlame_duck_grace_period: 10s") as server:
+        async with client(server.url, "sys") as sys:
+            inbox = Inbox()
+            await sys.subscribe(f"$SYS.SERVER.*.{event}", cb=inbox.receive)
+            await sys.flush()
+            server.proc.send_signal(signal.SIGUSR2 if event == "LAMEDUCK" else signal.SIGTERM)
+            got = await inbox.wait_for(f".{event}")
+    assert len(got) == 1, kind
+    assert {"name", "host", "id", "ver", "seq", "time"} <= set(got[0]) and "statsz" not in got[0], kind
