@@ -39,10 +39,12 @@ _REPLY_PRUNE_SECONDS = 1.0
 
 
 def system_account_of(extra: dict[str, Any]) -> str:
-    """The system account a configuration gives ("" with `no_system_account`)."""
-    if extra.get("no_system_account"):
-        return ""
-    return str(extra.get("system_account") or SYSTEM_ACCOUNT)
+    """The system account a configuration gives: the one named, else `$SYS` unless `no_system_account`
+    (which, as in nats-server, only turns off the default)."""
+    named = str(extra.get("system_account") or "")
+    if named or extra.get("no_system_account"):
+        return named
+    return SYSTEM_ACCOUNT
 
 
 def _same(a: str, b: str) -> bool:

@@ -169,6 +169,7 @@ def test_harmless_unimplemented_keys_warn(text: str) -> None:
         ("accounts { A { users = [{user: a, password: a}] } }\nsystem: A", "A"),
         ("accounts { A { users = [{user: a, password: a}] } }\nno_system_account: true", ""),
         ("no_sys_acc: true", ""),
+        ("accounts { A {} }\nsystem_account: A\nno_system_account: true", "A"),  # only the default goes
         ("port: 4222", "$SYS"),
     ],
 )

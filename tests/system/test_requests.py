@@ -232,3 +232,35 @@ async def test_kick_and_lame_duck_a_client(kind: str, tmp_path: Path) -> None:
                 missing = await ask(sys, f"$SYS.REQ.SERVER.{ident['id']}.{verb}", {"cid": 99999})
                 assert missing["error"] == {"code": 500, "description": problem}, kind
                 assert "data" not in missing, kind
+
+
+NO_SYSTEM_CONFIG = """
+accounts {
+  SYS { users = [{user: sys, password: sys}] }
+  A { users = [{user: a, password: a}] }
+}
+no_system_account: true
+http_port: %d
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_no_system_account(kind: str, tmp_path: Path) -> None:
+    """`no_system_account`: no system account, no services, none named in /varz or /accountz."""
+    import aiohttp
+
+    from tests.servers import free_port, server_with_config
+    from tests.system.common import require
+
+    require(kind)
+    http_port = free_port()
+    with server_with_config(kind, tmp_path / "nosys.conf", NO_SYSTEM_CONFIG % http_port) as server:
+        async with client(server.url, "sys") as sys, client(server.url, "a") as a:
+            for nc in (sys, a):
+                for subject in ("$SYS.REQ.SERVER.PING", "$SYS.REQ.USER.INFO", "$SYS.REQ.SERVER.PING.CONNZ"):
+                    with pytest.raises(nats.errors.NoRespondersError):
+                        await nc.request(subject, b"", timeout=2)
+        async with aiohttp.ClientSession() as session:
+            for path in ("/varz", "/accountz"):
+                async with session.get(f"http://127.0.0.1:{http_port}{path}") as resp:
+                    assert "system_account" not in json.loads(await resp.text()), (kind, path)
