@@ -29,15 +29,18 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pynatsd.broker.auth import DEFAULT_ACCOUNT
+from pynatsd.broker.connection import KICKED, Connection
 from pynatsd.broker.internal import InternalClient
 from pynatsd.broker.jwt import payload_of
 from pynatsd.broker.logging import get_logger
+from pynatsd.jetstream import monitor as js_monitor
+from pynatsd.monitor import endpoints as ep
+from pynatsd.monitor.formats import rfc3339nano
 
 if TYPE_CHECKING:
     import asyncio
 
     from pynatsd.broker.auth import Permissions, Rule
-    from pynatsd.broker.connection import Connection
     from pynatsd.broker.server import Server
 
 log = get_logger()
@@ -50,7 +53,6 @@ _HTTP_BAD_REQUEST, _HTTP_ERROR = 400, 500
 USER_INFO = b"$SYS.REQ.USER.INFO"
 _ID_ALPHABET = string.digits + string.ascii_letters
 _CONNZ_STATES = {0: "open", 1: "closed", 2: "all"}
-_FILTER_KEYS = ("server_name", "cluster", "host", "exact_match", "tags", "domain")
 
 
 class Skip(Exception):
@@ -63,8 +65,7 @@ def event_id() -> str:
 
 
 def now_text() -> str:
-    from pynatsd.monitor.formats import rfc3339nano
-
+    """Now, as nats-server's JSON times (RFC 3339, UTC, nanosecond digits as needed)."""
     return rfc3339nano(datetime.now(UTC))
 
 
@@ -192,16 +193,13 @@ class SystemService:
         payload: bytes,
     ) -> None:
         """nats-server's userInfoReq: the requester's user, account, permissions and expiry."""
-        from pynatsd.broker.connection import Connection
-        from pynatsd.monitor.endpoints import account_name_tag
-
         conn = client.origin
         if reply is None or not isinstance(conn, Connection):
             return
         info: dict[str, Any] = {
             "user": _raw_user(conn),
             "account": conn.account,
-            "account_name": account_name_tag(self.server, conn.account),
+            "account_name": ep.account_name_tag(self.server, conn.account),
         }
         if conn.perms is not None:
             info["permissions"] = public_permissions(conn.perms)
@@ -290,8 +288,6 @@ class SystemService:
 
     # -- server endpoints -----------------------------------------------------------------------------------
     def _server_endpoints(self) -> dict[str, Callable[[bytes, bytes | None, bytes | None, bytes], None]]:
-        from pynatsd.monitor import endpoints as ep
-
         s = self.server
 
         def endpoint(build: Callable[[dict[str, Any]], Any]) -> Callable[..., None]:
@@ -342,15 +338,11 @@ class SystemService:
         if monitor is not None:
             return monitor.cpu, monitor.req_stats
         if self._cpu is None:
-            from pynatsd.monitor.endpoints import CpuSampler
-
-            self._cpu = CpuSampler()
+            self._cpu = ep.CpuSampler()
         return self._cpu, {}
 
     def _on_kick(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
         """`{"cid": N}`: close that client (reason `Kicked`), as nats-server's kickClient."""
-        from pynatsd.broker.connection import KICKED
-
         conn = self._client_of(payload)
         if conn is None:
             self._client_error(reply, "no such client or leafnode id")
@@ -412,8 +404,6 @@ class SystemService:
 
     def statsz(self) -> dict[str, Any]:
         """nats-server's ServerStatsMsg: the server block and `statsz`."""
-        from pynatsd.monitor.endpoints import process_rss
-
         s = self.server
         stats = s.stats
         cpu, _ = self._varz_inputs()
@@ -426,8 +416,8 @@ class SystemService:
         )
         active = {c.account for c in s.clients.values() if c.connected}
         body: dict[str, Any] = {
-            "start": now_of(s.start_time),
-            "mem": process_rss(),
+            "start": rfc3339nano(s.start_time),
+            "mem": ep.process_rss(),
             "cores": cores,
             "cpu": cpu.sample(),
             "connections": len(s.clients),
@@ -459,8 +449,6 @@ class SystemService:
             body["stalled_clients"] = stats.stalled_clients
         body["active_servers"] = 1
         if s.jetstream is not None:
-            from pynatsd.jetstream import monitor as js_monitor
-
             body["jetstream"] = js_monitor.varz_block(s.jetstream)
         body["gomaxprocs"] = cores
         return {"server": self.server_info(), "statsz": body}
@@ -502,8 +490,6 @@ class SystemService:
     ) -> None:
         """Endpoint `name` about `account`; `every`: STATZ of every account (or those the body lists),
         only for the system account's `$SYS.REQ.ACCOUNT.PING.STATZ`, never for a scoped request."""
-        from pynatsd.monitor import endpoints as ep
-
         s = self.server
 
         def build() -> Any:
@@ -547,14 +533,12 @@ class SystemService:
             self._send(reply, self._account_conns(account))
 
     def _account_conns(self, account: str) -> dict[str, Any]:
-        from pynatsd.monitor.endpoints import account_stat
-
         return {
             "type": ACCOUNT_CONNS_TYPE,
             "id": event_id(),
             "timestamp": now_text(),
             "server": self.server_info(),
-            **account_stat(self.server, account),
+            **ep.account_stat(self.server, account),
         }
 
     # -- advisories ----------------------------------------------------------------------------------------
@@ -608,11 +592,9 @@ class SystemService:
 
     def _client_info(self, conn: Connection) -> dict[str, Any]:
         """nats-server's ClientInfo for an advisory (empty fields left out, as its omitempty does)."""
-        from pynatsd.monitor.endpoints import account_name_tag
-
         user_claims = payload_of(conn.opts.jwt) if conn.opts.jwt else {}
         info: dict[str, Any] = {
-            "start": now_of(conn.start),
+            "start": rfc3339nano(conn.start),
             "host": conn.ip,
             "id": conn.cid,
             "acc": conn.account,
@@ -621,10 +603,10 @@ class SystemService:
             "lang": conn.opts.lang,
             "ver": conn.opts.version,
             "rtt": int(conn.rtt * 1e9) if conn.rtt else 0,
-            "stop": now_of(conn.stop) if conn.stop is not None else "",
+            "stop": rfc3339nano(conn.stop) if conn.stop is not None else "",
             "jwt": conn.opts.jwt,
             "issuer_key": str(user_claims.get("iss", "")) if conn.connected else "",
-            "name_tag": account_name_tag(self.server, conn.account),
+            "name_tag": ep.account_name_tag(self.server, conn.account),
             "tags": (user_claims.get("nats") or {}).get("tags") or [],
             "kind": "Client",
             "client_type": "websocket" if conn.is_websocket else "nats",
@@ -677,12 +659,6 @@ def public_permissions(perms: Permissions) -> dict[str, Any]:
     if perms.responses is not None:
         result["responses"] = {"max": perms.responses.max_msgs, "ttl": int(perms.responses.expires * 1e9)}
     return result
-
-
-def now_of(when: datetime) -> str:
-    from pynatsd.monitor.formats import rfc3339nano
-
-    return rfc3339nano(when)
 
 
 def _raw_user(conn: Connection) -> str:
