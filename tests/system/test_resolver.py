@@ -213,3 +213,34 @@ def test_resolver_timing_options_accepted(kind: str, tmp_path: Path) -> None:
     with running(kind, _config(world, tmp_path, resolver)) as server, WireClient(server.port) as wire:
         token, key = world.user("plain")
         assert connect_as(wire, token, key) == (b"", False)
+
+
+def test_directory_store_cache_eviction_ttl_and_tombstones(tmp_path: Path) -> None:
+    """The store itself: a cache evicts the least recently stored file at its limit and drops files older
+    than its ttl; a full store refuses at its limit; deletions outlive the store object (a reload)."""
+    import os
+    import time
+
+    from pynatsd.broker import jwt
+
+    keys = [Key("A").public for _ in range(3)]
+    cache = jwt.DirectoryStore(str(tmp_path / "cache"), 2, jwt.HARD_DELETE, evict=True, ttl=60.0)
+    cache.save(keys[0], "jwt0")
+    os.utime(tmp_path / "cache" / f"{keys[0]}.jwt", (time.time() - 30, time.time() - 30))
+    cache.save(keys[1], "jwt1")
+    cache.save(keys[2], "jwt2")  # at the limit: the oldest goes
+    assert cache.names() == sorted(keys[1:])
+    os.utime(tmp_path / "cache" / f"{keys[1]}.jwt", (time.time() - 120, time.time() - 120))
+    cache.sweep()
+    assert cache.names() == [keys[2]]
+
+    full = jwt.DirectoryStore(str(tmp_path / "full"), 1, jwt.RENAME_DELETED)
+    full.save(keys[0], "jwt0")
+    with pytest.raises(jwt.JwtError, match="jwt store is full"):
+        full.save(keys[1], "jwt1")
+    full.delete(keys[0])
+    assert (tmp_path / "full" / f"{keys[0]}.jwt.deleted").read_text() == "jwt0"
+    again = jwt.DirectoryStore(str(tmp_path / "full"), 1, jwt.RENAME_DELETED)
+    assert keys[0] in again.deleted and again.load(keys[0]) is None
+    again.save(keys[0], "jwt0-new")  # pushed again: known again
+    assert keys[0] not in again.deleted and again.load(keys[0]) == "jwt0-new"
