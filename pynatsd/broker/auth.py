@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pynatsd.broker.jwt import JwtAuthenticator, UserGrant
 
 DEFAULT_ACCOUNT = "$G"
+SYSTEM_ACCOUNT = "$SYS"  # the system account when the configuration names none (as nats-server)
 REVOCATION = "Credentials Revoked"  # the close reason, as nats-server's connz shows it
 _CACHE_LIMIT = 1024
 # allow_responses: nats-server's defaults (one reply within two minutes) and reply-map pruning cadence.
@@ -35,6 +36,15 @@ RESPONSE_MAX_MSGS = 1
 RESPONSE_EXPIRES = 120.0
 _REPLY_PRUNE_COUNT = 4096
 _REPLY_PRUNE_SECONDS = 1.0
+
+
+def system_account_of(extra: dict[str, Any]) -> str:
+    """The system account a configuration gives: the one named, else `$SYS` unless `no_system_account`
+    (which, as in nats-server, only turns off the default)."""
+    named = str(extra.get("system_account") or "")
+    if named or extra.get("no_system_account"):
+        return named
+    return SYSTEM_ACCOUNT
 
 
 def _same(a: str, b: str) -> bool:
@@ -295,6 +305,9 @@ class Authenticator:
         self._add_users(block.get("users", []), DEFAULT_ACCOUNT, block.get("default_permissions"))
         accounts: dict[str, Any] = options.extra.get("accounts", {}) or {}
         self.accounts = [DEFAULT_ACCOUNT, *accounts]
+        self.system_account = system_account_of(options.extra)  # pynatsd.broker.system serves it
+        if self.system_account and self.system_account not in self.accounts:
+            self.accounts.append(self.system_account)
         for name, acc in accounts.items():
             acc = acc or {}
             self._add_users(acc.get("users", []), name, acc.get("default_permissions"))

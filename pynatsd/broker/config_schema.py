@@ -528,8 +528,8 @@ def _trusted_keys(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -
 
 
 def _resolver(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    """`MEMORY` (accounts from `resolver_preload`) or a `full` directory resolver; URL and cache
-    resolvers, and deletes (`allow_delete`), are refused."""
+    """`MEMORY` (accounts from `resolver_preload`), a `full` directory resolver (with `allow_delete`,
+    `hard_delete`, `interval`, `timeout`) or a `cache` one (`ttl`, `limit`); URL resolvers are refused."""
     if isinstance(value, str) and value.strip().upper() in ("MEMORY", "MEM"):
         opts.extra["resolver"] = "MEMORY"
         return
@@ -542,15 +542,14 @@ def _resolver(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
     for low, k, v, _at in entries(block, where):
         if low in ("type", "dir"):
             spec[low] = to_str(k, v)
-        elif low == "allow_delete":
-            if to_bool(k, v):
-                raise refused(k, "account deletes in the directory resolver", access=True)
-        elif low == "hard_delete":
-            spec["hard_delete"] = to_bool(k, v)
+        elif low in ("allow_delete", "hard_delete"):
+            spec[low] = to_bool(k, v)
         elif low == "limit":
             spec["limit"] = to_int(k, v)
         elif low in ("interval", "timeout", "ttl"):
-            # interval: sync with other servers, timeout: fetch from them; a single server has none.
+            if not isinstance(v, str):  # nats-server reads these as duration strings only
+                go_type = {bool: "bool", int: "int64", float: "float64"}.get(type(v), type(v).__name__)
+                raise ConfigValueError(f"interface conversion: interface {{}} is {go_type}, not string")
             spec[low] = parse_duration(k, v)
         else:
             unknown(ctx, block, k, _at)
@@ -558,19 +557,41 @@ def _resolver(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
     if kind in ("MEMORY", "MEM"):
         opts.extra["resolver"] = "MEMORY"
         return
-    if kind == "CACHE":
-        raise refused(key, "the CACHE account resolver", access=True)
-    if kind != "FULL":
-        raise ConfigValueError(f"{key}: unknown resolver type {spec['type']!r}")
-    if "ttl" in spec:
-        raise ConfigValueError("FULL does not accept ttl")
-    if "hard_delete" in spec:
-        raise ConfigValueError("hard_delete has no effect without delete")
+    if kind not in ("FULL", "CACHE"):
+        raise ConfigValueError(
+            'error parsing account resolver, should be MEM or  URL("url") or a map containing dir and '
+            "type state=[FULL|CACHE])"
+        )
+    problems = []
     if not spec["dir"]:
-        raise ConfigValueError("dir has no value and needs to point to a directory")
-    if os.path.exists(spec["dir"]) and not os.path.isdir(spec["dir"]):
-        raise ConfigValueError("dir needs to point to an accessible directory")
-    opts.extra["resolver"] = {"type": "full", "dir": spec["dir"], "limit": spec["limit"]}
+        problems.append("dir has no value and needs to point to a directory")
+    elif os.path.exists(spec["dir"]) and not os.path.isdir(spec["dir"]):
+        problems.append("dir needs to point to an accessible directory")
+    if kind == "CACHE":
+        # A cache holds what other servers resolved: no sync, no deletes of its own.
+        if spec.get("interval"):
+            problems.append("CACHE does not accept sync")
+        if spec.get("allow_delete"):
+            problems.append("CACHE does not accept allow_delete")
+        if "hard_delete" in spec:
+            problems.append("CACHE does not accept hard_delete")
+    else:
+        if spec.get("ttl"):
+            problems.append("FULL does not accept ttl")
+        if "hard_delete" in spec and not spec.get("allow_delete"):
+            problems.append("hard_delete has no effect without delete")
+    if "timeout" in spec and spec["timeout"] <= 0:
+        problems.append(f"Fetch timeout {spec['timeout']}s is too smal")  # sic: nats-server's words
+    for problem in problems:
+        ctx.error(where, problem)
+    resolver: dict[str, Any] = {"type": kind.lower(), "dir": spec["dir"], "limit": spec["limit"]}
+    if kind == "CACHE":
+        resolver["limit"] = spec["limit"] if spec["limit"] > 0 else 1000  # nats-server's default
+        resolver["ttl"] = spec.get("ttl", 0.0)
+    elif spec.get("allow_delete"):
+        resolver["delete"] = "hard" if spec.get("hard_delete") else "rename"
+    # interval (syncing with other servers) and timeout (fetching from them): standalone, no peers.
+    opts.extra["resolver"] = resolver
 
 
 def _resolver_preload(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
@@ -594,14 +615,19 @@ def _system_account(ctx: Ctx, opts: Options, key: str, value: Any, where: Where)
     opts.extra["system_account"] = to_str(key, value)
 
 
+def _no_system_account(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    opts.extra["no_system_account"] = to_bool(key, value)
+
+
 def _check_operator_mode(ctx: Ctx, opts: Options) -> None:
     """nats-server's validateTrustedOperators; fills `trusted` (the keys that may issue accounts)."""
     extra = opts.extra
     operators = extra.get("operators", [])
     if not operators and not extra.get("trusted_keys"):
-        if "system_account" in extra:  # only operator mode has a system account in pynatsd
+        system = extra.get("system_account")
+        if system and system != "$SYS" and system not in extra.get("accounts", {}):
             where = ctx.places.get("system_account") or ctx.places.get("system") or _NOWHERE
-            ctx.warn(where, '"system_account" is not supported by pynatsd and is ignored', strict=False)
+            ctx.error(where, "error resolving system account: account missing")
         if extra.get("resolver_preload") and "resolver" not in extra:
             ctx.error(_NOWHERE, "resolver_preload requires a resolver")
         return
@@ -970,8 +996,8 @@ TOP_LEVEL: dict[str, Handler] = _table(
     (("logfile_size_limit", "log_size_limit"), _field("log_size_limit", to_int)),
     (("logfile_max_num", "log_max_num"), _field("log_max_num", to_int)),
     (("max_traced_msg_len",), _field("max_traced_msg_len", to_int)),
-    (("trace_verbose", "trace_headers", "allow_non_tls", "no_system_account", "no_system",
-      "no_sys_acc"), ignore(to_bool)),
+    (("trace_verbose", "trace_headers", "allow_non_tls"), ignore(to_bool)),
+    (("no_system_account", "no_system", "no_sys_acc"), _no_system_account),
     (("system_account", "system"), _system_account),
     (("prof_port", "prof_block_rate", "connect_error_reports", "reconnect_error_reports"), ignore(to_int)),
     (("max_sub_tokens", "max_subscription_tokens"), ignore(_max_sub_tokens)),

@@ -75,6 +75,7 @@ MAX_CONNECTIONS_EXCEEDED = "Maximum Connections Exceeded"
 READ_ERROR = "Read Error"
 WRITE_ERROR = "Write Error"
 TLS_HANDSHAKE_FAILURE = "TLS Handshake Failure"
+KICKED = "Kicked"  # closed by a system account request
 # OpenSSL's reasons for first bytes that are not a TLS handshake at all.
 _NOT_TLS = frozenset(
     {
@@ -432,6 +433,7 @@ class Connection(Client):
         if identity is None:
             server.stats.auth_failures += 1
             log.error("%r - authentication error", self)
+            self.opts = opts  # who tried (the system account's authentication error advisory)
             self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
             return
         user, account = identity
@@ -454,11 +456,14 @@ class Connection(Client):
         self.headers = opts.headers
         self.verbose = opts.verbose
         self.pedantic = opts.pedantic
+        first = not self.connected
         self.connected = True
         self.parser.headers = opts.headers
         self._info_after_pong = opts.protocol >= 1
         if opts.verbose:
             self._send(encoder.OK)
+        if first:
+            server.client_connected(self)  # the system account's CONNECT advisory
 
     def _apply_grant(self) -> None:
         """A JWT user's limits (the smaller of its own and the server's) and the end of its

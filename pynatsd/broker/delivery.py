@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from pynatsd.broker.outbound import Outbound
     from pynatsd.matcher import Sublist
 
-#: An internal subscription's callback: (subscription, subject, reply, headers, payload).
-Callback = Callable[["Subscription", bytes, "bytes | None", "bytes | None", bytes], None]
+#: An internal subscription's callback: (subscription, subject, reply, headers, payload, publisher).
+Callback = Callable[["Subscription", bytes, "bytes | None", "bytes | None", bytes, "Client | None"], None]
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -185,7 +185,7 @@ def deliver(sub: Subscription, msg: Message) -> bool:
     if sub.callback is not None:
         conn.out_msgs += 1
         conn.out_bytes += msg.size
-        sub.callback(sub, msg.subject, msg.reply, msg.headers, msg.payload)
+        sub.callback(sub, msg.subject, msg.reply, msg.headers, msg.payload, msg.origin)
         return True
     out = conn.out
     if out is None:

@@ -45,7 +45,9 @@ class InternalClient(Client):
         self.in_bytes = 0
         self.subs: dict[bytes, Subscription] = {}
         self._next_sid = 0
-        self._inbox: deque[tuple[Handler, bytes, bytes | None, bytes | None, bytes]] = deque()
+        self._inbox: deque[tuple[Handler, bytes, bytes | None, bytes | None, bytes, Client | None]] = deque()
+        # Who published the message a handler is running for (e.g. the $SYS.REQ.USER.INFO requester).
+        self.origin: Client | None = None
         self._scheduled = False
         self._msg = Message(self)
         self._heads: dict[bytes, bytes] = {}
@@ -60,9 +62,14 @@ class InternalClient(Client):
         sid = b"%d" % self._next_sid
 
         def queued(
-            sub: Subscription, subj: bytes, reply: bytes | None, hdrs: bytes | None, data: bytes
+            sub: Subscription,
+            subj: bytes,
+            reply: bytes | None,
+            hdrs: bytes | None,
+            data: bytes,
+            origin: Client | None,
         ) -> None:
-            self._inbox.append((handler, subj, reply, hdrs, data))
+            self._inbox.append((handler, subj, reply, hdrs, data, origin))
             if not self._scheduled:
                 self._scheduled = True
                 self.server.loop.call_soon(self._drain)
@@ -128,8 +135,10 @@ class InternalClient(Client):
         for _ in range(len(inbox)):
             if self.closed:
                 return
-            handler, subject, reply, headers, payload = inbox.popleft()
+            handler, subject, reply, headers, payload, origin = inbox.popleft()
+            self.origin = origin
             try:
                 handler(subject, reply, headers, payload)
             except Exception:  # one bad message must not cost the others theirs
                 log.exception("internal client %s: handler failed on %r", self.name, subject)
+            self.origin = None

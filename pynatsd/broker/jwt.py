@@ -162,6 +162,32 @@ def decode(token: str, kind: str) -> Claims:
                   str(payload.get("name", "")), nats)  # fmt: skip
 
 
+def decode_generic(token: str) -> Claims:
+    """A JWT of any kind (the jwt library's DecodeGeneric), its signature verified by its issuer, whatever
+    kind of key that is: the claims `nats` holds its free-form data. Raises JwtError."""
+    chunks = token.split(".")
+    if len(chunks) != 3:
+        raise JwtError("expected 3 chunks")
+    try:
+        header = json.loads(_b64(chunks[0]))
+        payload = json.loads(_b64(chunks[1]))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise JwtError(f"not JSON: {err}") from None
+    if not isinstance(header, dict) or not isinstance(payload, dict):
+        raise JwtError("not a JSON object")
+    issuer, subject = payload.get("iss"), payload.get("sub")
+    if not isinstance(issuer, str) or not isinstance(subject, str) or not issuer:
+        raise JwtError("issuer or subject missing")
+    v1 = str(header.get("alg", "")).lower() == "ed25519"
+    signed = (chunks[1] if v1 else token[: len(chunks[0]) + len(chunks[1]) + 1]).encode()
+    if not verify_signature(issuer, issuer[0], signed, _b64(chunks[2])):
+        raise JwtError(f"claim failed V{1 if v1 else 2} signature verification")
+    nats = payload.get("nats") or {}
+    times = _int(payload, "iat"), _int(payload, "exp"), _int(payload, "nbf")
+    return Claims("generic", issuer, subject, *times, str(payload.get("name", "")),
+                  nats if isinstance(nats, dict) else {})  # fmt: skip
+
+
 def _migrate_v1(kind: str, payload: dict[str, Any], nats: dict[str, Any]) -> dict[str, Any]:
     """A v1 claim's fields where v2 keeps them (the jwt library's migrateV1)."""
     nats = dict(nats)
@@ -371,17 +397,37 @@ class UserGrant:
     expiry_error: str = errors.AUTHENTICATION_EXPIRED  # what the client is told then
 
 
-class DirectoryStore:
-    """The `full` resolver's directory: one `<account>.jwt` file per account, as nats-server keeps it
-    (unsharded). Preloaded JWTs count as stored when newer than the file (nats-server stores them at
-    start); nothing is written until an update arrives."""
+# Accounts deleted from a directory (`$SYS.REQ.CLAIMS.DELETE`), per directory: they mask a preloaded JWT
+# of the same account, and survive a reload (which builds a new store on the same directory).
+_DELETED: dict[Path, set[str]] = {}
+NO_DELETE, RENAME_DELETED, HARD_DELETE = "none", "rename", "hard"
 
-    def __init__(self, directory: str, limit: int) -> None:
+
+class DirectoryStore:
+    """An account resolver's directory: one `<account>.jwt` file per account, as nats-server keeps it
+    (unsharded). Preloaded JWTs count as stored when newer than the file (nats-server stores them at
+    start); nothing is written until an update arrives.
+
+    `full` resolvers keep every account (`limit` reached: an error) and may delete (`delete`: rename to
+    `.jwt.deleted` or remove); `cache` ones (`evict`) drop the least recently used file at the limit and
+    files older than `ttl` seconds (see `sweep`)."""
+
+    def __init__(
+        self, directory: str, limit: int, delete: str = NO_DELETE, evict: bool = False, ttl: float = 0.0
+    ) -> None:
         self.directory = Path(directory)
         self.limit = limit
+        self.delete_mode = delete
+        self.evict = evict
+        self.ttl = ttl
         # JWTs read or saved, so a connect reads the disk at most once per account (updates come through
         # save); a file that is not there yet is looked for again next time.
         self._cache: dict[str, str] = {}
+        self.deleted = _DELETED.setdefault(self.directory.resolve(), set())
+        for tomb in self.directory.glob("*.jwt.deleted"):  # renamed by an earlier run
+            name = tomb.name.removesuffix(".jwt.deleted")
+            if not (self.directory / f"{name}.jwt").exists():
+                self.deleted.add(name)
 
     def _path(self, name: str) -> Path | None:
         return self.directory / f"{name}.jwt" if valid_public_nkey(name, "A") else None
@@ -401,18 +447,64 @@ class DirectoryStore:
             self._cache[name] = token
         return token
 
+    def names(self) -> list[str]:
+        """The accounts stored (nats-server's `$SYS.REQ.CLAIMS.LIST`)."""
+        return sorted(p.name.removesuffix(".jwt") for p in self.directory.glob("*.jwt"))
+
     def save(self, name: str, token: str) -> None:
         """Stores `token` for account `name` (replacing any); raises OSError or JwtError."""
         path = self._path(name)
         if path is None:
             raise JwtError("invalid public key")
         self.directory.mkdir(parents=True, exist_ok=True)
-        if self.limit > 0 and not path.exists() and len(list(self.directory.glob("*.jwt"))) >= self.limit:
-            raise JwtError("jwt store is full")
+        if self.limit > 0 and not path.exists():
+            stored = list(self.directory.glob("*.jwt"))
+            if len(stored) >= self.limit:
+                if not self.evict:
+                    raise JwtError("jwt store is full")
+                oldest = min(stored, key=lambda p: p.stat().st_mtime)  # least recently updated
+                oldest.unlink(missing_ok=True)
+                self._cache.pop(oldest.name.removesuffix(".jwt"), None)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(token)
         tmp.replace(path)  # readers never see half a JWT
         self._cache[name] = token
+        self.deleted.discard(name)
+
+    def delete(self, name: str) -> None:
+        """Deletes account `name` (a missing file is not an error, as nats-server); raises OSError."""
+        path = self._path(name)
+        if path is None:
+            raise JwtError("invalid public key")
+        if self.delete_mode == RENAME_DELETED:
+            if path.exists():
+                path.replace(path.with_name(path.name + ".deleted"))
+        else:
+            path.unlink(missing_ok=True)
+        self._cache.pop(name, None)
+        self.deleted.add(name)
+
+    def sweep(self, now: float | None = None) -> None:
+        """A cache resolver's `ttl`: files stored longer ago are removed (accounts already in use stay
+        known, as nats-server keeps them in memory)."""
+        if self.ttl <= 0:
+            return
+        limit = (now if now is not None else time.time()) - self.ttl
+        for path in self.directory.glob("*.jwt"):
+            try:
+                if path.stat().st_mtime < limit:
+                    path.unlink()
+            except OSError:
+                continue
+
+
+def payload_of(token: str) -> dict[str, Any]:
+    """The claims of a JWT as JSON, unverified ({} if unreadable): for display of verified tokens."""
+    try:
+        claims = json.loads(_b64(token.split(".")[1]))
+    except (JwtError, IndexError, ValueError, UnicodeDecodeError):
+        return {}
+    return claims if isinstance(claims, dict) else {}
 
 
 def _newer(a: str | None, b: str | None) -> str | None:
@@ -443,20 +535,39 @@ class JwtAuthenticator:
         self.preload = dict(extra.get("resolver_preload", {}))
         self.system_account: str = extra.get("system_account", "")
         resolver = extra.get("resolver")
-        self.store = (
-            DirectoryStore(resolver["dir"], int(resolver.get("limit", 0)))
-            if isinstance(resolver, dict)
-            else None
-        )
+        self.resolver_type = resolver["type"] if isinstance(resolver, dict) else "MEMORY"
+        self.store: DirectoryStore | None = None
+        if isinstance(resolver, dict):
+            limit, ttl = int(resolver.get("limit", 0)), float(resolver.get("ttl", 0.0))
+            evict = self.resolver_type == "cache"
+            # A cache deletes for good (nats-server's cache store is a hard-deleting one).
+            delete = HARD_DELETE if evict else str(resolver.get("delete", NO_DELETE))
+            self.store = DirectoryStore(resolver["dir"], limit, delete, evict, ttl)
         self._accounts: dict[str, tuple[str, Account | None]] = {}
         self.grants: dict[str, UserGrant] = {}  # user nkey -> grant of its latest admission
+
+    def token(self, name: str) -> str | None:
+        """The resolver's JWT of account `name` (the newer of preload and directory), unverified."""
+        token = self.preload.get(name)
+        if self.store is not None:
+            if name in self.store.deleted:
+                return None
+            token = _newer(self.store.load(name), token)
+        return token
+
+    def known(self, name: str) -> bool:
+        """The account was looked up already (a cache resolver takes updates for these only)."""
+        return name in self._accounts or name in self.preload
+
+    def payload(self, name: str) -> dict[str, Any]:
+        """The claims of account `name`'s JWT, as JSON (monitoring's `decoded_jwt`)."""
+        token = self.token(name)
+        return payload_of(token) if token else {}
 
     def account(self, name: str) -> Account | None:
         """The resolver's account `name`, verified (nats-server's fetchAccountClaims); None if unknown
         or not valid."""
-        token = self.preload.get(name)
-        if self.store is not None:
-            token = _newer(self.store.load(name), token)
+        token = self.token(name)
         if token is None:
             return None
         cached = self._accounts.get(name)

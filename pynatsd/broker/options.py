@@ -177,7 +177,9 @@ def unreloadable_changes(old: Options, new: Options) -> list[str]:
     clusters = old.extra.get("cluster"), new.extra.get("cluster")  # pynatsd.routes: routes start once
     if clusters[0] != clusters[1]:
         changes.append("config reload not supported for cluster: the cluster block and flags changed")
-    systems = old.extra.get("system_account", ""), new.extra.get("system_account", "")
+    from pynatsd.broker.auth import system_account_of
+
+    systems = system_account_of(old.extra), system_account_of(new.extra)
     if systems[0] != systems[1]:  # the resolver's services live in the system account
         changes.append(f"config reload not supported for SystemAccount: old={systems[0]}, new={systems[1]}")
     return changes

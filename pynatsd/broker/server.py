@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, cast
 from pynatsd import NATS_COMPAT_VERSION, __version__, extensions
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.broker.build import git_commit
-from pynatsd.broker.connection import CLIENT_CLOSED, SERVER_SHUTDOWN, Connection
+from pynatsd.broker.connection import (
+    AUTHENTICATION_VIOLATION,
+    CLIENT_CLOSED,
+    SERVER_SHUTDOWN,
+    SLOW_CONSUMER_DEADLINE,
+    SLOW_CONSUMER_PENDING,
+    Connection,
+)
 from pynatsd.broker.delivery import Subscription
 from pynatsd.broker.histogram import HistogramCounts
 from pynatsd.broker.ids import new_server_id
@@ -37,6 +44,7 @@ from pynatsd.websocket import start_websocket
 
 if TYPE_CHECKING:
     from pynatsd.broker.resolver import ResolverService
+    from pynatsd.broker.system import SystemService
     from pynatsd.jetstream import JetStream
     from pynatsd.monitor import Monitor
     from pynatsd.routes.manager import RouteManager
@@ -54,6 +62,7 @@ class ClosedTotals:
     out_msgs: int = 0
     in_bytes: int = 0
     out_bytes: int = 0
+    slow_consumers: int = 0
 
 
 class ServerStats:
@@ -67,6 +76,7 @@ class ServerStats:
         self._clients = clients
         self._stall = stall
         self.closed = ClosedTotals()
+        self.closed_by_account: dict[str, ClosedTotals] = {}  # per account (accstatz, /metrics)
         self.slow_consumers = 0
         self.stale_connections = 0
         self.total_connections = 0
@@ -97,11 +107,16 @@ class ServerStats:
         return self._total("out_bytes")
 
     def add_closed(self, conn: Connection) -> None:
-        closed = self.closed
-        closed.in_msgs += conn.in_msgs
-        closed.out_msgs += conn.out_msgs
-        closed.in_bytes += conn.in_bytes
-        closed.out_bytes += conn.out_bytes
+        account = self.closed_by_account.get(conn.account)
+        if account is None:
+            account = self.closed_by_account[conn.account] = ClosedTotals()
+        for closed in (self.closed, account):
+            closed.in_msgs += conn.in_msgs
+            closed.out_msgs += conn.out_msgs
+            closed.in_bytes += conn.in_bytes
+            closed.out_bytes += conn.out_bytes
+        if conn.close_reason in (SLOW_CONSUMER_PENDING, SLOW_CONSUMER_DEADLINE):
+            account.slow_consumers += 1
 
     def __repr__(self) -> str:
         return (
@@ -139,6 +154,7 @@ class Server:
         self.websocket: WebSocketListener | None = None  # the `websocket {}` port (pynatsd.websocket)
         self.jetstream: JetStream | None = None  # set by start() when -js / a jetstream block is given
         self.resolver: ResolverService | None = None  # set by start() with a `full` account resolver
+        self.system: SystemService | None = None  # set by start() unless there is no system account
         self.tls_context: ssl.SSLContext | None = None  # set by start() when TLS is configured
         self.http_port = 0
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
@@ -178,6 +194,7 @@ class Server:
             )
         self._start_jetstream()
         self._start_resolver()
+        self._start_system()
         # TLS-first (handshake_first): the handshake precedes INFO, so the listener itself wraps. Otherwise
         # each connection upgrades itself right after its plaintext INFO (Connection._upgrade_tls).
         tls_first = self.tls_context if opts.tls_handshake_first else None
@@ -247,13 +264,30 @@ class Server:
             self.jetstream.start()
 
     def _start_resolver(self) -> None:
-        """The `full` account resolver's $SYS services (updates pushed over NATS, lookups)."""
+        """The directory account resolvers' $SYS services (updates pushed over NATS, lookups, deletes)."""
         jwt_auth = self.auth.jwt
         if jwt_auth is not None and jwt_auth.store is not None:
             from pynatsd.broker.resolver import ResolverService
 
-            self.resolver = ResolverService(self, jwt_auth.system_account)
+            cache = jwt_auth.resolver_type == "cache"
+            self.resolver = ResolverService(self, self.auth.system_account, cache)
             self.resolver.start()
+
+    def _start_system(self) -> None:
+        """The system account's requests and advisories (pynatsd.broker.system), when a client can reach
+        that account: in operator mode, or with accounts configured (without them nobody can be in it)."""
+        extra = self.options.extra
+        reachable = self.auth.jwt is not None or bool(extra.get("accounts") or extra.get("system_account"))
+        if self.auth.system_account and reachable:
+            from pynatsd.broker.system import SystemService
+
+            self.system = SystemService(self, self.auth.system_account)
+            self.system.start()
+
+    def client_connected(self, conn: Connection) -> None:
+        """Called once when a client is authenticated (its CONNECT advisory)."""
+        if self.system is not None:
+            self.system.client_connected(conn)
 
     def info_base(self) -> dict[str, Any]:
         """The server's INFO fields common to every connection."""
@@ -267,6 +301,8 @@ class Server:
             self.account_sublists[account] = sublist
             if self.route_manager is not None:
                 self.route_manager.watch(account, sublist)  # its interest goes to the routes
+            if self.system is not None:  # the system services every account answers in itself
+                self.system.account_created(account)
         return sublist
 
     def sublist_stats(self) -> SublistStats:
@@ -314,6 +350,10 @@ class Server:
         if self._ldm_task is not None and self._ldm_task is not asyncio.current_task():
             self._ldm_task.cancel()
         log.info("Initiating Shutdown...")
+        if self.system is not None:  # the last system message: the clients' disconnects are not sent
+            self.system.announce("SHUTDOWN")
+            self.system.stop()
+            self.system = None
         self._listener.close()
         if self.websocket is not None:
             self.websocket.close()
@@ -331,6 +371,8 @@ class Server:
             self.jetstream.stop()
         if self.resolver is not None:
             self.resolver.stop()
+        if self.system is not None:
+            self.system.stop()
         if self.monitor is not None:
             await self.monitor.stop()
         self.files.remove()
@@ -349,6 +391,8 @@ class Server:
         if self.ldm or self._shutting_down or self._listener is None:
             return
         self.ldm = True
+        if self.system is not None:
+            self.system.announce("LAMEDUCK")
         self._ldm_task = self.loop.create_task(lame_duck.run(self))
 
     def stop_accepting(self) -> None:
@@ -400,6 +444,8 @@ class Server:
         if self.clients.pop(conn.cid, None) is not None:
             self.stats.add_closed(conn)
             self.closed_clients.append(conn)
+            if self.system is not None:
+                self.system.client_closed(conn, auth_failed=conn.close_reason == AUTHENTICATION_VIOLATION)
         conn.transport = None
 
     # -- INFO -----------------------------------------------------------------------------------------

@@ -146,7 +146,7 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "config_load_time": rfc3339nano(server.start_time),
             "config_digest": opts.config_digest,
             "feature_flags": {},  # nats-server's are JetStream's; pynatsd has none
-            "system_account": "",
+            "system_account": server.auth.system_account,
             "slow_consumer_stats": {"clients": stats.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0},
             "stale_connection_stats": {
                 "clients": stats.stale_connections,
@@ -162,6 +162,8 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             },
         }
     )
+    if not info["system_account"]:
+        del info["system_account"]  # no_system_account: nats-server leaves the field out
     if opts.max_subscriptions:
         info["max_subscriptions"] = opts.max_subscriptions  # nats-server omits it when unlimited
     return info
@@ -319,6 +321,11 @@ class SubscriptionsSnapshot:
         return [s.subject.decode("utf-8", "replace") for s in self.subs]
 
 
+def _cid(conn: Any) -> int:
+    """A subscriber's connection id (0 for the server's internal clients, which have none)."""
+    return int(getattr(conn, "cid", 0))
+
+
 def _matching(sublist: Sublist[Subscription], subject: bytes) -> list[Subscription]:
     matched = sublist.match(subject)
     return [*matched.plain, *(s for g in matched.groups for s in g)]
@@ -333,7 +340,13 @@ def subsz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
     test = query.get("test", "")
     if test and not is_literal_subject(test.encode()):
         raise BadRequest(f"invalid test subject, must be valid publish subject: {test}")
-    stats = server.sublist_stats()
+    account = query.get("acc", "")
+    sublists = (
+        [sl for name, sl in server.account_sublists.items() if name == account]
+        if account
+        else list(server.account_sublists.values())
+    )
+    stats = combine_stats([sl.stats() for sl in sublists])
     result: dict[str, Any] = {
         "server_id": server.server_id,
         "now": rfc3339nano(_now()),
@@ -348,18 +361,16 @@ def subsz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
     }
     if subs or test:
         if test:
-            found: Iterable[Any] = [
-                s for sl in server.account_sublists.values() for s in _matching(sl, test.encode())
-            ]
+            found: Iterable[Any] = [s for sl in sublists for s in _matching(sl, test.encode())]
         else:
-            found = server.subscriptions()
+            found = (s for sl in sublists for s in sl.subscriptions())
         found = list(found)
         # Only the page is sorted out of the whole: O(n) for a first page, not O(n log n).
-        listing = heapq.nsmallest(offset + limit, found, key=lambda s: (s.conn.cid, s.sid))
+        listing = heapq.nsmallest(offset + limit, found, key=lambda s: (_cid(s.conn), s.sid))
         result["total"] = len(found)
         result["offset"] = offset
         result["limit"] = limit
-        page = [subscription_detail(s, s.conn.cid, s.conn.account) for s in listing[offset:]]
+        page = [subscription_detail(s, _cid(s.conn), s.conn.account) for s in listing[offset:]]
         if page:
             result["subscriptions_list"] = page
     else:
@@ -388,71 +399,133 @@ def leafz(server: Server) -> dict[str, Any]:
 
 
 def _accounts(server: Server) -> list[str]:
-    """The configured accounts, $G, and any a connection is bound to."""
-    names = {c.account for c in server.clients.values()} | {"$G"} | set(server.auth.accounts)
+    """The configured accounts (with $G and the system account), JWT accounts preloaded, and any a
+    connection is bound to."""
+    names = {c.account for c in server.clients.values()} | {DEFAULT_ACCOUNT} | set(server.auth.accounts)
+    if server.auth.jwt is not None:
+        names |= set(server.auth.jwt.preload)
     return sorted(names)
 
 
-def accountz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
-    """The account names, or with `acc=NAME` that account's `account_detail` (nats-server's fields; no
-    imports, exports, mappings or JWT: pynatsd has none of them)."""
-    result: dict[str, Any] = {"server_id": server.server_id, "now": rfc3339nano(_now()), "system_account": ""}
-    name = query.get("acc", "")
-    if not name:
-        result["accounts"] = _accounts(server)
-        return result
+def account_name_tag(server: Server, name: str) -> str:
+    """nats-server's name tag: a JWT account's `name` claim, else the account's own name."""
+    jwt_auth = server.auth.jwt
+    acc = jwt_auth.account(name) if jwt_auth is not None and name != DEFAULT_ACCOUNT else None
+    return acc.claims.name if acc is not None and acc.claims.name else name
+
+
+def account_info(server: Server, name: str) -> dict[str, Any]:
+    """nats-server's AccountInfo of `name` (its imports, exports and mappings: pynatsd has none);
+    raises BadRequest when there is no such account."""
     if name not in _accounts(server):
         raise BadRequest(f"Account {name} does not exist")
     sublist = server.account_sublists.get(name)
     stats = combine_stats([sublist.stats()] if sublist is not None else [])
-    result["account_detail"] = {
-        "account_name": name,
-        "update_time": rfc3339nano(server.start_time),
-        "expired": False,
-        "complete": True,
-        "jetstream_enabled": False,
-        "leafnode_connections": 0,
-        "client_connections": sum(1 for c in server.clients.values() if c.account == name),
-        "subscriptions": stats.num_subscriptions,
-        "name_tag": name,
-        "sublist_stats": stats._asdict(),
-    }
+    jwt_auth = server.auth.jwt
+    acc = jwt_auth.account(name) if jwt_auth is not None and name != DEFAULT_ACCOUNT else None
+    detail: dict[str, Any] = {"account_name": name, "update_time": rfc3339nano(server.start_time)}
+    if name == server.auth.system_account:
+        detail["is_system"] = True
+    detail.update(
+        {
+            "expired": False,
+            "complete": True,
+            "jetstream_enabled": server.jetstream is not None and name in server.jetstream.accounts,
+            "leafnode_connections": 0,
+            "client_connections": sum(1 for c in server.clients.values() if c.account == name),
+            "subscriptions": stats.num_subscriptions,
+        }
+    )
+    if acc is not None and jwt_auth is not None:
+        token = jwt_auth.token(name) or ""
+        detail["jwt"] = token
+        detail["issuer_key"] = acc.claims.issuer
+    detail["name_tag"] = account_name_tag(server, name)
+    if acc is not None and jwt_auth is not None:
+        tags = acc.claims.nats.get("tags")
+        if tags:
+            detail["tags"] = tags
+        detail["decoded_jwt"] = jwt_auth.payload(name)
+        if acc.revocations:
+            detail["revoked_user"] = {
+                key: rfc3339nano(datetime.fromtimestamp(at, UTC)) for key, at in acc.revocations.items()
+            }
+    detail["sublist_stats"] = stats._asdict()
+    return detail
+
+
+def accountz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
+    """The account names, or with `acc=NAME` that account's `account_detail` (nats-server's fields)."""
+    result: dict[str, Any] = {"server_id": server.server_id, "now": rfc3339nano(_now())}
+    if server.auth.system_account:
+        result["system_account"] = server.auth.system_account
+    name = query.get("acc", "")
+    if not name:
+        result["accounts"] = _accounts(server)
+        return result
+    result["account_detail"] = account_info(server, name)
     return result
 
 
-def accstatz(server: Server) -> dict[str, Any]:
-    statz = []
-    for name in _accounts(server):
-        conns = [c for c in server.clients.values() if c.account == name]
-        closed = [c for c in server.closed_clients if c.account == name]
-        every = conns + closed
-        zero = {"msgs": 0, "bytes": 0}
-        statz.append(
-            {
-                "acc": name,
-                "name": name,
-                "conns": len(conns),
-                "leafnodes": 0,
-                "total_conns": len(conns),
-                "num_subscriptions": sum(len(c.subs) for c in conns),
-                "sent": {
-                    "msgs": sum(c.out_msgs for c in every),
-                    "bytes": sum(c.out_bytes for c in every),
-                    "gateways": dict(zero),
-                    "routes": dict(zero),
-                    "leafs": dict(zero),
-                },
-                "received": {
-                    "msgs": sum(c.in_msgs for c in every),
-                    "bytes": sum(c.in_bytes for c in every),
-                    "gateways": dict(zero),
-                    "routes": dict(zero),
-                    "leafs": dict(zero),
-                },
-                "slow_consumers": server.stats.slow_consumers,
-            }
-        )
+def _connected_by_account(server: Server) -> dict[str, list[Connection]]:
+    """The connected clients of each account, in one pass."""
+    by_account: dict[str, list[Connection]] = {}
+    for conn in server.clients.values():
+        if conn.connected:
+            by_account.setdefault(conn.account, []).append(conn)
+    return by_account
+
+
+def account_stat(server: Server, name: str, conns: list[Connection] | None = None) -> dict[str, Any]:
+    """nats-server's AccountStat of one account: its connections, subscriptions and traffic (of its
+    open connections, `conns` when known, and those closed since start)."""
+    if conns is None:
+        conns = _connected_by_account(server).get(name, [])
+    closed = server.stats.closed_by_account.get(name)
+    sublist = server.account_sublists.get(name)
+    zero = {"msgs": 0, "bytes": 0}
+    sent_msgs = sum(c.out_msgs for c in conns) + (closed.out_msgs if closed else 0)
+    sent_bytes = sum(c.out_bytes for c in conns) + (closed.out_bytes if closed else 0)
+    recv_msgs = sum(c.in_msgs for c in conns) + (closed.in_msgs if closed else 0)
+    recv_bytes = sum(c.in_bytes for c in conns) + (closed.in_bytes if closed else 0)
+    return {
+        "acc": name,
+        "name": account_name_tag(server, name),
+        "conns": len(conns),
+        "leafnodes": 0,
+        "total_conns": len(conns),
+        "num_subscriptions": sublist.stats().num_subscriptions if sublist is not None else 0,
+        "sent": {
+            "msgs": sent_msgs,
+            "bytes": sent_bytes,
+            "gateways": dict(zero),
+            "routes": dict(zero),
+            "leafs": dict(zero),
+        },
+        "received": {
+            "msgs": recv_msgs,
+            "bytes": recv_bytes,
+            "gateways": dict(zero),
+            "routes": dict(zero),
+            "leafs": dict(zero),
+        },
+        "slow_consumers": closed.slow_consumers if closed else 0,
+    }
+
+
+def accstatz(server: Server, accounts: Iterable[str] | None = None, unused: bool = False) -> dict[str, Any]:
+    """nats-server's AccountStatz: the accounts with connections (all of them with `unused`), or of
+    `accounts` those that exist."""
+    known = _accounts(server)
+    names = known if accounts is None else [a for a in accounts if a in known]
+    active = _connected_by_account(server)
+    statz = [account_stat(server, name, active.get(name, [])) for name in names if unused or name in active]
     return {"server_id": server.server_id, "now": rfc3339nano(_now()), "account_statz": statz}
+
+
+def accstatz_query(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
+    """/accstatz: `unused` includes the accounts without connections."""
+    return accstatz(server, None, _param(query, "unused", parse_bool, False))
 
 
 def jsz(server: Server, query: Mapping[str, str] | None = None) -> dict[str, Any]:

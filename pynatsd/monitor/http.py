@@ -101,7 +101,7 @@ class Monitor:
             "/gatewayz": lambda r: endpoints.gatewayz(s),
             "/leafz": lambda r: endpoints.leafz(s),
             "/accountz": lambda r: endpoints.accountz(s, r.query),
-            "/accstatz": lambda r: endpoints.accstatz(s),
+            "/accstatz": lambda r: endpoints.accstatz_query(s, r.query),
             "/jsz": lambda r: endpoints.jsz(s, r.query),
         }
         for path, build in routes.items():

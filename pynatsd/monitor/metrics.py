@@ -25,6 +25,16 @@ if TYPE_CHECKING:
 
 FANOUT_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
 FLUSH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
+# Per-account metrics: (path in /accstatz's account entry, kind, name, help).
+ACCOUNT_METRICS = (
+    (("conns",), "gauge", "pynatsd_account_connections", "Open client connections of the account."),
+    (("num_subscriptions",), "gauge", "pynatsd_account_subscriptions", "Subscriptions in the account."),
+    (("received", "msgs"), "counter", "pynatsd_account_messages_in", "Messages from the account's clients."),
+    (("sent", "msgs"), "counter", "pynatsd_account_messages_out", "Messages to the account's clients."),
+    (("received", "bytes"), "counter", "pynatsd_account_bytes_in", "Bytes from the account's clients."),
+    (("sent", "bytes"), "counter", "pynatsd_account_bytes_out", "Bytes to the account's clients."),
+    (("slow_consumers",), "counter", "pynatsd_account_slow_consumers", "Its slow consumers closed."),
+)
 
 
 class PynatsdCollector(Collector):
@@ -98,6 +108,7 @@ class PynatsdCollector(Collector):
             FLUSH_BUCKETS,
         )
         yield from self._routes()
+        yield from self._accounts()
         if server.jetstream is not None:
             for kind, name, doc, value in js_monitor.metrics(server.jetstream):
                 yield gauge(name, doc, value) if kind == "gauge" else counter(name, doc, value)
@@ -159,6 +170,21 @@ class PynatsdCollector(Collector):
             if route.rtt is not None:
                 rtt.add_metric([*sid, route.remote_id, route.remote_name], route.rtt)
         yield rtt
+
+    def _accounts(self) -> Iterator[Metric]:
+        """Per account (label `account`): what /accstatz shows, for every account in use or configured."""
+        from pynatsd.monitor.endpoints import accstatz
+
+        stats = accstatz(self.server, unused=True)["account_statz"]
+        for path, kind, name, doc in ACCOUNT_METRICS:
+            family_type = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+            family = family_type(name, doc, labels=["server_id", "account"])
+            for stat in stats:
+                value = stat
+                for part in path:
+                    value = value[part]
+                family.add_metric([self.server.server_id, stat["acc"]], float(value))
+            yield family
 
     def _histogram(self, name: str, doc: str, counts: HistogramCounts, bounds: tuple[int, ...]) -> Metric:
         h = HistogramMetricFamily(name, doc, labels=["server_id"])

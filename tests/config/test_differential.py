@@ -216,7 +216,6 @@ BOTH_START = {
 }
 # nats-server runs these; pynatsd does not implement them and refuses to start rather than run open.
 PYNATSD_REFUSES = {
-    "cache resolver": ('resolver: { type: cache, dir: "./jwt" }', "resolver"),
     "URL resolver": ("resolver: URL(http://127.0.0.1:1/jwt/v1/accounts/)", "resolver"),
     "account exports": (
         'accounts { A { users = [{user: a, password: a}], exports = [{stream: "x.>"}] } }', "exports"

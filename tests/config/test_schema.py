@@ -149,10 +149,6 @@ def test_durations_as_numbers_warn_like_nats_server() -> None:
         "prof_port: 6060",
         "connect_error_reports: 10",
         "reconnect_error_reports: 10",
-        "system_account: SYS",
-        "system: SYS",
-        "no_system_account: true",
-        "no_sys_acc: true",
         "allow_non_tls: true",
         "max_sub_tokens: 20",
         "max_subscription_tokens: 20",
@@ -163,6 +159,30 @@ def test_durations_as_numbers_warn_like_nats_server() -> None:
 def test_harmless_unimplemented_keys_warn(text: str) -> None:
     _, warnings = load(text)
     assert len(warnings) == 1 and "is not supported by pynatsd and is ignored" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "system"),
+    [
+        ("accounts { A { users = [{user: a, password: a}] } }", "$SYS"),
+        ("accounts { A { users = [{user: a, password: a}] } }\nsystem_account: A", "A"),
+        ("accounts { A { users = [{user: a, password: a}] } }\nsystem: A", "A"),
+        ("accounts { A { users = [{user: a, password: a}] } }\nno_system_account: true", ""),
+        ("no_sys_acc: true", ""),
+        ("accounts { A {} }\nsystem_account: A\nno_system_account: true", "A"),  # only the default goes
+        ("port: 4222", "$SYS"),
+    ],
+)
+def test_system_account(text: str, system: str) -> None:
+    """As nats-server: `$SYS` unless another account is named, none with `no_system_account`."""
+    opts, warnings = load(text)
+    assert warnings == []
+    assert Authenticator(opts).system_account == system
+
+
+@pytest.mark.parametrize("text", ["system_account: NOPE", "accounts { A {} }\nsystem_account: B"])
+def test_system_account_must_exist(text: str) -> None:
+    assert "error resolving system account: account missing" in errors_of(text)
 
 
 @pytest.mark.parametrize(
@@ -186,8 +206,6 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        ("resolver: { type: cache, dir: x }", "resolver"),
-        ("resolver: { type: full, dir: x, allow_delete: true }", "allow_delete"),
         ("account_resolver: URL(http://127.0.0.1:1/)", "account_resolver"),
         ("resolver_tls: { cert_file: x }", "resolver_tls"),
         ("resolver_pinned_accounts: [x]", "resolver_pinned_accounts"),

@@ -359,6 +359,8 @@ async def run_auth(url: str, args: list[str]) -> None:
         if mode == "user":
             user, _, password = value.partition(":")
             return {"user": user, "password": password}
+        if mode == "creds":  # a creds file: user JWT and nkey seed
+            return {"user_credentials": value}
         return {"token": value}
 
     emit("auth", case="good", result=await attempt(url, True, **cred(good)))

@@ -9,6 +9,8 @@ import trustme
 
 from tests.interop.conftest import ServerFactory
 from tests.interop.drivers import Driver
+from tests.jwt.issuer import creds
+from tests.jwt.world import World
 
 # How each client words a rejected TLS certificate.
 TLS_REJECTED = {
@@ -85,3 +87,13 @@ def test_mutual_tls(
     # Without a certificate the server refuses the client: nats-server with a TLS alert, pynatsd by
     # closing after the handshake; every client reports a failed connect or round trip.
     assert events["without_cert"]["result"] != "ok", events
+
+
+def test_creds_file(driver: Driver, server_kind: str, server_factory: ServerFactory, tmp_path: Path) -> None:
+    """Operator mode: a `.creds` file (user JWT and nkey seed) connects and round-trips; an expired user
+    JWT and no credentials are refused with nats-server's Authorization Violation."""
+    world = World()
+    good = creds(tmp_path / "good.creds", *world.user("good"))
+    expired = creds(tmp_path / "expired.creds", *world.user("expired", claims={"exp": 1}))
+    srv = server_factory(["-c", str(world.config(tmp_path))])
+    check_auth(driver, driver.run("auth", srv.url, "creds", str(good), str(expired)))

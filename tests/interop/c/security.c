@@ -26,12 +26,15 @@ static void out_result(const char *ev, const char *name, natsStatus s) {
     out_end();
 }
 
-/* "user:pass" (mode user) or "token" (mode token), or nothing when cred is NULL. */
+/* "user:pass" (mode user), "token" (mode token) or a creds file (mode creds: user JWT and nkey seed), or
+   nothing when cred is NULL. */
 static natsStatus connect_cred(natsConnection **nc, const char *url, const char *mode, const char *cred) {
     natsOptions *opts = NULL;
     natsStatus s = natsOptions_Create(&opts);
     TRY(natsOptions_SetAllowReconnect(opts, false));
-    if (cred && strcmp(mode, "user") == 0) {
+    if (cred && strcmp(mode, "creds") == 0) {
+        TRY(natsOptions_SetUserCredentialsFromFiles(opts, cred, NULL));
+    } else if (cred && strcmp(mode, "user") == 0) {
         char *user = strdup(cred), *pass = strchr(user, ':');
         if (pass)
             *pass++ = '\0';

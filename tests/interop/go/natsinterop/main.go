@@ -38,7 +38,7 @@ var scenarios = map[string]scenario{
 	"drain":     runDrain,     // url subject count
 	"reconnect": runReconnect, // url subject count
 	"slow":      runSlow,      // url subject
-	"auth":      runAuth,      // url user|token good bad
+	"auth":      runAuth,      // url user|token|creds good bad
 	"tls":       runTLS,       // url cafile subject
 	"mtls":      runMutualTLS, // url cafile certfile keyfile
 	"pub":       runPub,       // url subject count

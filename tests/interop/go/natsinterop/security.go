@@ -38,11 +38,15 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// credential turns "user:pass" (mode user) or "token" (mode token) into a connect option.
+// credential turns "user:pass" (mode user), "token" (mode token) or a creds file path (mode creds: a
+// user JWT and its nkey seed) into a connect option.
 func credential(mode, cred string) nats.Option {
-	if mode == "user" {
+	switch mode {
+	case "user":
 		user, pass, _ := strings.Cut(cred, ":")
 		return nats.UserInfo(user, pass)
+	case "creds":
+		return nats.UserCredentials(cred)
 	}
 	return nats.Token(cred)
 }
