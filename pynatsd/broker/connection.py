@@ -559,6 +559,8 @@ class Connection(Client):
                 self._send_err(errors.INVALID_SUBJECT)
                 return
             self.subs[sid] = sub
+            if server.links is not None:  # stream imports: shadows in the exporting accounts
+                server.links.subscribed(self.account, sub)
         if self.verbose:
             self._send(encoder.OK)
 
@@ -576,6 +578,9 @@ class Connection(Client):
         if self.subs.get(sub.sid) is sub:
             del self.subs[sub.sid]
             self.sublist.remove(sub)
+            links = self.server.links
+            if links is not None:
+                links.unsubscribed(sub)
 
     # -- the message path -----------------------------------------------------------------------------
     def on_pub(self, subject: bytes, reply: bytes | None, size: bytes, payload: bytes) -> None:
@@ -688,8 +693,11 @@ class Connection(Client):
         for timer in (self._ping_timer, self._auth_timer, self._deadline_timer):
             if timer is not None:
                 timer.cancel()
+        links = self.server.links
         for sub in self.subs.values():
             self.sublist.remove(sub)
+            if links is not None:
+                links.unsubscribed(sub)
         self.server.scheduler.stall.forget(self)
         # Kept for /connz?state=closed: only what it shows. Half-received input goes now (a client that
         # sent most of a 1 MiB payload and left would otherwise hold it for as long as the ring does).

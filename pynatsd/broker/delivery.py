@@ -17,6 +17,10 @@ no other code queues one (nats-server keeps the same rules in one `deliverMsg`).
 
 Queue groups: one member per group, picked at random; a member that takes nothing (closed, denied, its
 own echo) passes the message to the next one.
+
+Accounts linked by imports (pynatsd.broker.imports): a subscription with a `forward` hook (a stream
+import's shadow, a service import, a response route) is not a receiver; the hook maps the message into
+the other account and hands it to this same policy there (`deliver` or `publish`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ if TYPE_CHECKING:
 
 #: An internal subscription's callback: (subscription, subject, reply, headers, payload).
 Callback = Callable[["Subscription", bytes, "bytes | None", "bytes | None", bytes], None]
+#: A link to another account (pynatsd.broker.imports): (subscription, message) -> delivered to anyone.
+Forward = Callable[["Subscription", "Message"], bool]
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -64,7 +70,7 @@ class Client:
 class Subscription:
     """One SUB of one connection (or of an internal client). Hashed by identity; the matcher stores it."""
 
-    __slots__ = ("callback", "conn", "delivered", "max_msgs", "queue", "sid", "sid_sp", "subject")
+    __slots__ = ("callback", "conn", "delivered", "forward", "max_msgs", "queue", "sid", "sid_sp", "subject")
 
     def __init__(
         self,
@@ -82,6 +88,7 @@ class Subscription:
         self.max_msgs = 0  # auto-unsubscribe limit; 0 = none
         self.delivered = 0
         self.callback = callback
+        self.forward: Forward | None = None  # set on links between accounts (see the module docstring)
 
 
 class Message:
@@ -94,6 +101,7 @@ class Message:
         "head",
         "headers",
         "hhead",
+        "hops",
         "htail",
         "nbytes",
         "origin",
@@ -118,6 +126,9 @@ class Message:
         self.tail = b""  # `[reply ]size\r\npayload\r\n`
         self.hhead = b""  # `HMSG subject ` (with headers only)
         self.htail = b""
+        # The exports a request went through on service imports (pynatsd.broker.imports): a second pass
+        # through one is a cycle, and such a message is not forwarded to stream imports.
+        self.hops: tuple[object, ...] = ()
 
     def set(
         self,
@@ -151,6 +162,9 @@ class Message:
 
 def deliver(sub: Subscription, msg: Message) -> bool:
     """Deliver `msg` to `sub` if the rules let it receive it (see the module's docstring); True if so."""
+    forward = sub.forward
+    if forward is not None:  # a link to another account: it delivers there, through this policy
+        return forward(sub, msg)
     conn = sub.conn
     if conn.closed or (conn is msg.origin and not conn.echo):
         return False

@@ -34,6 +34,7 @@ from pynatsd.protocol import encoder
 from pynatsd.websocket import start_websocket
 
 if TYPE_CHECKING:
+    from pynatsd.broker.imports import AccountLinks
     from pynatsd.broker.resolver import ResolverService
     from pynatsd.jetstream import JetStream
     from pynatsd.monitor import Monitor
@@ -135,6 +136,7 @@ class Server:
         self.websocket: WebSocketListener | None = None  # the `websocket {}` port (pynatsd.websocket)
         self.jetstream: JetStream | None = None  # set by start() when -js / a jetstream block is given
         self.resolver: ResolverService | None = None  # set by start() with a `full` account resolver
+        self.links: AccountLinks | None = None  # imports between accounts; set by start() when any
         self.tls_context: ssl.SSLContext | None = None  # set by start() when TLS is configured
         self.http_port = 0
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
@@ -167,6 +169,7 @@ class Server:
             self.http_port = await self.monitor.start(
                 opts.http_host or opts.host, opts.http_port or opts.https_port, monitor_context(opts)
             )
+        self._start_links()
         self._start_jetstream()
         self._start_resolver()
         # TLS-first (handshake_first): the handshake precedes INFO, so the listener itself wraps. Otherwise
@@ -229,6 +232,16 @@ class Server:
         if js_config is not None:
             self.jetstream = JetStream(self, js_config)
             self.jetstream.start()
+
+    def _start_links(self) -> None:
+        """The imports and exports of the `accounts {}` blocks (checked by the config schema)."""
+        accounts = self.options.extra.get("accounts") or {}
+        if any(acc.get("imports") for acc in accounts.values()):
+            from pynatsd.broker.imports import AccountLinks, link, specs_from_config
+
+            streams, services, _ = link(specs_from_config(accounts))
+            self.links = AccountLinks(self)
+            self.links.install(streams, services)
 
     def _start_resolver(self) -> None:
         """The `full` account resolver's $SYS services (updates pushed over NATS, lookups)."""
