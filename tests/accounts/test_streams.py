@@ -32,8 +32,10 @@ accounts {
 def test_prefix_and_overlapping_wildcards(kind: str, tmp_path: Path) -> None:
     with serve(kind, tmp_path, CONFIG) as server:
         a, b = Peer(server.port, "a"), Peer(server.port, "b")
-        b.do(b"SUB p.foo.> 1\r\nSUB p.> 2\r\nSUB p.foo.x 3\r\nSUB p.*.y 4\r\nSUB foo.> 5\r\nSUB p.bar.> 6\r\n")
-        a.do(b"PUB foo.bar 3\r\nabc\r\nPUB foo.x 1\r\nx\r\nPUB foo.y 1\r\ny\r\nPUB foo.a.y 1\r\nz\r\nPUB bar.q 1\r\nq\r\n")
+        b.do(b"SUB p.foo.> 1\r\nSUB p.> 2\r\nSUB p.foo.x 3\r\nSUB p.*.y 4\r\n")
+        b.do(b"SUB foo.> 5\r\nSUB p.bar.> 6\r\n")
+        a.do(b"PUB foo.bar 3\r\nabc\r\nPUB foo.x 1\r\nx\r\nPUB foo.y 1\r\ny\r\n")
+        a.do(b"PUB foo.a.y 1\r\nz\r\nPUB bar.q 1\r\nq\r\n")
         got = by_sid(b.received())
     assert got == {
         b"1": [msg("p.foo.bar", "1", "abc"), msg("p.foo.x", "1", "x"), msg("p.foo.y", "1", "y"),
