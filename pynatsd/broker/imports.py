@@ -156,6 +156,11 @@ class Transform:
         return Transform(b".".join(back), b".".join(out))
 
 
+def _untokenize(subject: bytes) -> bytes:
+    """A mapping target as a subscription subject: its `$N` references become `*`."""
+    return b".".join(b"*" if _reference(t) is not None else t for t in _tokens(subject))
+
+
 def _reference(token: bytes) -> int | None:
     text = token.decode(errors="replace")
     if text.startswith("$") and text[1:].isdigit():
@@ -293,7 +298,8 @@ def _stream_link(
         raise LinkError("stream import not authorized")
     if imp.prefix and has_wildcard(imp.prefix):
         raise LinkError("stream import prefix can not contain wildcard tokens")
-    local = (imp.prefix.rstrip(b".") + b"." + source) if imp.prefix else (imp.to or source)
+    target = (imp.prefix.rstrip(b".") + b"." + source) if imp.prefix else (imp.to or source)
+    local = _untokenize(target)  # `$N` references are wildcards of the local subject
     for subject in (local, source):
         if _stream_cycle(exporter, subject, {spec.name}, done, specs):
             raise LinkError("import forms a cycle")
@@ -301,10 +307,10 @@ def _stream_link(
         raise LinkError("stream import already exists")
     transform, use_published = None, False
     if has_wildcard(source):
-        if local == source:
+        if target == source:
             use_published = True
         else:
-            transform = Transform(source, local)
+            transform = Transform(source, target)
     return StreamLink(spec.name, exporter.name, source, local, transform, use_published)
 
 
@@ -334,7 +340,8 @@ def _service_link(
     specs: dict[str, AccountSpec],
     check_token: TokenCheck | None,
 ) -> ServiceLink:
-    remote, local = imp.subject, imp.to or imp.subject
+    remote, target = imp.subject, imp.to or imp.subject
+    local = _untokenize(target)  # subscribed with `$N` references as wildcards
     export = _find_export(exporter, remote, service=True)
     if export is None or not _authorized(export, spec.name, imp, check_token):
         raise LinkError("service import not authorized")
@@ -347,13 +354,11 @@ def _service_link(
                 f'account "{exporter.name}", subject "{other.remote.decode()}"'
             )
     transform, use_published = None, False
-    if has_wildcard(remote):
-        if local == remote:
+    if has_wildcard(remote):  # else every local subject maps to the one remote subject
+        if target == remote:
             use_published = True
         else:
-            transform = Transform(local, remote)
-    elif has_wildcard(local):
-        raise LinkError("a wildcard local subject needs a wildcard service subject")
+            transform = Transform(remote, target).reverse()
     return ServiceLink(spec.name, exporter.name, local, remote, transform, use_published, export)
 
 
@@ -427,7 +432,8 @@ class AccountLinks:
         self.services: list[tuple[ServiceLink, Subscription]] = []
         self.shadows: dict[Subscription, list[Subscription]] = {}  # a client's subscription -> its shadows
         self.routes: dict[bytes, ResponseRoute] = {}
-        self._prefixes: dict[str, bytes] = {}  # account -> `_R_.<6 chars>.` of its response routes
+        # account -> the `_R_.<6 chars>.` prefix of its response routes, and its subscription on them
+        self._prefixes: dict[str, tuple[bytes, Subscription]] = {}
         self._clients: dict[str, AccountClient] = {}
 
     # -- setup ----------------------------------------------------------------------------------------
@@ -440,6 +446,16 @@ class AccountLinks:
             sub.forward = self._service_forward(si)
             self.server.sublist_for(si.importer).insert(sub)
             self.services.append((si, sub))
+
+    def uninstall(self) -> None:
+        """Remove every link from the server's subject spaces (pending response routes are dropped)."""
+        for si, sub in self.services:
+            self.server.sublist_for(si.importer).remove(sub)
+        for sub in list(self.shadows):
+            self.unsubscribed(sub)
+        for account, (_, sub) in self._prefixes.items():
+            self.server.sublist_for(account).remove(sub)
+        self.services, self.streams, self.routes, self._prefixes = [], {}, {}, {}
 
     def remove_account(self, importer: str) -> None:
         """Drop the imports of `importer` (its account is reconfigured); its clients' shadows go too."""
@@ -520,12 +536,15 @@ class AccountLinks:
         return delivered
 
     def _route(self, account: str, target: str, reply: bytes, export: Export) -> ResponseRoute:
-        prefix = self._prefixes.get(account)
-        if prefix is None:
-            prefix = self._prefixes[account] = b"_R_." + _random(6) + b"."
+        known = self._prefixes.get(account)
+        if known is None:
+            prefix = b"_R_." + _random(6) + b"."
             sub = Subscription(self._client(account), prefix + b">", None, b"rsi")
             sub.forward = self.respond
             self.server.sublist_for(account).insert(sub)
+            self._prefixes[account] = (prefix, sub)
+        else:
+            prefix = known[0]
         route = ResponseRoute(prefix + _random(6), account, target, reply, export, time.monotonic())
         self.routes[route.subject] = route
         self.server.loop.call_later(export.threshold, self._expire, route)

@@ -234,14 +234,19 @@ class Server:
             self.jetstream.start()
 
     def _start_links(self) -> None:
-        """The imports and exports of the `accounts {}` blocks (checked by the config schema)."""
+        """The imports and exports of the `accounts {}` blocks (checked by the config schema); again on a
+        reload, which replaces every link (the shadows of connected clients' subscriptions included)."""
+        from pynatsd.broker.imports import AccountLinks, link, specs_from_config
+
+        if self.links is not None:
+            self.links.uninstall()
+            self.links = None
         accounts = self.options.extra.get("accounts") or {}
         if any(acc.get("imports") for acc in accounts.values()):
-            from pynatsd.broker.imports import AccountLinks, link, specs_from_config
-
             streams, services, _ = link(specs_from_config(accounts))
             self.links = AccountLinks(self)
             self.links.install(streams, services)
+            self.links.resubscribe(self.clients.values())
 
     def _start_resolver(self) -> None:
         """The `full` account resolver's $SYS services (updates pushed over NATS, lookups)."""
@@ -349,6 +354,11 @@ class Server:
     def reload(self) -> None:
         """Re-read the configuration file (SIGHUP); see lifecycle.reload."""
         reload.apply(self)
+
+    def reload_links(self) -> None:
+        """After a reload: the accounts' imports and exports as the file now has them."""
+        if self.auth.jwt is None:
+            self._start_links()
 
     def reopen_log_file(self) -> None:
         """Reopen the `-l` log file (SIGUSR1)."""

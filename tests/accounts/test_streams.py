@@ -147,6 +147,4 @@ def test_importer_closing_drops_its_shadows(kind: str, tmp_path: Path) -> None:
                 break
             time.sleep(0.05)
     assert asked == []  # the importer's subscriber counts as interest: no 503
-    assert after == [
-        (b"HMSG", b"_INBOX.2", b"5", b"", b"NATS/1.0 503\r\nNats-Subject: foo.req\r\n\r\n", b"")
-    ]
+    assert after == [(b"HMSG", b"_INBOX.2", b"5", b"", b"NATS/1.0 503\r\nNats-Subject: foo.req\r\n\r\n", b"")]
