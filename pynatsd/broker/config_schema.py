@@ -789,7 +789,12 @@ def _check_users(ctx: Ctx, opts: Options) -> None:
             if name in seen:
                 ctx.error(where, f'Duplicate {kind} "{name}" detected')
             seen.add(name)
-    if opts.no_auth_user and opts.no_auth_user not in seen:
+    if opts.no_auth_user and not seen and "trusted" not in opts.extra:
+        ctx.error(
+            ctx.places.get("no_auth_user", _NOWHERE),
+            f'no_auth_user: "{opts.no_auth_user}" present, but users/nkeys are not defined',
+        )
+    elif opts.no_auth_user and seen and opts.no_auth_user not in seen:
         ctx.error(
             ctx.places.get("no_auth_user", _NOWHERE),
             f'no_auth_user: "{opts.no_auth_user}" not present as user or nkey in authorization block or '
