@@ -219,7 +219,8 @@ PYNATSD_REFUSES = {
     "cache resolver": ('resolver: { type: cache, dir: "./jwt" }', "resolver"),
     "URL resolver": ("resolver: URL(http://127.0.0.1:1/jwt/v1/accounts/)", "resolver"),
     "service latency": (
-        'accounts { A { users = [{user: a, password: a}], exports = [{service: "x", latency: "l"}] } }', "latency"
+        'accounts { A { users = [{user: a, password: a}], exports = [{service: "x", latency: "l"}] } }',
+        "latency",
     ),
     "leafnodes": ("leafnodes { listen: 127.0.0.1:-1 }", "leafnodes"),
     "gateway": ("gateway { name: A, listen: 127.0.0.1:-1 }", "gateway"),
