@@ -443,6 +443,8 @@ class Connection(Client):
         self.user, self.account = user, account
         self.perms = self.authenticator().permissions(self.user)
         self.sublist = server.sublist_for(self.account)
+        if server.links is not None and server.auth.jwt is not None:
+            server.links.ensure(self.account)  # operator mode: its account's imports, as its JWT has them
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None

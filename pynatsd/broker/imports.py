@@ -261,13 +261,16 @@ def _authorized(export: Export, importer: str, imp: Import, check_token: TokenCh
 
 
 def link(
-    specs: dict[str, AccountSpec], check_token: TokenCheck | None = None
+    specs: dict[str, AccountSpec], check_token: TokenCheck | None = None, only: str | None = None
 ) -> tuple[list[StreamLink], list[ServiceLink], list[str]]:
-    """The links of every import of `specs`, and nats-server's errors for those it refuses."""
+    """The links of every import of `specs` (or of account `only`'s), and nats-server's errors for those
+    it refuses."""
     streams: list[StreamLink] = []
     services: list[ServiceLink] = []
     errors: list[str] = []
     for spec in specs.values():
+        if only is not None and spec.name != only:
+            continue
         for imp in spec.imports:
             kind = "service" if imp.service else "stream"
             exporter = specs.get(imp.account)
@@ -435,6 +438,10 @@ class AccountLinks:
         # account -> the `_R_.<6 chars>.` prefix of its response routes, and its subscription on them
         self._prefixes: dict[str, tuple[bytes, Subscription]] = {}
         self._clients: dict[str, AccountClient] = {}
+        # Operator mode: the account JWT (verified, as the resolver has it) whose imports are installed,
+        # and which importers depend on which exporter (re-linked when the exporter's JWT changes).
+        self._registered: dict[str, object] = {}
+        self._importers: dict[str, set[str]] = {}
 
     # -- setup ----------------------------------------------------------------------------------------
     def install(self, streams: Iterable[StreamLink], services: Iterable[ServiceLink]) -> None:
@@ -446,6 +453,59 @@ class AccountLinks:
             sub.forward = self._service_forward(si)
             self.server.sublist_for(si.importer).insert(sub)
             self.services.append((si, sub))
+
+    # -- operator mode: links follow the account JWTs -----------------------------------------------------
+    def ensure(self, name: str) -> None:
+        """Link the imports of account `name` as its current JWT has them (a user of it connected, or it
+        was updated). Imports that are not valid are skipped with an error, as nats-server does."""
+        from pynatsd.broker import jwt
+
+        auth = self.server.auth.jwt
+        if auth is None:
+            return
+        acc = auth.account(name)
+        if self._registered.get(name, False) is acc:
+            return
+        self.remove_account(name)
+        self._registered[name] = acc
+        if acc is None or not acc.imports:
+            return
+        specs = {name: AccountSpec(name, list(acc.exports), list(acc.imports))}
+        exporters: dict[str, jwt.Account] = {}
+        for imp in acc.imports:
+            self._importers.setdefault(imp.account, set()).add(name)
+            exporter = exporters.get(imp.account) or auth.account(imp.account)
+            if exporter is None:
+                kind = "service" if imp.service else "stream"
+                log.error(
+                    "Can't locate account [%s] for import of [%s] %s", imp.account, imp.subject.decode(), kind
+                )
+                continue
+            exporters[imp.account] = exporter
+            specs.setdefault(imp.account, AccountSpec(imp.account, list(exporter.exports)))
+
+        def token_ok(export: Export, imp: Import, importer: str) -> bool:
+            exporter = exporters.get(export.account)
+            return exporter is not None and jwt.activation_ok(exporter, export, imp, importer)
+
+        streams, services, errors = link(specs, token_ok, only=name)
+        for message in errors:
+            log.error("account %s: %s", name, message)
+        self.install(streams, services)
+        self.resubscribe(c for c in self.server.clients.values() if c.account == name)
+
+    def refresh(self, name: str) -> None:
+        """Account `name`'s JWT changed: link it again, and the accounts importing from it."""
+        for account in {name, *self._importers.get(name, ())}:
+            if account in self._registered:
+                self._registered.pop(account)
+                self.ensure(account)
+
+    def refresh_all(self) -> None:
+        """After a reload (preloaded account JWTs may have changed)."""
+        for account in list(self._registered):
+            self._registered.pop(account, None)
+            self.ensure(account)
 
     def uninstall(self) -> None:
         """Remove every link from the server's subject spaces (pending response routes are dropped)."""
@@ -674,3 +734,47 @@ def specs_from_config(accounts: dict[str, dict[str, Any]]) -> dict[str, AccountS
                 to=str(i.get("to", "")).encode(), prefix=str(i.get("prefix", "")).encode(),
             ))  # fmt: skip
     return specs
+
+
+def links_from_jwt(account: str, nats: dict[str, Any]) -> tuple[list[Export], list[Import]]:
+    """The `exports` and `imports` of an account JWT's claims (the jwt library's fields); raises LinkError
+    on what pynatsd does not implement (an account JWT with those is not used: fail closed)."""
+    exports: list[Export] = []
+    for e in nats.get("exports") or []:
+        kind = e.get("type")
+        if kind not in ("stream", "service") or not isinstance(e.get("subject"), str):
+            raise LinkError(f"export {e.get('subject')!r}: invalid export type {kind!r}")
+        if e.get("account_token_position"):
+            raise LinkError("exports with account token positions are not supported by pynatsd")
+        if e.get("service_latency"):
+            raise LinkError("service latency tracking is not supported by pynatsd")
+        if e.get("allow_trace"):
+            raise LinkError("message tracing is not supported by pynatsd")
+        threshold = e.get("response_threshold") or 0
+        revocations = {k: v for k, v in (e.get("revocations") or {}).items() if isinstance(v, int)}
+        exports.append(Export(
+            account, e["subject"].encode(), kind == "service",
+            token_required=bool(e.get("token_req")),
+            response_type=RESPONSE_TYPES.get(str(e.get("response_type") or "").lower(), SINGLETON),
+            threshold=threshold / 1e9 if threshold > 0 else DEFAULT_RESPONSE_THRESHOLD,
+            revocations=revocations,
+        ))  # fmt: skip
+    imports: list[Import] = []
+    for i in nats.get("imports") or []:
+        kind, subject = i.get("type"), i.get("subject")
+        if kind not in ("stream", "service") or not isinstance(subject, str) or not i.get("account"):
+            raise LinkError(f"import {subject!r}: invalid import")
+        if i.get("share"):
+            raise LinkError("sharing requester details with services (latency tracking) is not supported")
+        if i.get("allow_trace"):
+            raise LinkError("message tracing is not supported by pynatsd")
+        local, to = str(i.get("local_subject") or "").encode(), str(i.get("to") or "").encode()
+        if kind == "stream":  # `to` (deprecated) is a prefix for streams, local_subject a mapping
+            imp = Import(False, i["account"], subject.encode(), to=local, prefix=b"" if local else to)
+        elif local:  # services: local_subject is the importer's subject
+            imp = Import(True, i["account"], subject.encode(), to=local)
+        else:  # the older form: `subject` is the importer's, `to` the exporter's
+            imp = Import(True, i["account"], (to or subject.encode()), to=subject.encode())
+        imp.token = str(i.get("token") or "")
+        imports.append(imp)
+    return exports, imports

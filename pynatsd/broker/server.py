@@ -238,6 +238,12 @@ class Server:
         reload, which replaces every link (the shadows of connected clients' subscriptions included)."""
         from pynatsd.broker.imports import AccountLinks, link, specs_from_config
 
+        if self.auth.jwt is not None:  # operator mode: linked as the account JWTs are used
+            if self.links is None:
+                self.links = AccountLinks(self)
+            else:
+                self.links.refresh_all()
+            return
         if self.links is not None:
             self.links.uninstall()
             self.links = None
@@ -356,9 +362,8 @@ class Server:
         reload.apply(self)
 
     def reload_links(self) -> None:
-        """After a reload: the accounts' imports and exports as the file now has them."""
-        if self.auth.jwt is None:
-            self._start_links()
+        """After a reload: the accounts' imports and exports as the file (or the JWTs) now have them."""
+        self._start_links()
 
     def reopen_log_file(self) -> None:
         """Reopen the `-l` log file (SIGUSR1)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -58,7 +58,8 @@ def refusal(kind: str, tmp_path: Path, text: str) -> str:
 
 
 class Peer(WireClient):
-    """A raw client logged in as `user` (password = user name, or an nkey/JWT CONNECT given in `login`)."""
+    """A raw client logged in as `user` (password = user name), or with the CONNECT fields of `login`, or
+    those `login_with` makes of the INFO's nonce."""
 
     def __init__(
         self,
@@ -68,6 +69,7 @@ class Peer(WireClient):
         headers: bool = True,
         no_responders: bool = False,
         login: dict[str, object] | None = None,
+        login_with: Callable[[str], dict[str, object]] | None = None,
     ) -> None:
         super().__init__(port)
         connect: dict[str, object] = {"verbose": False, "pedantic": False, "headers": headers}
@@ -76,6 +78,8 @@ class Peer(WireClient):
         if user is not None:
             connect.update(user=user, **{"pass": user})
         connect.update(login or {})
+        if login_with is not None:  # credentials made from this connection's nonce (nkey or JWT users)
+            connect.update(login_with(self.info.get("nonce", "")))
         out, closed = self.exchange(f"CONNECT {json.dumps(connect)}\r\n".encode())
         assert (out, closed) == (b"", False), out
 
