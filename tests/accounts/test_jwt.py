@@ -174,9 +174,8 @@ def test_services_from_jwt_claims(kind: str, tmp_path: Path) -> None:
         imp = _peer(server.port, op, op.imp)
         other = _peer(server.port, op, op.other, no_responders=True)
         exp.do(b"SUB svc.> 1\r\nSUB psvc 2\r\n")
-        imp.do(
-            b"SUB _INBOX.> 9\r\nPUB req _INBOX.1 1\r\na\r\nPUB old _INBOX.2 1\r\nb\r\nPUB psvc _INBOX.3 1\r\nc\r\n"
-        )
+        imp.do(b"SUB _INBOX.> 9\r\nPUB req _INBOX.1 1\r\na\r\n")
+        imp.do(b"PUB old _INBOX.2 1\r\nb\r\nPUB psvc _INBOX.3 1\r\nc\r\n")
         refused = other.do(b"SUB _INBOX.> 9\r\nPUB psvc _INBOX.4 1\r\nd\r\n")
         out, _ = exp.exchange(b"")
         replies = re.findall(rb"_R_\.\S+", out)
