@@ -191,3 +191,32 @@ def test_nats_py_request_across_accounts(kind: str, tmp_path: Path) -> None:
     with serve(kind, tmp_path, CONFIG) as server:
         result = asyncio.run(run(server.port))
     assert result == [b"PING"] * 3 + [b"PONG"] + [b"svc.x B"] * 3 + [b"svc.y B"]
+
+
+MAPPED = """
+accounts {
+  A { users: [{user: a, password: a}], exports: [{service: "svc.*.*"}, {stream: "ev.*.*"}] }
+  B { users: [{user: b, password: b}]
+      imports: [{service: {account: A, subject: "svc.*.*"}, to: "ask.$2.$1"},
+                {stream: {account: A, subject: "ev.*.*"}, to: "re.$2.$1"}] }
+}
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reordering_mappings(kind: str, tmp_path: Path) -> None:
+    """`$N` references move wildcard tokens: requests on ask.y.x reach svc.x.y; events on ev.x.y arrive as
+    re.y.x, also to subscriptions that overlap only part of the mapping."""
+    with serve(kind, tmp_path, MAPPED) as server:
+        a, b = Peer(server.port, "a"), Peer(server.port, "b")
+        a.do(b"SUB svc.> 1\r\n")
+        b.do(b"SUB re.> 1\r\nSUB re.k.* 2\r\nSUB re.*.j 3\r\n")
+        b.do(b"PUB ask.second.first 1\r\nq\r\n")
+        got_a = a.do(b"PUB ev.j.k 1\r\ne\r\nPUB ev.z.z 1\r\nz\r\n")
+        got_b = by_sid(b.received())
+    assert got_a == [hmsg("svc.first.second", "1", "q", INFO_B)]
+    assert got_b == {
+        b"1": [msg("re.k.j", "1", "e"), msg("re.z.z", "1", "z")],
+        b"2": [msg("re.k.j", "2", "e")],
+        b"3": [msg("re.k.j", "3", "e")],
+    }
