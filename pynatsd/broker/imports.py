@@ -28,6 +28,7 @@ imports) and returns the links `AccountLinks` wires into the server.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import string
@@ -405,6 +406,7 @@ class ResponseRoute:
     reply: bytes  # the requester's reply subject, in `target`
     export: Export
     last: float = 0.0  # monotonic time of creation or of the last response
+    timer: asyncio.TimerHandle | None = None  # its expiry (cancelled when it ends before)
 
 
 class _StreamShadow:
@@ -515,7 +517,9 @@ class AccountLinks:
             self.unsubscribed(sub)
         for account, (_, sub) in self._prefixes.items():
             self.server.sublist_for(account).remove(sub)
-        self.services, self.streams, self.routes, self._prefixes = [], {}, {}, {}
+        for route in list(self.routes.values()):
+            self._drop(route)
+        self.services, self.streams, self._prefixes = [], {}, {}
 
     def remove_account(self, importer: str) -> None:
         """Drop the imports of `importer` (its account is reconfigured); its clients' shadows go too."""
@@ -592,7 +596,7 @@ class AccountLinks:
         )
         delivered = publish(self.server.sublist_for(si.exporter), out, self.server.fanout.counts)
         if not delivered and route is not None:
-            self.routes.pop(route.subject, None)
+            self._drop(route)
         return delivered
 
     def _route(self, account: str, target: str, reply: bytes, export: Export) -> ResponseRoute:
@@ -607,17 +611,24 @@ class AccountLinks:
             prefix = known[0]
         route = ResponseRoute(prefix + _random(6), account, target, reply, export, time.monotonic())
         self.routes[route.subject] = route
-        self.server.loop.call_later(export.threshold, self._expire, route)
+        route.timer = self.server.loop.call_later(export.threshold, self._expire, route)
         return route
+
+    def _drop(self, route: ResponseRoute) -> None:
+        """End a response route before its expiry."""
+        if self.routes.pop(route.subject, None) is not None and route.timer is not None:
+            route.timer.cancel()
+            route.timer = None
 
     def _expire(self, route: ResponseRoute) -> None:
         if self.routes.get(route.subject) is not route:
             return
         left = route.last + route.export.threshold - time.monotonic()
         if left > 0:
-            self.server.loop.call_later(left, self._expire, route)
+            route.timer = self.server.loop.call_later(left, self._expire, route)
         else:
             del self.routes[route.subject]
+            route.timer = None
 
     def respond(self, sub: Subscription, msg: Message) -> bool:
         """A message on an account's `_R_` subjects: a response, delivered to the requester's reply."""
@@ -635,7 +646,7 @@ class AccountLinks:
         delivered = publish(self.server.sublist_for(route.target), out, self.server.fanout.counts)
         last = msg.headers is None and not msg.payload  # an empty message ends a stream of responses
         if not delivered or route.export.response_type == SINGLETON or last:
-            self.routes.pop(route.subject, None)
+            self._drop(route)
         else:
             route.last = time.monotonic()
         return delivered
