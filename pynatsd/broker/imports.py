@@ -444,6 +444,7 @@ class AccountLinks:
         # and which importers depend on which exporter (re-linked when the exporter's JWT changes).
         self._registered: dict[str, object] = {}
         self._importers: dict[str, set[str]] = {}
+        self._expiry: dict[str, asyncio.TimerHandle] = {}  # importer -> when its first activation expires
 
     # -- setup ----------------------------------------------------------------------------------------
     def install(self, streams: Iterable[StreamLink], services: Iterable[ServiceLink]) -> None:
@@ -486,14 +487,23 @@ class AccountLinks:
             exporters[imp.account] = exporter
             specs.setdefault(imp.account, AccountSpec(imp.account, list(exporter.exports)))
 
+        expiries: list[int] = []
+
         def token_ok(export: Export, imp: Import, importer: str) -> bool:
             exporter = exporters.get(export.account)
-            return exporter is not None and jwt.activation_ok(exporter, export, imp, importer)
+            if exporter is None or not jwt.activation_ok(exporter, export, imp, importer):
+                return False
+            expiries.append(jwt.decode(imp.token, "activation").expires)
+            return True
 
         streams, services, errors = link(specs, token_ok, only=name)
         for message in errors:
             log.error("account %s: %s", name, message)
         self.install(streams, services)
+        ends = [e for e in expiries if e > 0]
+        if ends:  # an activation that expires ends its import then (linked again without it)
+            delay = max(0.0, min(ends) - time.time() + 0.5)
+            self._expiry[name] = self.server.loop.call_later(delay, self.refresh, name)
         self.resubscribe(c for c in self.server.clients.values() if c.account == name)
 
     def refresh(self, name: str) -> None:
@@ -523,6 +533,9 @@ class AccountLinks:
 
     def remove_account(self, importer: str) -> None:
         """Drop the imports of `importer` (its account is reconfigured); its clients' shadows go too."""
+        timer = self._expiry.pop(importer, None)
+        if timer is not None:
+            timer.cancel()
         self.streams.pop(importer, None)
         for si, sub in [x for x in self.services if x[0].importer == importer]:
             self.server.sublist_for(importer).remove(sub)

@@ -212,3 +212,25 @@ async def test_export_withdrawn_by_an_update(kind: str, tmp_path: Path) -> None:
     assert answer["data"]["code"] == 200
     assert before == [msg("in.x", "1", "1")]
     assert after == [msg("priv.one", "1", "3")]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_activation_expiring_ends_the_import(kind: str, tmp_path: Path) -> None:
+    """At its activation's expiry an import ends. (nats-server finds the import to end by the activation's
+    subject, so it misses imports narrower than their activation and keeps them; pynatsd ends those too.)"""
+    op = Operator()
+    token = op.activation(op.other, "priv.one", "stream", exp=int(time.time()) + 2)
+    short = account_jwt(op.key, op.other, imports=[
+        {"account": op.exp.public, "subject": "priv.one", "type": "stream", "token": token}])  # fmt: skip
+    text = op.config(tmp_path)
+    text = text.replace(text.split(op.other.public + ": ")[1].split("\n")[0], short)
+    with serve(kind, tmp_path, text) as server:
+        exp, other = _peer(server.port, op, op.exp), _peer(server.port, op, op.other)
+        other.do(b"SUB > 1\r\n")
+        exp.do(b"PUB priv.one 1\r\n1\r\n")
+        before = other.received()
+        time.sleep(3.5)
+        exp.do(b"PUB priv.one 1\r\n2\r\n")
+        after = other.received()
+    assert before == [msg("priv.one", "1", "1")]
+    assert after == []
