@@ -50,6 +50,7 @@ RESPONSE_TYPES = {"single": SINGLETON, "singleton": SINGLETON, "stream": STREAME
                   "chunked": CHUNKED}  # fmt: skip
 DEFAULT_RESPONSE_THRESHOLD = 120.0  # seconds a response route waits for its (next) response
 REQUEST_INFO = b"Nats-Request-Info"
+_JS_ACK = b"$JS.ACK."
 _ALPHABET = (string.digits + string.ascii_letters).encode()
 
 
@@ -131,7 +132,9 @@ class Transform:
             used.add(index)
             self.parts.append(index)
         if used != set(range(len(self.wildcards))):
-            raise LinkError(f"not all wildcards of {source.decode()!r} are used in {target.decode()!r}")
+            raise LinkError(
+                f"invalid mapping destination: not using all of the token wildcard(s) in {target.decode()}"
+            )
         self.target = target
 
     def apply(self, subject: bytes) -> bytes:
@@ -314,7 +317,13 @@ def _stream_link(
         if target == source:
             use_published = True
         else:
-            transform = Transform(source, target)
+            try:
+                transform = Transform(source, target)
+            except LinkError as err:
+                raise LinkError(
+                    f'failed to create mapping transform for stream import subject from "{source.decode()}" '
+                    f'to "{target.decode()}": {err}'
+                ) from None
     return StreamLink(spec.name, exporter.name, source, local, transform, use_published)
 
 
@@ -362,7 +371,13 @@ def _service_link(
         if target == remote:
             use_published = True
         else:
-            transform = Transform(remote, target).reverse()
+            try:
+                transform = Transform(remote, target).reverse()
+            except LinkError as err:
+                raise LinkError(
+                    f'failed to create mapping transform for service import subject from "{target.decode()}" '
+                    f'to "{remote.decode()}": {err}'
+                ) from None
     return ServiceLink(spec.name, exporter.name, local, remote, transform, use_published, export)
 
 
@@ -597,16 +612,16 @@ class AccountLinks:
         if any(h is export for h in msg.hops):
             return False  # a cycle through the same export
         subject = si.remote_subject(msg.subject)
-        route = None
-        if msg.reply is not None:
-            route = self._route(si.exporter, si.importer, msg.reply, export)
+        route, reply = None, msg.reply
+        # JetStream acks keep their reply (as nats-server: pull consumers across accounts need it).
+        if reply is not None and not reply.startswith(_JS_ACK):
+            route = self._route(si.exporter, si.importer, reply, export)
+            reply = route.subject
         headers = _with_request_info(msg.headers, _request_info(msg, si.importer))
         out = Message(msg.origin)
         out.hops = (*msg.hops, export)
         sizes = b"%d %d" % (len(headers), len(headers) + len(msg.payload))
-        out.set(
-            subject, route.subject if route else None, sizes, headers, msg.payload, b"MSG " + subject + b" "
-        )
+        out.set(subject, reply, sizes, headers, msg.payload, b"MSG " + subject + b" ")
         delivered = publish(self.server.sublist_for(si.exporter), out, self.server.fanout.counts)
         if not delivered and route is not None:
             self._drop(route)

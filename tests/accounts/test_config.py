@@ -48,6 +48,13 @@ REFUSED = {
                   B='imports: [{stream: {account: A, subject: "foo.*"}}]'),
         "stream import not authorized",
     ),
+    "mapping that drops a wildcard": (
+        _accounts(A='exports: [{stream: "foo.*"}, {service: "svc.*"}]',
+                  B='imports: [{stream: {account: A, subject: "foo.*"}, to: bar}, '
+                    '{service: {account: A, subject: "svc.*"}, to: ask}]'),
+        'failed to create mapping transform for stream import subject from "foo.*" to "bar": invalid mapping '
+        "destination: not using all of the token wildcard(s) in bar",
+    ),
     "undefined account": (
         _accounts(B="imports: [{stream: {account: Z, subject: foo}}]"),
         '"Z" account not defined for stream import',
