@@ -169,7 +169,7 @@ class Server:
             self.http_port = await self.monitor.start(
                 opts.http_host or opts.host, opts.http_port or opts.https_port, monitor_context(opts)
             )
-        self._start_links()
+        self.configure_links()
         self._start_jetstream()
         self._start_resolver()
         # TLS-first (handshake_first): the handshake precedes INFO, so the listener itself wraps. Otherwise
@@ -233,9 +233,10 @@ class Server:
             self.jetstream = JetStream(self, js_config)
             self.jetstream.start()
 
-    def _start_links(self) -> None:
-        """The imports and exports of the `accounts {}` blocks (checked by the config schema); again on a
-        reload, which replaces every link (the shadows of connected clients' subscriptions included)."""
+    def configure_links(self) -> None:
+        """The imports and exports of the `accounts {}` blocks (checked by the config schema), or of the
+        account JWTs; again after a reload, which replaces every link (the shadows of connected clients'
+        subscriptions included)."""
         from pynatsd.broker.imports import AccountLinks, link, specs_from_config
 
         if self.auth.jwt is not None:  # operator mode: linked as the account JWTs are used
@@ -360,10 +361,6 @@ class Server:
     def reload(self) -> None:
         """Re-read the configuration file (SIGHUP); see lifecycle.reload."""
         reload.apply(self)
-
-    def reload_links(self) -> None:
-        """After a reload: the accounts' imports and exports as the file (or the JWTs) now have them."""
-        self._start_links()
 
     def reopen_log_file(self) -> None:
         """Reopen the `-l` log file (SIGUSR1)."""
