@@ -220,3 +220,36 @@ def test_reordering_mappings(kind: str, tmp_path: Path) -> None:
         b"2": [msg("re.k.j", "2", "e")],
         b"3": [msg("re.k.j", "3", "e")],
     }
+
+
+CHAINED = """
+accounts {
+  C { users: [{user: c, password: c}], exports: [{service: "svc"}] }
+  A { users: [{user: a, password: a}], exports: [{service: "svc"}, {stream: "svc"}]
+      imports: [{service: {account: C, subject: "svc"}}] }
+  B { users: [{user: b, password: b}], imports: [{service: {account: A, subject: "svc"}, to: ask}] }
+  D { users: [{user: d, password: d}], imports: [{stream: {account: A, subject: "svc"}, to: watched}] }
+}
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_chained_service_imports(kind: str, tmp_path: Path) -> None:
+    """B -> A -> C: the request crosses two imports (the header names the first requester and the service
+    account it came through), the response comes back the same way; a request that came in through a
+    service import is not passed to A's stream export (D sees only what A's own clients publish)."""
+    with serve(kind, tmp_path, CHAINED) as server:
+        c, b, d = Peer(server.port, "c"), Peer(server.port, "b"), Peer(server.port, "d")
+        a = Peer(server.port, "a")
+        c.do(b"SUB svc 1\r\n")
+        d.do(b"SUB watched 1\r\n")
+        b.do(b"SUB _INBOX.> 9\r\nPUB ask _INBOX.1 1\r\nq\r\n")
+        got_c, replies = _raw_replies(c, b"")
+        c.do(b"PUB %s 1\r\nr\r\n" % replies[0])
+        got_b = b.received()
+        a.do(b"PUB svc 3\r\nown\r\n")
+        c.received()  # A's own request went on to C too
+        got_d = d.received()
+    assert got_c == [hmsg("svc", "1", "q", request_info("B", svc="A"), "_R_")]
+    assert got_b == [msg("_INBOX.1", "9", "r")]
+    assert got_d == [msg("watched", "1", "own")]
