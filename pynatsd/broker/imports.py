@@ -265,12 +265,15 @@ def _authorized(export: Export, importer: str, imp: Import, check_token: TokenCh
 
 
 def link(
-    specs: dict[str, AccountSpec], check_token: TokenCheck | None = None, only: str | None = None
+    specs: dict[str, AccountSpec],
+    check_token: TokenCheck | None = None,
+    only: str | None = None,
+    installed: tuple[list[StreamLink], list[ServiceLink]] = ([], []),
 ) -> tuple[list[StreamLink], list[ServiceLink], list[str]]:
     """The links of every import of `specs` (or of account `only`'s), and nats-server's errors for those
-    it refuses."""
-    streams: list[StreamLink] = []
-    services: list[ServiceLink] = []
+    it refuses. Links `installed` already (of other accounts) count for the cycle checks."""
+    streams, services = list(installed[0]), list(installed[1])
+    before = len(streams), len(services)
     errors: list[str] = []
     for spec in specs.values():
         if only is not None and spec.name != only:
@@ -288,7 +291,7 @@ def link(
                     streams.append(_stream_link(spec, exporter, imp, streams, specs, check_token))
             except LinkError as err:
                 errors.append(f'Error adding {kind} import "{imp.subject.decode()}": {err}')
-    return streams, services, errors
+    return streams[before[0] :], services[before[1] :], errors
 
 
 def _stream_link(
@@ -511,7 +514,14 @@ class AccountLinks:
             expiries.append(jwt.decode(imp.token, "activation").expires)
             return True
 
-        streams, services, errors = link(specs, token_ok, only=name)
+        # The other accounts' links count for cycles (nats-server skips an import that closes one).
+        installed = ([s for k, v in self.streams.items() if k != name for s in v],
+                     [si for si, _ in self.services if si.importer != name])  # fmt: skip
+        exporters_seen = {s.exporter for s in installed[0]} | {si.exporter for si in installed[1]}
+        for other in exporters_seen - specs.keys():
+            known = auth.account(other)
+            specs[other] = AccountSpec(other, list(known.exports) if known is not None else [])
+        streams, services, errors = link(specs, token_ok, only=name, installed=installed)
         for message in errors:
             log.error("account %s: %s", name, message)
         self.install(streams, services)

@@ -234,3 +234,27 @@ def test_activation_expiring_ends_the_import(kind: str, tmp_path: Path) -> None:
         after = other.received()
     assert before == [msg("priv.one", "1", "1")]
     assert after == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_import_cycle_does_not_loop(kind: str, tmp_path: Path) -> None:
+    """Two accounts importing each other's `svc`: the import that would close the cycle is skipped (which
+    one depends on the order the accounts are loaded in), so a request reaches each responder once at most."""
+    op = Operator()
+    x, y = op.exp, op.imp
+    svc = [{"name": "svc", "subject": "svc", "type": "service"}]
+    text = op.config(tmp_path)
+    for me, other in ((x, y), (y, x)):
+        token = account_jwt(op.key, me, exports=svc,
+                            imports=[{"account": other.public, "subject": "svc", "type": "service"}])  # fmt: skip
+        text = text.replace(text.split(me.public + ": ")[1].split("\n")[0], token)
+    with serve(kind, tmp_path, text) as server:
+        px, py = _peer(server.port, op, x), _peer(server.port, op, y)
+        px.do(b"SUB svc 1\r\n")
+        py.do(b"SUB svc 1\r\n")
+        own = px.do(b"PUB svc 1\r\nq\r\n")  # X's responder is X's own subscriber: echoed to it
+        got_y = py.received()
+        again = px.do(b"PUB svc 1\r\nq\r\n")
+    assert [f[5] for f in own] == [b"q"]
+    assert [f[5] for f in got_y] in ([], [b"q"])
+    assert [f[5] for f in again] == [b"q"]
