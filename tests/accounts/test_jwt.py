@@ -245,8 +245,8 @@ def test_import_cycle_does_not_loop(kind: str, tmp_path: Path) -> None:
     svc = [{"name": "svc", "subject": "svc", "type": "service"}]
     text = op.config(tmp_path)
     for me, other in ((x, y), (y, x)):
-        token = account_jwt(op.key, me, exports=svc,
-                            imports=[{"account": other.public, "subject": "svc", "type": "service"}])  # fmt: skip
+        imports = [{"account": other.public, "subject": "svc", "type": "service"}]
+        token = account_jwt(op.key, me, exports=svc, imports=imports)
         text = text.replace(text.split(me.public + ": ")[1].split("\n")[0], token)
     with serve(kind, tmp_path, text) as server:
         px, py = _peer(server.port, op, x), _peer(server.port, op, y)
