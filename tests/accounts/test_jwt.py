@@ -258,3 +258,25 @@ def test_import_cycle_does_not_loop(kind: str, tmp_path: Path) -> None:
     assert [f[5] for f in own] == [b"q"]
     assert [f[5] for f in got_y] in ([], [b"q"])
     assert [f[5] for f in again] == [b"q"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "export",
+    [
+        {"subject": "pos.*", "type": "stream", "account_token_position": 2},
+        {"subject": "lat", "type": "service", "service_latency": {"sampling": 100, "results": "lat.r"}},
+    ],
+    ids=["account token position", "service latency"],
+)
+def test_unimplemented_export_features_fail_closed(kind: str, export: dict[str, Any], tmp_path: Path) -> None:
+    """pynatsd does not implement these: an account JWT that uses them admits nobody (nats-server admits)."""
+    op = Operator()
+    text = op.config(tmp_path)
+    token = account_jwt(op.key, op.exp, exports=[export])
+    text = text.replace(text.split(op.exp.public + ": ")[1].split("\n")[0], token)
+    with serve(kind, tmp_path, text) as server, WireClient(server.port) as client:
+        login = {**op.login(op.exp, client.info["nonce"]), "verbose": False}
+        answer = client.exchange(f"CONNECT {json.dumps(login)}\r\n".encode())
+    refused = (b"-ERR 'Authorization Violation'\r\n", True)
+    assert answer == (refused if kind == "pynatsd" else (b"", False))
