@@ -756,7 +756,7 @@ def _with_request_info(headers: bytes | None, info: bytes) -> bytes:
     line = REQUEST_INFO + b": " + info + b"\r\n"
     if headers is None:
         return b"NATS/1.0\r\n" + line + b"\r\n"
-    lines = headers[: -len(b"\r\n\r\n")].split(b"\r\n")
+    lines = headers.rstrip(b"\r\n").split(b"\r\n")
     kept = [lines[0]] + [x for x in lines[1:] if x.partition(b":")[0].strip().lower() != REQUEST_INFO.lower()]
     return b"\r\n".join(kept) + b"\r\n" + line + b"\r\n"
 
