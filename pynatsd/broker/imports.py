@@ -51,6 +51,7 @@ RESPONSE_TYPES = {"single": SINGLETON, "singleton": SINGLETON, "stream": STREAME
 DEFAULT_RESPONSE_THRESHOLD = 120.0  # seconds a response route waits for its (next) response
 REQUEST_INFO = b"Nats-Request-Info"
 _JS_ACK = b"$JS.ACK."
+_HEADS_CACHED = 4096  # mapped subjects remembered per stream import
 _ALPHABET = (string.digits + string.ascii_letters).encode()
 
 
@@ -221,11 +222,24 @@ class StreamLink:
     transform: Transform | None  # source -> local, when both have wildcards and differ
     use_published: bool  # wildcard import under the same subject: deliver as published
     _reverse: Transform | None = None
+    # published subject -> (local subject, `MSG local `): mapped once per subject, not per message
+    _heads: dict[bytes, tuple[bytes, bytes]] = field(default_factory=dict)
 
     def local_subject(self, subject: bytes) -> bytes:
         if self.transform is not None:
             return self.transform.apply(subject)
         return subject if self.use_published else self.local
+
+    def local_head(self, subject: bytes) -> tuple[bytes, bytes]:
+        """The local subject of a message published on `subject`, and its `MSG subject ` head."""
+        found = self._heads.get(subject)
+        if found is None:
+            local = self.local_subject(subject)
+            found = (local, b"MSG " + local + b" ")
+            if len(self._heads) >= _HEADS_CACHED:
+                self._heads.clear()  # a publisher cycling through many subjects: start over
+            self._heads[subject] = found
+        return found
 
     def reverse(self) -> Transform:
         if self._reverse is None:
@@ -439,9 +453,9 @@ class _StreamShadow:
     def __call__(self, shadow: Subscription, msg: Message) -> bool:
         if msg.hops:  # a request that came in through a service import is not re-exported (nats-server)
             return False
-        subject = self.link.local_subject(msg.subject)
+        subject, head = self.link.local_head(msg.subject)
         mapped = Message(msg.origin)
-        mapped.set(subject, msg.reply, msg.sizes, msg.headers, msg.payload, b"MSG " + subject + b" ")
+        mapped.set(subject, msg.reply, msg.sizes, msg.headers, msg.payload, head)
         mapped.frame()
         return deliver(self.sub, mapped)
 
