@@ -543,7 +543,7 @@ class AccountLinks:
         if ends:  # an activation that expires ends its import then (linked again without it)
             delay = max(0.0, min(ends) - time.time() + 0.5)
             self._expiry[name] = self.server.loop.call_later(delay, self.refresh, name)
-        self.resubscribe(c for c in self.server.clients.values() if c.account == name)
+        self.resubscribe(name)
 
     def refresh(self, name: str) -> None:
         """Account `name`'s JWT changed: link it again, and the accounts importing from it."""
@@ -582,12 +582,16 @@ class AccountLinks:
         for sub in [s for s in self.shadows if getattr(s.conn, "account", None) == importer]:
             self.unsubscribed(sub)
 
-    def resubscribe(self, conns: Iterable[object]) -> None:
-        """Make the shadows of the subscriptions of `conns` again (after their account's imports changed)."""
-        for conn in conns:
-            for sub in list(getattr(conn, "subs", {}).values()):
-                self.unsubscribed(sub)
-                self.subscribed(getattr(conn, "account", ""), sub)
+    def resubscribe(self, account: str | None = None) -> None:
+        """Make the shadows of the subscriptions in `account` (default: every account) again, clients' and
+        internal ones alike (after the imports changed)."""
+        spaces = self.server.account_sublists
+        for name in [account] if account is not None else list(spaces):
+            sublist = spaces.get(name)
+            for sub in list(sublist.subscriptions()) if sublist is not None else []:
+                if sub.forward is None:  # not a link's own subscription
+                    self.unsubscribed(sub)
+                    self.subscribed(name, sub)
 
     def _client(self, account: str) -> AccountClient:
         client = self._clients.get(account)

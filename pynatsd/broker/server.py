@@ -253,7 +253,7 @@ class Server:
             streams, services, _ = link(specs_from_config(accounts))
             self.links = AccountLinks(self)
             self.links.install(streams, services)
-            self.links.resubscribe(self.clients.values())
+            self.links.resubscribe()
 
     def _start_resolver(self) -> None:
         """The `full` account resolver's $SYS services (updates pushed over NATS, lookups)."""

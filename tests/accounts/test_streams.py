@@ -4,9 +4,13 @@ must never receive (other subjects, other accounts, denied subjects, chains of i
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import time
 from pathlib import Path
 
+import nats
 import pytest
 
 from tests.accounts.harness import KINDS, Peer, by_sid, msg, serve
@@ -148,3 +152,41 @@ def test_importer_closing_drops_its_shadows(kind: str, tmp_path: Path) -> None:
             time.sleep(0.05)
     assert asked == []  # the importer's subscriber counts as interest: no 503
     assert after == [(b"HMSG", b"_INBOX.2", b"5", b"", b"NATS/1.0 503\r\nNats-Subject: foo.req\r\n\r\n", b"")]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_jetstream_stream_captures_imported_messages(kind: str, tmp_path: Path) -> None:
+    """A JetStream stream in the importing account stores what the import delivers (its subscription is
+    shadowed like a client's), also after a reload."""
+    text = f"""
+jetstream {{ store_dir: "{tmp_path / kind}" }}
+accounts {{
+  A {{ users: [{{user: a, password: a}}], exports: [{{stream: "foo.>"}}] }}
+  B {{ users: [{{user: b, password: b}}], jetstream: enabled,
+      imports: [{{stream: {{account: A, subject: "foo.>"}}, prefix: p}}] }}
+}}
+"""
+
+    async def stored_after(port: int, publish: bytes, expected: int) -> int:
+        nc = await nats.connect(f"nats://b:b@127.0.0.1:{port}")
+        js = nc.jetstream()
+        if expected == 2:
+            await js.add_stream(name="IMPORTED", subjects=["p.foo.>"])
+        with Peer(port, "a") as a:
+            a.do(publish)
+        stored = 0
+        for _ in range(50):
+            stored = (await js.stream_info("IMPORTED")).state.messages
+            if stored >= expected:
+                break
+            await asyncio.sleep(0.05)
+        await nc.close()
+        return stored
+
+    publish = b"PUB foo.x 1\r\n1\r\nPUB foo.y 1\r\n2\r\nPUB bar 1\r\n3\r\n"
+    with serve(kind, tmp_path, text) as server:
+        first = asyncio.run(stored_after(server.port, publish, 2))
+        os.kill(server.proc.pid, signal.SIGHUP)
+        time.sleep(0.5)
+        second = asyncio.run(stored_after(server.port, publish, 4))
+    assert (first, second) == (2, 4)
