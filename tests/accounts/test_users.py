@@ -46,13 +46,7 @@ accounts {{
 
 
 def _nkey_peer(port: int, key: UserKey) -> Peer:
-    # The nonce is per connection: sign the one this connection's INFO carries.
-    peer = Peer.__new__(Peer)
-    WireClient.__init__(peer, port)
-    connect = {"verbose": False, "pedantic": False, "headers": True, **key.login(peer.info["nonce"])}
-    out, closed = peer.exchange(f"CONNECT {json.dumps(connect)}\r\n".encode())
-    assert (out, closed) == (b"", False), out
-    return peer
+    return Peer(port, login_with=key.login)  # signs this connection's nonce
 
 
 @pytest.mark.parametrize("kind", KINDS)
