@@ -501,7 +501,7 @@ def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
 def _export(ctx: Ctx, item: Any, where: Where) -> dict[str, Any] | None:
     """One `{stream: s}` / `{service: s, response_type: .., response_threshold: ..}` entry, optionally
     private (`accounts: [...]`), as nats-server's parseExportStreamOrService reads it."""
-    from pynatsd.broker.imports import RESPONSE_TYPES
+    from pynatsd.broker.imports import RESPONSE_TYPES, valid_token_position
 
     if not isinstance(item, dict):
         raise ConfigValueError(f"Export Items should be a map with type entry, got {item!r}")
@@ -534,12 +534,19 @@ def _export(ctx: Ctx, item: Any, where: Where) -> dict[str, Any] | None:
             elif low == "latency":
                 raise refused(name, "service latency tracking")
             elif low == "account_token_position":
-                raise refused(name, "account token positions in exports", access=True)
+                export["account_token_position"] = to_int(name, v)
             elif low == "allow_trace":
                 if to_bool(name, v):
                     raise refused(name, "message tracing")
             else:
                 unknown(ctx, block, name, at)
+    subject = export.get("stream", export.get("service"))
+    if subject is not None and not valid_token_position(
+        subject.encode(), export.get("account_token_position", 0)
+    ):
+        kind = "stream" if "stream" in export else "service"
+        ctx.error(where, f'Error adding {kind} export "{subject}": sublist: invalid subject')
+        return None
     if "stream" in export and ("response_type" in export or "threshold" in export):
         ctx.error(where, "Detected response directive on non-service")
         return None

@@ -161,6 +161,12 @@ class Transform:
         return Transform(b".".join(back), b".".join(out))
 
 
+def valid_token_position(subject: bytes, position: int) -> bool:
+    """An export's account_token_position must point at a `*` of its subject (0: none)."""
+    tokens = _tokens(subject)
+    return position == 0 or (0 < position <= len(tokens) and tokens[position - 1] == b"*")
+
+
 def _untokenize(subject: bytes) -> bytes:
     """A mapping target as a subscription subject: its `$N` references become `*`."""
     return b".".join(b"*" if _reference(t) is not None else t for t in _tokens(subject))
@@ -189,6 +195,7 @@ class Export:
     response_type: str = SINGLETON
     threshold: float = DEFAULT_RESPONSE_THRESHOLD
     revocations: dict[str, int] = field(default_factory=dict)  # activation subject -> revoked before
+    token_position: int = 0  # account_token_position: that token of an import names its importer
 
 
 @dataclass
@@ -273,6 +280,12 @@ def _find_export(spec: AccountSpec, subject: bytes, service: bool) -> Export | N
 
 
 def _authorized(export: Export, importer: str, imp: Import, check_token: TokenCheck | None) -> bool:
+    """nats-server's checkAuth: an account token position first, then a token, then the named accounts."""
+    if export.token_position:
+        # The importer's name must stand at that token of the imported subject (an import of the export's
+        # own wildcard subject names nobody).
+        tokens = _tokens(imp.subject) if imp.subject != export.subject else []
+        return export.token_position <= len(tokens) and tokens[export.token_position - 1] == importer.encode()
     if export.token_required:
         return bool(imp.token) and check_token is not None and check_token(export, imp, importer)
     return export.approved is None or importer in export.approved
@@ -792,6 +805,7 @@ def specs_from_config(accounts: dict[str, dict[str, Any]]) -> dict[str, AccountS
                 None if approved is None else frozenset(approved),
                 response_type=e.get("response_type", SINGLETON),
                 threshold=e.get("threshold", DEFAULT_RESPONSE_THRESHOLD),
+                token_position=e.get("account_token_position", 0),
             ))  # fmt: skip
         for i in block.get("imports", []) or []:
             service = "service" in i
@@ -811,8 +825,13 @@ def links_from_jwt(account: str, nats: dict[str, Any]) -> tuple[list[Export], li
         kind = e.get("type")
         if kind not in ("stream", "service") or not isinstance(e.get("subject"), str):
             raise LinkError(f"export {e.get('subject')!r}: invalid export type {kind!r}")
-        if e.get("account_token_position"):
-            raise LinkError("exports with account token positions are not supported by pynatsd")
+        position = e.get("account_token_position") or 0
+        if (
+            not isinstance(position, int)
+            or position < 0
+            or not valid_token_position(e["subject"].encode(), position)
+        ):
+            raise LinkError(f"export {e['subject']!r}: invalid subject for account_token_position {position}")
         if e.get("service_latency"):
             raise LinkError("service latency tracking is not supported by pynatsd")
         if e.get("allow_trace"):
@@ -824,7 +843,7 @@ def links_from_jwt(account: str, nats: dict[str, Any]) -> tuple[list[Export], li
             token_required=bool(e.get("token_req")),
             response_type=RESPONSE_TYPES.get(str(e.get("response_type") or "").lower(), SINGLETON),
             threshold=threshold / 1e9 if threshold > 0 else DEFAULT_RESPONSE_THRESHOLD,
-            revocations=revocations,
+            revocations=revocations, token_position=position,
         ))  # fmt: skip
     imports: list[Import] = []
     for i in nats.get("imports") or []:

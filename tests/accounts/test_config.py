@@ -55,6 +55,20 @@ REFUSED = {
         'failed to create mapping transform for stream import subject from "foo.*" to "bar": invalid mapping '
         "destination: not using all of the token wildcard(s) in bar",
     ),
+    "account token position not on a wildcard": (
+        _accounts(A='exports: [{stream: "acc.x.feed", account_token_position: 2}]'),
+        'Error adding stream export "acc.x.feed": sublist: invalid subject',
+    ),
+    "account token position naming another account": (
+        _accounts(A='exports: [{stream: "acc.*.feed", account_token_position: 2}]',
+                  B='imports: [{stream: {account: A, subject: "acc.C.feed"}}]', C=""),
+        'Error adding stream import "acc.C.feed": stream import not authorized',
+    ),
+    "account token position left open": (
+        _accounts(A='exports: [{service: "acc.*.svc", account_token_position: 2}]',
+                  B='imports: [{service: {account: A, subject: "acc.*.svc"}}]'),
+        'Error adding service import "acc.*.svc": service import not authorized',
+    ),
     "undefined account": (
         _accounts(B="imports: [{stream: {account: Z, subject: foo}}]"),
         '"Z" account not defined for stream import',
@@ -105,11 +119,10 @@ def test_prefix_and_to_refused(tmp_path: Path) -> None:
     assert "Stream import can not have a 'prefix' and a 'to' property" in refusal("pynatsd", tmp_path, text)
 
 
-# nats-server runs these; pynatsd has no latency tracking, account token positions, message tracing or
-# shared requester details, and refuses to run without them rather than ignore them.
+# nats-server runs these; pynatsd has no latency tracking, message tracing or shared requester details,
+# and refuses to run without them rather than ignore them.
 NOT_IMPLEMENTED = {
     "latency": _accounts(A='exports: [{service: svc, latency: "lat.svc"}]'),
-    "account token position": _accounts(A='exports: [{stream: "foo.*", account_token_position: 2}]'),
     "share": _accounts(A="exports: [{service: svc}]",
                        B="imports: [{service: {account: A, subject: svc}, share: true}]"),
     "allow trace": _accounts(A="exports: [{stream: foo}]",

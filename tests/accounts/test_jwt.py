@@ -263,11 +263,8 @@ def test_import_cycle_does_not_loop(kind: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
     "export",
-    [
-        {"subject": "pos.*", "type": "stream", "account_token_position": 2},
-        {"subject": "lat", "type": "service", "service_latency": {"sampling": 100, "results": "lat.r"}},
-    ],
-    ids=["account token position", "service latency"],
+    [{"subject": "lat", "type": "service", "service_latency": {"sampling": 100, "results": "lat.r"}}],
+    ids=["service latency"],
 )
 def test_unimplemented_export_features_fail_closed(kind: str, export: dict[str, Any], tmp_path: Path) -> None:
     """pynatsd does not implement these: an account JWT that uses them admits nobody (nats-server admits)."""
@@ -280,3 +277,31 @@ def test_unimplemented_export_features_fail_closed(kind: str, export: dict[str, 
         answer = client.exchange(f"CONNECT {json.dumps(login)}\r\n".encode())
     refused = (b"-ERR 'Authorization Violation'\r\n", True)
     assert answer == (refused if kind == "pynatsd" else (b"", False))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_account_token_position_in_jwt(kind: str, tmp_path: Path) -> None:
+    """`account_token_position`: an account imports the branch of the export named by its public key."""
+    op = Operator()
+    feed = [{"name": "feed", "subject": "acc.*.feed", "type": "stream", "account_token_position": 2}]
+    own = f"acc.{op.imp.public}.feed"
+    text = op.config(tmp_path)
+    for account, exports, imports in (
+        (op.exp, feed, []),
+        (op.imp, [], [{"account": op.exp.public, "subject": own, "type": "stream", "local_subject": "feed"}]),
+        (
+            op.other,
+            [],
+            [{"account": op.exp.public, "subject": own, "type": "stream", "local_subject": "feed"}],
+        ),
+    ):
+        token = account_jwt(op.key, account, exports=exports, imports=imports)
+        text = text.replace(text.split(account.public + ": ")[1].split("\n")[0], token)
+    with serve(kind, tmp_path, text) as server:
+        exp, imp, other = (_peer(server.port, op, acc) for acc in (op.exp, op.imp, op.other))
+        imp.do(b"SUB feed 1\r\n")
+        other.do(b"SUB feed 1\r\n")
+        exp.do(b"PUB %s 1\r\nx\r\nPUB acc.%s.feed 1\r\ny\r\n" % (own.encode(), op.other.public.encode()))
+        got_imp, got_other = imp.received(), other.received()
+    assert got_imp == [msg("feed", "1", "x")]
+    assert got_other == []  # it asked for IMP's branch: not authorized, skipped

@@ -190,3 +190,27 @@ accounts {{
         time.sleep(0.5)
         second = asyncio.run(stored_after(server.port, publish, 4))
     assert (first, second) == (2, 4)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_account_token_position(kind: str, tmp_path: Path) -> None:
+    """An export whose subject names its importer at a token: each account imports its own branch only."""
+    text = """
+accounts {
+  A { users: [{user: a, password: a}],
+      exports: [{stream: "acc.*.feed", account_token_position: 2},
+                {service: "acc.*.svc", account_token_position: 2}] }
+  B { users: [{user: b, password: b}],
+      imports: [{stream: {account: A, subject: "acc.B.feed"}, to: feed},
+                {service: {account: A, subject: "acc.B.svc"}, to: svc}] }
+}
+"""
+    with serve(kind, tmp_path, text) as server:
+        a, b = Peer(server.port, "a"), Peer(server.port, "b")
+        b.do(b"SUB feed 1\r\n")
+        a.do(b"SUB acc.*.svc 1\r\n")
+        b.do(b"PUB svc 1\r\nq\r\n")
+        got_a = a.do(b"PUB acc.B.feed 1\r\nb\r\nPUB acc.C.feed 1\r\nc\r\n")
+        got_b = b.received()
+    assert [f[1] for f in got_a] == [b"acc.B.svc"]
+    assert got_b == [msg("feed", "1", "b")]

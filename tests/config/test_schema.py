@@ -197,10 +197,7 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
         ("authorization { users = [{user: a, password: b, proxy_required: true}] }", "proxy_required"),
         ("accounts { A { nkey: ABC } }", "nkey"),
         ('accounts { A { exports = [{service: "x", latency: "l"}] } }', "latency"),
-        (
-            'accounts { A { exports = [{stream: "x.*", account_token_position: 2}] } }',
-            "account_token_position",
-        ),
+        ('accounts { A { exports = [{service: "x", allow_trace: true}] } }', "allow_trace"),
         ('accounts { A { imports = [{service: {account: B, subject: "x"}, share: true}] } }', "share"),
         ("accounts { A { jetstream: { max_mem: 1GB } } }", "jetstream"),
         ("accounts { A { limits { max_connections: 1 } } }", "limits"),
