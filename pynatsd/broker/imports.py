@@ -490,6 +490,7 @@ class AccountLinks:
         self._registered: dict[str, object] = {}
         self._importers: dict[str, set[str]] = {}
         self._expiry: dict[str, asyncio.TimerHandle] = {}  # importer -> when its first activation expires
+        self.exports: dict[str, list[Export]] = {}  # account -> its exports (monitoring)
 
     # -- setup ----------------------------------------------------------------------------------------
     def install(self, streams: Iterable[StreamLink], services: Iterable[ServiceLink]) -> None:
@@ -519,6 +520,7 @@ class AccountLinks:
         if acc is None or not acc.imports:
             return
         specs = {name: AccountSpec(name, list(acc.exports), list(acc.imports))}
+        self.exports[name] = list(acc.exports)
         exporters: dict[str, jwt.Account] = {}
         for imp in acc.imports:
             self._importers.setdefault(imp.account, set()).add(name)
@@ -530,6 +532,7 @@ class AccountLinks:
                 )
                 continue
             exporters[imp.account] = exporter
+            self.exports[imp.account] = list(exporter.exports)
             specs.setdefault(imp.account, AccountSpec(imp.account, list(exporter.exports)))
 
         expiries: list[int] = []
@@ -614,6 +617,39 @@ class AccountLinks:
 
     def _service_forward(self, si: ServiceLink) -> Callable[[Subscription, Message], bool]:
         return lambda sub, msg: self.request(si, msg)
+
+    # -- monitoring ------------------------------------------------------------------------------------
+    def describe(self, account: str) -> dict[str, Any]:
+        """/accountz's `exports`, `imports` and `responses` of `account`, in nats-server's shapes."""
+        exports = []
+        for e in self.exports.get(account, []):
+            entry: dict[str, Any] = {
+                "subject": e.subject.decode(),
+                "type": "service" if e.service else "stream",
+            }
+            if e.token_required:
+                entry["token_req"] = True
+            if e.service:
+                entry["response_type"] = "Streamed" if e.response_type == STREAMED else e.response_type
+            if e.token_position:
+                entry["account_token_position"] = e.token_position
+            if e.approved:
+                entry["approved_accounts"] = sorted(e.approved)
+            exports.append(entry)
+        imports: list[dict[str, Any]] = [
+            {"subject": s.source.decode(), "account": s.exporter, "local_subject": s.local.decode(),
+             "type": "stream", "invalid": False, "share": False, "tracking": False}
+            for s in self.streams.get(account, [])
+        ]  # fmt: skip
+        imports += [_service_import_info(si.remote, si.exporter, si.local) for si, _ in self.services
+                    if si.importer == account]  # fmt: skip
+        responses = {r.subject.decode(): _service_import_info(r.reply, r.target, r.subject)
+                     for r in self.routes.values() if r.account == account}  # fmt: skip
+        out: dict[str, Any] = {}
+        for key, value in (("exports", exports), ("imports", imports), ("responses", responses)):
+            if value:
+                out[key] = value
+        return out
 
     # -- stream imports: shadow subscriptions ------------------------------------------------------------
     def subscribed(self, account: str, sub: Subscription) -> None:
@@ -719,6 +755,12 @@ class AccountLinks:
         else:
             route.last = time.monotonic()
         return delivered
+
+
+def _service_import_info(remote: bytes, account: str, local: bytes) -> dict[str, Any]:
+    return {"subject": remote.decode(), "account": account, "to": local.decode(),
+            "local_subject": local.decode(), "type": "service", "invalid": False, "share": False,
+            "tracking": False}  # fmt: skip
 
 
 def _random(n: int) -> bytes:

@@ -250,8 +250,10 @@ class Server:
             self.links = None
         accounts = self.options.extra.get("accounts") or {}
         if any(acc.get("imports") for acc in accounts.values()):
-            streams, services, _ = link(specs_from_config(accounts))
+            specs = specs_from_config(accounts)
+            streams, services, _ = link(specs)
             self.links = AccountLinks(self)
+            self.links.exports = {name: spec.exports for name, spec in specs.items()}
             self.links.install(streams, services)
             self.links.resubscribe()
 

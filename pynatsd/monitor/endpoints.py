@@ -400,8 +400,8 @@ def _accounts(server: Server) -> list[str]:
 
 
 def accountz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
-    """The account names, or with `acc=NAME` that account's `account_detail` (nats-server's fields; no
-    imports, exports, mappings or JWT: pynatsd has none of them)."""
+    """The account names, or with `acc=NAME` that account's `account_detail` (nats-server's fields, with
+    its exports, imports and pending responses; no mappings or JWT)."""
     result: dict[str, Any] = {"server_id": server.server_id, "now": rfc3339nano(_now()), "system_account": ""}
     name = query.get("acc", "")
     if not name:
@@ -423,6 +423,8 @@ def accountz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
         "name_tag": name,
         "sublist_stats": stats._asdict(),
     }
+    if server.links is not None:
+        result["account_detail"].update(server.links.describe(name))
     return result
 
 
