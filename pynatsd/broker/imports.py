@@ -517,10 +517,10 @@ class AccountLinks:
             return
         self.remove_account(name)
         self._registered[name] = acc
+        self.exports[name] = list(acc.exports) if acc is not None else []
         if acc is None or not acc.imports:
             return
         specs = {name: AccountSpec(name, list(acc.exports), list(acc.imports))}
-        self.exports[name] = list(acc.exports)
         exporters: dict[str, jwt.Account] = {}
         for imp in acc.imports:
             self._importers.setdefault(imp.account, set()).add(name)
