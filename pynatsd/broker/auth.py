@@ -387,8 +387,8 @@ class Authenticator:
             entry = self.nkeys.get(opts.nkey)
             return ("nkey", *_describe_user(entry))
         if self.users or self.nkeys:
-            if not opts.user and not opts.password and not opts.auth_token and self.no_auth_user:
-                return ("no_auth_user", self.no_auth_user, *_describe_user(self.users.get(self.no_auth_user)))
+            if self._anonymous(opts):
+                return ("no_auth_user", self.no_auth_user, *_describe_user(self._no_auth_entry()))
             return ("user", *_describe_user(self.users.get(opts.user)))
         if self.token:
             return ("token", self.token)
@@ -426,11 +426,12 @@ class Authenticator:
             return self.jwt.authenticate(conn, opts, conn.nonce)
         if opts.nkey and self.nkeys:
             entry = self.nkeys.get(opts.nkey)
-            ok = entry is not None and self._nkey_ok(conn, opts)
+            # As nats-server: the no_auth_user's own nkey needs no signature (anyone gets in as it).
+            ok = entry is not None and (entry.name == self.no_auth_user or self._nkey_ok(conn, opts))
             return self._identity(conn, entry) if ok else None
         if self.users or self.nkeys:
-            if not opts.user and not opts.password and not opts.auth_token and self.no_auth_user:
-                return self._identity(conn, self.users.get(self.no_auth_user))
+            if self._anonymous(opts):
+                return self._identity(conn, self._no_auth_entry())
             entry = self.users.get(opts.user)
             if entry is None:
                 _password_ok(opts.password, "x" * 8)  # similar work for unknown users
@@ -442,6 +443,14 @@ class Authenticator:
             ok = _same(opts.user, self.username) & _password_ok(opts.password, self.password)
             return (opts.user, DEFAULT_ACCOUNT) if ok else None
         return ("", DEFAULT_ACCOUNT)
+
+    def _anonymous(self, opts: ConnectOptions) -> bool:
+        """A CONNECT without credentials, taken as the `no_auth_user` when there is one."""
+        return bool(self.no_auth_user) and not (opts.user or opts.password or opts.auth_token)
+
+    def _no_auth_entry(self) -> _User | None:
+        """The `no_auth_user`: a user, or an nkey user (nats-server looks at nkeys first)."""
+        return self.nkeys.get(self.no_auth_user) or self.users.get(self.no_auth_user)
 
     @staticmethod
     def _identity(conn: Connection, entry: _User | None) -> tuple[str, str] | None:

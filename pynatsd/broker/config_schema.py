@@ -483,8 +483,10 @@ def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
                     account["default_permissions"] = parse_permissions(ctx, k, v, kat)
                 elif low == "nkey":
                     raise refused(k, "account nkeys (decentralized JWT authentication)", access=True)
-                elif low in ("imports", "exports"):
-                    raise refused(k, "account imports and exports", access=True)
+                elif low == "exports":
+                    account["exports"] = _exports(ctx, k, v, kat)
+                elif low == "imports":
+                    account["imports"] = _imports(ctx, k, v, kat)
                 elif low == "jetstream":
                     # On or off per account; a block of per-account limits would restrict what its
                     # users may do, and pynatsd does not enforce those: refused.
@@ -503,6 +505,149 @@ def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
                     unknown(ctx, acc_block, k, kat)
         accounts[name] = account
     opts.extra["accounts"] = accounts
+
+
+def _export(ctx: Ctx, item: Any, where: Where) -> dict[str, Any] | None:
+    """One `{stream: s}` / `{service: s, response_type: .., response_threshold: ..}` entry, optionally
+    private (`accounts: [...]`), as nats-server's parseExportStreamOrService reads it."""
+    from pynatsd.broker.imports import RESPONSE_TYPES, valid_token_position
+
+    if not isinstance(item, dict):
+        raise ConfigValueError(f"Export Items should be a map with type entry, got {item!r}")
+    block = to_block("exports", item)
+    export: dict[str, Any] = {}
+    for low, name, v, at in entries(block, where):
+        with ctx.at(at):
+            if low in ("stream", "service"):
+                other = "service" if low == "stream" else "stream"
+                if other in export:
+                    raise ConfigValueError(f'Detected {low} "{v}" but already saw a {other}')
+                if not isinstance(v, str):
+                    raise ConfigValueError(f"Expected {low} name to be string, got {v!r}")
+                if not is_valid_subject(v.encode()):
+                    raise ConfigValueError(f'Error adding {low} export "{v}": subject is not valid')
+                export[low] = v
+            elif low in ("response", "response_type"):
+                kind = RESPONSE_TYPES.get(str(v).lower())
+                if kind is None:
+                    raise ConfigValueError(f'Unknown response type: "{v}"')
+                export["response_type"] = kind
+            elif low in ("threshold", "response_threshold", "response_max_time", "response_time"):
+                if not isinstance(v, str):
+                    raise ConfigValueError(
+                        f"Expected response threshold to be a parseable time duration, got {v!r}"
+                    )
+                export["threshold"] = parse_duration(name, v)
+            elif low == "accounts":
+                export["accounts"] = to_strings(name, v)
+            elif low == "latency":
+                raise refused(name, "service latency tracking")
+            elif low == "account_token_position":
+                export["account_token_position"] = to_int(name, v)
+            elif low == "allow_trace":
+                if to_bool(name, v):
+                    raise refused(name, "message tracing")
+            else:
+                unknown(ctx, block, name, at)
+    subject = export.get("stream", export.get("service"))
+    if subject is not None and not valid_token_position(
+        subject.encode(), export.get("account_token_position", 0)
+    ):
+        kind = "stream" if "stream" in export else "service"
+        ctx.error(where, f'Error adding {kind} export "{subject}": sublist: invalid subject')
+        return None
+    if "stream" in export and ("response_type" in export or "threshold" in export):
+        ctx.error(where, "Detected response directive on non-service")
+        return None
+    if "stream" not in export and "service" not in export:
+        return None
+    return export
+
+
+def _exports(ctx: Ctx, key: str, value: Any, where: Where) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise ConfigValueError(f"Exports should be an array, got {value!r}")
+    found = (_export(ctx, item, where) for item in value)
+    return [e for e in found if e is not None]
+
+
+def _import(ctx: Ctx, item: Any, where: Where) -> dict[str, Any] | None:
+    """One `{stream: {account: A, subject: s}, prefix: p | to: t}` or `{service: {account: A, subject: s},
+    to: t}` entry, as nats-server's parseImportStreamOrService reads it."""
+    if not isinstance(item, dict):
+        raise ConfigValueError(f"Import Items should be a map with type entry, got {item!r}")
+    block = to_block("imports", item)
+    imp: dict[str, Any] = {}
+    for low, name, v, at in entries(block, where):
+        with ctx.at(at):
+            if low in ("stream", "service"):
+                other = "service" if low == "stream" else "stream"
+                if other in imp:
+                    raise ConfigValueError(f"Detected {low} but already saw a {other}")
+                if not isinstance(v, dict):
+                    raise ConfigValueError(f"{low.capitalize()} entry should be an account map, got {v!r}")
+                source: dict[str, str] = {}
+                inner = to_block(name, v)
+                for ilow, iname, iv, iat in entries(inner, at):
+                    if ilow in ("account", "subject"):
+                        source[ilow] = to_str(iname, iv)
+                    else:
+                        unknown(ctx, inner, iname, iat)
+                if not source.get("account") or not source.get("subject"):
+                    raise ConfigValueError("Expect an account name and a subject")
+                if not is_valid_subject(source["subject"].encode()):
+                    raise ConfigValueError(
+                        f'Error adding {low} import "{source["subject"]}": subject is not valid'
+                    )
+                imp[low] = source
+            elif low in ("prefix", "to"):
+                imp[low] = to_str(name, v)
+                if not is_valid_subject(imp[low].encode()):
+                    raise ConfigValueError(f'{name} "{imp[low]}" is not a valid subject')
+            elif low == "share":
+                if to_bool(name, v):
+                    raise refused(name, "sharing requester details with services (latency tracking)")
+            elif low == "allow_trace":
+                if to_bool(name, v):
+                    raise refused(name, "message tracing")
+            else:
+                unknown(ctx, block, name, at)
+    if "stream" in imp and "prefix" in imp and "to" in imp:
+        ctx.error(where, "Stream import can not have a 'prefix' and a 'to' property")
+        return None
+    if "service" in imp and "prefix" in imp:
+        raise refused("prefix", "prefixes on service imports")
+    if "stream" not in imp and "service" not in imp:
+        return None
+    return imp
+
+
+def _imports(ctx: Ctx, key: str, value: Any, where: Where) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise ConfigValueError(f"Imports should be an array, got {value!r}")
+    found = (_import(ctx, item, where) for item in value)
+    return [i for i in found if i is not None]
+
+
+def _check_links(ctx: Ctx, opts: Options) -> None:
+    """Every import must name a defined account and an export it may use, without cycles (nats-server
+    refuses to start otherwise)."""
+    from pynatsd.broker.imports import link, specs_from_config
+
+    accounts = opts.extra.get("accounts") or {}
+    if ctx.errors or not any(a.get("imports") or a.get("exports") for a in accounts.values()):
+        return
+    where = ctx.places.get("accounts", _NOWHERE)
+    for acc in accounts.values():
+        for e in acc.get("exports", []):
+            for other in e.get("accounts", []) or []:
+                if other not in accounts:
+                    kind = "service" if "service" in e else "stream"
+                    ctx.error(where, f'"{other}" account not defined for {kind} export')
+    if ctx.errors:
+        return
+    for message in link(specs_from_config(accounts))[2]:
+        ctx.error(where, message)
 
 
 # -- operator mode (decentralized JWT authentication, pynatsd.broker.jwt) -----------------------------------
@@ -686,7 +831,12 @@ def _check_users(ctx: Ctx, opts: Options) -> None:
             if name in seen:
                 ctx.error(where, f'Duplicate {kind} "{name}" detected')
             seen.add(name)
-    if opts.no_auth_user and opts.no_auth_user not in seen:
+    if opts.no_auth_user and not seen and "trusted" not in opts.extra:
+        ctx.error(
+            ctx.places.get("no_auth_user", _NOWHERE),
+            f'no_auth_user: "{opts.no_auth_user}" present, but users/nkeys are not defined',
+        )
+    elif opts.no_auth_user and seen and opts.no_auth_user not in seen:
         ctx.error(
             ctx.places.get("no_auth_user", _NOWHERE),
             f'no_auth_user: "{opts.no_auth_user}" not present as user or nkey in authorization block or '
@@ -1020,6 +1170,7 @@ def apply_config(opts: Options, config: dict[str, Any]) -> list[ConfigWarning]:
         with ctx.at(where):
             handler(ctx, opts, key, value, where)
     _check_users(ctx, opts)
+    _check_links(ctx, opts)
     _check_operator_mode(ctx, opts)
     if ctx.errors:
         raise ConfigErrors(ctx.errors)

@@ -445,6 +445,8 @@ class Connection(Client):
         self.user, self.account = user, account
         self.perms = self.authenticator().permissions(self.user)
         self.sublist = server.sublist_for(self.account)
+        if server.links is not None and server.auth.jwt is not None:
+            server.links.ensure(self.account)  # operator mode: its account's imports, as its JWT has them
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
@@ -564,6 +566,8 @@ class Connection(Client):
                 self._send_err(errors.INVALID_SUBJECT)
                 return
             self.subs[sid] = sub
+            if server.links is not None:  # stream imports: shadows in the exporting accounts
+                server.links.subscribed(self.account, sub)
         if self.verbose:
             self._send(encoder.OK)
 
@@ -581,6 +585,9 @@ class Connection(Client):
         if self.subs.get(sub.sid) is sub:
             del self.subs[sub.sid]
             self.sublist.remove(sub)
+            links = self.server.links
+            if links is not None:
+                links.unsubscribed(sub)
 
     # -- the message path -----------------------------------------------------------------------------
     def on_pub(self, subject: bytes, reply: bytes | None, size: bytes, payload: bytes) -> None:
@@ -693,8 +700,11 @@ class Connection(Client):
         for timer in (self._ping_timer, self._auth_timer, self._deadline_timer):
             if timer is not None:
                 timer.cancel()
+        links = self.server.links
         for sub in self.subs.values():
             self.sublist.remove(sub)
+            if links is not None:
+                links.unsubscribed(sub)
         self.server.scheduler.stall.forget(self)
         # Kept for /connz?state=closed: only what it shows. Half-received input goes now (a client that
         # sent most of a 1 MiB payload and left would otherwise hold it for as long as the ring does).

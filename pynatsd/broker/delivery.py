@@ -22,6 +22,10 @@ Routes (pynatsd.routes): a route is a `Client` whose subscriptions are the remot
 nats-server's processMsgResults: remote interest is collected while the local receivers get the message,
 then each route gets ONE routed message naming the queue groups it was chosen for (`Message.queues`), and
 a message that came from a route goes to local receivers only, to the queue groups it names.
+
+Accounts linked by imports (pynatsd.broker.imports): a subscription with a `forward` hook (a stream
+import's shadow, a service import, a response route) is not a receiver; the hook maps the message into
+the other account and hands it to this same policy there (`deliver` or `publish`).
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ if TYPE_CHECKING:
 
 #: An internal subscription's callback: (subscription, subject, reply, headers, payload, publisher).
 Callback = Callable[["Subscription", bytes, "bytes | None", "bytes | None", bytes, "Client | None"], None]
+#: A link to another account (pynatsd.broker.imports): (subscription, message) -> delivered to anyone.
+Forward = Callable[["Subscription", "Message"], bool]
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -74,7 +80,7 @@ class Client:
 class Subscription:
     """One SUB of one connection (or of an internal client). Hashed by identity; the matcher stores it."""
 
-    __slots__ = ("callback", "conn", "delivered", "max_msgs", "queue", "sid", "sid_sp", "subject")
+    __slots__ = ("callback", "conn", "delivered", "forward", "max_msgs", "queue", "sid", "sid_sp", "subject")
 
     def __init__(
         self,
@@ -92,6 +98,7 @@ class Subscription:
         self.max_msgs = 0  # auto-unsubscribe limit; 0 = none
         self.delivered = 0
         self.callback = callback
+        self.forward: Forward | None = None  # set on links between accounts (see the module docstring)
 
 
 class Message:
@@ -104,6 +111,7 @@ class Message:
         "head",
         "headers",
         "hhead",
+        "hops",
         "htail",
         "nbytes",
         "origin",
@@ -132,6 +140,9 @@ class Message:
         # Routes: the queue groups named by a routed message (inbound: only those get it here; outbound:
         # those a route was chosen for). None: none named.
         self.queues: list[bytes] | None = None
+        # The exports a request went through on service imports (pynatsd.broker.imports): a second pass
+        # through one is a cycle, and such a message is not forwarded to stream imports.
+        self.hops: tuple[object, ...] = ()
 
     def set(
         self,
@@ -165,6 +176,9 @@ class Message:
 
 def deliver(sub: Subscription, msg: Message) -> bool:
     """Deliver `msg` to `sub` if the rules let it receive it (see the module's docstring); True if so."""
+    forward = sub.forward
+    if forward is not None:  # a link to another account: it delivers there, through this policy
+        return forward(sub, msg)
     conn = sub.conn
     if conn.closed or (conn is msg.origin and not conn.echo):
         return False

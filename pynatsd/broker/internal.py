@@ -77,6 +77,9 @@ class InternalClient(Client):
         sub = Subscription(self, subject, queue, sid, callback=queued)
         self.sublist.insert(sub)
         self.subs[sid] = sub
+        links = self.server.links
+        if links is not None:  # stream imports reach internal subscribers too (JetStream streams)
+            links.subscribed(self.account, sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -86,6 +89,9 @@ class InternalClient(Client):
         if self.subs.get(sub.sid) is sub:
             del self.subs[sub.sid]
             self.sublist.remove(sub)
+            links = self.server.links
+            if links is not None:
+                links.unsubscribed(sub)
 
     def backlogged(self) -> None:
         """Never: an internal client has no queue."""

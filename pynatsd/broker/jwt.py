@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pynatsd.broker.config_schema import valid_public_nkey
+from pynatsd.broker.imports import Export, Import, LinkError, links_from_jwt, subset
 from pynatsd.protocol import errors
 from pynatsd.protocol.subjects import is_valid_subject
 
@@ -38,8 +39,8 @@ log = logging.getLogger("pynatsd.jwt")
 MAX_TOKEN_SIZE = 1024 * 1024  # the jwt library's limit
 NO_LIMIT = -1
 # Which key may issue which claim (the jwt library's ExpectedPrefixes).
-_ISSUER_PREFIX = {"operator": "O", "account": "O", "user": "A"}
-_SUBJECT_PREFIX = {"operator": "O", "account": "A", "user": "U"}
+_ISSUER_PREFIX = {"operator": "O", "account": "O", "user": "A", "activation": "A"}
+_SUBJECT_PREFIX = {"operator": "O", "account": "A", "user": "U", "activation": "A"}
 _KNOWN_CONNECTION_TYPES = frozenset({"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS",
                                      "IN_PROCESS"})  # fmt: skip
 _DECORATION = "-----"
@@ -241,6 +242,8 @@ class Account:
     subs: int
     payload: int
     connections: int  # active client connections the account may have
+    exports: tuple[Export, ...] = ()
+    imports: tuple[Import, ...] = ()
 
     @property
     def name(self) -> str:
@@ -277,11 +280,82 @@ def load_account(token: str) -> Account:
     # Of the limits, nats-server enforces subs, payload and conn for clients (data it does not enforce;
     # leaf, imports, exports and wildcards restrict what pynatsd does not have).
     limits = nats.get("limits") or {}
-    if nats.get("imports") or nats.get("exports") or nats.get("mappings"):
-        raise JwtError("account imports, exports and mappings are not supported by pynatsd")
+    if nats.get("mappings"):
+        raise JwtError("account mappings are not supported by pynatsd")
+    try:
+        exports, imports = links_from_jwt(claims.subject, nats)
+    except LinkError as err:
+        raise JwtError(str(err)) from None
+    _validate_imports(claims.subject, nats.get("imports") or [])
     return Account(claims, keys, revocations, bool(limits.get("disallow_bearer")),
                    nats.get("default_permissions") or None, _limit(limits, "subs"),
-                   _limit(limits, "payload"), _limit(limits, "conn"))  # fmt: skip
+                   _limit(limits, "payload"), _limit(limits, "conn"), tuple(exports),
+                   tuple(imports))  # fmt: skip
+
+
+def _validate_imports(account: str, imports: list[dict[str, Any]]) -> None:
+    """The jwt library's blocking checks of an account's imports (an account JWT failing them is not
+    valid): activation tokens made for this account by the exporter, for the import's type and subject;
+    service imports from one account not overlapping. Expiry is checked when linking, not here."""
+    services: dict[str, list[bytes]] = {}
+    for i in imports:
+        subject = str(i.get("subject") or "")
+        if i.get("local_subject") and i.get("to"):
+            raise JwtError("Local Subject replaces To")
+        if i.get("type") == "service":
+            local = str(i.get("to") or i.get("local_subject") or subject).encode()
+            others = services.setdefault(str(i.get("account")), [])
+            if any(subset(local, o) or subset(o, local) for o in others):
+                raise JwtError(
+                    f'overlapping subject namespace for "{local.decode()}" in account {i.get("account")}'
+                )
+            others.append(local)
+        token = i.get("token")
+        if not token:
+            continue
+        try:
+            act = decode(str(token), "activation")
+        except JwtError:
+            raise JwtError(f'import "{subject}" contains an invalid activation token') from None
+        if i.get("account") not in (act.issuer, act.nats.get("issuer_account")):
+            raise JwtError(f'activation token doesn\'t match account for import "{subject}"')
+        if act.subject != account:
+            raise JwtError(f'activation token doesn\'t match account it is being included in, "{subject}"')
+        if act.nats.get("kind") != i.get("type"):
+            kinds = f"{act.nats.get('kind')} and type of import {i.get('type')}"
+            raise JwtError(f"mismatch between token import type {kinds}")
+        granted = str(act.nats.get("subject") or "")
+        checked = str(i.get("to") or subject) if i.get("type") == "service" else subject
+        if not subset(checked.encode(), granted.encode()):
+            raise JwtError(f'activation token import subject "{granted}" doesn\'t match import "{subject}"')
+
+
+def activation_ok(exporter: Account, export: Export, imp: Import, importer: str) -> bool:
+    """An import's activation token (nats-server's checkActivation): signed by the exporter (or one of
+    its signing keys, naming it as issuer_account), for `importer`, of the import's type, covering its
+    subject, in its time window and not revoked by the export."""
+    try:
+        act = decode(imp.token, "activation")
+    except JwtError as err:
+        log.error("activation token of import %r not valid: %s", imp.subject, err)
+        return False
+    issuer_account = act.nats.get("issuer_account") or ""
+    if issuer_account:
+        if issuer_account != exporter.name or act.issuer not in exporter.signing_keys:
+            return False
+    elif act.issuer != exporter.name:
+        return False
+    kind = "service" if export.service else "stream"
+    granted = act.nats.get("subject")
+    if act.subject != importer or act.nats.get("kind") != kind:
+        return False
+    if not isinstance(granted, str) or not subset(imp.subject, granted.encode()) or act.time_problem():
+        return False
+    for key in (act.subject, "*"):
+        revoked_before = export.revocations.get(key)
+        if revoked_before is not None and revoked_before >= act.issued_at:
+            return False
+    return True
 
 
 # -- users ----------------------------------------------------------------------------------------------

@@ -193,6 +193,8 @@ class ResolverService:
         for conn in list(self.server.clients.values()):
             if conn.account == account and conn.authenticator() is auth:
                 conn.revalidate(auth, auth)
+        if self.server.links is not None:  # its imports, and the imports of its exports
+            self.server.links.refresh(account)
 
     def _on_lookup(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
         auth = self.server.auth.jwt

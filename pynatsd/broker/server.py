@@ -43,6 +43,7 @@ from pynatsd.routes.config import ClusterOptions, cluster_options
 from pynatsd.websocket import start_websocket
 
 if TYPE_CHECKING:
+    from pynatsd.broker.imports import AccountLinks
     from pynatsd.broker.resolver import ResolverService
     from pynatsd.broker.system import SystemService
     from pynatsd.jetstream import JetStream
@@ -155,6 +156,7 @@ class Server:
         self.jetstream: JetStream | None = None  # set by start() when -js / a jetstream block is given
         self.resolver: ResolverService | None = None  # set by start() with a `full` account resolver
         self.system: SystemService | None = None  # set by start() unless there is no system account
+        self.links: AccountLinks | None = None  # imports between accounts; set by start() when any
         self.tls_context: ssl.SSLContext | None = None  # set by start() when TLS is configured
         self.http_port = 0
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
@@ -192,6 +194,7 @@ class Server:
             self.http_port = await self.monitor.start(
                 opts.http_host or opts.host, opts.http_port or opts.https_port, monitor_context(opts)
             )
+        self.configure_links()
         self._start_jetstream()
         self._start_resolver()
         self._start_system()
@@ -262,6 +265,30 @@ class Server:
         if js_config is not None:
             self.jetstream = JetStream(self, js_config)
             self.jetstream.start()
+
+    def configure_links(self) -> None:
+        """The imports and exports of the `accounts {}` blocks (checked by the config schema), or of the
+        account JWTs; again after a reload, which replaces every link (the shadows of connected clients'
+        subscriptions included)."""
+        from pynatsd.broker.imports import AccountLinks, link, specs_from_config
+
+        if self.auth.jwt is not None:  # operator mode: linked as the account JWTs are used
+            if self.links is None:
+                self.links = AccountLinks(self)
+            else:
+                self.links.refresh_all()
+            return
+        if self.links is not None:
+            self.links.uninstall()
+            self.links = None
+        accounts = self.options.extra.get("accounts") or {}
+        if any(acc.get("imports") for acc in accounts.values()):
+            specs = specs_from_config(accounts)
+            streams, services, _ = link(specs)
+            self.links = AccountLinks(self)
+            self.links.exports = {name: spec.exports for name, spec in specs.items()}
+            self.links.install(streams, services)
+            self.links.resubscribe()
 
     def _start_resolver(self) -> None:
         """The directory account resolvers' $SYS services (updates pushed over NATS, lookups, deletes)."""

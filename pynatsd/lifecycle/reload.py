@@ -38,6 +38,7 @@ def apply(server: Server) -> None:
     for conn in list(server.clients.values()):
         auth = conn.authenticator()  # a WebSocket listener's own block is not reloaded
         conn.revalidate(auth, before if auth is server.auth else auth)
+    server.configure_links()  # imports and exports as the file now has them
     _reload_logging(server)
     for line in changes:
         log.info("%s", line)

@@ -415,7 +415,7 @@ def account_name_tag(server: Server, name: str) -> str:
 
 
 def account_info(server: Server, name: str) -> dict[str, Any]:
-    """nats-server's AccountInfo of `name` (its imports, exports and mappings: pynatsd has none);
+    """nats-server's AccountInfo of `name` (with its exports, imports and pending responses; no mappings);
     raises BadRequest when there is no such account."""
     if name not in _accounts(server):
         raise BadRequest(f"Account {name} does not exist")
@@ -436,6 +436,8 @@ def account_info(server: Server, name: str) -> dict[str, Any]:
             "subscriptions": stats.num_subscriptions,
         }
     )
+    if server.links is not None:
+        detail.update(server.links.describe(name))
     if acc is not None and jwt_auth is not None:
         token = jwt_auth.token(name) or ""
         detail["jwt"] = token

@@ -217,8 +217,9 @@ BOTH_START = {
 # nats-server runs these; pynatsd does not implement them and refuses to start rather than run open.
 PYNATSD_REFUSES = {
     "URL resolver": ("resolver: URL(http://127.0.0.1:1/jwt/v1/accounts/)", "resolver"),
-    "account exports": (
-        'accounts { A { users = [{user: a, password: a}], exports = [{stream: "x.>"}] } }', "exports"
+    "service latency": (
+        'accounts { A { users = [{user: a, password: a}], exports = [{service: "x", latency: "l"}] } }',
+        "latency",
     ),
     "leafnodes": ("leafnodes { listen: 127.0.0.1:-1 }", "leafnodes"),
     "gateway": ("gateway { name: A, listen: 127.0.0.1:-1 }", "gateway"),
