@@ -339,7 +339,7 @@ class Connection(Client):
             self.close(PROTOCOL_VIOLATION)
         finally:
             scheduler.reading = False
-            scheduler.flush_touched()
+            scheduler.read_done()
             scheduler.stall.after_read(self)
         if self.closed:
             return
