@@ -4,8 +4,9 @@ The path of one message (README "How a message flows"): `data_received` hands th
 at most `READ_SLICE` bytes per turn of the event loop; the parser calls back `on_pub` per PUB, which
 admits it once (`_admit`: reserved subjects, publish permission, pedantic, verbose, counters) and hands
 it to `delivery.publish`, the one policy that decides who receives it and appends the frame, by reference,
-to each receiver's outbound queue. Nothing is written until the slice is processed; then every touched
-queue is flushed once, and the stall gate may hold this producer (outbound.StallGate).
+to each receiver's outbound queue. The stall gate may then hold this producer (outbound.StallGate). Nothing
+is written until every read that was ready in this turn of the loop is processed; then every touched
+queue is flushed once (outbound.FlushScheduler).
 """
 
 from __future__ import annotations

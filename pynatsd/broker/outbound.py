@@ -2,9 +2,10 @@
 
 Every connection owns an `Outbound`: a list of pending frame pieces plus a byte count. Producers only
 enqueue. The queue is flushed — everything pending in one transport call, joined into one `write`, or as
-a `writelines` gather when the pieces are large — either by the producer at the end of the read that
-filled it (nats-server's per-read "pcd" flush, see `FlushScheduler`) or by the
-connection's flusher task, woken condition-style only on the empty→non-empty transition. Writes stop
+a `writelines` gather when the pieces are large — either once the reads that filled it in this turn of
+the event loop are processed (nats-server's "pcd" flush, per turn rather than per read: see
+`FlushScheduler`) or by the connection's flusher task, woken condition-style only on the empty→non-empty
+transition. Writes stop
 while the transport is paused (`pause_writing`) and resume with it. Past 75% of `max_pending` the queue
 closes a gate on the producers feeding it (nats-server's fast-producer stall): each stops reading for a
 moment, until the queue drains or `STALL_MIN`/`STALL_MAX` pass. Pending bytes above `max_pending` make
