@@ -23,6 +23,7 @@ COMPILED = [
     "pynatsd/matcher/trie.py",
     "pynatsd/matcher/leaf.py",
     "pynatsd/broker/delivery.py",
+    "pynatsd/broker/histogram.py",
     "pynatsd/broker/internal.py",
     "pynatsd/broker/outbound.py",
     "pynatsd/broker/connection.py",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import os
 import re
@@ -459,6 +460,10 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
         except OSError as exc:
             get_logger().critical("Error listening on port: %s:%d, %s", options.host, options.port, exc)
             raise SystemExit(1) from None
+        # What exists now (modules, configuration, the server's tables) lives as long as the process:
+        # frozen, the cyclic GC never walks it again. A full collection walked ~59k such objects for
+        # 9-11 ms, a pause every client sees (request/reply p99 is 2-4 ms); frozen, ~0 ms.
+        gc.freeze()
         get_logger().debug("Event loop: %s", loop_name)
         get_logger().debug("File descriptor limit: %d (was %d)", fds, fds_before)
         server.install_signal_handlers()

@@ -73,6 +73,7 @@ RATIO_NOTES = (
     ("request_rate_ratio", "requests"),
     ("p50_ratio", "p50"),
     ("p99_ratio", "p99"),
+    ("rss_peak_ratio", "peak RSS"),
 )
 
 
@@ -87,7 +88,8 @@ REAL_LEGEND = re.sub(
     " ",
     """Rates: msgs/s delivered to all subscribers, first PUB -> last MSG (publish only: accepted, until
     the PONG after the last); request/reply: round trips/s and p50/p99. ratio = pynatsd / nats-server of
-    the rate; other ratios: publish rate, request rate, p50 and p99 latency. Probes, sampled every 50 ms
+    the rate; other ratios: publish rate, request rate, p50 and p99 latency, the server's peak RSS during
+    the run (median of the runs; VmHWM reset before each). Probes, sampled every 50 ms
     while the row runs: a new client's connect -> PONG and an idle client's PING -> PONG, ms p50/p99/max
     pooled over the runs (samples; started on the clock, answered or not). failures
     pynatsd/nats-server: probe connects + probe PINGs without a PONG in 2 s + publishers whose connect

@@ -112,10 +112,15 @@ REAL_TARGETS = {"i-1-1": 1.0, "i-1-4": 1.0, "i-queue-4": 1.0, "i-4-1": 1.0, "i-4
 REAL_TARGETS["i-reqrep"] = 1.0
 
 
-def measure_real(name: str, port: int, size: int, smoke: bool, generator: str) -> dict[str, Any]:
-    """One run of a realistic row with one generator, with the latency probes running alongside."""
+def measure_real(
+    name: str, port: int, size: int, smoke: bool, generator: str, pid: int | None = None
+) -> dict[str, Any]:
+    """One run of a realistic row with one generator, with the latency probes running alongside; with
+    the server's `pid`, its peak RSS during the run too (`rss_peak`, bytes)."""
     row = REAL[name]
     n = max(int((2000 if smoke else REAL_BASE[size]) * row.share), REQUESTERS * 4)
+    if pid is not None:
+        scenarios.reset_peak_rss(pid)
     with scenarios.probing(port) as probes:
         if generator == "go":
             if row.kind == "pubsub":
@@ -135,6 +140,8 @@ def measure_real(name: str, port: int, size: int, smoke: bool, generator: str) -
         else:
             out = scenarios.mixed(port, n, MIXED_REQUESTERS)
     out["probes"] = probes
+    if pid is not None:
+        out["rss_peak"] = scenarios.rss(pid)[1]
     return out
 
 
@@ -196,7 +203,7 @@ def real_row(name: str, size: int, generator: str, runs: dict[str, list[dict[str
     row: dict[str, Any] = {"scenario": name, "size": size, "generator": generator, "metric": "msgs/s"}
     for kind in SERVERS:
         side = {**scenarios.summary([r["rate"] for r in runs[kind]]), "runs": runs[kind]}
-        for key in ("pub_rate", "request_rate", "p50", "p90", "p99"):
+        for key in ("pub_rate", "request_rate", "p50", "p90", "p99", "rss_peak"):
             if all(key in r for r in runs[kind]):
                 side[key] = statistics.median(r[key] for r in runs[kind])
         side["lost"] = sum(r.get("expected", 0) - r.get("delivered", 0) for r in runs[kind])
@@ -205,7 +212,7 @@ def real_row(name: str, size: int, generator: str, runs: dict[str, list[dict[str
         row[kind] = side
     a, b = row["pynatsd"], row["nats-server"]
     row["ratio"] = a["median"] / b["median"] if b["median"] else 0.0
-    for key in ("pub_rate", "request_rate", "p50", "p99"):
+    for key in ("pub_rate", "request_rate", "p50", "p99", "rss_peak"):
         if key in a and key in b and b[key]:
             row[f"{key}_ratio"] = a[key] / b[key]
     kind_ = REAL[name].kind
@@ -328,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
                     for _ in range(real_reps):
                         for kind in SERVERS:  # A B A B
                             port = servers[kind].port
-                            runs[kind].append(measure_real(name, port, size, args.smoke, gen))
+                            pid = servers[kind].proc.pid
+                            runs[kind].append(measure_real(name, port, size, args.smoke, gen, pid))
                     row = real_row(name, size, gen, runs)
                     results["realistic"].append(row)
                     print(render_real({**results, "realistic": [row]}, header=False), flush=True)

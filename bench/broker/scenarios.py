@@ -292,6 +292,16 @@ def latency(probes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def reset_peak_rss(pid: int) -> None:
+    """Start a new VmHWM for `pid` (Linux: `5` to /proc/<pid>/clear_refs), so that the next `rss` gives
+    the peak of what runs in between; without permission the peak is the process's lifetime one."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def rss(pid: int) -> tuple[int, int]:
     """(VmRSS, VmHWM) of a process, in bytes."""
     fields = {}

@@ -4,8 +4,9 @@ The path of one message (README "How a message flows"): `data_received` hands th
 at most `READ_SLICE` bytes per turn of the event loop; the parser calls back `on_pub` per PUB, which
 admits it once (`_admit`: reserved subjects, publish permission, pedantic, verbose, counters) and hands
 it to `delivery.publish`, the one policy that decides who receives it and appends the frame, by reference,
-to each receiver's outbound queue. Nothing is written until the slice is processed; then every touched
-queue is flushed once, and the stall gate may hold this producer (outbound.StallGate).
+to each receiver's outbound queue. The stall gate may then hold this producer (outbound.StallGate). Nothing
+is written until every read that was ready in this turn of the loop is processed; then every touched
+queue is flushed once (outbound.FlushScheduler).
 """
 
 from __future__ import annotations
@@ -153,6 +154,7 @@ class Connection(Client):
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._holds = 0  # why reading is paused (_HOLD_* bits); 0: reading
         self._input: list[bytes] = []  # input received beyond this turn's slice, processed next turns
+        self._input_at = 0  # where the unprocessed part of _input[0] starts
         self._taken = 0  # bytes processed in this turn of the loop
         self.stalls = 0  # times a producer was stalled on this connection's queue (monitoring)
         self._tls_task: asyncio.Task[None] | None = None  # the upgrade after INFO, while it runs
@@ -321,17 +323,16 @@ class Connection(Client):
         self._last_in = time.monotonic()
         self._take_slice(data)
 
-    def _take_slice(self, data: bytes) -> None:
-        """Process at most READ_SLICE bytes of `data` now; the rest waits for the next turn of the loop,
-        with reading held meanwhile, so that no connection keeps the loop from everyone else."""
-        if len(data) > READ_SLICE:
-            self._input.append(data[READ_SLICE:])
-            data = data[:READ_SLICE]
-        self._taken += len(data)
+    def _take_slice(self, data: bytes, start: int = 0) -> None:
+        """Process the ops of `data[start:]` that begin within this turn's READ_SLICE bytes; the rest waits
+        for the next turn of the loop, kept by reference (the parser stops between ops: nothing is copied
+        to cut the input), with reading held meanwhile, so that no connection keeps the loop from everyone
+        else."""
         scheduler = self.server.scheduler
         scheduler.reading = True
+        stop = len(data)
         try:
-            self.parser.feed(data)
+            stop = self.parser.take(data, start, READ_SLICE - self._taken)
         except errors.ProtocolError as err:
             if not self.closed:
                 self._protocol_error(err)
@@ -340,9 +341,16 @@ class Connection(Client):
             self.close(PROTOCOL_VIOLATION)
         finally:
             scheduler.reading = False
-            scheduler.flush_touched()
+            scheduler.read_done()
             scheduler.stall.after_read(self)
-        if not self.closed and self._taken >= READ_SLICE:
+        if self.closed:
+            return
+        self._taken += stop - start
+        rest = stop < len(data)
+        if rest:  # the rest of this read waits for the next turn (or for a paused parser to resume)
+            self._input.insert(0, data)
+            self._input_at = stop
+        if rest or self._taken >= READ_SLICE:
             self.hold_reading(_HOLD_TURN)
             self.server.loop.call_soon(self._next_turn)
 
@@ -363,9 +371,15 @@ class Connection(Client):
             return
         if self._input:
             pending = self._input
+            start = self._input_at
             self._input = []
-            data = pending[0] if len(pending) == 1 else b"".join(pending)
-            self._take_slice(data)
+            self._input_at = 0
+            if len(pending) == 1:
+                data = pending[0]
+            else:  # reads that arrived while the first waited (rare: reading is held meanwhile)
+                data = b"".join([pending[0][start:], *pending[1:]])
+                start = 0
+            self._take_slice(data, start)
             if self._holds or self.closed:
                 return
         if self.transport is not None:
@@ -424,9 +438,7 @@ class Connection(Client):
         if self.closed:
             return
         self.parser.resume()
-        self._take_slice(b"")
-        if not self.closed:
-            self.release_reading(_HOLD_AUTH)
+        self.release_reading(_HOLD_AUTH)  # the ops after the CONNECT wait in _input
 
     def _connected(self, opts: ConnectOptions, identity: tuple[str, str] | None) -> None:
         server = self.server

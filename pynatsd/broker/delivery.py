@@ -40,6 +40,7 @@ from pynatsd.protocol.encoder import hmsg_tail, msg_tail
 
 if TYPE_CHECKING:
     from pynatsd.broker.auth import Permissions
+    from pynatsd.broker.histogram import Tally
     from pynatsd.broker.outbound import Outbound
     from pynatsd.matcher import Sublist
 
@@ -216,14 +217,14 @@ def deliver(sub: Subscription, msg: Message) -> bool:
     return True
 
 
-def publish(sublist: Sublist[Subscription], msg: Message, fanout: list[int]) -> bool:
+def publish(sublist: Sublist[Subscription], msg: Message, fanout: list[Tally]) -> bool:
     """Deliver `msg` to every matching subscription of `sublist`: each plain one, and one member of each
     queue group; remote interest through one routed message per route (see the module's docstring).
     `fanout` is the histogram of matches per publish (its last slot takes the rest). True if anyone
     received it."""
     plain, groups = sublist.match(msg.subject)
     matched = len(plain) + len(groups)
-    fanout[matched if matched < len(fanout) else -1] += 1
+    fanout[matched if matched < len(fanout) else -1].n += 1
     if not matched:
         return False
     msg.frame()

@@ -1,4 +1,5 @@
-"""broker.outbound with a fake transport: one write per read, condition-style wake-ups, pause/resume."""
+"""broker.outbound with a fake transport: one write per queue per turn of reads, condition-style wake-ups,
+pause/resume."""
 
 from __future__ import annotations
 
@@ -43,6 +44,21 @@ async def test_frames_queued_during_a_read_are_written_once_after_it() -> None:
     scheduler.flush_touched()
     assert transport.writes == [b"".join(b"MSG %d\r\n" % i for i in range(100))]
     assert out.queued == 0 and out.batches == 1
+
+
+async def test_reads_ready_in_one_turn_share_one_write_per_queue() -> None:
+    # 16 requests ready together, each read feeding the same responder: one write, after the last read.
+    out, transport, scheduler = make()
+    scheduler.stall.loop = asyncio.get_running_loop()
+    for i in range(16):
+        scheduler.reading = True
+        out.push(b"MSG req %d\r\n" % i)
+        scheduler.reading = False
+        scheduler.read_done()
+    assert transport.writes == []  # not yet: the other reads of this turn come first
+    await asyncio.sleep(0)
+    assert transport.writes == [b"".join(b"MSG req %d\r\n" % i for i in range(16))]
+    assert not scheduler.scheduled and scheduler.touched == []
 
 
 async def test_outside_a_read_the_flusher_task_writes() -> None:

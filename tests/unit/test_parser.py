@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pynatsd.protocol import errors
-from pynatsd.protocol.ops import Connect, Err, HPub, Info, Ok, Op, Ping, Pong, Pub, Sub, Unsub
+from pynatsd.protocol.ops import Connect, Err, HPub, Info, Ok, Op, OpRecorder, Ping, Pong, Pub, Sub, Unsub
 from pynatsd.protocol.parser import LINE_CACHE_SIZE, Parser, parse_size
 
 
@@ -267,3 +269,87 @@ def test_cached_pub_line_still_checks_its_payload() -> None:
     assert parser.feed(b"PUB a 2\r\nhi\r\n") == [pub(b"a", None, b"hi")]
     with pytest.raises(errors.UnknownOperation):
         parser.feed(b"PUB a 2\r\nhiX\r\n")
+
+
+def take_all(parser: Parser, data: bytes, budget: int) -> tuple[list[Op], list[int]]:
+    """Hand `data` to `take` again and again from where it stopped, as a connection does turn by turn."""
+    ops: list[Op] = []
+    stops: list[int] = []
+    start = 0
+    while True:
+        start = parser.take(data, start, budget)
+        ops.extend(parser.feed(b""))  # the recorder's ops (feeding nothing parses nothing)
+        stops.append(start)
+        if start >= len(data):
+            return ops, stops
+
+
+@pytest.mark.parametrize("budget", [1, 7, 20, 64, 1000])
+def test_take_stops_between_ops_and_resumes_where_it_stopped(budget: int) -> None:
+    whole = Parser(headers=True).feed(STREAM)
+    ops, stops = take_all(Parser(headers=True), STREAM, budget)
+    assert ops == whole
+    starts = {0}
+    for data, _ in VALID:  # every stop is the start of an op of STREAM (or its end)
+        at = STREAM.find(data)
+        if at >= 0:
+            starts.add(at)
+    assert all(stop in starts or stop == len(STREAM) for stop in stops)
+    if budget < len(STREAM) // 2:
+        assert len(stops) > 1
+
+
+def test_take_resumes_a_line_cut_by_the_last_read() -> None:
+    data = b"PUB foo 2\r\nhi\r\nPUB bar 2\r\nyo\r\nPING\r\n"
+    parser = Parser()
+    assert parser.take(data[:20], 0, 0) == 20  # `PUB b` kept inside the parser
+    assert parser.feed(b"") == [pub(b"foo", None, b"hi")]
+    rest = b"xx" + data[20:]  # the next read, from offset 2
+    stop = parser.take(rest, 2, 1)  # the cut line completes: its op, then the budget is spent
+    assert parser.feed(b"") == [pub(b"bar", None, b"yo")]
+    assert rest[stop:] == b"PING\r\n"
+    assert parser.take(rest, stop, 1) == len(rest)
+    assert parser.feed(b"") == [Ping()]
+
+
+def test_take_returns_at_a_pause_and_takes_nothing_until_resume() -> None:
+    class Pausing(OpRecorder):  # a slow CONNECT check: the ops after it wait
+        def __init__(self, parser: Parser) -> None:
+            super().__init__()
+            self.parser = parser
+
+        def on_connect(self, options: dict[str, Any]) -> None:
+            super().on_connect(options)
+            self.parser.pause()
+
+    parser = Parser()
+    handler = Pausing(parser)
+    parser.set_handler(handler)
+    data = b"CONNECT {}\r\nPING\r\n"
+    stop = parser.take(data, 0, 0)
+    assert data[stop:] == b"PING\r\n" and handler.take() == [Connect({})]
+    assert parser.take(data, stop, 0) == stop
+    parser.resume()
+    assert parser.take(data, stop, 0) == len(data) and handler.take() == [Ping()]
+
+
+def test_a_shared_line_cache_keeps_each_parser_payload_limit() -> None:
+    # The server gives every connection one line cache; a line cached by a client allowed 1 MiB must not
+    # let a client limited to 8 bytes (a JWT user's `payload`) publish 16.
+    shared: dict[bytes, tuple[bytes, bytes | None, bytes, int]] = {}
+    data = b"PUB a 16\r\n" + b"x" * 16 + b"\r\n"
+    assert Parser(line_cache=shared).feed(data * 2) == [pub(b"a", None, b"x" * 16)] * 2
+    with pytest.raises(errors.MaxPayloadExceeded):
+        Parser(max_payload=8, line_cache=shared).feed(data)
+
+
+@pytest.mark.parametrize("lengths", [(1, 1, 2, 1), (2, 3, 2, 2, 3), (3, 3, 1, 3, 3, 1)])
+def test_lines_of_varying_length_parse_as_one_by_one(lengths: tuple[int, ...]) -> None:
+    # The parser first tries a line as long as the last PUB line: any mix of lengths parses the same.
+    subjects = [b"s" * n for n in lengths]
+    stream = b"".join(b"PUB %s 2\r\nhi\r\nPUB %s r 1\r\n\n\r\n" % (s, s) for s in subjects)
+    expected = [op for s in subjects for op in (pub(s, None, b"hi"), pub(s, b"r", b"\n"))]
+    parser = Parser()
+    assert parser.feed(stream) == expected
+    assert parser.feed(stream) == expected  # now from the cache
+    assert feed_bytewise(Parser(), stream) == expected
