@@ -22,7 +22,9 @@ from pynatsd.jetstream.util import (
     get_header,
     is_subset,
     now_ns,
+    parse_rfc3339,
     rfc3339,
+    rfc3339_bytes,
     subject_matches,
     subjects_overlap,
 )
@@ -36,6 +38,12 @@ if TYPE_CHECKING:
 
 API_LEVEL = 1
 DEFAULT_DUPLICATE_WINDOW = 120_000_000_000  # 2 minutes, in nanoseconds
+# A batched direct get's headers for a message without its own (values: subject, sequence, time, pending,
+# previous sequence); nats-server appends the same lines to a message's own headers.
+_DIRECT_BATCH_HEADERS = (
+    b"NATS/1.0\r\nNats-Stream: <stream>\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\n"
+    b"Nats-Time-Stamp: %s\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n"
+)
 _NAME_BAD = re.compile(r"[.*>\s\x00]")
 
 STREAM_DEFAULTS: dict[str, Any] = {
@@ -204,6 +212,8 @@ class Stream:
         self._dedupe: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._last_msg_id = ""
         self._age_timer: Any = None
+        self._name_bytes = self.name.encode()
+        self._dg_format = _DIRECT_BATCH_HEADERS.replace(b"<stream>", self._name_bytes.replace(b"%", b"%%"))
         domain = account.js.domain
         self._ack_head = b'{"stream":%s,%s' % (
             json.dumps(self.name).encode(),
@@ -513,6 +523,71 @@ class Stream:
         if msg is None:
             raise errors.no_message_found()
         return msg
+
+    def direct_get(self, req: dict[str, Any], default_max_bytes: int) -> list[tuple[bytes | None, bytes]]:
+        """The frames (headers, payload) answering a checked direct get request (see Api.direct_get);
+        ApiError (no message found) when not even the first message exists."""
+        st = self.store
+        start_time = req.get("start_time")
+        if start_time:
+            req = {**req, "seq": st.seq_for_time(parse_rfc3339(start_time))}
+        no_hdr = bool(req.get("no_hdr"))
+        batch = req.get("batch") or 0
+        if not batch:
+            one = self.get_message(req)
+            if no_hdr:
+                return [(None, one.data)]
+            return [(self._coordinates(one, b"\r\n"), one.data)]
+        seq = req.get("seq") or 0
+        next_by = req.get("next_by_subj")
+        match = partial(subject_matches, next_by.encode()) if next_by else None
+        pending = st.count_from(seq, match)
+        valid_through = st.last_seq
+        max_bytes = req.get("max_bytes") or default_max_bytes
+        frames: list[tuple[bytes | None, bytes]] = []
+        last = sent_bytes = 0
+        # The common headers of this stream's answers, formatted once; per message only its values.
+        coordinates = self._dg_format
+        load, stamp = st.load, rfc3339_bytes
+        for found in st.iter_from(seq, match):
+            if len(frames) >= batch:
+                break
+            msg = load(found)
+            if msg is None:
+                break
+            seq = found + 1
+            hdrs = msg.hdrs
+            if no_hdr:  # nats-server counts pending down only in the headers it writes
+                frames.append((None, msg.data))
+            else:
+                if pending > 0:
+                    pending -= 1
+                coords = coordinates % (msg.subject, found, stamp(msg.ts), pending, last)
+                # Own headers first, as nats-server appends its lines to them.
+                frames.append((hdrs[:-2] + coords[10:] if hdrs and len(hdrs) > 2 else coords, msg.data))
+            last = found
+            sent_bytes += len(msg.subject) + len(msg.data) + (len(hdrs) if hdrs else 0)
+            if sent_bytes >= max_bytes:
+                break
+        if not frames:
+            raise errors.no_message_found()
+        if st.last_seq > valid_through:
+            pending = st.count_from(seq, match)
+        eob = b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n" % (pending, last)
+        frames.append((eob, b""))
+        return frames
+
+    def _coordinates(self, msg: StoredMsg, tail: bytes) -> bytes:
+        """A direct get's headers: the message's own, then where it comes from (nats-server's order)."""
+        base = msg.hdrs[:-2] if msg.hdrs and len(msg.hdrs) > 2 else b"NATS/1.0\r\n"
+        return b"%sNats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %s\r\n%s" % (
+            base,
+            self._name_bytes,
+            msg.subject,
+            msg.seq,
+            rfc3339_bytes(msg.ts),
+            tail,
+        )
 
     def delete_message(self, seq: int, no_erase: bool = True) -> None:
         if self.config["deny_delete"]:

@@ -43,9 +43,9 @@ def js(js_broker: ServerProcess) -> Iterator[SyncNats]:
     client.close()
 
 
-def add_stream(client: SyncNats, name: str, subjects: list[str]) -> None:
+def add_stream(client: SyncNats, name: str, subjects: list[str], allow_direct: bool = False) -> None:
     async def add() -> None:
-        await client.nc.jetstream().add_stream(name=name, subjects=subjects)
+        await client.nc.jetstream().add_stream(name=name, subjects=subjects, allow_direct=allow_direct)
 
     client.io.run(add(), 10)
 
@@ -79,22 +79,59 @@ def read(spark: SparkSession, url: str, stream: str, **options: str) -> DataFram
 def test_batch_read_same_rows_with_1_2_4_partitions(
     spark: SparkSession, js_broker: ServerProcess, js: SyncNats
 ) -> None:
-    add_stream(js, "BR", ["br.>"])
+    add_stream(js, "BR", ["br.>"], allow_direct=True)
     sent = [(f"br.{i % 3}", f"m{i}".encode(), {"n": str(i)} if i % 7 == 0 else None) for i in range(3000)]
     publish_acked(js, sent)
-    results = []
-    for parts in ("1", "2", "4"):
-        rows = read(spark, js_broker.url, "BR", numPartitions=parts).orderBy("seq").collect()
-        results.append([(r.seq, r.subject, bytes(r.payload), r.headers or None, r.stream) for r in rows])
-    assert results[0] == results[1] == results[2]
-    assert results[0] == [(i + 1, s, p, h, "BR") for i, (s, p, h) in enumerate(sent)]
-    assert read(spark, js_broker.url, "BR", startTime="2000-01-01T00:00:00+00:00").count() == len(sent)
+    # Holes in the sequence: a direct-get window's answer then runs past its end.
+    deleted = {50, 51, 52, 700, 1999}
+
+    async def delete() -> None:
+        for seq in deleted:
+            await js.nc.jetstream().delete_msg("BR", seq)
+
+    js.io.run(delete(), 10)
+    expected = [(i + 1, s, p, h, "BR") for i, (s, p, h) in enumerate(sent) if i + 1 not in deleted]
+    for mode in ("direct", "consumer"):
+        results = []
+        for parts in ("1", "2", "4"):
+            df = read(spark, js_broker.url, "BR", numPartitions=parts, fetchMode=mode, fetchBatch="400")
+            rows = df.orderBy("seq").collect()
+            results.append([(r.seq, r.subject, bytes(r.payload), r.headers or None, r.stream) for r in rows])
+        assert results[0] == results[1] == results[2] == expected, mode
+        # A subject filter and a sequence range.
+        some = read(
+            spark,
+            js_broker.url,
+            "BR",
+            subjects="br.1",
+            startSequence="101",
+            endSequence="400",
+            numPartitions="3",
+            fetchMode=mode,
+            fetchBatch="30",
+        ).collect()
+        assert sorted(r.seq for r in some) == [s for s in range(101, 401) if (s - 1) % 3 == 1]
+        wild = read(spark, js_broker.url, "BR", subjects="br.*", endSequence="900", fetchMode=mode)
+        assert wild.count() == 900 - 3 - 1
+    assert read(spark, js_broker.url, "BR", startTime="2000-01-01T00:00:00+00:00").count() == len(expected)
     assert read(spark, js_broker.url, "BR", latest="true").count() == 0
-    # A subject filter and a sequence range.
-    some = read(
-        spark, js_broker.url, "BR", subjects="br.1", startSequence="101", endSequence="400", numPartitions="3"
-    ).collect()
-    assert sorted(r.seq for r in some) == [s for s in range(101, 401) if (s - 1) % 3 == 1]
+    # The timestamps of both fetch modes are the stream's, to the microsecond.
+    times = [
+        sorted((r.seq, r.received_at) for r in read(spark, js_broker.url, "BR", fetchMode=m).collect())
+        for m in ("direct", "consumer")
+    ]
+    assert times[0] == times[1]
+
+
+def test_direct_get_refused_falls_back_to_the_consumer(
+    spark: SparkSession, js_broker: ServerProcess, js: SyncNats
+) -> None:
+    add_stream(js, "ND", ["nd.>"])  # allow_direct off: nobody answers direct gets
+    publish_acked(js, [(f"nd.{i % 2}", b"%d" % i, None) for i in range(500)])
+    assert read(spark, js_broker.url, "ND", numPartitions="2").count() == 500  # auto: the consumer
+    assert read(spark, js_broker.url, "ND", fetchMode="consumer").count() == 500
+    with pytest.raises(Exception, match="does not answer direct gets"):
+        read(spark, js_broker.url, "ND", fetchMode="direct").count()
 
 
 def _fail_first_attempt(df: DataFrame, partition: int) -> DataFrame:
