@@ -211,6 +211,7 @@ class Stream:
         # Nats-Msg-Id -> (sequence, timestamp ns), oldest first, within the duplicate window.
         self._dedupe: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._last_msg_id = ""
+        self._answers: list[tuple[bytes, int, bytes]] = []  # PubAcks waiting for the store's write
         self._age_timer: Any = None
         self._name_bytes = self.name.encode()
         self._dg_format = _DIRECT_BATCH_HEADERS.replace(b"<stream>", self._name_bytes.replace(b"%", b"%%"))
@@ -322,13 +323,42 @@ class Stream:
         if reply and not self.config.get("no_ack"):
             # Written as nats-server writes it (by hand, hence the space in `"duplicate": true`).
             ack = b'%s"seq":%d%s}' % (self._ack_head, seq, b',"duplicate": true' if duplicate else b"")
-            self.account.client.publish(reply, None, None, ack)
+            self._answer(reply, seq, ack)
+
+    def _answer(self, reply: bytes, seq: int, body: bytes) -> None:
+        """Send a publish's answer, after the store has written what this turn of the loop appended: the
+        store writes a turn's messages at once, and nobody may hear of a message before it is written."""
+        if not self._answers and not self.store.pending_writes:
+            self.account.client.publish(reply, None, None, body)
+            return
+        if not self._answers:
+            self.account.js.loop.call_soon(self._commit)
+        self._answers.append((reply, seq, body))
+
+    def _commit(self) -> None:
+        answers, self._answers = self._answers, []
+        st = self.store
+        try:
+            st.commit()
+        except OSError as exc:  # the disk said no (full, gone): those publishers hear it, as from nats-server
+            log.error("JetStream stream %s: storing failed: %s", self.name, exc)
+        failed = st.failed
+        if failed:
+            st.failed = set()
+            for msg_id in [k for k, (seq, _) in self._dedupe.items() if seq in failed]:
+                del self._dedupe[msg_id]
+            err = errors.store_failed("write failed")
+        for reply, seq, body in answers:
+            if seq in failed:
+                self._nack(reply, err)
+            else:
+                self.account.client.publish(reply, None, None, body)
 
     def _nack(self, reply: bytes | None, err: ApiError) -> None:
         self.account.api_errors_on_publish += 1
         if reply and not self.config.get("no_ack"):
             body = json.dumps({"error": err.json(), "stream": self.name, "seq": 0}, separators=(",", ":"))
-            self.account.client.publish(reply, None, None, body.encode())
+            self._answer(reply, 0, body.encode())
 
     def process(self, subject: bytes, hdrs: bytes | None, payload: bytes) -> tuple[int, bool]:
         """Store one published message after nats-server's checks; returns (sequence, duplicate)."""
@@ -342,9 +372,12 @@ class Stream:
         msg_id = ""
         rollup = b""
         if hdrs:
-            expected = get_header(hdrs, b"Nats-Expected-Stream")
-            if expected is not None and expected.decode() != self.name:
-                raise errors.stream_not_match()
+            # Most messages carry an id at most: look for the rarer headers only when their prefix is there.
+            expects = b"\r\nNats-Expected-" in hdrs
+            if expects:
+                expected = get_header(hdrs, b"Nats-Expected-Stream")
+                if expected is not None and expected.decode() != self.name:
+                    raise errors.stream_not_match()
             mid = get_header(hdrs, b"Nats-Msg-Id")
             if mid:
                 msg_id = mid.decode()
@@ -352,18 +385,9 @@ class Stream:
                 seen = self._dedupe.get(msg_id)
                 if seen is not None:
                     return seen[0], True
-            els = get_header(hdrs, b"Nats-Expected-Last-Sequence")
-            if els is not None and _int(els) != st.last_seq:
-                raise errors.wrong_last_sequence(st.last_seq)
-            elmi = get_header(hdrs, b"Nats-Expected-Last-Msg-Id")
-            if elmi is not None and elmi.decode() != self._last_msg_id:
-                raise errors.wrong_last_msg_id(self._last_msg_id)
-            elss = get_header(hdrs, b"Nats-Expected-Last-Subject-Sequence")
-            if elss is not None:
-                last = st.last_for(subject)
-                if _int(elss) != last:
-                    raise errors.wrong_last_sequence(last)
-            roll = get_header(hdrs, b"Nats-Rollup")
+            if expects:
+                self._check_expected(subject, hdrs)
+            roll = get_header(hdrs, b"Nats-Rollup") if b"\r\nNats-Rollup:" in hdrs else None
             if roll is not None:
                 if not cfg["allow_rollup_hdrs"]:
                     raise errors.rollup_failed("rollup not permitted")
@@ -407,6 +431,21 @@ class Stream:
             consumer.on_new_message(seq, subject)
         self.account.js.stats_stored(size)
         return seq, False
+
+    def _check_expected(self, subject: bytes, hdrs: bytes) -> None:
+        """The Nats-Expected-Last-* conditions of a publish (nats-server's checks and errors)."""
+        st = self.store
+        els = get_header(hdrs, b"Nats-Expected-Last-Sequence")
+        if els is not None and _int(els) != st.last_seq:
+            raise errors.wrong_last_sequence(st.last_seq)
+        elmi = get_header(hdrs, b"Nats-Expected-Last-Msg-Id")
+        if elmi is not None and elmi.decode() != self._last_msg_id:
+            raise errors.wrong_last_msg_id(self._last_msg_id)
+        elss = get_header(hdrs, b"Nats-Expected-Last-Subject-Sequence")
+        if elss is not None:
+            last = st.last_for(subject)
+            if _int(elss) != last:
+                raise errors.wrong_last_sequence(last)
 
     def _has_interest(self, subject: bytes) -> bool:
         return any(c.wants(subject) for c in self.consumers.values())

@@ -53,6 +53,7 @@ class Store:
         self._names: list[bytes] = []  # subject id -> subject
         self._ids: dict[bytes, int] = {}
         self.subjects: dict[bytes, array[int]] = {}  # subject -> its live sequences, ascending
+        self.failed: set[int] = set()  # sequences whose buffered write failed (see commit)
 
     # -- backend --------------------------------------------------------------------------------------
     def _put(self, msg: StoredMsg) -> Locator:
@@ -71,6 +72,14 @@ class Store:
 
     def flush(self) -> None:
         """Make what was written durable (the backend's sync policy decides when this runs)."""
+
+    @property
+    def pending_writes(self) -> bool:
+        """True while appended messages wait for `commit` (their PubAcks must wait too)."""
+        return False
+
+    def commit(self) -> None:
+        """Write out buffered appends (a backend that buffers them)."""
 
     def close(self) -> None:
         """Release files; the store is not used afterwards."""
