@@ -3,7 +3,9 @@ executors, exactly-once across a killed driver and across task retries, acked an
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -12,7 +14,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -312,3 +314,95 @@ def test_example_job_resumes_from_checkpoint(
     got = {(json.loads(r.payload)["symbol"], r.headers["Nats-Msg-Id"]) for r in rows}
     assert len(rows) == len(got) == len(expected) == 20  # every window exactly once
     assert sum(json.loads(r.payload)["trades"] for r in rows) == len(trades)
+
+
+def _job(url: str, tmp: Path, run: int) -> subprocess.Popen[bytes]:
+    """The example job's own entry point, as a user runs it, in its own process group."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    args = ["--url", url, "--stream", "EKT", "--out-stream", "EKV", "--checkpoint", str(tmp / "ck")]
+    args += ["--parquet", str(tmp / "vwap"), "--trigger-seconds", "0.5"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "pynatsd.spark.example.job", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / f"job{run}.log", "wb"),
+    )
+
+
+def _commits(tmp: Path) -> int:
+    commits = tmp / "ck" / "commits"
+    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.is_dir() else 0
+
+
+def _wait(proc: subprocess.Popen[bytes], log: Path, done: Any, what: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert proc.poll() is None, f"the job died: {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {log.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("js_broker", ["pynatsd"], indirect=True)  # slow: one server is enough
+def test_example_job_survives_sigkill(
+    spark: SparkSession, js_broker: ServerProcess, js: SyncNats, tmp_path: Path
+) -> None:
+    import nats.js.errors
+
+    from pynatsd.spark.example import job
+    from pynatsd.spark.example.trades import Trade, expected_vwap, simulate
+
+    start_ms = 1_767_225_600_000
+    trades = list(simulate(600, start_ms, 75))  # 45 s of event time: 5 windows x 4 symbols
+    late = Trade("ZZZ", 1.0, 1, start_ms + 3_600_000)  # moves the watermark past every window
+    half = len(trades) // 2
+
+    async def fresh_streams() -> None:  # the other example test's streams take the same subjects
+        for name in ("EXT", "EXV"):
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await js.nc.jetstream().delete_stream(name)
+        await job.ensure_streams(js_broker.url, {"EKT": "trades.>", "EKV": "vwap.>"})
+
+    js.io.run(fresh_streams(), 10)
+    publish_acked(js, [(t.subject, t.to_json(), None) for t in trades[:half]])
+    first = _job(js_broker.url, tmp_path, 1)
+    try:
+        _wait(first, tmp_path / "job1.log", lambda: _commits(tmp_path) >= 2, "two committed batches")
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers, mid-run
+        first.wait(30)
+    killed_at = _commits(tmp_path)
+    publish_acked(js, [(t.subject, t.to_json(), None) for t in [*trades[half:], late]])
+    expected = expected_vwap(trades)
+    second = _job(js_broker.url, tmp_path, 2)
+    try:
+        _wait(second, tmp_path / "job2.log", lambda: stream_messages(js, "EKV") >= len(expected), "results")
+        # Until the query goes quiet (no batch committed for 3 s): anything published twice would be there.
+        seen = [_commits(tmp_path), time.monotonic()]
+
+        def quiet() -> bool:
+            if _commits(tmp_path) != seen[0]:
+                seen[:] = [_commits(tmp_path), time.monotonic()]
+            return time.monotonic() - seen[1] > 3
+
+        _wait(second, tmp_path / "job2.log", quiet, "the query to go quiet")
+    finally:
+        os.killpg(second.pid, signal.SIGKILL)
+        second.wait(30)
+    assert _commits(tmp_path) > killed_at  # the second run went on from the checkpoint
+    rows = read(spark, js_broker.url, "EKV").collect()
+    got = {}
+    for r in rows:
+        body = json.loads(r.payload)
+        key = (body["symbol"], int(r.headers["Nats-Msg-Id"].rsplit("/", 1)[1]))
+        assert key not in got, f"window {key} published twice"
+        got[key] = (body["vwap"], body["volume"], body["trades"])
+    assert got.keys() == expected.keys() and len(rows) == 20  # every window exactly once
+    for key, (vwap, volume) in expected.items():
+        assert math.isclose(got[key][0], vwap, rel_tol=1e-8), key
+        assert got[key][1] == volume
+    assert sum(n for _, _, n in got.values()) == len(trades)  # no trade lost or counted twice
+    stored = spark.read.parquet(str(tmp_path / "vwap")).select("symbol", "window_start").collect()
+    assert len(stored) == len(set(stored)) == 20  # a replayed batch overwrote its own Parquet directory
