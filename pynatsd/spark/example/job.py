@@ -118,7 +118,7 @@ async def ensure_streams(url: str, streams: dict[str, str]) -> None:
             try:
                 await js.stream_info(name)
             except nats.js.errors.NotFoundError:
-                await js.add_stream(name=name, subjects=[subjects])
+                await js.add_stream(name=name, subjects=[subjects], allow_direct=True)
     finally:
         await nc.close()
 
