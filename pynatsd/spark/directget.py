@@ -9,9 +9,9 @@ is created, so nothing is left behind on the server by a killed task.
 A range is read in windows of `batch` sequences with two requests in flight, so the server never waits for
 a round trip. Windows and ranges are sequences while a batch counts messages: with deleted messages a window's
 answer may run past its end (those rows are dropped), and an answer cut short by `max_bytes` is completed by
-another request for the rest of its window (its rows then come after the next window's; a partition's rows
-are only ordered when that never happens). With a subject filter (`next_by_subj`), one request at a time,
-each starting after the last sequence received.
+another request for the rest of its window (its rows then come after the next window's, so a partition's
+rows are only ordered when that never happens) and later windows shrink to what fit. With a subject filter
+(`next_by_subj`), one request at a time, each starting after the last sequence received.
 
 The frames of messages without headers of their own are fixed text; one regular expression match takes all
 fields of such a frame at once, and everything else (statuses, messages with their own headers, a frame cut
@@ -31,7 +31,8 @@ from pynatsd.spark.rawnats import RawConnection, parse_headers
 from pynatsd.spark.schema import JS_READ_ARROW_SCHEMA
 
 IN_FLIGHT = 2  # requests outstanding: the next answer is on its way while this one is parsed
-MAX_BYTES = 32 * 1024 * 1024  # per answer: well under nats-server's and pynatsd's slow-consumer limit
+# Per answer: two in flight stay well under the servers' slow-consumer limit (64 MiB pending by default).
+MAX_BYTES = 8 * 1024 * 1024
 
 
 class NoDirectGet(RuntimeError):
@@ -99,19 +100,26 @@ class DirectGetReader:
     """Reads lo..hi of `stream` over `conn`; see the module docstring."""
 
     def __init__(
-        self, conn: RawConnection, stream: str, subject_filter: str | None, batch: int, flush_rows: int
+        self,
+        conn: RawConnection,
+        stream: str,
+        subject_filter: str | None,
+        batch: int,
+        flush_rows: int,
+        max_bytes: int = MAX_BYTES,
     ) -> None:
         self.conn = conn
         self.stream = stream
         self.filter = subject_filter
         self.batch = batch
         self.flush_rows = flush_rows
+        self.max_bytes = max_bytes
         self.subject = b"$JS.API.DIRECT.GET." + stream.encode()
         self.pattern = _frame_pattern(conn.inbox)
         self.cols = Columns()
 
     def _request(self, seq: int, batch: int) -> None:
-        body: dict[str, object] = {"seq": seq, "batch": batch, "max_bytes": MAX_BYTES}
+        body: dict[str, object] = {"seq": seq, "batch": batch, "max_bytes": self.max_bytes}
         if self.filter:
             body["next_by_subj"] = self.filter
         self.conn.publish(self.subject, json.dumps(body, separators=(",", ":")).encode())
@@ -130,22 +138,22 @@ class DirectGetReader:
 
     def _read_windows(self, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
         size = self.batch
-        windows = [(s, min(s + size - 1, hi)) for s in range(lo, hi + 1, size)]
-        queue: list[tuple[int, int]] = []  # requested, answers not read yet, in order
-        nxt = 0
-        while nxt < len(windows) or queue:
-            while nxt < len(windows) and len(queue) < IN_FLIGHT:
-                start, end = windows[nxt]
+        start = lo  # the next window's first sequence
+        queue: list[tuple[int, int]] = []  # requested windows whose answers are not read yet, in order
+        while start <= hi or queue:
+            while start <= hi and len(queue) < IN_FLIGHT:
+                end = min(start + size - 1, hi)
                 self._request(start, end - start + 1)
-                queue.append(windows[nxt])
-                nxt += 1
-            start, end = queue.pop(0)
-            answer = yield from self._answer(start, end)
+                queue.append((start, end))
+                start = end + 1
+            first, end = queue.pop(0)
+            answer = yield from self._answer(first, end)
             if answer.last < end and not answer.past and answer.pending > 0:
-                # Cut short by max_bytes: ask for the rest of this window again.
-                rest = (answer.last + 1, end)
-                self._request(rest[0], rest[1] - rest[0] + 1)
-                queue.append(rest)
+                # Cut short by max_bytes: ask for the rest of this window again, and make later windows
+                # small enough to fit in one answer.
+                size = max(1, min(size, answer.last - first + 1))
+                self._request(answer.last + 1, end - answer.last)
+                queue.append((answer.last + 1, end))
 
     def _read_filtered(self, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
         start = lo
@@ -243,11 +251,13 @@ def read_range_direct(
     timeout: float,
     connect_timeout: float,
     flush_rows: int = 50_000,
+    max_bytes: int = MAX_BYTES,
 ) -> Iterator[pa.RecordBatch]:
     """Every message with lo <= seq <= hi (matching the filter) as Arrow batches of the JetStream schema."""
     conn = RawConnection.open(servers, connect_timeout, "pynatsd-spark-js-reader")
     try:
         conn.sock.settimeout(timeout)
-        yield from DirectGetReader(conn, stream, subject_filter, batch, flush_rows).read(lo, hi)
+        reader = DirectGetReader(conn, stream, subject_filter, batch, flush_rows, max_bytes)
+        yield from reader.read(lo, hi)
     finally:
         conn.close()

@@ -406,3 +406,42 @@ def test_example_job_survives_sigkill(
     assert sum(n for _, _, n in got.values()) == len(trades)  # no trade lost or counted twice
     stored = spark.read.parquet(str(tmp_path / "vwap")).select("symbol", "window_start").collect()
     assert len(stored) == len(set(stored)) == 20  # a replayed batch overwrote its own Parquet directory
+
+
+def test_direct_get_reader_completes_answers_cut_by_max_bytes(js_broker: ServerProcess, js: SyncNats) -> None:
+    """Outside Spark: answers capped at a few messages by max_bytes are completed by further requests, windows
+    shrink to what fits, and holes and the range bounds are respected (with and without a filter)."""
+    from pynatsd.spark.directget import read_range_direct
+
+    add_stream(js, "CUT", ["cut.>"], allow_direct=True)
+    publish_acked(js, [(f"cut.{i % 2}", b"%03d" % i + b"x" * 100, None) for i in range(400)])
+
+    async def delete() -> None:
+        for seq in (10, 11, 200):
+            await js.nc.jetstream().delete_msg("CUT", seq)
+
+    js.io.run(delete(), 10)
+
+    def rows(subject_filter: str | None, lo: int, hi: int) -> list[tuple[int, bytes]]:
+        batches = read_range_direct(
+            [js_broker.url], "CUT", subject_filter, lo, hi, 50, 10, 5, flush_rows=7, max_bytes=1500
+        )
+        return sorted(
+            (s, p[:3])
+            for b in batches
+            for s, p in zip(b["seq"].to_pylist(), b["payload"].to_pylist(), strict=True)
+        )
+
+    # The server does cut such an answer short (so the reader's completion path runs).
+    from pynatsd.spark.rawnats import RawConnection
+
+    conn = RawConnection.open([js_broker.url], 5, "probe")
+    conn.publish(b"$JS.API.DIRECT.GET.CUT", b'{"seq":1,"batch":50,"max_bytes":1500}')
+    frames = []
+    while not frames or b"204 EOB" not in frames[-1].headers:
+        frames.append(conn.next_frame())
+    conn.close()
+    assert 1 < len(frames) - 1 < 50
+    assert rows(None, 5, 390) == [(s, b"%03d" % (s - 1)) for s in range(5, 391) if s not in (10, 11, 200)]
+    odd = rows("cut.1", 5, 390)
+    assert odd == [(s, b"%03d" % (s - 1)) for s in range(5, 391) if s % 2 == 0 and s not in (10, 200)]
