@@ -45,7 +45,7 @@ def fill(client: SyncNats, stream: str, n: int) -> None:
 
     async def pub() -> None:
         js = client.nc.jetstream()
-        await js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+        await js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"], allow_direct=True)
         payload = b"x" * SIZE
         for lo in range(0, n, 10_000):
             acks = [

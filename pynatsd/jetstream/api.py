@@ -11,7 +11,14 @@ from pynatsd.jetstream import consumer as consumer_mod
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.stream import API_LEVEL, Stream, normalize_config
-from pynatsd.jetstream.util import headers, now_ns, rfc3339, subjects_overlap
+from pynatsd.jetstream.util import (
+    get_header,
+    headers,
+    now_ns,
+    parse_rfc3339,
+    rfc3339,
+    subjects_overlap,
+)
 from pynatsd.protocol.encoder import no_responders_headers
 
 if TYPE_CHECKING:
@@ -42,6 +49,64 @@ def _request(payload: bytes) -> dict[str, Any]:
         raise errors.invalid_json(str(exc)) from None
     if not isinstance(req, dict):
         raise errors.invalid_json("expected an object")
+    return req
+
+
+def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
+    """A direct get's request, or the status refusing it (nats-server's checks and words)."""
+    if len(toks) > 3:  # DIRECT.GET.<stream>.<subject>: the last message of that subject
+        req: Any = {}
+        if payload:
+            try:
+                req = json.loads(payload)
+            except ValueError:
+                return b"408 Malformed Request"
+            if not isinstance(req, dict):
+                return b"408 Malformed Request"
+        subject = ".".join(toks[3:])
+        if (
+            not subject
+            or any(
+                req.get(k)
+                for k in ("last_by_subj", "next_by_subj", "multi_last", "seq", "batch", "start_time")
+            )
+            or req.get("up_to_seq")
+            or req.get("up_to_time")
+        ):
+            return b"408 Bad Request"
+        return {**req, "last_by_subj": subject}
+    if not payload:
+        return b"408 Empty Request"
+    try:
+        req = json.loads(payload)
+    except ValueError:
+        return b"408 Malformed Request"
+    if not isinstance(req, dict) or not all(
+        isinstance(req.get(k, 0), int) and not isinstance(req.get(k), bool)
+        for k in ("seq", "batch", "max_bytes")
+    ):
+        return b"408 Malformed Request"
+    if req.get("seq", 0) < 0 or not isinstance(req.get("start_time", ""), str):
+        return b"408 Malformed Request"
+    if req.get("start_time"):
+        try:
+            parse_rfc3339(req["start_time"])
+        except ValueError:
+            return b"408 Malformed Request"
+    seq, last, nxt = req.get("seq") or 0, req.get("last_by_subj"), req.get("next_by_subj")
+    multi, start, batch = req.get("multi_last"), req.get("start_time"), req.get("batch") or 0
+    if not (seq or last or nxt or multi or start):
+        return b"408 Empty Request"
+    if (
+        (seq and (last or start))
+        or (start and last)
+        or (last and (nxt or batch or multi))
+        or (nxt and multi)
+        or (req.get("up_to_seq") and req.get("up_to_time"))
+    ):
+        return b"408 Bad Request"
+    if multi:
+        return b"408 Bad Request"  # multi_last is not served by pynatsd (see README "JetStream")
     return req
 
 
@@ -89,7 +154,7 @@ class Api:
             self.msg_next(toks[3], toks[4], reply, payload)
             return
         if toks[:2] == ["DIRECT", "GET"] and len(toks) >= 3:
-            self.direct_get(toks, reply, payload)
+            self.direct_get(toks, reply, hdrs, payload)
             return
         if toks[:2] == ["CONSUMER", "CREATE"] and len(toks) > 4:
             toks = [*toks[:4], ".".join(toks[4:])]  # CONSUMER.CREATE.<stream>.<name>.<filter...>
@@ -238,8 +303,10 @@ class Api:
         stream.delete_message(seq)
         return {"success": True}
 
-    def direct_get(self, toks: list[str], reply: bytes | None, payload: bytes) -> None:
-        """`$JS.API.DIRECT.GET.<stream>[.<subject>]`: the message itself, its coordinates in headers."""
+    def direct_get(self, toks: list[str], reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
+        """`$JS.API.DIRECT.GET.<stream>[.<subject>]`: messages themselves, their coordinates in headers; with
+        `batch`, up to that many from `seq` on (or `start_time`, or matching `next_by_subj`), then a `204 EOB`
+        status. Problems are status headers, as nats-server answers them (in its order of checks)."""
         stream = self.account.streams.get(toks[2])
         if stream is None or not stream.config["allow_direct"] or not reply:
             # nats-server only listens for streams that allow direct gets: "no responders".
@@ -248,34 +315,20 @@ class Api:
                 self.account.client.publish(reply, None, no_responders_headers(subject), b"")
             return
         client = self.account.client
-        try:
-            if len(toks) > 3:
-                if payload.strip():
-                    raise errors.bad_request()
-                req: dict[str, Any] = {"last_by_subj": ".".join(toks[3:])}
-            else:
-                req = _request(payload)
-            msg = stream.get_message(req)
-        except ApiError as err:
-            status = b"404 Message Not Found" if err.err_code == 10037 else b"408 Bad Request"
-            client.publish(reply, None, headers(status), b"")
+        level = get_header(hdrs, b"Nats-Required-Api-Level")
+        if level is not None and (not level.isdigit() or int(level) > API_LEVEL):
+            client.publish(reply, None, headers(b"412 Required Api Level"), b"")
             return
-        extra = b"".join(
-            (
-                b"Nats-Stream: ",
-                stream.name.encode(),
-                b"\r\n",
-                b"Nats-Subject: ",
-                msg.subject,
-                b"\r\n",
-                b"Nats-Sequence: %d\r\n" % msg.seq,
-                b"Nats-Time-Stamp: ",
-                rfc3339(msg.ts).encode(),
-                b"\r\n",
-            )
-        )
-        base = msg.hdrs[:-2] if msg.hdrs else b"NATS/1.0\r\n"
-        client.publish(reply, None, base + extra + b"\r\n", msg.data)
+        req = _direct_request(toks, payload)
+        if isinstance(req, bytes):
+            client.publish(reply, None, headers(req), b"")
+            return
+        try:
+            frames = stream.direct_get(req, self.account.js.server.options.max_pending)
+        except ApiError:
+            client.publish(reply, None, headers(b"404 Message Not Found"), b"")
+            return
+        client.publish_many(reply, frames)
 
     # -- consumers ------------------------------------------------------------------------------------
     def _create(

@@ -656,7 +656,7 @@ class Consumer:
         if seq in self.pending:
             n += 1
             self.rdc[seq] = n
-        reply = self._ack_subject(n, seq, now)
+        reply = self._ack_subject(n, seq, msg.ts)  # the stored time, as nats-server (not the delivery)
         if self.ack_none:
             self.asflr = max(self.asflr, seq)
             self.adflr = self.dseq
@@ -674,14 +674,14 @@ class Consumer:
             self.stream.on_acked(seq)  # nothing to wait for: interest/workqueue retention may drop it
         self.save_soon()
 
-    def _ack_subject(self, n: int, seq: int, now: int) -> bytes:
+    def _ack_subject(self, n: int, seq: int, stored_ts: int) -> bytes:
         return b"$JS.ACK.%s.%s.%d.%d.%d.%d.%d" % (
             self.stream.name.encode(),
             self.name.encode(),
             n,
             seq,
             self.dseq,
-            now,
+            stored_ts,
             self.num_pending(),
         )
 

@@ -22,7 +22,9 @@ from pynatsd.jetstream.util import (
     get_header,
     is_subset,
     now_ns,
+    parse_rfc3339,
     rfc3339,
+    rfc3339_bytes,
     subject_matches,
     subjects_overlap,
 )
@@ -36,6 +38,12 @@ if TYPE_CHECKING:
 
 API_LEVEL = 1
 DEFAULT_DUPLICATE_WINDOW = 120_000_000_000  # 2 minutes, in nanoseconds
+# A batched direct get's headers for a message without its own (values: subject, sequence, time, pending,
+# previous sequence); nats-server appends the same lines to a message's own headers.
+_DIRECT_BATCH_HEADERS = (
+    b"NATS/1.0\r\nNats-Stream: <stream>\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\n"
+    b"Nats-Time-Stamp: %s\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n"
+)
 _NAME_BAD = re.compile(r"[.*>\s\x00]")
 
 STREAM_DEFAULTS: dict[str, Any] = {
@@ -203,7 +211,10 @@ class Stream:
         # Nats-Msg-Id -> (sequence, timestamp ns), oldest first, within the duplicate window.
         self._dedupe: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._last_msg_id = ""
+        self._answers: list[tuple[bytes, int, bytes]] = []  # PubAcks waiting for the store's write
         self._age_timer: Any = None
+        self._name_bytes = self.name.encode()
+        self._dg_format = _DIRECT_BATCH_HEADERS.replace(b"<stream>", self._name_bytes.replace(b"%", b"%%"))
         domain = account.js.domain
         self._ack_head = b'{"stream":%s,%s' % (
             json.dumps(self.name).encode(),
@@ -312,13 +323,42 @@ class Stream:
         if reply and not self.config.get("no_ack"):
             # Written as nats-server writes it (by hand, hence the space in `"duplicate": true`).
             ack = b'%s"seq":%d%s}' % (self._ack_head, seq, b',"duplicate": true' if duplicate else b"")
-            self.account.client.publish(reply, None, None, ack)
+            self._answer(reply, seq, ack)
+
+    def _answer(self, reply: bytes, seq: int, body: bytes) -> None:
+        """Send a publish's answer, after the store has written what this turn of the loop appended: the
+        store writes a turn's messages at once, and nobody may hear of a message before it is written."""
+        if not self._answers and not self.store.pending_writes:
+            self.account.client.publish(reply, None, None, body)
+            return
+        if not self._answers:
+            self.account.js.loop.call_soon(self._commit)
+        self._answers.append((reply, seq, body))
+
+    def _commit(self) -> None:
+        answers, self._answers = self._answers, []
+        st = self.store
+        try:
+            st.commit()
+        except OSError as exc:  # the disk said no (full, gone): those publishers hear it, as from nats-server
+            log.error("JetStream stream %s: storing failed: %s", self.name, exc)
+        failed = st.failed
+        if failed:
+            st.failed = set()
+            for msg_id in [k for k, (seq, _) in self._dedupe.items() if seq in failed]:
+                del self._dedupe[msg_id]
+            err = errors.store_failed("write failed")
+        for reply, seq, body in answers:
+            if seq in failed:
+                self._nack(reply, err)
+            else:
+                self.account.client.publish(reply, None, None, body)
 
     def _nack(self, reply: bytes | None, err: ApiError) -> None:
         self.account.api_errors_on_publish += 1
         if reply and not self.config.get("no_ack"):
             body = json.dumps({"error": err.json(), "stream": self.name, "seq": 0}, separators=(",", ":"))
-            self.account.client.publish(reply, None, None, body.encode())
+            self._answer(reply, 0, body.encode())
 
     def process(self, subject: bytes, hdrs: bytes | None, payload: bytes) -> tuple[int, bool]:
         """Store one published message after nats-server's checks; returns (sequence, duplicate)."""
@@ -332,9 +372,12 @@ class Stream:
         msg_id = ""
         rollup = b""
         if hdrs:
-            expected = get_header(hdrs, b"Nats-Expected-Stream")
-            if expected is not None and expected.decode() != self.name:
-                raise errors.stream_not_match()
+            # Most messages carry an id at most: look for the rarer headers only when their prefix is there.
+            expects = b"\r\nNats-Expected-" in hdrs
+            if expects:
+                expected = get_header(hdrs, b"Nats-Expected-Stream")
+                if expected is not None and expected.decode() != self.name:
+                    raise errors.stream_not_match()
             mid = get_header(hdrs, b"Nats-Msg-Id")
             if mid:
                 msg_id = mid.decode()
@@ -342,18 +385,9 @@ class Stream:
                 seen = self._dedupe.get(msg_id)
                 if seen is not None:
                     return seen[0], True
-            els = get_header(hdrs, b"Nats-Expected-Last-Sequence")
-            if els is not None and _int(els) != st.last_seq:
-                raise errors.wrong_last_sequence(st.last_seq)
-            elmi = get_header(hdrs, b"Nats-Expected-Last-Msg-Id")
-            if elmi is not None and elmi.decode() != self._last_msg_id:
-                raise errors.wrong_last_msg_id(self._last_msg_id)
-            elss = get_header(hdrs, b"Nats-Expected-Last-Subject-Sequence")
-            if elss is not None:
-                last = st.last_for(subject)
-                if _int(elss) != last:
-                    raise errors.wrong_last_sequence(last)
-            roll = get_header(hdrs, b"Nats-Rollup")
+            if expects:
+                self._check_expected(subject, hdrs)
+            roll = get_header(hdrs, b"Nats-Rollup") if b"\r\nNats-Rollup:" in hdrs else None
             if roll is not None:
                 if not cfg["allow_rollup_hdrs"]:
                     raise errors.rollup_failed("rollup not permitted")
@@ -397,6 +431,21 @@ class Stream:
             consumer.on_new_message(seq, subject)
         self.account.js.stats_stored(size)
         return seq, False
+
+    def _check_expected(self, subject: bytes, hdrs: bytes) -> None:
+        """The Nats-Expected-Last-* conditions of a publish (nats-server's checks and errors)."""
+        st = self.store
+        els = get_header(hdrs, b"Nats-Expected-Last-Sequence")
+        if els is not None and _int(els) != st.last_seq:
+            raise errors.wrong_last_sequence(st.last_seq)
+        elmi = get_header(hdrs, b"Nats-Expected-Last-Msg-Id")
+        if elmi is not None and elmi.decode() != self._last_msg_id:
+            raise errors.wrong_last_msg_id(self._last_msg_id)
+        elss = get_header(hdrs, b"Nats-Expected-Last-Subject-Sequence")
+        if elss is not None:
+            last = st.last_for(subject)
+            if _int(elss) != last:
+                raise errors.wrong_last_sequence(last)
 
     def _has_interest(self, subject: bytes) -> bool:
         return any(c.wants(subject) for c in self.consumers.values())
@@ -513,6 +562,71 @@ class Stream:
         if msg is None:
             raise errors.no_message_found()
         return msg
+
+    def direct_get(self, req: dict[str, Any], default_max_bytes: int) -> list[tuple[bytes | None, bytes]]:
+        """The frames (headers, payload) answering a checked direct get request (see Api.direct_get);
+        ApiError (no message found) when not even the first message exists."""
+        st = self.store
+        start_time = req.get("start_time")
+        if start_time:
+            req = {**req, "seq": st.seq_for_time(parse_rfc3339(start_time))}
+        no_hdr = bool(req.get("no_hdr"))
+        batch = req.get("batch") or 0
+        if not batch:
+            one = self.get_message(req)
+            if no_hdr:
+                return [(None, one.data)]
+            return [(self._coordinates(one, b"\r\n"), one.data)]
+        seq = req.get("seq") or 0
+        next_by = req.get("next_by_subj")
+        match = partial(subject_matches, next_by.encode()) if next_by else None
+        pending = st.count_from(seq, match)
+        valid_through = st.last_seq
+        max_bytes = req.get("max_bytes") or default_max_bytes
+        frames: list[tuple[bytes | None, bytes]] = []
+        last = sent_bytes = 0
+        # The common headers of this stream's answers, formatted once; per message only its values.
+        coordinates = self._dg_format
+        load, stamp = st.load, rfc3339_bytes
+        for found in st.iter_from(seq, match):
+            if len(frames) >= batch:
+                break
+            msg = load(found)
+            if msg is None:
+                break
+            seq = found + 1
+            hdrs = msg.hdrs
+            if no_hdr:  # nats-server counts pending down only in the headers it writes
+                frames.append((None, msg.data))
+            else:
+                if pending > 0:
+                    pending -= 1
+                coords = coordinates % (msg.subject, found, stamp(msg.ts), pending, last)
+                # Own headers first, as nats-server appends its lines to them.
+                frames.append((hdrs[:-2] + coords[10:] if hdrs and len(hdrs) > 2 else coords, msg.data))
+            last = found
+            sent_bytes += len(msg.subject) + len(msg.data) + (len(hdrs) if hdrs else 0)
+            if sent_bytes >= max_bytes:
+                break
+        if not frames:
+            raise errors.no_message_found()
+        if st.last_seq > valid_through:
+            pending = st.count_from(seq, match)
+        eob = b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n" % (pending, last)
+        frames.append((eob, b""))
+        return frames
+
+    def _coordinates(self, msg: StoredMsg, tail: bytes) -> bytes:
+        """A direct get's headers: the message's own, then where it comes from (nats-server's order)."""
+        base = msg.hdrs[:-2] if msg.hdrs and len(msg.hdrs) > 2 else b"NATS/1.0\r\n"
+        return b"%sNats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %s\r\n%s" % (
+            base,
+            self._name_bytes,
+            msg.subject,
+            msg.seq,
+            rfc3339_bytes(msg.ts),
+            tail,
+        )
 
     def delete_message(self, seq: int, no_erase: bool = True) -> None:
         if self.config["deny_delete"]:

@@ -88,6 +88,23 @@ def rfc3339(ns: int) -> str:
     return base + "Z"
 
 
+_second: list[tuple[int, bytes]] = [(-1, b"")]  # the last second formatted, and its text
+
+
+def rfc3339_bytes(ns: int) -> bytes:
+    """rfc3339() as bytes, formatting each second once (a batch of messages shares a few seconds)."""
+    if ns <= 0:
+        return b"0001-01-01T00:00:00Z"
+    secs, frac = divmod(ns, 1_000_000_000)
+    last, text = _second[0]
+    if secs != last:
+        text = datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M:%S").encode()
+        _second[0] = (secs, text)
+    if frac:
+        return (b"%s.%09d" % (text, frac)).rstrip(b"0") + b"Z"
+    return text + b"Z"
+
+
 def parse_rfc3339(text: str) -> int:
     """Nanoseconds since the epoch of an RFC 3339 time (any offset, up to nanosecond precision)."""
     main, frac, tz = text, "", "+00:00"

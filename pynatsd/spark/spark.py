@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from pynatsd.spark.source import NatsDataSource
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the directory holding the `pynatsd` package
 
 
 def local_session(
@@ -19,7 +19,7 @@ def local_session(
     """Start (or reuse) a local session with the `pynatsd` source registered.
 
     Python workers are started by the JVM and inherit PYTHONPATH, so the repository goes there for them to
-    import `pipeline`. On a cluster, ship the package with --py-files or install it instead.
+    import `pynatsd`. On a cluster, ship the package with --py-files or install it instead.
     """
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(REPO_ROOT) not in paths:

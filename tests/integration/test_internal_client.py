@@ -66,3 +66,35 @@ async def test_internal_subscriptions_are_kept_apart_by_account(server: Server) 
     assert InternalClient(server, account="OTHER").publish(b"x", None, None, b"mine")
     await asyncio.sleep(0.05)
     assert got == [b"mine"]
+
+
+async def test_publish_many_keeps_order_and_the_delivery_rules(server: Server, url: str) -> None:
+    """One client inbox takes the batch as one chunk; with other receivers (an internal one, a max_msgs
+    subscription) every message goes through `publish` instead: the same messages either way."""
+    frames: list[tuple[bytes | None, bytes]] = [
+        (None, b"a"),
+        (b"NATS/1.0\r\nK: 1\r\n\r\n", b"b"),
+        (b"NATS/1.0 204 EOB\r\n\r\n", b""),
+    ]
+    publisher = InternalClient(server)
+    nc = await nats.connect(url)
+    try:
+        sub = await nc.subscribe("batch.one")
+        await nc.flush()
+        publisher.publish_many(b"batch.one", frames)
+        got = [await sub.next_msg(2) for _ in frames]
+        assert [(m.data, m.headers) for m in got[:2]] == [(b"a", None), (b"b", {"K": "1"})]
+        assert got[2].data == b"" and got[2].headers is not None  # the status frame, after the others
+        inner: list[bytes] = []
+        other = InternalClient(server)
+        other.subscribe(b"batch.two", lambda s, r, h, p: inner.append(p))
+        capped = await nc.subscribe("batch.two", max_msgs=2)
+        await nc.flush()
+        publisher.publish_many(b"batch.two", frames)
+        assert [(await capped.next_msg(2)).data for _ in range(2)] == [b"a", b"b"]
+        await asyncio.sleep(0.05)
+        assert inner == [b"a", b"b", b""]
+        other.close()
+    finally:
+        await nc.close()
+        publisher.close()

@@ -109,3 +109,36 @@ def test_front_trim_and_time_lookup(tmp_path: Path, kind: str) -> None:
     assert store.load(10_000) is not None and store.load(10) is None
     assert store.append(b"c", None, b"z", 99_999) == 10_001
     store.close()
+
+
+def test_buffered_appends_written_at_commit_and_rolled_back_when_the_write_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileStore(tmp_path)
+    fill(store, 4)
+    assert store.pending_writes
+    size = sum(p.stat().st_size for p in tmp_path.glob("*.blk"))
+    store.commit()
+    assert not store.pending_writes
+    assert sum(p.stat().st_size for p in tmp_path.glob("*.blk")) > size
+    fill(store, 3)  # sequences 5..7, buffered
+    msg = store.load(6)  # a read writes the buffer first
+    assert msg is not None and msg.data == b"x"
+    fill(store, 2)  # 8, 9
+
+    def full(fd: int, parts: list[bytes]) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(file_mod.os, "writev", full)
+    with pytest.raises(OSError):
+        store.commit()
+    monkeypatch.undo()
+    assert store.failed == {8, 9}
+    assert (store.msgs, 8 in store, 9 in store) == (7, False, False)
+    store.append(b"s.z", None, b"after", 2000)  # sequence 10 lands where the lost ones were cut off
+    store.close()
+    reopened = FileStore(tmp_path)
+    assert (reopened.msgs, reopened.last_seq) == (8, 10)
+    again = reopened.load(10)
+    assert again is not None and again.data == b"after"
+    reopened.close()

@@ -3,7 +3,9 @@ executors, exactly-once across a killed driver and across task retries, acked an
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -12,7 +14,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -43,9 +45,9 @@ def js(js_broker: ServerProcess) -> Iterator[SyncNats]:
     client.close()
 
 
-def add_stream(client: SyncNats, name: str, subjects: list[str]) -> None:
+def add_stream(client: SyncNats, name: str, subjects: list[str], allow_direct: bool = False) -> None:
     async def add() -> None:
-        await client.nc.jetstream().add_stream(name=name, subjects=subjects)
+        await client.nc.jetstream().add_stream(name=name, subjects=subjects, allow_direct=allow_direct)
 
     client.io.run(add(), 10)
 
@@ -79,22 +81,59 @@ def read(spark: SparkSession, url: str, stream: str, **options: str) -> DataFram
 def test_batch_read_same_rows_with_1_2_4_partitions(
     spark: SparkSession, js_broker: ServerProcess, js: SyncNats
 ) -> None:
-    add_stream(js, "BR", ["br.>"])
+    add_stream(js, "BR", ["br.>"], allow_direct=True)
     sent = [(f"br.{i % 3}", f"m{i}".encode(), {"n": str(i)} if i % 7 == 0 else None) for i in range(3000)]
     publish_acked(js, sent)
-    results = []
-    for parts in ("1", "2", "4"):
-        rows = read(spark, js_broker.url, "BR", numPartitions=parts).orderBy("seq").collect()
-        results.append([(r.seq, r.subject, bytes(r.payload), r.headers or None, r.stream) for r in rows])
-    assert results[0] == results[1] == results[2]
-    assert results[0] == [(i + 1, s, p, h, "BR") for i, (s, p, h) in enumerate(sent)]
-    assert read(spark, js_broker.url, "BR", startTime="2000-01-01T00:00:00+00:00").count() == len(sent)
+    # Holes in the sequence: a direct-get window's answer then runs past its end.
+    deleted = {50, 51, 52, 700, 1999}
+
+    async def delete() -> None:
+        for seq in deleted:
+            await js.nc.jetstream().delete_msg("BR", seq)
+
+    js.io.run(delete(), 10)
+    expected = [(i + 1, s, p, h, "BR") for i, (s, p, h) in enumerate(sent) if i + 1 not in deleted]
+    for mode in ("direct", "consumer"):
+        results = []
+        for parts in ("1", "2", "4"):
+            df = read(spark, js_broker.url, "BR", numPartitions=parts, fetchMode=mode, fetchBatch="400")
+            rows = df.orderBy("seq").collect()
+            results.append([(r.seq, r.subject, bytes(r.payload), r.headers or None, r.stream) for r in rows])
+        assert results[0] == results[1] == results[2] == expected, mode
+        # A subject filter and a sequence range.
+        some = read(
+            spark,
+            js_broker.url,
+            "BR",
+            subjects="br.1",
+            startSequence="101",
+            endSequence="400",
+            numPartitions="3",
+            fetchMode=mode,
+            fetchBatch="30",
+        ).collect()
+        assert sorted(r.seq for r in some) == [s for s in range(101, 401) if (s - 1) % 3 == 1]
+        wild = read(spark, js_broker.url, "BR", subjects="br.*", endSequence="900", fetchMode=mode)
+        assert wild.count() == 900 - 3 - 1
+    assert read(spark, js_broker.url, "BR", startTime="2000-01-01T00:00:00+00:00").count() == len(expected)
     assert read(spark, js_broker.url, "BR", latest="true").count() == 0
-    # A subject filter and a sequence range.
-    some = read(
-        spark, js_broker.url, "BR", subjects="br.1", startSequence="101", endSequence="400", numPartitions="3"
-    ).collect()
-    assert sorted(r.seq for r in some) == [s for s in range(101, 401) if (s - 1) % 3 == 1]
+    # The timestamps of both fetch modes are the stream's, to the microsecond.
+    times = [
+        sorted((r.seq, r.received_at) for r in read(spark, js_broker.url, "BR", fetchMode=m).collect())
+        for m in ("direct", "consumer")
+    ]
+    assert times[0] == times[1]
+
+
+def test_direct_get_refused_falls_back_to_the_consumer(
+    spark: SparkSession, js_broker: ServerProcess, js: SyncNats
+) -> None:
+    add_stream(js, "ND", ["nd.>"])  # allow_direct off: nobody answers direct gets
+    publish_acked(js, [(f"nd.{i % 2}", b"%d" % i, None) for i in range(500)])
+    assert read(spark, js_broker.url, "ND", numPartitions="2").count() == 500  # auto: the consumer
+    assert read(spark, js_broker.url, "ND", fetchMode="consumer").count() == 500
+    with pytest.raises(Exception, match="does not answer direct gets"):
+        read(spark, js_broker.url, "ND", fetchMode="direct").count()
 
 
 def _fail_first_attempt(df: DataFrame, partition: int) -> DataFrame:
@@ -275,3 +314,134 @@ def test_example_job_resumes_from_checkpoint(
     got = {(json.loads(r.payload)["symbol"], r.headers["Nats-Msg-Id"]) for r in rows}
     assert len(rows) == len(got) == len(expected) == 20  # every window exactly once
     assert sum(json.loads(r.payload)["trades"] for r in rows) == len(trades)
+
+
+def _job(url: str, tmp: Path, run: int) -> subprocess.Popen[bytes]:
+    """The example job's own entry point, as a user runs it, in its own process group."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    args = ["--url", url, "--stream", "EKT", "--out-stream", "EKV", "--checkpoint", str(tmp / "ck")]
+    args += ["--parquet", str(tmp / "vwap"), "--trigger-seconds", "0.5"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "pynatsd.spark.example.job", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / f"job{run}.log", "wb"),
+    )
+
+
+def _commits(tmp: Path) -> int:
+    commits = tmp / "ck" / "commits"
+    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.is_dir() else 0
+
+
+def _wait(proc: subprocess.Popen[bytes], log: Path, done: Any, what: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert proc.poll() is None, f"the job died: {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {log.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("js_broker", ["pynatsd"], indirect=True)  # slow: one server is enough
+def test_example_job_survives_sigkill(
+    spark: SparkSession, js_broker: ServerProcess, js: SyncNats, tmp_path: Path
+) -> None:
+    import nats.js.errors
+
+    from pynatsd.spark.example import job
+    from pynatsd.spark.example.trades import Trade, expected_vwap, simulate
+
+    start_ms = 1_767_225_600_000
+    trades = list(simulate(600, start_ms, 75))  # 45 s of event time: 5 windows x 4 symbols
+    late = Trade("ZZZ", 1.0, 1, start_ms + 3_600_000)  # moves the watermark past every window
+    half = len(trades) // 2
+
+    async def fresh_streams() -> None:  # the other example test's streams take the same subjects
+        for name in ("EXT", "EXV"):
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await js.nc.jetstream().delete_stream(name)
+        await job.ensure_streams(js_broker.url, {"EKT": "trades.>", "EKV": "vwap.>"})
+
+    js.io.run(fresh_streams(), 10)
+    publish_acked(js, [(t.subject, t.to_json(), None) for t in trades[:half]])
+    first = _job(js_broker.url, tmp_path, 1)
+    try:
+        _wait(first, tmp_path / "job1.log", lambda: _commits(tmp_path) >= 2, "two committed batches")
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers, mid-run
+        first.wait(30)
+    killed_at = _commits(tmp_path)
+    publish_acked(js, [(t.subject, t.to_json(), None) for t in [*trades[half:], late]])
+    expected = expected_vwap(trades)
+    second = _job(js_broker.url, tmp_path, 2)
+    try:
+        _wait(second, tmp_path / "job2.log", lambda: stream_messages(js, "EKV") >= len(expected), "results")
+        # Until the query goes quiet (no batch committed for 3 s): anything published twice would be there.
+        seen = [_commits(tmp_path), time.monotonic()]
+
+        def quiet() -> bool:
+            if _commits(tmp_path) != seen[0]:
+                seen[:] = [_commits(tmp_path), time.monotonic()]
+            return time.monotonic() - seen[1] > 3
+
+        _wait(second, tmp_path / "job2.log", quiet, "the query to go quiet")
+    finally:
+        os.killpg(second.pid, signal.SIGKILL)
+        second.wait(30)
+    assert _commits(tmp_path) > killed_at  # the second run went on from the checkpoint
+    rows = read(spark, js_broker.url, "EKV").collect()
+    got = {}
+    for r in rows:
+        body = json.loads(r.payload)
+        key = (body["symbol"], int(r.headers["Nats-Msg-Id"].rsplit("/", 1)[1]))
+        assert key not in got, f"window {key} published twice"
+        got[key] = (body["vwap"], body["volume"], body["trades"])
+    assert got.keys() == expected.keys() and len(rows) == 20  # every window exactly once
+    for key, (vwap, volume) in expected.items():
+        assert math.isclose(got[key][0], vwap, rel_tol=1e-8), key
+        assert got[key][1] == volume
+    assert sum(n for _, _, n in got.values()) == len(trades)  # no trade lost or counted twice
+    stored = spark.read.parquet(str(tmp_path / "vwap")).select("symbol", "window_start").collect()
+    assert len(stored) == len(set(stored)) == 20  # a replayed batch overwrote its own Parquet directory
+
+
+def test_direct_get_reader_completes_answers_cut_by_max_bytes(js_broker: ServerProcess, js: SyncNats) -> None:
+    """Outside Spark: answers capped at a few messages by max_bytes are completed by further requests, windows
+    shrink to what fits, and holes and the range bounds are respected (with and without a filter)."""
+    from pynatsd.spark.directget import read_range_direct
+
+    add_stream(js, "CUT", ["cut.>"], allow_direct=True)
+    publish_acked(js, [(f"cut.{i % 2}", b"%03d" % i + b"x" * 100, None) for i in range(400)])
+
+    async def delete() -> None:
+        for seq in (10, 11, 200):
+            await js.nc.jetstream().delete_msg("CUT", seq)
+
+    js.io.run(delete(), 10)
+
+    def rows(subject_filter: str | None, lo: int, hi: int) -> list[tuple[int, bytes]]:
+        batches = read_range_direct(
+            [js_broker.url], "CUT", subject_filter, lo, hi, 50, 10, 5, flush_rows=7, max_bytes=1500
+        )
+        return sorted(
+            (s, p[:3])
+            for b in batches
+            for s, p in zip(b["seq"].to_pylist(), b["payload"].to_pylist(), strict=True)
+        )
+
+    # The server does cut such an answer short (so the reader's completion path runs).
+    from pynatsd.spark.rawnats import RawConnection
+
+    conn = RawConnection.open([js_broker.url], 5, "probe")
+    conn.publish(b"$JS.API.DIRECT.GET.CUT", b'{"seq":1,"batch":50,"max_bytes":1500}')
+    frames = []
+    while not frames or b"204 EOB" not in frames[-1].headers:
+        frames.append(conn.next_frame())
+    conn.close()
+    assert 1 < len(frames) - 1 < 50
+    assert rows(None, 5, 390) == [(s, b"%03d" % (s - 1)) for s in range(5, 391) if s not in (10, 11, 200)]
+    odd = rows("cut.1", 5, 390)
+    assert odd == [(s, b"%03d" % (s - 1)) for s in range(5, 391) if s % 2 == 0 and s not in (10, 200)]

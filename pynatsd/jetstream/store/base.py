@@ -53,6 +53,7 @@ class Store:
         self._names: list[bytes] = []  # subject id -> subject
         self._ids: dict[bytes, int] = {}
         self.subjects: dict[bytes, array[int]] = {}  # subject -> its live sequences, ascending
+        self.failed: set[int] = set()  # sequences whose buffered write failed (see commit)
 
     # -- backend --------------------------------------------------------------------------------------
     def _put(self, msg: StoredMsg) -> Locator:
@@ -71,6 +72,14 @@ class Store:
 
     def flush(self) -> None:
         """Make what was written durable (the backend's sync policy decides when this runs)."""
+
+    @property
+    def pending_writes(self) -> bool:
+        """True while appended messages wait for `commit` (their PubAcks must wait too)."""
+        return False
+
+    def commit(self) -> None:
+        """Write out buffered appends (a backend that buffers them)."""
 
     def close(self) -> None:
         """Release files; the store is not used afterwards."""
@@ -255,6 +264,37 @@ class Store:
                 if j < len(lst) and (best is None or lst[j] < best):
                     best = lst[j]
         return best
+
+    def iter_from(self, start: int, match: Callable[[bytes], bool] | None = None) -> Iterator[int]:
+        """Stored sequences >= start whose subject passes `match` (all when None), ascending."""
+        if match is None:
+            yield from self.seqs_from(start)
+            return
+        sids, names = self._col_sid, self._names
+        verdicts: dict[int, bool] = {}  # subject id -> match, decided once
+        i = max(start, self.first_seq) - self._base
+        while i < len(sids):
+            sid = sids[i]
+            if sid != _GONE:
+                ok = verdicts.get(sid)
+                if ok is None:
+                    ok = verdicts[sid] = match(names[sid])
+                if ok:
+                    yield self._base + i
+            i += 1
+
+    def count_from(self, start: int, match: Callable[[bytes], bool] | None = None) -> int:
+        """How many stored messages have a sequence >= start (and a subject passing `match`)."""
+        if match is not None:
+            return sum(len(lst) - bisect_left(lst, start) for s, lst in self.subjects.items() if match(s))
+        if start <= self.first_seq:
+            return self.msgs
+        if start > self.last_seq:
+            return 0
+        if self.msgs == self.last_seq - self.first_seq + 1:  # no holes: no need to look
+            return self.last_seq - start + 1
+        tail = self._col_sid[start - self._base :]
+        return len(tail) - tail.count(_GONE)
 
     def seqs_from(self, start: int) -> Iterator[int]:
         sids, base = self._col_sid, self._base

@@ -10,8 +10,10 @@ with the CRC over everything after it. Types: MSG; DEL (a message removed); PURG
 time, so a stream whose messages are all gone keeps its sequence across restarts). Records only ever go
 at the end; segments are deleted from the front once none of their messages is left.
 
-Durability: every record is one `os.write` on an unbuffered descriptor, so it is in the kernel when the
-publisher gets its PubAck and survives `kill -9` of the server. The files are fsync'ed every
+Durability: a published message's record is buffered until `commit()`, which the stream calls once per
+turn of the event loop (one `os.writev` for every message published in that turn) before it sends their
+PubAcks; other records (deletes, purges, segment bases) are written at once. A record is thus in the kernel
+before its publisher hears of it and survives `kill -9` of the server. The files are fsync'ed every
 `sync_interval` seconds (nats-server's default is 2 minutes) and on close; `sync_always` fsyncs each
 record instead (see README "JetStream" for the measured cost of both). A power loss may lose up to one
 interval, as with nats-server.
@@ -34,6 +36,10 @@ from pynatsd.jetstream.store.base import Locator, Removed, Store, StoredMsg
 log = get_logger()
 
 SEGMENT_BYTES = 32 * 1024 * 1024
+WRITE_BATCH = 4 * 1024 * 1024  # buffered message records are written before they grow past this
+# Reads go through one cached block of a segment: consumers and direct gets read sequences in order, so one
+# pread serves hundreds of messages (two preads per message cost more than everything else on the path).
+READ_BLOCK = 1024 * 1024
 _HEAD = struct.Struct("<BIIQqHi")
 _KIND_CRC = struct.Struct("<BI")
 _REST = struct.Struct("<IQqHi")  # the head after the CRC: what the CRC starts with
@@ -55,6 +61,12 @@ class FileStore(Store):
         self.sync_always = sync_always
         self._live: dict[int, int] = {}  # segment -> messages still in it
         self._readers: dict[int, int] = {}  # segment -> read descriptor
+        self._pending: list[bytes] = []  # buffered records (their parts), not written yet
+        self._pending_bytes = 0
+        self._pending_seqs: list[int] = []
+        self._block_seg = -1  # the cached block: segment, offset in it, bytes
+        self._block_at = 0
+        self._block = b""
         self._seg = 0
         self._fd = -1
         self._size = 0
@@ -92,29 +104,62 @@ class FileStore(Store):
         if self._size == 0:
             self._write(self._record(BASE, self.last_seq, self.first_seq))
 
-    def _write(self, parts: list[bytes]) -> int:
-        """Append records (their parts) to the current segment in one system call; returns the offset."""
+    def _write(self, parts: list[bytes], buffered: bool = False) -> int:
+        """Append records (their parts) to the current segment; returns the offset. Unless `buffered`, they
+        are written now (with anything buffered before them)."""
         size = sum(map(len, parts))
         if self._size + size > SEGMENT_BYTES and self._size > _HEAD.size + 64:
+            self.commit()  # what is buffered belongs to this segment
             self._open_segment(self._seg + 1)
         offset = self._size
-        for i in range(0, len(parts), _IOV_MAX):
-            chunk = parts[i : i + _IOV_MAX]
-            written = os.writev(self._fd, chunk)
-            want = sum(map(len, chunk))
-            if written < want:  # a regular file only writes short when the disk is full: finish or fail
-                os.write(self._fd, b"".join(chunk)[written:])
+        self._pending.extend(parts)
+        self._pending_bytes += size
         self._size += size
-        if self.sync_always:
-            os.fsync(self._fd)
-        else:
+        if not buffered or self._pending_bytes >= WRITE_BATCH:
+            self.commit()
+        return offset
+
+    @property
+    def pending_writes(self) -> bool:
+        return bool(self._pending)
+
+    def commit(self) -> None:
+        """Write the buffered records in one system call (fsync'ed with sync_always). On failure the file is
+        cut back to its last whole record, the unwritten messages leave the index and join `failed` (so
+        their publishers get an error, not an ack), and the OSError propagates."""
+        parts = self._pending
+        if not parts:
+            return
+        size, seqs = self._pending_bytes, self._pending_seqs
+        self._pending, self._pending_bytes, self._pending_seqs = [], 0, []
+        start = self._size - size
+        try:
+            for i in range(0, len(parts), _IOV_MAX):
+                chunk = parts[i : i + _IOV_MAX]
+                written = os.writev(self._fd, chunk)
+                want = sum(map(len, chunk))
+                if written < want:  # a regular file only writes short when the disk is full: finish or fail
+                    os.write(self._fd, b"".join(chunk)[written:])
+            if self.sync_always:
+                os.fsync(self._fd)
+        except OSError:
+            self._size = start
+            os.ftruncate(self._fd, start)
+            for seq in seqs:
+                loc = self._unindex(seq)
+                if loc is not None:
+                    self._live[loc[0]] -= 1
+            self.failed.update(seqs)
+            raise
+        if not self.sync_always:
             self._dirty = True
             if time.monotonic() - self._last_sync >= self.sync_interval:
                 self.flush()
-        return offset
 
     def _put(self, msg: StoredMsg) -> Locator:
-        offset = self._write(self._record(MSG, msg.seq, msg.ts, msg.subject, msg.hdrs, msg.data))
+        record = self._record(MSG, msg.seq, msg.ts, msg.subject, msg.hdrs, msg.data)
+        offset = self._write(record, buffered=True)
+        self._pending_seqs.append(msg.seq)
         self._live[self._seg] = self._live.get(self._seg, 0) + 1
         return (self._seg, offset)
 
@@ -138,20 +183,36 @@ class FileStore(Store):
             fd = self._readers.pop(seg, None)
             if fd is not None:
                 os.close(fd)
+            if seg == self._block_seg:
+                self._block_seg, self._block = -1, b""
             self._path(seg).unlink(missing_ok=True)
 
     # -- reading --------------------------------------------------------------------------------------
     def _get(self, seq: int, subject: bytes, ts: int, loc: Locator) -> StoredMsg | None:
+        if self._pending:
+            self.commit()  # read what was published: it must be in the file first
         seg, offset = loc
+        block, at = self._block, offset - self._block_at
+        if seg != self._block_seg or at < 0 or at + _HEAD.size > len(block):
+            block, at = self._read_block(seg, offset), 0
+        _, _, body_len, _, _, slen, hlen = _HEAD.unpack_from(block, at)
+        end = at + _CRC_FROM + body_len
+        if end > len(block):  # the record runs past the block: read from its start
+            block, at = self._read_block(seg, offset, _CRC_FROM + body_len), 0
+            end = _CRC_FROM + body_len
+        start = at + _HEAD.size + slen
+        if hlen < 0:
+            return StoredMsg(subject, seq, None, block[start:end], ts)
+        return StoredMsg(subject, seq, block[start : start + hlen], block[start + hlen : end], ts)
+
+    def _read_block(self, seg: int, offset: int, at_least: int = 0) -> bytes:
         fd = self._readers.get(seg)
         if fd is None:
             fd = os.open(self._path(seg), os.O_RDONLY)
             self._readers[seg] = fd
-        head = os.pread(fd, _HEAD.size, offset)
-        _, _, body_len, _, _, slen, hlen = _HEAD.unpack(head)
-        body = os.pread(fd, body_len - (_HEAD.size - _CRC_FROM), offset + _HEAD.size)
-        hdrs = None if hlen < 0 else body[slen : slen + hlen]
-        return StoredMsg(subject, seq, hdrs, body[slen + max(hlen, 0) :], ts)
+        block = os.pread(fd, max(READ_BLOCK, at_least), offset)
+        self._block_seg, self._block_at, self._block = seg, offset, block
+        return block
 
     # -- recovery -------------------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -228,6 +289,7 @@ class FileStore(Store):
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def flush(self) -> None:
+        self.commit()
         if self._dirty and self._fd >= 0:
             os.fsync(self._fd)
             self._dirty = False
@@ -241,6 +303,7 @@ class FileStore(Store):
         for fd in self._readers.values():
             os.close(fd)
         self._readers.clear()
+        self._block_seg, self._block = -1, b""
 
     def delete(self) -> None:
         self.close()

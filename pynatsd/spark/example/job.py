@@ -2,6 +2,9 @@
 each closed window to `vwap.<symbol>` and write it to Parquet.
 
     python -m pynatsd.spark.example.job --url URL --checkpoint DIR --parquet DIR   (JetStream: TRADES -> VWAP)
+
+Kill it at any time (SIGKILL included) and start it again with the same checkpoint: it resumes after the
+last committed micro-batch, every result lands in VWAP exactly once (see README "Restartable example job").
 """
 
 from __future__ import annotations
@@ -115,7 +118,7 @@ async def ensure_streams(url: str, streams: dict[str, str]) -> None:
             try:
                 await js.stream_info(name)
             except nats.js.errors.NotFoundError:
-                await js.add_stream(name=name, subjects=[subjects])
+                await js.add_stream(name=name, subjects=[subjects], allow_direct=True)
     finally:
         await nc.close()
 
@@ -128,13 +131,20 @@ def main() -> None:
     parser.add_argument("--out-stream", default="VWAP", help="stream of results (created on vwap.>)")
     parser.add_argument("--checkpoint", required=True, help="keep it to resume where the job stopped")
     parser.add_argument("--parquet", required=True)
+    parser.add_argument("--trigger-seconds", type=float, default=1.0, help="micro-batch interval")
     args = parser.parse_args()
     asyncio.run(ensure_streams(args.url, {args.stream: "trades.>", args.out_stream: "vwap.>"}))
     from pynatsd.spark.spark import local_session
 
     spark = local_session("pynatsd-vwap")
     query = start(
-        spark, args.url, args.parquet, args.checkpoint, stream=args.stream, out_stream=args.out_stream
+        spark,
+        args.url,
+        args.parquet,
+        args.checkpoint,
+        trigger_seconds=args.trigger_seconds,
+        stream=args.stream,
+        out_stream=args.out_stream,
     )
     query.awaitTermination()
 

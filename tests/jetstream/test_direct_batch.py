@@ -1,0 +1,160 @@
+"""Direct gets, batched and single, byte for byte against nats-server: the same frames (headers in the same
+order and spelling, statuses, end-of-batch), only the timestamps' values aside."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import need_tool
+from tests.servers import ServerProcess, nats_server_binary, start_server
+
+Frame = tuple[bytes, bytes, bytes, bytes]  # op, subject, headers (timestamps blanked), payload
+_STAMP = re.compile(rb"Nats-Time-Stamp: [^\r]*")
+
+MESSAGES: list[tuple[str, bytes | None, bytes]] = [
+    ("dg.a", None, b"one"),
+    ("dg.b", b"NATS/1.0\r\nX-A: 1\r\n\r\n", b"two"),
+    ("dg.a", None, b"three"),
+    ("dg.b", None, b"four"),  # deleted below: a hole at sequence 4
+    ("dg.c", b"NATS/1.0\r\nX-B: 2\r\nX-C: 3\r\n\r\n", b"five"),
+    ("dg.a", None, b""),
+]
+
+# (subject suffix after DIRECT.GET., headers, body)
+REQUESTS: list[tuple[str, bytes | None, Any]] = [
+    ("DG", None, {"seq": 1, "batch": 3}),
+    ("DG", None, {"seq": 2, "batch": 100}),
+    ("DG", None, {"seq": 3, "batch": 4, "next_by_subj": "dg.b"}),
+    ("DG", None, {"seq": 1, "batch": 3, "next_by_subj": "dg.*"}),
+    ("DG", None, {"next_by_subj": "dg.a", "batch": 5}),
+    ("DG", None, {"seq": 1, "batch": 10, "max_bytes": 12}),
+    ("DG", None, {"seq": 1, "batch": 1}),
+    ("DG", None, {"seq": 999, "batch": 5}),
+    ("DG", None, {"seq": 4, "batch": 2}),
+    ("DG", None, {"seq": 4}),
+    ("DG", None, {"seq": 5}),
+    ("DG", None, {"seq": 1, "batch": 2, "no_hdr": True}),
+    ("DG", None, {"start_time": "2000-01-01T00:00:00Z", "batch": 2}),
+    ("DG", None, {"next_by_subj": "dg.c"}),
+    ("DG", None, {"last_by_subj": "dg.a"}),
+    ("DG", None, b""),
+    ("DG", None, b"nope"),
+    ("DG", None, {}),
+    ("DG", None, {"last_by_subj": "dg.a", "batch": 2}),
+    ("DG", None, {"seq": 1, "last_by_subj": "dg.a"}),
+    ("DG", None, {"seq": 1, "start_time": "2000-01-01T00:00:00Z"}),
+    ("DG", b"NATS/1.0\r\nNats-Required-Api-Level: 99\r\n\r\n", {"seq": 1}),
+    ("DG.dg.a", None, b""),
+    ("DG.dg.b", None, {"seq": 1}),
+    ("DG.dg.zzz", None, b""),
+    ("NOPE", None, {"seq": 1, "batch": 2}),
+]
+
+
+class Wire:
+    """A raw connection that keeps every frame it reads."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.buf = b""
+        self._read_line()  # INFO
+        self.sock.sendall(b'CONNECT {"verbose":false,"headers":true,"no_responders":true}\r\nSUB r.> 1\r\n')
+
+    def _fill(self, timeout: float) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            return False
+        if not data:
+            raise EOFError
+        self.buf += data
+        return True
+
+    def _read_line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            self._fill(5)
+        line, _, self.buf = self.buf.partition(b"\r\n")
+        return line
+
+    def frames(self, idle: float = 0.4) -> Iterator[Frame]:
+        """Frames until the server stays quiet for `idle` seconds."""
+        while True:
+            while b"\r\n" in self.buf:
+                line = self.buf.split(b"\r\n", 1)[0]
+                op, *args = line.split(b" ")
+                if op in (b"PING", b"PONG", b"+OK"):
+                    self.buf = self.buf[len(line) + 2 :]
+                    if op == b"PING":
+                        self.sock.sendall(b"PONG\r\n")
+                    continue
+                assert op in (b"MSG", b"HMSG"), line
+                hlen = int(args[-2]) if op == b"HMSG" else 0
+                total = int(args[-1])
+                start = len(line) + 2
+                if len(self.buf) < start + total + 2:
+                    break
+                body = self.buf[start : start + total]
+                self.buf = self.buf[start + total + 2 :]
+                yield op, args[0], _STAMP.sub(b"Nats-Time-Stamp: T", body[:hlen]), body[hlen:]
+            if not self._fill(idle):
+                return
+
+    def send(self, subject: bytes, reply: bytes, hdrs: bytes | None, body: bytes) -> None:
+        if hdrs is None:
+            self.sock.sendall(b"PUB %s %s %d\r\n%s\r\n" % (subject, reply, len(body), body))
+        else:
+            n = len(hdrs)
+            frame = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subject, reply, n, n + len(body), hdrs, body)
+            self.sock.sendall(frame)
+
+
+def session(port: int) -> list[tuple[str, list[Frame]]]:
+    wire = Wire(port)
+    config = {"name": "DG", "subjects": ["dg.>"], "allow_direct": True}
+    wire.send(b"$JS.API.STREAM.CREATE.DG", b"r.create", None, json.dumps(config).encode())
+    assert b'"error"' not in next(wire.frames())[3]  # the stream exists before anything is published
+    for subject, hdrs, payload in MESSAGES:
+        wire.send(subject.encode(), b"r.ack", hdrs, payload)
+        assert b'"seq"' in next(wire.frames())[3]  # stored, in this order
+    wire.send(b"$JS.API.STREAM.MSG.DELETE.DG", b"r.del", None, b'{"seq":4}')
+    assert b'"success":true' in next(wire.frames())[3]
+    out = []
+    for n, (target, hdrs, body) in enumerate(REQUESTS):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        wire.send(b"$JS.API.DIRECT.GET." + target.encode(), b"r.%d" % n, hdrs, data)
+        out.append((f"{target} {data!r}", list(wire.frames())))
+    wire.sock.close()
+    return out
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    need_tool(nats_server_binary() is not None, "nats-server")
+    ref = start_server("nats-server", ["-js", "-sd", str(tmp_path / "ref")])
+    ours = start_server("pynatsd", ["-js", "-sd", str(tmp_path / "ours")])
+    yield ref, ours
+    ref.stop()
+    ours.stop()
+
+
+def test_direct_get_frames_match_nats_server(servers: tuple[ServerProcess, ServerProcess]) -> None:
+    ref, ours = servers
+    expected = session(ref.port)
+    got = session(ours.port)
+    diffs = [
+        f"{what}:\n  nats-server {want}\n  pynatsd     {have}"
+        for (what, want), (_, have) in zip(expected, got, strict=True)
+        if have != want
+    ]
+    assert not diffs, "\n".join(diffs)
+    # The script exercises what it claims: batches end with an EOB, cut ones included.
+    eobs = [frames[-1][2] for _, frames in expected if frames and b"204 EOB" in frames[-1][2]]
+    assert len(eobs) >= 7
