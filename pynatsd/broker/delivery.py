@@ -26,11 +26,6 @@ a message that came from a route goes to local receivers only, to the queue grou
 Accounts linked by imports (pynatsd.broker.imports): a subscription with a `forward` hook (a stream
 import's shadow, a service import, a response route) is not a receiver; the hook maps the message into
 the other account and hands it to this same policy there (`deliver` or `publish`).
-
-`publish_batch` is `publish` for many messages to one subject at once (a JetStream batched answer): when
-that subject's only receiver is one plain client subscription, the rules above are the same for every
-message and are applied once, and the frames go to its queue as one chunk; otherwise each message goes
-through `publish`.
 """
 
 from __future__ import annotations
@@ -284,55 +279,3 @@ def _route_target(
             return routes
     routes.append((sub, [] if queue is None else [queue]))
     return routes
-
-
-def publish_batch(
-    sublist: Sublist[Subscription],
-    origin: Client,
-    subject: bytes,
-    frames: list[tuple[bytes | None, bytes]],
-    fanout: list[int],
-) -> None:
-    """Deliver (headers, payload) messages without reply to literal `subject`, in order (see the module
-    docstring)."""
-    plain, groups = sublist.match(subject)
-    sub = plain[0] if len(plain) == 1 and not groups else None
-    conn = sub.conn if sub is not None else None
-    if sub is None or conn is None or sub.max_msgs or sub.callback is not None or conn.out is None:
-        msg = Message(origin)
-        head = b"MSG " + subject + b" "
-        for hdrs, payload in frames:
-            sizes = b"%d" % len(payload) if hdrs is None else b"%d %d" % (len(hdrs), len(hdrs) + len(payload))
-            msg.set(subject, None, sizes, hdrs, payload, head)
-            publish(sublist, msg, fanout)
-        return
-    fanout[1 if len(fanout) > 1 else -1] += len(frames)
-    if conn.closed or (conn is origin and not conn.echo):
-        return
-    perms = conn.perms
-    if perms is not None and perms.sub_deny and perms.delivery_denied(subject):
-        return
-    sub.delivered += len(frames)
-    out = conn.out
-    with_headers = conn.headers
-    mhead = b"MSG " + subject + b" " + sub.sid_sp
-    hhead = b"H" + mhead
-    parts: list[bytes] = []
-    nbytes = 0
-    for hdrs, payload in frames:
-        if hdrs is not None and with_headers:
-            size = len(hdrs) + len(payload)
-            parts.append(hhead)
-            parts.append(b"%d %d\r\n" % (len(hdrs), size))
-            parts.append(hdrs)
-        else:
-            size = len(payload)
-            parts.append(mhead)
-            parts.append(b"%d\r\n" % size)
-        parts.append(payload)
-        parts.append(b"\r\n")
-        nbytes += size
-    conn.out_msgs += len(frames)
-    conn.out_bytes += nbytes
-    if out is not None and out.enqueue_msg(b"".join(parts), b"", b""):
-        conn.backlogged()

@@ -102,6 +102,14 @@ def _connz_query(options: Mapping[str, Any]) -> dict[str, str]:
     return query
 
 
+def _routez_query(options: Mapping[str, Any]) -> dict[str, str]:
+    """RoutezOptions (`subscriptions`, `subscriptions_detail`) as /routez's `subs` parameter."""
+    query = _query(options, {"subscriptions": "subs"})
+    if options.get("subscriptions_detail"):
+        query["subs"] = "detail"
+    return query
+
+
 _SUBSZ_NAMES = {
     "offset": "offset",
     "limit": "limit",
@@ -306,7 +314,7 @@ class SystemService:
             "VARZ": endpoint(lambda o: ep.varz(s, *self._varz_inputs())),
             "CONNZ": endpoint(lambda o: ep.connz(s, _connz_query(o))),
             "SUBSZ": endpoint(lambda o: ep.subsz(s, _query(o, _SUBSZ_NAMES))),
-            "ROUTEZ": endpoint(lambda o: ep.routez(s)),
+            "ROUTEZ": endpoint(lambda o: ep.routez(s, _routez_query(o))),
             "GATEWAYZ": endpoint(lambda o: ep.gatewayz(s)),
             "LEAFZ": endpoint(lambda o: ep.leafz(s)),
             "ACCOUNTZ": endpoint(lambda o: ep.accountz(s, _query(o, {"account": "acc"}))),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 
 from pynatsd.broker.delivery import Client, Message, Subscription, publish
+from pynatsd.broker.histogram import Tally
 from pynatsd.matcher import Sublist
 
 
@@ -29,9 +30,18 @@ class FakeRoute(Client):
         return True
 
 
+def _fanout() -> list[Tally]:
+    return [Tally() for _ in range(8)]
+
+
 def local_sub(conn: Local, subject: bytes, queue: bytes | None = None) -> Subscription:
     def record(
-        sub: Subscription, subj: bytes, reply: bytes | None, headers: bytes | None, payload: bytes
+        sub: Subscription,
+        subj: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+        publisher: Client | None,
     ) -> None:
         conn.got.append((sub.sid, payload))
 
@@ -55,7 +65,7 @@ def test_one_routed_message_per_route_however_many_interests_match() -> None:
     sublist.insert(Subscription(other, b"foo", None, b"$G"))
     local = Local()
     sublist.insert(local_sub(local, b"foo"))
-    assert publish(sublist, message(Local()), [0] * 8)
+    assert publish(sublist, message(Local()), _fanout())
     assert route.sent == [(b"$G", b"foo", [b"q1", b"q2"])]
     assert other.sent == [(b"$G", b"foo", [])]
     assert len(local.got) == 1
@@ -68,7 +78,7 @@ def test_a_routed_message_goes_to_local_receivers_only() -> None:
     sublist.insert(Subscription(other, b"foo", b"q1", b"$G"))
     local = Local()
     sublist.insert(local_sub(local, b"foo"))
-    assert publish(sublist, message(source, queues=None), [0] * 8)
+    assert publish(sublist, message(source, queues=None), _fanout())
     assert other.sent == [] and len(local.got) == 1
 
 
@@ -78,8 +88,8 @@ def test_a_routed_message_reaches_only_the_queue_groups_it_names() -> None:
     named, unnamed = Local(), Local()
     sublist.insert(local_sub(named, b"foo", b"q1"))
     sublist.insert(local_sub(unnamed, b"foo", b"q2"))
-    publish(sublist, message(source, queues=[b"q1"]), [0] * 8)
-    publish(sublist, message(source, queues=None), [0] * 8)
+    publish(sublist, message(source, queues=[b"q1"]), _fanout())
+    publish(sublist, message(source, queues=None), _fanout())
     assert len(named.got) == 1 and unnamed.got == []
 
 
@@ -93,7 +103,7 @@ def test_queue_group_member_is_local_or_one_route_never_both() -> None:
     sublist.insert(local_sub(local, b"foo", b"q"))
     publisher = Local()
     for _ in range(400):
-        publish(sublist, message(publisher), [0] * 8)
+        publish(sublist, message(publisher), _fanout())
     remote = len(route.sent)
     assert remote + len(local.got) == 400  # exactly one member each time
     assert all(q == [b"q"] for _, _, q in route.sent)
@@ -106,6 +116,6 @@ def test_closed_route_takes_nothing_and_no_interest_means_not_delivered() -> Non
     route = FakeRoute()
     route.closed = True
     sublist.insert(Subscription(route, b"foo", None, b"$G"))
-    assert not publish(sublist, message(Local()), [0] * 8)
-    assert not publish(sublist, message(Local(), b"bar"), [0] * 8)
+    assert not publish(sublist, message(Local()), _fanout())
+    assert not publish(sublist, message(Local(), b"bar"), _fanout())
     assert route.sent == []
