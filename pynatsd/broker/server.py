@@ -10,7 +10,7 @@ import platform
 import ssl
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -69,8 +69,10 @@ class ClosedTotals:
 class ServerStats:
     """Server-wide counters read by monitoring.
 
-    Message and byte totals are not bumped on the hot path: each connection counts its own, and the
-    totals are the open connections' counts plus those of closed ones.
+    Message and byte totals are not bumped on the hot path: each connection (client or route) counts
+    its own, and the totals are the open connections' counts plus those of closed ones. `in_msgs` and
+    the like include routed messages, as nats-server's do; `in_client_msgs` and the like count clients'
+    only. Slow consumers and stale connections are counted in all, and routes' apart (`route_*`).
     """
 
     def __init__(self, clients: dict[int, Connection], stall: StallGate) -> None:
@@ -78,8 +80,12 @@ class ServerStats:
         self._stall = stall
         self.closed = ClosedTotals()
         self.closed_by_account: dict[str, ClosedTotals] = {}  # per account (accstatz, /metrics)
+        self.routes: Collection[Route] = ()  # the open route connections (the route manager's)
+        self.closed_routes = ClosedTotals()
         self.slow_consumers = 0
         self.stale_connections = 0
+        self.route_slow_consumers = 0
+        self.route_stale_connections = 0
         self.total_connections = 0
         self.auth_failures = 0
 
@@ -91,21 +97,48 @@ class ServerStats:
     def _total(self, field: str) -> int:
         return int(getattr(self.closed, field)) + sum(getattr(c, field) for c in self._clients.values())
 
+    def _routed(self, field: str) -> int:
+        return int(getattr(self.closed_routes, field)) + sum(getattr(r, field) for r in self.routes)
+
     @property
-    def in_msgs(self) -> int:
+    def in_client_msgs(self) -> int:
         return self._total("in_msgs")
 
     @property
-    def out_msgs(self) -> int:
+    def out_client_msgs(self) -> int:
         return self._total("out_msgs")
 
     @property
-    def in_bytes(self) -> int:
+    def in_client_bytes(self) -> int:
         return self._total("in_bytes")
 
     @property
-    def out_bytes(self) -> int:
+    def out_client_bytes(self) -> int:
         return self._total("out_bytes")
+
+    @property
+    def in_msgs(self) -> int:
+        return self._total("in_msgs") + self._routed("in_msgs")
+
+    @property
+    def out_msgs(self) -> int:
+        return self._total("out_msgs") + self._routed("out_msgs")
+
+    @property
+    def in_bytes(self) -> int:
+        return self._total("in_bytes") + self._routed("in_bytes")
+
+    @property
+    def out_bytes(self) -> int:
+        return self._total("out_bytes") + self._routed("out_bytes")
+
+    def add_closed_route(self, route: Route) -> None:
+        """Keep a closing route's counters in the totals (called once, as it leaves `routes`)."""
+        closed = self.closed_routes
+        closed.in_msgs += route.in_msgs
+        closed.out_msgs += route.out_msgs
+        closed.in_bytes += route.in_bytes
+        closed.out_bytes += route.out_bytes
 
     def add_closed(self, conn: Connection) -> None:
         account = self.closed_by_account.get(conn.account)

@@ -416,12 +416,6 @@ class SystemService:
         stats = s.stats
         cpu, _ = self._varz_inputs()
         cores = os.cpu_count() or 1
-        in_msgs, in_bytes, out_msgs, out_bytes = (
-            stats.in_msgs,
-            stats.in_bytes,
-            stats.out_msgs,
-            stats.out_bytes,
-        )
         active = {c.account for c in s.clients.values() if c.connected}
         body: dict[str, Any] = {
             "start": rfc3339nano(s.start_time),
@@ -432,10 +426,10 @@ class SystemService:
             "total_connections": stats.total_connections,
             "active_accounts": len(active),
             "subscriptions": s.sublist_stats().num_subscriptions,
-            "sent": {"msgs": out_msgs, "bytes": out_bytes},
-            "sent_to_clients": {"msgs": out_msgs, "bytes": out_bytes},
-            "received": {"msgs": in_msgs, "bytes": in_bytes},
-            "received_from_clients": {"msgs": in_msgs, "bytes": in_bytes},
+            "sent": {"msgs": stats.out_msgs, "bytes": stats.out_bytes},
+            "sent_to_clients": {"msgs": stats.out_client_msgs, "bytes": stats.out_client_bytes},
+            "received": {"msgs": stats.in_msgs, "bytes": stats.in_bytes},
+            "received_from_clients": {"msgs": stats.in_client_msgs, "bytes": stats.in_client_bytes},
             "slow_consumers": stats.slow_consumers,
         }
         if stats.slow_consumers:

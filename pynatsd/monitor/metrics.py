@@ -71,10 +71,10 @@ class PynatsdCollector(Collector):
             stats.total_connections,
         )
         yield gauge("pynatsd_subscriptions", "Subscriptions in the index.", sl_stats.num_subscriptions)
-        yield counter("pynatsd_messages_in", "Messages received from clients.", stats.in_msgs)
-        yield counter("pynatsd_messages_out", "Messages delivered to clients.", stats.out_msgs)
-        yield counter("pynatsd_bytes_in", "Payload bytes received from clients.", stats.in_bytes)
-        yield counter("pynatsd_bytes_out", "Payload bytes delivered to clients.", stats.out_bytes)
+        yield counter("pynatsd_messages_in", "Messages received from clients.", stats.in_client_msgs)
+        yield counter("pynatsd_messages_out", "Messages delivered to clients.", stats.out_client_msgs)
+        yield counter("pynatsd_bytes_in", "Payload bytes received from clients.", stats.in_client_bytes)
+        yield counter("pynatsd_bytes_out", "Payload bytes delivered to clients.", stats.out_client_bytes)
         yield counter("pynatsd_slow_consumers", "Connections closed as slow consumers.", stats.slow_consumers)
         yield counter(
             "pynatsd_stalled_clients",

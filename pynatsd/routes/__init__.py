@@ -24,7 +24,8 @@ Interface for monitoring and tooling (stable; other branches build on it):
   interest, `subject` or `subject queue`), `num_subs: int`, `url: str` (the route URL it was solicited
   with, or the peer's route address), `remote_cluster: str`, `connect_urls: list[str]` (the peer's
   client URLs), `closed: bool`, `close_reason: str`. Message counters count routed messages (RMSG/HMSG)
-  only; client totals (`ServerStats`) do not include them.
+  only; the server's totals (`ServerStats.in_msgs` and the like, /varz `in_msgs`) include them, and
+  its client counts (`in_client_msgs`, ...) do not.
 
 Pooling: pynatsd advertises no `route_pool_size`, so a 2.15 peer treats it as a server without pooling
 (one route, accounts named in every RS+/RS-/RMSG), which nats-server supports for mixed clusters.

@@ -57,6 +57,7 @@ class RouteManager:
         self.cluster = cluster
         self.routes: dict[str, Route] = {}  # remote server id -> its registered route
         self.connections: set[Route] = set()  # every open route connection, registered or not
+        server.stats.routes = self.connections  # the server's message totals include the routes'
         # Local interest: (account, subject, queue or None) -> subscriptions (a queue group's weight).
         self.interest: dict[tuple[str, bytes, bytes | None], int] = {}
         self.connect_urls: list[str] = []  # client URLs of the other servers (for clients' INFO)
@@ -311,7 +312,9 @@ class RouteManager:
         return True
 
     def route_closed(self, route: Route) -> None:
-        self.connections.discard(route)
+        if route in self.connections:
+            self.connections.discard(route)
+            self.server.stats.add_closed_route(route)
         if self.routes.get(route.remote_id) is route:
             del self.routes[route.remote_id]
             if route.connect_urls and not self.cluster.no_advertise:
