@@ -100,6 +100,16 @@ class ServerStats:
     def _routed(self, field: str) -> int:
         return int(getattr(self.closed_routes, field)) + sum(getattr(r, field) for r in self.routes)
 
+    def slow_consumer_stats(self) -> dict[str, int]:
+        """nats-server's `slow_consumer_stats`: slow consumers by connection kind."""
+        routes = self.route_slow_consumers
+        return {"clients": self.slow_consumers - routes, "routes": routes, "gateways": 0, "leafs": 0}
+
+    def stale_connection_stats(self) -> dict[str, int]:
+        """nats-server's `stale_connection_stats`: stale connections by connection kind."""
+        routes = self.route_stale_connections
+        return {"clients": self.stale_connections - routes, "routes": routes, "gateways": 0, "leafs": 0}
+
     @property
     def in_client_msgs(self) -> int:
         return self._total("in_msgs")

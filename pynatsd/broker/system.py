@@ -433,20 +433,10 @@ class SystemService:
             "slow_consumers": stats.slow_consumers,
         }
         if stats.slow_consumers:
-            body["slow_consumer_stats"] = {
-                "clients": stats.slow_consumers,
-                "routes": 0,
-                "gateways": 0,
-                "leafs": 0,
-            }
+            body["slow_consumer_stats"] = stats.slow_consumer_stats()
         if stats.stale_connections:
             body["stale_connections"] = stats.stale_connections
-            body["stale_connection_stats"] = {
-                "clients": stats.stale_connections,
-                "routes": 0,
-                "gateways": 0,
-                "leafs": 0,
-            }
+            body["stale_connection_stats"] = stats.stale_connection_stats()
         if stats.stalled_clients:
             body["stalled_clients"] = stats.stalled_clients
         body["active_servers"] = 1

@@ -146,13 +146,8 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
             "config_digest": opts.config_digest,
             "feature_flags": {},  # nats-server's are JetStream's; pynatsd has none
             "system_account": server.auth.system_account,
-            "slow_consumer_stats": {"clients": stats.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0},
-            "stale_connection_stats": {
-                "clients": stats.stale_connections,
-                "routes": 0,
-                "gateways": 0,
-                "leafs": 0,
-            },
+            "slow_consumer_stats": stats.slow_consumer_stats(),
+            "stale_connection_stats": stats.stale_connection_stats(),
             "disk_io_wait_stats": {"waiters": 0, "waits": 0, "wait_time": 0, "max_wait_time": 0},
             "pynatsd": {
                 "version": __version__,

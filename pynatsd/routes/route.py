@@ -412,7 +412,9 @@ class Route(Client):
         if not out.paused:
             out.flush()
         if out.queued > out.hard_limit:
-            self.server.stats.slow_consumers += 1
+            stats = self.server.stats
+            stats.slow_consumers += 1
+            stats.route_slow_consumers += 1
             log.warning("%r - Slow Consumer Detected", self)
             self.close("Slow Consumer (Pending Bytes)")
 
@@ -434,7 +436,9 @@ class Route(Client):
         cluster = self.manager.cluster
         opts = self.server.options
         if self._pings_out + 1 > (cluster.ping_max or opts.ping_max):
-            self.server.stats.stale_connections += 1
+            stats = self.server.stats
+            stats.stale_connections += 1
+            stats.route_stale_connections += 1
             log.debug("%r - Stale Route Connection - Closing", self)
             self.close("Stale Connection", errors.STALE_CONNECTION)
             return
