@@ -57,21 +57,15 @@ def route_info(route: Route, now: datetime, subs: bool, detail: bool) -> dict[st
     if subs and route.num_subs:
         if detail:
             info["subscriptions_list_detail"] = [
-                remote_detail(account, shadows, route.rid) for account, shadows in interest(route)
+                remote_detail(account, shadows, route.rid) for account, shadows in route.remote_interest()
             ]
         else:  # subjects only, queue subscriptions too (as nats-server lists them)
             info["subscriptions_list"] = [
-                shadows[0].subject.decode("utf-8", "replace") for _, shadows in interest(route)
+                shadows[0].subject.decode("utf-8", "replace") for _, shadows in route.remote_interest()
             ]
     # No `account`: that names the account a pooled route is pinned to, and pynatsd does not pool.
     info["compression"] = route.compression
     return info
-
-
-def interest(route: Route) -> list[tuple[bytes, list[Subscription]]]:
-    """The route's remote interest, one entry per subject (and queue group): its account and the
-    subscriptions that stand for it in the account's sublist (a queue group's weight is that many)."""
-    return [(key[0], shadows) for key, shadows in route.remote_subs.items() if shadows]
 
 
 def remote_detail(account: bytes, shadows: list[Subscription], rid: int) -> dict[str, Any]:

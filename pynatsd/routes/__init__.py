@@ -21,7 +21,10 @@ Interface for monitoring and tooling (stable; other branches build on it):
   `start: datetime`, `last_activity: datetime`, `rtt: float | None` (seconds), `in_msgs`, `out_msgs`,
   `in_bytes`, `out_bytes: int`, `pending_bytes: int`, `pool_idx: int` (always 0: pynatsd keeps one route
   per remote server, see below), `compression: str` ("off"), `subjects() -> list[str]` (the remote
-  interest, `subject` or `subject queue`), `num_subs: int`, `url: str` (the route URL it was solicited
+  interest, `subject` or `subject queue`), `remote_interest() -> list[tuple[bytes, list[Subscription]]]`
+  (the remote interest as /routez?subs details it: per subject and queue group, its account and the
+  `delivery.Subscription`s standing for it here, as many as a queue group's weight; their `subject`,
+  `queue`, `delivered` are read), `num_subs: int`, `url: str` (the route URL it was solicited
   with, or the peer's route address), `remote_cluster: str`, `connect_urls: list[str]` (the peer's
   client URLs), `closed: bool`, `close_reason: str`. Message counters count routed messages (RMSG/HMSG)
   only; the server's totals (`ServerStats.in_msgs` and the like, /varz `in_msgs`) include them, and

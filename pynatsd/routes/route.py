@@ -114,6 +114,12 @@ class Route(Client):
         """The remote interest: `subject`, or `subject queue` for a queue group's."""
         return sorted((s + b" " + q if q else s).decode("utf-8", "replace") for _, s, q in self.remote_subs)
 
+    def remote_interest(self) -> list[tuple[bytes, list[Subscription]]]:
+        """The remote interest, one entry per subject (and queue group): its account and the
+        subscriptions that stand for it in the account's sublist (a queue group's weight is that many,
+        all alike but for their delivery counts)."""
+        return [(account, shadows) for (account, _, _), shadows in self.remote_subs.items() if shadows]
+
     def idle_for(self) -> timedelta:
         return datetime.now(UTC) - self.last_activity
 
