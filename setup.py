@@ -14,10 +14,13 @@ import sys
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-# The modules every message passes through, compiled together (calls between them are native).
+# The modules every message passes through, compiled together (calls between them are native); routed
+# messages too: a route's parser and connection (interpreted, a 2-node cluster moved 0.3x nats-server's
+# rate across nodes, the receiving node's route parser the bottleneck; see bench/broker/cluster.py).
 COMPILED = [
     "pynatsd/protocol/parser.py",
     "pynatsd/protocol/encoder.py",
+    "pynatsd/protocol/route.py",
     "pynatsd/protocol/subjects.py",
     "pynatsd/matcher/sublist.py",
     "pynatsd/matcher/trie.py",
@@ -27,6 +30,7 @@ COMPILED = [
     "pynatsd/broker/internal.py",
     "pynatsd/broker/outbound.py",
     "pynatsd/broker/connection.py",
+    "pynatsd/routes/route.py",
 ]
 
 
