@@ -2,9 +2,10 @@
 
 An internal client lives in one account. Its subscriptions sit in that account's subject space like any
 client's, and messages reach them through the one delivery policy (`delivery.deliver`), which hands each
-to the subscription's callback instead of an outbound queue. Callbacks never run inside the delivery
-that triggered them: each message is queued and the callbacks run on the next turn of the event loop, in
-order, so a callback may publish (a reply, an ack) without re-entering the publisher's read.
+to the client (`take`) for the subscription's handler instead of an outbound queue. Handlers never run
+inside the delivery that triggered them: each message is queued and the handlers run on the next turn of
+the event loop, in order, so a handler may publish (a reply, an ack) without re-entering the publisher's
+read.
 
     client = InternalClient(server, "$G", "jetstream")
     client.subscribe(b"$JS.API.>", on_request)           # on_request(subject, reply, headers, payload)
@@ -44,6 +45,7 @@ class InternalClient(Client):
         self.in_msgs = 0
         self.in_bytes = 0
         self.subs: dict[bytes, Subscription] = {}
+        self._handlers: dict[Subscription, Handler] = {}
         self._next_sid = 0
         self._inbox: deque[tuple[Handler, bytes, bytes | None, bytes | None, bytes, Client | None]] = deque()
         # Who published the message a handler is running for (e.g. the $SYS.REQ.USER.INFO requester).
@@ -60,23 +62,10 @@ class InternalClient(Client):
         """Subscribe `handler` to `subject` (wildcards allowed), optionally in a queue group."""
         self._next_sid += 1
         sid = b"%d" % self._next_sid
-
-        def queued(
-            sub: Subscription,
-            subj: bytes,
-            reply: bytes | None,
-            hdrs: bytes | None,
-            data: bytes,
-            origin: Client | None,
-        ) -> None:
-            self._inbox.append((handler, subj, reply, hdrs, data, origin))
-            if not self._scheduled:
-                self._scheduled = True
-                self.server.loop.call_soon(self._drain)
-
-        sub = Subscription(self, subject, queue, sid, callback=queued)
+        sub = Subscription(self, subject, queue, sid)
         self.sublist.insert(sub)
         self.subs[sid] = sub
+        self._handlers[sub] = handler
         links = self.server.links
         if links is not None:  # stream imports reach internal subscribers too (JetStream streams)
             links.subscribed(self.account, sub)
@@ -88,6 +77,7 @@ class InternalClient(Client):
     def remove_sub(self, sub: Subscription) -> None:
         if self.subs.get(sub.sid) is sub:
             del self.subs[sub.sid]
+            self._handlers.pop(sub, None)
             self.sublist.remove(sub)
             links = self.server.links
             if links is not None:
@@ -95,6 +85,19 @@ class InternalClient(Client):
 
     def backlogged(self) -> None:
         """Never: an internal client has no queue."""
+
+    def take(self, sub: Subscription, msg: Message) -> bool:
+        """Queue `msg` for `sub`'s handler, run on the next turn of the loop (see the module docstring)."""
+        handler = self._handlers.get(sub)
+        if handler is None:
+            return False
+        self.out_msgs += 1
+        self.out_bytes += msg.size
+        self._inbox.append((handler, msg.subject, msg.reply, msg.headers, msg.payload, msg.origin))
+        if not self._scheduled:
+            self._scheduled = True
+            self.server.loop.call_soon(self._drain)
+        return True
 
     def publish(
         self,

@@ -8,7 +8,6 @@ independent: trace alone shows `[TRC]` lines but no `[DBG]` ones.
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import os
 import re
 import socket
@@ -128,15 +127,6 @@ class SizeLimitedFileHandler(logging.FileHandler):
         self.flush()
 
 
-class NatsSysLogHandler(logging.handlers.SysLogHandler):
-    """Syslog with nats-server's severities (trace as notice) and its tag: the executable's name."""
-
-    def mapPriority(self, levelName: str) -> str:  # the stdlib names it so
-        if levelName == "TRACE" or levelName == "INFO":
-            return "notice"  # nats-server's Noticef and Tracef both write notices
-        return super().mapPriority(levelName)
-
-
 def syslog_handler(remote: str = "", local_socket: str = "") -> logging.Handler:
     """The local syslog (`local_socket`, else the first of SYSLOG_SOCKETS), or `remote`: `udp://host:port`,
     `tcp://host:port` or `unix:///path`. Raises LoggingError when it cannot be reached."""
@@ -157,6 +147,18 @@ def syslog_handler(remote: str = "", local_socket: str = "") -> logging.Handler:
         address = local_socket or next((p for p in SYSLOG_SOCKETS if _is_socket(p)), SYSLOG_SOCKETS[0])
     if isinstance(address, str):
         _check_unix_socket(address)  # SysLogHandler ignores this failure and would drop every line
+    # Imported here: logging.handlers brings pickle, queue and threading machinery that a server without
+    # syslog never uses (idle RSS).
+    import logging.handlers
+
+    class NatsSysLogHandler(logging.handlers.SysLogHandler):
+        """Syslog with nats-server's severities (trace as notice) and its tag: the executable's name."""
+
+        def mapPriority(self, levelName: str) -> str:  # the stdlib names it so
+            if levelName == "TRACE" or levelName == "INFO":
+                return "notice"  # nats-server's Noticef and Tracef both write notices
+            return super().mapPriority(levelName)
+
     try:
         handler = NatsSysLogHandler(address, logging.handlers.SysLogHandler.LOG_DAEMON, kind)
     except OSError as exc:

@@ -313,6 +313,10 @@ class Server:
         """The imports and exports of the `accounts {}` blocks (checked by the config schema), or of the
         account JWTs; again after a reload, which replaces every link (the shadows of connected clients'
         subscriptions included)."""
+        accounts = self.options.extra.get("accounts") or {}
+        linked = any(acc.get("imports") for acc in accounts.values())
+        if self.auth.jwt is None and self.links is None and not linked:
+            return  # nothing to link: the imports module stays unloaded (idle RSS)
         from pynatsd.broker.imports import AccountLinks, link, specs_from_config
 
         if self.auth.jwt is not None:  # operator mode: linked as the account JWTs are used
@@ -324,8 +328,7 @@ class Server:
         if self.links is not None:
             self.links.uninstall()
             self.links = None
-        accounts = self.options.extra.get("accounts") or {}
-        if any(acc.get("imports") for acc in accounts.values()):
+        if linked:
             specs = specs_from_config(accounts)
             streams, services, _ = link(specs)
             self.links = AccountLinks(self)

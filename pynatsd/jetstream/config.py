@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,8 @@ def from_options(opts: Options) -> JsConfig | None:
     if block.get("enabled") is False:
         return None
     store_dir = flag_dir or block.get("store_dir") or block.get("store") or ""
+    import tempfile  # only with JetStream on: it brings shutil, bz2, lzma into the process (idle RSS)
+
     cfg = JsConfig(store_dir=Path(store_dir) if store_dir else Path(tempfile.gettempdir()) / "nats")
     for key, value in block.items():
         k = key.lower()

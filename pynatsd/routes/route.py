@@ -390,13 +390,14 @@ class Route(Client):
             else:
                 tail = b"%d\r\n%s\r\n" % (msg.nbytes, msg.payload)
         else:
-            # `RMSG account subject `, cached per account and subject (bounded)
+            # `RMSG account subject` (the shared tail brings the space), cached per account and subject
+            # (bounded)
             heads = self._rheads.get(sub.sid)
             if heads is None:
                 heads = self._rheads[sub.sid] = {}
             cached = heads.get(msg.subject) if not with_headers else None
             if cached is None:
-                head = (b"HMSG " if with_headers else b"RMSG ") + sub.sid + b" " + msg.subject + b" "
+                head = (b"HMSG " if with_headers else b"RMSG ") + sub.sid + b" " + msg.subject
                 if not with_headers:
                     if len(heads) >= _HEADS_CACHED:
                         heads.clear()

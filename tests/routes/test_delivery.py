@@ -18,6 +18,10 @@ class Local(Client):
     def remove_sub(self, sub: Subscription) -> None:
         pass
 
+    def take(self, sub: Subscription, msg: Message) -> bool:
+        self.got.append((sub.sid, msg.payload))
+        return True
+
 
 class FakeRoute(Client):
     def __init__(self) -> None:
@@ -35,17 +39,7 @@ def _fanout() -> list[Tally]:
 
 
 def local_sub(conn: Local, subject: bytes, queue: bytes | None = None) -> Subscription:
-    def record(
-        sub: Subscription,
-        subj: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-        publisher: Client | None,
-    ) -> None:
-        conn.got.append((sub.sid, payload))
-
-    return Subscription(conn, subject, queue, b"%d" % id(conn), record)
+    return Subscription(conn, subject, queue, b"%d" % id(conn))
 
 
 def message(origin: Client | None, subject: bytes = b"foo", queues: list[bytes] | None = None) -> Message:
