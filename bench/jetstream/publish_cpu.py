@@ -134,7 +134,9 @@ def start(kind: str, store: str, profile: str | None) -> tuple[subprocess.Popen[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--window", type=int, default=20_000)
@@ -156,8 +158,9 @@ def main() -> None:
                     proc.kill()
             us = [r[0] for r in runs]
             rates = [r[1] for r in runs]
+            each = ", ".join(f"{u:.2f}" for u in us)
             print(
-                f"{kind}: server {statistics.median(us):.2f} µs/msg (runs {', '.join(f'{u:.2f}' for u in us)}), "
+                f"{kind}: server {statistics.median(us):.2f} µs/msg (runs {each}), "
                 f"{statistics.median(rates):,.0f} acked msgs/s"
             )
 
