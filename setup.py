@@ -27,6 +27,9 @@ COMPILED = [
     "pynatsd/broker/internal.py",
     "pynatsd/broker/outbound.py",
     "pynatsd/broker/connection.py",
+    "pynatsd/jetstream/store/base.py",
+    "pynatsd/jetstream/store/file.py",
+    "pynatsd/jetstream/store/memory.py",
 ]
 
 
