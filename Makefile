@@ -24,7 +24,7 @@ venv: $(STAMP)
 
 # The message path compiled with mypyc beside its sources (setup.py; falls back to interpreted without a
 # C compiler). Rebuilt when any module changes.
-$(COMPILED_STAMP): $(STAMP) setup.py $(wildcard pynatsd/*/*.py)
+$(COMPILED_STAMP): $(STAMP) setup.py $(wildcard pynatsd/*/*.py pynatsd/*/*/*.py)
 	@find pynatsd -name '*.so' -delete; rm -rf build/lib.* build/temp.*  # none left from another module list
 	$(PY) setup.py -q build_ext --inplace
 	@mkdir -p build && touch $@

@@ -31,6 +31,9 @@ COMPILED = [
     "pynatsd/broker/outbound.py",
     "pynatsd/broker/connection.py",
     "pynatsd/routes/route.py",
+    "pynatsd/jetstream/store/base.py",
+    "pynatsd/jetstream/store/file.py",
+    "pynatsd/jetstream/store/memory.py",
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import sys
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
@@ -220,7 +221,22 @@ class Stream:
             json.dumps(self.name).encode(),
             b'"domain":%s,' % json.dumps(domain).encode() if domain else b"",
         )
+        self._derive()
         self._rebuild_dedupe()
+
+    def _derive(self) -> None:
+        """What each publish asks of the config, worked out once per config (the publish path is hot)."""
+        cfg = self.config
+        self._sealed = bool(cfg["sealed"])
+        self._max_msg_size = cfg["max_msg_size"] if cfg["max_msg_size"] >= 0 else sys.maxsize
+        self._discard_new = cfg["discard"] == "new"
+        self._interest_only = cfg["retention"] == "interest"
+        self._no_ack = bool(cfg.get("no_ack"))
+        self._has_limits = cfg["max_msgs_per_subject"] > 0 or cfg["max_msgs"] > 0 or cfg["max_bytes"] > 0
+        self._max_age = cfg["max_age"]
+        self._dedupe_window = cfg["duplicate_window"]
+        # No message id can leave the duplicate window before this time (ns): until then no expiry pass.
+        self._dedupe_check_at = 0
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -266,6 +282,7 @@ class Stream:
             self.account.client.unsubscribe(subject)
         self._subs.clear()
         self.config = new
+        self._derive()
         self.start()
         self.save_meta()
         self._enforce_limits()
@@ -320,7 +337,7 @@ class Stream:
             log.exception("JetStream stream %s: storing failed", self.name)
             self._nack(reply, errors.general(f"{type(exc).__name__}: {exc}"))
             return
-        if reply and not self.config.get("no_ack"):
+        if reply and not self._no_ack:
             # Written as nats-server writes it (by hand, hence the space in `"duplicate": true`).
             ack = b'%s"seq":%d%s}' % (self._ack_head, seq, b',"duplicate": true' if duplicate else b"")
             self._answer(reply, seq, ack)
@@ -328,12 +345,13 @@ class Stream:
     def _answer(self, reply: bytes, seq: int, body: bytes) -> None:
         """Send a publish's answer, after the store has written what this turn of the loop appended: the
         store writes a turn's messages at once, and nobody may hear of a message before it is written."""
-        if not self._answers and not self.store.pending_writes:
-            self.account.client.publish(reply, None, None, body)
-            return
-        if not self._answers:
+        answers = self._answers
+        if not answers:
+            if not self.store.pending_writes:
+                self.account.client.publish(reply, None, None, body)
+                return
             self.account.js.loop.call_soon(self._commit)
-        self._answers.append((reply, seq, body))
+        answers.append((reply, seq, body))
 
     def _commit(self) -> None:
         answers, self._answers = self._answers, []
@@ -348,27 +366,30 @@ class Stream:
             for msg_id in [k for k, (seq, _) in self._dedupe.items() if seq in failed]:
                 del self._dedupe[msg_id]
             err = errors.store_failed("write failed")
+        publish = self.account.client.publish
         for reply, seq, body in answers:
             if seq in failed:
                 self._nack(reply, err)
             else:
-                self.account.client.publish(reply, None, None, body)
+                publish(reply, None, None, body)
 
     def _nack(self, reply: bytes | None, err: ApiError) -> None:
         self.account.api_errors_on_publish += 1
-        if reply and not self.config.get("no_ack"):
+        if reply and not self._no_ack:
             body = json.dumps({"error": err.json(), "stream": self.name, "seq": 0}, separators=(",", ":"))
             self._answer(reply, 0, body.encode())
 
     def process(self, subject: bytes, hdrs: bytes | None, payload: bytes) -> tuple[int, bool]:
         """Store one published message after nats-server's checks; returns (sequence, duplicate)."""
+        if self._sealed:
+            raise errors.stream_sealed()
         cfg = self.config
         st = self.store
-        if cfg["sealed"]:
-            raise errors.stream_sealed()
+        js = self.account.js
         size = len(payload) + (len(hdrs) if hdrs else 0)
-        if 0 <= cfg["max_msg_size"] < size or size > self.account.js.max_payload:
+        if size > self._max_msg_size or size > js.max_payload:
             raise errors.message_too_big()
+        now = now_ns()
         msg_id = ""
         rollup = b""
         if hdrs:
@@ -381,7 +402,8 @@ class Stream:
             mid = get_header(hdrs, b"Nats-Msg-Id")
             if mid:
                 msg_id = mid.decode()
-                self._expire_dedupe()
+                if now >= self._dedupe_check_at:
+                    self._expire_dedupe(now)
                 seen = self._dedupe.get(msg_id)
                 if seen is not None:
                     return seen[0], True
@@ -396,7 +418,7 @@ class Stream:
                         f"rollup value invalid: {json.dumps(roll.decode(errors='replace'))}"
                     )
                 rollup = roll
-        if cfg["discard"] == "new" and not rollup:
+        if self._discard_new and not rollup:
             if cfg["max_msgs"] > 0 and st.msgs >= cfg["max_msgs"]:
                 raise errors.store_failed("maximum messages exceeded")
             if cfg["max_bytes"] > 0 and st.bytes + st.msg_size(subject, hdrs, payload) > cfg["max_bytes"]:
@@ -407,15 +429,14 @@ class Stream:
                 and len(st.subjects.get(subject, ())) >= cfg["max_msgs_per_subject"]
             ):
                 raise errors.store_failed("maximum messages per subject exceeded")
-        if self.account.js.limited:
-            self.account.js.check_capacity(cfg["storage"], st.msg_size(subject, hdrs, payload))
-        if self.config["retention"] == "interest" and not self._has_interest(subject):
+        if js.limited:
+            js.check_capacity(cfg["storage"], st.msg_size(subject, hdrs, payload))
+        if self._interest_only and not self._has_interest(subject):
             # Nobody would ever ack it: nats-server acknowledges and drops it at once.
             st.skip_to(st.last_seq + 1)
             return st.last_seq, False
-        ts = now_ns()
-        if ts <= st.last_ts:
-            ts = st.last_ts + 1  # strictly increasing, so by_start_time and max_age stay exact
+        # Strictly increasing, so by_start_time and max_age stay exact.
+        ts = now if now > st.last_ts else st.last_ts + 1
         seq = st.append(subject, hdrs, payload, ts)
         if msg_id:
             self._dedupe[msg_id] = (seq, ts)
@@ -424,12 +445,14 @@ class Stream:
             self.remove([s for s in st.subjects.get(subject, ()) if s < seq])
         elif rollup == b"all":
             self.remove([s for s in st.seqs_from(st.first_seq) if s < seq])
-        self._enforce_limits(subject)
-        if st.msgs == 1 or self._age_timer is None:
+        if self._has_limits:
+            self._enforce_limits(subject)
+        if self._max_age and (st.msgs == 1 or self._age_timer is None):
             self._schedule_age_check()
-        for consumer in self.consumers.values():
-            consumer.on_new_message(seq, subject)
-        self.account.js.stats_stored(size)
+        if self.consumers:
+            for consumer in self.consumers.values():
+                consumer.on_new_message(seq, subject)
+        js.stats_stored(size)
         return seq, False
 
     def _check_expected(self, subject: bytes, hdrs: bytes) -> None:
@@ -512,13 +535,17 @@ class Stream:
         self._schedule_age_check()
 
     # -- dedupe ---------------------------------------------------------------------------------------
-    def _expire_dedupe(self) -> None:
-        cutoff = now_ns() - self.config["duplicate_window"]
+    def _expire_dedupe(self, now: int) -> None:
+        """Forget the message ids older than the duplicate window; note when the next one will be."""
+        window = self._dedupe_window
         d = self._dedupe
         while d:
-            if next(iter(d.values()))[1] >= cutoff:
-                break
+            oldest = next(iter(d.values()))[1]
+            if oldest >= now - window:
+                self._dedupe_check_at = oldest + window
+                return
             d.popitem(last=False)
+        self._dedupe_check_at = now + window  # ids added from now on are no older than now
 
     def _rebuild_dedupe(self) -> None:
         """After a restart: the message ids still inside the duplicate window, from the stored headers."""

@@ -56,8 +56,8 @@ class Store:
         self.failed: set[int] = set()  # sequences whose buffered write failed (see commit)
 
     # -- backend --------------------------------------------------------------------------------------
-    def _put(self, msg: StoredMsg) -> Locator:
-        """Keep the payload; returns two words the backend wants back to find it."""
+    def _put(self, seq: int, subject: bytes, hdrs: bytes | None, data: bytes, ts: int) -> Locator:
+        """Keep the message; returns two words the backend wants back to find it."""
         raise NotImplementedError
 
     def _get(self, seq: int, subject: bytes, ts: int, loc: Locator) -> StoredMsg | None:
@@ -164,7 +164,7 @@ class Store:
     def append(self, subject: bytes, hdrs: bytes | None, data: bytes, ts: int) -> int:
         """Store a message as the next sequence; returns it."""
         seq = self.last_seq + 1
-        loc = self._put(StoredMsg(subject, seq, hdrs, data, ts))
+        loc = self._put(seq, subject, hdrs, data, ts)
         self._index(subject, seq, ts, self.msg_size(subject, hdrs, data), loc)
         return seq
 

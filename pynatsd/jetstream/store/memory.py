@@ -14,8 +14,8 @@ class MemoryStore(Store):
         # nats-server's memory store accounting: subject + headers + payload + 16.
         return len(subject) + (len(hdrs) if hdrs else 0) + len(data) + 16
 
-    def _put(self, msg: StoredMsg) -> Locator:
-        self._data[msg.seq] = (msg.hdrs, msg.data)
+    def _put(self, seq: int, subject: bytes, hdrs: bytes | None, data: bytes, ts: int) -> Locator:
+        self._data[seq] = (hdrs, data)
         return (0, 0)
 
     def _get(self, seq: int, subject: bytes, ts: int, loc: Locator) -> StoredMsg | None:
