@@ -8,8 +8,9 @@ HTTP_PORT ?= 8222
 
 COMPILED_STAMP := build/.compiled
 # The suites that must pass on the interpreted path too (PYNATSD_NO_EXTENSIONS=1): the wire, the delivery
-# rules and the parser, differential, property and fuzz.
-INTERPRETED_SUITES ?= tests/unit tests/robust tests/integration tests/security/test_subscribe_deny.py tests/fairness
+# rules, the client and route parsers, the JetStream store; differential, property and fuzz.
+INTERPRETED_SUITES ?= tests/unit tests/robust tests/integration tests/security/test_subscribe_deny.py tests/fairness \
+	tests/routes/test_frames.py tests/routes/test_delivery.py tests/routes/test_route_protocol.py tests/jetstream/test_store.py tests/jetstream/test_crash.py
 
 .PHONY: venv compile run test test-fast lint typecheck clean
 
