@@ -203,6 +203,7 @@ async def test_huge_connz_detail_does_not_hold_the_loop() -> None:
             return len(body["connections"][0]["subscriptions_list_detail"])
 
         worst = 0.0
+        started = time.monotonic()
         async with aiohttp.ClientSession() as session:
             fetches = asyncio.gather(*(fetch(session) for _ in range(3)))
             while not fetches.done():
@@ -216,7 +217,10 @@ async def test_huge_connz_detail_does_not_hold_the_loop() -> None:
                 worst = max(worst, time.monotonic() - sent)
                 await asyncio.sleep(0.01)
             assert await fetches == [200_000] * 3
-        assert worst < 0.75, worst  # generous: ~0.1 s measured, 1.6 s before
+        elapsed = time.monotonic() - started
+        # Held for a whole page (the bug: 1.6 s of ~1.7), the worst PING waits a third of the run or more;
+        # answered between slices it waits ~0.1 s. Relative as well, since a loaded machine stretches both.
+        assert worst < max(0.75, elapsed / 5), (worst, elapsed)
         writer.close()
     finally:
         sub.close()
