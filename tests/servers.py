@@ -23,6 +23,15 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def require(kind: str) -> None:
+    """Skip a nats-server run when the binary is missing (never under CI, where it must be there)."""
+    if kind == "nats-server" and nats_server_binary() is None:
+        assert not IN_CI, "nats-server is required under CI"
+        import pytest
+
+        pytest.skip("nats-server not installed")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pynatsd.broker.config_options import ConfigValueError, parse_duration
+from pynatsd.broker.config_schema import to_bool, to_int, to_str
 from pynatsd.broker.options import Options
 
 _EXTRA_KEY = "cluster"
@@ -67,24 +68,6 @@ _COMPRESSED = frozenset(
 )
 
 
-def _str(key: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise ConfigValueError(f"cluster {key}: expected a string, got {value!r}")
-    return value
-
-
-def _int(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigValueError(f"cluster {key}: expected an integer, got {value!r}")
-    return value
-
-
-def _bool(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigValueError(f"cluster {key}: expected a boolean, got {value!r}")
-    return value
-
-
 def parse_listen(text: str, what: str = "cluster listen") -> tuple[str, int]:
     """`host:port` (`nats://host:port` from the command line): nats-server's route listen address."""
     if "://" in text:
@@ -121,7 +104,7 @@ def route_urls(value: Any, key: str = "routes") -> list[str]:
         raise ConfigValueError(f"cluster {key}: expected a list of URLs, got {value!r}")
     urls: list[str] = []
     for item in items:
-        url = check_route_url(_str(key, item))
+        url = check_route_url(to_str(f"cluster {key}", item))
         if url not in urls:  # nats-server warns about a duplicate and keeps one
             urls.append(url)
     return urls
@@ -140,11 +123,11 @@ def _tls(value: Any) -> dict[str, Any]:
     for key, v in value.items():
         k = key.lower()
         if k in _TLS_FILES:
-            tls[k] = _str(f"tls {key}", v)
+            tls[k] = to_str(f"cluster tls {key}", v)
         elif k == "timeout":
             tls["timeout"] = parse_duration(f"cluster tls {key}", v)
         elif k == "verify":
-            _bool(f"tls {key}", v)  # routes verify their peers in any case, as nats-server's
+            to_bool(f"cluster tls {key}", v)  # routes verify their peers in any case, as nats-server's
         else:
             raise ConfigValueError(
                 f'cluster tls "{key}": pynatsd does not support it for routes (it decides which peers are '
@@ -167,9 +150,9 @@ def _authorization(cluster: ClusterOptions, value: Any) -> None:
     for key, v in value.items():
         k = key.lower()
         if k in ("user", "username"):
-            cluster.username = _str(key, v)
+            cluster.username = to_str(f"cluster {key}", v)
         elif k in ("pass", "password"):
-            cluster.password = _str(key, v)
+            cluster.password = to_str(f"cluster {key}", v)
         elif k == "timeout":
             if isinstance(v, bool) or not isinstance(v, int | float):
                 raise ConfigValueError(f"cluster authorization timeout: expected seconds, got {v!r}")
@@ -195,28 +178,28 @@ def parse_block(value: Any) -> ClusterOptions:
     for key, v in value.items():
         k = key.lower()
         if k == "name":
-            name = _str(key, v)
+            name = to_str(f"cluster {key}", v)
             if " " in name:
                 raise ConfigValueError("cluster name cannot contain spaces or new lines")
             cluster.name = name
         elif k == "listen":
             cluster.host, cluster.port = parse_listen(str(v))
         elif k == "port":
-            cluster.port = _int(key, v)
+            cluster.port = to_int(f"cluster {key}", v)
         elif k in ("host", "net"):
-            cluster.host = _str(key, v)
+            cluster.host = to_str(f"cluster {key}", v)
         elif k == "authorization":
             _authorization(cluster, v)
         elif k == "routes":
             cluster.urls = route_urls(v)
         elif k in ("cluster_advertise", "advertise"):
-            cluster.advertise = _str(key, v)
+            cluster.advertise = to_str(f"cluster {key}", v)
         elif k == "no_advertise":
-            cluster.no_advertise = _bool(key, v)
+            cluster.no_advertise = to_bool(f"cluster {key}", v)
         elif k == "connect_retries":
-            cluster.connect_retries = _int(key, v)
+            cluster.connect_retries = to_int(f"cluster {key}", v)
         elif k == "pool_size":
-            cluster.pool_size = _int(key, v)
+            cluster.pool_size = to_int(f"cluster {key}", v)
         elif k == "compression":
             mode = str(v).lower() if isinstance(v, bool | str) else ""
             if isinstance(v, dict) or mode in _COMPRESSED:
@@ -229,7 +212,7 @@ def parse_block(value: Any) -> ClusterOptions:
         elif k == "ping_interval":
             cluster.ping_interval = parse_duration(f"cluster {key}", v)
         elif k == "ping_max":
-            cluster.ping_max = _int(key, v)
+            cluster.ping_max = to_int(f"cluster {key}", v)
         elif k == "tls":
             cluster.tls = _tls(v)
         elif k in ("permissions", "accounts", "connect_backoff", "write_deadline", "write_timeout"):

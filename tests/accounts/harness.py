@@ -18,18 +18,12 @@ from pathlib import Path
 import pytest
 
 from tests.config.test_differential import _run
-from tests.servers import IN_CI, ServerProcess, nats_server_binary, start_server
+from tests.servers import ServerProcess, require, start_server
 from tests.wire import WireClient
 
 KINDS = ["pynatsd", "nats-server"]
 _FRAME = re.compile(rb"(MSG|HMSG) (\S+) (\S+)(?: (\S+))? (?:(\d+) )?(\d+)\r\n")
 _RESPONSE_SUBJECT = re.compile(rb"^_R_\.[0-9A-Za-z]{6}\.[0-9A-Za-z]+$")
-
-
-def require(kind: str) -> None:
-    """Skip the nats-server run when the binary is missing (never in CI)."""
-    if kind == "nats-server" and nats_server_binary() is None and not IN_CI:
-        pytest.skip("nats-server not installed")
 
 
 @contextmanager

@@ -11,10 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
-
 from tests.jwt.issuer import Key, account_jwt, b64, user_jwt
-from tests.servers import IN_CI, ServerProcess, nats_server_binary, start_server
+from tests.servers import ServerProcess, require, start_server
 from tests.wire import WireClient
 
 KINDS = ["pynatsd", "nats-server"]
@@ -34,12 +32,6 @@ def attempt(port: int, token: str, signer: Key | None, extra: bytes = b"") -> tu
     """`connect_as` on a fresh connection."""
     with WireClient(port) as client:
         return connect_as(client, token, signer, extra)
-
-
-def require(kind: str) -> None:
-    """Skip a nats-server run when the binary is missing (never in CI)."""
-    if kind == "nats-server" and nats_server_binary() is None and not IN_CI:
-        pytest.skip("nats-server not installed")
 
 
 def _window(hours_from: float, hours_to: float) -> dict[str, str]:

@@ -13,7 +13,7 @@ from typing import Any
 import nats
 import pytest
 
-from tests.servers import IN_CI, ServerProcess, free_port, nats_server_binary, start_server
+from tests.servers import ServerProcess, free_port, require, start_server
 
 Start = Callable[..., ServerProcess]
 
@@ -21,9 +21,7 @@ Start = Callable[..., ServerProcess]
 @pytest.fixture
 def node() -> Iterator[Start]:
     """`node(kind, routes=[other nodes], **)`: a cluster member on free ports, stopped after the test."""
-    if nats_server_binary() is None:
-        assert not IN_CI, "nats-server is required under CI"
-        pytest.skip("nats-server not installed")
+    require("nats-server")
     started: list[ServerProcess] = []
 
     def start(

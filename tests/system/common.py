@@ -9,10 +9,9 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 from nats.aio.client import Client as NATS
 
-from tests.servers import IN_CI, ServerProcess, free_port, nats_server_binary, server_with_config
+from tests.servers import ServerProcess, free_port, require, server_with_config
 
 KINDS = ["pynatsd", "nats-server"]
 
@@ -26,12 +25,6 @@ system_account: SYS
 http_port: {http_port}
 {extra}
 """
-
-
-def require(kind: str) -> None:
-    """Skip a nats-server run when the binary is missing (never in CI)."""
-    if kind == "nats-server" and nats_server_binary() is None and not IN_CI:
-        pytest.skip("nats-server not installed")
 
 
 @contextmanager

@@ -193,8 +193,7 @@ def test_resolver_options_refused_as_nats_server(kind: str, block: str, problem:
     """Both servers refuse the same resolver blocks, in the same words."""
     import subprocess
 
-    from tests.jwt.world import require
-    from tests.servers import nats_server_binary, pynatsd_command
+    from tests.servers import nats_server_binary, pynatsd_command, require
 
     require(kind)
     world = World()
