@@ -24,7 +24,7 @@ _SUFFIX = {
 }  # fmt: skip
 _NUMBER = re.compile(r"^([+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)([a-zA-Z]*)$")
 _KEY_END = set(" \t\r\n:={}[],;#")
-_BARE_END = set("\r\n,;}]#")
+_BARE_END = set(" \t\r\n,;}]#")  # as nats-server's lexer: a bare value ends at a blank too
 _VAR = re.compile(r"[A-Za-z0-9_\-.]+")
 
 
@@ -122,6 +122,24 @@ class _Parser:
                 raise self.error(f"missing value for key '{key}'")
             result[key] = self.value()
             result.where[key] = self.where(start)
+            self.value_end(closing)
+
+    def value_end(self, closing: str) -> None:
+        """After a value: blanks, then a comment, a newline, a separator or `closing` — nats-server's lexer
+        rejects `{ user: a password: b }` and `port: 1 debug: true` (no separator), with these texts."""
+        while self.peek() in (" ", "\t", "\r") and self.i < len(self.s):
+            self.i += 1
+        c = self.peek()
+        separators = ",\n" if closing == "]" else ",;\n"
+        if c in ("", "#", closing) or c in separators or self.s.startswith("//", self.i):
+            return
+        if closing == "]":
+            expected = 'Expected an array value terminator "," or an array terminator "]"'
+        elif closing == "}":
+            expected = 'Expected a map value terminator "," or a map terminator "}"'
+        else:
+            expected = "Expected a top-level value to end with a new line, comment or EOF"
+        raise self.error(f"{expected}, but got '{c}' instead.")
 
     def key(self) -> str:
         if self.peek() in "\"'":
@@ -147,16 +165,10 @@ class _Parser:
             return self.quoted()
         if c == "$":
             return self.variable()
-        # `//` opens a comment after a blank (`port: 1 // note`), not inside a word: `nats-route://h:p`.
-        while (
-            self.i < len(self.s)
-            and self.s[self.i] not in _BARE_END
-            and not (self.s.startswith("//", self.i) and self.s[self.i - 1] in " \t")
-        ):
+        # `//` inside a word is not a comment (`nats-route://h:p`); after a blank it is (see value_end).
+        while self.i < len(self.s) and self.s[self.i] not in _BARE_END:
             self.i += 1
-        raw = self.s[start : self.i].rstrip()
-        self.i = start + len(raw)
-        return self.convert(raw, start)
+        return self.convert(self.s[start : self.i], start)
 
     def array(self) -> list[Any]:
         items: list[Any] = []
@@ -172,6 +184,7 @@ class _Parser:
             items.append(self.value())
             if self.i == start:  # nothing a value can start with (e.g. `}`): an error, not a loop
                 raise self.error(f"unexpected '{c}' in array")
+            self.value_end("]")
 
     def quoted(self) -> str:
         quote, start = self.peek(), self.i

@@ -204,9 +204,25 @@ BOTH_REFUSE = {
     "operator": ('operator: "no-such-operator.jwt"', "operator"),
     "trusted keys": ('trusted_keys: ["OBADKEY"]', "trusted"),
     "malformed cluster address": ('cluster { listen: "foo:bar" }', 'could not parse port "bar"'),
+    # finding: pynatsd read `a password: b` as one bare value where nats-server wants a separator
+    "map values without a separator": (
+        "authorization { user: a password: b }",
+        'Expected a map value terminator "," or a map terminator "}"',
+    ),
+    "top-level values on one line": (
+        "port: 4222 debug: true",
+        "Expected a top-level value to end with a new line, comment or EOF",
+    ),
+    "array values without a separator": (
+        "cluster { routes: [nats-route://a:1 nats-route://b:2] }",
+        'Expected an array value terminator "," or an array terminator "]"',
+    ),
 }
 BOTH_START = {
     "random ports": 'listen: 127.0.0.1:-1\nhttp: "127.0.0.1:-1"',
+    "separators: newline, comma, semicolon, comments": (
+        "authorization {\n user: a # who\n password: b; timeout: 2 // s\n}\nmax_payload: 1000, debug: false"
+    ),
     "aliases": "net: 127.0.0.1\nmax_conn: 100\nmax_subs: 10\nno_sublist_cache: true\nmonitor_port: -1",
     "file aliases": "logfile: LOG\npidfile: PID",
     "long lame duck": 'lame_duck_duration: "45s"\nlame_duck_grace_period: "1s"',
