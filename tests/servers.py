@@ -68,7 +68,7 @@ class ServerProcess:
             return self.log_path.read_text(errors="replace")
         return ""
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0, keep_log: bool = False) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -76,7 +76,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
-        if self.extra.pop("own_log_dir", False) and self.log_path is not None:
+        if not keep_log and self.extra.pop("own_log_dir", False) and self.log_path is not None:
             shutil.rmtree(self.log_path.parent, ignore_errors=True)
         return int(self.proc.returncode)
 
@@ -151,8 +151,11 @@ def start_server(
     try:
         wait_for_port(port, proc, tls_first=tls_first, client_cert=client_cert)
     except Exception:
-        server.stop(signal.SIGKILL)
-        raise RuntimeError(f"{kind} failed to start: {' '.join(cmd)}\n{server.log()}") from None
+        server.stop(signal.SIGKILL, keep_log=True)  # the log is the error's explanation
+        output = server.log()
+        if own_log_dir:
+            shutil.rmtree(log_dir, ignore_errors=True)
+        raise RuntimeError(f"{kind} failed to start: {' '.join(cmd)}\n{output}") from None
     return server
 
 

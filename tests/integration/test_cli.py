@@ -169,3 +169,9 @@ def test_user_and_token_flags(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_server_that_fails_to_start_reports_its_own_output() -> None:
+    """The harness's error carries the server's log (it used to be deleted before it was read)."""
+    with pytest.raises(RuntimeError, match="flag provided but not defined: -bogus-flag"):
+        start_server("pynatsd", ["--bogus-flag"])
