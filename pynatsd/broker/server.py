@@ -240,7 +240,7 @@ class Server:
         self.configure_links()
         self._start_jetstream()
         self._start_resolver()
-        self._start_system()
+        self.start_system()
         # TLS-first (handshake_first): the handshake precedes INFO, so the listener itself wraps. Otherwise
         # each connection upgrades itself right after its plaintext INFO (Connection._upgrade_tls).
         tls_first = self.tls_context if opts.tls_handshake_first else None
@@ -346,9 +346,12 @@ class Server:
             self.resolver = ResolverService(self, self.auth.system_account, cache)
             self.resolver.start()
 
-    def _start_system(self) -> None:
+    def start_system(self) -> None:
         """The system account's requests and advisories (pynatsd.broker.system), when a client can reach
-        that account: in operator mode, or with accounts configured (without them nobody can be in it)."""
+        that account: in operator mode, or with accounts configured (without them nobody can be in it).
+        Called at start and after a reload (which may add the accounts); once running, they stay."""
+        if self.system is not None:
+            return
         extra = self.options.extra
         reachable = self.auth.jwt is not None or bool(extra.get("accounts") or extra.get("system_account"))
         if self.auth.system_account and reachable:

@@ -39,6 +39,7 @@ def apply(server: Server) -> None:
         auth = conn.authenticator()  # a WebSocket listener's own block is not reloaded
         conn.revalidate(auth, before if auth is server.auth else auth)
     server.configure_links()  # imports and exports as the file now has them
+    server.start_system()  # accounts added to a file that had none make the system account reachable
     _reload_logging(server)
     for line in changes:
         log.info("%s", line)
