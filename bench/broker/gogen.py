@@ -35,7 +35,7 @@ def run(port: int, scenario: str, **flags: Any) -> dict[str, Any]:
     for key, value in flags.items():
         if value is True:
             args.append(f"-{key}")
-        elif value not in (None, False):
+        elif value is not None and value is not False:  # 0 is a value (`-subs=0`: publish only), not "off"
             args.append(f"-{key}={value}")
     proc = subprocess.run(args, capture_output=True, text=True, timeout=WATCHDOG + 30, check=False)
     if proc.returncode != 0 or not proc.stdout.strip():

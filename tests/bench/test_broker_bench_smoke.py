@@ -97,3 +97,18 @@ def test_stalled_subscriber_is_dropped_and_fast_ones_lose_nothing(tmp_path: Path
         server.stop()
     assert result["fast_delivered"] == [200_000, 200_000]
     assert result["stalled_dropped"] is True
+
+
+def test_go_publish_only_has_no_subscriber() -> None:
+    """`subs=0` reaches natsbench as `-subs=0` (it was dropped as falsy, and natsbench's default of one
+    subscriber turned the 'publish only' row into a 1 -> 1 row)."""
+    if not gogen.available():
+        assert not IN_CI, "the nats.go generator needs golang-go under CI=true"
+        pytest.skip("Go is not installed")
+    server = start_server("pynatsd")
+    try:
+        out = gogen.run(server.port, "pubsub", count=2000, size=16, subjects=10, pubs=1, subs=0)
+    finally:
+        server.stop()
+    assert out["expected"] == 0 and out["delivered"] == 0, out
+    assert out["pub_rate"] > 0
