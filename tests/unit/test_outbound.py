@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from pynatsd.broker.outbound import FlushScheduler, Outbound, StallGate
+from pynatsd.broker.outbound import _JOIN_MAX, FlushScheduler, Outbound, StallGate
 
 
 class FakeTransport:
@@ -210,4 +210,22 @@ async def test_a_transport_closed_under_the_queue_reports_instead_of_raising() -
     out.push(b"more")
     out.flush()  # closed: nothing written, nothing raised
     assert len(failures) == 1
+    out.close()
+
+
+async def test_a_backlog_is_written_in_bounded_joins_in_order() -> None:
+    # A paused consumer's 3.2 MiB of small frames: joined _JOIN_MAX at a time, not all at once (which held
+    # the pieces and their join together: twice the backlog), and nothing reordered or lost.
+    out, transport, _ = make(max_pending=64 << 20)
+    out.pause()
+    frames = [b"MSG bench.%d 1 16\r\n0123456789abcdef\r\n" % (i % 1000) for i in range(100_000)]
+    for frame in frames:
+        out.push(frame)
+    assert transport.writes == []
+    out.resume()
+    await asyncio.sleep(0)
+    assert b"".join(transport.writes) == b"".join(frames)
+    assert len(transport.writes) == -(-len(b"".join(frames)) // _JOIN_MAX)
+    assert all(len(w) < _JOIN_MAX + 64 for w in transport.writes)
+    assert out.queued == 0 and out.frames == []
     out.close()
