@@ -38,9 +38,10 @@ run: compile
 	$(PY) -m pynatsd -p $(PORT) -m $(HTTP_PORT)
 
 ## test: the whole suite on the compiled path (core suites on both asyncio and uvloop, see
-## tests/conftest.py), then the core suites again on the interpreted path
+## tests/conftest.py), then the core suites again on the interpreted path; the 30 slowest tests are listed
+## (CI's budget: aim under 15 minutes)
 test: compile
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 	PYNATSD_NO_EXTENSIONS=1 $(PY) -m pytest -q $(INTERPRETED_SUITES)
 
 test-fast: venv
