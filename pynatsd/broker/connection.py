@@ -749,7 +749,7 @@ class Connection(Client):
             # Not behind: one read made that much for it. Write it now (a transport that cannot take it all
             # pauses, and its backlog counts from then on).
             out.flush()
-            if out.queued <= out.limit:
+            if out.queued <= out.gate:
                 return
         if out.queued > out.hard_limit:
             self.slow_consumer()

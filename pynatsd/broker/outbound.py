@@ -31,6 +31,8 @@ _GATHER_MIN = 4096
 # of all of it held both copies at once, plus join's 80-byte buffer record per piece (a 36 MiB backlog took
 # the server 70 MiB above idle; memray).
 _JOIN_MAX = 256 << 10
+# A paused queue compacts every this many bytes (see Outbound._compact).
+_COMPACT_EVERY = 256 << 10
 
 
 class Producer(Protocol):
@@ -163,7 +165,9 @@ class Outbound:
         "backlog",
         "batches",
         "closed",
+        "compacted",
         "frames",
+        "gate",
         "gated",
         "hard_limit",
         "limit",
@@ -184,11 +188,14 @@ class Outbound:
         self.queued = 0  # bytes in `frames`
         self.backlog = 0  # bytes the transport still buffers (sampled when it pauses or resumes)
         self.max_pending = max_pending
-        self.limit = 0  # the hot-path threshold on `queued`: the gate (75% of max_pending, less backlog)
+        self.gate = 0  # 75% of max_pending, less backlog: past it, producers are stalled
         self.hard_limit = 0  # max_pending less backlog: past it, a slow consumer
+        # The hot-path threshold on `queued`: the gate; while paused, also the next compaction (`_compact`).
+        self.limit = 0
+        self.compacted = 0  # leading entries of `frames` that are compacted runs of frames
+        self.paused = False
         self._set_limits()
         self.gated = 0  # producers stalled until this queue drains (see StallGate)
-        self.paused = False
         self.closed = False
         self.batches = 0  # flushes done (monitoring: frames per flush)
         self.written_bytes = 0
@@ -210,7 +217,8 @@ class Outbound:
 
     def _set_limits(self) -> None:
         self.hard_limit = self.max_pending - self.backlog
-        self.limit = self.max_pending // 4 * 3 - self.backlog
+        self.gate = self.max_pending // 4 * 3 - self.backlog
+        self.limit = min(self.gate, self.queued + _COMPACT_EVERY) if self.paused else self.gate
 
     def mark_dirty(self) -> None:
         """Called on the empty→non-empty transition: arrange for exactly one flush."""
@@ -239,7 +247,26 @@ class Outbound:
         frames.append(sid)
         frames.append(tail)
         self.queued += len(head) + len(sid) + len(tail)
-        return self.queued > self.limit
+        if self.queued > self.limit:
+            return self._past_limit()
+        return False
+
+    def _past_limit(self) -> bool:
+        """`queued` passed `limit`: compact a paused queue's newest frames; True if past the gate."""
+        if self.paused:
+            self._compact()
+        return self.queued > self.gate
+
+    def _compact(self) -> None:
+        """Join the frames queued since the last compaction into one bytes. A paused queue holds each
+        message as three references and a tail object of its own (about twice its frame's bytes, and
+        max_pending counts frame bytes); joined, it holds the frame's bytes alone, as nats-server does."""
+        frames = self.frames
+        start = self.compacted
+        if len(frames) - start > 1:
+            frames[start:] = [b"".join(frames[start:])]
+        self.compacted = len(frames)
+        self.limit = min(self.gate, self.queued + _COMPACT_EVERY)
 
     def flush(self) -> None:
         """Hand everything pending to the transport in one call, unless it asked us to pause."""
@@ -252,6 +279,7 @@ class Outbound:
         self.batches += 1
         self.written_bytes += queued
         self.queued = 0
+        self.compacted = 0
         try:
             self.frames = []
             if n == 1:
@@ -282,13 +310,14 @@ class Outbound:
         self._set_limits()
         if self.frames:
             self._wake.set()
-        if self.gated and self.queued <= self.limit:
+        if self.gated and self.queued <= self.gate:
             self.scheduler.stall.opened(self)
 
     def close(self) -> None:
         """Drop what is pending and stop the flusher."""
         self.closed = True
         self.frames = []
+        self.compacted = 0
         self.queued = 0
         if self.gated:
             self.scheduler.stall.opened(self)

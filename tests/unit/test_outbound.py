@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from pynatsd.broker.outbound import _JOIN_MAX, FlushScheduler, Outbound, StallGate
+from pynatsd.broker.outbound import _COMPACT_EVERY, _JOIN_MAX, FlushScheduler, Outbound, StallGate
 
 
 class FakeTransport:
@@ -77,7 +77,7 @@ async def test_paused_transport_is_not_written_until_resumed() -> None:
     transport.buffered = 1000
     out.pause()
     assert out.hard_limit == (1 << 20) - 1000  # slow consumer past max_pending, counting the transport's
-    assert out.limit == (1 << 20) // 4 * 3 - 1000  # the stall gate at 75%
+    assert out.gate == (1 << 20) // 4 * 3 - 1000  # the stall gate at 75%
     out.push(b"a")
     out.flush()
     await asyncio.sleep(0)
@@ -163,7 +163,7 @@ async def test_the_gate_opens_when_the_transport_drains_or_the_queue_closes() ->
     out, transport, gate, consumer, producer = stalled()
     assert producer.events == ["hold"] and consumer.stalls == 1 and gate.stalled_total == 1
     out.resume()  # still 900 buffered: above the gate (750)
-    assert producer.events == ["hold"] and out.limit == 750 - 900
+    assert producer.events == ["hold"] and out.gate == 750 - 900
     transport.buffered = 10
     out.resume()
     assert producer.events == ["hold", "release"] and out.gated == 0
@@ -228,4 +228,38 @@ async def test_a_backlog_is_written_in_bounded_joins_in_order() -> None:
     assert len(transport.writes) == -(-len(b"".join(frames)) // _JOIN_MAX)
     assert all(len(w) < _JOIN_MAX + 64 for w in transport.writes)
     assert out.queued == 0 and out.frames == []
+    out.close()
+
+
+async def test_a_paused_queue_compacts_its_frames_in_order() -> None:
+    # While the transport holds us back, every _COMPACT_EVERY bytes of message frames become one bytes (a
+    # message queued by reference costs about twice its frame), the gate still counts frame bytes, and the
+    # write after resume is the frames in order.
+    out, transport, _ = make(max_pending=64 << 20)
+    out.pause()
+    head, tail = b"MSG bench.7 ", b" 16\r\n0123456789abcdef\r\n"
+    sids = [b"%d" % (i % 50) for i in range(60_000)]
+    for sid in sids:
+        assert out.enqueue_msg(head, sid, tail) is False  # far below the gate
+    expected = b"".join(head + sid + tail for sid in sids)
+    assert out.queued == len(expected)
+    assert out.compacted == len(expected) // _COMPACT_EVERY
+    assert all(len(chunk) >= _COMPACT_EVERY for chunk in out.frames[: out.compacted])
+    assert len(out.frames) < out.compacted + 3 * _COMPACT_EVERY // len(head + b"1" + tail)
+    out.resume()
+    await asyncio.sleep(0)
+    assert b"".join(transport.writes) == expected
+    assert out.compacted == 0 and out.frames == []
+    out.close()
+
+
+async def test_compaction_does_not_move_the_gate() -> None:
+    out, _, _ = make(max_pending=1 << 20)  # gate: 768 KiB
+    out.pause()
+    frame = (b"MSG s ", b"1", b" 1000\r\n" + b"x" * 1000 + b"\r\n")
+    size = sum(map(len, frame))
+    past = [out.enqueue_msg(*frame) for _ in range((1 << 20) // size)]
+    first = past.index(True)
+    assert first == out.gate // size  # the first message past 75% of max_pending, as without compaction
+    assert all(past[first:]) and out.compacted >= 3
     out.close()
