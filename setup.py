@@ -30,6 +30,7 @@ COMPILED = [
     "pynatsd/broker/internal.py",
     "pynatsd/broker/outbound.py",
     "pynatsd/broker/connection.py",
+    "pynatsd/broker/sids.py",
     "pynatsd/routes/route.py",
     "pynatsd/jetstream/store/base.py",
     "pynatsd/jetstream/store/file.py",

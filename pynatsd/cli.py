@@ -442,6 +442,18 @@ def install_event_loop() -> str:
     return "asyncio"
 
 
+def _trim_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's malloc_trim; elsewhere a no-op). Start-up
+    frees what it built on the way (compiled source when no bytecode is cached, the parsed config): 1.4 MiB
+    of idle RSS here (31.5 -> 30.1 MiB, PYTHONDONTWRITEBYTECODE=1), which every later peak would carry."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # no glibc (musl, macOS)
+        pass
+
+
 def run(options: Options, reloader: Callable[[], Options] | None = None) -> None:
     """Run a server until SIGINT/SIGTERM."""
     from pynatsd.broker.server import PidFileError, Server
@@ -464,6 +476,7 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
         # frozen, the cyclic GC never walks it again. A full collection walked ~59k such objects for
         # 9-11 ms, a pause every client sees (request/reply p99 is 2-4 ms); frozen, ~0 ms.
         gc.freeze()
+        _trim_heap()
         get_logger().debug("Event loop: %s", loop_name)
         get_logger().debug("File descriptor limit: %d (was %d)", fds, fds_before)
         server.install_signal_handlers()

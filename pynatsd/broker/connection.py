@@ -23,10 +23,11 @@ from mypy_extensions import mypyc_attr
 
 from pynatsd.broker import trace
 from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
-from pynatsd.broker.delivery import Client, Message, Subscription, deliver, publish
+from pynatsd.broker.delivery import Client, Message, Subscription, deliver, publish, sid_bytes
 from pynatsd.broker.listener import unmapped_ip
 from pynatsd.broker.logging import TRACE, get_logger
 from pynatsd.broker.outbound import Outbound
+from pynatsd.broker.sids import SidMap
 from pynatsd.broker.tls import StartedCoroutine, abortive_close, session_info
 from pynatsd.protocol import encoder, errors
 from pynatsd.protocol.connect import ConnectOptions, parse_connect
@@ -141,7 +142,7 @@ class Connection(Client):
         self.start: datetime = datetime.now(UTC)
         self.stop: datetime | None = None
         self.rtt: float | None = None
-        self.subs: dict[bytes, Subscription] = {}
+        self.subs: SidMap = SidMap()
         self.in_msgs: int = 0
         self.in_bytes: int = 0
         self.user: str = ""
@@ -524,7 +525,9 @@ class Connection(Client):
                 self.remove_sub(sub)
                 queue = _text(sub.queue) if sub.queue else None
                 violation = errors.subscribe_violation(_text(sub.subject), queue)
-                self._send_err(f'{violation} (sid "{_text(sub.sid)}")')  # nats-server's words on a reload
+                self._send_err(
+                    f'{violation} (sid "{_text(sid_bytes(sub))}")'
+                )  # nats-server's words on a reload
         if self.out is not None:
             self.out.flush()
 
@@ -570,14 +573,14 @@ class Connection(Client):
             self._send_err(errors.MAX_SUBSCRIPTIONS)
             log.error("%r - maximum subscriptions exceeded", self)
             return
-        if sid not in self.subs:
+        if self.subs.get(sid) is None:
             sub = Subscription(self, subject, queue, sid)
             try:
                 self.sublist.insert(sub)
             except ValueError:  # matcher.InvalidSubjectError
                 self._send_err(errors.INVALID_SUBJECT)
                 return
-            self.subs[sid] = sub
+            self.subs.add(sub)
             if server.links is not None:  # stream imports: shadows in the exporting accounts
                 server.links.subscribed(self.account, sub)
         if self.verbose:
@@ -586,7 +589,9 @@ class Connection(Client):
     def on_unsub(self, sid: bytes, max_msgs: int | None) -> None:
         sub = self.subs.get(sid)
         if sub is not None and max_msgs is not None and max_msgs > 0 and max_msgs > sub.delivered:
-            sub.max_msgs = max_msgs
+            if self.limits is None:
+                self.limits = {}
+            self.limits[sub] = max_msgs
             sub = None
         if self.verbose:
             self._send(encoder.OK)
@@ -594,8 +599,9 @@ class Connection(Client):
             self.remove_sub(sub)
 
     def remove_sub(self, sub: Subscription) -> None:
-        if self.subs.get(sub.sid) is sub:
-            del self.subs[sub.sid]
+        if self.subs.remove(sub):
+            if self.limits is not None:
+                self.limits.pop(sub, None)
             self.sublist.remove(sub)
             links = self.server.links
             if links is not None:

@@ -8,7 +8,8 @@ no other code queues one (nats-server keeps the same rules in one `deliverMsg`).
 2. echo: a connection that said `echo: false` does not get its own messages;
 3. subscribe-deny, checked against the message's subject at delivery (a wildcard subscription may
    overlap denied subjects: `foo.*` with `foo.secret` denied), with a per-connection cache;
-4. auto-unsubscribe: a subscription past its `max_msgs` is removed, the last message still goes out;
+4. auto-unsubscribe: a subscription past its limit (`Client.limits`) is removed, the last message still
+   goes out;
 5. allow_responses: a request delivered opens its reply subject to the receiver;
 6. a client with no socket (an internal client) takes the message its own way (`Client.take`); clients
    get the frame appended, by reference, to their outbound queue: HMSG for clients that negotiated
@@ -23,9 +24,9 @@ nats-server's processMsgResults: remote interest is collected while the local re
 then each route gets ONE routed message naming the queue groups it was chosen for (`Message.queues`), and
 a message that came from a route goes to local receivers only, to the queue groups it names.
 
-Accounts linked by imports (pynatsd.broker.imports): a subscription with a `forward` hook (a stream
-import's shadow, a service import, a response route) is not a receiver; the hook maps the message into
-the other account and hands it to this same policy there (`deliver` or `publish`).
+Accounts linked by imports (pynatsd.broker.imports): a `Link` subscription (a stream import's shadow, a
+service import, a response route) is not a receiver; its `forward` hook maps the message into the other
+account and hands it to this same policy there (`deliver` or `publish`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class Client:
         self.out_msgs = 0
         self.out_bytes = 0
         self.is_route = False  # a route (pynatsd.routes): its subscriptions are a remote server's interest
+        # Auto-unsubscribe limits (UNSUB sid max) of its subscriptions: rare, so kept here rather than in
+        # every subscription; None until the first.
+        self.limits: dict[Subscription, int] | None = None
 
     def send_routed(self, sub: Subscription, msg: Message) -> bool:
         """A route's: send `msg` as one routed message for `sub`'s account (queue groups in msg.queues)."""
@@ -85,19 +89,45 @@ class Client:
 class Subscription:
     """One SUB of one connection (or of an internal client). Hashed by identity; the matcher stores it."""
 
-    # Memory: each field costs 8 bytes per subscription (a million of them is the bench-matcher row); 7 fields
-    # keep the object in pymalloc's 96-byte class. Rare behaviour lives elsewhere: internal clients' handlers
-    # in the client (`Client.take`), the sid's trailing space in the message's tail.
-    __slots__ = ("conn", "delivered", "forward", "max_msgs", "queue", "sid", "subject")
+    # Memory: each field costs 8 bytes per subscription (a million of them is the bench-matcher row); 5 fields
+    # keep the (compiled) object in pymalloc's 80-byte class. Rare behaviour lives elsewhere: auto-unsubscribe
+    # limits in the client (`Client.limits`), internal clients' handlers in the client (`Client.take`),
+    # links between accounts in a subclass (`Link`), the sid's trailing space in the message's tail.
+    __slots__ = ("conn", "delivered", "queue", "sid", "subject")
 
-    def __init__(self, conn: Client, subject: bytes, queue: bytes | None, sid: bytes) -> None:
+    def __init__(self, conn: Client, subject: bytes, queue: bytes | None, sid: bytes | int) -> None:
         self.conn = conn
         self.subject = subject
         self.queue = queue
-        self.sid = sid  # framed as is: the message's tail starts with the space after it
-        self.max_msgs = 0  # auto-unsubscribe limit; 0 = none
+        # Framed as is (the message's tail starts with the space after it). A canonical decimal sid may be
+        # given as its int (pynatsd.broker.sids: 0 bytes up to 256, 32 rather than 48 above), spelled out
+        # at its first delivery.
+        self.sid: bytes | int = sid
         self.delivered = 0
-        self.forward: Forward | None = None  # set on links between accounts (see the module docstring)
+
+
+class Link(Subscription):
+    """A subscription that links accounts (see the module docstring): `forward` takes its messages."""
+
+    __slots__ = ("forward",)
+
+    def __init__(
+        self, conn: Client, subject: bytes, queue: bytes | None, sid: bytes | int, forward: Forward
+    ) -> None:
+        super().__init__(conn, subject, queue, sid)
+        self.forward = forward
+
+
+def sid_bytes(sub: Subscription) -> bytes:
+    """`sub`'s sid as the client spelled it."""
+    sid = sub.sid
+    return sid if isinstance(sid, bytes) else b"%d" % sid
+
+
+def max_msgs(sub: Subscription) -> int:
+    """`sub`'s auto-unsubscribe limit; 0: none."""
+    limits = sub.conn.limits
+    return 0 if limits is None else limits.get(sub, 0)
 
 
 class Message:
@@ -175,9 +205,8 @@ class Message:
 
 def deliver(sub: Subscription, msg: Message) -> bool:
     """Deliver `msg` to `sub` if the rules let it receive it (see the module's docstring); True if so."""
-    forward = sub.forward
-    if forward is not None:  # a link to another account: it delivers there, through this policy
-        return forward(sub, msg)
+    if isinstance(sub, Link):  # a link to another account: it delivers there, through this policy
+        return sub.forward(sub, msg)
     conn = sub.conn
     if conn.closed or (conn is msg.origin and not conn.echo):
         return False
@@ -186,23 +215,29 @@ def deliver(sub: Subscription, msg: Message) -> bool:
         return False
     if conn.is_route:
         return conn.send_routed(sub, msg)  # one routed message, framed by the route
-    if sub.max_msgs:
-        if sub.delivered >= sub.max_msgs:
-            conn.remove_sub(sub)
-            return False
-        if sub.delivered + 1 == sub.max_msgs:
-            conn.remove_sub(sub)
+    limits = conn.limits
+    if limits is not None:
+        limit = limits.get(sub, 0)
+        if limit:
+            if sub.delivered >= limit:
+                conn.remove_sub(sub)
+                return False
+            if sub.delivered + 1 == limit:
+                conn.remove_sub(sub)
     if perms is not None and msg.reply is not None and perms.replies is not None:
         perms.track_reply(msg.reply)
     sub.delivered += 1
     out = conn.out
     if out is None:
         return conn.take(sub, msg)  # no socket: an internal client's handler
+    sid = sub.sid
+    if not isinstance(sid, bytes):  # a decimal sid kept as an int while idle: spelled out once
+        sid = sub.sid = b"%d" % sid
     if msg.headers is not None and conn.headers:
-        over = out.enqueue_msg(msg.hhead, sub.sid, msg.htail)
+        over = out.enqueue_msg(msg.hhead, sid, msg.htail)
         conn.out_bytes += msg.size
     else:
-        over = out.enqueue_msg(msg.head, sub.sid, msg.tail)
+        over = out.enqueue_msg(msg.head, sid, msg.tail)
         conn.out_bytes += msg.nbytes
     conn.out_msgs += 1
     if over:

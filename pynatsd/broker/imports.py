@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pynatsd.broker.delivery import Client, Message, Subscription, deliver, publish
+from pynatsd.broker.delivery import Client, Link, Message, Subscription, deliver, publish
 from pynatsd.broker.logging import get_logger
 
 if TYPE_CHECKING:
@@ -480,7 +480,7 @@ class AccountLinks:
         self.server = server
         self.streams: dict[str, list[StreamLink]] = {}  # importer -> its stream imports
         self.services: list[tuple[ServiceLink, Subscription]] = []
-        self.shadows: dict[Subscription, list[Subscription]] = {}  # a client's subscription -> its shadows
+        self.shadows: dict[Subscription, list[Link]] = {}  # a client's subscription -> its shadows
         self.routes: dict[bytes, ResponseRoute] = {}
         # account -> the `_R_.<6 chars>.` prefix of its response routes, and its subscription on them
         self._prefixes: dict[str, tuple[bytes, Subscription]] = {}
@@ -498,8 +498,7 @@ class AccountLinks:
         for s in streams:
             self.streams.setdefault(s.importer, []).append(s)
         for si in services:
-            sub = Subscription(self._client(si.importer), si.local, None, b"si")
-            sub.forward = self._service_forward(si)
+            sub = Link(self._client(si.importer), si.local, None, b"si", self._service_forward(si))
             self.server.sublist_for(si.importer).insert(sub)
             self.services.append((si, sub))
 
@@ -605,7 +604,7 @@ class AccountLinks:
         for name in [account] if account is not None else list(spaces):
             sublist = spaces.get(name)
             for sub in list(sublist.subscriptions()) if sublist is not None else []:
-                if sub.forward is None:  # not a link's own subscription
+                if not isinstance(sub, Link):  # not a link's own subscription
                     self.unsubscribed(sub)
                     self.subscribed(name, sub)
 
@@ -657,13 +656,12 @@ class AccountLinks:
         links = self.streams.get(account)
         if not links:
             return
-        shadows: list[Subscription] = []
+        shadows: list[Link] = []
         for im in links:
             subject = _shadow_subject(im, sub.subject)
             if subject is None:
                 continue
-            shadow = Subscription(sub.conn, subject, sub.queue, sub.sid)
-            shadow.forward = _StreamShadow(im, sub)
+            shadow = Link(sub.conn, subject, sub.queue, sub.sid, _StreamShadow(im, sub))
             try:
                 self.server.sublist_for(im.exporter).insert(shadow)
             except ValueError:
@@ -708,8 +706,7 @@ class AccountLinks:
         known = self._prefixes.get(account)
         if known is None:
             prefix = b"_R_." + _random(6) + b"."
-            sub = Subscription(self._client(account), prefix + b">", None, b"rsi")
-            sub.forward = self.respond
+            sub = Link(self._client(account), prefix + b">", None, b"rsi", self.respond)
             self.server.sublist_for(account).insert(sub)
             self._prefixes[account] = (prefix, sub)
         else:

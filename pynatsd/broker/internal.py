@@ -44,7 +44,7 @@ class InternalClient(Client):
         self.headers = True  # no socket, no permissions: headers as published
         self.in_msgs = 0
         self.in_bytes = 0
-        self.subs: dict[bytes, Subscription] = {}
+        self.subs: dict[bytes | int, Subscription] = {}
         self._handlers: dict[Subscription, Handler] = {}
         self._next_sid = 0
         self._inbox: deque[tuple[Handler, bytes, bytes | None, bytes | None, bytes, Client | None]] = deque()

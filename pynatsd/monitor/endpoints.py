@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pynatsd import NATS_COMPAT_VERSION, __version__
 from pynatsd.broker.auth import DEFAULT_ACCOUNT
 from pynatsd.broker.build import git_commit
+from pynatsd.broker.delivery import sid_bytes
 from pynatsd.jetstream import monitor as js_monitor
 from pynatsd.matcher import combine_stats
 from pynatsd.monitor import cluster
@@ -360,7 +361,7 @@ def subsz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
             found = (s for sl in sublists for s in sl.subscriptions())
         found = list(found)
         # Only the page is sorted out of the whole: O(n) for a first page, not O(n log n).
-        listing = heapq.nsmallest(offset + limit, found, key=lambda s: (_cid(s.conn), s.sid))
+        listing = heapq.nsmallest(offset + limit, found, key=lambda s: (_cid(s.conn), sid_bytes(s)))
         result["total"] = len(found)
         result["offset"] = offset
         result["limit"] = limit

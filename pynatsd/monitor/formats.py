@@ -6,6 +6,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from pynatsd.broker.delivery import max_msgs, sid_bytes
+
 _INT = re.compile(r"[+-]?[0-9]+")
 
 
@@ -95,9 +97,10 @@ def subscription_detail(sub: Any, cid: int, account: str | None = None) -> dict[
     detail["subject"] = sub.subject.decode("utf-8", "replace")
     if sub.queue:
         detail["qgroup"] = sub.queue.decode("utf-8", "replace")
-    detail["sid"] = sub.sid.decode("utf-8", "replace")
+    detail["sid"] = sid_bytes(sub).decode("utf-8", "replace")
     detail["msgs"] = sub.delivered
-    if sub.max_msgs:
-        detail["max"] = sub.max_msgs
+    limit = max_msgs(sub)
+    if limit:
+        detail["max"] = limit
     detail["cid"] = cid
     return detail

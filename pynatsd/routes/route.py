@@ -382,9 +382,11 @@ class Route(Client):
             return False
         with_headers = msg.headers is not None and self.headers
         queues = msg.queues
+        account = sub.sid  # a route's subscription names its account as its sid
+        assert isinstance(account, bytes)
         cached: bytes | None = None
         if queues:
-            head = rmsg_head(sub.sid, msg.subject, msg.reply, queues, with_headers)
+            head = rmsg_head(account, msg.subject, msg.reply, queues, with_headers)
             if with_headers:
                 tail = b"%d %d\r\n%s%s\r\n" % (len(msg.headers or b""), msg.size, msg.headers, msg.payload)
             else:
@@ -392,12 +394,12 @@ class Route(Client):
         else:
             # `RMSG account subject` (the shared tail brings the space), cached per account and subject
             # (bounded)
-            heads = self._rheads.get(sub.sid)
+            heads = self._rheads.get(account)
             if heads is None:
-                heads = self._rheads[sub.sid] = {}
+                heads = self._rheads[account] = {}
             cached = heads.get(msg.subject) if not with_headers else None
             if cached is None:
-                head = (b"HMSG " if with_headers else b"RMSG ") + sub.sid + b" " + msg.subject
+                head = (b"HMSG " if with_headers else b"RMSG ") + account + b" " + msg.subject
                 if not with_headers:
                     if len(heads) >= _HEADS_CACHED:
                         heads.clear()

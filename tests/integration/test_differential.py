@@ -32,6 +32,23 @@ VRH = b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders"
 # between implementations and which no client can rely on: these cases compare the frames as a multiset.
 UNORDERED = {"wildcard-copies-per-sub", "published-star-token", "pub-run-two-subs-one-conn"}
 
+# Sid spellings that are not canonical decimals (and some that are), each echoed as sent.
+SID_SPELLINGS = [
+    ("zero", b"0"),
+    ("leading-zero", b"01"),
+    ("zeros", b"00"),
+    ("letters", b"a1"),
+    ("plus", b"+1"),
+    ("minus", b"-1"),
+    ("underscore", b"1_0"),
+    ("dense-256", b"256"),
+    ("large", b"123456789"),
+    ("18-digits", b"9" * 18),
+    ("19-digits", b"9" * 19),
+    ("40-digits", b"1" * 40),
+    ("utf8-digit", "\u0663".encode()),
+]
+
 # (name, bytes sent, expected reply or None to compare with nats-server only)
 CASES: list[tuple[str, bytes, bytes | None]] = [
     (
@@ -203,6 +220,40 @@ CASES: list[tuple[str, bytes, bytes | None]] = [
     ("control-line-too-long", b"SUB " + b"a" * 5000 + b" 1\r\n", None),
     ("control-line-at-limit", b"SUB " + b"a" * 4090 + b" 1\r\n", b"+OK\r\n"),
     ("ops-before-error-are-processed", V0 + b"SUB foo 1\r\nPUB foo 1\r\nx\r\nBOGUS\r\n", None),
+    # Sids echo byte-exact: canonical decimals are stored as ints (pynatsd.broker.sids), every other
+    # spelling as given; "1" and "01" are two sids, and UNSUB 01 leaves sid 1 alone.
+    *(
+        (
+            f"sid-spelled-{name}",
+            V0 + b"SUB foo %s\r\nPUB foo 1\r\nx\r\n" % sid,
+            b"MSG foo %s 1\r\nx\r\n" % sid,
+        )
+        for name, sid in SID_SPELLINGS
+    ),
+    (
+        "sid-1-and-01-distinct",
+        V0 + b"SUB foo 1\r\nSUB foo 01\r\nUNSUB 01\r\nSUB bar 001\r\nPUB foo 1\r\nx\r\nPUB bar 1\r\ny\r\n",
+        b"MSG foo 1 1\r\nx\r\nMSG bar 001 1\r\ny\r\n",
+    ),
+    (
+        "sid-sparse-and-dense",
+        V0
+        + b"SUB a 3\r\nSUB b 900000\r\nSUB c 0\r\nUNSUB 3\r\n"
+        + b"PUB a 1\r\nx\r\nPUB b 1\r\ny\r\nPUB c 1\r\nz\r\n",
+        b"MSG b 900000 1\r\ny\r\nMSG c 0 1\r\nz\r\n",
+    ),
+    (
+        "sid-auto-unsubscribe",
+        V0 + b"SUB foo 12\r\nUNSUB 12 2\r\n" + b"PUB foo 1\r\nx\r\n" * 3,
+        b"MSG foo 12 1\r\nx\r\n" * 2,
+    ),
+    (
+        "sid-headers-spelled",
+        V0H
+        + b"SUB foo 0012\r\nSUB bar 12\r\n"
+        + b"HPUB %s 12 13\r\nNATS/1.0\r\n\r\nx\r\n" * 2 % (b"foo", b"bar"),
+        None,
+    ),
 ]
 
 
