@@ -111,16 +111,20 @@ class InternalClient(Client):
 
         `shown_as`: the subject receivers see in their MSG instead of `subject` (JetStream delivers a
         stored message to an inbox or deliver subject, showing the message's own subject, as nats-server)."""
-        if not is_literal_subject(subject):
-            raise ValueError(f"cannot publish to a wildcard subject: {subject!r}")
+        # A cached head's subject was checked when it was cached (JetStream acks repeat a reply subject).
+        head = self._heads.get(subject) if shown_as is None else None
+        if head is None:
+            if not is_literal_subject(subject):
+                raise ValueError(f"cannot publish to a wildcard subject: {subject!r}")
+            if shown_as is not None:
+                head = b"MSG " + shown_as + b" "
+            else:
+                head = b"MSG " + subject + b" "
+                if len(self._heads) >= 1024:
+                    self._heads.clear()
+                self._heads[subject] = head
         self.in_msgs += 1
         self.in_bytes += len(payload) + (len(headers) if headers is not None else 0)
-        head = self._heads.get(subject) if shown_as is None else b"MSG " + shown_as + b" "
-        if head is None:
-            head = b"MSG " + subject + b" "
-            if len(self._heads) >= 1024:
-                self._heads.clear()
-            self._heads[subject] = head
         sizes = (
             b"%d" % len(payload)
             if headers is None
