@@ -53,10 +53,15 @@ class InternalClient(Client):
         self._scheduled = False
         self._msg = Message(self)
         self._heads: dict[bytes, bytes] = {}
+        self._fanout = server.fanout.counts
+        self._sublist: Sublist[Subscription] | None = None  # looked up once: an account keeps its sublist
 
     @property
     def sublist(self) -> Sublist[Subscription]:
-        return self.server.sublist_for(self.account)
+        sublist = self._sublist
+        if sublist is None:
+            sublist = self._sublist = self.server.sublist_for(self.account)
+        return sublist
 
     def subscribe(self, subject: bytes, handler: Handler, queue: bytes | None = None) -> Subscription:
         """Subscribe `handler` to `subject` (wildcards allowed), optionally in a queue group."""
@@ -132,7 +137,7 @@ class InternalClient(Client):
         )
         msg = Message(self)  # not reused: a callback may publish while another publish is delivering
         msg.set(subject, reply, sizes, headers, payload, head)
-        return publish(self.sublist, msg, self.server.fanout.counts)
+        return publish(self.sublist, msg, self._fanout)
 
     def publish_many(self, subject: bytes, frames: list[tuple[bytes | None, bytes]]) -> None:
         """Publish (headers, payload) frames to `subject` in order (a batched answer to one request).

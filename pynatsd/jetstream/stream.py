@@ -198,6 +198,7 @@ class Stream:
         self, account: JsAccount, config: dict[str, Any], created: int, directory: Path | None
     ) -> None:
         self.account = account
+        self._js = account.js  # read on every publish
         self.config = config
         self.name: str = config["name"]
         self.created = created
@@ -389,7 +390,7 @@ class Stream:
             raise errors.stream_sealed()
         cfg = self.config
         st = self.store
-        js = self.account.js
+        js = self._js
         size = len(payload) + (len(hdrs) if hdrs else 0)
         if size > self._max_msg_size or size > js.max_payload:
             raise errors.message_too_big()
