@@ -2,7 +2,7 @@
 Spark into a stream with publish acks, with 1 and 2 partitions, 100-byte payloads.
 
     python bench/pipeline/js.py [--messages 300000] [--reps 3] [--servers pynatsd,nats-server]
-                                [--large-out 3000000] [--out bench/results/pipeline-js.json]
+                                [--large-out 1500000] [--out bench/results/pipeline-js.json]
 
 In: `spark.read.format("pynatsd").option("stream", …)` into the noop sink (every row materialised); the rate
 is N over the job's wall time. Out: a cached DataFrame of N rows written with `option("stream", …)`; the rate
@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--servers", default="pynatsd,nats-server")
-    parser.add_argument("--large-out", type=int, default=3_000_000)
+    parser.add_argument("--large-out", type=int, default=1_500_000)
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "pipeline-js.json"))
     args = parser.parse_args()
     n = args.messages
