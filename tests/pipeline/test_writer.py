@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -222,5 +223,23 @@ def test_task_fails_when_the_stream_refuses(js_server: ServerProcess) -> None:
             asyncio.run(publish_batches(options, iter(_batches(5, 5, "nowhere.a")), "p/1"))
         with pytest.raises(ValueError, match="bad subject"):
             asyncio.run(publish_batches(options, iter(_batches(5, 5, "wf a")), "p/2"))
+    finally:
+        client.close()
+
+
+def test_a_rerun_after_the_duplicate_window_is_stored_again(js_server: ServerProcess) -> None:
+    # The window is in nanoseconds on the wire (nats-py takes seconds).
+    client = _add_stream(js_server, "WD", ["wd.>"], duplicate_window=1.0)
+    try:
+        options = WriteOptions.parse({"url": js_server.url, "stream": "WD"})
+        prefix = f"{uuid.uuid4().hex}/0"
+        assert asyncio.run(publish_batches(options, iter(_batches(300, 100, "wd.a")), prefix)) == 300
+        assert asyncio.run(publish_batches(options, iter(_batches(300, 100, "wd.a")), prefix)) == 300
+        assert _stream_state(client, "WD")[0] == 300  # within the window: every one a duplicate
+        time.sleep(1.5)
+        # Past the window the ids are forgotten: the same rows are stored again, then deduplicated again.
+        assert asyncio.run(publish_batches(options, iter(_batches(300, 100, "wd.a")), prefix)) == 300
+        assert asyncio.run(publish_batches(options, iter(_batches(300, 100, "wd.a")), prefix)) == 300
+        assert _stream_state(client, "WD") == (600, [f"{prefix}/0", f"{prefix}/299"])
     finally:
         client.close()
