@@ -8,9 +8,10 @@ HTTP_PORT ?= 8222
 
 COMPILED_STAMP := build/.compiled
 # The suites that must pass on the interpreted path too (PYNATSD_NO_EXTENSIONS=1): the wire, the delivery
-# rules, the client and route parsers, the JetStream store; differential, property and fuzz.
+# rules, the client and route parsers, the JetStream store and streams; differential, property and fuzz.
 INTERPRETED_SUITES ?= tests/unit tests/robust tests/integration tests/security/test_subscribe_deny.py tests/fairness \
-	tests/routes/test_frames.py tests/routes/test_delivery.py tests/routes/test_route_protocol.py tests/jetstream/test_store.py tests/jetstream/test_crash.py
+	tests/routes/test_frames.py tests/routes/test_delivery.py tests/routes/test_route_protocol.py tests/jetstream/test_store.py tests/jetstream/test_crash.py \
+	tests/jetstream/test_streams.py tests/jetstream/test_differential.py
 
 .PHONY: venv compile run test test-fast lint typecheck clean
 

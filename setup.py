@@ -35,6 +35,8 @@ COMPILED = [
     "pynatsd/jetstream/store/base.py",
     "pynatsd/jetstream/store/file.py",
     "pynatsd/jetstream/store/memory.py",
+    "pynatsd/jetstream/stream.py",
+    "pynatsd/jetstream/util.py",
 ]
 
 

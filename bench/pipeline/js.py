@@ -2,11 +2,14 @@
 Spark into a stream with publish acks, with 1 and 2 partitions, 100-byte payloads.
 
     python bench/pipeline/js.py [--messages 300000] [--reps 3] [--servers pynatsd,nats-server]
-                                [--out bench/results/pipeline-js.json]
+                                [--large-out 1500000] [--out bench/results/pipeline-js.json]
 
 In: `spark.read.format("pynatsd").option("stream", …)` into the noop sink (every row materialised); the rate
 is N over the job's wall time. Out: a cached DataFrame of N rows written with `option("stream", …)`; the rate
-is N over the write's wall time, which ends once every publish is acknowledged.
+is N over the write's wall time, which ends once every publish is acknowledged. A Spark job costs a few
+tenths of a second whatever its size (planning, task launch, the commit on the driver): at 300k rows that is
+a large share of the out rate, so the out rows are also measured with `--large-out` rows (`out_large_*`,
+reported separately; 0 skips them).
 """
 
 from __future__ import annotations
@@ -76,7 +79,23 @@ def bench_out(df: Any, url: str, client: SyncNats, stream: str, n: int) -> float
     rate = n / (time.monotonic() - start)
     if stream_count(url, stream) != n:
         raise RuntimeError(f"stream {stream} holds {stream_count(url, stream)} of {n}")
+
+    async def delete() -> None:  # its messages and their ids in the duplicate window cost the server memory
+        await client.nc.jetstream().delete_stream(stream)
+
+    client.io.run(delete(), 60)
     return rate
+
+
+def cached_frames(spark: Any, n: int) -> dict[int, Any]:
+    """N rows of SIZE bytes, cached in 1 and 2 partitions."""
+    frames = {
+        p: spark.range(n).selectExpr(f"cast(repeat('x', {SIZE}) AS binary) AS payload").repartition(p).cache()
+        for p in (1, 2)
+    }
+    for df in frames.values():
+        df.count()
+    return frames
 
 
 def main() -> None:
@@ -86,17 +105,18 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--servers", default="pynatsd,nats-server")
+    parser.add_argument("--large-out", type=int, default=1_500_000)
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "pipeline-js.json"))
     args = parser.parse_args()
     n = args.messages
     spark = local_session("pynatsd-bench-js")
-    frames = {
-        p: spark.range(n).selectExpr(f"cast(repeat('x', {SIZE}) AS binary) AS payload").repartition(p).cache()
-        for p in (1, 2)
+    frames = cached_frames(spark, n)
+    summary: dict[str, Any] = {
+        "messages": n,
+        "large_out_messages": args.large_out,
+        "payload_bytes": SIZE,
+        "reps": args.reps,
     }
-    for df in frames.values():
-        df.count()
-    summary: dict[str, Any] = {"messages": n, "payload_bytes": SIZE, "reps": args.reps}
     try:
         for kind in args.servers.split(","):
             server = start_server(kind, ["-js", "-sd", tempfile.mkdtemp(prefix="bench-js-")])
@@ -115,6 +135,17 @@ def main() -> None:
                             bench_out(frames[parts], server.url, client, name, n)
                         )
                     print(kind, rep, {k: f"{v[-1]:,.0f}" for k, v in runs.items()}, flush=True)
+                if args.large_out:
+                    # Cached only for these runs: held through the others, they slowed them (JVM heap).
+                    large = cached_frames(spark, args.large_out)
+                    for rep in range(args.reps):
+                        for parts in (1, 2):
+                            runs.setdefault(f"out_large_{parts}", []).append(
+                                bench_out(large[parts], server.url, client, f"L{rep}P{parts}", args.large_out)
+                            )
+                        print(kind, "large", rep, {k: f"{v[-1]:,.0f}" for k, v in runs.items()}, flush=True)
+                    for df in large.values():
+                        df.unpersist()
                 summary[kind] = {k: statistics.median(v) for k, v in runs.items()}
             finally:
                 client.close()

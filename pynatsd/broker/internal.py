@@ -53,10 +53,15 @@ class InternalClient(Client):
         self._scheduled = False
         self._msg = Message(self)
         self._heads: dict[bytes, bytes] = {}
+        self._fanout = server.fanout.counts
+        self._sublist: Sublist[Subscription] | None = None  # looked up once: an account keeps its sublist
 
     @property
     def sublist(self) -> Sublist[Subscription]:
-        return self.server.sublist_for(self.account)
+        sublist = self._sublist
+        if sublist is None:
+            sublist = self._sublist = self.server.sublist_for(self.account)
+        return sublist
 
     def subscribe(self, subject: bytes, handler: Handler, queue: bytes | None = None) -> Subscription:
         """Subscribe `handler` to `subject` (wildcards allowed), optionally in a queue group."""
@@ -111,16 +116,20 @@ class InternalClient(Client):
 
         `shown_as`: the subject receivers see in their MSG instead of `subject` (JetStream delivers a
         stored message to an inbox or deliver subject, showing the message's own subject, as nats-server)."""
-        if not is_literal_subject(subject):
-            raise ValueError(f"cannot publish to a wildcard subject: {subject!r}")
+        # A cached head's subject was checked when it was cached (JetStream acks repeat a reply subject).
+        head = self._heads.get(subject) if shown_as is None else None
+        if head is None:
+            if not is_literal_subject(subject):
+                raise ValueError(f"cannot publish to a wildcard subject: {subject!r}")
+            if shown_as is not None:
+                head = b"MSG " + shown_as + b" "
+            else:
+                head = b"MSG " + subject + b" "
+                if len(self._heads) >= 1024:
+                    self._heads.clear()
+                self._heads[subject] = head
         self.in_msgs += 1
         self.in_bytes += len(payload) + (len(headers) if headers is not None else 0)
-        head = self._heads.get(subject) if shown_as is None else b"MSG " + shown_as + b" "
-        if head is None:
-            head = b"MSG " + subject + b" "
-            if len(self._heads) >= 1024:
-                self._heads.clear()
-            self._heads[subject] = head
         sizes = (
             b"%d" % len(payload)
             if headers is None
@@ -128,7 +137,7 @@ class InternalClient(Client):
         )
         msg = Message(self)  # not reused: a callback may publish while another publish is delivering
         msg.set(subject, reply, sizes, headers, payload, head)
-        return publish(self.sublist, msg, self.server.fanout.counts)
+        return publish(self.sublist, msg, self._fanout)
 
     def publish_many(self, subject: bytes, frames: list[tuple[bytes | None, bytes]]) -> None:
         """Publish (headers, payload) frames to `subject` in order (a batched answer to one request).

@@ -85,10 +85,6 @@ class JetStream:
         if limit >= 0 and self.usage()[storage if storage == "memory" else "storage"] + size > limit:
             raise errors.insufficient_resources()
 
-    def stats_stored(self, size: int) -> None:
-        self.stored_msgs += 1
-        self.stored_bytes += size
-
     def usage(self) -> dict[str, int]:
         """Totals over every account (for /jsz, /varz and /metrics)."""
         out = {

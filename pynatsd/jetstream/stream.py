@@ -7,7 +7,7 @@ import json
 import re
 import sys
 from array import array
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -198,6 +198,7 @@ class Stream:
         self, account: JsAccount, config: dict[str, Any], created: int, directory: Path | None
     ) -> None:
         self.account = account
+        self._js = account.js  # read on every publish
         self.config = config
         self.name: str = config["name"]
         self.created = created
@@ -209,9 +210,13 @@ class Stream:
             self.store = FileStore(directory / "msgs", account.js.sync_interval, account.js.sync_always)
         self.consumers: dict[str, Consumer] = {}
         self._subs: list[Subscription] = []
-        # Nats-Msg-Id -> (sequence, timestamp ns), oldest first, within the duplicate window.
-        self._dedupe: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        self._last_msg_id = ""
+        # Nats-Msg-Id -> sequence, within the duplicate window; the same ids oldest first, with their
+        # sequences and timestamps (ns) for expiry (three deques: no tuple per message).
+        self._dedupe: dict[bytes, int] = {}
+        self._dedupe_ids: deque[bytes] = deque()
+        self._dedupe_seqs: deque[int] = deque()
+        self._dedupe_ts: deque[int] = deque()
+        self._last_msg_id = b""
         self._answers: list[tuple[bytes, int, bytes]] = []  # PubAcks waiting for the store's write
         self._age_timer: Any = None
         self._name_bytes = self.name.encode()
@@ -363,7 +368,7 @@ class Stream:
         failed = st.failed
         if failed:
             st.failed = set()
-            for msg_id in [k for k, (seq, _) in self._dedupe.items() if seq in failed]:
+            for msg_id in [k for k, seq in self._dedupe.items() if seq in failed]:
                 del self._dedupe[msg_id]
             err = errors.store_failed("write failed")
         publish = self.account.client.publish
@@ -385,31 +390,32 @@ class Stream:
             raise errors.stream_sealed()
         cfg = self.config
         st = self.store
-        js = self.account.js
+        js = self._js
         size = len(payload) + (len(hdrs) if hdrs else 0)
         if size > self._max_msg_size or size > js.max_payload:
             raise errors.message_too_big()
         now = now_ns()
-        msg_id = ""
+        msg_id = b""
         rollup = b""
         if hdrs:
-            # Most messages carry an id at most: look for the rarer headers only when their prefix is there.
-            expects = b"\r\nNats-Expected-" in hdrs
+            # Most messages carry an id at most: look for the rarer headers only when their prefix is there
+            # (with find: bytes' `in` first tries its operand as an int, and builds a TypeError to drop).
+            expects = hdrs.find(b"\r\nNats-Expected-") >= 0
             if expects:
                 expected = get_header(hdrs, b"Nats-Expected-Stream")
                 if expected is not None and expected.decode() != self.name:
                     raise errors.stream_not_match()
             mid = get_header(hdrs, b"Nats-Msg-Id")
             if mid:
-                msg_id = mid.decode()
+                msg_id = mid
                 if now >= self._dedupe_check_at:
                     self._expire_dedupe(now)
                 seen = self._dedupe.get(msg_id)
                 if seen is not None:
-                    return seen[0], True
+                    return seen, True
             if expects:
                 self._check_expected(subject, hdrs)
-            roll = get_header(hdrs, b"Nats-Rollup") if b"\r\nNats-Rollup:" in hdrs else None
+            roll = get_header(hdrs, b"Nats-Rollup") if hdrs.find(b"\r\nNats-Rollup:") >= 0 else None
             if roll is not None:
                 if not cfg["allow_rollup_hdrs"]:
                     raise errors.rollup_failed("rollup not permitted")
@@ -439,8 +445,7 @@ class Stream:
         ts = now if now > st.last_ts else st.last_ts + 1
         seq = st.append(subject, hdrs, payload, ts)
         if msg_id:
-            self._dedupe[msg_id] = (seq, ts)
-            self._last_msg_id = msg_id
+            self._remember(msg_id, seq, ts)
         if rollup == b"sub":
             self.remove([s for s in st.subjects.get(subject, ()) if s < seq])
         elif rollup == b"all":
@@ -452,7 +457,8 @@ class Stream:
         if self.consumers:
             for consumer in self.consumers.values():
                 consumer.on_new_message(seq, subject)
-        js.stats_stored(size)
+        js.stored_msgs += 1
+        js.stored_bytes += size
         return seq, False
 
     def _check_expected(self, subject: bytes, hdrs: bytes) -> None:
@@ -462,8 +468,8 @@ class Stream:
         if els is not None and _int(els) != st.last_seq:
             raise errors.wrong_last_sequence(st.last_seq)
         elmi = get_header(hdrs, b"Nats-Expected-Last-Msg-Id")
-        if elmi is not None and elmi.decode() != self._last_msg_id:
-            raise errors.wrong_last_msg_id(self._last_msg_id)
+        if elmi is not None and elmi != self._last_msg_id:
+            raise errors.wrong_last_msg_id(self._last_msg_id.decode(errors="replace"))
         elss = get_header(hdrs, b"Nats-Expected-Last-Subject-Sequence")
         if elss is not None:
             last = st.last_for(subject)
@@ -535,16 +541,26 @@ class Stream:
         self._schedule_age_check()
 
     # -- dedupe ---------------------------------------------------------------------------------------
+    def _remember(self, msg_id: bytes, seq: int, ts: int) -> None:
+        self._dedupe[msg_id] = seq
+        self._dedupe_ids.append(msg_id)
+        self._dedupe_seqs.append(seq)
+        self._dedupe_ts.append(ts)
+        self._last_msg_id = msg_id
+
     def _expire_dedupe(self, now: int) -> None:
         """Forget the message ids older than the duplicate window; note when the next one will be."""
         window = self._dedupe_window
-        d = self._dedupe
-        while d:
-            oldest = next(iter(d.values()))[1]
+        d, ids, seqs, stamps = self._dedupe, self._dedupe_ids, self._dedupe_seqs, self._dedupe_ts
+        while stamps:
+            oldest = stamps[0]
             if oldest >= now - window:
                 self._dedupe_check_at = oldest + window
                 return
-            d.popitem(last=False)
+            stamps.popleft()
+            msg_id, seq = ids.popleft(), seqs.popleft()
+            if d.get(msg_id) == seq:  # not forgotten (a failed write) and stored again since
+                del d[msg_id]
         self._dedupe_check_at = now + window  # ids added from now on are no older than now
 
     def _rebuild_dedupe(self) -> None:
@@ -557,8 +573,7 @@ class Stream:
             if msg is not None and msg.hdrs:
                 mid = get_header(msg.hdrs, b"Nats-Msg-Id")
                 if mid:
-                    self._dedupe[mid.decode()] = (seq, msg.ts)
-                    self._last_msg_id = mid.decode()
+                    self._remember(mid, seq, msg.ts)
 
     # -- messages -------------------------------------------------------------------------------------
     def get_message(self, req: dict[str, Any]) -> StoredMsg:

@@ -252,7 +252,8 @@ class Parser:
     def _split(arg: bytes) -> list[bytes]:
         # bytes.split() also splits on \x0b and \x0c, which nats-server keeps inside tokens; the regex
         # is exact but slower, so it is used only for lines that contain one of those bytes.
-        if b"\x0b" in arg or b"\x0c" in arg:
+        # find, not `in`: bytes' `in` first tries the operand as an int and builds a TypeError to drop.
+        if arg.find(b"\x0b") >= 0 or arg.find(b"\x0c") >= 0:
             return [a for a in _SPLIT_ARGS.split(arg) if a]
         return arg.split()
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from nats.aio.client import Client
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -25,8 +25,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from pynatsd.spark.buffer import MessageBuffer
-from pynatsd.spark.natsio import BufferingClient, connect
+from pynatsd.spark.acks import AckingClient, hpub_frames
+from pynatsd.spark.natsio import connect
 from pynatsd.spark.options import WriteOptions
 
 # Spark's micro-batch execution puts the batch id in this task-local property.
@@ -45,79 +45,46 @@ def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     return None if idx < 0 else batch.column(idx).to_pylist()
 
 
-class Acks:
-    """Acks of one task's JetStream publishes. Every publish carries the same reply inbox (acks are counted,
-    never matched to rows), so the acks land in a MessageBuffer through the parser's fast lane with a cached
-    control line (a callback per ack would cap the rate)."""
+#: Rows per socket write of a batch's frames (a few hundred kB): the broker starts on the first ones while
+#: the rest are still being handed over.
+CHUNK_ROWS = 4096
 
-    def __init__(self, options: WriteOptions) -> None:
-        self.options = options
-        self.buffer = MessageBuffer(1 << 62, 1 << 62)
-        self.inbox = ""
-        self.acked = 0
 
-    async def subscribe(self, nc: BufferingClient) -> None:
-        self.inbox = nc.new_inbox()
-        await nc.subscribe_into(self.inbox, None, self.buffer)
+async def _send(nc: Client, frames: memoryview, count: int) -> None:
+    nc.stats["out_msgs"] += count
+    await nc._send_command(frames)  # type: ignore[arg-type]  # nats-py joins buffers of any kind
+    await nc._flush_pending()
 
-    async def wait(self, count: int) -> None:
-        """Return once `count` publishes are acknowledged; raise on the first refused one."""
-        deadline = time.monotonic() + self.options.flush_timeout
-        while True:
-            for m in self.buffer.take():
-                # A stored message's ack is {"stream":..,"seq":..[,"duplicate":true]}; a status (503: no
-                # stream listens on the subject) comes as headers with an empty payload.
-                if b'"error"' in m.payload or not m.payload:
-                    raise RuntimeError(f"pynatsd writer: publish refused: {m.payload!r} {m.headers}")
-                self.acked += 1
-            if self.acked >= count:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"pynatsd writer: {count - self.acked} publish ack(s) missing")
-            await asyncio.sleep(0.001)  # the acks arrive on this same loop
 
-    async def publish_plain(
-        self, nc: BufferingClient, subjects: list[str], payloads: list[Any], prefix: str, row: int
-    ) -> int:
-        """Publish rows without headers of their own; returns the next row number.
-
-        The HPUB frames are formatted here and queued in chunks: nats-py's publish() costs several times
-        more per message (header validation, one queue entry each).
-        """
-        limit = self.options.max_pending
-        reply = self.inbox.encode()
-        hdr_format = b"NATS/1.0\r\n%s: %s/%%d\r\n\r\n" % (
-            self.options.msg_id_header.encode(),
-            prefix.encode(),
-        )
-        encoded: dict[str, bytes] = {}
-        frames: list[bytes] = []
-        for subject, payload in zip(subjects, payloads, strict=True):
-            data = payload.encode() if isinstance(payload, str) else payload or b""
-            subj = encoded.get(subject)
-            if subj is None:
-                if not subject or any(c in subject for c in " \t\r\n"):
-                    raise ValueError(f"pynatsd writer: bad subject {subject!r}")
-                subj = encoded[subject] = subject.encode()
-            hdr = hdr_format % row
-            frames.append(
-                b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subj, reply, len(hdr), len(hdr) + len(data), hdr, data)
-            )
-            row += 1
-            if len(frames) >= 1000 or row - self.acked > limit:
-                await self._send(nc, frames)
-                frames = []
-                if row - self.acked > limit:
-                    await self.wait(row - limit // 2)
-        await self._send(nc, frames)
-        return row
-
-    @staticmethod
-    async def _send(nc: BufferingClient, frames: list[bytes]) -> None:
-        if frames:
-            nc.stats["out_msgs"] += len(frames)
-            await nc._send_command(b"".join(frames))
-            await nc._flush_pending()
+async def publish_framed(
+    nc: AckingClient, options: WriteOptions, reply: bytes, batch: pa.RecordBatch, prefix: str, row: int
+) -> int:
+    """Publish a batch's rows (no headers of their own) with ids `<prefix>/<row>`, at most `max_pending`
+    unacknowledged; returns the next row number. The frames come from `hpub_frames` in one buffer, and go
+    out in slices of it: no Python step per row."""
+    frames, offsets = hpub_frames(
+        batch.column(batch.schema.get_field_index("subject")),
+        batch.column(batch.schema.get_field_index("payload")),
+        reply,
+        options.msg_id_header.encode(),
+        prefix.encode(),
+        row,
+    )
+    counter, limit = nc.counter, options.max_pending
+    n, i = len(offsets) - 1, 0
+    while i < n:
+        room = limit - (row - counter.acked)
+        if room <= 0:
+            await counter.wait(row - limit // 2, options.flush_timeout)
+            continue
+        j = min(n, i + min(room, CHUNK_ROWS))
+        await _send(nc, frames[offsets[i] : offsets[j]], j - i)
+        row += j - i
+        i = j
+    # Let the flusher hand this batch to the socket now: the broker stores it while Spark hands over the
+    # next batch (that read blocks this loop).
+    await asyncio.sleep(0)
+    return row
 
 
 async def publish_batches(
@@ -126,24 +93,23 @@ async def publish_batches(
     """Publish every row of `batches`; returns the count once the server has them: flushed in core mode,
     acknowledged by the stream in JetStream mode (where the `reply` column is ignored)."""
     errors: list[BaseException] = []
-    acks = Acks(options) if options.stream else None
-    client = BufferingClient()
+    client = AckingClient()
     nc = await connect(options.servers, options.connect_timeout, "pynatsd-spark-writer", errors, client)
+    counter = client.counter
     row = 0
     try:
-        if acks:
-            await acks.subscribe(client)
+        inbox = await client.count_acks() if options.stream else None
         for batch in batches:
+            headers = _column(batch, "headers")
+            if inbox is not None and headers is None and msg_id_prefix is not None:
+                row = await publish_framed(client, options, inbox, batch, msg_id_prefix, row)
+                if errors or counter.refused is not None:
+                    break
+                continue
             subjects = batch.column(batch.schema.get_field_index("subject")).to_pylist()
             payloads = batch.column(batch.schema.get_field_index("payload")).to_pylist()
             replies = _column(batch, "reply")
-            headers = _column(batch, "headers")
             publish = nc.publish
-            if acks and headers is None and msg_id_prefix is not None:
-                row = await acks.publish_plain(client, subjects, payloads, msg_id_prefix, row)
-                if errors:
-                    break
-                continue
             if replies is None and headers is None and msg_id_prefix is None:
                 for subject, payload in zip(subjects, payloads, strict=True):
                     await publish(subject, payload.encode() if isinstance(payload, str) else payload or b"")
@@ -156,16 +122,16 @@ async def publish_batches(
                 if msg_id_prefix is not None:  # a row's own id (e.g. a result's natural key) wins
                     hdrs = hdrs or {}
                     hdrs.setdefault(options.msg_id_header, f"{msg_id_prefix}/{row}")
-                reply = acks.inbox if acks else (replies[i] if replies else None)
+                reply = inbox.decode() if inbox is not None else (replies[i] if replies else None)
                 await publish(subject, data, reply=reply or "", headers=hdrs)
                 row += 1
-                if acks and row - acks.acked > options.max_pending:
-                    await acks.wait(row - options.max_pending // 2)
+                if inbox is not None and row - counter.acked > options.max_pending:
+                    await counter.wait(row - options.max_pending // 2, options.flush_timeout)
             if errors:
                 break
         await nc.flush(math.ceil(options.flush_timeout))
-        if acks:
-            await acks.wait(row)
+        if inbox is not None:
+            await counter.wait(row, options.flush_timeout)
         if errors:
             raise RuntimeError(f"pynatsd writer: connection error: {errors[0]!r}")
     finally:
