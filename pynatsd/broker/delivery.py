@@ -198,6 +198,11 @@ def deliver(sub: Subscription, msg: Message) -> bool:
     out = conn.out
     if out is None:
         return conn.take(sub, msg)  # no socket: an internal client's handler
+    return _enqueue(conn, out, sub, msg)
+
+
+def _enqueue(conn: Client, out: Outbound, sub: Subscription, msg: Message) -> bool:
+    """Step 6 for a client with a socket, and its counters: the frame into its outbound queue."""
     if msg.headers is not None and conn.headers:
         over = out.enqueue_msg(msg.hhead, sub.sid, msg.htail)
         conn.out_bytes += msg.size
@@ -257,6 +262,49 @@ def publish(sublist: Sublist[Subscription], msg: Message, fanout: list[Tally]) -
                 delivered = True
         msg.queues = None
     return delivered
+
+
+def publish_run(
+    sublist: Sublist[Subscription],
+    msg: Message,
+    frames: list[tuple[bytes | None, bytes]],
+    fanout: list[Tally],
+) -> None:
+    """Publish a run of messages in order: (headers, payload) each, sharing `msg`'s subject, reply and
+    publisher (a batched answer to one request; `msg` is set to each in turn).
+
+    Every rule of `deliver` depends on the subscription, the subject, the reply and the publisher only, not
+    on the message, so when the subject's one receiver is a plain subscription of a client with a socket and
+    no auto-unsubscribe limit, the first message goes through `publish` and the others follow it into the
+    same queue, counted as it was. Any other receivers (queue groups, routes, links, internal clients,
+    several subscriptions): every message goes through `publish`."""
+    if not frames:
+        return
+    plain, groups = sublist.match(msg.subject)
+    sub: Subscription | None = plain[0] if len(plain) == 1 and not groups else None
+    if sub is not None:
+        conn = sub.conn
+        if sub.forward is not None or conn.is_route or conn.out is None or sub.max_msgs or msg.reply:
+            sub = None
+    for i, (headers, payload) in enumerate(frames):
+        msg.set(msg.subject, msg.reply, _sizes(headers, payload), headers, payload, msg.head)
+        if sub is None or i == 0:
+            if not publish(sublist, msg, fanout) and sub is not None:
+                return  # the one receiver refused the run's first message: it refuses them all
+            continue
+        conn = sub.conn
+        out = conn.out
+        assert out is not None
+        fanout[1].n += 1
+        msg.frame()
+        sub.delivered += 1
+        _enqueue(conn, out, sub, msg)
+
+
+def _sizes(headers: bytes | None, payload: bytes) -> bytes:
+    if headers is None:
+        return b"%d" % len(payload)
+    return b"%d %d" % (len(headers), len(headers) + len(payload))
 
 
 def _route_target(
