@@ -69,8 +69,8 @@ async def test_internal_subscriptions_are_kept_apart_by_account(server: Server) 
 
 
 async def test_publish_many_keeps_order_and_the_delivery_rules(server: Server, url: str) -> None:
-    """One client inbox takes the batch as one chunk; with other receivers (an internal one, a max_msgs
-    subscription) every message goes through `publish` instead: the same messages either way."""
+    """One client inbox takes the run on the policy's one decision; with other receivers (an internal one, a
+    max_msgs subscription) every message goes through `publish` instead: the same messages either way."""
     frames: list[tuple[bytes | None, bytes]] = [
         (None, b"a"),
         (b"NATS/1.0\r\nK: 1\r\n\r\n", b"b"),
