@@ -286,16 +286,20 @@ def publish_run(
         conn = sub.conn
         if sub.forward is not None or conn.is_route or conn.out is None or sub.max_msgs or msg.reply:
             sub = None
+    taken = True
     for i, (headers, payload) in enumerate(frames):
         msg.set(msg.subject, msg.reply, _sizes(headers, payload), headers, payload, msg.head)
         if sub is None or i == 0:
-            if not publish(sublist, msg, fanout) and sub is not None:
-                return  # the one receiver refused the run's first message: it refuses them all
+            taken = publish(sublist, msg, fanout)
             continue
+        fanout[1].n += 1  # as publish counts each message's one match
         conn = sub.conn
+        # Refused the run's first message: it refuses them all. Closed during the run (a slow consumer):
+        # deliver's first rule.
+        if not taken or conn.closed:
+            continue
         out = conn.out
         assert out is not None
-        fanout[1].n += 1
         msg.frame()
         sub.delivered += 1
         _enqueue(conn, out, sub, msg)
