@@ -1,21 +1,29 @@
 """JetStream pipeline benchmark: msgs/s from a stream into Spark (executors fetch sequence ranges) and from
 Spark into a stream with publish acks, with 1 and 2 partitions, 100-byte payloads.
 
-    python bench/pipeline/js.py [--messages 300000] [--reps 3] [--servers pynatsd,nats-server]
-                                [--large-out 1500000] [--out bench/results/pipeline-js.json]
+    python bench/pipeline/js.py [--messages 300000] [--large 2000000] [--large-out 1500000] [--reps 3]
+                                [--no-out] [--servers pynatsd,nats-server]
+                                [--out bench/results/pipeline-js.json]
 
 In: `spark.read.format("pynatsd").option("stream", …)` into the noop sink (every row materialised); the rate
-is N over the job's wall time. Out: a cached DataFrame of N rows written with `option("stream", …)`; the rate
-is N over the write's wall time, which ends once every publish is acknowledged. A Spark job costs a few
-tenths of a second whatever its size (planning, task launch, the commit on the driver): at 300k rows that is
-a large share of the out rate, so the out rows are also measured with `--large-out` rows (`out_large_*`,
-reported separately; 0 skips them).
+is N over the job's wall time, for N = --messages and N = --large (0: skip), so the fixed cost of a Spark job
+(scheduling, the planning and reading Python workers, Arrow set-up) shows apart from the cost per message.
+That fixed cost is measured too: the same job over a 2-message range ("fixed_s", wall seconds; "net" rates are
+N over the wall time less it). Beside every rate, the CPU time each process spent on the job (from /proc, see
+proctree.py): µs per message of the broker, the JVM, Spark's Python workers (the readers; the planning worker
+and the daemon included) and the driver, and for the tiny job ms per job. Wall rates move with the load of
+the machine (printed as "load"); CPU per message much less.
+
+Out: a cached DataFrame of N rows written with `option("stream", …)`; the rate is N over the write's wall
+time, which ends once every publish is acknowledged. The same fixed cost per job weighs on the out rate at
+300k rows, so the out rows are also measured with --large-out rows (`out_large_*`; 0 skips them).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -26,10 +34,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from bench.pipeline.proctree import cpu_delta, snapshot  # noqa: E402
 from pynatsd.spark.jetstream import StreamAdmin, StreamReadOptions  # noqa: E402
 from pynatsd.spark.spark import local_session  # noqa: E402
 from tests.pipeline.natsclient import SyncNats  # noqa: E402
-from tests.servers import start_server  # noqa: E402
+from tests.servers import ServerProcess, start_server  # noqa: E402
 
 SIZE = 100
 
@@ -60,11 +69,50 @@ def fill(client: SyncNats, stream: str, n: int) -> None:
     client.io.run(pub(), 300)
 
 
-def bench_in(spark: Any, url: str, stream: str, n: int, parts: int) -> float:
-    df = spark.read.format("pynatsd").option("url", url).option("stream", stream)
+def bench_in(
+    spark: Any, server: ServerProcess, stream: str, n: int, parts: int, end: int = 0
+) -> dict[str, float]:
+    """One read job: wall seconds, rows/s and the CPU seconds of each process (see proctree.py)."""
+    df = spark.read.format("pynatsd").option("url", server.url).option("stream", stream)
+    if end:
+        df = df.option("endSequence", str(end))
+    before = snapshot(server.proc.pid)
     start = time.monotonic()
     df.option("numPartitions", str(parts)).load().write.format("noop").mode("overwrite").save()
-    return n / (time.monotonic() - start)
+    wall = time.monotonic() - start
+    cpu = roles(cpu_delta(before, snapshot(server.proc.pid)))
+    rows = end or n
+    return {
+        "wall": wall,
+        "rate": rows / wall,
+        "load": os.getloadavg()[0],
+        **{f"cpu_{k}": v for k, v in cpu.items()},
+    }
+
+
+def roles(cpu: dict[str, float]) -> dict[str, float]:
+    """Per process kind: the broker, the JVM, the Python workers (with their daemon), the driver."""
+    out = {"broker": 0.0, "jvm": 0.0, "workers": 0.0, "driver": 0.0}
+    for role, seconds in cpu.items():
+        kind = "workers" if role.startswith(("worker", "daemon")) else role
+        if kind in out:
+            out[kind] += seconds
+    return out
+
+
+def summarize_in(runs: list[dict[str, float]], n: int, fixed: float) -> dict[str, float]:
+    """Medians of a row's runs: rate, rate net of the fixed job cost, CPU µs per message per process."""
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    out = {"rate": med["rate"], "net_rate": n / max(med["wall"] - fixed, 1e-9), "load": med["load"]}
+    out.update({f"us_per_msg_{k[4:]}": v * 1e6 / n for k, v in med.items() if k.startswith("cpu_")})
+    return out
+
+
+def summarize_fixed(runs: list[dict[str, float]]) -> dict[str, float]:
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    out = {"fixed_s": med["wall"], "load": med["load"]}
+    out.update({f"ms_per_job_{k[4:]}": v * 1e3 for k, v in med.items() if k.startswith("cpu_")})
+    return out
 
 
 def bench_out(df: Any, url: str, client: SyncNats, stream: str, n: int) -> float:
@@ -103,58 +151,100 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--large", type=int, default=2_000_000, help="the larger read row (0: none)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--servers", default="pynatsd,nats-server")
-    parser.add_argument("--large-out", type=int, default=1_500_000)
+    parser.add_argument("--large-out", type=int, default=1_500_000, help="the larger out row (0: none)")
+    parser.add_argument("--no-out", action="store_true", help="only the read rows")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "pipeline-js.json"))
     args = parser.parse_args()
     n = args.messages
     spark = local_session("pynatsd-bench-js")
-    frames = cached_frames(spark, n)
+    frames = {} if args.no_out else cached_frames(spark, n)
+    large_out = 0 if args.no_out else args.large_out
     summary: dict[str, Any] = {
         "messages": n,
-        "large_out_messages": args.large_out,
+        "large": args.large,
+        "large_out_messages": large_out,
         "payload_bytes": SIZE,
         "reps": args.reps,
     }
+    sizes = {"BIN": n, **({"BIG": args.large} if args.large else {})}
     try:
         for kind in args.servers.split(","):
             server = start_server(kind, ["-js", "-sd", tempfile.mkdtemp(prefix="bench-js-")])
             client = SyncNats(server.url)
             try:
-                fill(client, "BIN", n)
-                bench_in(spark, server.url, "BIN", n, 2)  # warm-up: Python workers, connections
-                runs: dict[str, list[float]] = {}
+                for stream, count in sizes.items():
+                    fill(client, stream, count)
+                bench_in(spark, server, "BIN", n, 2)  # warm-up: Python workers, connections, the JIT
+                runs: dict[str, list[dict[str, float]]] = {}
+                outs: dict[str, list[float]] = {}
                 for rep in range(args.reps):
                     for parts in (1, 2):
-                        runs.setdefault(f"in_{parts}", []).append(
-                            bench_in(spark, server.url, "BIN", n, parts)
+                        runs.setdefault(f"fixed_{parts}", []).append(
+                            bench_in(spark, server, "BIN", 2, parts, 2)
                         )
-                        name = f"BOUT{rep}P{parts}"
-                        runs.setdefault(f"out_{parts}", []).append(
-                            bench_out(frames[parts], server.url, client, name, n)
-                        )
-                    print(kind, rep, {k: f"{v[-1]:,.0f}" for k, v in runs.items()}, flush=True)
-                if args.large_out:
+                        for stream, count in sizes.items():
+                            runs.setdefault(f"in_{count}_{parts}", []).append(
+                                bench_in(spark, server, stream, count, parts)
+                            )
+                        if frames:
+                            name = f"BOUT{rep}P{parts}"
+                            outs.setdefault(f"out_{parts}", []).append(
+                                bench_out(frames[parts], server.url, client, name, n)
+                            )
+                    print(
+                        kind,
+                        rep,
+                        {k: f"{v[-1]['rate']:,.0f}" for k, v in runs.items() if k.startswith("in_")},
+                        {k: f"{v[-1]:,.0f}" for k, v in outs.items()},
+                        f"load {os.getloadavg()[0]:.1f}",
+                        flush=True,
+                    )
+                if large_out:
                     # Cached only for these runs: held through the others, they slowed them (JVM heap).
-                    large = cached_frames(spark, args.large_out)
+                    large = cached_frames(spark, large_out)
                     for rep in range(args.reps):
                         for parts in (1, 2):
-                            runs.setdefault(f"out_large_{parts}", []).append(
-                                bench_out(large[parts], server.url, client, f"L{rep}P{parts}", args.large_out)
+                            outs.setdefault(f"out_large_{parts}", []).append(
+                                bench_out(large[parts], server.url, client, f"L{rep}P{parts}", large_out)
                             )
-                        print(kind, "large", rep, {k: f"{v[-1]:,.0f}" for k, v in runs.items()}, flush=True)
+                        print(kind, "large", rep, {k: f"{v[-1]:,.0f}" for k, v in outs.items()}, flush=True)
                     for df in large.values():
                         df.unpersist()
-                summary[kind] = {k: statistics.median(v) for k, v in runs.items()}
+                result: dict[str, Any] = {}
+                for parts in (1, 2):
+                    fixed = summarize_fixed(runs[f"fixed_{parts}"])
+                    result[f"fixed_{parts}"] = fixed
+                    for count in sizes.values():
+                        result[f"in_{count}_{parts}"] = summarize_in(
+                            runs[f"in_{count}_{parts}"], count, fixed["fixed_s"]
+                        )
+                    if args.large:  # CPU per message of the larger read beyond the smaller one
+                        small, big = result[f"in_{n}_{parts}"], result[f"in_{args.large}_{parts}"]
+                        result[f"marginal_us_per_msg_{parts}"] = {
+                            k[11:]: (big[k] * args.large - small[k] * n) / (args.large - n)
+                            for k in big
+                            if k.startswith("us_per_msg_")
+                        }
+                result.update({k: statistics.median(v) for k, v in outs.items()})
+                summary[kind] = result
             finally:
                 client.close()
                 server.stop()
     finally:
         spark.stop()
-    print(json.dumps(summary, indent=2))
+    text = json.dumps(_rounded(summary), indent=2)
+    print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
+    Path(args.out).write_text(text + "\n")
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return round(value, 3 if abs(value) < 100 else None) if isinstance(value, float) else value
 
 
 if __name__ == "__main__":

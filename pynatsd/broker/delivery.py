@@ -251,6 +251,43 @@ def publish(sublist: Sublist[Subscription], msg: Message, fanout: list[Tally]) -
     `fanout` is the histogram of matches per publish (its last slot takes the rest). True if anyone
     received it."""
     plain, groups = sublist.match(msg.subject)
+    return _publish_to(plain, groups, msg, fanout)
+
+
+def publish_run(
+    sublist: Sublist[Subscription],
+    msg: Message,
+    frames: list[tuple[bytes | None, bytes]],
+    fanout: list[Tally],
+) -> None:
+    """Publish a run of messages in order: (headers, payload) each, sharing `msg`'s subject, reply and
+    publisher (a batched answer to one request; `msg` is set to each in turn). Each message is published
+    as `publish` does, every receiver through `deliver`; only the match is made once for the run, and made
+    again if a delivery changed the index (an auto-unsubscribe)."""
+    if not frames:
+        return
+    subject = msg.subject
+    generation = sublist.generation
+    plain, groups = sublist.match(subject)
+    repeats = 0
+    for headers, payload in frames:
+        if sublist.generation != generation:
+            generation = sublist.generation
+            plain, groups = sublist.match(subject)
+        else:
+            repeats += 1
+        msg.set(subject, msg.reply, _sizes(headers, payload), headers, payload, msg.head)
+        _publish_to(plain, groups, msg, fanout)
+    sublist.count_repeats(subject, repeats - 1)  # the statistics as if each message had been matched
+
+
+def _publish_to(
+    plain: tuple[Subscription, ...],
+    groups: tuple[tuple[Subscription, ...], ...],
+    msg: Message,
+    fanout: list[Tally],
+) -> bool:
+    """`publish` after the match: the plain subscriptions and queue groups `msg`'s subject matched."""
     matched = len(plain) + len(groups)
     fanout[matched if matched < len(fanout) else -1].n += 1
     if not matched:
@@ -292,6 +329,12 @@ def publish(sublist: Sublist[Subscription], msg: Message, fanout: list[Tally]) -
                 delivered = True
         msg.queues = None
     return delivered
+
+
+def _sizes(headers: bytes | None, payload: bytes) -> bytes:
+    if headers is None:
+        return b"%d" % len(payload)
+    return b"%d %d" % (len(headers), len(headers) + len(payload))
 
 
 def _route_target(

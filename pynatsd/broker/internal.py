@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pynatsd.broker.auth import DEFAULT_ACCOUNT
-from pynatsd.broker.delivery import Client, Message, Subscription, publish
+from pynatsd.broker.delivery import Client, Message, Subscription, publish, publish_run
 from pynatsd.broker.logging import get_logger
 from pynatsd.protocol.subjects import is_literal_subject
 
@@ -140,13 +140,18 @@ class InternalClient(Client):
         return publish(self.sublist, msg, self._fanout)
 
     def publish_many(self, subject: bytes, frames: list[tuple[bytes | None, bytes]]) -> None:
-        """Publish (headers, payload) frames to `subject` in order (a batched answer to one request).
-
-        Each goes through `publish` like any message: no shortcut around the policy. Measured (server CPU
-        per message, direct get of 200k messages of 100 B, medians of 5): 2.9 µs this way, 3.0 µs with a
-        shortcut that framed the whole batch for a lone subscriber — not worth a second rule path."""
+        """Publish (headers, payload) frames to `subject` in order (a batched answer to one request), through
+        the policy's `publish_run`: each message as `publish` delivers it, the subject matched once.
+        Measured (broker CPU per message, 300k batched direct gets of 100 B): 2.8-3.1 µs per `publish`,
+        1.5-2.1 µs with the store loading the run in one call and the run matched once."""
+        if not is_literal_subject(subject):
+            raise ValueError(f"cannot publish to a wildcard subject: {subject!r}")
         for headers, payload in frames:
-            self.publish(subject, None, headers, payload)
+            self.in_msgs += 1
+            self.in_bytes += len(payload) + (len(headers) if headers is not None else 0)
+        msg = Message(self)
+        msg.set(subject, None, b"", None, b"", b"MSG " + subject + b" ")
+        publish_run(self.sublist, msg, frames, self.server.fanout.counts)
 
     def close(self) -> None:
         """Unsubscribe everything; queued callbacks are dropped."""

@@ -626,30 +626,24 @@ class Stream:
         valid_through = st.last_seq
         max_bytes = req.get("max_bytes") or default_max_bytes
         frames: list[tuple[bytes | None, bytes]] = []
-        last = sent_bytes = 0
-        # The common headers of this stream's answers, formatted once; per message only its values.
-        coordinates = self._dg_format
-        load, stamp = st.load, rfc3339_bytes
-        for found in st.iter_from(seq, match):
-            if len(frames) >= batch:
-                break
-            msg = load(found)
-            if msg is None:
-                break
-            seq = found + 1
-            hdrs = msg.hdrs
-            if no_hdr:  # nats-server counts pending down only in the headers it writes
-                frames.append((None, msg.data))
-            else:
+        last = 0
+        msgs = st.load_from(seq, batch, max_bytes, match)
+        if no_hdr:  # nats-server counts pending down only in the headers it writes
+            frames = [(None, msg.data) for msg in msgs]
+        else:
+            # The common headers of this stream's answers, formatted once; per message only its values.
+            coordinates, stamp = self._dg_format, rfc3339_bytes
+            for msg in msgs:
                 if pending > 0:
                     pending -= 1
-                coords = coordinates % (msg.subject, found, stamp(msg.ts), pending, last)
+                coords = coordinates % (msg.subject, msg.seq, stamp(msg.ts), pending, last)
+                hdrs = msg.hdrs
                 # Own headers first, as nats-server appends its lines to them.
                 frames.append((hdrs[:-2] + coords[10:] if hdrs and len(hdrs) > 2 else coords, msg.data))
-            last = found
-            sent_bytes += len(msg.subject) + len(msg.data) + (len(hdrs) if hdrs else 0)
-            if sent_bytes >= max_bytes:
-                break
+                last = msg.seq
+        if msgs:
+            last = msgs[-1].seq
+            seq = last + 1
         if not frames:
             raise errors.no_message_found()
         if st.last_seq > valid_through:

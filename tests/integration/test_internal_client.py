@@ -69,8 +69,8 @@ async def test_internal_subscriptions_are_kept_apart_by_account(server: Server) 
 
 
 async def test_publish_many_keeps_order_and_the_delivery_rules(server: Server, url: str) -> None:
-    """One client inbox takes the batch as one chunk; with other receivers (an internal one, a max_msgs
-    subscription) every message goes through `publish` instead: the same messages either way."""
+    """One client inbox takes the run on the policy's one decision; with other receivers (an internal one, a
+    max_msgs subscription) every message goes through `publish` instead: the same messages either way."""
     frames: list[tuple[bytes | None, bytes]] = [
         (None, b"a"),
         (b"NATS/1.0\r\nK: 1\r\n\r\n", b"b"),
@@ -97,4 +97,38 @@ async def test_publish_many_keeps_order_and_the_delivery_rules(server: Server, u
         other.close()
     finally:
         await nc.close()
+        publisher.close()
+
+
+async def test_publish_many_counts_every_message_of_a_run(server: Server, url: str) -> None:
+    """A run to one plain receiver (decided once, see delivery.publish_run) is counted as `publish` counts
+    each message: the receiver's out_msgs/out_bytes, its subscription's delivered, the fan-out histogram.
+    Two receivers of the subject each get every message, in order (the per-message path)."""
+    frames: list[tuple[bytes | None, bytes]] = [(None, b"%d" % i) for i in range(50)]
+    frames.append((b"NATS/1.0\r\nK: v\r\n\r\n", b"end"))
+    publisher = InternalClient(server)
+    first, second = await nats.connect(url), await nats.connect(url)
+    try:
+        one = await first.subscribe("run.one")
+        await first.flush()
+        (conn,) = [c for c in server.clients.values() if b"run.one" in {s.subject for s in c.subs.values()}]
+        before_msgs, before_bytes = conn.out_msgs, conn.out_bytes
+        single_before = server.fanout.counts[1].n
+        publisher.publish_many(b"run.one", frames)
+        got = [await one.next_msg(2) for _ in frames]
+        assert [m.data for m in got] == [p for _, p in frames] and got[-1].headers == {"K": "v"}
+        assert conn.out_msgs - before_msgs == len(frames)
+        assert conn.out_bytes - before_bytes == sum(len(p) + len(h or b"") for h, p in frames)
+        (sub,) = [s for s in conn.subs.values() if s.subject == b"run.one"]
+        assert sub.delivered == len(frames)
+        assert server.fanout.counts[1].n - single_before == len(frames)
+        both = [await nc.subscribe("run.two") for nc in (first, second)]
+        for nc in (first, second):
+            await nc.flush()
+        publisher.publish_many(b"run.two", frames)
+        for s in both:
+            assert [(await s.next_msg(2)).data for _ in frames] == [p for _, p in frames]
+    finally:
+        await first.close()
+        await second.close()
         publisher.close()

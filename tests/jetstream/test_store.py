@@ -142,3 +142,33 @@ def test_buffered_appends_written_at_commit_and_rolled_back_when_the_write_fails
     again = reopened.load(10)
     assert again is not None and again.data == b"after"
     reopened.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_load_from_is_load_in_a_run(tmp_path: Path, kind: str) -> None:
+    """load_from (a direct get's batch) gives what load gives, message by message: from the first stored
+    sequence at or after the start, skipping removed ones and those the filter refuses, stopping at the
+    limit or after the message that reaches max_bytes (subject + headers + payload), unbuffered writes
+    included."""
+    store: Store = MemoryStore() if kind == "memory" else FileStore(tmp_path)
+    fill(store, 30)
+    store.remove_many([4, 5, 17])
+
+    def loaded(seqs: list[int]) -> list[object]:
+        return [store.load(s) for s in seqs]
+
+    live = [s for s in range(1, 31) if s not in (4, 5, 17)]
+    assert store.load_from(1, 100, 1 << 30) == loaded(live)
+    assert store.load_from(4, 3, 1 << 30) == loaded([6, 7, 8])  # starts at the next stored one
+    assert store.load_from(31, 10, 1 << 30) == [] and store.load_from(1, 0, 1 << 30) == []
+    odd = store.load_from(1, 100, 1 << 30, lambda s: s == b"s.1")
+    assert odd == loaded([s for s in live if (s - 1) % 3 == 1])
+    # Subject (3) + headers (18, even sequences) + payload (seq - 1): 1 -> 3, 2 -> 22, 3 -> 5: the third
+    # brings the total to 30.
+    assert [m.seq for m in store.load_from(1, 100, 30)] == [1, 2, 3]
+    assert [m.seq for m in store.load_from(1, 100, 31)] == [1, 2, 3, 6]
+    store.append(b"s.new", None, b"late", 5000)  # buffered (file): a run reads it all the same
+    tail = store.load_from(30, 10, 1 << 30)
+    assert [(m.seq, m.subject, m.data) for m in tail] == [(30, b"s.2", b"x" * 29), (31, b"s.new", b"late")]
+    assert tail[1] == store.load(31) and tail[1] != tail[0] and "s.new" in repr(tail[1])
+    store.close()
