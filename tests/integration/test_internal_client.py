@@ -69,8 +69,9 @@ async def test_internal_subscriptions_are_kept_apart_by_account(server: Server) 
 
 
 async def test_publish_many_keeps_order_and_the_delivery_rules(server: Server, url: str) -> None:
-    """One client inbox takes the run on the policy's one decision; with other receivers (an internal one, a
-    max_msgs subscription) every message goes through `publish` instead: the same messages either way."""
+    """A run reaches a client inbox in order, and the rules apply to each of its messages: an internal
+    receiver gets all three, a subscription capped at two (UNSUB sid 2) exactly two, on the server's side too
+    (the cap removes it mid-run: the run's match is made anew)."""
     frames: list[tuple[bytes | None, bytes]] = [
         (None, b"a"),
         (b"NATS/1.0\r\nK: 1\r\n\r\n", b"b"),
@@ -88,10 +89,14 @@ async def test_publish_many_keeps_order_and_the_delivery_rules(server: Server, u
         inner: list[bytes] = []
         other = InternalClient(server)
         other.subscribe(b"batch.two", lambda s, r, h, p: inner.append(p))
-        capped = await nc.subscribe("batch.two", max_msgs=2)
+        capped = await nc.subscribe("batch.two")
+        await capped.unsubscribe(limit=2)  # UNSUB sid 2 (nats-py's max_msgs= alone stays client-side)
         await nc.flush()
+        (conn,) = [c for c in server.clients.values() if b"batch.two" in {s.subject for s in c.subs.values()}]
+        sent = conn.out_msgs
         publisher.publish_many(b"batch.two", frames)
         assert [(await capped.next_msg(2)).data for _ in range(2)] == [b"a", b"b"]
+        assert conn.out_msgs - sent == 2  # what the server sent (nats-py would drop a third itself)
         await asyncio.sleep(0.05)
         assert inner == [b"a", b"b", b""]
         other.close()
@@ -101,8 +106,8 @@ async def test_publish_many_keeps_order_and_the_delivery_rules(server: Server, u
 
 
 async def test_publish_many_counts_every_message_of_a_run(server: Server, url: str) -> None:
-    """A run to one plain receiver (decided once, see delivery.publish_run) is counted as `publish` counts
-    each message: the receiver's out_msgs/out_bytes, its subscription's delivered, the fan-out histogram.
+    """A run to one plain receiver (delivery.publish_run) is counted as `publish` counts each message: the
+    receiver's out_msgs/out_bytes, its subscription's delivered, the fan-out histogram.
     Two receivers of the subject each get every message, in order (the per-message path)."""
     frames: list[tuple[bytes | None, bytes]] = [(None, b"%d" % i) for i in range(50)]
     frames.append((b"NATS/1.0\r\nK: v\r\n\r\n", b"end"))
