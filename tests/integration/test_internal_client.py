@@ -108,7 +108,7 @@ async def test_publish_many_keeps_order_and_the_delivery_rules(server: Server, u
 async def test_publish_many_counts_every_message_of_a_run(server: Server, url: str) -> None:
     """A run to one plain receiver (delivery.publish_run) is counted as `publish` counts each message: the
     receiver's out_msgs/out_bytes, its subscription's delivered, the fan-out histogram.
-    Two receivers of the subject each get every message, in order (the per-message path)."""
+    Two receivers of the subject each get every message, in order."""
     frames: list[tuple[bytes | None, bytes]] = [(None, b"%d" % i) for i in range(50)]
     frames.append((b"NATS/1.0\r\nK: v\r\n\r\n", b"end"))
     publisher = InternalClient(server)
