@@ -1,8 +1,10 @@
 """The delivery policy: the one place that decides whether a subscription receives a message.
 
 Every message, whoever publishes it (a client's PUB/HPUB, an internal client, a no-responders status),
-reaches its receivers through `publish` → `deliver`; no other code decides who receives a message, and
-no other code queues one (nats-server keeps the same rules in one `deliverMsg`). In `deliver`, in order:
+reaches its receivers through `publish` → `deliver` (a run of answers to one request, `publish_run`, is
+matched once and then published message by message the same way); no other code decides who receives a
+message, and no other code queues one (nats-server keeps the same rules in one `deliverMsg`). In `deliver`,
+in order:
 
 1. a closed receiver takes nothing;
 2. echo: a connection that said `echo: false` does not get its own messages;
