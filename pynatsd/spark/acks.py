@@ -17,7 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from nats.aio.client import Client
-from nats.protocol.parser import AWAITING_MSG_PAYLOAD, CRLF_SIZE, MAX_CONTROL_LINE_SIZE, Parser
+from nats.protocol.parser import CRLF_SIZE, MAX_CONTROL_LINE_SIZE
+
+from pynatsd.spark.natsio import LaneParser
 
 #: What a refused publish's answer contains (nats-server and pynatsd: `{"error":{…},"stream":…}`).
 ERROR_MARK = b'"error"'
@@ -60,7 +62,7 @@ class AckCounter:
             raise RuntimeError(f"pynatsd writer: publish refused: {self.refused}")
 
 
-class AckParser(Parser):
+class AckParser(LaneParser):
     """nats-py's parser with a lane for runs of ack frames (`MSG <inbox> <sid> <size>` + a one-line JSON
     object) addressed to the watched subscription; everything else (PING, INFO, -ERR, an HMSG status such
     as 503 no responders) goes through nats-py's own parser, and so does any ack the lane does not
@@ -82,18 +84,10 @@ class AckParser(Parser):
         if run is None:
             await super().parse(data)
             return
-        if self.state == AWAITING_MSG_PAYLOAD:
-            # nats-py is midway through a frame of its own: give it exactly the bytes that complete it.
-            need = self.needed + CRLF_SIZE - len(self.buf)
-            if len(data) < need:
-                await super().parse(data)
-                return
-            await super().parse(data[:need])
-            data = data[need:]
-        if self.buf:
-            self.buf.extend(data)
-            data = bytes(self.buf)
-            self.buf.clear()
+        resumed = await self._resume(data)
+        if resumed is None:
+            return
+        data = resumed
         m = run.match(data)
         pos = 0
         if m is not None:
