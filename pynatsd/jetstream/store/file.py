@@ -110,10 +110,11 @@ class FileStore(Store):
         if self._size == 0:
             self._write(self._record(BASE, self.last_seq, self.first_seq))
 
-    def _write(self, parts: list[bytes], buffered: bool = False) -> int:
-        """Append records (their parts) to the current segment; returns the offset. Unless `buffered`, they
-        are written now (with anything buffered before them)."""
-        size = sum(map(len, parts))
+    def _write(self, parts: list[bytes], buffered: bool = False, size: int = -1) -> int:
+        """Append records (their parts, `size` bytes in all if known) to the current segment; returns the
+        offset. Unless `buffered`, they are written now (with anything buffered before them)."""
+        if size < 0:
+            size = sum(map(len, parts))
         if self._size + size > SEGMENT_BYTES and self._size > _HEAD.size + 64:
             self.commit()  # what is buffered belongs to this segment
             self._open_segment(self._seg + 1)
@@ -163,20 +164,12 @@ class FileStore(Store):
                 self.flush()
 
     def _put(self, seq: int, subject: bytes, hdrs: bytes | None, data: bytes, ts: int) -> Locator:
-        # `_write`'s buffered case, inlined: this runs for every published message.
         parts = self._record(MSG, seq, ts, subject, hdrs, data)
         size = _HEAD.size + len(subject) + (len(hdrs) if hdrs else 0) + len(data)
-        if self._size + size > SEGMENT_BYTES and self._size > _HEAD.size + 64:
-            self.commit()  # what is buffered belongs to this segment
-            self._open_segment(self._seg + 1)
-        offset = self._size
-        self._pending.extend(parts)
-        self._pending_bytes += size
-        self._size += size
-        if self._pending_bytes >= WRITE_BATCH:
-            self.commit()  # written with the others now (an OSError reaches this message's publisher)
-        else:
+        offset = self._write(parts, True, size)
+        if self._pending:  # still buffered: a failed commit later fails this message too (see commit)
             self._pending_seqs.append(seq)
+        # (written already: an OSError of that write reached this message's publisher)
         self._live[self._seg] += 1
         return (self._seg, offset)
 
