@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import shutil
+import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,7 @@ import pytest
 
 from tests.conftest import need_tool
 from tests.pipeline.natsclient import SyncNats
-from tests.servers import ServerProcess, start_server
+from tests.servers import ServerProcess, require, start_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,3 +69,12 @@ def nats_client(broker: ServerProcess) -> Iterator[SyncNats]:
     client = SyncNats(broker.url)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="module", params=["pynatsd", "nats-server"])
+def js_broker(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """A JetStream-enabled server (each kind in turn) with its own store directory, for one test module."""
+    require(request.param)
+    server = start_server(request.param, ["-js", "-sd", tempfile.mkdtemp(prefix="pynatsd-js-")])
+    yield server
+    server.stop()

@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import nats
 from nats.aio.msg import Msg
+from nats.protocol.parser import Parser
 
 from pynatsd.spark.natsio import LoopThread, wait_for_subscriber
+
+
+def feed_in_reads(parser: Parser, data: bytes, read_size: Callable[[], int]) -> None:
+    """Hand `data` to a nats-py parser in reads of `read_size()` bytes each, as a socket would cut it."""
+
+    async def run() -> None:
+        pos = 0
+        while pos < len(data):
+            step = read_size()
+            await parser.parse(data[pos : pos + step])
+            pos += step
+
+    asyncio.run(run())
 
 
 class Collector:

@@ -18,24 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.conftest import need_tool
 from tests.pipeline.natsclient import SyncNats
-from tests.servers import REPO_ROOT, ServerProcess, nats_server_binary, start_server
+from tests.servers import REPO_ROOT, ServerProcess
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module", params=["pynatsd", "nats-server"])
-def js_broker(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
-    """A JetStream-enabled server with its own store directory."""
-    if request.param == "nats-server":
-        need_tool(nats_server_binary() is not None, "nats-server")
-    server = start_server(request.param, ["-js", "-sd", tempfile.mkdtemp(prefix="pynatsd-js-")])
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 from typing import Any
 
@@ -10,6 +9,7 @@ import pytest
 
 from pynatsd.spark.buffer import MessageBuffer
 from pynatsd.spark.natsio import BufferingParser
+from tests.pipeline.natsclient import feed_in_reads
 
 BUFFER_SID, OTHER_SID = 1, 2
 
@@ -82,15 +82,7 @@ def test_lane_delivers_every_message_once_in_order_across_any_split(seed: int) -
     nc = RecordingClient()
     buffer = nc.buffer = MessageBuffer(10_000, 10_000_000)
     parser = BufferingParser(nc, {BUFFER_SID: buffer})  # type: ignore[arg-type]
-
-    async def feed() -> None:
-        pos = 0
-        while pos < len(stream):
-            step = rng.choice([1, 2, 7, 64, 500, 4096])
-            await parser.parse(stream[pos : pos + step])
-            pos += step
-
-    asyncio.run(feed())
+    feed_in_reads(parser, stream, lambda: rng.choice([1, 2, 7, 64, 500, 4096]))
     got = [(m.subject, m.reply, m.payload) for m in buffer.slice(0, buffer.end)]
     assert got == expected
     assert [e for e in nc.events if e[1:2] != (BUFFER_SID,)] == others
@@ -106,12 +98,7 @@ def test_lane_keeps_taking_frames_cut_by_reads() -> None:
     nc = RecordingClient()
     buffer = nc.buffer = MessageBuffer(10_000, 10_000_000)
     parser = BufferingParser(nc, {BUFFER_SID: buffer})  # type: ignore[arg-type]
-
-    async def feed() -> None:
-        for pos in range(0, len(stream), 1000):  # 1000 is no multiple of the frame length
-            await parser.parse(stream[pos : pos + 1000])
-
-    asyncio.run(feed())
+    feed_in_reads(parser, stream, lambda: 1000)  # 1000 is no multiple of the frame length
     assert buffer.end == 1000
     # nats-py parses its own frame and the rest of that one read (< 9 frames); the lane takes the rest.
     slow = [e[1] for e in nc.events]

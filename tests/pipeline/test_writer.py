@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -18,9 +16,8 @@ import pytest
 from pynatsd.spark.acks import AckCounter, AckParser, hpub_frames
 from pynatsd.spark.options import WriteOptions
 from pynatsd.spark.writer import publish_batches
-from tests.conftest import need_tool
-from tests.pipeline.natsclient import SyncNats
-from tests.servers import ServerProcess, nats_server_binary, start_server
+from tests.pipeline.natsclient import SyncNats, feed_in_reads
+from tests.servers import ServerProcess
 
 INBOX, ACK_SID, OTHER_SID = b"_INBOX.w", 3, 4
 
@@ -91,15 +88,7 @@ def _feed(data: bytes, rng: random.Random) -> tuple[AckCounter, RecordingClient]
     client = RecordingClient(counter)
     parser = AckParser(client, counter)  # type: ignore[arg-type]
     parser.watch(INBOX, ACK_SID)
-
-    async def run() -> None:
-        pos = 0
-        while pos < len(data):
-            step = rng.choice([1, 2, 7, 50, 300, 5000])
-            await parser.parse(data[pos : pos + step])
-            pos += step
-
-    asyncio.run(run())
+    feed_in_reads(parser, data, lambda: rng.choice([1, 2, 7, 50, 300, 5000]))
     return counter, client
 
 
@@ -147,15 +136,6 @@ def test_a_status_instead_of_an_ack_is_a_refusal() -> None:
 
 
 # -- a write task against real servers ------------------------------------------------------------------
-@pytest.fixture(scope="module", params=["pynatsd", "nats-server"])
-def js_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
-    if request.param == "nats-server":
-        need_tool(nats_server_binary() is not None, "nats-server")
-    server = start_server(request.param, ["-js", "-sd", tempfile.mkdtemp(prefix="pynatsd-writer-")])
-    yield server
-    server.stop()
-
-
 def _add_stream(server: ServerProcess, name: str, subjects: list[str], **config: Any) -> SyncNats:
     client = SyncNats(server.url)
 
@@ -193,11 +173,11 @@ def _batches(n: int, size: int, subject: str) -> list[pa.RecordBatch]:
     ]
 
 
-def test_task_publishes_every_row_once_and_a_rerun_is_deduplicated(js_server: ServerProcess) -> None:
-    client = _add_stream(js_server, "WT", ["wt.>"])
+def test_task_publishes_every_row_once_and_a_rerun_is_deduplicated(js_broker: ServerProcess) -> None:
+    client = _add_stream(js_broker, "WT", ["wt.>"])
     try:
         # A small ack window so that the task waits for acks many times within and across batches.
-        options = WriteOptions.parse({"url": js_server.url, "stream": "WT", "maxPending": "1500"})
+        options = WriteOptions.parse({"url": js_broker.url, "stream": "WT", "maxPending": "1500"})
         prefix = f"{uuid.uuid4().hex}/0"
         n = 25_000
         assert asyncio.run(publish_batches(options, iter(_batches(n, 3000, "wt.a")), prefix)) == n
@@ -212,10 +192,10 @@ def test_task_publishes_every_row_once_and_a_rerun_is_deduplicated(js_server: Se
         client.close()
 
 
-def test_task_fails_when_the_stream_refuses(js_server: ServerProcess) -> None:
-    client = _add_stream(js_server, "WF", ["wf.>"], max_msgs=100, discard="new")
+def test_task_fails_when_the_stream_refuses(js_broker: ServerProcess) -> None:
+    client = _add_stream(js_broker, "WF", ["wf.>"], max_msgs=100, discard="new")
     try:
-        options = WriteOptions.parse({"url": js_server.url, "stream": "WF", "flushTimeoutMs": "5000"})
+        options = WriteOptions.parse({"url": js_broker.url, "stream": "WF", "flushTimeoutMs": "5000"})
         with pytest.raises(RuntimeError, match=r"refused.*maximum messages"):
             asyncio.run(publish_batches(options, iter(_batches(500, 200, "wf.a")), "p/0"))
         # No stream listens: the server answers 503 no responders.
@@ -227,11 +207,11 @@ def test_task_fails_when_the_stream_refuses(js_server: ServerProcess) -> None:
         client.close()
 
 
-def test_a_rerun_after_the_duplicate_window_is_stored_again(js_server: ServerProcess) -> None:
+def test_a_rerun_after_the_duplicate_window_is_stored_again(js_broker: ServerProcess) -> None:
     # The window is in nanoseconds on the wire (nats-py takes seconds).
-    client = _add_stream(js_server, "WD", ["wd.>"], duplicate_window=1.0)
+    client = _add_stream(js_broker, "WD", ["wd.>"], duplicate_window=1.0)
     try:
-        options = WriteOptions.parse({"url": js_server.url, "stream": "WD"})
+        options = WriteOptions.parse({"url": js_broker.url, "stream": "WD"})
         prefix = f"{uuid.uuid4().hex}/0"
         assert asyncio.run(publish_batches(options, iter(_batches(300, 100, "wd.a")), prefix)) == 300
         assert asyncio.run(publish_batches(options, iter(_batches(300, 100, "wd.a")), prefix)) == 300
