@@ -217,15 +217,13 @@ def deliver(sub: Subscription, msg: Message) -> bool:
         return False
     if conn.is_route:
         return conn.send_routed(sub, msg)  # one routed message, framed by the route
-    limits = conn.limits
-    if limits is not None:
-        limit = limits.get(sub, 0)
-        if limit:
-            if sub.delivered >= limit:
-                conn.remove_sub(sub)
-                return False
-            if sub.delivered + 1 == limit:
-                conn.remove_sub(sub)
+    limit = max_msgs(sub)
+    if limit:
+        if sub.delivered >= limit:
+            conn.remove_sub(sub)
+            return False
+        if sub.delivered + 1 == limit:
+            conn.remove_sub(sub)
     if perms is not None and msg.reply is not None and perms.replies is not None:
         perms.track_reply(msg.reply)
     sub.delivered += 1
