@@ -472,6 +472,9 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
         except OSError as exc:
             get_logger().critical("Error listening on port: %s:%d, %s", options.host, options.port, exc)
             raise SystemExit(1) from None
+        # At once: the ports file (start's last step) tells scripts the server is up, and a SIGTERM they
+        # send from then on must shut it down cleanly (it met the default action during freeze and trim).
+        server.install_signal_handlers()
         # What exists now (modules, configuration, the server's tables) lives as long as the process:
         # frozen, the cyclic GC never walks it again. A full collection walked ~59k such objects for
         # 9-11 ms, a pause every client sees (request/reply p99 is 2-4 ms); frozen, ~0 ms.
@@ -479,7 +482,6 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
         _trim_heap()
         get_logger().debug("Event loop: %s", loop_name)
         get_logger().debug("File descriptor limit: %d (was %d)", fds, fds_before)
-        server.install_signal_handlers()
         await server.wait_closed()
 
     asyncio.run(serve())
