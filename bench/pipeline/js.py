@@ -2,7 +2,7 @@
 Spark into a stream with publish acks, with 1 and 2 partitions, 100-byte payloads.
 
     python bench/pipeline/js.py [--messages 300000] [--large 2000000] [--large-out 1500000] [--reps 3]
-                                [--no-out] [--servers pynatsd,nats-server]
+                                [--no-out | --no-in] [--servers pynatsd,nats-server]
                                 [--out bench/results/pipeline-js.json]
 
 In: `spark.read.format("pynatsd").option("stream", …)` into the noop sink (every row materialised); the rate
@@ -101,9 +101,16 @@ def roles(cpu: dict[str, float]) -> dict[str, float]:
 
 
 def summarize_in(runs: list[dict[str, float]], n: int, fixed: float) -> dict[str, float]:
-    """Medians of a row's runs: rate, rate net of the fixed job cost, CPU µs per message per process."""
+    """Medians of a read row's runs: rate, rate net of the fixed job cost, CPU µs per message per process."""
+    out = summarize_out(runs, n)
+    out["net_rate"] = n / max(statistics.median(r["wall"] for r in runs) - fixed, 1e-9)
+    return out
+
+
+def summarize_out(runs: list[dict[str, float]], n: int) -> dict[str, float]:
+    """Medians of a row's runs: rate, load and CPU µs per message of each process."""
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    out = {"rate": med["rate"], "net_rate": n / max(med["wall"] - fixed, 1e-9), "load": med["load"]}
+    out = {"rate": med["rate"], "load": med["load"]}
     out.update({f"us_per_msg_{k[4:]}": v * 1e6 / n for k, v in med.items() if k.startswith("cpu_")})
     return out
 
@@ -115,16 +122,21 @@ def summarize_fixed(runs: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def bench_out(df: Any, url: str, client: SyncNats, stream: str, n: int) -> float:
+def bench_out(df: Any, server: ServerProcess, client: SyncNats, stream: str, n: int) -> dict[str, float]:
+    """One write job into a new stream: rows/s and the CPU seconds of each process (see proctree.py)."""
+
     async def add() -> None:
         await client.nc.jetstream().add_stream(name=stream, subjects=[stream.lower()])
 
+    url = server.url
     client.io.run(add(), 10)
+    before = snapshot(server.proc.pid)
     start = time.monotonic()
     df.selectExpr(f"'{stream.lower()}' AS subject", "payload").write.format("pynatsd").option(
         "url", url
     ).option("stream", stream).mode("append").save()
-    rate = n / (time.monotonic() - start)
+    wall = time.monotonic() - start
+    cpu = roles(cpu_delta(before, snapshot(server.proc.pid)))
     if stream_count(url, stream) != n:
         raise RuntimeError(f"stream {stream} holds {stream_count(url, stream)} of {n}")
 
@@ -132,7 +144,7 @@ def bench_out(df: Any, url: str, client: SyncNats, stream: str, n: int) -> float
         await client.nc.jetstream().delete_stream(stream)
 
     client.io.run(delete(), 60)
-    return rate
+    return {"rate": n / wall, "load": os.getloadavg()[0], **{f"cpu_{k}": v for k, v in cpu.items()}}
 
 
 def cached_frames(spark: Any, n: int) -> dict[int, Any]:
@@ -156,6 +168,7 @@ def main() -> None:
     parser.add_argument("--servers", default="pynatsd,nats-server")
     parser.add_argument("--large-out", type=int, default=1_500_000, help="the larger out row (0: none)")
     parser.add_argument("--no-out", action="store_true", help="only the read rows")
+    parser.add_argument("--no-in", action="store_true", help="only the write rows")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "pipeline-js.json"))
     args = parser.parse_args()
     n = args.messages
@@ -169,7 +182,7 @@ def main() -> None:
         "payload_bytes": SIZE,
         "reps": args.reps,
     }
-    sizes = {"BIN": n, **({"BIG": args.large} if args.large else {})}
+    sizes = {} if args.no_in else {"BIN": n, **({"BIG": args.large} if args.large else {})}
     try:
         for kind in args.servers.split(","):
             server = start_server(kind, ["-js", "-sd", tempfile.mkdtemp(prefix="bench-js-")])
@@ -177,14 +190,19 @@ def main() -> None:
             try:
                 for stream, count in sizes.items():
                     fill(client, stream, count)
-                bench_in(spark, server, "BIN", n, 2)  # warm-up: Python workers, connections, the JIT
+                # Warm-ups: Python workers, connections, the JIT (the first write ran at a third of the rate).
+                if sizes:
+                    bench_in(spark, server, "BIN", n, 2)
+                if frames:
+                    bench_out(frames[2], server, client, "WARMOUT", n)
                 runs: dict[str, list[dict[str, float]]] = {}
-                outs: dict[str, list[float]] = {}
+                outs: dict[str, list[dict[str, float]]] = {}
                 for rep in range(args.reps):
                     for parts in (1, 2):
-                        runs.setdefault(f"fixed_{parts}", []).append(
-                            bench_in(spark, server, "BIN", 2, parts, 2)
-                        )
+                        if sizes:
+                            runs.setdefault(f"fixed_{parts}", []).append(
+                                bench_in(spark, server, "BIN", 2, parts, 2)
+                            )
                         for stream, count in sizes.items():
                             runs.setdefault(f"in_{count}_{parts}", []).append(
                                 bench_in(spark, server, stream, count, parts)
@@ -192,13 +210,13 @@ def main() -> None:
                         if frames:
                             name = f"BOUT{rep}P{parts}"
                             outs.setdefault(f"out_{parts}", []).append(
-                                bench_out(frames[parts], server.url, client, name, n)
+                                bench_out(frames[parts], server, client, name, n)
                             )
                     print(
                         kind,
                         rep,
                         {k: f"{v[-1]['rate']:,.0f}" for k, v in runs.items() if k.startswith("in_")},
-                        {k: f"{v[-1]:,.0f}" for k, v in outs.items()},
+                        {k: f"{v[-1]['rate']:,.0f}" for k, v in outs.items()},
                         f"load {os.getloadavg()[0]:.1f}",
                         flush=True,
                     )
@@ -208,13 +226,19 @@ def main() -> None:
                     for rep in range(args.reps):
                         for parts in (1, 2):
                             outs.setdefault(f"out_large_{parts}", []).append(
-                                bench_out(large[parts], server.url, client, f"L{rep}P{parts}", large_out)
+                                bench_out(large[parts], server, client, f"L{rep}P{parts}", large_out)
                             )
-                        print(kind, "large", rep, {k: f"{v[-1]:,.0f}" for k, v in outs.items()}, flush=True)
+                        print(
+                            kind,
+                            "large",
+                            rep,
+                            {k: f"{v[-1]['rate']:,.0f}" for k, v in outs.items()},
+                            flush=True,
+                        )
                     for df in large.values():
                         df.unpersist()
                 result: dict[str, Any] = {}
-                for parts in (1, 2):
+                for parts in (1, 2) if sizes else ():
                     fixed = summarize_fixed(runs[f"fixed_{parts}"])
                     result[f"fixed_{parts}"] = fixed
                     for count in sizes.values():
@@ -228,7 +252,8 @@ def main() -> None:
                             for k in big
                             if k.startswith("us_per_msg_")
                         }
-                result.update({k: statistics.median(v) for k, v in outs.items()})
+                for key, out_runs in outs.items():
+                    result[key] = summarize_out(out_runs, large_out if key.startswith("out_large") else n)
                 summary[kind] = result
             finally:
                 client.close()

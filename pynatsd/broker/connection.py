@@ -669,7 +669,6 @@ class Connection(Client):
                 status.set(
                     reply, None, b"%d %d" % (len(headers), len(headers)), headers, b"", b"MSG " + reply + b" "
                 )
-                status.frame()
                 deliver(sub, status)
                 return
 

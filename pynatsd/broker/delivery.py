@@ -136,9 +136,10 @@ class Message:
     """The message being delivered, and its frames, built once and shared by every receiver.
 
     A publisher reuses one instance (`set`) for every message it publishes: nothing is allocated per
-    message but the frame parts, and those only when someone receives it."""
+    message but the frame parts, and those only when a receiver with a socket gets it (`frame`)."""
 
     __slots__ = (
+        "framed",
         "head",
         "headers",
         "hhead",
@@ -168,6 +169,7 @@ class Message:
         self.tail = b""  # ` [reply ]size\r\npayload\r\n` (from the space after the sid)
         self.hhead = b""  # `HMSG subject ` (with headers only)
         self.htail = b""
+        self.framed = False  # head/tail/hhead/htail built for this message (see `frame`)
         # Routes: the queue groups named by a routed message (inbound: only those get it here; outbound:
         # those a route was chosen for). None: none named.
         self.queues: list[bytes] | None = None
@@ -193,10 +195,14 @@ class Message:
         self.head = head
         self.nbytes = len(payload)
         self.size = self.nbytes if headers is None else len(headers) + self.nbytes
+        self.framed = False
 
     def frame(self) -> None:
-        """Build the frame parts (once a receiver is known). As nats-server, MSG and HMSG repeat the size
-        fields as the publisher spelled them; a MSG stripped of its headers counts its payload anew."""
+        """Build the frame parts, at the first receiver that writes them out (a client's socket, a route):
+        a message only internal clients take (a JetStream publish) is never framed, which saved three
+        copies of its payload. As nats-server, MSG and HMSG repeat the size fields as the publisher spelled
+        them; a MSG stripped of its headers counts its payload anew."""
+        self.framed = True
         if self.headers is None:
             self.tail = msg_tail(self.reply, self.payload, self.sizes)
         else:
@@ -233,6 +239,8 @@ def deliver(sub: Subscription, msg: Message) -> bool:
     sid = sub.sid
     if not isinstance(sid, bytes):  # a decimal sid kept as an int while idle: spelled out once
         sid = sub.sid = b"%d" % sid
+    if not msg.framed:
+        msg.frame()
     if msg.headers is not None and conn.headers:
         over = out.enqueue_msg(msg.hhead, sid, msg.htail)
         conn.out_bytes += msg.size
@@ -292,7 +300,6 @@ def _publish_to(
     fanout[matched if matched < len(fanout) else -1].n += 1
     if not matched:
         return False
-    msg.frame()
     delivered = False
     origin = msg.origin
     from_route = origin is not None and origin.is_route

@@ -469,7 +469,6 @@ class _StreamShadow:
         subject, head = self.link.local_head(msg.subject)
         mapped = Message(msg.origin)
         mapped.set(subject, msg.reply, msg.sizes, msg.headers, msg.payload, head)
-        mapped.frame()
         return deliver(self.sub, mapped)
 
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from pynatsd.broker.system import SystemService
     from pynatsd.jetstream import JetStream
     from pynatsd.monitor import Monitor
+    from pynatsd.protocol.parser import ParsedLine
     from pynatsd.routes.manager import RouteManager
     from pynatsd.routes.route import Route
     from pynatsd.websocket.server import WebSocketListener
@@ -191,7 +192,7 @@ class Server:
         # Caches every connection shares, since what they hold depends on nothing but their keys: parsed
         # PUB control lines, and `MSG subject ` per published subject (only subjects that may be
         # published to: not reserved). Bounded; each starts over when full.
-        self.pub_lines: dict[bytes, tuple[bytes, bytes | None, bytes, int]] = {}
+        self.pub_lines: dict[bytes, ParsedLine] = {}
         self.msg_heads: dict[bytes, bytes] = {}
         self.fanout = HistogramCounts(1024)  # subscriptions matched per publish (monitoring)
         self.monitor: Monitor | None = None

@@ -16,8 +16,9 @@ Behaviour follows nats-server's parser (server/parser.go) op by op:
 Malformed input raises a `ProtocolError` subclass after the ops before it reached the handler; the
 parser is then dead, and so it is after `stop()` (the handler closed the connection mid-read).
 
-The hot path: a publisher repeats a handful of PUB control lines, so the parse of each canonical line is
-cached by its bytes; a cached PUB costs one `find`, two slices and one dict lookup.
+The hot path: a publisher repeats a handful of PUB and HPUB control lines (an HPUB's header block varies,
+its line often not), so the parse of each canonical line is cached by its bytes; a cached PUB costs one
+`find`, two slices and one dict lookup.
 """
 
 from __future__ import annotations
@@ -52,16 +53,21 @@ _NAME_LEN = {_PUB: 3, _HPUB: 4, _SUB: 3, _UNSUB: 5, _ERR: 4, _CONNECT: 7, _INFO:
 _WS = (32, 9)  # space, tab
 _HEAD = 8  # enough bytes to classify any op name plus one separator
 _SPLIT_ARGS = re.compile(rb"[ \t\r\n]+")
-# The canonical PUB line every client library sends (single spaces, upper case): one C-level match gives
-# subject, reply and size. nats-py writes `PUB subject  size` (an empty reply between two spaces): that
-# form is canonical too. Anything else (tabs, lower case, HPUB, bad sizes…) takes the general path.
+# The canonical PUB and HPUB lines every client library sends (single spaces, upper case): one C-level
+# match gives subject, reply and sizes. nats-py writes `PUB subject  size` (an empty reply between two
+# spaces): that form is canonical too. Anything else (tabs, lower case, bad sizes…) takes the general path.
 _FAST_PUB = re.compile(rb"PUB ([^ \t\r\n]+) (?:([^ \t\r\n]+) | )?(\d{1,9})\r?\n")
+_FAST_HPUB = re.compile(rb"HPUB ([^ \t\r\n]+) (?:([^ \t\r\n]+) | )?((\d{1,9}) (\d{1,9}))\r?\n")
+# A cached line's parse: subject, reply, the size field(s) as sent, total size, header size (-1: a PUB).
+ParsedLine = tuple[bytes, bytes | None, bytes, int, int]
 # The line cache: at most this many lines of at most _LINE_CACHED bytes. Parsers may share one (the
 # server gives all its connections one, about 1 MiB when full: a line's parse is the same whoever sends
 # it); one that fills up starts over rather than grows. Measured: 1,000 subjects interleaved by one
 # publisher missed every time in a per-connection cache of 256 lines (200 ns more per PUB).
 LINE_CACHE_SIZE = 4096
 _LINE_CACHED = 128
+# HPUB lines with a reply seen once, remembered until this many are (then forgotten at once).
+_SIGHTED = 64
 # JSON nesting deeper than this in CONNECT/INFO is refused before json.loads recurses into it.
 _MAX_JSON_DEPTH = 64
 
@@ -105,6 +111,7 @@ class Parser:
         "_lines",
         "_pending",
         "_recorder",
+        "_sighted",
         "allow_headers",
         "dead",
         "expect_connect",
@@ -122,7 +129,7 @@ class Parser:
         expect_connect: bool = False,
         allow_headers: bool = True,
         handler: OpHandler | None = None,
-        line_cache: dict[bytes, tuple[bytes, bytes | None, bytes, int]] | None = None,
+        line_cache: dict[bytes, ParsedLine] | None = None,
     ) -> None:
         self.max_control_line = max_control_line
         self.allow_headers = allow_headers
@@ -140,8 +147,9 @@ class Parser:
         # the op whose payload is being gathered: (is_hpub, subject, reply, sizes as sent, header size,
         # total size)
         self._pending: tuple[bool, bytes, bytes | None, bytes, int, int] | None = None
-        # control line -> (subject, reply, size as sent, size), for canonical PUB lines only
+        # control line -> its parse, for canonical PUB and HPUB lines only (see _parse_pub_line)
         self._lines = line_cache if line_cache is not None else {}
+        self._sighted: dict[bytes, bool] = {}  # HPUB lines with a reply seen once (see _parse_pub_line)
 
     @property
     def buffered(self) -> int:
@@ -289,23 +297,29 @@ class Parser:
                     return n
                 line = buf[pos : nl + 1]
                 parsed = lines.get(line)
-                if parsed is None and buf.startswith(b"PUB ", pos):
+                if parsed is None and (buf.startswith(b"PUB ", pos) or buf.startswith(b"HPUB ", pos)):
                     parsed = self._parse_pub_line(buf, pos, line)
             if parsed is not None:
-                subject, reply, size_field, size = parsed
-                if size > max_payload:  # the cache is shared: another client's limit may be higher
+                subject, reply, size_field, size, hdr = parsed
+                if hdr >= 0 and not self.headers:  # the cache is shared: HPUB is legal only where negotiated
+                    raise errors.HeadersNotNegotiated("HPUB without headers negotiated")
+                if size > max_payload:  # and another client's limit may be higher
                     raise errors.MaxPayloadExceeded(f"payload of {size} bytes")
                 guess = nl + 1 - pos
                 start = nl + 1
                 stop = start + size
                 if stop + 2 > n:
-                    self._pending = (False, subject, reply, size_field, 0, size)
+                    self._pending = (hdr >= 0, subject, reply, size_field, max(hdr, 0), size)
                     self._acc = bytearray(buf[start:])
                     return n
                 if buf[stop] != 13 or buf[stop + 1] != 10:
                     raise errors.UnknownOperation("payload not followed by CRLF")
                 pos = stop + 2
-                on_pub(subject, reply, size_field, buf[start:stop])
+                if hdr < 0:
+                    on_pub(subject, reply, size_field, buf[start:stop])
+                else:
+                    mid = start + hdr
+                    handler.on_hpub(subject, reply, size_field, buf[start:mid], buf[mid:stop])
                 if self.dead:
                     return n
                 continue
@@ -387,20 +401,37 @@ class Parser:
 
     def _parse_pub_line(
         self, buf: bytes, pos: int, line: bytes
-    ) -> tuple[bytes, bytes | None, bytes, int] | None:
-        """The parse of a canonical PUB control line (`line`, at `pos` in `buf`), cached for the lines
-        that follow; None for any other line (the general path deals with it, errors included)."""
-        fast = _FAST_PUB.match(buf, pos)
+    ) -> ParsedLine | None:
+        """The parse of a canonical PUB or HPUB control line (`line`, at `pos` in `buf`), cached for the
+        lines that follow; None for any other line (the general path deals with it, errors included)."""
+        hpub = buf[pos] == 72  # H
+        fast = (_FAST_HPUB if hpub else _FAST_PUB).match(buf, pos)
         if fast is None:
             return None
-        if fast.end(3) - pos - 4 > self.max_control_line:
+        if fast.end(3) - pos - (5 if hpub else 4) > self.max_control_line:
             raise errors.MaxControlLineExceeded("control line too long")
         subject, reply, size_field = fast.group(1, 2, 3)
-        size = int(size_field)
+        if hpub:
+            if not self.headers:
+                return None  # the general path refuses it
+            hdr, size = int(fast.group(4)), int(fast.group(5))
+            if hdr > size:
+                return None
+        else:
+            hdr, size = -1, int(size_field)
         if size > self.max_payload:
             raise errors.MaxPayloadExceeded(f"payload of {size} bytes")
-        parsed = (subject, reply, size_field, size)
-        if len(line) <= _LINE_CACHED:
+        parsed = (subject, reply, size_field, size, hdr)
+        # An HPUB with a reply is mostly a JetStream publish awaiting its ack on an inbox of its own
+        # (nats-py, nats.go): its line never comes back, and caching every one cost 0.8-1.1 µs a message
+        # (publish_cpu.py). Such a line is cached at its second sighting among the last few (a publisher
+        # with one ack inbox, such as the Spark sink, repeats its lines).
+        if hpub and reply is not None and self._sighted.pop(line, None) is None:
+            sighted = self._sighted
+            if len(sighted) >= _SIGHTED:
+                sighted.clear()
+            sighted[line] = True
+        elif len(line) <= _LINE_CACHED:
             lines = self._lines
             if len(lines) >= LINE_CACHE_SIZE:
                 lines.clear()  # a publisher cycling through many lines: start over rather than grow

@@ -406,6 +406,8 @@ class Route(Client):
                     heads[msg.subject] = head
             else:
                 head = cached
+            if not msg.framed:
+                msg.frame()
             tail = msg.htail if with_headers else msg.tail
         over = out.enqueue_msg(head, b"", tail)
         self.out_msgs += 1

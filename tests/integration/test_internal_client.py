@@ -7,6 +7,7 @@ import asyncio
 
 import nats
 
+from pynatsd.broker.delivery import Message, publish
 from pynatsd.broker.internal import InternalClient
 from pynatsd.broker.server import Server
 
@@ -137,3 +138,52 @@ async def test_publish_many_counts_every_message_of_a_run(server: Server, url: s
         await first.close()
         await second.close()
         publisher.close()
+
+
+async def test_a_message_only_internal_subscribers_take_is_never_framed(server: Server, url: str) -> None:
+    # The MSG/HMSG frame is built at the first receiver that writes it out: a JetStream publish (taken by
+    # the stream's internal client only) skips three copies of its payload. With a socket receiver too,
+    # that receiver gets the frame exactly as before.
+    stream_side = InternalClient(server)
+    got: list[tuple[bytes | None, bytes]] = []
+    stream_side.subscribe(b"orders.*", lambda s, r, h, p: got.append((h, p)))
+    sublist, fanout = server.sublist_for("$G"), server.fanout.counts
+    headers = b"NATS/1.0\r\nNats-Msg-Id: 1\r\n\r\n"
+    msg = Message(None)
+    msg.set(
+        b"orders.1",
+        b"_INBOX.ack",
+        b"%d %d" % (len(headers), len(headers) + 3),
+        headers,
+        b"abc",
+        b"MSG orders.1 ",
+    )
+    assert publish(sublist, msg, fanout)
+    assert not msg.framed and msg.tail == b"" and msg.htail == b""
+
+    nc = await nats.connect(url)
+    try:
+        sub = await nc.subscribe("orders.>")
+        await nc.flush()
+        msg.set(
+            b"orders.1",
+            b"_INBOX.ack",
+            b"%d %d" % (len(headers), len(headers) + 3),
+            headers,
+            b"abc",
+            b"MSG orders.1 ",
+        )
+        assert publish(sublist, msg, fanout)
+        assert msg.framed
+        seen = await sub.next_msg(timeout=2)
+        assert (seen.subject, seen.reply, seen.headers, seen.data) == (
+            "orders.1",
+            "_INBOX.ack",
+            {"Nats-Msg-Id": "1"},
+            b"abc",
+        )
+    finally:
+        await nc.close()
+    await asyncio.sleep(0.05)
+    assert got == [(headers, b"abc")] * 2
+    stream_side.close()

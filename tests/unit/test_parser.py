@@ -8,7 +8,7 @@ import pytest
 
 from pynatsd.protocol import errors
 from pynatsd.protocol.ops import Connect, Err, HPub, Info, Ok, Op, OpRecorder, Ping, Pong, Pub, Sub, Unsub
-from pynatsd.protocol.parser import LINE_CACHE_SIZE, Parser, parse_size
+from pynatsd.protocol.parser import LINE_CACHE_SIZE, ParsedLine, Parser, parse_size
 
 
 def pub(subject: bytes, reply: bytes | None, payload: bytes, size: bytes | None = None) -> Pub:
@@ -264,6 +264,56 @@ def test_cached_pub_lines_parse_as_the_first_time_and_stay_bounded() -> None:
     assert not any(len(line) > 128 for line in parser._lines)
 
 
+def hpub(subject: bytes, reply: bytes | None, headers: bytes, payload: bytes) -> HPub:
+    return HPub(subject, reply, b"%d %d" % (len(headers), len(headers) + len(payload)), headers, payload)
+
+
+def hpub_wire(op: HPub) -> bytes:
+    reply = op.reply + b" " if op.reply else b""
+    return b"HPUB %s %s%s\r\n%s%s\r\n" % (op.subject, reply, op.sizes, op.headers, op.payload)
+
+
+def test_hpub_lines_parse_the_same_cached_or_not() -> None:
+    # The JetStream publisher's shapes: an ack inbox per message (nats-py, nats.go), one inbox for all (the
+    # Spark sink), no reply; interleaved with PUBs. Whole, again (from the cache) and byte by byte: the same.
+    ops: list[Op] = []
+    for i in range(300):
+        headers = b"NATS/1.0\r\nNats-Msg-Id: id-%d\r\n\r\n" % i
+        ops.append(hpub(b"orders", b"_INBOX.a.%d" % i, headers, b"x" * (i % 5)))
+        ops.append(hpub(b"orders", b"_INBOX.acks", headers, b"y" * (i % 3)))
+        ops.append(hpub(b"events.%d" % (i % 7), None, headers, b""))
+        ops.append(pub(b"plain", None, b"z"))
+    stream = b"".join(hpub_wire(op) if isinstance(op, HPub) else b"PUB plain 1\r\nz\r\n" for op in ops)
+    parser = Parser(headers=True)
+    assert parser.feed(stream) == ops
+    assert parser.feed(stream) == ops
+    assert feed_bytewise(Parser(headers=True), stream) == ops
+    cached = b"".join(parser._lines)
+    # A line whose reply inbox is its own is never cached (it never comes back); a repeated one is.
+    assert b"_INBOX.a." not in cached
+    for op in ops[-3:-1]:  # the last one with the shared inbox, and the last one without a reply
+        assert isinstance(op, HPub)
+        assert hpub_wire(op).split(b"\n")[0] + b"\n" in parser._lines
+
+
+def test_a_shared_line_cache_keeps_each_parser_header_rule() -> None:
+    # An HPUB line cached for a client that negotiated headers is still refused to one that did not, and
+    # still meets each client's own payload limit.
+    shared: dict[bytes, ParsedLine] = {}
+    data = hpub_wire(hpub(b"a", None, b"NATS/1.0\r\n\r\n", b"x" * 16))
+    assert (
+        Parser(headers=True, line_cache=shared).feed(data * 2)
+        == [hpub(b"a", None, b"NATS/1.0\r\n\r\n", b"x" * 16)] * 2
+    )
+    assert shared
+    with pytest.raises(errors.HeadersNotNegotiated):
+        Parser(line_cache=shared).feed(data)
+    with pytest.raises(errors.MaxPayloadExceeded):
+        Parser(headers=True, max_payload=8, line_cache=shared).feed(data)
+    with pytest.raises(errors.UnknownOperation):  # the cached line's payload is still checked
+        Parser(headers=True, line_cache=shared).feed(data.replace(b"x\r\n", b"xX\r\n"))
+
+
 def test_cached_pub_line_still_checks_its_payload() -> None:
     parser = Parser()
     assert parser.feed(b"PUB a 2\r\nhi\r\n") == [pub(b"a", None, b"hi")]
@@ -336,7 +386,7 @@ def test_take_returns_at_a_pause_and_takes_nothing_until_resume() -> None:
 def test_a_shared_line_cache_keeps_each_parser_payload_limit() -> None:
     # The server gives every connection one line cache; a line cached by a client allowed 1 MiB must not
     # let a client limited to 8 bytes (a JWT user's `payload`) publish 16.
-    shared: dict[bytes, tuple[bytes, bytes | None, bytes, int]] = {}
+    shared: dict[bytes, ParsedLine] = {}
     data = b"PUB a 16\r\n" + b"x" * 16 + b"\r\n"
     assert Parser(line_cache=shared).feed(data * 2) == [pub(b"a", None, b"x" * 16)] * 2
     with pytest.raises(errors.MaxPayloadExceeded):
