@@ -36,6 +36,7 @@ COMPILED = [
     "pynatsd/jetstream/store/file.py",
     "pynatsd/jetstream/store/memory.py",
     "pynatsd/jetstream/stream.py",
+    "pynatsd/jetstream/consumer.py",
     "pynatsd/jetstream/util.py",
 ]
 

@@ -191,13 +191,7 @@ class JsAccount:
                 if old.get("deliver_subject")
                 else "can not update pull consumer to push based"
             )
-        consumer.config = cfg
-        consumer.filters = [
-            f.encode()
-            for f in (
-                cfg.get("filter_subjects") or ([cfg["filter_subject"]] if cfg.get("filter_subject") else [])
-            )
-        ]
+        consumer.update(cfg)
         consumer.on_removed()
         consumer.save_soon()
         consumer.kick()

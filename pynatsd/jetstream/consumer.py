@@ -224,19 +224,23 @@ class Consumer:
         self.stream = stream
         self.account = stream.account
         self.loop = stream.account.js.loop
-        self.config = config
         self.name = name
         self.created = created
         self.durable = bool(config.get("durable_name"))
         self.push = bool(config.get("deliver_subject"))
-        self.filters = [
-            f.encode()
-            for f in (
-                config.get("filter_subjects")
-                or ([config["filter_subject"]] if config.get("filter_subject") else [])
-            )
-        ]
-        self._literal = all(b"*" not in f and b">" not in f for f in self.filters)
+        # What every delivery reads of the config, worked out once per config (see `update`).
+        self.config = config
+        self.filters: list[bytes] = []
+        self._literal = True
+        self._replay_original = False
+        self._headers_only = False
+        self._backoff: list[int] = []
+        self._ack_wait_ns = ACK_WAIT_DEFAULT
+        self._max_ack_pending = -1
+        self._deliver_subject = b""
+        self.update(config)
+        # `$JS.ACK.<stream>.<consumer>.`: the fixed start of every delivered message's reply subject.
+        self._ack_prefix = b"$JS.ACK.%s.%s." % (stream.name.encode(), name.encode())
         self.ack_none = config["ack_policy"] == "none"
         self.ack_all = config["ack_policy"] == "all"
         self.sseq = 1
@@ -289,6 +293,24 @@ class Consumer:
         self.kick()
 
     # -- setup ----------------------------------------------------------------------------------------
+    def update(self, config: dict[str, Any]) -> None:
+        """Take `config` (at creation, or an update already checked by the account)."""
+        self.config = config
+        self.filters = [
+            f.encode()
+            for f in (
+                config.get("filter_subjects")
+                or ([config["filter_subject"]] if config.get("filter_subject") else [])
+            )
+        ]
+        self._literal = all(b"*" not in f and b">" not in f for f in self.filters)
+        self._replay_original = config["replay_policy"] == "original"
+        self._headers_only = bool(config.get("headers_only"))
+        self._backoff = [int(b) for b in config.get("backoff") or ()]
+        self._ack_wait_ns = int(config.get("ack_wait") or ACK_WAIT_DEFAULT)
+        self._max_ack_pending = int(config.get("max_ack_pending", -1))
+        self._deliver_subject = str(config.get("deliver_subject") or "").encode()
+
     def wants(self, subject: bytes) -> bool:
         if not self.filters:
             return True
@@ -354,7 +376,7 @@ class Consumer:
         self._schedule_ack_check(0)
 
     def save_soon(self) -> None:
-        if self.persistent and self._save_timer is None and not self._stopped:
+        if self._save_timer is None and not self._stopped and self.persistent:
             self._save_timer = self.loop.call_later(0.05, self.save)
 
     def save(self) -> None:
@@ -512,7 +534,7 @@ class Consumer:
     def _blocked(self) -> bool:
         if self.ack_none:
             return False
-        return len(self.pending) >= self.config.get("max_ack_pending", -1) > 0
+        return len(self.pending) >= self._max_ack_pending > 0
 
     def _deliver(self) -> None:
         self._scheduled = False
@@ -534,7 +556,7 @@ class Consumer:
             return
         self._interest_wait = 0.005
         self._inactive_since = now_ns()
-        subject = self.config["deliver_subject"].encode()
+        subject = self._deliver_subject
         while not self._blocked() and self._fc_reply is None:
             msg = self._next()
             if msg is None or self._replay_later(msg):
@@ -548,7 +570,7 @@ class Consumer:
 
     def _replay_later(self, msg: StoredMsg) -> bool:
         """replay_policy original: True (message put back, delivery resumed later) while `msg` is early."""
-        if self.config["replay_policy"] != "original" or msg.seq in self.pending:
+        if not self._replay_original or msg.seq in self.pending:
             return False
         now = now_ns()
         if self._replay_last is not None:
@@ -665,7 +687,7 @@ class Consumer:
             self.pending[seq] = (self.dseq, now + wait)
             self._schedule_ack_check(wait)
         hdrs, data = msg.hdrs, msg.data
-        if self.config.get("headers_only"):
+        if self._headers_only:
             size = b"Nats-Msg-Size: %d\r\n\r\n" % len(data)
             hdrs = (hdrs[:-2] if hdrs else b"NATS/1.0\r\n") + size
             data = b""
@@ -675,21 +697,13 @@ class Consumer:
         self.save_soon()
 
     def _ack_subject(self, n: int, seq: int, stored_ts: int) -> bytes:
-        return b"$JS.ACK.%s.%s.%d.%d.%d.%d.%d" % (
-            self.stream.name.encode(),
-            self.name.encode(),
-            n,
-            seq,
-            self.dseq,
-            stored_ts,
-            self.num_pending(),
-        )
+        return b"%s%d.%d.%d.%d.%d" % (self._ack_prefix, n, seq, self.dseq, stored_ts, self.num_pending())
 
     def _ack_wait(self, deliveries: int) -> int:
-        backoff = self.config.get("backoff")
+        backoff = self._backoff
         if backoff:
-            return int(backoff[min(deliveries - 1, len(backoff) - 1)])
-        return int(self.config.get("ack_wait") or ACK_WAIT_DEFAULT)
+            return backoff[min(deliveries - 1, len(backoff) - 1)]
+        return self._ack_wait_ns
 
     # -- ack timers -----------------------------------------------------------------------------------
     def _schedule_ack_check(self, delay_ns: int) -> None:
@@ -752,17 +766,24 @@ class Consumer:
     def _ack(self, sseq: int, dseq: int) -> None:
         if self.ack_all:
             acked = [s for s in self.pending if s <= sseq]
-            for s in acked:
-                del self.pending[s]
-            for s in acked:
-                self._ack_done(s)
+            if acked:
+                for s in acked:
+                    del self.pending[s]
+                self._acks_done(acked)
             return
         if self.pending.pop(sseq, None) is not None:
-            self._ack_done(sseq)
+            self._acks_done([sseq])
 
     def _ack_done(self, sseq: int) -> None:
-        """`sseq` will not be delivered again: move the ack floor, tell the stream (interest/workqueue)."""
-        self.rdc.pop(sseq, None)
+        self._acks_done([sseq])
+
+    def _acks_done(self, seqs: list[int]) -> None:
+        """`seqs` (out of `pending` already) will not be delivered again: move the ack floor once, tell the
+        stream (interest/workqueue). Once per AckAll, not per message: the floor's look at the oldest
+        pending entry walks past the entries just deleted (a batch of 1,000 acked cost 0.5M steps)."""
+        if self.rdc:
+            for sseq in seqs:
+                self.rdc.pop(sseq, None)
         self.last_ack = now_ns()
         # `pending` is in delivery order, which is stream order (redeliveries keep their first place).
         oldest = next(iter(self.pending), None)
@@ -775,7 +796,9 @@ class Consumer:
             self.adflr = self.pending[oldest][0] - 1 if oldest is not None else self.dseq
         elif not self.pending:
             self.adflr = self.dseq
-        self.stream.on_acked(sseq)
+        stream = self.stream
+        for sseq in seqs:
+            stream.on_acked(sseq)
         self.save_soon()
 
     def _nak(self, sseq: int, rest: bytes) -> None:

@@ -283,3 +283,36 @@ async def test_replay_original(nc: Client) -> None:
         await psub.fetch(1, timeout=0.1)
     (second,) = await psub.fetch(1, timeout=3)
     assert (first.data, second.data) == (b"a", b"b")
+
+
+async def test_ack_all_mid_batch_on_an_interest_stream(nc: Client) -> None:
+    # AckAll settles a run at once (the floor moved once): the messages up to the acked one leave the
+    # stream (its only consumer is done with them), the rest stay pending until the next AckAll.
+    js = nc.jetstream()
+    await js.add_stream(name="WQA", subjects=["wqa.*"], retention=api.RetentionPolicy.INTEREST)
+    cfg = api.ConsumerConfig(ack_policy=api.AckPolicy.ALL)
+    psub = await js.pull_subscribe("wqa.a", "w", stream="WQA", config=cfg)  # first: interest keeps them
+    for i in range(5):
+        await js.publish("wqa.a", b"%d" % i)
+    msgs = await psub.fetch(5)
+    await msgs[2].ack_sync()
+    ci = await js.consumer_info("WQA", "w")
+    assert (ci.num_ack_pending, ci.ack_floor.stream_seq, ci.ack_floor.consumer_seq) == (2, 3, 3)
+    assert (await js.stream_info("WQA")).state.messages == 2
+    await msgs[4].ack_sync()
+    ci = await js.consumer_info("WQA", "w")
+    assert (ci.num_ack_pending, ci.ack_floor.stream_seq, ci.ack_floor.consumer_seq) == (0, 5, 5)
+    assert (await js.stream_info("WQA")).state.messages == 0
+
+
+async def test_updating_a_literal_filter_to_a_wildcard(nc: Client) -> None:
+    # The consumer reads by the new filter: a literal one looks up its subject's own sequence list, a
+    # wildcard one walks the stream (the update used to keep the literal lookup, and found nothing).
+    await fill(nc, 2, subject="s.a")
+    js = nc.jetstream()
+    for i in range(2):
+        await js.publish("s.b", b"b%d" % i)
+    await js.add_consumer("S", durable_name="f", ack_policy=api.AckPolicy.EXPLICIT, filter_subject="s.a")
+    await js.add_consumer("S", durable_name="f", ack_policy=api.AckPolicy.EXPLICIT, filter_subject="s.*")
+    psub = await js.pull_subscribe_bind("f", stream="S")
+    assert [m.data for m in await psub.fetch(4, timeout=1)] == [b"m0", b"m1", b"b0", b"b1"]

@@ -1,0 +1,129 @@
+"""Server CPU per message a consumer delivers: pull (fetch batches, AckAll on each batch's last message, as
+bench/jetstream/run.py's nats-py row) and push (ack none, a deliver subject: what an ordered consumer is).
+
+A stream is filled with N messages of 100 B (acked publishes), then a raw-socket client consumes them all;
+the server's CPU time (utime + stime from /proc/<pid>/stat) across the consuming, divided by N, is the
+figure, and N over the wall time the rate. Medians of --reps, each on a consumer of its own.
+
+    python bench/jetstream/consume_cpu.py [--messages 200000] [--reps 5] [--batch 1000]
+                                          [--modes pull,push] [--servers pynatsd,nats-server]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.jetstream.publish_cpu import connect, cpu_seconds, request  # noqa: E402
+from tests.servers import start_server  # noqa: E402
+
+SIZE = 100
+STREAM = "CONS"
+
+
+def fill(s: socket.socket, n: int) -> None:
+    body = b'{"name":"%s","subjects":["cons.>"]}' % STREAM.encode()
+    answer = request(s, b"$JS.API.STREAM.CREATE." + STREAM.encode(), body)
+    if b'"error"' in answer:
+        raise RuntimeError(answer.decode(errors="replace"))
+    s.sendall(b"SUB _INBOX.fill 90\r\n")
+    frame = b"PUB cons.a _INBOX.fill %d\r\n%s\r\n" % (SIZE, b"x" * SIZE)
+    acked, buf = 0, b""
+    for i in range(0, n, 1000):
+        s.sendall(frame * min(1000, n - i))
+        while acked < min(n, i + 1000) - 10_000:
+            data = s.recv(1 << 20)
+            acked += (buf[-8:] + data).count(b'"seq":') - buf[-8:].count(b'"seq":')
+            buf = data
+    while acked < n:
+        data = s.recv(1 << 20)
+        acked += (buf[-8:] + data).count(b'"seq":') - buf[-8:].count(b'"seq":')
+        buf = data
+    s.sendall(b"UNSUB 90\r\n")
+
+
+def consume(s: socket.socket, mode: str, name: str, n: int, batch: int) -> None:
+    """Create consumer `name` and take all n messages from it."""
+    config: dict[str, object] = {"durable_name": name, "deliver_policy": "all"}
+    inbox = b"_INBOX.c." + name.encode()
+    if mode == "push":
+        config.update(ack_policy="none", deliver_subject=inbox.decode())
+    else:
+        config.update(ack_policy="all")
+    s.sendall(b"SUB %s %s\r\n" % (inbox, name.encode()))
+    body = json.dumps({"stream_name": STREAM, "config": config}).encode()
+    subject = b"$JS.API.CONSUMER.CREATE.%s.%s" % (STREAM.encode(), name.encode())
+    answer = request(s, subject, body)
+    if b'"error"' in answer:
+        raise RuntimeError(answer.decode(errors="replace"))
+    # Each delivered message carries its ack subject as reply: count those ($JS.ACK. is in no payload).
+    got, tail = 0, b""
+    next_subject = b"$JS.API.CONSUMER.MSG.NEXT.%s.%s" % (STREAM.encode(), name.encode())
+    while got < n:
+        want = min(batch, n - got)
+        if mode == "pull":
+            req = b'{"batch":%d}' % want
+            s.sendall(b"PUB %s %s %d\r\n%s\r\n" % (next_subject, inbox, len(req), req))
+        target = got + want
+        while got < target:
+            data = s.recv(1 << 20)
+            both = tail + data
+            got += both.count(b"$JS.ACK.") - tail.count(b"$JS.ACK.")
+            tail = both[-64:]
+        if mode == "pull":  # AckAll: the batch's last message acks it all
+            last = both.rindex(b"$JS.ACK.")
+            ack = both[last : both.index(b" ", last)]
+            s.sendall(b"PUB %s 0\r\n\r\n" % ack)
+    s.sendall(b"UNSUB %s\r\n" % name.encode())
+
+
+def run(kind: str, n: int, reps: int, batch: int, modes: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as store:
+        server = start_server(kind, ["-js", "-sd", store])
+        try:
+            s = connect(server.port)
+            fill(s, n)
+            for mode in modes:
+                us, rates = [], []
+                for rep in range(reps):
+                    cpu0, t0 = cpu_seconds(server.proc.pid), time.monotonic()
+                    consume(s, mode, f"{mode}{rep}", n, batch)
+                    wall, cpu = time.monotonic() - t0, cpu_seconds(server.proc.pid) - cpu0
+                    us.append(cpu / n * 1e6)
+                    rates.append(n / wall)
+                each = ", ".join(f"{u:.2f}" for u in us)
+                print(
+                    f"{kind} {mode}: server {statistics.median(us):.2f} µs/msg (runs {each}), "
+                    f"{statistics.median(rates):,.0f} msgs/s",
+                    flush=True,
+                )
+            s.close()
+        finally:
+            server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--modes", default="pull,push")
+    parser.add_argument("--servers", default="pynatsd,nats-server")
+    args = parser.parse_args()
+    for kind in args.servers.split(","):
+        run(kind, args.messages, args.reps, args.batch, args.modes.split(","))
+
+
+if __name__ == "__main__":
+    main()
