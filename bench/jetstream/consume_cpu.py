@@ -37,17 +37,16 @@ def fill(s: socket.socket, n: int) -> None:
         raise RuntimeError(answer.decode(errors="replace"))
     s.sendall(b"SUB _INBOX.fill 90\r\n")
     frame = b"PUB cons.a _INBOX.fill %d\r\n%s\r\n" % (SIZE, b"x" * SIZE)
-    acked, buf = 0, b""
-    for i in range(0, n, 1000):
-        s.sendall(frame * min(1000, n - i))
-        while acked < min(n, i + 1000) - 10_000:
-            data = s.recv(1 << 20)
-            acked += (buf[-8:] + data).count(b'"seq":') - buf[-8:].count(b'"seq":')
-            buf = data
+    sent, acked, tail = 0, 0, b""
     while acked < n:
-        data = s.recv(1 << 20)
-        acked += (buf[-8:] + data).count(b'"seq":') - buf[-8:].count(b'"seq":')
-        buf = data
+        if sent < n and sent - acked < 10_000:  # at most 10k acks in flight
+            count = min(1000, n - sent)
+            s.sendall(frame * count)
+            sent += count
+            continue
+        both = tail + s.recv(1 << 20)
+        acked += both.count(b'"seq":') - tail.count(b'"seq":')
+        tail = both[-8:]
     s.sendall(b"UNSUB 90\r\n")
 
 

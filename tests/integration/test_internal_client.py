@@ -150,30 +150,20 @@ async def test_a_message_only_internal_subscribers_take_is_never_framed(server: 
     sublist, fanout = server.sublist_for("$G"), server.fanout.counts
     headers = b"NATS/1.0\r\nNats-Msg-Id: 1\r\n\r\n"
     msg = Message(None)
-    msg.set(
-        b"orders.1",
-        b"_INBOX.ack",
-        b"%d %d" % (len(headers), len(headers) + 3),
-        headers,
-        b"abc",
-        b"MSG orders.1 ",
-    )
-    assert publish(sublist, msg, fanout)
+
+    def publish_order() -> bool:
+        sizes = b"%d %d" % (len(headers), len(headers) + 3)
+        msg.set(b"orders.1", b"_INBOX.ack", sizes, headers, b"abc", b"MSG orders.1 ")
+        return publish(sublist, msg, fanout)
+
+    assert publish_order()
     assert not msg.framed and msg.tail == b"" and msg.htail == b""
 
     nc = await nats.connect(url)
     try:
         sub = await nc.subscribe("orders.>")
         await nc.flush()
-        msg.set(
-            b"orders.1",
-            b"_INBOX.ack",
-            b"%d %d" % (len(headers), len(headers) + 3),
-            headers,
-            b"abc",
-            b"MSG orders.1 ",
-        )
-        assert publish(sublist, msg, fanout)
+        assert publish_order()
         assert msg.framed
         seen = await sub.next_msg(timeout=2)
         assert (seen.subject, seen.reply, seen.headers, seen.data) == (
