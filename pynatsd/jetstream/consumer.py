@@ -238,6 +238,7 @@ class Consumer:
         self._ack_wait_ns = ACK_WAIT_DEFAULT
         self._max_ack_pending = -1
         self._deliver_subject = b""
+        self._awaiting_interest = False  # a push consumer's notify_on_interest is registered
         self.update(config)
         # `$JS.ACK.<stream>.<consumer>.`: the fixed start of every delivered message's reply subject.
         self._ack_prefix = b"$JS.ACK.%s.%s." % (stream.name.encode(), name.encode())
@@ -259,10 +260,8 @@ class Consumer:
         self._ack_timer: asyncio.TimerHandle | None = None
         self._hb_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
-        self._interest_timer: asyncio.TimerHandle | None = None
         self._replay_timer: asyncio.TimerHandle | None = None
         self._replay_last: tuple[int, int] | None = None  # (stored ts, sent ns) of the last replayed message
-        self._interest_wait = 0.005  # seconds until the next look for a push subscriber (doubles to 0.25)
         self._save_timer: asyncio.TimerHandle | None = None
         self._inactive_since = now_ns()
         self._npending: int | None = None  # cached count of undelivered matching messages
@@ -309,7 +308,10 @@ class Consumer:
         self._backoff = [int(b) for b in config.get("backoff") or ()]
         self._ack_wait_ns = int(config.get("ack_wait") or ACK_WAIT_DEFAULT)
         self._max_ack_pending = int(config.get("max_ack_pending", -1))
-        self._deliver_subject = str(config.get("deliver_subject") or "").encode()
+        deliver_subject = str(config.get("deliver_subject") or "").encode()
+        if self._awaiting_interest and deliver_subject != self._deliver_subject:
+            self._stop_awaiting_interest()  # the account kicks the consumer after an update: it waits anew
+        self._deliver_subject = deliver_subject
 
     def wants(self, subject: bytes) -> bool:
         if not self.filters:
@@ -393,10 +395,12 @@ class Consumer:
         if self._stopped:
             return
         self._stopped = True
-        timers = (self._ack_timer, self._hb_timer, self._idle_timer, self._interest_timer, self._replay_timer)
+        timers = (self._ack_timer, self._hb_timer, self._idle_timer, self._replay_timer)
         for t in (*timers, self._save_timer):
             if t is not None:
                 t.cancel()
+        if self._awaiting_interest:
+            self._stop_awaiting_interest()
         if self._save_timer is not None and not deleted:
             self.save()
         self.account.client.unsubscribe(self._ack_sub)
@@ -483,7 +487,7 @@ class Consumer:
             self.asflr = first_seq - 1
         for s in [s for s in self.pending if s < first_seq]:
             del self.pending[s]
-        self._lps = deque(s for s in self._lps if s >= first_seq)
+        self._lps = deque([s for s in self._lps if s >= first_seq])
         self.save_soon()
 
     # -- delivery -------------------------------------------------------------------------------------
@@ -547,14 +551,13 @@ class Consumer:
 
     def _deliver_push(self) -> None:
         if not self._has_interest():
-            if self._interest_timer is None and (
+            if not self._awaiting_interest and (
                 self.redeliver or self._lps or self.sseq <= self.stream.store.last_seq
             ):
-                # No hook tells us when a subscriber appears: look again, soon at first, then less often.
-                self._interest_wait = min(self._interest_wait * 2, 0.25)
-                self._interest_timer = self.loop.call_later(self._interest_wait, self._recheck_interest)
+                # Messages wait for a subscriber: the subject space calls back when one comes (no polling).
+                self._awaiting_interest = True
+                self.account.client.sublist.notify_on_interest(self._deliver_subject, self._interest_appeared)
             return
-        self._interest_wait = 0.005
         self._inactive_since = now_ns()
         subject = self._deliver_subject
         while not self._blocked() and self._fc_reply is None:
@@ -588,9 +591,13 @@ class Consumer:
         self._replay_timer = None
         self.kick()
 
-    def _recheck_interest(self) -> None:
-        self._interest_timer = None
+    def _interest_appeared(self) -> None:
+        self._awaiting_interest = False
         self.kick()
+
+    def _stop_awaiting_interest(self) -> None:
+        self._awaiting_interest = False
+        self.account.client.sublist.cancel_notification(self._deliver_subject, self._interest_appeared)
 
     def _send_flow_control(self, subject: bytes) -> None:
         self._fc_count += 1

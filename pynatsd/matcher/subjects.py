@@ -23,3 +23,14 @@ def subscription_tokens(subject: bytes) -> list[bytes]:
     if FWC in tokens and tokens.index(FWC) != len(tokens) - 1:
         raise InvalidSubjectError(subject)
     return tokens
+
+
+def filter_tokens_match(tokens: list[bytes], subject: bytes) -> bool:
+    """True if the subscription whose (valid) subject split into `tokens` receives literal `subject`."""
+    parts = subject.split(SEP)
+    for i, token in enumerate(tokens):
+        if token == FWC:
+            return len(parts) > i
+        if i >= len(parts) or (token != PWC and token != parts[i]):
+            return False
+    return len(tokens) == len(parts)

@@ -10,6 +10,10 @@ insert/remove empties the cache (re-matching every cached key in Python would co
 Admission control keeps the cache from making things worse: when a window of lookups shows too few hits
 (publishers cycling through more distinct subjects than the cache holds), misses stop being admitted, and
 the cache is re-tried now and then.
+
+Interest notifications (nats-server's RegisterNotification): `notify_on_interest(subject, callback)` calls
+`callback` once, at the next insert of a subscription that receives the literal `subject` (a JetStream push
+consumer waiting for a subscriber on its deliver subject).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pynatsd.matcher import trie
 from pynatsd.matcher.errors import InvalidSubjectError
 from pynatsd.matcher.leaf import Leaf, merge, slot_add, slot_iter, slot_result
 from pynatsd.matcher.result import EMPTY, MatchResult, S, SublistStats
-from pynatsd.matcher.subjects import FWC, PWC, SEP, subscription_tokens
+from pynatsd.matcher.subjects import FWC, PWC, SEP, filter_tokens_match, subscription_tokens
 
 CACHE_MAX = 1024
 """Cached subjects before a sweep (nats-server's slCacheMax)."""
@@ -43,6 +47,7 @@ class Sublist(Generic[S]):
 
     __slots__ = (
         "_admit",
+        "_awaited",
         "_cache",
         "_literal",
         "_nmiss",
@@ -77,6 +82,7 @@ class Sublist(Generic[S]):
         self.num_matches = 0
         self.watcher: Callable[[S, bool], None] | None = None
         """Told of every effective insert (True) or remove (False): a cluster propagates interest so."""
+        self._awaited: dict[bytes, list[Callable[[], None]]] = {}  # see notify_on_interest
 
     def __len__(self) -> int:
         return self.num_inserts - self.num_removes
@@ -111,6 +117,8 @@ class Sublist(Generic[S]):
         self.generation += 1
         if self.watcher is not None:
             self.watcher(sub, True)
+        if self._awaited:
+            self._notify(subject, tokens)
 
     def remove(self, sub: S) -> bool:
         """Remove a subscription; False if it was not in the index."""
@@ -143,6 +151,30 @@ class Sublist(Generic[S]):
         if self.watcher is not None:
             self.watcher(sub, False)
         return True
+
+    def notify_on_interest(self, subject: bytes, callback: Callable[[], None]) -> None:
+        """Call `callback` once, when a subscription that receives literal `subject` is next inserted."""
+        self._awaited.setdefault(subject, []).append(callback)
+
+    def cancel_notification(self, subject: bytes, callback: Callable[[], None]) -> None:
+        """Forget a `notify_on_interest` that has not fired."""
+        callbacks = self._awaited.get(subject)
+        if callbacks is not None and callback in callbacks:
+            callbacks.remove(callback)
+            if not callbacks:
+                del self._awaited[subject]
+
+    def _notify(self, subject: bytes, tokens: list[bytes]) -> None:
+        """Fire (and forget) the notifications the subscription just inserted (`subject`, split into
+        `tokens`) answers: its own subject's, or for a wildcard one every literal subject it receives."""
+        awaited = self._awaited
+        if PWC in tokens or FWC in tokens:
+            fired = [s for s in awaited if filter_tokens_match(tokens, s)]
+        else:
+            fired = [subject] if subject in awaited else []
+        for key in fired:
+            for callback in awaited.pop(key):
+                callback()
 
     def match(self, subject: bytes) -> MatchResult[S]:
         """Subscriptions matching a published subject (the per-message hot path)."""

@@ -399,9 +399,7 @@ class Parser:
             handler.on_err(arg.decode("utf-8", "replace"))
         return nl + 1
 
-    def _parse_pub_line(
-        self, buf: bytes, pos: int, line: bytes
-    ) -> ParsedLine | None:
+    def _parse_pub_line(self, buf: bytes, pos: int, line: bytes) -> ParsedLine | None:
         """The parse of a canonical PUB or HPUB control line (`line`, at `pos` in `buf`), cached for the
         lines that follow; None for any other line (the general path deals with it, errors included)."""
         hpub = buf[pos] == 72  # H

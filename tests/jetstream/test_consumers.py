@@ -316,3 +316,31 @@ async def test_updating_a_literal_filter_to_a_wildcard(nc: Client) -> None:
     await js.add_consumer("S", durable_name="f", ack_policy=api.AckPolicy.EXPLICIT, filter_subject="s.*")
     psub = await js.pull_subscribe_bind("f", stream="S")
     assert [m.data for m in await psub.fetch(4, timeout=1)] == [b"m0", b"m1", b"b0", b"b1"]
+
+
+async def test_push_consumer_waits_for_a_subscriber_without_polling(js_server: JsServer) -> None:
+    # Messages for a push consumer nobody subscribes to wait; the subject space calls the consumer back at
+    # the subscription that receives its deliver subject (here a wildcard one), as nats-server's interest
+    # notifications do: no timer looks again and again meanwhile.
+    nc = await js_server.connect()
+    js = nc.jetstream()
+    await fill(nc, 3)
+    await js.add_consumer(
+        "S", durable_name="late", deliver_subject="push.late", ack_policy=api.AckPolicy.NONE
+    )
+    await asyncio.sleep(0.3)
+    assert js_server.server is not None
+    sublist = js_server.server.sublist_for("$G")
+    assert b"push.late" in sublist._awaited  # the consumer is registered, once
+    assert len(sublist._awaited[b"push.late"]) == 1
+    sub = await nc.subscribe("push.*")
+    got = [await sub.next_msg(2) for _ in range(3)]
+    assert [m.data for m in got] == [b"m0", b"m1", b"m2"]
+    assert b"push.late" not in sublist._awaited
+    await sub.unsubscribe()
+    await nc.flush()
+    await js.publish("s.x", b"m3")  # nobody again: registered again, and forgotten with the consumer
+    await asyncio.sleep(0.1)
+    assert len(sublist._awaited[b"push.late"]) == 1
+    await js.delete_consumer("S", "late")
+    assert b"push.late" not in sublist._awaited

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 import pynatsd.matcher.sublist
@@ -338,3 +340,32 @@ def test_public_types() -> None:
         "max_fanout",
         "avg_fanout",
     )
+
+
+def test_interest_notifications_fire_once_for_a_receiving_subscription(sl: Sublist[Sub]) -> None:
+    fired: list[str] = []
+
+    def waiter(name: str) -> Callable[[], None]:
+        return lambda: fired.append(name)
+
+    a, b, c = waiter("a"), waiter("b"), waiter("c")
+    sl.notify_on_interest(b"deliver.one", a)
+    sl.notify_on_interest(b"deliver.two", b)
+    sl.notify_on_interest(b"deliver.two.more", c)
+    add(sl, b"deliver.three")  # receives none of them
+    add(sl, b"deliver.*.x")
+    add(sl, b"other.>")
+    assert fired == []
+    add(sl, b"deliver.one")  # a literal subscription: its own subject only
+    assert fired == ["a"]
+    add(sl, b"deliver.one")  # a notification fires once
+    assert fired == ["a"]
+    add(sl, b"deliver.*")  # a wildcard one: every awaited subject it receives (not deliver.two.more)
+    assert fired == ["a", "b"]
+    sl.cancel_notification(b"deliver.two.more", c)
+    add(sl, b"deliver.>")
+    assert fired == ["a", "b"]
+    sl.notify_on_interest(b"deliver.two.more", c)
+    sl.notify_on_interest(b"deliver.two.more", a)
+    add(sl, b">")
+    assert fired == ["a", "b", "c", "a"]
