@@ -53,6 +53,7 @@ class InternalClient(Client):
         self._scheduled = False
         self._msg = Message(self)
         self._heads: dict[bytes, bytes] = {}
+        self._shown_heads: dict[bytes, bytes] = {}  # `MSG subject ` of subjects shown as (see publish)
         self._fanout = server.fanout.counts
         self._sublist: Sublist[Subscription] | None = None  # looked up once: an account keeps its sublist
 
@@ -116,18 +117,25 @@ class InternalClient(Client):
 
         `shown_as`: the subject receivers see in their MSG instead of `subject` (JetStream delivers a
         stored message to an inbox or deliver subject, showing the message's own subject, as nats-server)."""
-        # A cached head's subject was checked when it was cached (JetStream acks repeat a reply subject).
-        head = self._heads.get(subject) if shown_as is None else None
+        # A cached head's subject was checked when it was cached (JetStream acks repeat a reply subject, a
+        # push consumer its deliver subject, showing each message's own subject: cached too).
+        heads = self._heads
+        head = heads.get(subject)
         if head is None:
             if not is_literal_subject(subject):
                 raise ValueError(f"cannot publish to a wildcard subject: {subject!r}")
-            if shown_as is not None:
+            head = b"MSG " + subject + b" "
+            if len(heads) >= 1024:
+                heads.clear()
+            heads[subject] = head
+        if shown_as is not None:
+            shown = self._shown_heads
+            head = shown.get(shown_as)
+            if head is None:
                 head = b"MSG " + shown_as + b" "
-            else:
-                head = b"MSG " + subject + b" "
-                if len(self._heads) >= 1024:
-                    self._heads.clear()
-                self._heads[subject] = head
+                if len(shown) >= 1024:
+                    shown.clear()
+                shown[shown_as] = head
         self.in_msgs += 1
         self.in_bytes += len(payload) + (len(headers) if headers is not None else 0)
         sizes = (

@@ -223,6 +223,7 @@ class Consumer:
     ) -> None:
         self.stream = stream
         self.account = stream.account
+        self._client = stream.account.client  # the account's internal client, which delivers
         self.loop = stream.account.js.loop
         self.name = name
         self.created = created
@@ -698,7 +699,7 @@ class Consumer:
             size = b"Nats-Msg-Size: %d\r\n\r\n" % len(data)
             hdrs = (hdrs[:-2] if hdrs else b"NATS/1.0\r\n") + size
             data = b""
-        self.account.client.publish(subject, reply, hdrs, data, shown_as=msg.subject)
+        self._client.publish(subject, reply, hdrs, data, shown_as=msg.subject)
         if self.ack_none:
             self.stream.on_acked(seq)  # nothing to wait for: interest/workqueue retention may drop it
         self.save_soon()

@@ -236,6 +236,7 @@ class Stream:
         self._max_msg_size = cfg["max_msg_size"] if cfg["max_msg_size"] >= 0 else sys.maxsize
         self._discard_new = cfg["discard"] == "new"
         self._interest_only = cfg["retention"] == "interest"
+        self._limits_retention = cfg["retention"] == "limits"
         self._no_ack = bool(cfg.get("no_ack"))
         self._has_limits = cfg["max_msgs_per_subject"] > 0 or cfg["max_msgs"] > 0 or cfg["max_bytes"] > 0
         self._max_age = cfg["max_age"]
@@ -481,9 +482,9 @@ class Stream:
 
     def on_acked(self, seq: int) -> None:
         """A consumer is done with `seq`: under interest or workqueue retention it may go now."""
-        retention = self.config["retention"]
-        if retention == "limits":
+        if self._limits_retention:
             return
+        retention = self.config["retention"]
         subject = self.store.subject_of(seq)
         if subject is None:
             return
