@@ -730,7 +730,7 @@ class Consumer:
                 if max_deliver > 0 and self.rdc.get(seq, 1) >= max_deliver:
                     # Delivered as often as allowed: it stays unacked but is not sent again.
                     del self.pending[seq]
-                    self._ack_done(seq)
+                    self._acks_done([seq])
                     continue
                 self.redeliver.append(seq)
                 self._redeliver_set.add(seq)
@@ -766,7 +766,7 @@ class Consumer:
                 self._add_request(reply, payload[4:].strip())
         elif kind == b"+TER" and sseq in self.pending:
             del self.pending[sseq]
-            self._ack_done(sseq)
+            self._acks_done([sseq])
         if reply and kind != b"+NXT":
             self.account.client.publish(reply, None, None, b"")
         self.kick()
@@ -781,9 +781,6 @@ class Consumer:
             return
         if self.pending.pop(sseq, None) is not None:
             self._acks_done([sseq])
-
-    def _ack_done(self, sseq: int) -> None:
-        self._acks_done([sseq])
 
     def _acks_done(self, seqs: list[int]) -> None:
         """`seqs` (out of `pending` already) will not be delivered again: move the ack floor once, tell the
