@@ -11,6 +11,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -243,7 +244,10 @@ def command(ctx: click.Context, **flags: Any) -> None:
             click.echo(f"pynatsd: {warning}", err=True)
         if any(warning.strict for warning in warnings):  # as nats-server: -t fails on its warnings
             ctx.exit(1)
-        click.echo(f"pynatsd: configuration file {options.config_file} is valid")
+        # nats-server's line, with the digest of the parsed file (the same for the same file)
+        click.echo(
+            f"pynatsd: configuration file {options.config_file} is valid ({options.config_digest})", err=True
+        )
         return
     try:
         logger = configure_from(options)
@@ -287,6 +291,8 @@ def config_digest(parsed: dict[str, Any]) -> str:
             return [go_value(v) for v in value]
         if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
             return int(value)  # Go prints float64(2) as 2
+        if isinstance(value, datetime):  # Go's time.Time in JSON
+            return value.strftime("%Y-%m-%dT%H:%M:%SZ")
         return value
 
     text = encoder.go_json(go_value(parsed), sort_keys=True)

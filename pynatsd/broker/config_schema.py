@@ -1152,7 +1152,8 @@ TOP_LEVEL: dict[str, Handler] = _table(
     (("prof_port", "prof_block_rate", "connect_error_reports", "reconnect_error_reports"), ignore(to_int)),
     (("max_sub_tokens", "max_subscription_tokens"), ignore(_max_sub_tokens)),
     (("write_timeout",), ignore(_write_timeout)),
-    (("server_tags", "server_metadata", "feature_flags", "default_js_domain"), ignore()),
+    (("server_tags",), ignore(to_strings)),
+    (("server_metadata", "feature_flags", "default_js_domain"), ignore()),
 )  # fmt: skip
 
 
