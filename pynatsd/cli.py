@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -29,86 +29,135 @@ from pynatsd.protocol import encoder
 from pynatsd.routes import config as cluster_config
 from pynatsd.routes.manager import RouteListenError
 
+
+class Flag(NamedTuple):
+    """One command-line flag: its spellings as nats-server's --help shows them (Go's flag package takes
+    `-x` and `--x` alike), the click parameter it sets, its value's name (None: a boolean) and help."""
+
+    group: str
+    spellings: tuple[str, ...]
+    dest: str
+    metavar: str | None
+    text: str
+    integer: bool = False
+    hidden: bool = False  # parsed (and refused or honoured), not shown
+
+
+_SIGNAL_TEXT = (
+    "Send signal to pynatsd process (ldm, stop, quit, term, reopen, reload)\n"
+    "<pid> can be either a PID (e.g. 1) or the path to a PID file (e.g. /var/run/pynatsd.pid)"
+)
+# The one flag table: the help (grouped and worded as nats-server's), argv normalisation and click's
+# parameters are all made from it. `{host}`/`{port}` in a text are Options' defaults.
+FLAGS = (
+    Flag("Server", ("-a", "--addr", "--net"), "addr", "<host>", "Bind to host address (default: {host})"),
+    Flag("Server", ("-p", "--port"), "port", "<port>", "Use port for clients (default: {port})", True),
+    Flag("Server", ("-n", "--name", "--server_name"), "name", "<server_name>", "Server name (default: auto)"),
+    Flag("Server", ("-P", "--pid"), "pid", "<file>", "File to store PID"),
+    Flag("Server", ("-m", "--http_port"), "http_port", "<port>", "Use port for http monitoring", True),
+    Flag("Server", ("-ms", "--https_port"), "https_port", "<port>", "Use port for https monitoring", True),
+    Flag("Server", ("-c", "--config"), "config", "<file>", "Configuration file"),
+    Flag("Server", ("-t",), "check_config", None, "Test configuration and exit"),
+    Flag("Server", ("-sl", "--signal"), "signal", "<signal>[=<pid>]", _SIGNAL_TEXT),
+    Flag("Server", ("--client_advertise",), "client_advertise", "<string>",
+         "Client URL to advertise to other servers"),
+    Flag("Server", ("--ports_file_dir",), "ports_file_dir", "<dir>",
+         "Creates a ports file in the specified directory (<executable_name>_<pid>.ports)."),
+    Flag("Logging", ("-l", "--log"), "log", "<file>", "File to redirect log output"),
+    Flag("Logging", ("-T", "--logtime"), "logtime", None, "Timestamp log entries (default: true)"),
+    Flag("Logging", ("--logtime_utc",), "logtime_utc", None,
+         "Timestamps in UTC instead of local timezone (default: false)"),
+    Flag("Logging", ("-s", "--syslog"), "syslog", None, "Log to syslog"),
+    Flag("Logging", ("-r", "--remote_syslog"), "remote_syslog", "<addr>",
+         "Syslog server addr (udp://localhost:514)"),
+    Flag("Logging", ("-D", "--debug"), "debug", None, "Enable debugging output"),
+    Flag("Logging", ("-V", "--trace"), "trace", None, "Trace the raw protocol"),
+    Flag("Logging", ("-VV",), "trace_verbose", None, "Verbose trace (the same as -V in pynatsd)"),
+    Flag("Logging", ("-DV",), "debug_trace", None, "Debug and trace"),
+    Flag("Logging", ("-DVV",), "debug_trace_verbose", None,
+         "Debug and verbose trace (the same as -DV in pynatsd)"),
+    Flag("Logging", ("--log_size_limit",), "log_size_limit", "<limit>",
+         "Logfile size limit (default: auto)", True),
+    Flag("Logging", ("--max_traced_msg_len",), "max_traced_msg_len", "<len>",
+         "Maximum printable length for traced messages (default: unlimited)", True),
+    Flag("JetStream", ("-js", "--jetstream"), "jetstream", None, "Enable JetStream functionality"),
+    Flag("JetStream", ("-sd", "--store_dir"), "store_dir", "<dir>", "Set the storage directory"),
+    Flag("Authorization", ("--user",), "user", "<user>", "User required for connections"),
+    Flag("Authorization", ("--pass",), "password", "<password>", "Password required for connections"),
+    Flag("Authorization", ("--auth",), "auth", "<token>", "Authorization token required for connections"),
+    Flag("TLS", ("--tls",), "tls", None, "Enable TLS, do not verify clients (default: false)"),
+    Flag("TLS", ("--tlscert",), "tlscert", "<file>", "Server certificate file"),
+    Flag("TLS", ("--tlskey",), "tlskey", "<file>", "Private key for server certificate"),
+    Flag("TLS", ("--tlsverify",), "tlsverify", None, "Enable TLS, verify client certificates"),
+    Flag("TLS", ("--tlscacert",), "tlscacert", "<file>", "Client certificate CA for verification"),
+    Flag("Cluster", ("--routes",), "routes", "<rurl-1, rurl-2>", "Routes to solicit and connect"),
+    Flag("Cluster", ("--cluster",), "cluster", "<cluster-url>", "Cluster URL for solicited routes"),
+    Flag("Cluster", ("--cluster_name",), "cluster_name", "<string>",
+         "Cluster Name, if not set one will be dynamically generated"),
+    Flag("Cluster", ("--no_advertise",), "no_advertise", None,
+         "Do not advertise known cluster information to clients"),
+    Flag("Cluster", ("--cluster_advertise",), "cluster_advertise", "<string>",
+         "Cluster URL to advertise to other servers"),
+    Flag("Cluster", ("--connect_retries",), "connect_retries", "<number>",
+         "For implicit routes, number of connect retries", True),
+    Flag("Cluster", ("--cluster_listen",), "cluster", "<url>",
+         "Cluster url from which members can solicit routes"),
+    # Go's profiling port: refused by name (pynatsd has no pprof), so not shown.
+    Flag("Profiling", ("--profile",), "profile", "<port>", "Profiling HTTP port", True, hidden=True),
+    Flag("Common", ("-h", "--help"), "help", None, "Show this message"),
+    Flag("Common", ("-v", "--version"), "version", None, "Show version"),
+    Flag("Common", ("--help_tls",), "help_tls", None, "TLS help"),
+)  # fmt: skip
+
 # Go's flag package treats `-name` and `--name` alike and lets booleans be `-T` or `-T=false`; click wants
-# `--name` for long options and a value for booleans, so argv is normalised first.
-_BOOL_FLAGS = {
-    "D": "debug",
-    "debug": "debug",
-    "V": "trace",
-    "trace": "trace",
-    "DV": "debug_trace",
-    "VV": "trace_verbose",
-    "DVV": "debug_trace_verbose",
-    "T": "logtime",
-    "logtime": "logtime",
-    "logtime_utc": "logtime_utc",
-    "t": "check_config",
-    "tls": "tls",
-    "tlsverify": "tlsverify",
-    "js": "jetstream",
-    "jetstream": "jetstream",
-    "s": "syslog",
-    "syslog": "syslog",
-    "no_advertise": "no_advertise",
-    "v": "version",
-    "version": "version",
-    "h": "help",
-    "help": "help",
-    "help_tls": "help_tls",
-}
-_VALUE_FLAGS = {
-    "p": "port",
-    "port": "port",
-    "a": "addr",
-    "addr": "addr",
-    "net": "addr",
-    "n": "name",
-    "name": "name",
-    "server_name": "name",
-    "client_advertise": "client_advertise",
-    "m": "http_port",
-    "http_port": "http_port",
-    "ms": "https_port",
-    "https_port": "https_port",
-    "c": "config",
-    "config": "config",
-    "l": "log",
-    "log": "log",
-    "P": "pid",
-    "pid": "pid",
-    "ports_file_dir": "ports_file_dir",
-    "user": "user",
-    "pass": "pass",
-    "auth": "auth",
-    "tlscert": "tlscert",
-    "tlskey": "tlskey",
-    "tlscacert": "tlscacert",
-    "routes": "routes",
-    "cluster": "cluster",
-    "cluster_listen": "cluster",
-    "cluster_name": "cluster_name",
-    "sd": "store_dir",
-    "store_dir": "store_dir",
-    "sl": "signal",
-    "signal": "signal",
-    "r": "remote_syslog",
-    "remote_syslog": "remote_syslog",
-    "log_size_limit": "log_size_limit",
-    "max_traced_msg_len": "max_traced_msg_len",
-    "connect_retries": "connect_retries",
-    "cluster_advertise": "cluster_advertise",
-    "profile": "profile",
-}
+# `--name` for long options and a value for booleans, so argv is normalised first (to `--dest=value`).
+_BOOL_FLAGS = {s.lstrip("-"): f.dest for f in FLAGS if f.metavar is None for s in f.spellings}
+_VALUE_FLAGS = {s.lstrip("-"): f.dest for f in FLAGS if f.metavar is not None for s in f.spellings}
 # Integer flags, checked as Go's flag package does (its error text) before click sees them.
-_INT_FLAGS = {
-    "port",
-    "http_port",
-    "https_port",
-    "log_size_limit",
-    "max_traced_msg_len",
-    "connect_retries",
-    "profile",
-}
+_INT_FLAGS = {f.dest for f in FLAGS if f.integer}
+
+
+def usage() -> str:
+    """The --help text, laid out as nats-server's: one group after another, defaults in the text."""
+    lines = ["", "Usage: pynatsd [options]"]
+    group = ""
+    for flag in FLAGS:
+        if flag.hidden:
+            continue
+        if flag.group != group:
+            group = flag.group
+            lines += ["", f"{group} Options:"]
+        names = ", ".join(flag.spellings) + (f" {flag.metavar}" if flag.metavar else "")
+        if flag.spellings[0].startswith("--"):
+            names = "    " + names
+        text = flag.text.format(host=Options.host, port=Options.port).split("\n")
+        if len(names) > 32:  # nats-server's column: the text goes on the next line
+            lines.append(f"    {names}")
+            names = ""
+        lines.append(f"    {names:<33}{text[0]}")
+        lines += [" " * 37 + more for more in text[1:]]
+    return "\n".join([*lines, ""])
+
+
+class _GoFlagsCommand(click.Command):
+    """click parses the normalised argv; the help comes from FLAGS, not from click's parameter names."""
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write(usage())
+
+
+def _flag_parameters(func: Callable[..., None]) -> Callable[..., None]:
+    """One click option per destination in FLAGS (`--dest=value`, what normalize_argv writes)."""
+    seen: set[str] = set()
+    for flag in reversed(FLAGS):
+        if flag.dest in seen:
+            continue
+        seen.add(flag.dest)
+        kind: Any = click.BOOL if flag.metavar is None else int if flag.integer else str
+        func = click.option(f"--{flag.dest}", flag.dest, type=kind, default=None, hidden=True)(func)
+    return func
+
+
 # Go's strconv.ParseBool, which the flag package uses for `-x=value`.
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _GO_BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
@@ -158,58 +207,10 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
 _GO_INT = re.compile(r"[+-]?[0-9]+")  # decimal only (Go also takes 0x…, 0o…, 0b…)
 
 
-def _bool(name: str, help_text: str) -> Any:
-    return click.option(f"--{name}", type=click.BOOL, default=None, help=help_text)
-
-
-@click.command(context_settings={"help_option_names": [], "ignore_unknown_options": False})
-@click.option("--port", type=int, default=None, help="Client port (-1 for random). [-p]")
-@click.option("--addr", default=None, help="Bind address. [-a, --net]")
-@click.option("--name", default=None, help="Server name. [-n, --server_name]")
-@click.option("--client_advertise", default=None, help="Client URL to advertise (host:port).")
-@click.option("--http_port", type=int, default=None, help="HTTP monitoring port (-1 for random). [-m]")
-@click.option("--https_port", type=int, default=None, help="HTTPS monitoring port. [-ms]")
-@click.option("--config", default=None, help="Configuration file. [-c]")
-@click.option("--log", default=None, help="Log file. [-l]")
-@click.option("--pid", default=None, help="PID file. [-P]")
-@click.option("--ports_file_dir", default=None, help="Directory for the ports file.")
-@click.option("--user", default=None, help="User required for connections.")
-@click.option("--pass", "password", default=None, help="Password required for connections.")
-@click.option("--auth", default=None, help="Authorization token required for connections.")
-@click.option("--tlscert", default=None)
-@click.option("--tlskey", default=None)
-@click.option("--tlscacert", default=None)
-@click.option("--routes", default=None, help="Routes to solicit, comma-separated (nats-route://host:port).")
-@click.option("--cluster", default=None, help="Cluster URL for routes (nats://host:port). [--cluster_listen]")
-@click.option("--cluster_name", default=None, help="Cluster name.")
-@click.option("--store_dir", default=None, help="JetStream store directory. [-sd]")
-@click.option("--remote_syslog", default=None, help="Syslog server address (udp://localhost:514). [-r]")
-@click.option("--log_size_limit", type=int, default=None, help="Rotate the log file past this many bytes.")
-@click.option("--max_traced_msg_len", type=int, default=None, help="Payload bytes shown per traced message.")
-@click.option("--connect_retries", type=int, default=None, help="Connect attempts for implicit routes.")
-@click.option("--cluster_advertise", default=None, help="Cluster URL to advertise (host:port).")
-@click.option("--profile", type=int, default=None, help="Profiling port: not supported.")
-@click.option(
-    "--signal",
-    default=None,
-    help="Send a signal to a running server: stop|quit|term|reopen|reload|ldm[=pid].",
+@click.command(
+    cls=_GoFlagsCommand, context_settings={"help_option_names": [], "ignore_unknown_options": False}
 )
-@_bool("debug", "Enable debugging output. [-D]")
-@_bool("trace", "Trace the raw protocol. [-V]")
-@_bool("debug_trace", "Debug and trace. [-DV]")
-@_bool("trace_verbose", "Verbose trace. [-VV]")
-@_bool("debug_trace_verbose", "Debug and verbose trace. [-DVV]")
-@_bool("logtime", "Timestamp log entries (default true). [-T]")
-@_bool("logtime_utc", "Timestamps in UTC.")
-@_bool("check_config", "Check the configuration file and exit. [-t]")
-@_bool("tls", "Enable TLS.")
-@_bool("tlsverify", "Enable TLS with client verification.")
-@_bool("jetstream", "Enable JetStream. [-js]")
-@_bool("syslog", "Log to the local syslog. [-s]")
-@_bool("no_advertise", "Do not advertise known cluster URLs to clients.")
-@_bool("help_tls", "TLS help.")
-@_bool("version", "Show version and exit. [-v]")
-@_bool("help", "Show this message and exit. [-h]")
+@_flag_parameters
 @click.pass_context
 def command(ctx: click.Context, **flags: Any) -> None:
     """pynatsd: a NATS-protocol pub/sub broker."""

@@ -93,3 +93,45 @@ def test_every_nats_server_flag_is_known() -> None:
 def test_profile_port_is_refused() -> None:
     done = run("pynatsd", "-p", str(free_port()), "--profile", "6060")
     assert done.returncode == 1 and "--profile" in done.stderr and "not supported" in done.stderr
+
+
+def _help_rows(text: str) -> list[tuple[list[str], bool]]:
+    """(spellings, takes a value) for each flag row of a --help text laid out as nats-server's."""
+    rows = []
+    for line in text.splitlines():
+        left = line.strip().split("  ")[0]
+        if line.startswith("    ") and left.startswith("-"):
+            rows.append((re.findall(r"--?[A-Za-z_]+", left.split("<")[0]), "<" in left))
+    return rows
+
+
+def _shown(kind: str) -> set[str]:
+    return {spelling for spellings, _ in _help_rows(run(kind, "--help").stdout) for spelling in spellings}
+
+
+def test_help_shows_nats_server_spellings() -> None:
+    """The groups and spellings of nats-server's --help, none of click's internal names (--check_config,
+    --debug_trace, `BOOLEAN`); only the profiling port, which pynatsd refuses, is left out."""
+    text = run("pynatsd", "--help").stdout
+    for group in ("Server", "Logging", "JetStream", "Authorization", "TLS", "Cluster", "Common"):
+        assert f"\n{group} Options:\n" in text
+    assert "(default: 4222)" in text and "(default: 0.0.0.0)" in text
+    assert "BOOLEAN" not in text and "--check_config" not in text and "--debug_trace" not in text
+    assert _shown("pynatsd") == _shown("nats-server") - {"--profile"}
+
+
+def test_every_flag_the_help_shows_works() -> None:
+    """Each spelling in the help is one nats-server defines, and sets its option in pynatsd: booleans
+    alone, the others with a value (an integer where the flag takes one)."""
+    rows = _help_rows(cli.usage())
+    assert len(rows) > 40
+    for spellings, takes_value in rows:
+        for spelling in spellings:
+            flag = next(f for f in cli.FLAGS if spelling in f.spellings)
+            value = ("1" if flag.integer else "v") if takes_value else None
+            args = [spelling] if value is None else [spelling, value]
+            done = run("nats-server", *args, "-v")
+            assert "flag provided but not defined" not in done.stderr + done.stdout, spelling
+            ctx = cli.command.make_context("pynatsd", cli.normalize_argv(args))
+            expected = True if value is None else int(value) if flag.integer else value
+            assert ctx.params[flag.dest] == expected, spelling
