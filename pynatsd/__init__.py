@@ -11,5 +11,11 @@ if extensions.disabled():
     extensions.prefer_source()
 
 __version__ = "0.1.0"
-#: The nats-server feature level whose client protocol we speak (sent as INFO `version`).
-NATS_COMPAT_VERSION = "2.12.0"
+#: The nats-server release whose behaviour pynatsd implements (its tests compare against that binary):
+#: INFO's `version`, which clients parse as a plain semver to gate features (headers since 2.2…); the
+#: JetStream features served are named by the API level (pynatsd.jetstream.stream.API_LEVEL), which newer
+#: clients check instead.
+NATS_COMPAT_VERSION = "2.15.1"
+#: /varz `version`: the level, with pynatsd's own release as semver build metadata (ignored when versions
+#: are compared, so tools gate as for that nats-server; read by people as pynatsd's).
+VARZ_VERSION = f"{NATS_COMPAT_VERSION}+pynatsd.{__version__}"

@@ -218,7 +218,7 @@ def command(ctx: click.Context, **flags: Any) -> None:
         click.echo(ctx.get_help())
         return
     if flags["version"]:
-        click.echo(f"pynatsd: v{__version__} (nats-server protocol level v{NATS_COMPAT_VERSION})")
+        click.echo(f"pynatsd: v{__version__} (implements nats-server v{NATS_COMPAT_VERSION})")
         return
     if flags["help_tls"]:
         click.echo(TLS_HELP)

@@ -55,6 +55,26 @@ def compiled() -> bool:
     return not str(getattr(module, "__file__", "")).endswith(".py")
 
 
+def interpreted_reason() -> str:
+    """Why the message path runs interpreted though nobody asked for it ('' when compiled or disabled on
+    purpose), with how to get the compiled path (README "Installing")."""
+    if disabled() or compiled():
+        return ""
+    import shutil
+    import sysconfig
+
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        return (
+            f"no compiled modules, and no C compiler ({compiler}) here to build them: install one (e.g. "
+            "gcc and python3-dev), then reinstall pynatsd or run `make compile` in a checkout"
+        )
+    return (
+        "no compiled modules (built without mypy, or the build failed): reinstall pynatsd where "
+        "`pip install` can fetch mypy, or run `make compile` in a checkout"
+    )
+
+
 def describe() -> str:
     """For the start banner: `compiled (mypyc)` or `interpreted`, with why."""
     if compiled():

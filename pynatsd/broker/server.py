@@ -287,11 +287,14 @@ class Server:
         opts = self.options
         log.info("Starting pynatsd")
         log.info(
-            "  Version:  %s (nats-server protocol level %s, message path %s)",
+            "  Version:  %s (implements nats-server %s; message path %s)",
             __version__,
             NATS_COMPAT_VERSION,
             extensions.describe(),
         )
+        why_interpreted = extensions.interpreted_reason()
+        if why_interpreted:
+            log.warning("Message path interpreted, about 6x slower per message: %s", why_interpreted)
         log.info("  Git:      [%s]", git_commit() or "not set")
         log.debug("  Python:   %s", sys.version.split()[0])
         log.info("  Name:     %s", self.server_name)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pynatsd import NATS_COMPAT_VERSION, __version__
+from pynatsd import NATS_COMPAT_VERSION, VARZ_VERSION, __version__
 from pynatsd.broker.auth import DEFAULT_ACCOUNT
 from pynatsd.broker.build import git_commit
 from pynatsd.broker.delivery import sid_bytes
@@ -77,12 +77,12 @@ def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[
     opts = server.options
     now = _now()
     stats = server.stats
-    # `version` is ours, honestly: /varz is read by people and dashboards, never for protocol features
-    # (clients gate those on INFO's `version`, which stays the nats-server protocol level we speak).
+    # `version`: the nats-server level pynatsd implements, which tools compare, and pynatsd's own release
+    # as build metadata, which they ignore (pynatsd.VARZ_VERSION).
     info: dict[str, Any] = {
         "server_id": server.server_id,
         "server_name": server.server_name,
-        "version": __version__,
+        "version": VARZ_VERSION,
         "proto": 1,
     }
     if git_commit():

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import nats
 import pytest
+from nats.aio.client import ServerVersion
 from prometheus_client.parser import text_string_to_metric_families
 
 from pynatsd import __version__
@@ -124,18 +125,34 @@ async def test_accountz_detail_and_unknown_account(both: dict[str, ServerProcess
         assert detail["sublist_stats"]["num_subscriptions"] == detail["subscriptions"], kind
 
 
-async def test_varz_version_is_ours_and_info_keeps_the_protocol_level(both: dict[str, ServerProcess]) -> None:
-    """/varz `version` is pynatsd's own (read by people and dashboards); INFO's stays the nats-server
-    protocol level clients gate features on."""
+def _info(server: ServerProcess) -> dict[str, Any]:
+    with socket.create_connection(("127.0.0.1", server.port)) as raw:
+        return dict(json.loads(raw.recv(4096)[5:]))
+
+
+async def test_versions_name_pynatsd_and_the_nats_server_level_it_implements(
+    both: dict[str, ServerProcess],
+) -> None:
+    """INFO's `version` is the nats-server release pynatsd implements, as that release sends it (a plain
+    semver: clients gate features on it); /varz's is the same level with pynatsd's release as semver build
+    metadata, which version comparisons ignore, so tools reading it gate as for that nats-server."""
     server = both["pynatsd"]
     varz = json.loads(await get_text(server, "/varz"))
-    assert varz["version"] == __version__
-    assert varz["pynatsd"]["nats_compat_version"].startswith("2.")
+    reference = json.loads(await get_text(both["nats-server"], "/varz"))
+    info = _info(server)
+    assert info["version"] == _info(both["nats-server"])["version"] == reference["version"]
+    assert varz["version"] == f"{reference['version']}+pynatsd.{__version__}"
+    parsed = ServerVersion(varz["version"])  # nats-py's semver parser, as clients read it
+    assert (parsed.major, parsed.minor, parsed.patch) == (
+        2,
+        15,
+        1,
+    ) and parsed.build == f"pynatsd.{__version__}"
+    assert varz["pynatsd"] == {"version": __version__, "nats_compat_version": info["version"]} | {
+        "auth_failures": 0
+    }
     assert varz.get("git_commit", "") == git_commit()
     assert varz["feature_flags"] == {}
-    with socket.create_connection(("127.0.0.1", server.port)) as raw:
-        info = json.loads(raw.recv(4096)[5:])
-    assert info["version"] == varz["pynatsd"]["nats_compat_version"]
 
 
 async def test_prometheus_families_are_distinct_and_promtool_clean(both: dict[str, ServerProcess]) -> None:
