@@ -2,7 +2,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.stamp-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
+# Two stamps: the server's own requirements and its build (make run), then the tests' and tools' on top
+# (make test: nats-py, the reference nats-server, pyspark, selenium… about 1.3 GB against 69 MB).
+RUN_STAMP := $(VENV)/.stamp-run-$(shell cat requirements.txt requirements-build.txt | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.stamp-dev-$(shell cat requirements.txt requirements-build.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 PORT ?= 4222
 HTTP_PORT ?= 8222
 
@@ -15,18 +18,24 @@ INTERPRETED_SUITES ?= tests/unit tests/robust tests/integration tests/security/t
 
 .PHONY: venv compile run test test-fast lint typecheck clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(RUN_STAMP): requirements.txt requirements-build.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
-	@rm -f $(VENV)/.stamp-*
+	$(PY) -m pip install -q -r requirements.txt -r requirements-build.txt
+	@rm -f $(VENV)/.stamp-run-*
 	@touch $@
 
+$(STAMP): $(RUN_STAMP) requirements-dev.txt
+	$(PY) -m pip install -q -r requirements-dev.txt
+	@rm -f $(VENV)/.stamp-dev-*
+	@touch $@
+
+## venv: everything the tests, benchmarks and tools need (make run installs only the server's part)
 venv: $(STAMP)
 
 # The message path compiled with mypyc beside its sources (setup.py; falls back to interpreted without a
 # C compiler). Rebuilt when any module changes.
-$(COMPILED_STAMP): $(STAMP) setup.py $(wildcard pynatsd/*/*.py pynatsd/*/*/*.py)
+$(COMPILED_STAMP): $(RUN_STAMP) setup.py $(wildcard pynatsd/*/*.py pynatsd/*/*/*.py)
 	@find pynatsd -name '*.so' -delete; rm -rf build/lib.* build/temp.*  # none left from another module list
 	$(PY) setup.py -q build_ext --inplace
 	@mkdir -p build && touch $@
@@ -34,14 +43,15 @@ $(COMPILED_STAMP): $(STAMP) setup.py $(wildcard pynatsd/*/*.py pynatsd/*/*/*.py)
 ## compile: build the compiled message path in place (make run and make test do it)
 compile: $(COMPILED_STAMP)
 
-## run: the broker on 4222, monitoring on 8222
+## run: the broker on 4222, monitoring and the dashboard on 8222 (installs only what the server needs)
 run: compile
+	@echo "pynatsd: clients on nats://localhost:$(PORT), dashboard on http://localhost:$(HTTP_PORT)/"
 	$(PY) -m pynatsd -p $(PORT) -m $(HTTP_PORT)
 
 ## test: the whole suite on the compiled path (core suites on both asyncio and uvloop, see
 ## tests/conftest.py), then the core suites again on the interpreted path; the 30 slowest tests are listed
 ## (CI's budget: aim under 15 minutes)
-test: compile
+test: venv compile
 	$(PY) -m pytest -q --durations=30
 	PYNATSD_NO_EXTENSIONS=1 $(PY) -m pytest -q $(INTERPRETED_SUITES)
 

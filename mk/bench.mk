@@ -14,20 +14,20 @@ BENCH_CLUSTER_REPS ?= 3
 .PHONY: bench bench-smoke bench-starvation bench-cluster
 
 ## bench: the full broker benchmark (about 8 minutes on 2 cores): tables, JSON and PNG chart in bench/results/
-bench: compile
+bench: venv compile
 	$(PY) bench/broker/run.py --realistic $(BENCH_REAL) --generators $(BENCH_GENERATORS) \
 		--real-reps $(BENCH_REAL_REPS) --reps $(BENCH_REPS) --scenarios $(BENCH_SCENARIOS) --sizes $(BENCH_SIZES)
 	$(PY) bench/broker/cluster.py --reps $(BENCH_CLUSTER_REPS)
 
 ## bench-cluster: cross-node rows only (publisher on node A, subscribers on B; 2-node pynatsd vs nats-server)
-bench-cluster: compile
+bench-cluster: venv compile
 	$(PY) bench/broker/cluster.py --reps $(BENCH_CLUSTER_REPS)
 
 ## bench-smoke: seconds-long run of every row with tiny counts, both generators (keeps the harness alive)
-bench-smoke: compile
+bench-smoke: venv compile
 	$(PY) bench/broker/run.py --smoke --out /tmp/pynatsd-bench-smoke
 	$(PY) bench/broker/cluster.py --smoke --out /tmp/pynatsd-bench-smoke
 
 ## bench-starvation: issue 16 item 3: 4 nats.go publishers join a 1,000-subject flood; connect times, probes
-bench-starvation: compile
+bench-starvation: venv compile
 	$(PY) bench/broker/starvation.py --runs 3

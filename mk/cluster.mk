@@ -2,5 +2,5 @@
 .PHONY: test-cluster
 
 ## test-cluster: the cluster matrix, failover, chaos and monitoring tests (tests/cluster), compiled path
-test-cluster: compile
+test-cluster: venv compile
 	$(PY) -m pytest -q tests/cluster

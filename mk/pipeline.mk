@@ -10,7 +10,7 @@ bench-pipeline: venv
 	$(PY) bench/pipeline/run.py
 
 ## bench-pipeline-js: msgs/s stream->Spark (executor range reads) and Spark->stream (acked), 1 vs 2 partitions
-bench-pipeline-js: compile
+bench-pipeline-js: venv compile
 	$(PY) bench/pipeline/js.py
 
 test-pipeline: venv
