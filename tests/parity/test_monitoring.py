@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,8 +19,9 @@ import pytest
 from nats.aio.client import ServerVersion
 from prometheus_client.parser import text_string_to_metric_families
 
-from pynatsd import __version__
+from pynatsd import NATS_COMPAT_VERSION, __version__
 from pynatsd.broker.build import git_commit
+from pynatsd.jetstream.stream import API_LEVEL
 from tests.parity.conftest import KINDS, needs_tool
 from tests.servers import ServerProcess, free_port, start_server
 
@@ -153,6 +155,26 @@ async def test_versions_name_pynatsd_and_the_nats_server_level_it_implements(
     }
     assert varz.get("git_commit", "") == git_commit()
     assert varz["feature_flags"] == {}
+
+
+async def test_jetstream_api_level_is_the_one_served(tmp_path: Path) -> None:
+    """/jsz and /varz name the JetStream API level pynatsd serves (nats-server 2.15.1's is higher: clients
+    that check it must not expect the later levels' features), as does a stream's metadata, whose
+    `_nats.ver` is INFO's version."""
+    server = start_server("pynatsd", ["-js", "-sd", str(tmp_path)], http_port=free_port())
+    try:
+        nc = await nats.connect(server.url)
+        try:
+            info = await nc.jetstream().add_stream(name="S", subjects=["s"])
+        finally:
+            await nc.close()
+        jsz = json.loads(await get_text(server, "/jsz"))
+        varz = json.loads(await get_text(server, "/varz"))
+    finally:
+        server.stop()
+    assert jsz["api"]["level"] == varz["jetstream"]["stats"]["api"]["level"] == API_LEVEL
+    metadata = info.config.metadata or {}
+    assert (metadata["_nats.level"], metadata["_nats.ver"]) == (str(API_LEVEL), NATS_COMPAT_VERSION)
 
 
 async def test_prometheus_families_are_distinct_and_promtool_clean(both: dict[str, ServerProcess]) -> None:
