@@ -8,6 +8,7 @@ backend) behind their own, and pip installs pynatsd with `--no-index --no-build-
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -43,9 +44,9 @@ def _fresh_venv(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        import build  # noqa: F401
-    except ImportError:
+    try:  # the distribution: `import build` would find the checkout's build/ directory
+        importlib.metadata.version("build")
+    except importlib.metadata.PackageNotFoundError:
         need_tool(False, "python -m build (requirements-dev.txt)")
     out = tmp_path_factory.mktemp("dist")
     # No --sdist/--wheel: the wheel is built from the sdist (in a temporary directory), as pip would from
