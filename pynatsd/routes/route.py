@@ -45,6 +45,17 @@ ROUTE_MAX_PING_INTERVAL = 60.0  # nats-server caps the route ping interval at a 
 _HEADS_CACHED = 4096
 
 
+class RemoteQueueSubscription(Subscription):
+    """A queue group's interest on the other server: one subscription standing for `weight` members
+    there (pynatsd.matcher shadows it `weight` times in match results)."""
+
+    __slots__ = ("weight",)
+
+    def __init__(self, route: Client, subject: bytes, queue: bytes, account: bytes, weight: int) -> None:
+        super().__init__(route, subject, queue, account)
+        self.weight = weight
+
+
 class Route(Client):
     """A route: a `delivery.Client` whose subscriptions are the remote server's interest, and the
     asyncio protocol of its socket (duck-typed, as broker.connection.Connection)."""
@@ -81,9 +92,9 @@ class Route(Client):
         self.retry = False  # reconnect if closed, though not solicited (a duplicate was dropped for it)
         self.no_reconnect = False
         self.gossip_mode = 0  # the gossip mode of the INFO that made us solicit this route
-        # (account, subject, queue) -> the remote interest's subscriptions in that account's sublist: one,
-        # or a queue group's weight of them
-        self.remote_subs: dict[tuple[bytes, bytes, bytes | None], list[Subscription]] = {}
+        # (account, subject, queue) -> the remote interest's subscription in that account's sublist (a
+        # queue group's: one RemoteQueueSubscription with its weight)
+        self.remote_subs: dict[tuple[bytes, bytes, bytes | None], Subscription] = {}
         self.transport: asyncio.Transport | None = None
         self._trace = log.isEnabledFor(TRACE)
         handler: RouteOpHandler = RouteTracer(self) if self._trace else self
@@ -116,9 +127,8 @@ class Route(Client):
 
     def remote_interest(self) -> list[tuple[bytes, list[Subscription]]]:
         """The remote interest, one entry per subject (and queue group): its account and the
-        subscriptions that stand for it in the account's sublist (a queue group's weight is that many,
-        all alike but for their delivery counts)."""
-        return [(account, shadows) for (account, _, _), shadows in self.remote_subs.items() if shadows]
+        subscription that stands for it in the account's sublist (a queue group's carries its `weight`)."""
+        return [(account, [sub]) for (account, _, _), sub in self.remote_subs.items()]
 
     def idle_for(self) -> timedelta:
         return datetime.now(UTC) - self.last_activity
@@ -309,37 +319,65 @@ class Route(Client):
         if not self._admitted():
             return
         key = (account, subject, queue)
-        shadows = self.remote_subs.get(key)
-        if shadows is None:
-            shadows = self.remote_subs[key] = []
-        elif queue is None:
-            return  # a repeat
-        # A queue group's weight (its members there) is that many entries in the group, as nats-server's
-        # sublist shadows remote queue subscriptions: a member is picked fairly across the cluster; the
-        # entries are one route, which gets one routed message.
-        sublist = self.server.sublist_for(account.decode("utf-8", "replace"))
-        while len(shadows) > weight:
-            sublist.remove(shadows.pop())
-        while len(shadows) < weight:
-            sub = Subscription(self, subject, queue, account)  # sid: the account (RMSG names it)
-            try:
-                sublist.insert(sub)
-            except ValueError:
-                log.error("%r - Could not insert subscription: %r", self, subject)
-                self._send(encoder.encode_err("Invalid Subscription"))
-                if not shadows:
-                    del self.remote_subs[key]
-                return
-            shadows.append(sub)
+        known = self.remote_subs.get(key)
+        if known is not None:
+            if isinstance(known, RemoteQueueSubscription) and known.weight != weight:
+                # a new weight for the group: re-indexed, the matcher's results then shadow the new one
+                sublist = self._account_space(account)
+                if sublist is not None:
+                    sublist.remove(known)
+                    known.weight = weight
+                    sublist.insert(known)
+            return  # else a repeat
+        sublist = self._account_space(account)
+        if sublist is None:
+            # nats-server (static accounts): logged, ignored, the route stays; no account is made for it
+            log.error(
+                '%r - Unknown account "%s" for remote subject "%s"', self, _text(account), _text(subject)
+            )
+            return
+        # sid: the account (RMSG names it). A queue group is one subscription whatever its weight (its
+        # members there): the matcher shadows it that many times, as nats-server's sublist does, so a
+        # member is picked fairly across the cluster; the route gets one routed message.
+        if queue is None:
+            sub = Subscription(self, subject, None, account)
+        else:
+            sub = RemoteQueueSubscription(self, subject, queue, account, weight)
+        try:
+            sublist.insert(sub)
+        except ValueError:
+            log.error("%r - Could not insert subscription: %r", self, subject)
+            self._send(encoder.encode_err("Invalid Subscription"))
+            return
+        self.remote_subs[key] = sub
 
     def on_runsub(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
         if not self._admitted():
             return
-        shadows = self.remote_subs.pop((account, subject, queue), None)
-        if shadows:
-            sublist = self.server.sublist_for(account.decode("utf-8", "replace"))
-            for sub in shadows:
+        sub = self.remote_subs.pop((account, subject, queue), None)
+        if sub is not None:
+            sublist = self.server.account_sublists.get(account.decode("utf-8", "replace"))
+            if sublist is not None:
                 sublist.remove(sub)
+
+    def _account_space(self, account: bytes) -> Sublist[Subscription] | None:
+        """The subject space of `account` for the peer's interest, None for an account unknown here: as
+        nats-server's route, interest never creates an account, only names the ones configured (or in
+        use, or that the account resolver has)."""
+        name = account.decode("utf-8", "replace")
+        server = self.server
+        sublist = server.account_sublists.get(name)
+        if sublist is not None:
+            return sublist
+        auth = server.auth
+        if name in auth.accounts:
+            return server.sublist_for(name)
+        jwt = auth.jwt
+        if jwt is not None and (jwt.store is not None or jwt.account(name) is not None):
+            # nats-server: a directory resolver's route registers the account (to be fetched when used);
+            # the memory resolver's knows its preloaded ones only
+            return server.sublist_for(name)
+        return None
 
     def on_rmsg(
         self,
@@ -484,11 +522,10 @@ class Route(Client):
                 timer.cancel()
         self._ping_timer = self._auth_timer = None
         server = self.server
-        for (account, _, _), shadows in self.remote_subs.items():
+        for (account, _, _), sub in self.remote_subs.items():
             sublist = server.account_sublists.get(account.decode("utf-8", "replace"))
             if sublist is not None:
-                for sub in shadows:
-                    sublist.remove(sub)
+                sublist.remove(sub)
         self.remote_subs = {}
         server.scheduler.stall.forget(self)
         self.parser.stop()
