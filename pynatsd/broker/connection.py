@@ -324,6 +324,10 @@ class Connection(Client):
         self._last_in = time.monotonic()
         self._take_slice(data)
 
+    def holds_input(self) -> bool:
+        """Input received waits for a later turn (its slice of this one is taken)."""
+        return bool(self._input)
+
     def _take_slice(self, data: bytes, start: int = 0) -> None:
         """Process the ops of `data[start:]` that begin within this turn's READ_SLICE bytes; the rest waits
         for the next turn of the loop, kept by reference (the parser stops between ops: nothing is copied
