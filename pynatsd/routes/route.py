@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd.broker.auth import _password_ok
+from pynatsd.broker.connection import SlicedReader
 from pynatsd.broker.delivery import Client, Message, Subscription, publish
 from pynatsd.broker.logging import TRACE, get_logger
 from pynatsd.broker.outbound import Outbound
@@ -56,18 +57,18 @@ class RemoteQueueSubscription(Subscription):
         self.weight = weight
 
 
-class Route(Client):
+class Route(SlicedReader):
     """A route: a `delivery.Client` whose subscriptions are the remote server's interest, and the
-    asyncio protocol of its socket (duck-typed, as broker.connection.Connection)."""
+    asyncio protocol of its socket (duck-typed, as broker.connection.Connection), reading under the
+    same per-turn budget as a client connection (connection.SlicedReader)."""
 
     def __init__(
         self, manager: RouteManager, did_solicit: bool, url: str = "", is_configured: bool = False
     ) -> None:
-        super().__init__()
+        server = manager.server
+        super().__init__(server)
         self.is_route = True
         self.manager = manager
-        server = manager.server
-        self.server = server
         self.rid = server.next_cid()  # nats-server numbers routes and clients from one counter
         self.cid = self.rid  # the stall gate's producer id
         self.did_solicit = did_solicit
@@ -95,7 +96,6 @@ class Route(Client):
         # (account, subject, queue) -> the remote interest's subscription in that account's sublist (a
         # queue group's: one RemoteQueueSubscription with its weight)
         self.remote_subs: dict[tuple[bytes, bytes, bytes | None], Subscription] = {}
-        self.transport: asyncio.Transport | None = None
         self._trace = log.isEnabledFor(TRACE)
         handler: RouteOpHandler = RouteTracer(self) if self._trace else self
         self.parser = RouteParser(handler, max_control_line=server.options.max_control_line)
@@ -163,11 +163,18 @@ class Route(Client):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        if self._input:  # earlier input still waits for its turn: this comes after it
+            self._input.append(data)
+            return
         self.last_activity = datetime.now(UTC)
+        self._take_slice(data)
+
+    def _parse_slice(self, data: bytes, start: int, budget: int) -> int:
         scheduler = self.server.scheduler
         scheduler.reading = True
+        stop = len(data)
         try:
-            self.parser.feed(data)
+            stop = self.parser.take(data, start, budget)
         except errors.ProtocolError as err:
             if not self.closed:
                 log.error("%r - Router parser ERROR: %s", self, err)
@@ -180,6 +187,7 @@ class Route(Client):
             scheduler.reading = False
             scheduler.flush_touched()
             scheduler.stall.after_read(self)
+        return stop
 
     def eof_received(self) -> bool | None:
         return None
@@ -195,14 +203,6 @@ class Route(Client):
     def resume_writing(self) -> None:
         if self.out is not None:
             self.out.resume()
-
-    def hold_reading(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.pause_reading()
-
-    def release_reading(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.resume_reading()
 
     # -- route ops (protocol.route.RouteOpHandler) ----------------------------------------------------
     def _admitted(self) -> bool:
@@ -529,6 +529,7 @@ class Route(Client):
         self.remote_subs = {}
         server.scheduler.stall.forget(self)
         self.parser.stop()
+        self._input = []
         if out is not None:
             out.close()
         if self.transport is not None:
