@@ -97,8 +97,82 @@ _CLOSE_REASONS: dict[type[errors.ProtocolError], str] = {
 }
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
+class SlicedReader(Client):
+    """A socket's reader under the per-turn budget (READ_SLICE): client connections and routes alike
+    process at most that many bytes of input per turn of the event loop, the rest held (by reference)
+    with reading paused until the next turn, so that no connection keeps the loop from everyone else.
+    Subclasses parse (`_parse_slice`) and call `_take_slice` from `data_received` when `_input` is
+    empty (else append to it)."""
+
+    def __init__(self, server: Server) -> None:
+        super().__init__()
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self._holds = 0  # why reading is paused (_HOLD_* bits); 0: reading
+        self._input: list[bytes] = []  # input received beyond this turn's slice, processed next turns
+        self._input_at = 0  # where the unprocessed part of _input[0] starts
+        self._taken = 0  # bytes processed in this turn of the loop
+
+    def _parse_slice(self, data: bytes, start: int, budget: int) -> int:
+        """Handle the ops of `data[start:]` that begin within `budget` bytes; return where the rest
+        begins (the parser's `take` contract), errors handled (the connection closed)."""
+        raise NotImplementedError
+
+    def holds_input(self) -> bool:
+        """Input received waits for a later turn (its slice of this one is taken)."""
+        return bool(self._input)
+
+    def _take_slice(self, data: bytes, start: int = 0) -> None:
+        """Process the ops of `data[start:]` that begin within this turn's READ_SLICE bytes; the rest waits
+        for the next turn of the loop, kept by reference (the parser stops between ops: nothing is copied
+        to cut the input), with reading held meanwhile."""
+        stop = self._parse_slice(data, start, READ_SLICE - self._taken)
+        if self.closed:
+            return
+        self._taken += stop - start
+        rest = stop < len(data)
+        if rest:  # the rest of this read waits for the next turn (or for a paused parser to resume)
+            self._input.insert(0, data)
+            self._input_at = stop
+        if rest or self._taken >= READ_SLICE:
+            self.hold_reading(_HOLD_TURN)
+            self.server.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._taken = 0
+        self.release_reading(_HOLD_TURN)
+
+    def hold_reading(self, why: int = _HOLD_STALL) -> None:
+        """Stop reading from the socket (for one more reason: `why`)."""
+        if not self._holds and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self._holds |= why
+
+    def release_reading(self, why: int = _HOLD_STALL) -> None:
+        """Drop one reason not to read; with none left, process what waits, or read again."""
+        self._holds &= ~why
+        if self._holds or self.closed:
+            return
+        if self._input:
+            pending = self._input
+            start = self._input_at
+            self._input = []
+            self._input_at = 0
+            if len(pending) == 1:
+                data = pending[0]
+            else:  # reads that arrived while the first waited (rare: reading is held meanwhile)
+                data = b"".join([pending[0][start:], *pending[1:]])
+                start = 0
+            self._take_slice(data, start)
+            if self._holds or self.closed:
+                return
+        if self.transport is not None:
+            self.transport.resume_reading()
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # pynatsd.websocket's connection is one
-class Connection(Client):
+class Connection(SlicedReader):
     """A client connection: an asyncio protocol (duck-typed: `connection_made`, `data_received`, …), the
     parser's `OpHandler` and a `delivery.Client`.
 
@@ -114,10 +188,8 @@ class Connection(Client):
         return "WEBSOCKET" if self.is_websocket else "STANDARD"
 
     def __init__(self, server: Server) -> None:
-        super().__init__()
-        self.server = server
+        super().__init__(server)
         self.cid: int = server.next_cid()
-        self.transport: asyncio.Transport | None = None
         opts = server.options
         self._trace = log.isEnabledFor(TRACE)
         self.parser = Parser(
@@ -153,10 +225,6 @@ class Connection(Client):
         self._ping_timer: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
-        self._holds = 0  # why reading is paused (_HOLD_* bits); 0: reading
-        self._input: list[bytes] = []  # input received beyond this turn's slice, processed next turns
-        self._input_at = 0  # where the unprocessed part of _input[0] starts
-        self._taken = 0  # bytes processed in this turn of the loop
         self.stalls = 0  # times a producer was stalled on this connection's queue (monitoring)
         self._tls_task: asyncio.Task[None] | None = None  # the upgrade after INFO, while it runs
         self.tls_version = ""  # "1.3" once a TLS handshake is done (monitoring)
@@ -324,16 +392,12 @@ class Connection(Client):
         self._last_in = time.monotonic()
         self._take_slice(data)
 
-    def _take_slice(self, data: bytes, start: int = 0) -> None:
-        """Process the ops of `data[start:]` that begin within this turn's READ_SLICE bytes; the rest waits
-        for the next turn of the loop, kept by reference (the parser stops between ops: nothing is copied
-        to cut the input), with reading held meanwhile, so that no connection keeps the loop from everyone
-        else."""
+    def _parse_slice(self, data: bytes, start: int, budget: int) -> int:
         scheduler = self.server.scheduler
         scheduler.reading = True
         stop = len(data)
         try:
-            stop = self.parser.take(data, start, READ_SLICE - self._taken)
+            stop = self.parser.take(data, start, budget)
         except errors.ProtocolError as err:
             if not self.closed:
                 self._protocol_error(err)
@@ -344,47 +408,7 @@ class Connection(Client):
             scheduler.reading = False
             scheduler.read_done()
             scheduler.stall.after_read(self)
-        if self.closed:
-            return
-        self._taken += stop - start
-        rest = stop < len(data)
-        if rest:  # the rest of this read waits for the next turn (or for a paused parser to resume)
-            self._input.insert(0, data)
-            self._input_at = stop
-        if rest or self._taken >= READ_SLICE:
-            self.hold_reading(_HOLD_TURN)
-            self.server.loop.call_soon(self._next_turn)
-
-    def _next_turn(self) -> None:
-        self._taken = 0
-        self.release_reading(_HOLD_TURN)
-
-    def hold_reading(self, why: int = _HOLD_STALL) -> None:
-        """Stop reading from the socket (for one more reason: `why`)."""
-        if not self._holds and self.transport is not None and not self.closed:
-            self.transport.pause_reading()
-        self._holds |= why
-
-    def release_reading(self, why: int = _HOLD_STALL) -> None:
-        """Drop one reason not to read; with none left, process what waits, or read again."""
-        self._holds &= ~why
-        if self._holds or self.closed:
-            return
-        if self._input:
-            pending = self._input
-            start = self._input_at
-            self._input = []
-            self._input_at = 0
-            if len(pending) == 1:
-                data = pending[0]
-            else:  # reads that arrived while the first waited (rare: reading is held meanwhile)
-                data = b"".join([pending[0][start:], *pending[1:]])
-                start = 0
-            self._take_slice(data, start)
-            if self._holds or self.closed:
-                return
-        if self.transport is not None:
-            self.transport.resume_reading()
+        return stop
 
     def eof_received(self) -> bool | None:
         """The client half-closed: the transport closes (as asyncio.Protocol's default)."""

@@ -3,6 +3,12 @@
 A slot holds ``None``, a single subscription (no container: most subjects have one subscriber), or a Leaf.
 The Leaf keeps insertion-ordered dicts used as sets, so adding or removing the N-th subscriber of a filter
 costs O(1); the tuples handed to matchers are built lazily, once per change, not per insert.
+
+Weighted queue members: a subscription with a `weight` attribute (a route's remote queue interest, which
+stands for that many members on the other server) appears `weight` times in its group of a match result,
+as nats-server's sublist shadows remote queue subscriptions, so that one member is picked fairly across
+the cluster from one object (never `weight` of them). Its weight must not change while it is indexed
+(remove, change, insert).
 """
 
 from __future__ import annotations
@@ -15,16 +21,28 @@ from pynatsd.matcher.result import EMPTY, MatchResult
 _new = tuple.__new__
 
 
+def weight_of(sub: Any) -> int:
+    """How many members `sub` stands for in its queue group (1 unless it carries a `weight`)."""
+    weight: int = getattr(sub, "weight", 1)
+    return weight
+
+
+def _shadowed(members: Any) -> tuple[Any, ...]:
+    """A queue group's members, each repeated as often as its weight."""
+    return tuple(sub for sub in members for _ in range(weight_of(sub)))
+
+
 class Leaf:
     """Two or more subscriptions on one subject: plain ones and queue groups by name."""
 
-    __slots__ = ("_result", "count", "plain", "queues")
+    __slots__ = ("_result", "count", "plain", "queues", "weighted")
 
     def __init__(self) -> None:
         self.plain: dict[Any, None] = {}
         self.queues: dict[bytes, dict[Any, None]] | None = None
         self._result: MatchResult | None = None
         self.count = 0
+        self.weighted = 0  # queue members of a weight other than 1 (results then shadow them)
 
     def add(self, sub: Any) -> bool:
         """Add a subscription; False if it was already here."""
@@ -40,6 +58,8 @@ class Leaf:
                 return False
             else:
                 members[sub] = None
+            if weight_of(sub) != 1:
+                self.weighted += 1
         elif sub in self.plain:
             return False
         else:
@@ -59,6 +79,8 @@ class Leaf:
             del members[sub]
             if not members:
                 del queues[q]  # type: ignore[union-attr]
+            if weight_of(sub) != 1:
+                self.weighted -= 1
         elif self.plain.pop(sub, self) is self:
             return False
         self._result = None
@@ -78,7 +100,12 @@ class Leaf:
         """This subject's subscribers as a (cached until the next change) MatchResult."""
         r = self._result
         if r is None:
-            groups = tuple(tuple(m) for m in self.queues.values()) if self.queues else ()
+            if not self.queues:
+                groups: tuple[tuple[Any, ...], ...] = ()
+            elif self.weighted:
+                groups = tuple(_shadowed(m) for m in self.queues.values())
+            else:
+                groups = tuple(tuple(m) for m in self.queues.values())
             r = self._result = _new(MatchResult, (tuple(self.plain), groups))
         return r
 
@@ -121,7 +148,7 @@ def slot_result(slot: Any) -> MatchResult:
     if type(slot) is Leaf:
         return slot.result()
     if slot.queue:
-        return _new(MatchResult, ((), ((slot,),)))
+        return _new(MatchResult, ((), ((slot,) * weight_of(slot),)))
     return _new(MatchResult, ((slot,), ()))
 
 
@@ -134,11 +161,12 @@ def merge(slots: list[Any]) -> MatchResult:
             plain.extend(slot.plain)
             if slot.queues:
                 for q, members in slot.queues.items():
+                    shadows = _shadowed(members) if slot.weighted else members
                     g = groups.get(q)
                     if g is None:
-                        groups[q] = list(members)
+                        groups[q] = list(shadows)
                     else:
-                        g.extend(members)
+                        g.extend(shadows)
         else:
             queue: bytes | None = slot.queue
             if not queue:
@@ -146,9 +174,12 @@ def merge(slots: list[Any]) -> MatchResult:
             else:
                 g = groups.get(queue)
                 if g is None:
-                    groups[queue] = [slot]
-                else:
+                    g = groups[queue] = []
+                weight = weight_of(slot)
+                if weight == 1:
                     g.append(slot)
+                else:
+                    g.extend([slot] * weight)
     if not plain and not groups:
         return EMPTY
     return _new(MatchResult, (tuple(plain), tuple(tuple(g) for g in groups.values()) if groups else ()))

@@ -240,52 +240,71 @@ class RouteParser:
 
     def feed(self, data: bytes) -> list[RouteOp]:
         """Parse `data`; calls the handler per complete op. Raises ProtocolError on malformed input."""
-        if self.dead:
-            raise errors.UnknownOperation("parser is closed")
-        try:
-            rest: bytes | None = data
-            if self._pending is not None:
-                rest = self._continue_payload(data)
-            elif self._rest:
-                rest, self._rest = self._rest + data, b""
-            if rest:
-                self._parse(rest)
-        except errors.ProtocolError:
-            self.stop()
-            raise
+        self.take(data, 0, 0)
         if self._recorder is not None:
             ops, self._recorder.ops = self._recorder.ops, []
             return ops
         return []
 
-    def _continue_payload(self, data: bytes) -> bytes | None:
-        """Add `data` to the payload being gathered; once complete, deliver it and return what follows
-        (None while still incomplete)."""
+    def take(self, data: bytes, start: int, budget: int) -> int:
+        """Parse the ops of `data[start:]` that begin within its first `budget` bytes (all of them if
+        `budget` <= 0), calling the handler per op; return where the first op left unparsed begins, or
+        `len(data)` once all of it is taken (an incomplete last op is kept for the next call): the client
+        parser's contract (protocol.parser.Parser.take), so that a route reads under the same per-turn
+        budget as a client. Raises ProtocolError on malformed input (the parser is then dead)."""
+        if self.dead:
+            raise errors.UnknownOperation("parser is closed")
+        try:
+            if self._pending is not None:
+                start = self._continue_payload(data, start)
+                if start < 0:  # the payload is still incomplete
+                    return len(data)
+            elif self._rest:
+                # A control line cut at the end of the last read, completed by this one (copied once); it
+                # is the first op of the joined input, so the stop is past it.
+                held = len(self._rest)
+                joined = self._rest + data[start:]
+                self._rest = b""
+                return start + self._parse(joined, 0, budget) - held
+            if start < len(data):
+                return self._parse(data, start, budget)
+        except errors.ProtocolError:
+            self.stop()
+            raise
+        return len(data)
+
+    def _continue_payload(self, data: bytes, start: int) -> int:
+        """Add `data[start:]` to the payload being gathered; once complete, deliver it and return where
+        what follows begins (-1 while still incomplete)."""
         pending = self._pending
         assert pending is not None
-        self._chunks.append(data)
-        self._have += len(data)
-        total = pending[5]
-        if self._have < total + 2:
-            return None
+        need = pending[5] + 2 - self._have
+        if len(data) - start < need:
+            self._chunks.append(data[start:])
+            self._have += len(data) - start
+            return -1
+        self._chunks.append(data[start : start + need])
         joined = b"".join(self._chunks)
         self._pending, self._chunks, self._have = None, [], 0
-        if joined[total : total + 2] != b"\r\n":
+        if joined[-2:] != b"\r\n":
             raise errors.BadArguments("route message: payload not followed by CRLF")
-        self._deliver(pending, joined[:total])
-        return joined[total + 2 :]
+        self._deliver(pending, joined[:-2])
+        return start + need
 
-    def _parse(self, data: bytes) -> None:
-        pos, n = 0, len(data)
+    def _parse(self, data: bytes, pos: int, budget: int) -> int:
+        n = len(data)
+        limit = pos + budget if budget > 0 else n
         lines = self._lines
         while pos < n and not self.dead:
+            if pos >= limit:
+                return pos
             end = data.find(b"\n", pos)
             if end < 0:
                 rest = data[pos:]
                 if len(rest) > self.max_control_line + 16:
                     raise errors.MaxControlLineExceeded(errors.MAX_CONTROL_LINE)
                 self._rest = rest
-                return
+                return n
             line = data[pos:end]
             pos = end + 1
             parsed = lines.get(line)
@@ -302,11 +321,12 @@ class RouteParser:
                 self._pending = parsed
                 self._chunks = [data[pos:]]
                 self._have = n - pos
-                return
+                return n
             if data[stop] != 13 or data[stop + 1] != 10:
                 raise errors.BadArguments("route message: payload not followed by CRLF")
             self._deliver(parsed, data[pos:stop])
             pos = stop + 2
+        return n
 
     def _deliver(self, parsed: _MsgArgs, body: bytes) -> None:
         account, subject, reply, queues, hdr, _ = parsed

@@ -23,7 +23,7 @@ Interface for monitoring and tooling (stable; other branches build on it):
   per remote server, see below), `compression: str` ("off"), `subjects() -> list[str]` (the remote
   interest, `subject` or `subject queue`), `remote_interest() -> list[tuple[bytes, list[Subscription]]]`
   (the remote interest as /routez?subs details it: per subject and queue group, its account and the
-  `delivery.Subscription`s standing for it here, as many as a queue group's weight; their `subject`,
+  one `delivery.Subscription` standing for it here, a queue group's with its `weight`; their `subject`,
   `queue`, `delivered` are read), `num_subs: int`, `url: str` (the route URL it was solicited
   with, or the peer's route address), `remote_cluster: str`, `connect_urls: list[str]` (the peer's
   client URLs), `closed: bool`, `close_reason: str`. Message counters count routed messages (RMSG/HMSG)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd.broker.auth import _password_ok
+from pynatsd.broker.connection import SlicedReader
 from pynatsd.broker.delivery import Client, Message, Subscription, publish
 from pynatsd.broker.logging import TRACE, get_logger
 from pynatsd.broker.outbound import Outbound
@@ -45,18 +46,29 @@ ROUTE_MAX_PING_INTERVAL = 60.0  # nats-server caps the route ping interval at a 
 _HEADS_CACHED = 4096
 
 
-class Route(Client):
+class RemoteQueueSubscription(Subscription):
+    """A queue group's interest on the other server: one subscription standing for `weight` members
+    there (pynatsd.matcher shadows it `weight` times in match results)."""
+
+    __slots__ = ("weight",)
+
+    def __init__(self, route: Client, subject: bytes, queue: bytes, account: bytes, weight: int) -> None:
+        super().__init__(route, subject, queue, account)
+        self.weight = weight
+
+
+class Route(SlicedReader):
     """A route: a `delivery.Client` whose subscriptions are the remote server's interest, and the
-    asyncio protocol of its socket (duck-typed, as broker.connection.Connection)."""
+    asyncio protocol of its socket (duck-typed, as broker.connection.Connection), reading under the
+    same per-turn budget as a client connection (connection.SlicedReader)."""
 
     def __init__(
         self, manager: RouteManager, did_solicit: bool, url: str = "", is_configured: bool = False
     ) -> None:
-        super().__init__()
+        server = manager.server
+        super().__init__(server)
         self.is_route = True
         self.manager = manager
-        server = manager.server
-        self.server = server
         self.rid = server.next_cid()  # nats-server numbers routes and clients from one counter
         self.cid = self.rid  # the stall gate's producer id
         self.did_solicit = did_solicit
@@ -81,10 +93,9 @@ class Route(Client):
         self.retry = False  # reconnect if closed, though not solicited (a duplicate was dropped for it)
         self.no_reconnect = False
         self.gossip_mode = 0  # the gossip mode of the INFO that made us solicit this route
-        # (account, subject, queue) -> the remote interest's subscriptions in that account's sublist: one,
-        # or a queue group's weight of them
-        self.remote_subs: dict[tuple[bytes, bytes, bytes | None], list[Subscription]] = {}
-        self.transport: asyncio.Transport | None = None
+        # (account, subject, queue) -> the remote interest's subscription in that account's sublist (a
+        # queue group's: one RemoteQueueSubscription with its weight)
+        self.remote_subs: dict[tuple[bytes, bytes, bytes | None], Subscription] = {}
         self._trace = log.isEnabledFor(TRACE)
         handler: RouteOpHandler = RouteTracer(self) if self._trace else self
         self.parser = RouteParser(handler, max_control_line=server.options.max_control_line)
@@ -116,9 +127,8 @@ class Route(Client):
 
     def remote_interest(self) -> list[tuple[bytes, list[Subscription]]]:
         """The remote interest, one entry per subject (and queue group): its account and the
-        subscriptions that stand for it in the account's sublist (a queue group's weight is that many,
-        all alike but for their delivery counts)."""
-        return [(account, shadows) for (account, _, _), shadows in self.remote_subs.items() if shadows]
+        subscription that stands for it in the account's sublist (a queue group's carries its `weight`)."""
+        return [(account, [sub]) for (account, _, _), sub in self.remote_subs.items()]
 
     def idle_for(self) -> timedelta:
         return datetime.now(UTC) - self.last_activity
@@ -153,11 +163,18 @@ class Route(Client):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        if self._input:  # earlier input still waits for its turn: this comes after it
+            self._input.append(data)
+            return
         self.last_activity = datetime.now(UTC)
+        self._take_slice(data)
+
+    def _parse_slice(self, data: bytes, start: int, budget: int) -> int:
         scheduler = self.server.scheduler
         scheduler.reading = True
+        stop = len(data)
         try:
-            self.parser.feed(data)
+            stop = self.parser.take(data, start, budget)
         except errors.ProtocolError as err:
             if not self.closed:
                 log.error("%r - Router parser ERROR: %s", self, err)
@@ -170,6 +187,7 @@ class Route(Client):
             scheduler.reading = False
             scheduler.flush_touched()
             scheduler.stall.after_read(self)
+        return stop
 
     def eof_received(self) -> bool | None:
         return None
@@ -185,14 +203,6 @@ class Route(Client):
     def resume_writing(self) -> None:
         if self.out is not None:
             self.out.resume()
-
-    def hold_reading(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.pause_reading()
-
-    def release_reading(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.resume_reading()
 
     # -- route ops (protocol.route.RouteOpHandler) ----------------------------------------------------
     def _admitted(self) -> bool:
@@ -309,37 +319,65 @@ class Route(Client):
         if not self._admitted():
             return
         key = (account, subject, queue)
-        shadows = self.remote_subs.get(key)
-        if shadows is None:
-            shadows = self.remote_subs[key] = []
-        elif queue is None:
-            return  # a repeat
-        # A queue group's weight (its members there) is that many entries in the group, as nats-server's
-        # sublist shadows remote queue subscriptions: a member is picked fairly across the cluster; the
-        # entries are one route, which gets one routed message.
-        sublist = self.server.sublist_for(account.decode("utf-8", "replace"))
-        while len(shadows) > weight:
-            sublist.remove(shadows.pop())
-        while len(shadows) < weight:
-            sub = Subscription(self, subject, queue, account)  # sid: the account (RMSG names it)
-            try:
-                sublist.insert(sub)
-            except ValueError:
-                log.error("%r - Could not insert subscription: %r", self, subject)
-                self._send(encoder.encode_err("Invalid Subscription"))
-                if not shadows:
-                    del self.remote_subs[key]
-                return
-            shadows.append(sub)
+        known = self.remote_subs.get(key)
+        if known is not None:
+            if isinstance(known, RemoteQueueSubscription) and known.weight != weight:
+                # a new weight for the group: re-indexed, the matcher's results then shadow the new one
+                sublist = self._account_space(account)
+                if sublist is not None:
+                    sublist.remove(known)
+                    known.weight = weight
+                    sublist.insert(known)
+            return  # else a repeat
+        sublist = self._account_space(account)
+        if sublist is None:
+            # nats-server (static accounts): logged, ignored, the route stays; no account is made for it
+            log.error(
+                '%r - Unknown account "%s" for remote subject "%s"', self, _text(account), _text(subject)
+            )
+            return
+        # sid: the account (RMSG names it). A queue group is one subscription whatever its weight (its
+        # members there): the matcher shadows it that many times, as nats-server's sublist does, so a
+        # member is picked fairly across the cluster; the route gets one routed message.
+        if queue is None:
+            sub = Subscription(self, subject, None, account)
+        else:
+            sub = RemoteQueueSubscription(self, subject, queue, account, weight)
+        try:
+            sublist.insert(sub)
+        except ValueError:
+            log.error("%r - Could not insert subscription: %r", self, subject)
+            self._send(encoder.encode_err("Invalid Subscription"))
+            return
+        self.remote_subs[key] = sub
 
     def on_runsub(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
         if not self._admitted():
             return
-        shadows = self.remote_subs.pop((account, subject, queue), None)
-        if shadows:
-            sublist = self.server.sublist_for(account.decode("utf-8", "replace"))
-            for sub in shadows:
+        sub = self.remote_subs.pop((account, subject, queue), None)
+        if sub is not None:
+            sublist = self.server.account_sublists.get(account.decode("utf-8", "replace"))
+            if sublist is not None:
                 sublist.remove(sub)
+
+    def _account_space(self, account: bytes) -> Sublist[Subscription] | None:
+        """The subject space of `account` for the peer's interest, None for an account unknown here: as
+        nats-server's route, interest never creates an account, only names the ones configured (or in
+        use, or that the account resolver has)."""
+        name = account.decode("utf-8", "replace")
+        server = self.server
+        sublist = server.account_sublists.get(name)
+        if sublist is not None:
+            return sublist
+        auth = server.auth
+        if name in auth.accounts:
+            return server.sublist_for(name)
+        jwt = auth.jwt
+        if jwt is not None and (jwt.store is not None or jwt.account(name) is not None):
+            # nats-server: a directory resolver's route registers the account (to be fetched when used);
+            # the memory resolver's knows its preloaded ones only
+            return server.sublist_for(name)
+        return None
 
     def on_rmsg(
         self,
@@ -484,14 +522,14 @@ class Route(Client):
                 timer.cancel()
         self._ping_timer = self._auth_timer = None
         server = self.server
-        for (account, _, _), shadows in self.remote_subs.items():
+        for (account, _, _), sub in self.remote_subs.items():
             sublist = server.account_sublists.get(account.decode("utf-8", "replace"))
             if sublist is not None:
-                for sub in shadows:
-                    sublist.remove(sub)
+                sublist.remove(sub)
         self.remote_subs = {}
         server.scheduler.stall.forget(self)
         self.parser.stop()
+        self._input = []
         if out is not None:
             out.close()
         if self.transport is not None:

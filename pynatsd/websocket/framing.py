@@ -62,6 +62,16 @@ class WebSocketError(Exception):
         self.reason = reason
 
 
+class MessageTooLarge(WebSocketError):
+    """A compressed message past its bounds (nats-server's ErrMaxPayload on its websocket read: not a
+    protocol error, a read error). `events`: what was decoded before it, and of a message that inflates
+    past the limit its first `max_inflated` bytes (nats-server parses those, then closes)."""
+
+    def __init__(self, events: list[Data | Control]) -> None:
+        super().__init__("maximum payload exceeded", GOING_AWAY)
+        self.events = events
+
+
 @dataclass(frozen=True, slots=True)
 class Control:
     """A control frame received: PING (answer with its payload), PONG, or CLOSE with its code/reason."""
@@ -143,8 +153,9 @@ class Decoder:
     control events in arrival order; raises WebSocketError on a protocol violation (the connection is then
     done).
 
-    `max_message` bounds a compressed message, gathered whole before it can be inflated, and what it
-    inflates to (nats-server: 8 x max_payload, at most 64 MiB).
+    `max_message` bounds a compressed message, gathered whole before it can be inflated (nats-server:
+    8 x max_payload, at most 64 MiB), and `max_inflated` what it inflates to (nats-server: max_payload);
+    past either, MessageTooLarge.
     """
 
     __slots__ = (
@@ -158,13 +169,21 @@ class Decoder:
         "_remaining",
         "compression",
         "masked",
+        "max_inflated",
         "max_message",
     )
 
-    def __init__(self, compression: bool = False, masked: bool = True, max_message: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        compression: bool = False,
+        masked: bool = True,
+        max_message: int = 64 << 20,
+        max_inflated: int = 64 << 20,
+    ) -> None:
         self.compression = compression
         self.masked = masked  # clients must mask (RFC 6455 5.1), unless they asked for Nats-No-Masking
         self.max_message = max_message
+        self.max_inflated = max_inflated
         self._buf = b""
         self._remaining = 0  # payload bytes of the current data frame still to come
         self._key = b""
@@ -260,7 +279,7 @@ class Decoder:
         self._key, self._key_pos = key, 0
         self._remaining = length
         if self._compressed and length > self.max_message - self._gathered_size:
-            raise WebSocketError("maximum message size exceeded", MESSAGE_TOO_BIG)
+            raise MessageTooLarge(out)
         if fin and not length:
             self._message_done(out)
         return at
@@ -291,11 +310,12 @@ class Decoder:
         self._gathered, self._gathered_size = [], 0
         inflater = zlib.decompressobj(-15)
         try:
-            plain = inflater.decompress(data + _DEFLATE_TAIL, self.max_message + 1)
+            plain = inflater.decompress(data + _DEFLATE_TAIL, self.max_inflated + 1)
         except zlib.error as exc:
             raise WebSocketError(f"invalid compressed data: {exc}", INVALID_PAYLOAD_DATA) from None
-        if len(plain) > self.max_message or inflater.unconsumed_tail:
-            raise WebSocketError("maximum message size exceeded", MESSAGE_TOO_BIG)
+        if len(plain) > self.max_inflated:
+            out.append(plain[: self.max_inflated])
+            raise MessageTooLarge(out)
         if plain:
             out.append(plain)
 

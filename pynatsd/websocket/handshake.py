@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http.cookies import CookieError, SimpleCookie
@@ -31,13 +32,24 @@ _REASONS = {
 }
 
 
-class HandshakeError(Exception):
-    """The upgrade is refused: answer `status`; `reason` is for the log."""
+# Control characters but HTAB: not allowed in a header value (RFC 9110 5.5; Go's HTTP server refuses them).
+_CTL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+# What Go's HTTP server answers a request it cannot read, before nats-server's handler sees it.
+UNREADABLE_RESPONSE = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+    b"400 Bad Request"
+)
 
-    def __init__(self, status: int, reason: str) -> None:
+
+class HandshakeError(Exception):
+    """The upgrade is refused: answer `status`; `reason` is for the log. `unreadable`: a request Go's HTTP
+    server refuses itself (its bare 400, nothing logged by nats-server)."""
+
+    def __init__(self, status: int, reason: str, unreadable: bool = False) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.unreadable = unreadable
 
 
 @dataclass
@@ -87,7 +99,11 @@ def parse_request(head: bytes) -> Request:
         name, sep, value = line.partition(":")
         if not sep or not name or name != name.strip():
             raise HandshakeError(400, "malformed HTTP header")
+        if _CTL.search(value):
+            raise HandshakeError(400, f"invalid value for header {name!r}", unreadable=True)
         req.headers.setdefault(name.lower(), []).append(value.strip(" \t"))
+    if len(req.headers.get("host", ())) > 1:
+        raise HandshakeError(400, "too many Host headers", unreadable=True)
     return req
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd.broker import connection as c
@@ -25,6 +26,7 @@ from pynatsd.websocket import framing
 from pynatsd.websocket.config import WebSocketOptions, tls_options, validate
 from pynatsd.websocket.handshake import (
     MAX_HEAD,
+    UNREADABLE_RESPONSE,
     HandshakeError,
     Upgrade,
     error_response,
@@ -181,6 +183,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self.listener = listener
         self.raw: asyncio.Transport | None = None
         self.conn: WebSocketConnection | None = None
+        self.read_failed = False  # a read error ends reading; the connection closes once its input is taken
         self.decoder: framing.Decoder | None = None
         self.head = bytearray()  # the request head as it arrives (appends are amortized O(1))
         self.close_sent = False
@@ -201,15 +204,39 @@ class WebSocketProtocol(asyncio.Protocol):
             self._handshake(data)
             return
         conn = self.conn
-        if conn is None or conn.closed:
+        if conn is None or conn.closed or self.read_failed:
             return
+        too_large = False
         try:
             events = self.decoder.feed(data)
+        except framing.MessageTooLarge as err:
+            events, too_large = err.events, True
         except framing.WebSocketError as err:
             log.debug("%r - websocket protocol error: %s", conn, err.reason)
             self.send_close(err.code, err.reason)
             conn.close(c.READ_ERROR)
             return
+        if too_large:
+            # As nats-server: what came before (and the first max_payload bytes inflated) is taken, then a
+            # read error closes the connection (its CLOSE: 1001 "Read Error"); nothing more is read.
+            log.error("%r - read error: maximum payload exceeded", conn)
+            self.read_failed = True
+            self._handle(conn, events)
+            self._close_when_taken(conn)
+            return
+        self._handle(conn, events)
+
+    def _close_when_taken(self, conn: WebSocketConnection) -> None:
+        """Close `conn` with a read error once the input it holds (a slice per turn) is processed."""
+        if conn.closed:
+            return
+        if conn.holds_input():
+            conn.server.loop.call_soon(self._close_when_taken, conn)
+            return
+        conn.close(c.READ_ERROR)
+
+    def _handle(self, conn: WebSocketConnection, events: list[framing.Data | framing.Control]) -> None:
+        """Hand the NATS bytes among `events` to the connection, and handle its control frames, in order."""
         pending: list[framing.Data] = []
         for event in events:
             if not isinstance(event, framing.Control):
@@ -271,8 +298,9 @@ class WebSocketProtocol(asyncio.Protocol):
         self.frame_limit = BROWSER_FRAME if accepted.browser else 0
         self.fragment_compressed = not accepted.no_compressed_fragments
         server = listener.server
-        max_message = min(server.options.max_payload * _MAX_MESSAGE_MULTIPLE, _MAX_MESSAGE_LIMIT)
-        self.decoder = framing.Decoder(accepted.compress, accepted.masked, max_message)
+        max_payload = server.options.max_payload
+        max_message = min(max_payload * _MAX_MESSAGE_MULTIPLE, _MAX_MESSAGE_LIMIT)
+        self.decoder = framing.Decoder(accepted.compress, accepted.masked, max_message, max_payload)
         self.conn = WebSocketConnection(server, listener, accepted)
         self.conn.connection_made(WebSocketTransport(self, self.raw))
 
@@ -280,9 +308,10 @@ class WebSocketProtocol(asyncio.Protocol):
         assert self.raw is not None
         peer = self.raw.get_extra_info("peername")
         where = f"{peer[0]}:{peer[1]}" if peer else "?"
-        log.error("%s - websocket handshake error: %s", where, err.reason)
+        level = logging.DEBUG if err.unreadable else logging.ERROR
+        log.log(level, "%s - websocket handshake error: %s", where, err.reason)
         self._cancel_timer()
-        self.raw.write(error_response(err.status))
+        self.raw.write(UNREADABLE_RESPONSE if err.unreadable else error_response(err.status))
         self.raw.close()
 
     def _handshake_timeout(self) -> None:

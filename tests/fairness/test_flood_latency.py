@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from tests.servers import ServerProcess, start_server
+from tests.routes.test_frames import FAKE_CONNECT, FAKE_INFO
+from tests.servers import ServerProcess, free_port, start_server
 
 SUBJECTS = 1000
 PUBLISHERS = 3
@@ -251,3 +252,46 @@ def test_subscribers_that_stop_reading_do_not_delay_other_clients(kind: str) -> 
     report = f"{kind}: handshake max {max(handshakes) * 1000:.1f} ms, ping max {max(pings) * 1000:.1f} ms"
     print(report)
     assert max(handshakes) < BOUND and max(pings) < BOUND, report
+
+
+# A route peer pushing RMSG as fast as it can (issue 30, item 5): routes read under the clients' per-turn
+# budget. Before, a fresh client's CONNECT -> PONG took 0.2-2.4 s, growing with the local subscribers the
+# routed messages go to (nats-server: 1-2 ms).
+ROUTE_SUBSCRIBERS = 20
+ROUTE_BOUND = 0.1  # seconds: the median handshake under a route flood (the issue's bound)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_a_route_flood_does_not_delay_clients(kind: str) -> None:
+    route_port = free_port()
+    server = start_server(kind, ["--cluster", f"nats://127.0.0.1:{route_port}", "--cluster_name", "T"])
+    stop = threading.Event()
+    subscribers: list[socket.socket] = []
+    payload = b"x" * 16
+    chunk = b"".join(b"RMSG $G bench.%d 16\r\n%s\r\n" % (i, payload) for i in range(SUBJECTS))
+    try:
+        for _ in range(ROUTE_SUBSCRIBERS):
+            sub = _connect(server.port)
+            _read_until(sub, b"\r\n")
+            sub.sendall(b'CONNECT {"verbose":false}\r\nSUB bench.* 1\r\nPING\r\n')
+            _read_until(sub, b"PONG\r\n")
+            subscribers.append(sub)
+        floods = [threading.Thread(target=_drain, args=(sub, stop), daemon=True) for sub in subscribers]
+        floods.append(
+            threading.Thread(
+                target=_op_flood, args=(route_port, FAKE_CONNECT + FAKE_INFO, chunk, stop), daemon=True
+            )
+        )
+        handshakes, pings = _latencies_during(server, floods, stop)
+    finally:
+        for sub in subscribers:
+            sub.close()
+        server.stop()
+    median = statistics.median(handshakes)
+    report = (
+        f"{kind}, route flood: handshake median {median * 1000:.1f} ms, max {max(handshakes) * 1000:.1f} ms, "
+        f"ping max {max(pings) * 1000:.1f} ms"
+    )
+    print(report)
+    assert median <= ROUTE_BOUND and max(handshakes) < BOUND and max(pings) < BOUND, report

@@ -13,7 +13,7 @@ from pynatsd.broker.delivery import Subscription
 from pynatsd.broker.server import Server
 from pynatsd.routes.config import ClusterOptions
 from pynatsd.routes.manager import RouteManager
-from pynatsd.routes.route import Route
+from pynatsd.routes.route import RemoteQueueSubscription, Route
 from tests.monitor.conftest import Get
 
 # A nats-server 2.15 /routez entry's keys in order, for a route of the global account (not pinned).
@@ -38,11 +38,12 @@ def add_route(server: Server, rid: int, name: str, solicited: bool) -> Route:
     route.last_activity = datetime.now(UTC) - timedelta(seconds=3)
     route.rtt = 0.000412
     route.in_msgs, route.in_bytes, route.out_msgs, route.out_bytes = 5, 50, 7, 70
-    for subject, queue, weight in ((b"orders.>", None, 1), (b"work", b"q", 2)):
-        shadows = [Subscription(route, subject, queue, b"internal") for _ in range(weight)]
-        for sub in shadows:
-            sub.delivered = 2
-        route.remote_subs[(b"$G", subject, queue)] = shadows
+    plain = Subscription(route, b"orders.>", None, b"internal")
+    plain.delivered = 2
+    group = RemoteQueueSubscription(route, b"work", b"q", b"internal", 2)
+    group.delivered = 4
+    route.remote_subs[(b"$G", b"orders.>", None)] = plain
+    route.remote_subs[(b"$G", b"work", b"q")] = group
     manager.routes[route.remote_id] = route
     return route
 

@@ -8,6 +8,7 @@ import collections
 from pynatsd.broker.delivery import Client, Message, Subscription, publish
 from pynatsd.broker.histogram import Tally
 from pynatsd.matcher import Sublist
+from pynatsd.routes.route import RemoteQueueSubscription
 
 
 class Local(Client):
@@ -103,6 +104,28 @@ def test_queue_group_member_is_local_or_one_route_never_both() -> None:
     assert all(q == [b"q"] for _, _, q in route.sent)
     counts = collections.Counter({"remote": remote, "local": len(local.got)})
     assert counts["remote"] > counts["local"]  # weighted 3:1, as nats-server picks
+
+
+def test_a_remote_group_weight_is_one_subscription_picked_by_its_weight() -> None:
+    """`RS+ $G foo q 2000000` is one object in the index, weighted in the pick (literal and wildcard
+    members merged into one group), re-weighted in place."""
+    sublist: Sublist[Subscription] = Sublist()
+    route = FakeRoute()
+    remote = RemoteQueueSubscription(route, b"foo", b"q", b"$G", 2_000_000)
+    sublist.insert(remote)
+    local = Local()
+    sublist.insert(local_sub(local, b"*", b"q"))
+    assert len(sublist) == 2
+    for _ in range(50):
+        publish(sublist, message(Local()), _fanout())
+    assert len(route.sent) >= 49 and len(route.sent) + len(local.got) == 50
+    sublist.remove(remote)
+    remote.weight = 1
+    sublist.insert(remote)
+    route.sent.clear()
+    for _ in range(400):
+        publish(sublist, message(Local()), _fanout())
+    assert 100 < len(route.sent) < 300  # 1:1 now
 
 
 def test_closed_route_takes_nothing_and_no_interest_means_not_delivered() -> None:

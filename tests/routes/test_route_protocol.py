@@ -62,6 +62,27 @@ def test_split_frames_parse_like_whole_ones(step: int) -> None:
     assert ops == EXPECTED
 
 
+@pytest.mark.parametrize("step", [5, 64])
+@pytest.mark.parametrize("budget", [1, 20, 100])
+def test_a_budget_stops_between_ops_and_the_rest_is_taken_again(step: int, budget: int) -> None:
+    """`take` (the client parser's contract): ops that begin within `budget` bytes, then where the rest
+    begins; the caller hands that rest again (a route reads under the clients' per-turn budget)."""
+    parser = RouteParser()
+    ops = []
+    calls = 0
+    for i in range(0, len(STREAM), step):
+        data, start = STREAM[: i + step], i
+        while start < len(data):
+            stop = parser.take(data, start, budget)
+            assert start < stop <= len(data)
+            start = stop
+            calls += 1
+            ops += parser.feed(b"")  # what the recorder collected
+    assert ops == EXPECTED
+    if budget == 1:
+        assert calls >= len(EXPECTED)  # one op per call at most
+
+
 def test_connect_and_case_insensitive_names() -> None:
     ops = RouteParser().feed(b'CONNECT {"name":"X","cluster":"C"}\r\nping\r\nrs+ $G a\r\n')
     assert ops == [RConnect({"name": "X", "cluster": "C"}), RPing(), RSub(b"$G", b"a")]

@@ -159,6 +159,11 @@ def test_upgrade_response(pair: Peer, extra: str) -> None:
         UPGRADE.replace("Connection: Upgrade", "Connection: keep-alive"),
         UPGRADE.replace(KEY, "c2hvcnQ="),
         UPGRADE.replace("Version: 13", "Version: 12"),
+        # as nats-server's HTTP server (Go's net/http) refuses them: 400, its text, the connection closed
+        UPGRADE + "Host: 127.0.0.2\r\n",
+        UPGRADE + "User-Agent: a\x00b\r\n",
+        UPGRADE + "X-Forwarded-For: 10.0.0.1\x01\r\n",
+        UPGRADE + "X-Forwarded-For: 10.0.0.1\x7f\r\n",
     ],
 )
 def test_refused_upgrade(pair: Peer, request_text: str) -> None:
@@ -292,3 +297,45 @@ def test_ports_file_lists_the_websocket_url(tmp_path: Path) -> None:
             }, kind
         finally:
             server.stop()
+
+
+def test_a_message_inflating_past_max_payload_closes_the_connection(pair: Peer) -> None:
+    """A compressed message whose inflated bytes pass max_payload (1 MiB): its first max_payload bytes are
+    taken (a PUB at the start and one at 600 KB are delivered, one past 1 MiB is not), then the connection
+    closes with a read error (logged; its CLOSE, if sent before the socket closes: 1001 "Read Error")."""
+    fill = b"PUB fill 600000\r\n" + b"f" * 600_000 + b"\r\n"
+    plain = b"PUB bomb 1\r\nx\r\n" + fill + b"PUB bomb 1\r\nm\r\n" + fill + b"PUB bomb 1\r\nz\r\n"
+    deflate = zlib.compressobj(1, zlib.DEFLATED, -15)
+    body = (deflate.compress(plain) + deflate.flush(zlib.Z_SYNC_FLUSH))[:-4]  # RFC 7692: no 00 00 ff ff
+    frame = client_frame(body)
+    frame = bytes((frame[0] | 0x40,)) + frame[1:]  # RSV1: compressed
+    seen = {}
+    for kind, port in pair.each():
+        server = pair.servers[kind][0]
+        sub = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        sub.sendall(b'CONNECT {"verbose":false}\r\nSUB bomb 1\r\nPING\r\n')
+        got = b""
+        while b"PONG\r\n" not in got:
+            got += sub.recv(65536)
+        conn, _ = opened(port, "Sec-WebSocket-Extensions: permessage-deflate\r\n")
+        conn.send(client_frame(b'CONNECT {"verbose":false}\r\n') + frame)
+        close = None
+        try:
+            while close is None:
+                b0, payload = conn.frame()
+                if b0 & 0x0F == 8:
+                    close = payload
+        except (EOFError, OSError):
+            pass
+        assert conn.at_eof(), kind
+        conn.close()
+        got = b""
+        sub.sendall(b"PING\r\n")
+        while not got.endswith(b"PONG\r\n"):
+            got += sub.recv(65536)
+        sub.close()
+        assert "read error: maximum payload exceeded" in server.log(), kind
+        seen[kind] = (got.replace(b"PONG\r\n", b"").replace(b"PING\r\n", b""), close)  # (its first PING)
+    assert seen["pynatsd"][0] == seen["nats-server"][0] == b"MSG bomb 1 1\r\nx\r\nMSG bomb 1 1\r\nm\r\n"
+    assert seen["pynatsd"][1] == struct.pack("!H", 1001) + b"Read Error"
+    assert seen["nats-server"][1] in (None, seen["pynatsd"][1])

@@ -160,10 +160,17 @@ def test_protocol_errors(stream: bytes, reason: str) -> None:
 
 
 def test_compressed_message_over_the_limit() -> None:
+    """Inflated past `max_inflated` (nats-server: max_payload): its first `max_inflated` bytes come with
+    the error (nats-server parses those); gathered past `max_message`: what came before."""
     body = compressed(b"\x00" * 100_000)  # inflates far beyond the limit
-    with pytest.raises(WebSocketError) as err:
-        Decoder(compression=True, max_message=10_000).feed(client_frame(body, rsv1=True))
-    assert err.value.code == framing.MESSAGE_TOO_BIG
+    stream = client_frame(b"PING\r\n") + client_frame(body, rsv1=True)
+    with pytest.raises(framing.MessageTooLarge) as err:
+        Decoder(compression=True, max_message=10_000, max_inflated=1000).feed(stream)
+    assert err.value.code == framing.GOING_AWAY
+    assert err.value.events == [b"PING\r\n", b"\x00" * 1000]
+    with pytest.raises(framing.MessageTooLarge) as err:
+        Decoder(compression=True, max_message=10, max_inflated=1000).feed(stream)
+    assert err.value.events == [b"PING\r\n"]
 
 
 def test_server_frames() -> None:
