@@ -149,6 +149,11 @@ class Api:
 
     # -- dispatch -------------------------------------------------------------------------------------
     def handle(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
+        if self.account.client.origin_is_server:
+            # A delivery to a deliver subject or pull reply inside $JS.API (nats-server shows those to its
+            # API under the stored message's subject, which matches no API subject), a status or an answer
+            # of ours: not a request from anyone entitled to make it.
+            return
         toks = subject.decode(errors="replace").split(".")[2:]
         if toks[:2] == ["CONSUMER", "MSG"] and len(toks) == 5 and toks[2] == "NEXT":
             self.msg_next(toks[3], toks[4], reply, payload)
