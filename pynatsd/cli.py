@@ -457,6 +457,7 @@ def _trim_heap() -> None:
 def run(options: Options, reloader: Callable[[], Options] | None = None) -> None:
     """Run a server until SIGINT/SIGTERM."""
     from pynatsd.broker.server import PidFileError, Server
+    from pynatsd.jetstream.config import JsConfigError
 
     loop_name = install_event_loop()
     fds_before, fds = raise_fd_limit()
@@ -466,7 +467,7 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
         server.reloader = reloader
         try:
             await server.start()
-        except (PidFileError, RouteListenError) as exc:
+        except (PidFileError, RouteListenError, JsConfigError) as exc:
             get_logger().critical("%s", exc)
             raise SystemExit(1) from None
         except OSError as exc:

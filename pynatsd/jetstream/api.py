@@ -110,6 +110,32 @@ def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
     return req
 
 
+# What nats-server adds to its 10039 answer, by response type, for an account without JetStream.
+_NOT_ENABLED_EXTRAS: dict[str, Reply] = {
+    "stream_info_response": {"total": 0, "offset": 0, "limit": 0},
+    "stream_purge_response": {"purged": 0},
+    "stream_names_response": {"total": 0, "offset": 0, "limit": 0, "streams": None},
+    "stream_list_response": {"total": 0, "offset": 0, "limit": 0, "streams": []},
+    "consumer_names_response": {"total": 0, "offset": 0, "limit": 0, "consumers": []},
+    "consumer_list_response": {"total": 0, "offset": 0, "limit": 0, "consumers": []},
+    "stream_restore_response": {"deliver_subject": ""},
+    "consumer_pause_response": {"paused": False, "pause_until": "0001-01-01T00:00:00Z"},
+}
+_CLUSTERED_ONLY = frozenset(
+    {"stream_leader_stepdown_response", "stream_remove_peer_response", "consumer_leader_stepdown_response"}
+)
+
+
+def _not_enabled(kind: str) -> Reply:
+    """nats-server's answer to an API request of an account without JetStream (10039; 10010 for the
+    requests that only a cluster serves)."""
+    if kind in _CLUSTERED_ONLY:
+        error = {"code": 503, "err_code": 10010, "description": "JetStream clustering support required"}
+    else:
+        error = {"code": 503, "err_code": 10039, "description": "JetStream not enabled for account"}
+    return {"type": _TYPE + kind, "error": error, **_NOT_ENABLED_EXTRAS.get(kind, {})}
+
+
 class Api:
     """Dispatches one account's `$JS.API.>` requests."""
 
@@ -154,6 +180,11 @@ class Api:
             # API under the stored message's subject, which matches no API subject), a status or an answer
             # of ours: not a request from anyone entitled to make it.
             return
+        if self.account.is_system:  # nats-server's answer to the system account's own clients
+            if reply:
+                kind = "account_info_response" if subject == b"$JS.API.INFO" else "system_response"
+                self.account.client.publish(reply, None, None, encode(_not_enabled(kind)))
+            return
         toks = subject.decode(errors="replace").split(".")[2:]
         if toks[:2] == ["CONSUMER", "MSG"] and len(toks) == 5 and toks[2] == "NEXT":
             self.msg_next(toks[3], toks[4], reply, payload)
@@ -174,6 +205,9 @@ class Api:
                 break
         if not kind or not reply:
             return  # nats-server does not answer unknown API subjects either
+        if not self.account.enabled:
+            self.account.client.publish(reply, None, None, encode(_not_enabled(kind)))
+            return
         self.account.api_total += 1
         try:
             if route is None:
@@ -199,7 +233,6 @@ class Api:
     # -- account --------------------------------------------------------------------------------------
     def info(self, toks: list[str], payload: bytes) -> Reply:
         u = self.account.usage()
-        cfg = self.account.js.config
         out: Reply = {
             "memory": u["memory"],
             "storage": u["storage"],
@@ -207,16 +240,7 @@ class Api:
             "reserved_storage": 0,
             "streams": u["streams"],
             "consumers": u["consumers"],
-            "limits": {
-                "max_memory": cfg.max_memory_store,
-                "max_storage": cfg.max_file_store,
-                "max_streams": -1,
-                "max_consumers": -1,
-                "max_ack_pending": -1,
-                "memory_max_stream_bytes": -1,
-                "storage_max_stream_bytes": -1,
-                "max_bytes_required": False,
-            },
+            "limits": self.account.limits,
         }
         if self.account.js.domain:
             out["domain"] = self.account.js.domain
@@ -226,12 +250,14 @@ class Api:
     # -- streams --------------------------------------------------------------------------------------
     def stream_create(self, toks: list[str], payload: bytes) -> Reply:
         cfg = normalize_config(_request(payload), toks[2])
+        self.account.check_stream_bytes(cfg)
         stream = self.account.create_stream(cfg)
         # nats-server says did_create for an idempotent repeat too.
         return {**stream.info(), "ts": rfc3339(now_ns()), "did_create": True}
 
     def stream_update(self, toks: list[str], payload: bytes) -> Reply:
         cfg = normalize_config(_request(payload), toks[2])
+        self.account.check_stream_bytes(cfg)
         stream = self.account.update_stream(cfg)
         return {**stream.info(), "ts": rfc3339(now_ns())}
 
@@ -368,6 +394,7 @@ class Api:
                 if (raw.get("filter_subject") or (fs[0] if fs else "")) != filt:
                     raise errors.consumer_filter_mismatch()
         cfg = consumer_mod.normalize_config(raw, stream)
+        self.account.check_ack_pending(raw, cfg)
         consumer = self.account.add_consumer(stream, cfg, str(req.get("action") or ""))
         return {**consumer.info(), "ts": rfc3339(now_ns())}
 
