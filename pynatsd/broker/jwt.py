@@ -245,6 +245,7 @@ class Account:
     exports: tuple[Export, ...] = ()
     imports: tuple[Import, ...] = ()
     jetstream: dict[str, Any] | None = None  # its JetStream limits as account info reports them; None: none
+    jetstream_tier: str = ""  # "R1" when those are the R1 tier of tiered limits
 
     @property
     def name(self) -> str:
@@ -266,13 +267,22 @@ def _limit(limits: dict[str, Any], key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _tiered(limits: dict[str, Any]) -> bool:
+    """JetStream limits given by tier (nats-server reads tiers only when the flat storage limits are 0)."""
+    tiers = limits.get("tiered_limits")
+    return (
+        isinstance(tiers, dict)
+        and bool(tiers)
+        and not (limits.get("mem_storage") or limits.get("disk_storage"))
+    )
+
+
 def _jetstream_limits(limits: dict[str, Any]) -> dict[str, Any] | None:
     """An account JWT's JetStream limits as nats-server reads them: on when its memory or disk storage is
     not 0, or with tiered limits (a server without clustering stores R1 streams only: the R1 tier's);
     values of 0 or less are no limit for the stream bytes and ack pending, as there."""
-    tiers = limits.get("tiered_limits")
-    if isinstance(tiers, dict) and tiers and not (limits.get("mem_storage") or limits.get("disk_storage")):
-        flat = tiers.get("R1")
+    if _tiered(limits):
+        flat = limits["tiered_limits"].get("R1")
         if not isinstance(flat, dict):
             return None  # no tier applies to R1 streams: nothing may be stored (nats-server's 10120)
     elif limits.get("mem_storage") or limits.get("disk_storage"):
@@ -322,7 +332,8 @@ def load_account(token: str) -> Account:
     return Account(claims, keys, revocations, bool(limits.get("disallow_bearer")),
                    nats.get("default_permissions") or None, _limit(limits, "subs"),
                    _limit(limits, "payload"), _limit(limits, "conn"), tuple(exports),
-                   tuple(imports), _jetstream_limits(limits))  # fmt: skip
+                   tuple(imports), _jetstream_limits(limits),
+                   "R1" if _tiered(limits) else "")  # fmt: skip
 
 
 def _validate_imports(account: str, imports: list[dict[str, Any]]) -> None:

@@ -84,12 +84,14 @@ class JetStream:
         if name in self.accounts or name in self.disabled:
             return
         jwt = self.server.auth.jwt
+        tier = ""
         if name == self.server.auth.system_account:
             limits = None
         elif jwt is not None:
             account = jwt.account(name)
             limits = account.jetstream if account is not None else None
-        acc = JsAccount(self, name, limits)
+            tier = account.jetstream_tier if account is not None else ""
+        acc = JsAccount(self, name, limits, tier)
         (self.accounts if limits is not None else self.disabled)[name] = acc
         acc.start()
 

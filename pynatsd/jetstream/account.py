@@ -24,10 +24,11 @@ class JsAccount:
     """`limits`: nats-server's JetStream limits of the account (account info reports them); None for an
     account without JetStream, whose API answers every request with 10039 and which stores nothing."""
 
-    def __init__(self, js: JetStream, name: str, limits: dict[str, Any] | None) -> None:
+    def __init__(self, js: JetStream, name: str, limits: dict[str, Any] | None, tier: str = "") -> None:
         self.js = js
         self.name = name
         self.limits = limits
+        self.tier = tier  # the tier `limits` are of ("R1": an account JWT's tiered limits), "" when flat
         self.enabled = limits is not None
         self.is_system = name == js.server.auth.system_account
         # usage counted against max_memory / max_storage as each message is stored (10002 past them)
@@ -154,11 +155,10 @@ class JsAccount:
         limit = limits["max_memory" if memory else "max_storage"]
         if limit < 0:
             return
-        reserved = sum(
-            s.config["max_bytes"]
-            for s in self.streams.values()
-            if s.name != name and s.config["max_bytes"] > 0 and s.config["storage"] == cfg["storage"]
-        )
+        reserved = self.reserved(cfg["storage"])
+        other = self.streams.get(name)
+        if other is not None and other.config["max_bytes"] > 0 and other.config["storage"] == cfg["storage"]:
+            reserved -= other.config["max_bytes"]  # its own reservation is what `old` (or a repeat) replaces
         add = cfg["max_bytes"]
         if old is not None:  # only what the update adds to its own reservation
             grows = max(add, 0) - max(old["max_bytes"], 0)
@@ -182,6 +182,14 @@ class JsAccount:
                 raise errors._e(400, 10121, f"consumer max ack pending exceeds system limit of {limit}")
             if cfg["ack_policy"] != "none":
                 cfg["max_ack_pending"] = limit
+
+    def reserved(self, storage: str) -> int:
+        """The bytes this account's streams of `storage` reserve (their max_bytes), as account info says."""
+        return sum(
+            s.config["max_bytes"]
+            for s in self.streams.values()
+            if s.config["max_bytes"] > 0 and s.config["storage"] == storage
+        )
 
     def check_usage(self, storage: str, size: int) -> None:
         """A message of `size` bytes must not take the account past max_memory / max_storage (10002)."""

@@ -232,19 +232,28 @@ class Api:
 
     # -- account --------------------------------------------------------------------------------------
     def info(self, toks: list[str], payload: bytes) -> Reply:
-        u = self.account.usage()
-        out: Reply = {
+        acc = self.account
+        limits = acc.limits
+        assert limits is not None  # accounts without JetStream answer 10039 before this
+        u = acc.usage()
+        usage: Reply = {
             "memory": u["memory"],
             "storage": u["storage"],
-            "reserved_memory": 0,
-            "reserved_storage": 0,
+            "reserved_memory": acc.reserved("memory"),
+            "reserved_storage": acc.reserved("file"),
             "streams": u["streams"],
             "consumers": u["consumers"],
-            "limits": self.account.limits,
         }
-        if self.account.js.domain:
-            out["domain"] = self.account.js.domain
-        out["api"] = {"level": API_LEVEL, "total": self.account.api_total, "errors": self.account.api_errors}
+        # Tiered limits (an account JWT's): the totals with zero limits, the tier's usage and limits apart.
+        out: Reply = {
+            **usage,
+            "limits": {k: type(v)() for k, v in limits.items()} if acc.tier else limits,
+        }
+        if acc.js.domain:
+            out["domain"] = acc.js.domain
+        out["api"] = {"level": API_LEVEL, "total": acc.api_total, "errors": acc.api_errors}
+        if acc.tier:
+            out["tiers"] = {acc.tier: {**usage, "limits": limits}}
         return out
 
     # -- streams --------------------------------------------------------------------------------------

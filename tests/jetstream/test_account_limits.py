@@ -179,6 +179,7 @@ async def test_limits_are_enforced_with_nats_server_codes(setup: Setup) -> None:
     }
     info = await call(setup, "l", "$JS.API.INFO")
     assert (info["memory"], info["streams"], info["consumers"]) == (618, 2, 1)
+    assert (info["reserved_memory"], info["reserved_storage"]) == (0, 3000)  # F2's max_bytes
 
 
 # -- the config forms nats-server accepts or refuses -------------------------------------------------------
