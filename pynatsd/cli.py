@@ -479,6 +479,7 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
     from pynatsd.broker.listener import raise_fd_limit
     from pynatsd.broker.logging import get_logger
     from pynatsd.broker.server import PidFileError, Server
+    from pynatsd.jetstream.config import JsConfigError
     from pynatsd.routes.manager import RouteListenError
 
     loop_name = install_event_loop()
@@ -489,7 +490,7 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
         server.reloader = reloader
         try:
             await server.start()
-        except (PidFileError, RouteListenError) as exc:
+        except (PidFileError, RouteListenError, JsConfigError) as exc:
             get_logger().critical("%s", exc)
             raise SystemExit(1) from None
         except OSError as exc:

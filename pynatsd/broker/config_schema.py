@@ -488,13 +488,7 @@ def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
                 elif low == "imports":
                     account["imports"] = _imports(ctx, k, v, kat)
                 elif low == "jetstream":
-                    # On or off per account; a block of per-account limits would restrict what its
-                    # users may do, and pynatsd does not enforce those: refused.
-                    if isinstance(v, dict):
-                        raise refused(k, "per-account JetStream limits", access=True)
-                    if not isinstance(v, bool) and str(v).lower() not in ("enabled", "disabled"):
-                        raise ConfigValueError(f"{k}: expected enabled, disabled or a boolean, got {v!r}")
-                    account["jetstream"] = v is True or str(v).lower() == "enabled"
+                    account["jetstream"] = _account_jetstream(ctx, k, v, kat)
                 elif low in ("mappings", "maps"):
                     raise refused(k, "subject mappings")
                 elif low == "limits":
@@ -505,6 +499,72 @@ def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
                     unknown(ctx, acc_block, k, kat)
         accounts[name] = account
     opts.extra["accounts"] = accounts
+
+
+# An account's `jetstream {}` limits: nats-server's key spellings -> the name account info reports it under.
+_ACCOUNT_JS_SIZES = {
+    **dict.fromkeys(("max_memory", "max_mem", "mem", "memory"), "max_memory"),
+    **dict.fromkeys(("max_store", "max_file", "max_disk", "store", "disk"), "max_storage"),
+    **dict.fromkeys(("max_streams", "streams"), "max_streams"),
+    **dict.fromkeys(("max_consumers", "consumers"), "max_consumers"),
+    **dict.fromkeys(("mem_max_stream_bytes", "memory_max_stream_bytes"), "memory_max_stream_bytes"),
+    **dict.fromkeys(("disk_max_stream_bytes", "store_max_stream_bytes"), "storage_max_stream_bytes"),
+    "max_ack_pending": "max_ack_pending",
+}
+_ACCOUNT_JS_FLAGS = frozenset({"max_bytes_required", "max_stream_bytes", "max_bytes"})
+
+
+def account_js_limits() -> dict[str, Any]:
+    """nats-server's JetStream limits of an account that has none set (`jetstream: enabled`)."""
+    return {
+        "max_memory": -1,
+        "max_storage": -1,
+        "max_streams": -1,
+        "max_consumers": -1,
+        "max_ack_pending": -1,
+        "memory_max_stream_bytes": -1,
+        "storage_max_stream_bytes": -1,
+        "max_bytes_required": False,
+    }
+
+
+def _account_jetstream(ctx: Ctx, key: str, value: Any, where: Where) -> dict[str, Any] | None:
+    """An account's `jetstream`: enabled/disabled, a boolean, or a block of limits (nats-server's
+    parseJetStreamForAccount, its words); the account's limits, None when it has no JetStream."""
+    if isinstance(value, bool):
+        return account_js_limits() if value else None
+    if isinstance(value, str):
+        low = value.lower()
+        if low in ("enabled", "enable"):
+            return account_js_limits()
+        if low in ("disabled", "disable"):
+            return None
+        raise ConfigValueError(f"Expected 'enabled' or 'disabled' for string value, got '{value}'")
+    if not isinstance(value, dict):
+        kind = type(value).__name__
+        raise ConfigValueError(f"Expected map, bool or string to define JetStream, got {kind}")
+    block = to_block(key, value)
+    limits = account_js_limits()
+    for low, k, v, at in entries(block, where):
+        with ctx.at(at):
+            if low in _ACCOUNT_JS_SIZES:
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ConfigValueError(f'Expected a parseable size for "{k}", got {v}')
+                limits[_ACCOUNT_JS_SIZES[low]] = v
+            elif low in _ACCOUNT_JS_FLAGS:
+                if not isinstance(v, bool):
+                    raise ConfigValueError(f'Expected a parseable bool for "{k}", got {v}')
+                limits["max_bytes_required"] = v
+            elif low == "cluster_traffic":  # whose account carries replication traffic
+                expected = "Expected either 'system' or 'owner'" if not isinstance(v, str) else ""
+                if expected or v not in ("system", "", "owner"):
+                    expected = expected or "Expected 'system' or 'owner'"
+                    raise ConfigValueError(f'{expected} string value for "{k}", got {v}')
+                if v == "owner":
+                    raise refused(k, "clustered JetStream (replication traffic in the owner account)")
+            else:
+                unknown(ctx, block, k, at)
+    return limits
 
 
 def _export(ctx: Ctx, item: Any, where: Where) -> dict[str, Any] | None:

@@ -64,6 +64,14 @@ class InternalClient(Client):
             sublist = self._sublist = self.server.sublist_for(self.account)
         return sublist
 
+    @property
+    def origin_is_server(self) -> bool:
+        """True while a handler runs for a message the server published itself (a JetStream delivery, a
+        status, a flow-control request, an API answer): such a message is never a request to execute,
+        whatever its subject, since it would run with the rights of whoever chose that subject (a
+        consumer's deliver subject, a pull request's reply), not with the server's."""
+        return isinstance(self.origin, InternalClient)
+
     def subscribe(self, subject: bytes, handler: Handler, queue: bytes | None = None) -> Subscription:
         """Subscribe `handler` to `subject` (wildcards allowed), optionally in a queue group."""
         self._next_sid += 1

@@ -244,6 +244,8 @@ class Account:
     connections: int  # active client connections the account may have
     exports: tuple[Export, ...] = ()
     imports: tuple[Import, ...] = ()
+    jetstream: dict[str, Any] | None = None  # its JetStream limits as account info reports them; None: none
+    jetstream_tier: str = ""  # "R1" when those are the R1 tier of tiered limits
 
     @property
     def name(self) -> str:
@@ -263,6 +265,46 @@ def _limit(limits: dict[str, Any], key: str) -> int:
     nats-server; -1 is no limit."""
     value = limits.get(key, 0)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _tiered(limits: dict[str, Any]) -> bool:
+    """JetStream limits given by tier (nats-server reads tiers only when the flat storage limits are 0)."""
+    tiers = limits.get("tiered_limits")
+    return (
+        isinstance(tiers, dict)
+        and bool(tiers)
+        and not (limits.get("mem_storage") or limits.get("disk_storage"))
+    )
+
+
+def _jetstream_limits(limits: dict[str, Any]) -> dict[str, Any] | None:
+    """An account JWT's JetStream limits as nats-server reads them: on when its memory or disk storage is
+    not 0, or with tiered limits (a server without clustering stores R1 streams only: the R1 tier's);
+    values of 0 or less are no limit for the stream bytes and ack pending, as there."""
+    if _tiered(limits):
+        flat = limits["tiered_limits"].get("R1")
+        if not isinstance(flat, dict):
+            return None  # no tier applies to R1 streams: nothing may be stored (nats-server's 10120)
+    elif limits.get("mem_storage") or limits.get("disk_storage"):
+        flat = limits
+    else:
+        return None
+
+    def number(key: str, unlimited_below: int = 0) -> int:
+        value = flat.get(key, 0)
+        value = value if isinstance(value, int) and not isinstance(value, bool) else 0
+        return -1 if unlimited_below and value < unlimited_below else value
+
+    return {
+        "max_memory": number("mem_storage"),
+        "max_storage": number("disk_storage"),
+        "max_streams": number("streams"),
+        "max_consumers": number("consumer"),
+        "max_ack_pending": number("max_ack_pending", 1),
+        "memory_max_stream_bytes": number("mem_max_stream_bytes", 1),
+        "storage_max_stream_bytes": number("disk_max_stream_bytes", 1),
+        "max_bytes_required": bool(flat.get("max_bytes_required")),
+    }
 
 
 def load_account(token: str) -> Account:
@@ -290,7 +332,8 @@ def load_account(token: str) -> Account:
     return Account(claims, keys, revocations, bool(limits.get("disallow_bearer")),
                    nats.get("default_permissions") or None, _limit(limits, "subs"),
                    _limit(limits, "payload"), _limit(limits, "conn"), tuple(exports),
-                   tuple(imports))  # fmt: skip
+                   tuple(imports), _jetstream_limits(limits),
+                   "R1" if _tiered(limits) else "")  # fmt: skip
 
 
 def _validate_imports(account: str, imports: list[dict[str, Any]]) -> None:

@@ -383,6 +383,8 @@ class Server:
                 self.route_manager.watch(account, sublist)  # its interest goes to the routes
             if self.system is not None:  # the system services every account answers in itself
                 self.system.account_created(account)
+            if self.jetstream is not None and self.auth.jwt is not None:  # JetStream as its JWT says
+                self.jetstream.account_created(account)
         return sublist
 
     def sublist_stats(self) -> SublistStats:

@@ -12,9 +12,10 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from pynatsd.broker.auth import DEFAULT_ACCOUNT
+from pynatsd.broker.config_schema import account_js_limits
 from pynatsd.broker.logging import get_logger
 from pynatsd.jetstream import errors
-from pynatsd.jetstream.config import JsConfig, from_options
+from pynatsd.jetstream.config import JsConfig, JsConfigError, from_options
 
 if TYPE_CHECKING:
     from pynatsd.broker.server import Server
@@ -34,7 +35,8 @@ class JetStream:
         self.domain = config.domain
         self.sync_interval = config.sync_interval
         self.sync_always = config.sync_always
-        self.accounts: dict[str, JsAccount] = {}
+        self.accounts: dict[str, JsAccount] = {}  # those with JetStream
+        self.disabled: dict[str, JsAccount] = {}  # those without: their API answers 10039
         self.loop: asyncio.AbstractEventLoop = server.loop
         self.max_payload = server.options.max_payload
         self.limited = config.max_memory_store >= 0 or config.max_file_store >= 0
@@ -47,17 +49,23 @@ class JetStream:
         return self.config.store_dir / "jetstream"
 
     def start(self) -> None:
-        from pynatsd.jetstream.account import JsAccount
-
         self.loop = self.server.loop
+        configured: dict[str, Any] = self.server.options.extra.get("accounts") or {}
+        system = self.server.auth.system_account
+        if system and (configured.get(system) or {}).get("jetstream") is not None:
+            raise JsConfigError("Not allowed to enable JetStream on the system account")
         self.store_root.mkdir(parents=True, exist_ok=True)
-        names = {DEFAULT_ACCOUNT}
-        names.update((self.server.options.extra.get("accounts") or {}).keys())
-        names.update(p.name for p in self.store_root.iterdir() if p.is_dir())
-        for name in sorted(names):
-            self.accounts[name] = JsAccount(self, name)
-        for acc in self.accounts.values():
-            acc.start()
+        if self.server.auth.jwt is not None:  # as each account JWT says, when the account appears
+            for name in list(self.server.account_sublists):  # those made before JetStream started
+                self.account_created(name)
+        elif configured:  # only the accounts given JetStream have it (not even $G), as in nats-server
+            for name, spec in sorted(configured.items()):
+                self.account_created(name, spec.get("jetstream"))
+            self.account_created(DEFAULT_ACCOUNT, None)
+        else:
+            self.account_created(DEFAULT_ACCOUNT, account_js_limits())
+        if system:
+            self.account_created(system, None)
         log.info("Starting JetStream")
         log.info("  Store Directory: %r", str(self.config.store_dir))
         log.info("  Max Memory:      %s", _limit(self.config.max_memory_store))
@@ -67,6 +75,26 @@ class JetStream:
         if not self.sync_always:
             self._sync_timer = self.loop.call_later(self.sync_interval, self._sync)
 
+    def account_created(self, name: str, limits: dict[str, Any] | None = None) -> None:
+        """JetStream for an account: with `limits`, or in operator mode as its account JWT grants it (an
+        account appears when a user of it connects); without (and always for the system account), its API
+        answers 10039."""
+        from pynatsd.jetstream.account import JsAccount
+
+        if name in self.accounts or name in self.disabled:
+            return
+        jwt = self.server.auth.jwt
+        tier = ""
+        if name == self.server.auth.system_account:
+            limits = None
+        elif jwt is not None:
+            account = jwt.account(name)
+            limits = account.jetstream if account is not None else None
+            tier = account.jetstream_tier if account is not None else ""
+        acc = JsAccount(self, name, limits, tier)
+        (self.accounts if limits is not None else self.disabled)[name] = acc
+        acc.start()
+
     def _sync(self) -> None:
         for acc in self.accounts.values():
             acc.flush()
@@ -75,7 +103,7 @@ class JetStream:
     def stop(self) -> None:
         if self._sync_timer is not None:
             self._sync_timer.cancel()
-        for acc in self.accounts.values():
+        for acc in (*self.accounts.values(), *self.disabled.values()):
             acc.stop()
         log.info("JetStream stopped")
 

@@ -21,9 +21,18 @@ log = get_logger()
 
 
 class JsAccount:
-    def __init__(self, js: JetStream, name: str) -> None:
+    """`limits`: nats-server's JetStream limits of the account (account info reports them); None for an
+    account without JetStream, whose API answers every request with 10039 and which stores nothing."""
+
+    def __init__(self, js: JetStream, name: str, limits: dict[str, Any] | None, tier: str = "") -> None:
         self.js = js
         self.name = name
+        self.limits = limits
+        self.tier = tier  # the tier `limits` are of ("R1": an account JWT's tiered limits), "" when flat
+        self.enabled = limits is not None
+        self.is_system = name == js.server.auth.system_account
+        # usage counted against max_memory / max_storage as each message is stored (10002 past them)
+        self.limited = limits is not None and (limits["max_memory"] >= 0 or limits["max_storage"] >= 0)
         self.client = InternalClient(js.server, name, "jetstream")
         self.streams: dict[str, Stream] = {}
         self.api_total = 0
@@ -45,7 +54,7 @@ class JsAccount:
                 self.api.handle(b"$JS.API." + subject[len(prefix) :], reply, hdrs, payload)
 
             self.client.subscribe(prefix + b">", in_domain)
-        if self.dir.is_dir():
+        if self.enabled and self.dir.is_dir():
             for sdir in sorted(self.dir.iterdir()):
                 self._load_stream(sdir)
 
@@ -98,6 +107,7 @@ class JsAccount:
             if equivalent(existing.config, cfg):
                 return existing
             raise errors.stream_name_exist()
+        self._check_account_limits(cfg)
         self._check_overlap(cfg)
         self._check_limits(cfg)
         directory = self.dir / cfg["name"] if cfg["storage"] == "file" else None
@@ -116,6 +126,82 @@ class JsAccount:
                     if subjects_overlap(a.encode(), b.encode()):
                         raise errors.subject_overlap()
 
+    def check_stream_bytes(self, cfg: dict[str, Any]) -> None:
+        """nats-server's checkStreamCfg on the account's limits: max_bytes required (10113), and within
+        the account's largest stream of that storage (10122)."""
+        limits = self.limits
+        if limits is None:
+            return
+        if limits["max_bytes_required"] and cfg["max_bytes"] <= 0:
+            raise errors._e(400, 10113, "account requires a stream config to have max bytes set")
+        memory = cfg["storage"] == "memory"
+        largest = limits["memory_max_stream_bytes" if memory else "storage_max_stream_bytes"]
+        if largest > 0 and cfg["max_bytes"] > largest:
+            raise errors._e(400, 10122, "stream max bytes exceeds account limit max stream bytes")
+
+    def _check_account_limits(self, cfg: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+        """nats-server's account limits on a new stream (`old`: the config it updates): max_streams
+        (10027), the stream's max_consumers (10026), and the bytes its max_bytes reserves against
+        max_memory / max_storage (10028 / 10047), other streams' reservations counted."""
+        limits = self.limits
+        if limits is None:
+            return
+        name = cfg["name"]
+        if old is None and 0 < limits["max_streams"] <= sum(1 for n in self.streams if n != name):
+            raise errors._e(400, 10027, "maximum number of streams reached")
+        if 0 < limits["max_consumers"] < cfg["max_consumers"]:
+            raise errors._e(400, 10026, "maximum consumers limit reached")
+        memory = cfg["storage"] == "memory"
+        limit = limits["max_memory" if memory else "max_storage"]
+        if limit < 0:
+            return
+        reserved = self.reserved(cfg["storage"])
+        other = self.streams.get(name)
+        if other is not None and other.config["max_bytes"] > 0 and other.config["storage"] == cfg["storage"]:
+            reserved -= other.config["max_bytes"]  # its own reservation is what `old` (or a repeat) replaces
+        add = cfg["max_bytes"]
+        if old is not None:  # only what the update adds to its own reservation
+            grows = max(add, 0) - max(old["max_bytes"], 0)
+            reserved += max(add, 0) - max(grows, 0)
+            add = max(grows, 0)
+        elif add < 0:
+            add = 1
+        if reserved > limit or add > limit - reserved:
+            if memory:
+                raise errors._e(500, 10028, "insufficient memory resources available")
+            raise errors._e(500, 10047, "insufficient storage resources available")
+
+    def check_ack_pending(self, raw: dict[str, Any], cfg: dict[str, Any]) -> None:
+        """A consumer's max_ack_pending within the account's (10121); unset, the account's when lower
+        than the default (nats-server's setConsumerConfigDefaults)."""
+        limit = self.limits["max_ack_pending"] if self.limits is not None else -1
+        if limit <= 0:
+            return
+        if cfg.get("max_ack_pending", 0) > limit:
+            if raw.get("max_ack_pending"):
+                raise errors._e(400, 10121, f"consumer max ack pending exceeds system limit of {limit}")
+            if cfg["ack_policy"] != "none":
+                cfg["max_ack_pending"] = limit
+
+    def reserved(self, storage: str) -> int:
+        """The bytes this account's streams of `storage` reserve (their max_bytes), as account info says."""
+        return sum(
+            s.config["max_bytes"]
+            for s in self.streams.values()
+            if s.config["max_bytes"] > 0 and s.config["storage"] == storage
+        )
+
+    def check_usage(self, storage: str, size: int) -> None:
+        """A message of `size` bytes must not take the account past max_memory / max_storage (10002)."""
+        limits = self.limits
+        assert limits is not None
+        memory = storage == "memory"
+        limit = limits["max_memory" if memory else "max_storage"]
+        if limit >= 0:
+            used = sum(s.store.bytes for s in self.streams.values() if s.config["storage"] == storage)
+            if used + size > limit:
+                raise errors._e(400, 10002, "resource limits exceeded for account")
+
     def _check_limits(self, cfg: dict[str, Any]) -> None:
         limit = (
             self.js.config.max_memory_store if cfg["storage"] == "memory" else self.js.config.max_file_store
@@ -127,6 +213,7 @@ class JsAccount:
         stream = self.streams.get(cfg["name"])
         if stream is None:
             raise errors.stream_not_found()
+        self._check_account_limits(cfg, stream.config)
         self._check_overlap(cfg, skip=stream.name)
         try:
             stream.update(cfg)
@@ -161,6 +248,9 @@ class JsAccount:
         if action == "update":
             raise errors.consumer_does_not_exist()
         max_consumers = stream.config["max_consumers"]
+        account_max = self.limits["max_consumers"] if self.limits is not None else -1
+        if max_consumers <= 0 or 0 < account_max < max_consumers:
+            max_consumers = account_max  # the account's limit is per stream too (nats-server)
         if max_consumers > 0 and len(stream.consumers) >= max_consumers:
             raise errors._e(400, 10026, "maximum consumers limit reached")
         if not name:

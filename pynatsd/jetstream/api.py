@@ -110,6 +110,32 @@ def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
     return req
 
 
+# What nats-server adds to its 10039 answer, by response type, for an account without JetStream.
+_NOT_ENABLED_EXTRAS: dict[str, Reply] = {
+    "stream_info_response": {"total": 0, "offset": 0, "limit": 0},
+    "stream_purge_response": {"purged": 0},
+    "stream_names_response": {"total": 0, "offset": 0, "limit": 0, "streams": None},
+    "stream_list_response": {"total": 0, "offset": 0, "limit": 0, "streams": []},
+    "consumer_names_response": {"total": 0, "offset": 0, "limit": 0, "consumers": []},
+    "consumer_list_response": {"total": 0, "offset": 0, "limit": 0, "consumers": []},
+    "stream_restore_response": {"deliver_subject": ""},
+    "consumer_pause_response": {"paused": False, "pause_until": "0001-01-01T00:00:00Z"},
+}
+_CLUSTERED_ONLY = frozenset(
+    {"stream_leader_stepdown_response", "stream_remove_peer_response", "consumer_leader_stepdown_response"}
+)
+
+
+def _not_enabled(kind: str) -> Reply:
+    """nats-server's answer to an API request of an account without JetStream (10039; 10010 for the
+    requests that only a cluster serves)."""
+    if kind in _CLUSTERED_ONLY:
+        error = {"code": 503, "err_code": 10010, "description": "JetStream clustering support required"}
+    else:
+        error = {"code": 503, "err_code": 10039, "description": "JetStream not enabled for account"}
+    return {"type": _TYPE + kind, "error": error, **_NOT_ENABLED_EXTRAS.get(kind, {})}
+
+
 class Api:
     """Dispatches one account's `$JS.API.>` requests."""
 
@@ -149,6 +175,16 @@ class Api:
 
     # -- dispatch -------------------------------------------------------------------------------------
     def handle(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
+        if self.account.client.origin_is_server:
+            # A delivery to a deliver subject or pull reply inside $JS.API (nats-server shows those to its
+            # API under the stored message's subject, which matches no API subject), a status or an answer
+            # of ours: not a request from anyone entitled to make it.
+            return
+        if self.account.is_system:  # nats-server's answer to the system account's own clients
+            if reply:
+                kind = "account_info_response" if subject == b"$JS.API.INFO" else "system_response"
+                self.account.client.publish(reply, None, None, encode(_not_enabled(kind)))
+            return
         toks = subject.decode(errors="replace").split(".")[2:]
         if toks[:2] == ["CONSUMER", "MSG"] and len(toks) == 5 and toks[2] == "NEXT":
             self.msg_next(toks[3], toks[4], reply, payload)
@@ -169,6 +205,9 @@ class Api:
                 break
         if not kind or not reply:
             return  # nats-server does not answer unknown API subjects either
+        if not self.account.enabled:
+            self.account.client.publish(reply, None, None, encode(_not_enabled(kind)))
+            return
         self.account.api_total += 1
         try:
             if route is None:
@@ -193,40 +232,41 @@ class Api:
 
     # -- account --------------------------------------------------------------------------------------
     def info(self, toks: list[str], payload: bytes) -> Reply:
-        u = self.account.usage()
-        cfg = self.account.js.config
-        out: Reply = {
+        acc = self.account
+        limits = acc.limits
+        assert limits is not None  # accounts without JetStream answer 10039 before this
+        u = acc.usage()
+        usage: Reply = {
             "memory": u["memory"],
             "storage": u["storage"],
-            "reserved_memory": 0,
-            "reserved_storage": 0,
+            "reserved_memory": acc.reserved("memory"),
+            "reserved_storage": acc.reserved("file"),
             "streams": u["streams"],
             "consumers": u["consumers"],
-            "limits": {
-                "max_memory": cfg.max_memory_store,
-                "max_storage": cfg.max_file_store,
-                "max_streams": -1,
-                "max_consumers": -1,
-                "max_ack_pending": -1,
-                "memory_max_stream_bytes": -1,
-                "storage_max_stream_bytes": -1,
-                "max_bytes_required": False,
-            },
         }
-        if self.account.js.domain:
-            out["domain"] = self.account.js.domain
-        out["api"] = {"level": API_LEVEL, "total": self.account.api_total, "errors": self.account.api_errors}
+        # Tiered limits (an account JWT's): the totals with zero limits, the tier's usage and limits apart.
+        out: Reply = {
+            **usage,
+            "limits": {k: type(v)() for k, v in limits.items()} if acc.tier else limits,
+        }
+        if acc.js.domain:
+            out["domain"] = acc.js.domain
+        out["api"] = {"level": API_LEVEL, "total": acc.api_total, "errors": acc.api_errors}
+        if acc.tier:
+            out["tiers"] = {acc.tier: {**usage, "limits": limits}}
         return out
 
     # -- streams --------------------------------------------------------------------------------------
     def stream_create(self, toks: list[str], payload: bytes) -> Reply:
         cfg = normalize_config(_request(payload), toks[2])
+        self.account.check_stream_bytes(cfg)
         stream = self.account.create_stream(cfg)
         # nats-server says did_create for an idempotent repeat too.
         return {**stream.info(), "ts": rfc3339(now_ns()), "did_create": True}
 
     def stream_update(self, toks: list[str], payload: bytes) -> Reply:
         cfg = normalize_config(_request(payload), toks[2])
+        self.account.check_stream_bytes(cfg)
         stream = self.account.update_stream(cfg)
         return {**stream.info(), "ts": rfc3339(now_ns())}
 
@@ -363,6 +403,7 @@ class Api:
                 if (raw.get("filter_subject") or (fs[0] if fs else "")) != filt:
                     raise errors.consumer_filter_mismatch()
         cfg = consumer_mod.normalize_config(raw, stream)
+        self.account.check_ack_pending(raw, cfg)
         consumer = self.account.add_consumer(stream, cfg, str(req.get("action") or ""))
         return {**consumer.info(), "ts": rfc3339(now_ns())}
 

@@ -607,7 +607,7 @@ class Consumer:
         self.account.client.publish(subject, self._fc_reply, headers(b"100 FlowControl Request"), b"")
 
     def _on_fc(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
-        if subject == self._fc_reply:
+        if subject == self._fc_reply and not self.account.client.origin_is_server:
             self._fc_reply = None
             self.kick()
 
@@ -744,7 +744,7 @@ class Consumer:
     # -- acks -----------------------------------------------------------------------------------------
     def _on_ack(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
         parts = subject.split(b".")
-        if len(parts) < 9:
+        if len(parts) < 9 or self.account.client.origin_is_server:  # a delivery is nobody's ack
             return
         try:
             sseq, dseq = int(parts[5]), int(parts[6])

@@ -438,6 +438,8 @@ class Stream:
                 raise errors.store_failed("maximum messages per subject exceeded")
         if js.limited:
             js.check_capacity(cfg["storage"], st.msg_size(subject, hdrs, payload))
+        if self.account.limited:
+            self.account.check_usage(cfg["storage"], st.msg_size(subject, hdrs, payload))
         if self._interest_only and not self._has_interest(subject):
             # Nobody would ever ack it: nats-server acknowledges and drops it at once.
             st.skip_to(st.last_seq + 1)

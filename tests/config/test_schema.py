@@ -217,7 +217,7 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
         ('accounts { A { exports = [{service: "x", latency: "l"}] } }', "latency"),
         ('accounts { A { exports = [{service: "x", allow_trace: true}] } }', "allow_trace"),
         ('accounts { A { imports = [{service: {account: B, subject: "x"}, share: true}] } }', "share"),
-        ("accounts { A { jetstream: { max_mem: 1GB } } }", "jetstream"),
+        ("accounts { A { jetstream: { cluster_traffic: owner } } }", "cluster_traffic"),
         ("accounts { A { limits { max_connections: 1 } } }", "limits"),
         ("tls { verify_and_map: true }", "verify_and_map"),
         ('tls { pinned_certs: ["aa"] }', "pinned_certs"),
