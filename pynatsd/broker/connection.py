@@ -12,6 +12,7 @@ queue is flushed once (outbound.FlushScheduler).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import ssl
@@ -67,7 +68,7 @@ SLOW_CONSUMER_DEADLINE = "Slow Consumer (Write Deadline)"
 STALE_CONNECTION = "Stale Connection"
 PROTOCOL_VIOLATION = "Protocol Violation"
 PARSE_ERROR = "Parse Error"
-MAX_PAYLOAD_EXCEEDED = "Maximum Payload Exceeded"
+MAX_PAYLOAD_EXCEEDED = "Maximum Message Payload Exceeded"
 MAX_CONTROL_LINE_EXCEEDED = "Maximum Control Line Exceeded"
 AUTHENTICATION_VIOLATION = "Authentication Failure"
 AUTHENTICATION_TIMEOUT = "Authentication Timeout"
@@ -147,6 +148,7 @@ class Connection(Client):
         self.in_bytes: int = 0
         self.user: str = ""
         self.account: str = DEFAULT_ACCOUNT
+        self.log_tag: str = ""  # after the first CONNECT: nats-server's client tag in every log line
         self._start_mono = self._last_in = time.monotonic()
         self._pings_out = 0
         self._ping_sent = 0.0
@@ -191,6 +193,10 @@ class Connection(Client):
         return self.start + timedelta(seconds=self._last_in - self._start_mono)
 
     def __repr__(self) -> str:
+        return self.log_tag or self.address_tag()
+
+    def address_tag(self) -> str:
+        """The log prefix before the CONNECT: the peer's address and the connection id."""
         return f"{self.ip}:{self.port} - cid:{self.cid}"
 
     def authenticator(self) -> Authenticator:
@@ -478,6 +484,7 @@ class Connection(Client):
         if opts.verbose:
             self._send(encoder.OK)
         if first:
+            self.log_tag = client_log_tag(self.address_tag(), opts, account, user)
             server.client_connected(self)  # the system account's CONNECT advisory
 
     def _apply_grant(self) -> None:
@@ -695,8 +702,8 @@ class Connection(Client):
         reason = _CLOSE_REASONS.get(type(err), PROTOCOL_VIOLATION)
         if isinstance(err, errors.AuthorizationViolation):
             self.server.stats.auth_failures += 1
-        if err.err_text is not None:
-            log.error("%r - %s", self, err.err_text)
+        if err.log_text is not None or err.err_text is not None:
+            log.error("%r - %s", self, err.log_text or err.err_text)
         else:
             log.debug("%r - protocol error, closing: %s", self, err)
         self.close(reason, err.err_text)
@@ -806,3 +813,27 @@ class Connection(Client):
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
+
+
+def client_log_tag(address: str, opts: ConnectOptions, account: str, identity: str) -> str:
+    """nats-server's log prefix for a connected client: the address and id, then the client's
+    `"v<version>:<lang>:<name>"` (the parts it sent) and, for a client that authenticated,
+    `"<account>/<user:name | nkey:... | jwt:<its public key, `identity`> | token>"`."""
+    client = ":".join(
+        part for part in (f"v{opts.version}" if opts.version else "", opts.lang, opts.name) if part
+    )
+    if opts.nkey:
+        user = f"nkey:{opts.nkey}"
+    elif opts.user:
+        user = f"user:{opts.user}"
+    elif opts.jwt:
+        user = "jwt:" + identity
+    elif opts.auth_token:
+        user = "token"
+    else:
+        user = ""
+    tag = address
+    for part in (client, f"{account}/{user}" if user else ""):
+        if part:
+            tag += " - " + json.dumps(part, ensure_ascii=False)  # Go's %q
+    return tag

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import nats
+import nats.aio.client
 import pytest
 
 from pynatsd import __version__
@@ -280,3 +281,42 @@ def test_local_syslog_flag(kind: str) -> None:
         pytest.skip("a local syslog daemon is listening")
     done = run(kind, "-p", str(free_port()), "-s", timeout=10)
     assert done.returncode == 1 and "error connecting to syslog" in done.stdout + done.stderr
+
+
+# What a misbehaving client sends (after a CONNECT where it needs one), one connection each
+BAD_CLIENTS = (
+    b"FOO bar\r\n",
+    b'CONNECT {"verbose":false}\r\nPUB x 2000000\r\n',
+    b"CONNECT {bad json\r\n",
+    b'CONNECT {"verbose":false, "name" "x"}\r\n',
+    b'CONNECT {"verbose":false}\r\nPUB x y z w\r\n',
+    b'CONNECT {"verbose":false}\r\nPING\r\nXYZ 1 2 3\r\n',
+)
+CLIENT_PREFIX = re.compile(r"^127\.0\.0\.1:\d+ - cid:\d+ - ")
+
+
+async def test_client_lines_carry_the_tag_and_name_what_went_wrong(spawn: Spawn) -> None:
+    """Each bad client's error line as nats-server words it (the parser's op snippet, both sizes of a
+    payload over the limit, Go's words for a malformed CONNECT, the PUB arguments) and, once a client
+    has connected, nats-server's tag after its address: `"v<version>:<lang>:<name>" - "<account>/<user>"`."""
+    got = {}
+    for kind in KINDS:
+        port = free_port()
+        server = spawn(kind, "-a", "127.0.0.1", "-p", str(port), "-D", "--user", "u", "--pass", "p")
+        for frames in BAD_CLIENTS:
+            with WireClient(port) as client:
+                client.send(frames.replace(b'"verbose":false', b'"verbose":false,"user":"u","pass":"p"'))
+                with contextlib.suppress(OSError, TimeoutError):
+                    client.read_until(b"-ERR", timeout=5)
+        nc = await nats.connect(f"nats://u:p@127.0.0.1:{port}", name="tagged")
+        await nc.close()
+        server.wait_for("Client connection closed: Client Closed")
+        got[kind] = [
+            (level, CLIENT_PREFIX.sub("<CLIENT> - ", text))
+            for level, text in server.lines()
+            if CLIENT_PREFIX.match(text) and (level == "ERR" or "Client Closed" in text)
+        ]
+    assert got["pynatsd"] == got["nats-server"]
+    version = nats.aio.client.__version__
+    assert ("DBG", f'<CLIENT> - "v{version}:python3:tagged" - "$G/user:u" - Client connection closed: '
+            "Client Closed") in got["pynatsd"]  # fmt: skip
