@@ -10,6 +10,7 @@ import signal
 import socket
 import ssl
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -320,3 +321,44 @@ async def test_client_lines_carry_the_tag_and_name_what_went_wrong(spawn: Spawn)
     version = nats.aio.client.__version__
     assert ("DBG", f'<CLIENT> - "v{version}:python3:tagged" - "$G/user:u" - Client connection closed: '
             "Client Closed") in got["pynatsd"]  # fmt: skip
+
+
+def jetstream_block(server: Running) -> list[str]:
+    """The lines of the `JETSTREAM` block of the start-up log."""
+    texts = [text for _, text in server.lines()]
+    start = texts.index("---------------- JETSTREAM ----------------")
+    return texts[start : texts.index("-------------------------------------------", start) + 1]
+
+
+def test_jetstream_banner_agrees_with_jsz(spawn: Spawn, tmp_path: Path) -> None:
+    """The JetStream block line for line as nats-server's with configured limits (but the API level each
+    serves), and with none the limits in effect and the store directory /jsz reports."""
+    got = {}
+    for kind in KINDS:
+        store = tmp_path / f"{kind}-store"
+        conf = tmp_path / f"{kind}-js.conf"
+        conf.write_text(
+            f"listen: 127.0.0.1:{free_port()}\n"
+            f'jetstream {{ store_dir: "{store}", max_memory_store: 64MB, max_file_store: 1GB }}\n'
+        )
+        server = spawn(kind, "-c", str(conf))
+        got[kind] = [line.replace(str(store), "<STORE>") for line in jetstream_block(server)]
+        server.stop()
+    api_level = re.compile(r"  API Level:       \d+")
+    assert [t for t in got["pynatsd"] if not api_level.fullmatch(t)] == [
+        t for t in got["nats-server"] if not api_level.fullmatch(t)
+    ]
+    assert '  Store Directory: "<STORE>/jetstream"' in got["pynatsd"]
+    assert "  Max Memory:      64.00 MB" in got["pynatsd"]
+
+    http = free_port()
+    server = spawn(
+        "pynatsd", "-a", "127.0.0.1", "-p", str(free_port()), "-m", str(http), "-js", "-sd", str(tmp_path)
+    )
+    with urllib.request.urlopen(f"http://127.0.0.1:{http}/jsz", timeout=5) as resp:
+        jsz = json.load(resp)
+    block = jetstream_block(server)
+    gib = jsz["config"]["max_memory"] / 1024**3
+    assert f"  Max Memory:      {gib:.2f} GB" in block
+    assert f'  Store Directory: "{jsz["config"]["store_dir"]}"' in block
+    assert f"  API Level:       {jsz['api']['level']}" in block
