@@ -520,7 +520,7 @@ class Connection(Client):
             return
         if not auth.still_admits(self, before):
             self.server.stats.auth_failures += 1
-            log.error("%r - authorization revoked by a reload", self)
+            log.error("%r - authentication error - %s", self, auth_user_text(self.opts, self.user))
             self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
             return
         self.perms = auth.permissions(self.user)
@@ -822,18 +822,31 @@ def client_log_tag(address: str, opts: ConnectOptions, account: str, identity: s
     client = ":".join(
         part for part in (f"v{opts.version}" if opts.version else "", opts.lang, opts.name) if part
     )
-    if opts.nkey:
-        user = f"nkey:{opts.nkey}"
-    elif opts.user:
-        user = f"user:{opts.user}"
-    elif opts.jwt:
-        user = "jwt:" + identity
-    elif opts.auth_token:
-        user = "token"
-    else:
-        user = ""
+    kind, who = _auth_user(opts, identity)
+    user = f"{kind.lower()}:{who}" if kind in ("Nkey", "User", "JWT") else "token" if kind else ""
     tag = address
     for part in (client, f"{account}/{user}" if user else ""):
         if part:
             tag += " - " + json.dumps(part, ensure_ascii=False)  # Go's %q
     return tag
+
+
+def _auth_user(opts: ConnectOptions, identity: str) -> tuple[str, str]:
+    """How a client authenticated, as nats-server tells them apart: (Nkey | User | JWT | Token | "", who)."""
+    if opts.nkey:
+        return "Nkey", opts.nkey
+    if opts.user:
+        return "User", opts.user
+    if opts.jwt:
+        return "JWT", identity
+    if opts.auth_token:
+        return "Token", "[REDACTED]"
+    return "", "N/A"
+
+
+def auth_user_text(opts: ConnectOptions, identity: str) -> str:
+    """nats-server's words for who failed authentication: `User "alice"`, `Nkey "U..."`, `JWT User "U..."`,
+    `Token "[REDACTED]"`, `User "N/A"`."""
+    kind, who = _auth_user(opts, identity)
+    label = {"JWT": "JWT User", "": "User"}.get(kind, kind)
+    return f"{label} {errors.quote(who)}"

@@ -362,3 +362,43 @@ def test_jetstream_banner_agrees_with_jsz(spawn: Spawn, tmp_path: Path) -> None:
     assert f"  Max Memory:      {gib:.2f} GB" in block
     assert f'  Store Directory: "{jsz["config"]["store_dir"]}"' in block
     assert f"  API Level:       {jsz['api']['level']}" in block
+
+
+def test_reload_applies_limits_and_logs_who_it_disconnects(spawn: Spawn, tmp_path: Path) -> None:
+    """A reload of max_payload, max_control_line, ping_interval, ping_max and write_deadline applies
+    (new clients' INFO, connected clients' next PUB) and is logged as nats-server logs it; a user whose
+    password the reload changes is disconnected with nats-server's error line."""
+    got = {}
+    for kind in KINDS:
+        conf = tmp_path / f"{kind}-limits.conf"
+        port = free_port()
+        users = "{user: alice, password: a}, {user: bob, password: b}"
+        conf.write_text(f"listen: 127.0.0.1:{port}\nauthorization {{ users: [{users}] }}\n")
+        server = spawn(kind, "-c", str(conf))
+        with WireClient(port) as alice, WireClient(port) as bob:
+            alice.exchange(b'CONNECT {"verbose":false,"user":"alice","pass":"a"}\r\n')
+            bob.exchange(b'CONNECT {"verbose":false,"user":"bob","pass":"b"}\r\n')
+            conf.write_text(
+                f"listen: 127.0.0.1:{port}\nmax_payload: 2048\nmax_control_line: 512\nping_interval: 30s\n"
+                "ping_max: 3\nwrite_deadline: 5s\n"
+                "authorization { users: [{user: alice, password: a}, {user: bob, password: new}] }\n"
+            )
+            server.signal(signal.SIGHUP)
+            server.wait_for("Reloaded server configuration")
+            with contextlib.suppress(OSError):  # the -ERR may be lost to the reset of the closed socket
+                assert bob.read_until(b"\r\n\r\n", timeout=5)[1]  # closed
+            with WireClient(port) as fresh:
+                assert fresh.info["max_payload"] == 2048
+            alice.send(b"PUB x 4000\r\n")
+            rejected, _ = alice.read_until(b"Maximum Payload Violation", timeout=5)
+            assert b"Maximum Payload Violation" in rejected
+        server.wait_for("maximum payload exceeded: 4000 vs 2048")
+        got[kind] = sorted(
+            CLIENT_PREFIX.sub("<CLIENT> - ", text)
+            for level, text in server.lines()
+            if text.startswith("Reloaded: ") or (level == "ERR" and "authentication error" in text)
+        )
+    assert got["pynatsd"] == got["nats-server"]
+    assert "Reloaded: max_payload = 2048" in got["pynatsd"]
+    assert "Reloaded: ping_interval = 30s" in got["pynatsd"]
+    assert '<CLIENT> - "$G/user:bob" - authentication error - User "bob"' in got["pynatsd"]
