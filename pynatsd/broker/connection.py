@@ -518,6 +518,9 @@ class Connection(Client):
         reloadAuthorization), else take the new permissions and drop the subscriptions they refuse."""
         if not self.connected or self.closed:
             return
+        if auth.user_moved(self):
+            self.close(CLIENT_CLOSED)  # nats-server's words: no error line, no -ERR
+            return
         if not auth.still_admits(self, before):
             self.server.stats.auth_failures += 1
             log.error("%r - authentication error - %s", self, auth_user_text(self.opts, self.user))
