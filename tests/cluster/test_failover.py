@@ -197,7 +197,6 @@ async def test_chaos_kill_and_restart_under_load(
 # nats-server, whose clients must hear of the pynatsd nodes from their route INFO.
 GROWING: dict[str, tuple[tuple[str, ...], str]] = {
     "3py-python": (MATRIX["3py"], "python"),
-    "5py-go": (("pynatsd",) * 5, "go"),
     "5mix-go": (("nats-server", "pynatsd", "nats-server", "pynatsd", "pynatsd"), "go"),
     "3go-go": (MATRIX["3go"], "go"),
 }
