@@ -421,6 +421,16 @@ class Authenticator:
             return True
         return self.authenticate(conn, opts) == (conn.user, conn.account)
 
+    def user_moved(self, conn: Connection) -> bool:
+        """After a reload: the client's nkey or user is gone, or now belongs to another account. nats-server
+        closes such a client at once, as a client closed, before checking its credentials again
+        (clientHasMovedToDifferentAccount); JWT users, anonymous, token and single-user clients never have."""
+        opts = conn.opts
+        if self.jwt is not None or not (self.users or self.nkeys) or not (opts.nkey or opts.user):
+            return False
+        entry = self.nkeys.get(opts.nkey) if opts.nkey else self.users.get(opts.user)
+        return entry is None or entry.account != conn.account
+
     def authenticate(self, conn: Connection, opts: ConnectOptions) -> tuple[str, str] | None:
         if self.jwt is not None:
             return self.jwt.authenticate(conn, opts, conn.nonce)

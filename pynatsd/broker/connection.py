@@ -12,6 +12,7 @@ queue is flushed once (outbound.FlushScheduler).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import ssl
@@ -67,7 +68,7 @@ SLOW_CONSUMER_DEADLINE = "Slow Consumer (Write Deadline)"
 STALE_CONNECTION = "Stale Connection"
 PROTOCOL_VIOLATION = "Protocol Violation"
 PARSE_ERROR = "Parse Error"
-MAX_PAYLOAD_EXCEEDED = "Maximum Payload Exceeded"
+MAX_PAYLOAD_EXCEEDED = "Maximum Message Payload Exceeded"
 MAX_CONTROL_LINE_EXCEEDED = "Maximum Control Line Exceeded"
 AUTHENTICATION_VIOLATION = "Authentication Failure"
 AUTHENTICATION_TIMEOUT = "Authentication Timeout"
@@ -219,6 +220,7 @@ class Connection(SlicedReader):
         self.in_bytes: int = 0
         self.user: str = ""
         self.account: str = DEFAULT_ACCOUNT
+        self.log_tag: str = ""  # after the first CONNECT: nats-server's client tag in every log line
         self._start_mono = self._last_in = time.monotonic()
         self._pings_out = 0
         self._ping_sent = 0.0
@@ -259,6 +261,10 @@ class Connection(SlicedReader):
         return self.start + timedelta(seconds=self._last_in - self._start_mono)
 
     def __repr__(self) -> str:
+        return self.log_tag or self.address_tag()
+
+    def address_tag(self) -> str:
+        """The log prefix before the CONNECT: the peer's address and the connection id."""
         return f"{self.ip}:{self.port} - cid:{self.cid}"
 
     def authenticator(self) -> Authenticator:
@@ -502,6 +508,7 @@ class Connection(SlicedReader):
         if opts.verbose:
             self._send(encoder.OK)
         if first:
+            self.log_tag = client_log_tag(self.address_tag(), opts, account, user)
             server.client_connected(self)  # the system account's CONNECT advisory
 
     def _apply_grant(self) -> None:
@@ -535,9 +542,12 @@ class Connection(SlicedReader):
         reloadAuthorization), else take the new permissions and drop the subscriptions they refuse."""
         if not self.connected or self.closed:
             return
+        if auth.user_moved(self):
+            self.close(CLIENT_CLOSED)  # nats-server's words: no error line, no -ERR
+            return
         if not auth.still_admits(self, before):
             self.server.stats.auth_failures += 1
-            log.error("%r - authorization revoked by a reload", self)
+            log.error("%r - authentication error - %s", self, auth_user_text(self.opts, self.user))
             self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
             return
         self.perms = auth.permissions(self.user)
@@ -719,8 +729,8 @@ class Connection(SlicedReader):
         reason = _CLOSE_REASONS.get(type(err), PROTOCOL_VIOLATION)
         if isinstance(err, errors.AuthorizationViolation):
             self.server.stats.auth_failures += 1
-        if err.err_text is not None:
-            log.error("%r - %s", self, err.err_text)
+        if err.log_text is not None or err.err_text is not None:
+            log.error("%r - %s", self, err.log_text or err.err_text)
         else:
             log.debug("%r - protocol error, closing: %s", self, err)
         self.close(reason, err.err_text)
@@ -830,3 +840,40 @@ class Connection(SlicedReader):
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
+
+
+def client_log_tag(address: str, opts: ConnectOptions, account: str, identity: str) -> str:
+    """nats-server's log prefix for a connected client: the address and id, then the client's
+    `"v<version>:<lang>:<name>"` (the parts it sent) and, for a client that authenticated,
+    `"<account>/<user:name | nkey:... | jwt:<its public key, `identity`> | token>"`."""
+    client = ":".join(
+        part for part in (f"v{opts.version}" if opts.version else "", opts.lang, opts.name) if part
+    )
+    kind, who = _auth_user(opts, identity)
+    user = f"{kind.lower()}:{who}" if kind in ("Nkey", "User", "JWT") else "token" if kind else ""
+    tag = address
+    for part in (client, f"{account}/{user}" if user else ""):
+        if part:
+            tag += " - " + json.dumps(part, ensure_ascii=False)  # Go's %q
+    return tag
+
+
+def _auth_user(opts: ConnectOptions, identity: str) -> tuple[str, str]:
+    """How a client authenticated, as nats-server tells them apart: (Nkey | User | JWT | Token | "", who)."""
+    if opts.nkey:
+        return "Nkey", opts.nkey
+    if opts.user:
+        return "User", opts.user
+    if opts.jwt:
+        return "JWT", identity
+    if opts.auth_token:
+        return "Token", "[REDACTED]"
+    return "", "N/A"
+
+
+def auth_user_text(opts: ConnectOptions, identity: str) -> str:
+    """nats-server's words for who failed authentication: `User "alice"`, `Nkey "U..."`, `JWT User "U..."`,
+    `Token "[REDACTED]"`, `User "N/A"`."""
+    kind, who = _auth_user(opts, identity)
+    label = {"JWT": "JWT User", "": "User"}.get(kind, kind)
+    return f"{label} {errors.quote(who)}"

@@ -121,7 +121,14 @@ _RELOAD_LINES = {
 def reload_changes(old: Options, new: Options) -> list[str]:
     """What a reload from `old` to `new` changes, as nats-server logs it (`Reloaded: debug = true`);
     secrets are named, never shown."""
+    from pynatsd.monitor.formats import go_duration
+
     lines = []
+    for name in RELOADABLE_LIMITS:
+        value = getattr(new, name)
+        if getattr(old, name) != value:
+            shown = go_duration(value) if name in ("ping_interval", "write_deadline") else value
+            lines.append(f"Reloaded: {name} = {shown}")
     for name in (*RELOADABLE_LOGGING, *_RELOAD_LINES):
         after = getattr(new, name)
         if getattr(old, name) == after:
@@ -137,7 +144,8 @@ def reload_changes(old: Options, new: Options) -> list[str]:
 
     if users(old) != users(new):
         lines.append("Reloaded: authorization users")
-    if old.extra.get("accounts") != new.extra.get("accounts"):
+    # nats-server's users are bound to their account objects: a change of users is one of accounts too
+    if old.extra.get("accounts") != new.extra.get("accounts") or users(old) != users(new):
         lines.append("Reloaded: accounts")
     return lines
 
@@ -145,7 +153,11 @@ def reload_changes(old: Options, new: Options) -> list[str]:
 # What a reload (SIGHUP) applies to the running server; changing anything else makes the reload fail and
 # keeps the running configuration, instead of silently ignoring the change (nats-server refuses the
 # options it cannot reload the same way).
+# The limits nats-server reloads, as it logs each (`Reloaded: max_payload = 2048`): how its value shows
+RELOADABLE_LIMITS = ("max_payload", "max_control_line", "ping_interval", "ping_max", "write_deadline")
+
 RELOADABLE = (
+    *RELOADABLE_LIMITS,
     "username",
     "password",
     "authorization",

@@ -561,6 +561,17 @@ class Server:
         info["max_payload"] = opts.max_payload
         return info
 
+    def limits_changed(self) -> None:
+        """After a reload: the INFO and every client's parser take the new max_payload and
+        max_control_line (a JWT user's own smaller payload limit stays), as nats-server applies them."""
+        opts = self.options
+        self._info_base["max_payload"] = opts.max_payload
+        if self.jetstream is not None:
+            self.jetstream.max_payload = opts.max_payload
+        for conn in list(self.clients.values()):
+            conn.parser.max_control_line = opts.max_control_line
+            conn.parser.max_payload = opts.max_payload  # revalidate applies a JWT user's own limit
+
     def cluster_changed(self, notify: bool = True) -> None:
         """The cluster's name or its servers' client URLs changed: the client INFO says so, and, unless
         `no_advertise`, clients that take async INFOs are told (nats-server's sendAsyncInfoToClients)."""

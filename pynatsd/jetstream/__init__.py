@@ -9,6 +9,7 @@ deliveries and acks all travel through the broker's one delivery policy.
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import TYPE_CHECKING, Any
 
 from pynatsd.broker.auth import DEFAULT_ACCOUNT
@@ -66,12 +67,7 @@ class JetStream:
             self.account_created(DEFAULT_ACCOUNT, account_js_limits())
         if system:
             self.account_created(system, None)
-        log.info("Starting JetStream")
-        log.info("  Store Directory: %r", str(self.config.store_dir))
-        log.info("  Max Memory:      %s", _limit(self.config.max_memory_store))
-        log.info("  Max Storage:     %s", _limit(self.config.max_file_store))
-        if self.domain:
-            log.info("  Domain:          %s", self.domain)
+        self._log_banner()
         if not self.sync_always:
             self._sync_timer = self.loop.call_later(self.sync_interval, self._sync)
 
@@ -94,6 +90,24 @@ class JetStream:
         acc = JsAccount(self, name, limits, tier)
         (self.accounts if limits is not None else self.disabled)[name] = acc
         acc.start()
+
+    def _log_banner(self) -> None:
+        """nats-server's JetStream block, with the figures /jsz reports (its config block): the limits in
+        effect (75% of RAM and of the free disk when unset) and the store directory as used."""
+        from pynatsd.jetstream.monitor import config_block
+        from pynatsd.jetstream.stream import API_LEVEL
+
+        config = config_block(self)
+        log.info("Starting JetStream")
+        log.info("---------------- JETSTREAM ----------------")
+        log.info("  Strict:          true")
+        log.info("  Max Memory:      %s", friendly_bytes(config["max_memory"]))
+        log.info("  Max Storage:     %s", friendly_bytes(config["max_storage"]))
+        log.info('  Store Directory: "%s"', config["store_dir"])
+        if self.domain:
+            log.info("  Domain:          %s", self.domain)
+        log.info("  API Level:       %d", API_LEVEL)
+        log.info("-------------------------------------------")
 
     def _sync(self) -> None:
         for acc in self.accounts.values():
@@ -131,5 +145,9 @@ class JetStream:
         return out
 
 
-def _limit(n: int) -> str:
-    return "unlimited" if n < 0 else f"{n} bytes"
+def friendly_bytes(n: int) -> str:
+    """Bytes as nats-server's banner shows them: `512 B`, `1.50 KB`, `17.66 GB` (powers of 1024)."""
+    if n < 1024:
+        return f"{n} B"
+    exp = min(int(math.log(n) / math.log(1024)), 6)
+    return f"{n / 1024**exp:.2f} {'KMGTPE'[exp - 1]}B"

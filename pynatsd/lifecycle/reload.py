@@ -34,6 +34,7 @@ def apply(server: Server) -> None:
     for name in RELOADABLE:
         setattr(server.options, name, getattr(new, name))
     server.options.config_digest = new.config_digest
+    server.limits_changed()  # max_payload and max_control_line, for new and connected clients
     before, server.auth = server.auth, Authenticator(server.options)
     for conn in list(server.clients.values()):
         auth = conn.authenticator()  # a WebSocket listener's own block is not reloaded

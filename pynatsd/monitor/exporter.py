@@ -1,6 +1,7 @@
-"""A small Prometheus exporter for a nats-server (which serves JSON monitoring only): its /varz and
-/routez as the `gnatsd_varz_*` and `gnatsd_routez_num_routes` series pynatsd serves itself, so a mixed
-cluster is scraped under one set of names. Run: `python -m pynatsd.monitor.exporter URL [--port 7777]`.
+"""A small Prometheus exporter for a nats-server (which serves JSON monitoring only): its /varz,
+/routez and /jsz as the `gnatsd_varz_*`, `gnatsd_routez_num_routes` and `jetstream_*` series pynatsd
+serves itself, so a mixed cluster is scraped under one set of names.
+Run: `python -m pynatsd.monitor.exporter URL [--port 7777]`.
 
 Every scrape reads the server anew; when it cannot be read the scrape fails (HTTP 503), so Prometheus
 shows the node's target down rather than stale numbers.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,7 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from pynatsd.monitor.metrics import exporter_families
+from pynatsd.monitor.metrics import JSZ_ALL, exporter_families, jetstream_families
 
 SCRAPE_TIMEOUT = 3.0
 
@@ -39,6 +41,9 @@ class NatsServerCollector(Collector):
         varz = self._get("/varz")
         num_routes = int(self._get("/routez")["num_routes"])
         yield from exporter_families(varz, num_routes)
+        if varz.get("jetstream", {}).get("config"):  # JetStream enabled
+            jsz = self._get("/jsz?" + urllib.parse.urlencode(JSZ_ALL))
+            yield from jetstream_families(jsz, str(varz["server_id"]), str(varz["server_name"]))
 
 
 def registry_for(url: str) -> CollectorRegistry:

@@ -9,7 +9,9 @@ exporter in between.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -45,7 +47,7 @@ class PynatsdCollector(Collector):
         self.cpu = cpu
 
     def collect(self) -> Iterator[Metric]:
-        from pynatsd.monitor.endpoints import varz
+        from pynatsd.monitor.endpoints import jsz, varz
 
         server = self.server
         stats = server.stats
@@ -113,6 +115,8 @@ class PynatsdCollector(Collector):
             for kind, name, doc, value in js_monitor.metrics(server.jetstream):
                 yield gauge(name, doc, value) if kind == "gauge" else counter(name, doc, value)
         yield from exporter_families(varz(server, self.cpu, {}), len(server.routes))
+        if server.jetstream is not None:
+            yield from jetstream_families(jsz(server, JSZ_ALL), server.server_id, server.server_name)
 
     def _routes(self) -> Iterator[Metric]:
         """Route counts, and each route's traffic labelled with its peer (one series per route)."""
@@ -212,6 +216,142 @@ def exporter_families(varz: dict[str, Any], num_routes: int) -> Iterator[Metric]
     )
     routes.add_metric(sid, num_routes)
     yield routes
+
+
+# prometheus-nats-exporter's JetStream series (its -jsz=all): (name, help, path in the /jsz entry)
+JS_SERVER_SERIES = (
+    ("jetstream_server_jetstream_disabled", "JetStream disabled or not", ("disabled",)),
+    ("jetstream_server_max_memory", "JetStream Max Memory", ("config", "max_memory")),
+    ("jetstream_server_max_storage", "JetStream Max Storage", ("config", "max_storage")),
+    ("jetstream_server_total_streams", "Total number of streams in JetStream", ("streams",)),
+    ("jetstream_server_total_consumers", "Total number of consumers in JetStream", ("consumers",)),
+    ("jetstream_server_total_messages", "Total number of stored messages in JetStream", ("messages",)),
+    ("jetstream_server_total_message_bytes", "Total number of bytes stored in JetStream", ("bytes",)),
+)
+JS_STREAM_SERIES = (
+    ("jetstream_stream_total_messages", "Total number of messages from a stream", ("state", "messages")),
+    ("jetstream_stream_total_bytes", "Total stored bytes from a stream", ("state", "bytes")),
+    ("jetstream_stream_first_seq", "First sequence from a stream", ("state", "first_seq")),
+    ("jetstream_stream_last_seq", "Last sequence from a stream", ("state", "last_seq")),
+    (
+        "jetstream_stream_consumer_count",
+        "Total number of consumers from a stream",
+        ("state", "consumer_count"),
+    ),
+)
+JS_CONSUMER_SERIES = (
+    (
+        "jetstream_consumer_delivered_consumer_seq",
+        "Latest sequence number of a stream consumer",
+        ("delivered", "consumer_seq"),
+    ),
+    (
+        "jetstream_consumer_delivered_stream_seq",
+        "Latest sequence number of a stream",
+        ("delivered", "stream_seq"),
+    ),
+    ("jetstream_consumer_num_ack_pending", "Number of pending acks from a consumer", ("num_ack_pending",)),
+    (
+        "jetstream_consumer_num_redelivered",
+        "Number of redelivered messages from a consumer",
+        ("num_redelivered",),
+    ),
+    (
+        "jetstream_consumer_num_waiting",
+        "Number of inflight fetch requests from a pull consumer",
+        ("num_waiting",),
+    ),
+    ("jetstream_consumer_num_pending", "Number of pending messages from a consumer", ("num_pending",)),
+    (
+        "jetstream_consumer_ack_floor_stream_seq",
+        "Number of ack floor stream seq from a consumer",
+        ("ack_floor", "stream_seq"),
+    ),
+    (
+        "jetstream_consumer_ack_floor_consumer_seq",
+        "Number of ack floor consumer seq from a consumer",
+        ("ack_floor", "consumer_seq"),
+    ),
+)
+JSZ_ALL = {"accounts": "true", "streams": "true", "consumers": "true", "config": "true"}
+JS_SERVER_LABELS = ["server_id", "server_name", "cluster", "domain", "meta_leader", "is_meta_leader"]
+JS_STREAM_LABELS = [
+    *JS_SERVER_LABELS,
+    "account",
+    "account_id",
+    "stream_name",
+    "stream_leader",
+    "is_stream_leader",
+]
+JS_CONSUMER_LABELS = [
+    *JS_STREAM_LABELS,
+    *("consumer_name", "consumer_leader", "is_consumer_leader", "consumer_desc", "consumer_created"),
+]
+
+
+def _number(entry: dict[str, Any], path: tuple[str, ...]) -> float:
+    value: Any = entry
+    for key in path:
+        value = value.get(key, 0) if isinstance(value, dict) else 0
+    return float(value or 0)
+
+
+def _leader_labels(entry: dict[str, Any], server_name: str) -> list[str]:
+    """(leader, is_leader) as the exporter derives them: a standalone server leads everything."""
+    cluster = entry.get("cluster") or entry.get("meta_cluster")
+    if not cluster:
+        return ["", "true"]
+    leader = str(cluster.get("leader", ""))
+    return [leader, "true" if leader == server_name else "false"]
+
+
+def _rfc3339_local(stamp: str) -> str:
+    """A /jsz time as the exporter labels it (Go's RFC3339, in local time, to the second)."""
+    try:
+        moment = datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    text = moment.astimezone().isoformat(timespec="seconds")
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def jetstream_families(jsz: dict[str, Any], server_id: str, server_name: str) -> Iterator[Metric]:
+    """/jsz (with accounts, streams, consumers and config) as the `jetstream_server_*`,
+    `jetstream_stream_*` and `jetstream_consumer_*` gauges prometheus-nats-exporter makes of it, same
+    names and labels, so the NATS JetStream dashboards work (for pynatsd's /metrics and, through
+    pynatsd.monitor.exporter, for nats-server's)."""
+    meta = jsz.get("meta_cluster") or {}
+    server = [
+        server_id,
+        server_name,
+        str(meta.get("name", "")),
+        str((jsz.get("config") or {}).get("domain", "")),
+    ]
+    server += _leader_labels(jsz, server_name)
+    families = {
+        name: GaugeMetricFamily(name, doc, labels=labels)
+        for series, labels in (
+            (JS_SERVER_SERIES, JS_SERVER_LABELS),
+            (JS_STREAM_SERIES, JS_STREAM_LABELS),
+            (JS_CONSUMER_SERIES, JS_CONSUMER_LABELS),
+        )
+        for name, doc, _ in series
+    }
+    for name, _, path in JS_SERVER_SERIES:
+        families[name].add_metric(server, _number(jsz, path))
+    for account in jsz.get("account_details") or ():
+        for stream in account.get("stream_detail") or ():
+            labels = [*server, str(account.get("name", "")), str(account.get("id", "")), str(stream["name"])]
+            labels += _leader_labels(stream, server_name)
+            for name, _, path in JS_STREAM_SERIES:
+                families[name].add_metric(labels, _number(stream, path))
+            for consumer in stream.get("consumer_detail") or ():
+                more = [str(consumer["name"]), *_leader_labels(consumer, server_name)]
+                more += [str((consumer.get("config") or {}).get("description", ""))]
+                more += [_rfc3339_local(str(consumer.get("created", "")))]
+                for name, _, path in JS_CONSUMER_SERIES:
+                    families[name].add_metric([*labels, *more], _number(consumer, path))
+    yield from families.values()
 
 
 def build_registry(server: Server, cpu: CpuSampler) -> CollectorRegistry:

@@ -75,14 +75,30 @@ class ProtocolError(Exception):
     err_text: str | None = None
     closes: bool = True
 
-    def __init__(self, detail: str = "") -> None:
+    def __init__(self, detail: str = "", log_text: str | None = None) -> None:
         super().__init__(detail or self.err_text or type(self).__name__)
         self.detail = detail
         self.ops: list[Any] = []
+        self.log_text = log_text  # what nats-server logs as an error for it (None: err_text, if any)
 
 
 class UnknownOperation(ProtocolError):
     err_text = UNKNOWN_OPERATION
+
+
+PROTO_SNIPPET_SIZE = 32  # nats-server's: how much of the offending bytes its parser error shows
+
+
+def unknown_operation(buf: bytes, pos: int, detail: str = "unknown op") -> UnknownOperation:
+    """The error for an op nats-server's parser does not know, at `pos` in the read `buf`, with its log
+    line (`Client parser ERROR, state=0, i=<pos>: proto='"<snippet>"...'`: the state, its parser's own,
+    is its op-start state)."""
+    stop = pos + PROTO_SNIPPET_SIZE
+    if pos >= len(buf):
+        snippet = '""'
+    else:
+        snippet = quote(buf[pos : stop if stop <= len(buf) else len(buf) - 1].decode("latin-1"))
+    return UnknownOperation(detail, f"Client parser ERROR, state=0, i={pos}: proto='{snippet}...'")
 
 
 class MaxControlLineExceeded(ProtocolError):
@@ -91,6 +107,11 @@ class MaxControlLineExceeded(ProtocolError):
 
 class MaxPayloadExceeded(ProtocolError):
     err_text = MAX_PAYLOAD
+
+
+def max_payload_exceeded(size: int, limit: int) -> MaxPayloadExceeded:
+    """A payload over the limit, logged with both sizes as nats-server does."""
+    return MaxPayloadExceeded(f"payload of {size} bytes", f"maximum payload exceeded: {size} vs {limit}")
 
 
 class BadArguments(ProtocolError):

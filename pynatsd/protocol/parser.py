@@ -284,7 +284,7 @@ class Parser:
         guess = 0
         while pos < limit:
             if expect_connect and buf[pos] not in (67, 99):  # C, c
-                raise errors.AuthorizationViolation("first op is not CONNECT")
+                raise errors.AuthorizationViolation("first op is not CONNECT", "authentication error")
             nl = pos + guess - 1
             parsed = None
             if guess and nl < n and buf[nl] == 10:
@@ -304,7 +304,7 @@ class Parser:
                 if hdr >= 0 and not self.headers:  # the cache is shared: HPUB is legal only where negotiated
                     raise errors.HeadersNotNegotiated("HPUB without headers negotiated")
                 if size > max_payload:  # and another client's limit may be higher
-                    raise errors.MaxPayloadExceeded(f"payload of {size} bytes")
+                    raise errors.max_payload_exceeded(size, max_payload)
                 guess = nl + 1 - pos
                 start = nl + 1
                 stop = start + size
@@ -341,7 +341,7 @@ class Parser:
         handler = self._handler
         kind = _classify(buf[pos : min(end, pos + _HEAD)].upper())
         if kind <= 0:
-            raise errors.UnknownOperation("unknown op")
+            raise errors.unknown_operation(buf, pos)
         if kind == _PING:
             handler.on_ping()
             return nl + 1
@@ -418,7 +418,7 @@ class Parser:
         else:
             hdr, size = -1, int(size_field)
         if size > self.max_payload:
-            raise errors.MaxPayloadExceeded(f"payload of {size} bytes")
+            raise errors.max_payload_exceeded(size, self.max_payload)
         parsed = (subject, reply, size_field, size, hdr)
         # An HPUB with a reply is mostly a JetStream publish awaiting its ack on an inbox of its own
         # (nats-py, nats.go): its line never comes back, and caching every one cost 0.8-1.1 µs a message
@@ -455,7 +455,10 @@ class Parser:
             elif len(args) == 3:
                 subject, reply, size_field = args
             else:
-                raise errors.BadArguments(f"PUB with {len(args)} arguments")
+                raise errors.BadArguments(
+                    f"PUB with {len(args)} arguments",
+                    f"processPub Parse Error: {errors.quote(b' '.join(args).decode('latin-1'))}",
+                )
             size = parse_size(size_field)
             if size < 0:
                 raise errors.BadArguments("bad or missing PUB size")
@@ -476,7 +479,7 @@ class Parser:
                 raise errors.BadArguments("bad HPUB sizes")
             sizes = hdr_field + b" " + size_field
         if size > self.max_payload:
-            raise errors.MaxPayloadExceeded(f"payload of {size} bytes")
+            raise errors.max_payload_exceeded(size, self.max_payload)
         return (is_hpub, subject, reply, sizes, hdr, size)
 
     def _keep_partial(self, buf: bytes, pos: int) -> None:
@@ -485,7 +488,7 @@ class Parser:
         head = buf[pos : pos + _HEAD].upper()
         kind = _classify(head)
         if kind < 0:
-            raise errors.UnknownOperation("unknown op")
+            raise errors.unknown_operation(buf, pos)
         if kind in _LINE_IGNORED:
             # Everything up to LF is ignored: keep only the op name, not what a client streams after it.
             self._buf = buf[pos : pos + _HEAD]
@@ -524,12 +527,34 @@ def _decode_json(arg: bytes) -> dict[str, Any]:
         raise errors.InvalidJSON("JSON nested too deeply")
     try:
         value = json.loads(arg) if arg else None
+    except json.JSONDecodeError as exc:
+        raise errors.InvalidJSON("invalid JSON", _go_syntax_error(exc)) from None
     except ValueError:
-        raise errors.InvalidJSON("invalid JSON") from None
+        raise errors.InvalidJSON("invalid JSON", "invalid character in JSON input") from None
     if value is None:
         if not arg:
-            raise errors.InvalidJSON("missing JSON")
+            raise errors.InvalidJSON("missing JSON", "unexpected end of JSON input")
         return {}
     if not isinstance(value, dict):
-        raise errors.InvalidJSON("JSON is not an object")
+        kind = {bool: "bool", str: "string", list: "array"}.get(type(value), "number")
+        raise errors.InvalidJSON("JSON is not an object", f"json: cannot unmarshal {kind} into Go value")
     return value
+
+
+# Python's JSON syntax errors as Go's encoding/json words them (what nats-server logs for a bad CONNECT)
+_GO_JSON_CONTEXT = {
+    "Expecting property name enclosed in double quotes": "looking for beginning of object key string",
+    "Expecting value": "looking for beginning of value",
+    "Expecting ':' delimiter": "after object key",
+    "Expecting ',' delimiter": "after object key:value pair",
+    "Extra data": "after top-level value",
+    "Invalid control character at": "in string literal",
+}
+
+
+def _go_syntax_error(exc: json.JSONDecodeError) -> str:
+    if exc.pos >= len(exc.doc):
+        return "unexpected end of JSON input"
+    char = exc.doc[exc.pos]
+    shown = "'\\''" if char == "'" else f"'{char}'" if char.isprintable() else json.dumps(char)
+    return f"invalid character {shown} {_GO_JSON_CONTEXT.get(exc.msg, 'looking for beginning of value')}"

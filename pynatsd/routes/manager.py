@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import random
-import socket
 import ssl
 import urllib.parse
 from typing import TYPE_CHECKING, Any, cast
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.broker.ids import new_server_id
 from pynatsd.broker.logging import get_logger
+from pynatsd.lifecycle.files import interface_addresses
 from pynatsd.protocol import encoder
 from pynatsd.protocol.route import encode_rsub, encode_runsub
 from pynatsd.routes.route import Route
@@ -195,8 +195,8 @@ class RouteManager:
 
     def own_client_urls(self) -> list[str]:
         """Where clients reach this server, as nats-server advertises it: client_advertise, else the
-        listen address, every non-loopback address of the host when listening on all of them (looked up
-        once: a name lookup may block)."""
+        listen address, else (listening on all of them) every global unicast address of every interface
+        (listed once)."""
         if self._own_urls is None:
             self._own_urls = self._client_urls()
         return list(self._own_urls)
@@ -210,22 +210,21 @@ class RouteManager:
         host = opts.host
         if host not in ("", "0.0.0.0", "::"):
             return [_join(host, server.port)]
+        # nats-server's getNonLocalIPsIfHostIsIPAny: what other hosts can dial (private and ULA addresses
+        # included, as Go's IsGlobalUnicast), never a loopback or link-local one
         addrs: list[str] = []
-        try:
-            infos = socket.getaddrinfo(socket.gethostname(), None, proto=socket.IPPROTO_TCP)
-        except OSError:
-            infos = []
-        for info in infos:
-            ip = str(info[4][0]).split("%")[0]
-            try:
-                if ipaddress.ip_address(ip).is_loopback:
-                    continue
-            except ValueError:
+        for ip in interface_addresses():
+            address = ipaddress.ip_address(ip)
+            if address.is_loopback or address.is_link_local or address.is_multicast or address.is_unspecified:
+                continue
+            if address == ipaddress.IPv4Address("255.255.255.255"):
                 continue
             url = _join(ip, server.port)
             if url not in addrs:
                 addrs.append(url)
-        return addrs or [_join("127.0.0.1", server.port)]
+        if not addrs:
+            log.error('Address "%s" can not be resolved properly', host or "0.0.0.0")
+        return addrs
 
     # -- connections ----------------------------------------------------------------------------------
     def connecting(self, route: Route) -> None:

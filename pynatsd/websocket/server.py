@@ -112,7 +112,7 @@ class WebSocketConnection(Connection):
     def ping_interval(self) -> float:
         return self.listener.ws.ping_interval or super().ping_interval()
 
-    def __repr__(self) -> str:
+    def address_tag(self) -> str:
         # nats-server's log prefix for WebSocket clients: "wid", and the X-Forwarded-For address first.
         cip = self.upgrade.client_ip
         forwarded = (f"[{cip}]/" if ":" in cip else f"{cip}/") if cip else ""

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import nats
+import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from tests.cluster.conftest import ClusterFactory
-from tests.cluster.harness import MATRIX, Cluster, Node
+from tests.cluster.harness import MATRIX, Cluster, Node, build_cluster, wait_until
+from tests.conftest import need_tool
+from tests.interop.drivers import Driver
+from tests.servers import nats_server_binary
 
 WAIT = 10.0
 RECONNECT = {"reconnect_time_wait": 0.2, "max_reconnect_attempts": -1, "connect_timeout": 2}
@@ -184,3 +190,58 @@ async def test_chaos_kill_and_restart_under_load(
     check_chaos(results["reference"])
     check_chaos(results["mix"])
     assert len(results["mix"].good) == len(results["reference"].good)
+
+
+# Nodes started one after another while a client is connected to the first, then stopped one after
+# another: (kinds, client library). The seed, node 0, is the one the client starts on: in the mix a
+# nats-server, whose clients must hear of the pynatsd nodes from their route INFO.
+GROWING: dict[str, tuple[tuple[str, ...], str]] = {
+    "3py-python": (MATRIX["3py"], "python"),
+    "5mix-go": (("nats-server", "pynatsd", "nats-server", "pynatsd", "pynatsd"), "go"),
+    "3go-go": (MATRIX["3go"], "go"),
+}
+
+
+def _port(url: str) -> int:
+    port = urllib.parse.urlsplit(url if "//" in url else f"nats://{url}").port
+    assert port is not None, url
+    return port
+
+
+@pytest.mark.parametrize("case", list(GROWING))
+def test_client_learns_nodes_started_after_it(
+    case: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A client connected to the first node learns each node started after it (async INFO
+    connect_urls, as nats-server sends on every new route), so as the nodes are stopped one by one it
+    always reconnects to one still up: nats.go and nats-py, 3 and 5 nodes, pynatsd and mixed clusters."""
+    kinds, lang = GROWING[case]
+    if "nats-server" in kinds:
+        need_tool(nats_server_binary() is not None, "nats-server")
+    driver: Driver = request.getfixturevalue(f"{lang}_driver")
+    cluster = build_cluster(kinds, tmp_path)
+    cluster.start(cluster[0])
+    client = driver.start("failover", cluster[0].url)
+    try:
+        client.expect("ready")
+        for node in cluster.nodes[1:]:
+            cluster.start(node)
+        cluster.wait_mesh()
+        later = {n.port for n in cluster.nodes[1:]}
+
+        def known() -> set[int]:
+            client.send("servers")
+            return {_port(u) for u in client.expect("servers")["urls"]}
+
+        wait_until(lambda: known() >= later, WAIT, lambda: f"{case}: the client knows only {known()}")
+        home = cluster[0]
+        for _ in cluster.nodes[1:]:  # each time, the node the client is on goes away
+            cluster.stop(home)
+            port = _port(client.expect("reconnected", timeout=WAIT)["url"])
+            home = next(n for n in cluster.nodes if n.port == port)
+            assert home.running, f"{case}: reconnected to {home}, which was stopped"
+        client.send("quit")
+        client.finish()
+    finally:
+        client.kill()
+        cluster.stop_all()

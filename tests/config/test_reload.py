@@ -85,19 +85,19 @@ def test_reload_applies_nats_server_spellings(kind: str, tmp_path: Path) -> None
 
 
 def test_reload_of_an_option_pynatsd_cannot_reload_fails_as_a_whole(tmp_path: Path) -> None:
-    """A change pynatsd would not apply (here `max_payload`) is not
-    silently ignored: the reload fails and the running users stay."""
+    """A change pynatsd would not apply (here `max_pending`, which nats-server does not reload either) is
+    not silently ignored: the reload fails and the running users stay."""
     conf = tmp_path / "r.conf"
     conf.write_text(START)
     server = start_server("pynatsd", ["-c", str(conf)])
     try:
-        conf.write_text(NEW_USER + "max_payload: 2kb\n")
+        conf.write_text(NEW_USER + "max_pending: 2mb\n")
         server.proc.send_signal(signal.SIGHUP)
         for _ in range(500):  # bounded wait for the refused reload to be logged
-            if "config reload not supported for max_payload" in server.log():
+            if "config reload not supported for max_pending" in server.log():
                 break
             time.sleep(0.02)
-        assert "config reload not supported for max_payload: old=1048576, new=2048" in server.log()
+        assert "config reload not supported for max_pending: old=67108864, new=2097152" in server.log()
         assert _admitted(server, "u", "p")
         assert not _admitted(server, "v", "q")
     finally:

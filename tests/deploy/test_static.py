@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import nats
 import pytest
 
 from tests.cluster.harness import running_cluster
@@ -172,16 +173,29 @@ def scrape(url: str, timeout: float = 10) -> str:
             time.sleep(0.05)
 
 
-def test_dashboard_queries_only_metrics_pynatsd_exports(tmp_path: Path) -> None:
-    """Scraped from a node of a two-node pynatsd cluster, so the per-route series exist too."""
+def exported_names(text: str) -> set[str]:
+    return {re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line[:1] not in ("#", "")}
+
+
+async def test_dashboard_queries_only_metrics_pynatsd_exports(tmp_path: Path) -> None:
+    """Scraped from a node of a two-node pynatsd cluster, so the per-route series exist too, and from a
+    JetStream server with a stream and a consumer, for the per-stream and per-consumer series."""
     exprs = _dashboard_exprs()
     wanted = set().union(*(promql_metric_names(e) for e in exprs))
     assert len(wanted) >= 10, wanted
-    with running_cluster(("pynatsd", "pynatsd"), tmp_path) as cluster:
-        text = scrape(f"{cluster[0].monitor_url}/metrics")
-    exported = {
-        re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line[:1] not in ("#", "")
-    }
+    with running_cluster(("pynatsd", "pynatsd"), tmp_path / "cluster") as cluster:
+        exported = exported_names(scrape(f"{cluster[0].monitor_url}/metrics"))
+    server = start_server("pynatsd", ["-js", "-sd", str(tmp_path / "js")], http_port=free_port())
+    try:
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        await js.add_stream(name="S", subjects=["s"])
+        await js.add_consumer("S", durable_name="C")
+        await nc.close()
+        exported |= exported_names(scrape(f"http://127.0.0.1:{server.http_port}/metrics"))
+    finally:
+        server.stop()
+    assert {"jetstream_stream_total_messages", "jetstream_consumer_num_pending"} <= wanted
     assert not wanted - exported, (
         f"dashboard names metrics pynatsd does not export: {sorted(wanted - exported)}"
     )

@@ -28,6 +28,7 @@ from tests.interop.spec import (
 
 WAIT = 10.0  # bound for any single expected event
 WATCHDOG = 25.0  # bound for the whole run
+FAILOVER_WATCHDOG = 90.0  # the failover run lasts while nodes start and stop around it
 
 Scenario = Callable[[str, list[str]], Awaitable[None]]
 
@@ -304,6 +305,24 @@ async def run_ldm(url: str, args: list[str]) -> None:
     await nc.close()
 
 
+async def run_failover(url: str, args: list[str]) -> None:
+    """Stays connected to a cluster that grows and shrinks around it: reports each reconnect
+    ("reconnected" with the URL now used) and, for each stdin line "servers", the servers it learnt of
+    from the cluster (INFO connect_urls). Stdin "quit" or its end finishes the run."""
+    nc: Client
+
+    async def on_reconnect() -> None:
+        assert nc.connected_url is not None
+        emit("reconnected", url=nc.connected_url.geturl())
+
+    nc = await connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.05, reconnected_cb=on_reconnect)
+    emit("ready")
+    while (command := (await asyncio.to_thread(sys.stdin.readline)).strip()) != "quit" and command:
+        if command == "servers":
+            emit("servers", urls=[u.geturl() for u in nc.discovered_servers])
+    await nc.close()
+
+
 async def run_slow(url: str, args: list[str]) -> None:
     subject, count = args[0], 50
     release = asyncio.Event()
@@ -426,6 +445,7 @@ SCENARIOS: dict[str, Scenario] = {
     "reconnect": run_reconnect,
     "slow": run_slow,
     "ldm": run_ldm,
+    "failover": run_failover,
     "auth": run_auth,
     "tls": run_tls,
     "mtls": run_mtls,
@@ -440,7 +460,8 @@ async def main(argv: list[str]) -> int:
         print(f"usage: pydriver <{'|'.join(SCENARIOS)}> <url> [args...]", file=sys.stderr)
         return 2
     try:
-        await asyncio.wait_for(SCENARIOS[argv[0]](argv[1], argv[2:]), WATCHDOG)
+        watchdog = FAILOVER_WATCHDOG if argv[0] == "failover" else WATCHDOG
+        await asyncio.wait_for(SCENARIOS[argv[0]](argv[1], argv[2:]), watchdog)
     except Exception as exc:
         emit("error", msg=f"{type(exc).__name__}: {exc}")
         return 1

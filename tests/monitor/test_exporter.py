@@ -10,10 +10,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
+import nats
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pynatsd.monitor.exporter import registry_for
 from tests.conftest import need_tool
 from tests.servers import REPO_ROOT, ServerProcess, free_port, nats_server_binary, start_server
 
@@ -67,3 +71,71 @@ def test_exporter_fails_the_scrape_when_the_server_is_gone(nats_server: ServerPr
     with pytest.raises(urllib.error.HTTPError) as failed:
         scrape(exporter)
     assert failed.value.code == 503
+
+
+# The labels that name a server, or a moment: they differ between any two runs
+RUN_LABELS = {
+    "server_id",
+    "server_name",
+    "meta_leader",
+    "stream_leader",
+    "consumer_leader",
+    "consumer_created",
+}
+
+
+def jetstream_series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in RUN_LABELS))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("jetstream_")
+    }
+
+
+async def test_jetstream_series_match_the_exporter_names_on_both_servers(tmp_path: Path) -> None:
+    """Per-stream and per-consumer series under prometheus-nats-exporter's names and labels: pynatsd's
+    own /metrics and nats-server's through pynatsd.monitor.exporter give the same series and values
+    after the same stream, publishes, fetch and ack (messages, bytes, pending, ack pending, redelivered,
+    waiting, the configured limits)."""
+    need_tool(nats_server_binary() is not None, "nats-server")
+    got = {}
+    for kind in ("pynatsd", "nats-server"):
+        conf = tmp_path / f"{kind}.conf"
+        store = tmp_path / kind
+        conf.write_text(
+            f'jetstream {{ store_dir: "{store}", max_memory_store: 64MB, max_file_store: 1GB }}\n'
+        )
+        server = start_server(kind, ["-c", str(conf)], http_port=free_port())
+        try:
+            nc = await nats.connect(server.url)
+            js = nc.jetstream()
+            await js.add_stream(name="ORDERS", subjects=["orders.>"])
+            for i in range(5):
+                await js.publish("orders.new", b"order %d" % i)
+            puller = await js.pull_subscribe("orders.>", durable="proc")
+            first = await puller.fetch(3)
+            await first[0].ack_sync()
+            await js.add_consumer("ORDERS", durable_name="idle", description="nothing read yet")
+            await nc.close()
+            url = f"http://127.0.0.1:{server.http_port}"
+            if kind == "pynatsd":
+                with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+                    text = resp.read().decode()
+            else:
+                text = generate_latest(registry_for(url)).decode()
+            got[kind] = jetstream_series(text)
+        finally:
+            server.stop()
+    assert got["pynatsd"] == got["nats-server"]
+    series = got["pynatsd"]
+
+    def value(name: str, **labels: str) -> float:
+        return next(v for (n, ls), v in series.items() if n == name and set(labels.items()) <= set(ls))
+
+    assert value("jetstream_stream_total_messages", stream_name="ORDERS", account="$G") == 5
+    assert value("jetstream_consumer_num_pending", consumer_name="proc") == 2
+    assert value("jetstream_consumer_num_ack_pending", consumer_name="proc") == 2
+    assert value("jetstream_consumer_num_redelivered", consumer_name="proc") == 0
+    assert value("jetstream_server_max_memory") == 64 * 1024 * 1024
+    assert value("jetstream_consumer_num_pending", consumer_desc="nothing read yet") == 5

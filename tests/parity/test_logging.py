@@ -10,10 +10,12 @@ import signal
 import socket
 import ssl
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import nats
+import nats.aio.client
 import pytest
 
 from pynatsd import __version__
@@ -280,3 +282,126 @@ def test_local_syslog_flag(kind: str) -> None:
         pytest.skip("a local syslog daemon is listening")
     done = run(kind, "-p", str(free_port()), "-s", timeout=10)
     assert done.returncode == 1 and "error connecting to syslog" in done.stdout + done.stderr
+
+
+# What a misbehaving client sends (after a CONNECT where it needs one), one connection each
+BAD_CLIENTS = (
+    b"FOO bar\r\n",
+    b'CONNECT {"verbose":false}\r\nPUB x 2000000\r\n',
+    b"CONNECT {bad json\r\n",
+    b'CONNECT {"verbose":false, "name" "x"}\r\n',
+    b'CONNECT {"verbose":false}\r\nPUB x y z w\r\n',
+    b'CONNECT {"verbose":false}\r\nPING\r\nXYZ 1 2 3\r\n',
+)
+CLIENT_PREFIX = re.compile(r"^127\.0\.0\.1:\d+ - cid:\d+ - ")
+
+
+async def test_client_lines_carry_the_tag_and_name_what_went_wrong(spawn: Spawn) -> None:
+    """Each bad client's error line as nats-server words it (the parser's op snippet, both sizes of a
+    payload over the limit, Go's words for a malformed CONNECT, the PUB arguments) and, once a client
+    has connected, nats-server's tag after its address: `"v<version>:<lang>:<name>" - "<account>/<user>"`."""
+    got = {}
+    for kind in KINDS:
+        port = free_port()
+        server = spawn(kind, "-a", "127.0.0.1", "-p", str(port), "-D", "--user", "u", "--pass", "p")
+        for frames in BAD_CLIENTS:
+            with WireClient(port) as client:
+                client.send(frames.replace(b'"verbose":false', b'"verbose":false,"user":"u","pass":"p"'))
+                with contextlib.suppress(OSError, TimeoutError):
+                    client.read_until(b"-ERR", timeout=5)
+        nc = await nats.connect(f"nats://u:p@127.0.0.1:{port}", name="tagged")
+        await nc.close()
+        server.wait_for("Client connection closed: Client Closed")
+        got[kind] = [
+            (level, CLIENT_PREFIX.sub("<CLIENT> - ", text))
+            for level, text in server.lines()
+            if CLIENT_PREFIX.match(text) and (level == "ERR" or "Client Closed" in text)
+        ]
+    assert got["pynatsd"] == got["nats-server"]
+    version = nats.aio.client.__version__
+    assert ("DBG", f'<CLIENT> - "v{version}:python3:tagged" - "$G/user:u" - Client connection closed: '
+            "Client Closed") in got["pynatsd"]  # fmt: skip
+
+
+def jetstream_block(server: Running) -> list[str]:
+    """The lines of the `JETSTREAM` block of the start-up log."""
+    texts = [text for _, text in server.lines()]
+    start = texts.index("---------------- JETSTREAM ----------------")
+    return texts[start : texts.index("-------------------------------------------", start) + 1]
+
+
+def test_jetstream_banner_agrees_with_jsz(spawn: Spawn, tmp_path: Path) -> None:
+    """The JetStream block line for line as nats-server's with configured limits (but the API level each
+    serves), and with none the limits in effect and the store directory /jsz reports."""
+    got = {}
+    for kind in KINDS:
+        store = tmp_path / f"{kind}-store"
+        conf = tmp_path / f"{kind}-js.conf"
+        conf.write_text(
+            f"listen: 127.0.0.1:{free_port()}\n"
+            f'jetstream {{ store_dir: "{store}", max_memory_store: 64MB, max_file_store: 1GB }}\n'
+        )
+        server = spawn(kind, "-c", str(conf))
+        got[kind] = [line.replace(str(store), "<STORE>") for line in jetstream_block(server)]
+        server.stop()
+    api_level = re.compile(r"  API Level:       \d+")
+    assert [t for t in got["pynatsd"] if not api_level.fullmatch(t)] == [
+        t for t in got["nats-server"] if not api_level.fullmatch(t)
+    ]
+    assert '  Store Directory: "<STORE>/jetstream"' in got["pynatsd"]
+    assert "  Max Memory:      64.00 MB" in got["pynatsd"]
+
+    http = free_port()
+    server = spawn(
+        "pynatsd", "-a", "127.0.0.1", "-p", str(free_port()), "-m", str(http), "-js", "-sd", str(tmp_path)
+    )
+    with urllib.request.urlopen(f"http://127.0.0.1:{http}/jsz", timeout=5) as resp:
+        jsz = json.load(resp)
+    block = jetstream_block(server)
+    gib = jsz["config"]["max_memory"] / 1024**3
+    assert f"  Max Memory:      {gib:.2f} GB" in block
+    assert f'  Store Directory: "{jsz["config"]["store_dir"]}"' in block
+    assert f"  API Level:       {jsz['api']['level']}" in block
+
+
+def test_reload_applies_limits_and_logs_who_it_disconnects(spawn: Spawn, tmp_path: Path) -> None:
+    """A reload of max_payload, max_control_line, ping_interval, ping_max and write_deadline applies
+    (new clients' INFO, connected clients' next PUB) and is logged as nats-server logs it; a user whose
+    password the reload changes is disconnected with nats-server's error line, one it removes without
+    one (nats-server closes it as a client closed)."""
+    got = {}
+    for kind in KINDS:
+        conf = tmp_path / f"{kind}-limits.conf"
+        port = free_port()
+        users = "{user: alice, password: a}, {user: bob, password: b}, {user: carol, password: c}"
+        conf.write_text(f"listen: 127.0.0.1:{port}\nauthorization {{ users: [{users}] }}\n")
+        server = spawn(kind, "-c", str(conf))
+        with WireClient(port) as alice, WireClient(port) as bob, WireClient(port) as carol:
+            alice.exchange(b'CONNECT {"verbose":false,"user":"alice","pass":"a"}\r\n')
+            bob.exchange(b'CONNECT {"verbose":false,"user":"bob","pass":"b"}\r\n')
+            carol.exchange(b'CONNECT {"verbose":false,"user":"carol","pass":"c"}\r\n')
+            conf.write_text(
+                f"listen: 127.0.0.1:{port}\nmax_payload: 2048\nmax_control_line: 512\nping_interval: 30s\n"
+                "ping_max: 3\nwrite_deadline: 5s\n"
+                "authorization { users: [{user: alice, password: a}, {user: bob, password: new}] }\n"
+            )
+            server.signal(signal.SIGHUP)
+            server.wait_for("Reloaded server configuration")
+            for gone in (bob, carol):
+                with contextlib.suppress(OSError):  # an -ERR may be lost to the reset of the closed socket
+                    assert gone.read_until(b"\r\n\r\n", timeout=5)[1]  # closed
+            with WireClient(port) as fresh:
+                assert fresh.info["max_payload"] == 2048
+            alice.send(b"PUB x 4000\r\n")
+            rejected, _ = alice.read_until(b"Maximum Payload Violation", timeout=5)
+            assert b"Maximum Payload Violation" in rejected
+        server.wait_for("maximum payload exceeded: 4000 vs 2048")
+        got[kind] = sorted(
+            CLIENT_PREFIX.sub("<CLIENT> - ", text)
+            for level, text in server.lines()
+            if text.startswith("Reloaded: ") or (level == "ERR" and "authentication error" in text)
+        )
+    assert got["pynatsd"] == got["nats-server"]
+    assert "Reloaded: max_payload = 2048" in got["pynatsd"]
+    assert "Reloaded: ping_interval = 30s" in got["pynatsd"]
+    assert '<CLIENT> - "$G/user:bob" - authentication error - User "bob"' in got["pynatsd"]

@@ -112,3 +112,24 @@ def test_async_info_when_a_server_leaves(node: Start, kind: str, peer_kind: str)
         while own_urls(peer, info.get("connect_urls") or []):
             assert time.monotonic() < deadline + 10, info
             info = next_info(client)
+
+
+def test_listening_on_all_addresses_advertises_every_interface_address(node: Start) -> None:
+    """A clustered server listening on 0.0.0.0 gives its peers (who tell their clients) every address
+    another host can dial (nats-server's non-local interface addresses): the same hosts as nats-server,
+    not a loopback address nobody else can reach."""
+    hosts = {}
+    for kind in ("pynatsd", "nats-server"):
+        wide = node(kind, args=["-a", "0.0.0.0"])
+        peer = node(kind, routes=[wide])
+        deadline = time.monotonic() + 10
+        with WireClient(peer.port) as client:
+            client.send(b'CONNECT {"protocol":1,"verbose":false}\r\nPING\r\n')
+            client.read_until(b"PONG\r\n")
+            info = client.info
+            while not own_urls(wide, info.get("connect_urls") or []):
+                assert time.monotonic() < deadline, info
+                info = next_info(client)
+        hosts[kind] = [u.rsplit(":", 1)[0] for u in own_urls(wide, info["connect_urls"])]
+    assert hosts["pynatsd"] == hosts["nats-server"]
+    assert not any(h.startswith("127.") or h == "[::1]" for h in hosts["pynatsd"]), hosts

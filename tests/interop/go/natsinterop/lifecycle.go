@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -209,4 +212,32 @@ func runLameDuck(url string, args []string) error {
 	}
 	emit(map[string]any{"ev": "lame_duck"})
 	return nil
+}
+
+// runFailover stays connected to a cluster that grows and shrinks around it: it reports each reconnect
+// ("reconnected" with the URL now used) and, for each stdin line "servers", the servers it learnt of
+// from the cluster (INFO connect_urls). Stdin "quit" or its end finishes the run.
+func runFailover(url string, args []string) error {
+	nc, err := connect(url,
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			emit(map[string]any{"ev": "reconnected", "url": c.ConnectedUrl()})
+		}),
+	)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	emit(map[string]any{"ev": "ready"})
+	stdin := bufio.NewReader(os.Stdin)
+	for {
+		line, err := stdin.ReadString('\n')
+		command := strings.TrimSpace(line)
+		if err != nil || command == "quit" {
+			return nil
+		}
+		if command == "servers" {
+			emit(map[string]any{"ev": "servers", "urls": nc.DiscoveredServers()})
+		}
+	}
 }

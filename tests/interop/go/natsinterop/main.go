@@ -20,6 +20,9 @@ import (
 // watchdog bounds every run: no scenario may hang the test suite.
 const watchdog = 25 * time.Second
 
+// failoverWatchdog bounds the failover scenario, which lasts while nodes start and stop around it.
+const failoverWatchdog = 90 * time.Second
+
 // wait is the upper bound for any single expected event (a message, a reply, a reconnect).
 const wait = 10 * time.Second
 
@@ -47,6 +50,7 @@ var scenarios = map[string]scenario{
 	"tally":     runTally,     // url subject count
 	"noheaders": runNoHeaders, // url subject
 	"ldm":       runLameDuck,  // url
+	"failover":  runFailover,  // url (then stdin: servers | quit)
 }
 
 func main() {
@@ -57,7 +61,11 @@ func main() {
 	if !ok {
 		fail("unknown scenario " + os.Args[1])
 	}
-	time.AfterFunc(watchdog, func() { fail("watchdog: scenario did not finish in time") })
+	limit := watchdog
+	if os.Args[1] == "failover" {
+		limit = failoverWatchdog
+	}
+	time.AfterFunc(limit, func() { fail("watchdog: scenario did not finish in time") })
 	if err := run(os.Args[2], os.Args[3:]); err != nil {
 		fail(err.Error())
 	}
