@@ -183,6 +183,8 @@ class Api:
             resp = {"type": _TYPE + kind, "error": err.json()}
             if kind == "stream_info_response":
                 resp.update(total=0, offset=0, limit=0)
+            elif kind == "stream_purge_response":  # nats-server's field without omitempty
+                resp["purged"] = 0
         self.account.client.publish(reply, None, None, encode(resp))
 
     def _stream(self, name: str) -> Stream:
@@ -220,7 +222,7 @@ class Api:
 
     # -- streams --------------------------------------------------------------------------------------
     def stream_create(self, toks: list[str], payload: bytes) -> Reply:
-        cfg = normalize_config(_request(payload), toks[2])
+        cfg = normalize_config(_request(payload), toks[2], create=True)
         stream = self.account.create_stream(cfg)
         # nats-server says did_create for an idempotent repeat too.
         return {**stream.info(), "ts": rfc3339(now_ns()), "did_create": True}
