@@ -715,10 +715,10 @@ class Stream:
             raise errors.sequence_not_found(seq)
 
     def purge(self, req: dict[str, Any]) -> int:
-        if self.config["deny_purge"]:
-            raise errors.purge_failed("stream purge not permitted")
         if self.config["sealed"]:
             raise errors.stream_sealed()
+        if self.config["deny_purge"]:
+            raise errors.purge_failed("stream purge not permitted")
         filt = req.get("filter")
         seq = req.get("seq") or 0
         keep = req.get("keep") or 0

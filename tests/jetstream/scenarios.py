@@ -174,6 +174,7 @@ def _config_scenarios() -> list[Scenario]:
             ("info", name, {}),
             ("update", {**cfg, "description": "updated", "sealed": True}),
             (pub, subject, b"sealed?", None),
+            ("purge", name, {}),
             ("delstream", name),
         ]
         out.append(Scenario(f"config {n}: {extra}", steps))
