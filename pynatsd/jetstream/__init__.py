@@ -35,6 +35,7 @@ class JetStream:
         self.sync_interval = config.sync_interval
         self.sync_always = config.sync_always
         self.accounts: dict[str, JsAccount] = {}
+        self.disabled_accounts: list[JsAccount] = []  # API responders only (see start)
         self.loop: asyncio.AbstractEventLoop = server.loop
         self.max_payload = server.options.max_payload
         self.limited = config.max_memory_store >= 0 or config.max_file_store >= 0
@@ -51,12 +52,19 @@ class JetStream:
 
         self.loop = self.server.loop
         self.store_root.mkdir(parents=True, exist_ok=True)
+        # As nats-server: with accounts configured, JetStream is for those that enable it (not $G); the
+        # others hear "JetStream not enabled for account" on their API.
+        configured: dict[str, Any] = self.server.options.extra.get("accounts") or {}
+        without = {name for name, acc in configured.items() if not acc.get("jetstream")}
+        if configured:
+            without.add(DEFAULT_ACCOUNT)
         names = {DEFAULT_ACCOUNT}
-        names.update((self.server.options.extra.get("accounts") or {}).keys())
+        names.update(configured.keys())
         names.update(p.name for p in self.store_root.iterdir() if p.is_dir())
-        for name in sorted(names):
+        for name in sorted(names - without):
             self.accounts[name] = JsAccount(self, name)
-        for acc in self.accounts.values():
+        self.disabled_accounts = [JsAccount(self, name, enabled=False) for name in sorted(without)]
+        for acc in [*self.accounts.values(), *self.disabled_accounts]:
             acc.start()
         log.info("Starting JetStream")
         log.info("  Store Directory: %r", str(self.config.store_dir))
@@ -75,7 +83,7 @@ class JetStream:
     def stop(self) -> None:
         if self._sync_timer is not None:
             self._sync_timer.cancel()
-        for acc in self.accounts.values():
+        for acc in [*self.accounts.values(), *self.disabled_accounts]:
             acc.stop()
         log.info("JetStream stopped")
 

@@ -21,9 +21,10 @@ log = get_logger()
 
 
 class JsAccount:
-    def __init__(self, js: JetStream, name: str) -> None:
+    def __init__(self, js: JetStream, name: str, enabled: bool = True) -> None:
         self.js = js
         self.name = name
+        self.enabled = enabled  # False: an account without JetStream, whose API requests are refused
         self.client = InternalClient(js.server, name, "jetstream")
         self.streams: dict[str, Stream] = {}
         self.api_total = 0
@@ -45,7 +46,7 @@ class JsAccount:
                 self.api.handle(b"$JS.API." + subject[len(prefix) :], reply, hdrs, payload)
 
             self.client.subscribe(prefix + b">", in_domain)
-        if self.dir.is_dir():
+        if self.enabled and self.dir.is_dir():
             for sdir in sorted(self.dir.iterdir()):
                 self._load_stream(sdir)
 

@@ -33,6 +33,16 @@ LIST_LIMIT = 256
 _GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 Reply = dict[str, Any]
+_PAGED = {"total": 0, "offset": 0, "limit": 0}
+# The fields nats-server's responses carry even with an error (no omitempty in its structs).
+_ERROR_FIELDS: dict[str, Reply] = {
+    "stream_info_response": _PAGED,
+    "stream_purge_response": {"purged": 0},
+    "stream_names_response": {**_PAGED, "streams": None},
+    "stream_list_response": {**_PAGED, "streams": []},
+    "consumer_names_response": {**_PAGED, "consumers": []},
+    "consumer_list_response": {**_PAGED, "consumers": []},
+}
 
 
 def encode(body: Reply) -> bytes:
@@ -171,6 +181,8 @@ class Api:
             return  # nats-server does not answer unknown API subjects either
         self.account.api_total += 1
         try:
+            if not self.account.enabled:
+                raise errors.not_enabled_for_account()
             if route is None:
                 raise errors._e(501, 10003, f"{'.'.join(toks[:2]).lower()} is not supported by pynatsd")
             body = route(toks, payload)
@@ -181,10 +193,7 @@ class Api:
                 log.exception("JetStream API %s failed", subject.decode(errors="replace"))
             self.account.api_errors += 1
             resp = {"type": _TYPE + kind, "error": err.json()}
-            if kind == "stream_info_response":
-                resp.update(total=0, offset=0, limit=0)
-            elif kind == "stream_purge_response":  # nats-server's field without omitempty
-                resp["purged"] = 0
+            resp.update(_ERROR_FIELDS.get(kind, {}))
         self.account.client.publish(reply, None, None, encode(resp))
 
     def _stream(self, name: str) -> Stream:

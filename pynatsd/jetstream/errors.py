@@ -38,6 +38,10 @@ def invalid_json(err: str) -> ApiError:
     return _e(400, 10025, f"invalid JSON: {err}")
 
 
+def not_enabled_for_account() -> ApiError:
+    return _e(503, 10039, "JetStream not enabled for account")
+
+
 def stream_not_found() -> ApiError:
     return _e(404, 10059, "stream not found")
 

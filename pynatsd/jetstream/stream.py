@@ -147,6 +147,13 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
             )
         if cfg["max_msgs_per_subject"] <= 0:
             raise errors.stream_invalid_config("discard new per subject requires max msgs per subject > 0")
+    if cfg.get("mirror"):  # nats-server's checks of a mirror's config first, then pynatsd's refusal
+        if cfg.get("first_seq"):
+            raise errors._e(400, 10143, "stream mirrors can not have first sequence configured")
+        if cfg.get("subjects"):
+            raise errors._e(400, 10034, "stream mirrors can not contain subjects")
+        if cfg.get("sources"):
+            raise errors._e(400, 10031, "stream mirrors can not also contain other sources")
     if cfg.get("mirror") or cfg.get("sources"):
         raise errors.stream_invalid_config("mirrors and sources are not supported by pynatsd")
     subjects = cfg.get("subjects") or []

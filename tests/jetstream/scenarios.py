@@ -148,6 +148,9 @@ _STREAM_CONFIGS: list[dict[str, Any]] = [
     {"discard": "bogus"},
     {"subjects": []},
     {"allow_msg_ttl": True},
+    {"mirror": {"name": "E"}},
+    {"mirror": {"name": "E"}, "subjects": [], "first_seq": 5},
+    {"mirror": {"name": "E"}, "subjects": [], "sources": [{"name": "E"}]},
 ]
 
 
@@ -318,6 +321,9 @@ def _error_scenarios() -> list[Scenario]:
         ("info", "NOPE", {}),
         ("purge", "NOPE", {}),
         ("cinfo", name, "nope"),
+        ("raw", "CONSUMER.NAMES.NOPE", b""),
+        ("raw", "CONSUMER.LIST.NOPE", b""),
+        ("raw", "STREAM.PURGE.E", b'{"keep": 1, "seq": 1}'),
         ("delstream", name),
         ("delstream", name),
     ]
@@ -400,6 +406,9 @@ class Player:
                 got = ("raised", type(exc).__name__, str(exc))
             out.append((step[0], got))
         return out
+
+    async def do_raw(self, subject: str, body: bytes) -> Any:
+        return await self.api(subject, body)
 
     async def do_stream(self, cfg: dict[str, Any]) -> Any:
         return await self.api(f"STREAM.CREATE.{cfg['name']}", cfg)
