@@ -272,6 +272,10 @@ def _kv_scenarios() -> list[Scenario]:
             ("kvop", b, "keys"),
             ("kvop", b, "history", "a"),
             ("kvop", b, "history", "b"),
+            ("direct", f"KV_{b}.$KV.{b}.nope", b""),
+            ("direct", f"KV_{b}.$KV.{b}.a", b""),
+            ("direct", f"KV_{b}", b'{"last_by_subj": "$KV.%s.b"}' % b.encode()),
+            ("direct", f"KV_{b}", b'{"seq": 99}'),
             ("kvop", b, "delete", "a", None, 99),
             ("kvop", b, "purge_deletes"),
             ("kvstatus", b),
@@ -406,6 +410,15 @@ class Player:
                 got = ("raised", type(exc).__name__, str(exc))
             out.append((step[0], got))
         return out
+
+    async def do_direct(self, target: str, body: bytes) -> Any:
+        """A direct get: the message's headers (without its time) and data, or the status refusing it."""
+        try:
+            msg = await self.nc.request(f"$JS.API.DIRECT.GET.{target}", body, timeout=3)
+        except nats.errors.NoRespondersError:
+            return "no responders"
+        hdrs = {k: v for k, v in (msg.headers or {}).items() if k != "Nats-Time-Stamp"}
+        return (hdrs, msg.data)
 
     async def do_raw(self, subject: str, body: bytes) -> Any:
         return await self.api(subject, body)
