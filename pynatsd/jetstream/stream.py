@@ -118,6 +118,14 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
             raise errors.invalid_json(f"{key} must be an integer")
         if cfg[key] == 0 or cfg[key] < -1:
             cfg[key] = -1
+    first_seq = raw.get("first_seq", 0)  # as requested: {} or [] are errors, not omitted empties
+    if first_seq is None:
+        first_seq = 0
+    if not isinstance(first_seq, int) or isinstance(first_seq, bool) or not 0 <= first_seq < 1 << 64:
+        raise errors.invalid_json(
+            f"json: cannot unmarshal {_go_json_kind(first_seq)} into Go struct field "
+            "StreamConfigRequest.first_seq of type uint64"
+        )
     if cfg["num_replicas"] == 0:
         cfg["num_replicas"] = 1
     if cfg["num_replicas"] < 0:
@@ -169,6 +177,17 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
     return {k: cfg[k] for k in _FIELD_ORDER if k in cfg} | {
         k: v for k, v in cfg.items() if k not in _FIELD_ORDER
     }
+
+
+def _go_json_kind(value: Any) -> str:
+    """How Go's encoding/json names a JSON value it cannot unmarshal (numbers with their text)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return f"number {json.dumps(value)}"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def _check_subjects(subjects: list[str], no_ack: bool) -> None:

@@ -122,6 +122,10 @@ def _limits_scenarios() -> list[Scenario]:
 _STREAM_CONFIGS: list[dict[str, Any]] = [
     {"first_seq": 1000},
     {"first_seq": 1},
+    {"first_seq": "x"},
+    {"first_seq": -5},
+    {"first_seq": 1.5},
+    {"first_seq": {}},
     {"sealed": True},
     {"discard_new_per_subject": True},
     {"discard_new_per_subject": True, "discard": "new"},
@@ -473,7 +477,7 @@ class Player:
         self.last_batch = []
         try:
             while len(self.last_batch) < batch:
-                msg = await sub.next_msg(1)
+                msg = await sub.next_msg(2)
                 hdrs = dict(msg.headers or {})
                 if "Status" in hdrs:
                     got.append(("status", hdrs))
@@ -492,7 +496,7 @@ class Player:
         out = []
         for msg in self.last_batch:
             try:
-                reply = await self.nc.request(msg.reply, kind.encode(), timeout=0.5)
+                reply = await self.nc.request(msg.reply, kind.encode(), timeout=2)
                 out.append(reply.data)
             except nats.errors.TimeoutError:
                 out.append("no answer")
