@@ -33,6 +33,16 @@ LIST_LIMIT = 256
 _GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 Reply = dict[str, Any]
+_PAGED = {"total": 0, "offset": 0, "limit": 0}
+# The fields nats-server's responses carry even with an error (no omitempty in its structs).
+_ERROR_FIELDS: dict[str, Reply] = {
+    "stream_info_response": _PAGED,
+    "stream_purge_response": {"purged": 0},
+    "stream_names_response": {**_PAGED, "streams": None},
+    "stream_list_response": {**_PAGED, "streams": []},
+    "consumer_names_response": {**_PAGED, "consumers": []},
+    "consumer_list_response": {**_PAGED, "consumers": []},
+}
 
 
 def encode(body: Reply) -> bytes:
@@ -220,8 +230,7 @@ class Api:
                 log.exception("JetStream API %s failed", subject.decode(errors="replace"))
             self.account.api_errors += 1
             resp = {"type": _TYPE + kind, "error": err.json()}
-            if kind == "stream_info_response":
-                resp.update(total=0, offset=0, limit=0)
+            resp.update(_ERROR_FIELDS.get(kind, {}))
         self.account.client.publish(reply, None, None, encode(resp))
 
     def _stream(self, name: str) -> Stream:
@@ -258,7 +267,7 @@ class Api:
 
     # -- streams --------------------------------------------------------------------------------------
     def stream_create(self, toks: list[str], payload: bytes) -> Reply:
-        cfg = normalize_config(_request(payload), toks[2])
+        cfg = normalize_config(_request(payload), toks[2], create=True)
         self.account.check_stream_bytes(cfg)
         stream = self.account.create_stream(cfg)
         # nats-server says did_create for an idempotent repeat too.

@@ -70,6 +70,10 @@ def msg_delete_failed(err: str) -> ApiError:
     return _e(500, 10057, err)
 
 
+def sequence_not_found(seq: int) -> ApiError:
+    return _e(400, 10043, f"sequence {seq} not found")
+
+
 def purge_failed(err: str) -> ApiError:
     return _e(500, 10110, err)
 

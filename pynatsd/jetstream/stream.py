@@ -85,8 +85,9 @@ _ENUMS = {
 }
 
 
-def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str, Any]:
-    """nats-server's defaults and checks for a requested stream config; raises ApiError."""
+def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool = False) -> dict[str, Any]:
+    """nats-server's defaults and checks for a requested stream config (`create`: the checks of a create
+    request too); raises ApiError."""
     if not isinstance(raw, dict):
         raise errors.bad_request()
     name = raw.get("name") or ""
@@ -98,6 +99,10 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str,
         raise errors._e(400, 10128, "Stream name can not contain path separators")
     if _NAME_BAD.search(name):
         raise errors.stream_invalid_config("stream name can not contain whitespace, '.', '*', '>'")
+    if create and raw.get("sealed"):
+        raise errors.stream_invalid_config("stream configuration for create can not be sealed")
+    if create and raw.get("mirror_direct") and not raw.get("mirror"):
+        raise errors.stream_invalid_config("stream has no mirror but does have mirror direct")
     cfg: dict[str, Any] = dict(STREAM_DEFAULTS)
     for key, value in raw.items():
         if value is None:
@@ -106,13 +111,21 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str,
             continue  # nats-server omits empty optional fields (omitempty)
         cfg[key] = value
     for key, allowed in _ENUMS.items():
-        if cfg[key] not in allowed:
-            raise errors.invalid_json(f"can not unmarshal {key} {cfg[key]!r}")
+        if cfg[key] not in allowed:  # Go's words: the JSON value, quoted with %q
+            raise errors.invalid_json(f"can not unmarshal {json.dumps(json.dumps(cfg[key]))}")
     for key in ("max_msgs", "max_bytes", "max_msgs_per_subject", "max_msg_size", "max_consumers"):
         if not isinstance(cfg[key], int) or isinstance(cfg[key], bool):
             raise errors.invalid_json(f"{key} must be an integer")
-        if cfg[key] == 0:
+        if cfg[key] == 0 or cfg[key] < -1:
             cfg[key] = -1
+    first_seq = raw.get("first_seq", 0)  # as requested: {} or [] are errors, not omitted empties
+    if first_seq is None:
+        first_seq = 0
+    if not isinstance(first_seq, int) or isinstance(first_seq, bool) or not 0 <= first_seq < 1 << 64:
+        raise errors.invalid_json(
+            f"json: cannot unmarshal {_go_json_kind(first_seq)} into Go struct field "
+            "StreamConfigRequest.first_seq of type uint64"
+        )
     if cfg["num_replicas"] == 0:
         cfg["num_replicas"] = 1
     if cfg["num_replicas"] < 0:
@@ -120,13 +133,35 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str,
     if cfg["num_replicas"] > 1:
         raise errors.replicas_not_supported()
     if cfg["max_age"] < 0:
-        raise errors.stream_invalid_config("max age needs to be >= 0")
+        raise errors.stream_invalid_config("max age can not be negative")
+    if 0 < cfg["max_age"] < 100_000_000:
+        raise errors.stream_invalid_config("max age needs to be >= 100ms")
     if not raw.get("duplicate_window"):
         cfg["duplicate_window"] = DEFAULT_DUPLICATE_WINDOW
         if cfg["max_age"] and cfg["max_age"] < DEFAULT_DUPLICATE_WINDOW:
             cfg["duplicate_window"] = cfg["max_age"]
+    if cfg["duplicate_window"] < 0:
+        raise errors.stream_invalid_config("duplicates window can not be negative")
     if cfg["max_age"] and cfg["duplicate_window"] > cfg["max_age"]:
         raise errors.stream_invalid_config("duplicates window can not be larger then max age")
+    if 0 < cfg["duplicate_window"] < 100_000_000:
+        raise errors.stream_invalid_config("duplicates window needs to be >= 100ms")
+    if cfg["deny_purge"] and cfg["allow_rollup_hdrs"]:
+        raise errors.stream_invalid_config("roll-ups require the purge permission")
+    if cfg.get("discard_new_per_subject"):
+        if cfg["discard"] != "new":
+            raise errors.stream_invalid_config(
+                "discard new per subject requires discard new policy to be set"
+            )
+        if cfg["max_msgs_per_subject"] <= 0:
+            raise errors.stream_invalid_config("discard new per subject requires max msgs per subject > 0")
+    if cfg.get("mirror"):  # nats-server's checks of a mirror's config first, then pynatsd's refusal
+        if cfg.get("first_seq"):
+            raise errors._e(400, 10143, "stream mirrors can not have first sequence configured")
+        if cfg.get("subjects"):
+            raise errors._e(400, 10034, "stream mirrors can not contain subjects")
+        if cfg.get("sources"):
+            raise errors._e(400, 10031, "stream mirrors can not also contain other sources")
     if cfg.get("mirror") or cfg.get("sources"):
         raise errors.stream_invalid_config("mirrors and sources are not supported by pynatsd")
     subjects = cfg.get("subjects") or []
@@ -142,6 +177,17 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str,
     return {k: cfg[k] for k in _FIELD_ORDER if k in cfg} | {
         k: v for k, v in cfg.items() if k not in _FIELD_ORDER
     }
+
+
+def _go_json_kind(value: Any) -> str:
+    """How Go's encoding/json names a JSON value it cannot unmarshal (numbers with their text)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return f"number {json.dumps(value)}"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def _check_subjects(subjects: list[str], no_ack: bool) -> None:
@@ -226,6 +272,9 @@ class Stream:
             json.dumps(self.name).encode(),
             b'"domain":%s,' % json.dumps(domain).encode() if domain else b"",
         )
+        first_seq = config.get("first_seq") or 0
+        if first_seq > 1 and self.store.last_seq == 0:  # a new stream (or one never written to) starts there
+            self.store.skip_to(first_seq - 1)
         self._derive()
         self._rebuild_dedupe()
 
@@ -274,8 +323,10 @@ class Stream:
         old = self.config
         if new["storage"] != old["storage"]:
             raise errors.stream_invalid_config("stream configuration update can not change storage type")
-        if new["retention"] != old["retention"]:
-            raise errors.stream_invalid_config("stream configuration update can not change retention policy")
+        if new["retention"] != old["retention"] and "workqueue" in (new["retention"], old["retention"]):
+            raise errors.stream_invalid_config(
+                "stream configuration update can not change retention policy to/from workqueue"
+            )
         if old["sealed"] and not new["sealed"]:
             raise errors.stream_invalid_config("stream configuration update can not unseal a sealed stream")
         if old["deny_delete"] and not new["deny_delete"]:
@@ -284,6 +335,8 @@ class Stream:
             )
         if old["deny_purge"] and not new["deny_purge"]:
             raise errors.stream_invalid_config("stream configuration update can not cancel deny purge")
+        if new["sealed"]:  # what a sealed stream implies, as nats-server writes it into the config
+            new.update(max_age=0, discard="new", deny_delete=True, deny_purge=True, allow_rollup_hdrs=False)
         for subject in self._subs:
             self.account.client.unsubscribe(subject)
         self._subs.clear()
@@ -296,10 +349,12 @@ class Stream:
     # -- info -----------------------------------------------------------------------------------------
     def state(self, subjects_filter: str | None = None, deleted_details: bool = False) -> dict[str, Any]:
         st = self.store
+        # An empty new stream shows 0, unless configured to start somewhere (even at 1).
+        started = st.last_seq or st.first_seq > 1 or self.config.get("first_seq")
         state: dict[str, Any] = {
             "messages": st.msgs,
             "bytes": st.bytes,
-            "first_seq": st.first_seq if st.last_seq or st.first_seq > 1 else 0,
+            "first_seq": st.first_seq if started else 0,
             "first_ts": rfc3339(st.first_ts()),
             "last_seq": st.last_seq,
             "last_ts": rfc3339(st.last_ts),
@@ -425,17 +480,22 @@ class Stream:
                         f"rollup value invalid: {json.dumps(roll.decode(errors='replace'))}"
                     )
                 rollup = roll
-        if self._discard_new and not rollup:
-            if cfg["max_msgs"] > 0 and st.msgs >= cfg["max_msgs"]:
-                raise errors.store_failed("maximum messages exceeded")
-            if cfg["max_bytes"] > 0 and st.bytes + st.msg_size(subject, hdrs, payload) > cfg["max_bytes"]:
-                raise errors.store_failed("maximum bytes exceeded")
-            if (
-                cfg.get("discard_new_per_subject")
-                and cfg["max_msgs_per_subject"] > 0
-                and len(st.subjects.get(subject, ())) >= cfg["max_msgs_per_subject"]
-            ):
+        if self._discard_new:
+            # nats-server's order: a subject at its own limit replaces its oldest message, so only the per
+            # subject rule (unless a rollup) refuses it, or a larger message than the one it replaces.
+            per = cfg["max_msgs_per_subject"]
+            of_subject = st.subjects.get(subject) if per > 0 else None
+            at_limit = of_subject is not None and len(of_subject) >= per
+            if at_limit and cfg.get("discard_new_per_subject") and not rollup:
                 raise errors.store_failed("maximum messages per subject exceeded")
+            if cfg["max_msgs"] > 0 and st.msgs >= cfg["max_msgs"] and not at_limit:
+                raise errors.store_failed("maximum messages exceeded")
+            if cfg["max_bytes"] > 0:
+                size_new = st.msg_size(subject, hdrs, payload)
+                if st.bytes + size_new > cfg["max_bytes"] and (
+                    of_subject is None or not at_limit or st.size_of(of_subject[0]) < size_new
+                ):
+                    raise errors.store_failed("maximum bytes exceeded")
         if js.limited:
             js.check_capacity(cfg["storage"], st.msg_size(subject, hdrs, payload))
         if self.account.limited:
@@ -668,18 +728,25 @@ class Stream:
         )
 
     def delete_message(self, seq: int, no_erase: bool = True) -> None:
+        if self.config["sealed"]:
+            raise errors.stream_sealed()
         if self.config["deny_delete"]:
             raise errors.msg_delete_failed("message delete not permitted")
-        if self.config["sealed"]:
-            raise errors.stream_sealed()
         if not self.remove([seq]):
-            raise errors.msg_delete_failed("no message found")
+            # nats-server's stores differ: its file store fails outside the sequences its blocks hold
+            # (EOF past the last), both answer "not found" for a sequence they hold that is gone.
+            st = self.store
+            if self.config["storage"] == "file" and not st.first_seq <= seq <= st.last_seq:
+                raise errors.msg_delete_failed(
+                    "stream store EOF" if seq > st.last_seq else "no message found"
+                )
+            raise errors.sequence_not_found(seq)
 
     def purge(self, req: dict[str, Any]) -> int:
-        if self.config["deny_purge"]:
-            raise errors.purge_failed("stream purge not permitted")
         if self.config["sealed"]:
             raise errors.stream_sealed()
+        if self.config["deny_purge"]:
+            raise errors.purge_failed("stream purge not permitted")
         filt = req.get("filter")
         seq = req.get("seq") or 0
         keep = req.get("keep") or 0

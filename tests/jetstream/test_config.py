@@ -16,8 +16,9 @@ from pynatsd.broker.config import parse
 from pynatsd.broker.config_options import apply_config
 from pynatsd.broker.options import Options
 from pynatsd.jetstream.config import from_options
+from tests.conftest import need_tool
 from tests.jetstream.conftest import JsServer
-from tests.servers import start_server
+from tests.servers import nats_server_binary, server_with_config, start_server
 
 
 def config_of(text: str) -> Options:
@@ -105,3 +106,53 @@ async def test_jetstream_per_account(tmp_path: Path) -> None:
         assert (tmp_path / "store" / "jetstream" / "A" / "streams" / "SAME").is_dir()
     finally:
         srv.stop()
+
+
+async def account_answers(url: str) -> list[object]:
+    """What an account with JetStream and one without (configured with it off, or silent) hear from the
+    JetStream API: answers without their timestamps, statuses for the subjects without an API handler."""
+    out: list[object] = []
+    for user in ("a", "b", "c"):
+        nc = await nats.connect(url, user=user, password=user, allow_reconnect=False)
+        for subject, body in (
+            ("$JS.API.INFO", b""),
+            ("$JS.API.STREAM.CREATE.X", b'{"name": "X", "allow_direct": true}'),
+            ("$JS.API.STREAM.INFO.X", b""),
+            ("$JS.API.STREAM.NAMES", b""),
+            ("$JS.API.CONSUMER.CREATE.X.c", b'{"stream_name": "X", "config": {"name": "c"}}'),
+            ("$JS.API.DIRECT.GET.X", b'{"seq": 1}'),
+            ("$JS.API.CONSUMER.MSG.NEXT.X.c", b'{"no_wait": true}'),
+        ):
+            try:
+                msg = await nc.request(subject, body, timeout=2)
+            except nats.errors.NoRespondersError:
+                out.append((user, subject, "no responders"))
+                continue
+            answer = json.loads(msg.data) if msg.data else dict(msg.headers or {})
+            for key in ("ts", "created", "config", "state", "cluster", "limits", "memory", "storage", "api"):
+                answer.pop(key, None)
+            out.append((user, subject, answer))
+        await nc.close()
+    return out
+
+
+async def test_account_without_jetstream_refused_as_by_nats_server(tmp_path: Path) -> None:
+    """With accounts configured, JetStream is for the accounts that enable it: the others (off, or not
+    saying) get 503 10039 'JetStream not enabled for account' from each API request, as from nats-server."""
+    need_tool(nats_server_binary() is not None, "nats-server")
+    answers = []
+    for kind in ("nats-server", "pynatsd"):
+        text = (
+            f'jetstream {{ store_dir: "{tmp_path / kind}" }}\n'
+            "accounts {\n"
+            "  A: { jetstream: enabled, users: [ {user: a, password: a} ] }\n"
+            "  B: { jetstream: disabled, users: [ {user: b, password: b} ] }\n"
+            "  C: { users: [ {user: c, password: c} ] }\n"
+            "}\n"
+        )
+        with server_with_config(kind, tmp_path / f"{kind}.conf", text) as server:
+            answers.append(await account_answers(server.url))
+    assert answers[1] == answers[0]
+    refused = {"code": 503, "err_code": 10039, "description": "JetStream not enabled for account"}
+    info = {"type": "io.nats.jetstream.api.v1.account_info_response", "error": refused}
+    assert ("b", "$JS.API.INFO", info) in answers[1] and ("c", "$JS.API.INFO", info) in answers[1]

@@ -72,5 +72,6 @@ natsStatus run_burst(const char *url, char **args, int nargs);
 natsStatus run_tally(const char *url, char **args, int nargs);
 natsStatus run_noheaders(const char *url, char **args, int nargs);
 natsStatus run_ldm(const char *url, char **args, int nargs);
+natsStatus run_js(const char *url, char **args, int nargs); /* jetstream.c: commands on stdin */
 
 #endif

@@ -20,6 +20,7 @@ static const struct {
     {"auth", run_auth, 3},           {"tls", run_tls, 1},         {"pub", run_pub, 2},
     {"sub", run_sub, 2},             {"burst", run_burst, 2},     {"tally", run_tally, 2},
     {"noheaders", run_noheaders, 1}, {"ldm", run_ldm, 0},        {"mtls", run_mtls, 3},
+    {"js", run_js, 0},
 };
 
 static void on_alarm(int sig) {
