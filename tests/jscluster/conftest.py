@@ -12,6 +12,7 @@ import pytest
 
 from tests.cluster.harness import Cluster, Node, running_cluster, wait_until
 from tests.conftest import need_tool
+from tests.interop.drivers import build_go, go_available
 from tests.servers import nats_server_binary
 
 DOMAIN = "hub"  # the JetStream nodes' domain: clients of a JetStream-less node reach it as `$JS.API`
@@ -69,7 +70,7 @@ class JsCluster:
             leaders = {str((n.get("/jsz").get("meta_cluster") or {}).get("leader") or "") for n in running}
             return len(leaders) == 1 and "" not in leaders
 
-        wait_until(meta_leader, JS_READY_TIMEOUT, lambda: f"no JetStream meta leader:\n{self.cluster.describe()}")
+        wait_until(meta_leader, JS_READY_TIMEOUT, lambda: f"no meta leader:\n{self.cluster.describe()}")
         self.cluster.wait_interest("$JS.API.>", self.clients, running)
 
 
@@ -97,3 +98,10 @@ def js_cluster(request: pytest.FixtureRequest) -> Iterator[JsCluster]:
         js = JsCluster(cluster, layout)
         js.wait_ready()
         yield js
+
+
+@pytest.fixture(scope="session")
+def jsclient_go() -> Path:
+    """The nats.go JetStream client program (go/jsclient), built once per session, offline."""
+    need_tool(go_available(), "Go toolchain with nats.go (golang-go, golang-github-nats-io-go-nats-dev)")
+    return build_go(Path(__file__).resolve().parent / "go" / "jsclient", "jsclient-go")

@@ -1,15 +1,21 @@
 """Clients of JetStream-less nodes use the cluster's JetStream: the same actions and outcomes on pynatsd
-nodes and, as the reference, on nats-server nodes with JetStream off (layouts in conftest.py)."""
+nodes and, as the reference, on nats-server nodes with JetStream off (layouts in conftest.py). One
+cluster per layout serves the module; the failover test, which kills a node, comes last."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import json
+import subprocess
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import nats
+import nats.errors
+import nats.js.errors
 import pytest
 from nats.errors import NoRespondersError
+from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from tests.jscluster.conftest import DOMAIN, JsCluster
@@ -64,11 +70,11 @@ async def _streams_and_consumers(nc: nats.NATS, js: JsCluster, tag: str) -> None
     done: list[int] = []
     workers = [await ctx.pull_subscribe(f"wq{tag}.>", "workers", stream=f"WQ{tag}") for _ in range(WORKERS)]
 
-    async def work(sub: object) -> None:
+    async def work(sub: JetStreamContext.PullSubscription) -> None:
         while len(done) < WORK_ITEMS:
             try:
-                batch = await sub.fetch(5, timeout=1)  # type: ignore[attr-defined]
-            except nats.errors.TimeoutError:
+                batch = await sub.fetch(5, timeout=1)
+            except (TimeoutError, nats.errors.TimeoutError):  # nothing left for this worker now
                 continue
             for msg in batch:
                 done.append(int(msg.data))
@@ -76,6 +82,7 @@ async def _streams_and_consumers(nc: nats.NATS, js: JsCluster, tag: str) -> None
 
     await asyncio.wait_for(asyncio.gather(*(work(w) for w in workers)), 60)
     assert sorted(done) == list(range(WORK_ITEMS))  # each job once
+
     # Acked jobs leave the work queue once the replicas applied the acks.
     async def drained() -> bool:
         return (await ctx.stream_info(f"WQ{tag}")).state.messages == 0
@@ -142,12 +149,94 @@ async def test_jetstream_through_each_jetstream_less_node(js_cluster: JsCluster)
         await _accounts_and_domains(js_cluster, index, tag)
         # The node itself says it has no JetStream, as a nats-server member with JetStream off.
         jsz = node.get("/jsz")
-        assert (jsz["disabled"], jsz["streams"], jsz["api"]) == (True, 0, {"level": 0, "total": 0, "errors": 0})
+        assert (jsz["disabled"], jsz["streams"], jsz["api"]["total"]) == (True, 0, 0)
         assert node.get("/varz").get("jetstream") == {}
     # Assets made through one node are the same ones seen through the other.
     if len(js_cluster.clients) > 1:
         nc = await _connect(js_cluster, 1)
-        with contextlib.suppress(Exception):
-            info = await nc.jetstream().stream_info("ORDn0")
-            assert info.state.last_seq == MESSAGES
+        info = await nc.jetstream().stream_info("ORDn0")
+        assert (info.state.last_seq, info.config.num_replicas) == (MESSAGES, js_cluster.replicas)
         await nc.close()
+
+
+def test_nats_go_client_through_each_jetstream_less_node(js_cluster: JsCluster, jsclient_go: Path) -> None:
+    """nats.go: a replicated stream with acked publishes, an ordered consumer, a work queue with three pull
+    workers, a watched KV bucket and a direct get, through each client node."""
+    for index, node in enumerate(js_cluster.clients):
+        tag = f"n{index}"
+        proc = subprocess.run(
+            [str(jsclient_go), js_cluster.url(node), tag, str(js_cluster.replicas)],
+            capture_output=True, text=True, timeout=90, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert json.loads(proc.stdout) == {
+            "seqs": list(range(1, 51)),
+            "replicas": js_cluster.replicas,
+            "ordered": list(range(50)),
+            "work": list(range(30)),  # each job once
+            "watched": ["k.1=one", "k.2=two"],
+            "kv_value": "two",
+            "direct": f"go{tag}.0 6",
+        }
+
+
+# -- failover: the stream leader's nats-server node is killed while a client publishes with acks ----------
+TOTAL = 300
+KILL_AFTER = 60  # acks before the leader is killed
+RETRY = (nats.errors.Error, nats.js.errors.Error, TimeoutError)
+
+
+async def test_publishing_survives_the_stream_leader(js_cluster: JsCluster) -> None:
+    """With R3 a new leader takes over and the client keeps publishing; with R2 (no quorum left) it
+    publishes again once the node is back. No acknowledged message is lost, and with message ids none is
+    stored twice."""
+    client = js_cluster.clients[-1]
+    nc = await nats.connect(js_cluster.url(client), max_reconnect_attempts=-1)
+    ctx = nc.jetstream(timeout=2)
+    name = "FAILOVER"
+    info = await ctx.add_stream(name=name, subjects=["fo.>"], num_replicas=js_cluster.replicas)
+    assert info.cluster is not None
+    leader = js_cluster.node_named(str(info.cluster.leader))
+    acked: dict[int, int] = {}  # message number -> its stream sequence
+    failures = 0
+    killed, failed_after_kill = asyncio.Event(), asyncio.Event()
+
+    async def publish_all() -> None:
+        nonlocal failures
+        for i in range(TOTAL):
+            while True:
+                try:
+                    ack = await ctx.publish(f"fo.{i % 7}", b"%d" % i, headers={"Nats-Msg-Id": f"m{i}"})
+                except RETRY:
+                    failures += 1
+                    if killed.is_set():
+                        failed_after_kill.set()
+                    await asyncio.sleep(0.05)
+                    continue
+                acked[i] = ack.seq
+                break
+            if len(acked) == KILL_AFTER:
+                await asyncio.to_thread(js_cluster.cluster.kill, leader)
+                killed.set()
+
+    publisher = asyncio.create_task(publish_all())
+    if js_cluster.replicas < 3:  # R2 without its leader has no quorum: publishing resumes once it is back
+        await asyncio.wait_for(failed_after_kill.wait(), 60)
+        await asyncio.to_thread(js_cluster.cluster.start, leader)
+    await asyncio.wait_for(publisher, 120)
+    assert len(acked) == TOTAL
+
+    info = await ctx.stream_info(name)
+    if js_cluster.replicas >= 3:
+        assert info.cluster is not None and info.cluster.leader != leader.name  # a new leader took over
+
+    async def settled() -> bool:
+        return (await ctx.stream_info(name)).state.messages == TOTAL
+
+    await until(settled, "the stream lost or duplicated acknowledged messages", 60)
+    for i, seq in acked.items():  # each acknowledged message is where its ack said
+        msg = await ctx.get_msg(name, seq)
+        assert msg.data == b"%d" % i
+    await nc.close()
+    if not leader.running:
+        js_cluster.cluster.start(leader)
