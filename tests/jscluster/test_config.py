@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nats
 import pytest
+from nats.errors import NoRespondersError
 
-from tests.servers import REPO_ROOT
+from tests.servers import REPO_ROOT, free_port, start_server
 
 REFUSED = "pynatsd cannot be a JetStream cluster peer, so its own JetStream would split the cluster's in two"
 
@@ -50,3 +52,23 @@ def test_clustered_jetstream_in_its_own_domain_is_accepted(tmp_path: Path) -> No
 def test_standalone_jetstream_and_clustered_without_it_are_accepted(tmp_path: Path) -> None:
     assert _check(tmp_path, f"jetstream {{ store_dir: '{tmp_path}' }}\n").returncode == 0
     assert _check(tmp_path, "cluster { name: c, listen: 127.0.0.1:-1 }\n").returncode == 0
+
+
+async def test_clustered_jetstream_in_a_domain_answers_only_its_domain(tmp_path: Path) -> None:
+    """A clustered pynatsd with JetStream in its own domain answers `$JS.<domain>.API` itself, and leaves
+    `$JS.API` to the cluster's JetStream (here none: no responders) instead of shadowing it."""
+    path = tmp_path / "node.conf"
+    path.write_text(
+        f"cluster {{ name: c, listen: 127.0.0.1:{free_port()} }}\n"
+        f"jetstream {{ store_dir: '{tmp_path / 'js'}', domain: edge }}\n"
+    )
+    server = start_server("pynatsd", ["-c", str(path)])
+    try:
+        nc = await nats.connect(server.url)
+        info = await nc.request("$JS.edge.API.INFO", b"", timeout=10)
+        assert b'"domain":"edge"' in info.data
+        with pytest.raises(NoRespondersError):
+            await nc.request("$JS.API.INFO", b"", timeout=10)
+        await nc.close()
+    finally:
+        server.stop()
