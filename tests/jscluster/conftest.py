@@ -3,6 +3,7 @@ nats-server nodes with JetStream off in their place) serve it to their clients (
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -74,9 +75,9 @@ class JsCluster:
         self.cluster.wait_interest("$JS.API.>", self.clients, running)
 
 
-def _node_extra(layout: tuple[tuple[str, bool], ...]) -> Callable[[int, Path], str]:
+def _node_extra(layout: tuple[tuple[str, bool], ...], config: str) -> Callable[[int, Path], str]:
     def extra(index: int, workdir: Path) -> str:
-        text = ACCOUNTS
+        text = config
         if layout[index][1]:
             text += f"jetstream {{ store_dir: '{workdir}/js{index}', domain: {DOMAIN} }}\n"
         return text
@@ -84,19 +85,26 @@ def _node_extra(layout: tuple[tuple[str, bool], ...]) -> Callable[[int, Path], s
     return extra
 
 
+@contextlib.contextmanager
+def js_cluster_of(layout_name: str, config: str) -> Iterator[JsCluster]:
+    """A started cluster of the layout, every node with `config` (its accounts), ready for JetStream."""
+    need_tool(nats_server_binary() is not None, "nats-server")
+    layout = LAYOUTS[layout_name]
+    kinds = [kind for kind, _ in layout]
+    with (
+        tempfile.TemporaryDirectory(prefix="pynatsd-jscluster-") as workdir,
+        running_cluster(kinds, Path(workdir), node_extra=_node_extra(layout, config)) as cluster,
+    ):
+        js = JsCluster(cluster, layout)
+        js.wait_ready()
+        yield js
+
+
 @pytest.fixture(scope="module", params=list(LAYOUTS))
 def js_cluster(request: pytest.FixtureRequest) -> Iterator[JsCluster]:
     """One cluster per layout and module: 1 pynatsd + 2 JetStream nats-server (R2), 2 pynatsd + 3 (R3),
     and the references with nats-server nodes with JetStream off in pynatsd's place."""
-    need_tool(nats_server_binary() is not None, "nats-server")
-    layout = LAYOUTS[request.param]
-    kinds = [kind for kind, _ in layout]
-    with (
-        tempfile.TemporaryDirectory(prefix="pynatsd-jscluster-") as workdir,
-        running_cluster(kinds, Path(workdir), node_extra=_node_extra(layout)) as cluster,
-    ):
-        js = JsCluster(cluster, layout)
-        js.wait_ready()
+    with js_cluster_of(request.param, ACCOUNTS) as js:
         yield js
 
 
