@@ -225,10 +225,13 @@ def command(ctx: click.Context, **flags: Any) -> None:
     from pynatsd.broker.config import ConfigError
     from pynatsd.broker.config_options import ConfigValueError
     from pynatsd.broker.logging import configure_from
+    from pynatsd.jetstream.config import check_clustered
+    from pynatsd.routes.config import cluster_options
 
     try:
         options, warnings = options_from_config_and_flags(flags)
         tls.check(options)
+        check_clustered(options, cluster_options(options) is not None)
         Authenticator(options)  # bad permissions (e.g. allow_responses) are reported before starting
     except (ConfigError, ConfigValueError, ValueError, OSError) as exc:
         click.echo(f"pynatsd: {exc}", err=True)

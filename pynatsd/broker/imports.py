@@ -264,6 +264,8 @@ class ServiceLink:
     transform: Transform | None  # local -> remote
     use_published: bool
     export: Export
+    # A request's `Nats-Request-Info` value, from it and the importer (None: nats-server's unshared one).
+    request_info: Callable[[Message, str], bytes] | None = None
 
     def remote_subject(self, subject: bytes) -> bytes:
         if self.transform is not None:
@@ -691,7 +693,9 @@ class AccountLinks:
         if reply is not None and not reply.startswith(_JS_ACK):
             route = self._route(si.exporter, si.importer, reply, export)
             reply = route.subject
-        headers = _with_request_info(msg.headers, _request_info(msg, si.importer))
+        shared = si.request_info
+        info = shared(msg, si.importer) if shared is not None else _request_info(msg, si.importer)
+        headers = _with_request_info(msg.headers, info)
         out = Message(msg.origin)
         out.hops = (*msg.hops, export)
         sizes = b"%d %d" % (len(headers), len(headers) + len(msg.payload))

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from pynatsd.jetstream import JetStream
     from pynatsd.monitor import Monitor
     from pynatsd.protocol.parser import ParsedLine
+    from pynatsd.routes.jetstream import ClusterJetStream
     from pynatsd.routes.manager import RouteManager
     from pynatsd.routes.route import Route
     from pynatsd.websocket.server import WebSocketListener
@@ -219,6 +220,7 @@ class Server:
         # what was configured, which a reload compares.
         self.cluster: ClusterOptions | None = copy.deepcopy(cluster_options(self.options))
         self.route_manager: RouteManager | None = None
+        self.cluster_js: ClusterJetStream | None = None  # the cluster's JetStream, when not our own
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -264,6 +266,7 @@ class Server:
 
             self.route_manager = RouteManager(self, self.cluster)
             self.cluster_changed(notify=False)  # the first clients' INFO already names the cluster
+            self._start_cluster_jetstream()
         if opts.pid_file:
             try:
                 self.files.write_pid_file(opts.pid_file)
@@ -304,6 +307,16 @@ class Server:
         if opts.config_file:
             digest = f"({opts.config_digest})" if opts.config_digest else ""
             log.info("Using configuration file: %s %s", opts.config_file, digest)
+
+    def _start_cluster_jetstream(self) -> None:
+        """A clustered server serves the cluster's JetStream (pynatsd.routes.jetstream) unless it has its own,
+        which in a cluster lives in a domain of its own (`$JS.<domain>.API`)."""
+        js = self.jetstream
+        if self.auth.system_account and (js is None or js.domain):
+            from pynatsd.routes.jetstream import ClusterJetStream
+
+            self.cluster_js = ClusterJetStream(self, self.auth.system_account)
+            self.cluster_js.start()
 
     def _start_jetstream(self) -> None:
         from pynatsd.jetstream import JetStream, from_options
@@ -385,6 +398,8 @@ class Server:
                 self.system.account_created(account)
             if self.jetstream is not None and self.auth.jwt is not None:  # JetStream as its JWT says
                 self.jetstream.account_created(account)
+            if self.cluster_js is not None:
+                self.cluster_js.account_created(account)
         return sublist
 
     def sublist_stats(self) -> SublistStats:
@@ -451,6 +466,8 @@ class Server:
             await self.websocket.wait_closed()
         if self.jetstream is not None:
             self.jetstream.stop()
+        if self.cluster_js is not None:
+            self.cluster_js.stop()
         if self.resolver is not None:
             self.resolver.stop()
         if self.system is not None:

@@ -45,7 +45,8 @@ class JsAccount:
         from pynatsd.jetstream.api import Api
 
         self.api = Api(self)
-        self.client.subscribe(b"$JS.API.>", self.api.handle)
+        if not (self.js.domain and self.js.server.cluster is not None):  # in a cluster: the cluster's
+            self.client.subscribe(b"$JS.API.>", self.api.handle)
         if self.js.domain:
             # Clients that name the domain use $JS.<domain>.API.>: the same API under another prefix.
             prefix = b"$JS.%s.API." % self.js.domain.encode()

@@ -60,3 +60,17 @@ def from_options(opts: Options) -> JsConfig | None:
             else:
                 cfg.sync_interval = float(parse_duration(key, value))
     return cfg
+
+
+def check_clustered(opts: Options, clustered: bool) -> None:
+    """No split brain: pynatsd is not (yet) a JetStream cluster peer, so JetStream of its own on a clustered
+    node would be a second, single-server JetStream beside the cluster's. Refused, unless a domain of its own
+    sets it apart (`$JS.<domain>.API`); a clustered node without JetStream serves the cluster's."""
+    cfg = from_options(opts) if clustered else None
+    if cfg is not None and not cfg.domain:
+        raise JsConfigError(
+            "JetStream on a clustered server: pynatsd cannot be a JetStream cluster peer, so its own "
+            "JetStream would split the cluster's in two; leave JetStream off on this node (it then serves "
+            "the cluster's JetStream, kept by its nats-server peers) or give it a domain of its own "
+            "(jetstream { domain: NAME })"
+        )

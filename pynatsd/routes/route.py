@@ -405,6 +405,11 @@ class Route(SlicedReader):
             if len(self._heads) >= _HEADS_CACHED:
                 self._heads.clear()
             self._heads[subject] = head
+        if reply is not None and reply.startswith(b"$JS.ACK."):
+            at = js_ack_shown_at(reply)
+            if at > 0:  # a JetStream delivery: matched on its deliver subject, shown with its own
+                head = b"MSG " + reply[at + 1 :] + b" "
+                reply = reply[:at]
         sizes = b"%d" % size if headers is None else b"%d %d" % (len(headers), size)
         msg = self._msg
         msg.set(subject, reply, sizes, headers, payload, head)
@@ -607,3 +612,17 @@ class RouteTracer:
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
+
+
+def js_ack_shown_at(reply: bytes) -> int:
+    """Where `@<subject>` starts in a routed JetStream ack reply (`$JS.ACK.` and eight dots before it), or
+    -1. nats-server routes a push delivery to its deliver subject with the message's own subject appended to
+    the reply that way; the receiving server shows that subject to its clients and strips it from the
+    reply (names may hold `@` themselves: only the first one after the eighth dot counts)."""
+    dots = 0
+    for i, c in enumerate(reply):
+        if c == 46:  # "."
+            dots += 1
+        elif c == 64 and dots >= 8 and i < len(reply) - 1:  # "@", with a subject after it
+            return i
+    return -1

@@ -222,8 +222,15 @@ def wait_until(check: Callable[[], bool], timeout: float, message: Callable[[], 
     raise AssertionError(message())
 
 
-def build_cluster(kinds: Sequence[str], workdir: Path, cluster_extra: str = "", name: str = "pyc") -> Cluster:
-    """Nodes of the given kinds with ports allocated and config files written (none started)."""
+def build_cluster(
+    kinds: Sequence[str],
+    workdir: Path,
+    cluster_extra: str = "",
+    name: str = "pyc",
+    node_extra: Callable[[int, Path], str] | None = None,
+) -> Cluster:
+    """Nodes of the given kinds with ports allocated and config files written (none started);
+    `node_extra(index, workdir)`: more top-level config lines for one node (a `jetstream {}` block, say)."""
     for kind in kinds:
         if kind not in KINDS:
             raise ValueError(kind)
@@ -234,7 +241,8 @@ def build_cluster(kinds: Sequence[str], workdir: Path, cluster_extra: str = "", 
         node_name = f"n{i}-{'py' if kind == 'pynatsd' else 'go'}"
         config = workdir / f"{node_name}.conf"
         seed = cluster_ports[0] if i else None
-        config.write_text(node_config(node_name, name, cluster_ports[i], seed, cluster_extra))
+        extra = node_extra(i, workdir) if node_extra is not None else ""
+        config.write_text(node_config(node_name, name, cluster_ports[i], seed, cluster_extra) + extra)
         nodes.append(Node(i, kind, node_name, free_port(), cluster_ports[i], free_port(), config))
     return Cluster(nodes, name, workdir)
 
@@ -242,12 +250,17 @@ def build_cluster(kinds: Sequence[str], workdir: Path, cluster_extra: str = "", 
 PORT_ATTEMPTS = 3
 
 
-def start_cluster(kinds: Sequence[str], workdir: Path, cluster_extra: str = "") -> Cluster:
+def start_cluster(
+    kinds: Sequence[str],
+    workdir: Path,
+    cluster_extra: str = "",
+    node_extra: Callable[[int, Path], str] | None = None,
+) -> Cluster:
     """Build and start a cluster and wait for its mesh. Ports are picked free but only bound later, so
     another process on a busy machine may take one first: a node that cannot bind its port is retried
     with fresh ports (and only that failure is)."""
     for attempt in range(1, PORT_ATTEMPTS + 1):
-        cluster = build_cluster(kinds, workdir / f"try{attempt}", cluster_extra)
+        cluster = build_cluster(kinds, workdir / f"try{attempt}", cluster_extra, node_extra=node_extra)
         try:
             for node in cluster.nodes:
                 cluster.start(node)
@@ -264,9 +277,14 @@ def start_cluster(kinds: Sequence[str], workdir: Path, cluster_extra: str = "") 
 
 
 @contextlib.contextmanager
-def running_cluster(kinds: Sequence[str], workdir: Path, cluster_extra: str = "") -> Iterator[Cluster]:
+def running_cluster(
+    kinds: Sequence[str],
+    workdir: Path,
+    cluster_extra: str = "",
+    node_extra: Callable[[int, Path], str] | None = None,
+) -> Iterator[Cluster]:
     """A started, fully meshed cluster; every node stopped on exit."""
-    cluster = start_cluster(kinds, workdir, cluster_extra)
+    cluster = start_cluster(kinds, workdir, cluster_extra, node_extra)
     try:
         yield cluster
     finally:

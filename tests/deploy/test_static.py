@@ -3,6 +3,7 @@ the Grafana dashboard's PromQL against the metrics a live pynatsd exports."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
@@ -12,13 +13,17 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import nats
+import nats.errors
+import nats.js.errors
 import pytest
+import yaml
 
 from tests.cluster.harness import running_cluster
 from tests.conftest import need_tool
-from tests.servers import REPO_ROOT, free_port, nats_server_binary, start_server
+from tests.servers import REPO_ROOT, ServerProcess, free_port, nats_server_binary, start_server
 
 DOCKER = REPO_ROOT / "docker"
 DASHBOARD = DOCKER / "grafana" / "dashboards" / "pynatsd.json"
@@ -140,6 +145,66 @@ def test_cluster_node_conf_forms_the_mixed_cluster() -> None:
     finally:
         for server in servers:
             server.stop()
+
+
+JETSTREAM_COMPOSE = DOCKER / "docker-compose.jetstream.yml"
+
+
+def test_jetstream_compose_file_validates() -> None:
+    need_tool(shutil.which("docker-compose") is not None, "docker-compose (Debian package docker-compose)")
+    out = subprocess.run(
+        [*_compose(), "-f", str(JETSTREAM_COMPOSE), "config"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    for service in ("pynatsd-a:", "pynatsd-b:", "nats-js-1:", "nats-js-2:", "nats-js-3:", "JS_STORE_DIR"):
+        assert service in out.stdout
+
+
+def test_jetstream_compose_cluster_serves_jetstream_through_pynatsd(tmp_path: Path) -> None:
+    """The services of docker-compose.jetstream.yml as processes: each reads its config file
+    (docker/cluster/node.conf for pynatsd, jetstream.conf for nats-server) with the compose file's
+    environment, on loopback ports. The five nodes mesh, and a client of a pynatsd node creates an R3
+    stream kept by the three nats-server nodes and publishes to it with acks."""
+    need_tool(nats_server_binary() is not None, "nats-server")
+    services: dict[str, Any] = yaml.safe_load(JETSTREAM_COMPOSE.read_text())["services"]
+    ports = {name: (free_port(), free_port(), free_port()) for name in services}
+    servers: dict[str, ServerProcess] = {}
+    try:
+        for name, service in services.items():
+            env = {k: str(v) for k, v in service["environment"].items()}
+            for key in ("ROUTE_1", "ROUTE_2"):  # nats-route://<service>:6222 -> its loopback port
+                peer = env[key].removeprefix("nats-route://").split(":")[0]
+                env[key] = f"nats-route://127.0.0.1:{ports[peer][2]}"
+            env.update(CLIENT_PORT=str(ports[name][0]), HTTP_PORT=str(ports[name][1]),
+                       CLUSTER_PORT=str(ports[name][2]), JS_STORE_DIR=str(tmp_path / name))  # fmt: skip
+            kind = "pynatsd" if "PYNATSD_IMAGE" in service["image"] else "nats-server"
+            conf = DOCKER / "cluster" / Path(service["command"][1]).name
+            servers[name] = start_server(kind, ["-c", str(conf)], port=ports[name][0], env=env)
+        asyncio.run(_stream_through(servers["pynatsd-a"].url, servers["pynatsd-b"].url))
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+async def _stream_through(url: str, other_url: str) -> None:
+    """An R3 stream made and written through `url`, read through `other_url`, once JetStream answers."""
+    nc = await nats.connect(url)
+    js = nc.jetstream(timeout=2)
+    deadline = time.monotonic() + 60  # meshing, then the meta leader's election
+    while True:
+        try:
+            info = await js.add_stream(name="ORDERS", subjects=["orders.>"], num_replicas=3)
+            break
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError):
+            assert time.monotonic() < deadline, "no JetStream through the pynatsd node"
+            await asyncio.sleep(0.5)
+    assert info.cluster is not None and str(info.cluster.leader).startswith("nats-js-")
+    assert (await js.publish("orders.1", b"one")).seq == 1
+    await nc.close()
+    nc = await nats.connect(other_url)
+    state = (await nc.jetstream().stream_info("ORDERS")).state
+    assert (state.messages, state.last_seq) == (1, 1)
+    await nc.close()
 
 
 def _dashboard_exprs() -> list[str]:

@@ -1,0 +1,127 @@
+"""The cluster's JetStream for a pynatsd node without one: nats-server's mixed mode.
+
+A clustered nats-server with JetStream off still serves JetStream to its clients: its system account
+exports `$JS.API.>`, and every JetStream-enabled account imports it, sharing the requester's details
+(`Nats-Request-Info` with account, server and cluster: the JetStream nodes pick the account and the stream's
+placement from it). A request published in the account is published again in the system account, where the
+JetStream nodes' `$JS.API.>` subscriptions (propagated over the routes) take it, and the response comes back
+through a `_R_` reply subject of the system account (pynatsd.broker.imports' response routes). Everything else
+(publishes to stream subjects and their acks, `$JS.ACK`, `$JS.FC`, push deliveries, `$KV`, direct gets and
+pull requests, which stream and consumer leaders subscribe in the account itself) is plain account traffic
+the routes already carry. As nats-server, direct gets and pull requests do not take the import (they would
+only pile up response routes), and a request that came from a route is not re-published.
+
+Which accounts: without configured accounts (nor operator mode) the global account, as nats-server does for
+a simple mixed cluster; else the configured accounts with `jetstream` enabled, and in operator mode those
+whose JWT has JetStream limits.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from pynatsd.broker.auth import DEFAULT_ACCOUNT
+from pynatsd.broker.delivery import Link, Message
+from pynatsd.broker.imports import AccountClient, AccountLinks, Export, ServiceLink
+from pynatsd.monitor.formats import rfc3339nano
+
+if TYPE_CHECKING:
+    from pynatsd.broker.server import Server
+
+JS_API = b"$JS.API.>"
+# Served by subscriptions in the account itself (stream replicas, consumer leaders): never imported.
+_DIRECT = (b"$JS.API.DIRECT.GET.", b"$JS.API.CONSUMER.MSG.NEXT.")
+
+
+class ClusterJetStream:
+    """The `$JS.API.>` imports of a JetStream-less clustered server (see the module docstring)."""
+
+    def __init__(self, server: Server, system_account: str) -> None:
+        self.server = server
+        self.system = system_account
+        self.export = Export(system_account, JS_API, True)
+        # Response routes of our own (not the configured imports', which a reload replaces).
+        self.responses = AccountLinks(server)
+        self.imports: dict[str, Link] = {}
+
+    def start(self) -> None:
+        for account in list(self.server.account_sublists):
+            self.account_created(account)
+        for account in self._configured():
+            self.server.sublist_for(account)  # account_created follows
+
+    def stop(self) -> None:
+        for account, sub in self.imports.items():
+            self.server.sublist_for(account).remove(sub)
+        self.imports.clear()
+        self.responses.uninstall()
+
+    def _configured(self) -> list[str]:
+        extra = self.server.options.extra
+        accounts: dict[str, dict[str, Any]] = extra.get("accounts") or {}
+        if self.server.auth.jwt is not None:
+            return []
+        if not accounts:
+            return [DEFAULT_ACCOUNT]
+        return [name for name, block in accounts.items() if block.get("jetstream")]
+
+    def enabled(self, account: str) -> bool:
+        """Does `account` have JetStream (and so the import)?"""
+        if account == self.system:
+            return False
+        jwt_auth = self.server.auth.jwt
+        if jwt_auth is None:
+            return account in self._configured()
+        acc = jwt_auth.account(account)
+        if acc is None:
+            return False
+        limits = acc.claims.nats.get("limits") or {}
+        tiers = [t for t in (limits.get("tiered_limits") or {}).values() if isinstance(t, dict)]
+        return any(t.get(k) for t in (limits, *tiers) for k in ("mem_storage", "disk_storage"))
+
+    def account_created(self, account: str) -> None:
+        """An account's subject space appeared: import the cluster's JetStream API if it has JetStream."""
+        if account in self.imports or not self.enabled(account):
+            return
+        si = ServiceLink(account, self.system, JS_API, JS_API, None, True, self.export, self._request_info)
+        sub = Link(AccountClient(account), JS_API, None, b"jsi", lambda _, msg: self._forward(si, msg))
+        self.imports[account] = sub
+        self.server.sublist_for(account).insert(sub)
+
+    def _forward(self, si: ServiceLink, msg: Message) -> bool:
+        origin = msg.origin
+        if (origin is not None and origin.is_route) or msg.subject.startswith(_DIRECT):
+            return False
+        return self.responses.request(si, msg)
+
+    def _request_info(self, msg: Message, account: str) -> bytes:
+        """nats-server's shared `Nats-Request-Info`: the requester's details, this server and cluster."""
+        conn: Any = msg.origin
+        info: dict[str, Any] = {}
+        start = getattr(conn, "start", None)
+        if start is not None:
+            info["start"] = rfc3339nano(start)
+        host = getattr(conn, "ip", None)
+        if host:
+            info["host"] = host
+        cid = getattr(conn, "cid", 0)
+        if cid:
+            info["id"] = cid
+        info["acc"] = account
+        opts = getattr(conn, "opts", None)
+        user = getattr(opts, "nkey", "") or getattr(opts, "user", "") or getattr(conn, "user", "")
+        named = (("name", "name"), ("lang", "lang"), ("ver", "version"))
+        for key, value in (("user", user), *((k, getattr(opts, a, "")) for k, a in named)):
+            if value:
+                info[key] = value
+        rtt = getattr(conn, "rtt", None)
+        if rtt:
+            info["rtt"] = int(rtt * 1e9)
+        info["server"] = self.server.server_name
+        cluster = self.server.cluster
+        if cluster is not None and cluster.name:
+            info["cluster"] = cluster.name
+        info["kind"] = "Client"
+        info["client_type"] = "nats"
+        return json.dumps(info, separators=(",", ":")).encode()
