@@ -259,6 +259,7 @@ class Consumer:
         self.last_ack = 0
         self._scheduled = False
         self._ack_timer: asyncio.TimerHandle | None = None
+        self._ack_due = 0  # ns: when `_ack_timer` fires
         self._hb_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._replay_timer: asyncio.TimerHandle | None = None
@@ -376,7 +377,7 @@ class Consumer:
         # Whatever was pending when we went down is due for redelivery now.
         for s, d in state.get("pending") or []:
             self.pending[int(s)] = (int(d), 0)
-        self._schedule_ack_check(0)
+        self._schedule_ack_check(0, 0)
 
     def save_soon(self) -> None:
         if self._save_timer is None and not self._stopped and self.persistent:
@@ -505,7 +506,9 @@ class Consumer:
         return bool(res.plain or res.groups)
 
     def _next(self) -> StoredMsg | None:
-        """The next message to hand out: a due redelivery first, then last_per_subject's, then new ones."""
+        """The next message to hand out: a due redelivery first (even at max_ack_pending, as nats-server:
+        else a consumer whose worker died holding max_ack_pending messages never delivers again), then
+        last_per_subject's, then new ones."""
         st = self.stream.store
         while self.redeliver:
             seq = self.redeliver.popleft()
@@ -515,6 +518,8 @@ class Consumer:
                 if msg is not None:
                     return msg
                 self.pending.pop(seq, None)
+        if self._blocked():
+            return None
         while self._lps:
             seq = self._lps.popleft()
             msg = st.load(seq)
@@ -561,7 +566,7 @@ class Consumer:
             return
         self._inactive_since = now_ns()
         subject = self._deliver_subject
-        while not self._blocked() and self._fc_reply is None:
+        while self._fc_reply is None:
             msg = self._next()
             if msg is None or self._replay_later(msg):
                 return
@@ -621,8 +626,6 @@ class Consumer:
             if not self._reply_has_interest(req.reply):
                 self._finish(req, None)
                 continue
-            if self._blocked():
-                break
             msg = self._next()
             if msg is None or self._replay_later(msg):
                 break
@@ -693,7 +696,7 @@ class Consumer:
         else:
             wait = self._ack_wait(n)
             self.pending[seq] = (self.dseq, now + wait)
-            self._schedule_ack_check(wait)
+            self._schedule_ack_check(now + wait, now)
         hdrs, data = msg.hdrs, msg.data
         if self._headers_only:
             size = b"Nats-Msg-Size: %d\r\n\r\n" % len(data)
@@ -714,32 +717,43 @@ class Consumer:
         return self._ack_wait_ns
 
     # -- ack timers -----------------------------------------------------------------------------------
-    def _schedule_ack_check(self, delay_ns: int) -> None:
-        if self._ack_timer is None and not self._stopped:
-            self._ack_timer = self.loop.call_later(max(delay_ns, 0) / 1e9 + 0.001, self._check_acks)
+    def _schedule_ack_check(self, due: int, now: int) -> None:
+        """Check the acks at `due` (ns) at the latest: a sooner deadline (a NAK delay, a shorter backoff step)
+        moves the timer up, else it would wait for the later one."""
+        if self._stopped:
+            return
+        timer = self._ack_timer
+        if timer is not None:
+            if due >= self._ack_due:
+                return
+            timer.cancel()
+        self._ack_due = due
+        self._ack_timer = self.loop.call_later(max(due - now, 0) / 1e9 + 0.001, self._check_acks)
 
     def _check_acks(self) -> None:
         self._ack_timer = None
         now = now_ns()
         soonest = 0
         max_deliver = self.config.get("max_deliver", -1)
+        given_up = False  # a slot under max_ack_pending was freed: new messages may flow again
         for seq, (_, deadline) in list(self.pending.items()):
             if deadline <= now:
                 if seq in self._redeliver_set:
                     continue
                 if max_deliver > 0 and self.rdc.get(seq, 1) >= max_deliver:
-                    # Delivered as often as allowed: it stays unacked but is not sent again.
+                    # Delivered as often as allowed: not sent again, but still counted as redelivered.
                     del self.pending[seq]
-                    self._acks_done([seq])
+                    self._acks_done([seq], forget_deliveries=False)
+                    given_up = True
                     continue
                 self.redeliver.append(seq)
                 self._redeliver_set.add(seq)
             elif soonest == 0 or deadline < soonest:
                 soonest = deadline
-        if self.redeliver:
+        if self.redeliver or given_up:
             self.kick()
         if soonest:
-            self._schedule_ack_check(soonest - now)
+            self._schedule_ack_check(soonest, now)
 
     # -- acks -----------------------------------------------------------------------------------------
     def _on_ack(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
@@ -782,11 +796,12 @@ class Consumer:
         if self.pending.pop(sseq, None) is not None:
             self._acks_done([sseq])
 
-    def _acks_done(self, seqs: list[int]) -> None:
+    def _acks_done(self, seqs: list[int], forget_deliveries: bool = True) -> None:
         """`seqs` (out of `pending` already) will not be delivered again: move the ack floor once, tell the
         stream (interest/workqueue). Once per AckAll, not per message: the floor's look at the oldest
-        pending entry walks past the entries just deleted (a batch of 1,000 acked cost 0.5M steps)."""
-        if self.rdc:
+        pending entry walks past the entries just deleted (a batch of 1,000 acked cost 0.5M steps).
+        `forget_deliveries` False (max_deliver reached): their delivery counts stay in num_redelivered."""
+        if self.rdc and forget_deliveries:
             for sseq in seqs:
                 self.rdc.pop(sseq, None)
         self.last_ack = now_ns()
@@ -818,8 +833,9 @@ class Consumer:
             except (ValueError, AttributeError):
                 delay = 0
         if delay > 0:
-            self.pending[sseq] = (entry[0], now_ns() + delay)
-            self._schedule_ack_check(delay)
+            now = now_ns()
+            self.pending[sseq] = (entry[0], now + delay)
+            self._schedule_ack_check(now + delay, now)
         elif sseq not in self._redeliver_set:
             self.redeliver.append(sseq)
             self._redeliver_set.add(sseq)
