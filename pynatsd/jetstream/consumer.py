@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pynatsd.broker.config_schema import ConfigValueError, parse_duration
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.store import StoredMsg
 from pynatsd.jetstream.util import (
@@ -112,8 +113,8 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
         cfg["ack_wait"] = ACK_WAIT_DEFAULT
     backoff = cfg.get("backoff") or []
     if backoff:
-        if cfg["ack_policy"] == "none":
-            raise errors.consumer_invalid_policy("ack policy none can not be used with backoff")
+        if any(isinstance(b, int) and b < 0 for b in backoff):
+            raise errors._e(400, 10184, "consumer backoff needs to be positive")
         if cfg["max_deliver"] != -1 and cfg["max_deliver"] < len(backoff):
             raise errors.consumer_max_deliver_backoff()
         cfg["ack_wait"] = backoff[0]
@@ -830,7 +831,12 @@ class Consumer:
         if rest.startswith(b"{"):
             try:
                 delay = int(json.loads(rest).get("delay") or 0)
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, TypeError):
+                delay = 0
+        elif rest:  # `-NAK 600ms`: a Go duration, as nats-server takes it (a bad one is a plain NAK)
+            try:
+                delay = int(parse_duration("delay", rest.decode("utf-8", "replace")) * 1e9)
+            except ConfigValueError:
                 delay = 0
         if delay > 0:
             now = now_ns()

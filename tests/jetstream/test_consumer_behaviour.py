@@ -16,6 +16,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js import api
 
 from tests.conftest import need_tool
 from tests.servers import ServerProcess, nats_server_binary, start_server
@@ -201,3 +202,114 @@ async def test_push_consumer_at_max_ack_pending_keeps_redelivering(
         return {"per seq": sorted(per_seq.items()), "counts": seen}
 
     await same_on_both(servers, scenario)
+
+
+# -- backoff and NAK delays -----------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["push", "pull"])
+async def test_backoff_redelivers_on_its_schedule(servers: dict[str, ServerProcess], mode: str) -> None:
+    """backoff [0.1 s, 0.2 s, 2 s], max_deliver 3: a message's three deliveries come within 1.5 s (at 0,
+    0.1, 0.3 s), also while an older message waits out the long last step (its 2 s must not hold them)."""
+    stream = f"BACKOFF{mode.upper()}"
+
+    async def scenario(nc: Client) -> Any:
+        js = nc.jetstream()
+        await js.add_stream(name=stream, subjects=[f"{stream}.>"])
+        deliver, sub = await subscribe(nc)
+        await js.add_consumer(
+            stream,
+            durable_name="d",
+            ack_policy="explicit",
+            deliver_subject=deliver if mode == "push" else None,
+            backoff=[0.1, 0.2, 2.0],
+            max_deliver=3,
+        )
+        loop = asyncio.get_running_loop()
+
+        async def deliveries_within(count: int, window: float) -> None:
+            deadline = loop.time() + window
+            if mode == "push":
+                return await sub.wait_for(count, window)
+            while len(sub.msgs) < count and loop.time() < deadline:  # a worker loop, one request a message
+                wanted = len(sub.msgs) + 1
+                await pull(nc, stream, "d", deliver, batch=1, expires=int((deadline - loop.time()) * 1e9))
+                await sub.wait_for(wanted, deadline - loop.time())
+
+        seen = {}
+        for seq in (1, 2):
+            await js.publish(f"{stream}.m", b"x")
+            await deliveries_within(3 * seq, 1.5)
+            seen[f"after message {seq}"] = sub.deliveries()
+        return seen
+
+    seen = await same_on_both(servers, scenario)
+    assert seen["after message 2"] == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)]
+
+
+BACKOFF_CONFIGS: list[dict[str, Any]] = [
+    {"backoff": [1_000_000_000, 2_000_000_000, 3_000_000_000], "max_deliver": 2},
+    {"backoff": [1_000_000_000, 2_000_000_000], "max_deliver": 2},
+    {"backoff": [1_000_000_000, 2_000_000_000], "max_deliver": 1},
+    {"backoff": [1_000_000_000, 2_000_000_000]},
+    {"backoff": [1_000_000_000, 2_000_000_000], "max_deliver": -1},
+    {"backoff": [2_000_000_000], "ack_wait": 5_000_000_000},
+    {"backoff": [-1]},
+    {"backoff": [1_000_000_000, -5]},
+    {"backoff": [0]},
+    {"backoff": []},
+    {"backoff": [1_000_000_000], "ack_policy": "none"},
+    {"backoff": [1_000_000_000], "ack_policy": "all"},
+]
+
+
+async def test_backoff_config_checked_as_nats_server_checks_it(servers: dict[str, ServerProcess]) -> None:
+    """backoff against max_deliver and ack_wait: the same error (code, text) or the same stored values."""
+
+    async def scenario(nc: Client) -> Any:
+        await nc.jetstream().add_stream(name="BOCFG", subjects=["BOCFG.>"])
+        answers = []
+        for i, extra in enumerate(BACKOFF_CONFIGS):
+            config = {"durable_name": f"c{i}", "ack_policy": "explicit", **extra}
+            request = {"stream_name": "BOCFG", "config": config}
+            msg = await nc.request(
+                f"$JS.API.CONSUMER.CREATE.BOCFG.c{i}", json.dumps(request).encode(), timeout=2
+            )
+            answer = json.loads(msg.data)
+            if "error" in answer:
+                answers.append(answer["error"])
+            else:
+                stored = answer["config"]
+                answers.append(
+                    {k: stored.get(k) for k in ("ack_policy", "ack_wait", "backoff", "max_deliver")}
+                )
+        return answers
+
+    await same_on_both(servers, scenario)
+
+
+@pytest.mark.parametrize("nak", ["json", "duration"])
+async def test_nak_with_delay_redelivers_after_the_delay(servers: dict[str, ServerProcess], nak: str) -> None:
+    """`-NAK {"delay": 0.6 s}` (nats-py's nak(delay=)) or `-NAK 600ms`: nothing within 0.25 s, the message
+    again within 2 s (ack_wait 5 s would be far later)."""
+    stream = f"NAK{nak.upper()}"
+
+    async def scenario(nc: Client) -> Any:
+        await stream_with(nc, stream, 1)
+        psub = await nc.jetstream().pull_subscribe(
+            f"{stream}.m", "d", stream=stream, config=api.ConsumerConfig(ack_wait=5)
+        )
+        (msg,) = await psub.fetch(1, timeout=2)
+        if nak == "json":
+            await msg.nak(delay=0.6)
+        else:
+            await msg.respond(b"-NAK 600ms")
+        await nc.flush()
+        reply, inbox = await subscribe(nc)
+        await pull(nc, stream, "d", reply, batch=1, expires=250_000_000)
+        await inbox.wait_for(1, 2)
+        early = inbox.deliveries() or inbox.statuses()
+        await pull(nc, stream, "d", reply, batch=1, expires=2_000_000_000)
+        await inbox.wait_for(2, 3)
+        return {"within 0.25 s": early, "within 2 s": inbox.deliveries()}
+
+    seen = await same_on_both(servers, scenario)
+    assert seen["within 2 s"] == [(1, 2)]
