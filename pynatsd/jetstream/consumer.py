@@ -628,22 +628,43 @@ class Consumer:
                 self._finish(req, None)
                 continue
             msg = self._next()
-            if msg is None or self._replay_later(msg):
-                break
-            size = len(msg.subject) + len(msg.data) + (len(msg.hdrs) if msg.hdrs else 0)
-            if req.max_bytes and req.sent_bytes + size > req.max_bytes:
-                self._unnext(msg)
-                self._finish(req, b"409 Message Size Exceeds MaxBytes")
-                continue
+            if msg is None:
+                # Out of messages, no_wait requests get their answer, but not when only max_ack_pending
+                # holds them (nats-server lets those wait for an ack, or their expiry).
+                if not self._blocked():
+                    self._answer_no_wait()
+                return
+            if self._replay_later(msg):
+                return
+            size = 0
+            if req.max_bytes:  # as nats-server counts it: subject, ack reply, headers and data
+                size = len(msg.subject) + len(msg.data) + (len(msg.hdrs) if msg.hdrs else 0)
+                size += self._ack_reply_size(msg)
+                if req.sent_bytes + size > req.max_bytes:
+                    self._unnext(msg)
+                    self._finish(req, b"409 Message Size Exceeds MaxBytes")
+                    continue
             self._send(req.reply, msg)
             req.sent += 1
             req.sent_bytes += size
             req.last_sent = now
-            if req.sent >= req.batch:
+            if req.sent >= req.batch or (req.max_bytes and req.sent_bytes == req.max_bytes):
                 self._finish(req, None)
-        # Requests that asked not to wait get their answer now.
-        for req in [r for r in self.waiting if r.no_wait]:
+            elif len(self.waiting) > 1:
+                self.waiting.rotate(-1)  # waiting requests take turns, one message each, as in nats-server
+
+    def _answer_no_wait(self) -> None:
+        """At the end of the stream: a no_wait request that got messages, or has no expiry, is answered 404
+        (nats-server's one-shot: with an expiry and nothing sent yet it waits for a first message)."""
+        for req in [r for r in self.waiting if r.no_wait and (r.sent or not r.expires)]:
             self._finish(req, b"404 No Messages")
+
+    def _ack_reply_size(self, msg: StoredMsg) -> int:
+        """The length of the ack reply `_send` would give `msg` now (max_bytes counts it)."""
+        n = self.rdc.get(msg.seq, 1) + (1 if msg.seq in self.pending else 0)
+        return len(self._ack_prefix) + len(
+            b"%d.%d.%d.%d.%d" % (n, msg.seq, self.dseq + 1, msg.ts, self.num_pending())
+        )
 
     def _unnext(self, msg: StoredMsg) -> None:
         """Put back a message taken by `_next` but not sent."""
@@ -883,9 +904,14 @@ class Consumer:
         if refusal:
             self._status(reply, refusal)
             return
-        if no_wait and not expires and not self.redeliver and not self._blocked() and self.num_pending() == 0:
-            self._status(reply, b"404 No Messages")
-            return
+        if no_wait:
+            available = self.num_pending() + len(self.redeliver)
+            if not available and not expires:
+                self._status(reply, b"404 No Messages")
+                return
+            if available and available < sum(r.batch - r.sent for r in self.waiting):
+                self._status(reply, b"408 Requests Pending")
+                return
         if len(self.waiting) >= self.config.get("max_waiting", MAX_WAITING_DEFAULT):
             self._status(reply, b"409 Exceeded MaxWaiting")
             return

@@ -313,3 +313,147 @@ async def test_nak_with_delay_redelivers_after_the_delay(servers: dict[str, Serv
 
     seen = await same_on_both(servers, scenario)
     assert seen["within 2 s"] == [(1, 2)]
+
+
+# -- pull requests: expiry, no_wait, heartbeats, max_waiting, max_bytes -------------------------------------
+@pytest.mark.parametrize("batch", [1, 5])
+async def test_fetch_that_timed_out_leaves_no_request_behind(
+    servers: dict[str, ServerProcess], batch: int
+) -> None:
+    """After a fetch timed out, the next message goes to the next fetch at once (within 1.5 s), not to a
+    request left over from the first."""
+    stream = f"ORPHAN{batch}"
+
+    async def scenario(nc: Client) -> Any:
+        js = nc.jetstream()
+        await js.add_stream(name=stream, subjects=[f"{stream}.>"])
+        psub = await js.pull_subscribe(f"{stream}.m", "d", stream=stream)
+        outcomes = []
+        for timeout in (0.5, 1.0):
+            try:
+                await psub.fetch(batch, timeout=timeout)
+                outcomes.append("message")
+            except TimeoutError:  # nats-py raises its own or asyncio's
+                outcomes.append("timeout")
+        await js.publish(f"{stream}.m", b"x")
+        try:
+            msgs = await psub.fetch(batch, timeout=1.5)
+            outcomes.append(len(msgs))
+        except TimeoutError:  # nats-py raises its own or asyncio's
+            outcomes.append("timeout")
+        info = await counts(nc, stream, "d")
+        return {"fetches": outcomes, "num_waiting": info["num_waiting"]}
+
+    seen = await same_on_both(servers, scenario)
+    assert seen["fetches"] == ["timeout", "timeout", 1]
+
+
+@pytest.mark.parametrize("shared_inbox", [False, True], ids=["three inboxes", "one inbox"])
+async def test_nowait_fetches_in_flight_deliver_every_message(
+    servers: dict[str, ServerProcess], shared_inbox: bool
+) -> None:
+    """117 messages, three fetches of 50 at once (three workers, or one subscription): every message
+    arrives, once."""
+    stream = f"NOWAIT{int(shared_inbox)}"
+
+    async def scenario(nc: Client) -> Any:
+        await stream_with(nc, stream, 117)
+        js = nc.jetstream()
+        shared = await js.pull_subscribe(f"{stream}.m", "d", stream=stream)
+        workers = (
+            [shared] * 3
+            if shared_inbox
+            else [await js.pull_subscribe(f"{stream}.m", "d", stream=stream) for _ in range(3)]
+        )
+
+        async def fetch(psub: Any) -> list[int]:
+            try:
+                return [m.metadata.sequence.stream for m in await psub.fetch(50, timeout=1.5)]
+            except TimeoutError:  # nats-py raises its own or asyncio's
+                return []
+
+        got = await asyncio.gather(*(fetch(w) for w in workers))
+        return sorted(seq for seqs in got for seq in seqs)
+
+    assert await same_on_both(servers, scenario) == list(range(1, 118))
+
+
+def pending_statuses(inbox: Inbox) -> list[str]:
+    """Statuses with their pending counts (what nats-server puts on 408/409)."""
+    out = []
+    for m in inbox.msgs:
+        if m.headers and m.headers.get("Status"):
+            extra = [m.headers.get(h, "") for h in ("Nats-Pending-Messages", "Nats-Pending-Bytes")]
+            out.append(" ".join([m.headers["Status"], m.headers.get("Description", ""), *extra]).strip())
+    return out
+
+
+async def test_pull_request_answers_match_nats_server(servers: dict[str, ServerProcess]) -> None:
+    """no_wait with and without expires, expiry, max_bytes, max_waiting, heartbeats, a deleted consumer:
+    the same messages and statuses (with their pending counts), window by window."""
+
+    async def scenario(nc: Client) -> Any:
+        js = nc.jetstream()
+        await js.add_stream(name="PULLS", subjects=["PULLS.>"])
+        await js.add_consumer("PULLS", durable_name="d", ack_policy="explicit", max_waiting=3)
+        seen: dict[str, Any] = {}
+
+        async def step(name: str, window: float, expect: int, **request: Any) -> None:
+            reply, inbox = await subscribe(nc)
+            await pull(nc, "PULLS", "d", reply, **request)
+            await inbox.wait_for(expect, window)
+            seen[name] = [seq for seq, _ in inbox.deliveries()] + pending_statuses(inbox)
+
+        await step("no_wait, nothing", 1, 1, batch=1, no_wait=True)
+        await step("no_wait + expires, nothing", 1.5, 1, batch=2, no_wait=True, expires=300_000_000)
+        await step("expires, nothing", 1.5, 1, batch=2, expires=300_000_000)
+        for i in range(3):
+            await js.publish("PULLS.m", b"%03d" % i * 20)  # 60-byte payloads
+        await step("no_wait, 3 of 5", 1, 4, batch=5, no_wait=True)
+        for i in range(4):
+            await js.publish("PULLS.m", b"%03d" % i * 20)
+        await step("max_bytes for 2", 1, 3, batch=10, max_bytes=300, expires=500_000_000)
+        await step("max_bytes under one", 1, 1, batch=10, max_bytes=50, expires=500_000_000)
+        await step("no_wait + expires, 2 of 5", 1, 3, batch=5, no_wait=True, expires=500_000_000)
+        await step("heartbeat too large", 1, 1, batch=1, expires=200_000_000, idle_heartbeat=150_000_000)
+        reply, inbox = await subscribe(nc)
+        for _ in range(4):  # three fit under max_waiting
+            await pull(nc, "PULLS", "d", reply, batch=1, expires=5_000_000_000)
+        await inbox.wait_for(1, 1)
+        seen["max_waiting"] = pending_statuses(inbox)
+        seen["waiting"] = (await counts(nc, "PULLS", "d"))["num_waiting"]
+        await js.delete_consumer("PULLS", "d")
+        await inbox.wait_for(4, 1)
+        seen["consumer deleted"] = pending_statuses(inbox)
+        return seen
+
+    await same_on_both(servers, scenario)
+
+
+async def test_nowait_requests_wait_out_max_ack_pending(servers: dict[str, ServerProcess]) -> None:
+    """max_ack_pending 10, a worker acking each message as it comes, three no_wait requests of 50 in flight:
+    all 117 messages arrive (nats-server answers a no_wait request only at the end of the stream, not while
+    max_ack_pending holds it)."""
+
+    async def scenario(nc: Client) -> Any:
+        await stream_with(nc, "NOWAITACK", 117)
+        await nc.jetstream().add_consumer(
+            "NOWAITACK", durable_name="d", ack_policy="explicit", max_ack_pending=10
+        )
+        inbox = Inbox()
+
+        async def ack_each(msg: Msg) -> None:
+            await inbox.cb(msg)
+            if msg.reply:
+                await msg.ack()
+
+        reply = nc.new_inbox()
+        await nc.subscribe(reply, cb=ack_each)
+        for _ in range(3):
+            await pull(nc, "NOWAITACK", "d", reply, batch=50, no_wait=True)
+        await inbox.wait_for(117 + 1, 3)
+        # How many requests end with a 404 depends on how acks and deliveries interleave: only the kinds.
+        return {"delivered": len(inbox.deliveries()), "statuses": set(pending_statuses(inbox))}
+
+    seen = await same_on_both(servers, scenario)
+    assert seen["delivered"] == 117
