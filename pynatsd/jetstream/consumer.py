@@ -463,7 +463,7 @@ class Consumer:
             "num_waiting": len(self.waiting),
             "num_pending": self.num_pending(),
         }
-        if self.push and self._has_interest():
+        if self.bound():
             out["push_bound"] = True
         return out
 
@@ -498,6 +498,10 @@ class Consumer:
         if not self._scheduled and not self._stopped:
             self._scheduled = True
             self.loop.call_soon(self._deliver)
+
+    def bound(self) -> bool:
+        """A push consumer whose deliver subject has a subscriber (info's `push_bound`)."""
+        return self.push and self._has_interest()
 
     def _has_interest(self) -> bool:
         res = self.account.client.sublist.match(self.config["deliver_subject"].encode())

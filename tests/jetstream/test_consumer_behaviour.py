@@ -457,3 +457,59 @@ async def test_nowait_requests_wait_out_max_ack_pending(servers: dict[str, Serve
 
     seen = await same_on_both(servers, scenario)
     assert seen["delivered"] == 117
+
+
+# -- concurrency -------------------------------------------------------------------------------------------
+async def test_a_bound_durable_push_consumer_is_not_taken_over(servers: dict[str, ServerProcess]) -> None:
+    """One client subscribes with a durable; nine more then subscribe with it at once: one runs, nine get the
+    error, and the messages reach the first only. The consumer's deliver subject changes only once nobody
+    listens there (nats-server: 10013 "consumer name already in use"); ten creates with action `create`
+    and ten deliver subjects at once: one is made, nine get 10148."""
+
+    async def scenario(nc: Client) -> Any:
+        await stream_with(nc, "RACE", 3)
+        url = nc.connected_url
+        assert url is not None
+        clients = [await nats.connect(f"nats://{url.netloc}", allow_reconnect=False) for _ in range(10)]
+        received = [Inbox() for _ in clients]
+
+        async def subscribe_durable(client: Client, inbox: Inbox) -> str:
+            try:
+                await client.jetstream().subscribe("RACE.m", durable="d", cb=inbox.cb, manual_ack=True)
+                return "subscribed"
+            except Exception as error:  # the error's text is what is compared
+                return f"{type(error).__name__}: {getattr(error, 'description', error)}"
+
+        async def create(config: dict[str, Any], action: str | None = None) -> str:
+            request: dict[str, Any] = {"stream_name": "RACE", "config": config}
+            if action:
+                request["action"] = action
+            subject = f"$JS.API.CONSUMER.CREATE.RACE.{config['durable_name']}"
+            answer = json.loads((await nc.request(subject, json.dumps(request).encode(), timeout=2)).data)
+            return str(answer.get("error", {}).get("err_code", "ok"))
+
+        try:
+            first = await subscribe_durable(clients[0], received[0])
+            rest = await asyncio.gather(
+                *(subscribe_durable(c, i) for c, i in zip(clients[1:], received[1:], strict=True))
+            )
+            await received[0].wait_for(3, 2)
+            seen: dict[str, Any] = {"first": first, "others": Counter(rest)}
+            seen["deliveries"] = [len(i.msgs) for i in received]
+            takeover = (await nc.jetstream().consumer_info("RACE", "d")).config.as_dict()
+            takeover["deliver_subject"] = "elsewhere"
+            seen["takeover while bound"] = await create(takeover)
+            await clients[0].close()
+            await nc.flush()
+            seen["takeover once unbound"] = await create(takeover)
+            creates = [
+                create({"durable_name": "r", "deliver_subject": f"r.{i}"}, "create") for i in range(10)
+            ]
+            seen["action create"] = Counter(await asyncio.gather(*creates))
+            return seen
+        finally:
+            for client in clients:
+                await client.close()
+
+    seen = await same_on_both(servers, scenario)
+    assert seen["takeover while bound"] == "10013"
