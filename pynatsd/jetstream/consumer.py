@@ -40,8 +40,11 @@ ACK_WAIT_DEFAULT = 30_000_000_000
 MAX_ACK_PENDING_DEFAULT = 1000
 MAX_WAITING_DEFAULT = 512
 EPHEMERAL_INACTIVE_DEFAULT = 5_000_000_000
-FC_EVERY_MSGS = 128
-FC_EVERY_BYTES = 1024 * 1024
+# Flow control as nats-server runs it: bytes delivered since the last answered request are counted; a request
+# goes out past half the window, delivery stalls past the window; each answer doubles the window (from 2 MiB
+# up to 32 MiB) and takes off what was counted when that request went out.
+FC_WINDOW_LIMIT = 32 * 1024 * 1024
+FC_WINDOW_START = FC_WINDOW_LIMIT // 16
 
 _DELIVER = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
 _ACK = ("none", "all", "explicit")
@@ -270,8 +273,9 @@ class Consumer:
         self._npending: int | None = None  # cached count of undelivered matching messages
         self._fc_reply: bytes | None = None
         self._fc_count = 0
-        self._since_fc_msgs = 0
-        self._since_fc_bytes = 0
+        self._fc_window = FC_WINDOW_START
+        self._fc_pending_bytes = 0  # delivered, not yet covered by an answered flow control request
+        self._fc_size = 0  # `_fc_pending_bytes` when the outstanding request went out (grown past the window)
         self._delivered_since_hb = False
         self._stopped = False
         self._ack_sub = self.account.client.subscribe(
@@ -571,16 +575,20 @@ class Consumer:
             return
         self._inactive_since = now_ns()
         subject = self._deliver_subject
-        while self._fc_reply is None:
+        flow_control = self._fc_sub is not None
+        while not flow_control or self._fc_pending_bytes <= self._fc_window:
             msg = self._next()
             if msg is None or self._replay_later(msg):
                 return
-            self._send(subject, msg)
-            if self._fc_sub is not None:
-                self._since_fc_msgs += 1
-                self._since_fc_bytes += len(msg.data)
-                if self._since_fc_msgs >= FC_EVERY_MSGS or self._since_fc_bytes >= FC_EVERY_BYTES:
-                    self._send_flow_control(subject)
+            reply_size = self._send(subject, msg)
+            if flow_control:
+                size = len(subject) + reply_size + len(msg.data) + (len(msg.hdrs) if msg.hdrs else 0)
+                self._fc_pending_bytes += size
+                if self._fc_reply is None:
+                    if self._fc_pending_bytes > self._fc_window // 2:
+                        self._send_flow_control(subject)
+                elif self._fc_pending_bytes - self._fc_size >= self._fc_window:
+                    self._fc_size += size
 
     def _replay_later(self, msg: StoredMsg) -> bool:
         """replay_policy original: True (message put back, delivery resumed later) while `msg` is early."""
@@ -613,12 +621,15 @@ class Consumer:
     def _send_flow_control(self, subject: bytes) -> None:
         self._fc_count += 1
         self._fc_reply = b"$JS.FC.%s.%s.%d" % (self.stream.name.encode(), self.name.encode(), self._fc_count)
-        self._since_fc_msgs = self._since_fc_bytes = 0
+        self._fc_size = self._fc_pending_bytes
         self.account.client.publish(subject, self._fc_reply, headers(b"100 FlowControl Request"), b"")
 
     def _on_fc(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
         if subject == self._fc_reply:
             self._fc_reply = None
+            self._fc_window = min(self._fc_window * 2, FC_WINDOW_LIMIT)
+            self._fc_pending_bytes = max(self._fc_pending_bytes - self._fc_size, 0)
+            self._fc_size = 0
             self.kick()
 
     def _deliver_pull(self) -> None:
@@ -705,7 +716,8 @@ class Consumer:
     def _status(self, reply: bytes, status: bytes, pairs: list[tuple[bytes, bytes]] | None = None) -> None:
         self.account.client.publish(reply, None, headers(status, pairs), b"")
 
-    def _send(self, subject: bytes, msg: StoredMsg) -> None:
+    def _send(self, subject: bytes, msg: StoredMsg) -> int:
+        """Deliver `msg` to `subject`; returns the length of its ack reply (flow control counts it)."""
         seq = msg.seq
         now = now_ns()
         self.last_active = now
@@ -732,6 +744,7 @@ class Consumer:
         if self.ack_none:
             self.stream.on_acked(seq)  # nothing to wait for: interest/workqueue retention may drop it
         self.save_soon()
+        return len(reply)
 
     def _ack_subject(self, n: int, seq: int, stored_ts: int) -> bytes:
         return b"%s%d.%d.%d.%d.%d" % (self._ack_prefix, n, seq, self.dseq, stored_ts, self.num_pending())

@@ -513,3 +513,95 @@ async def test_a_bound_durable_push_consumer_is_not_taken_over(servers: dict[str
 
     seen = await same_on_both(servers, scenario)
     assert seen["takeover while bound"] == "10013"
+
+
+# -- heartbeats and flow control -----------------------------------------------------------------------------
+def heartbeats(inbox: Inbox) -> list[dict[str, str]]:
+    return [
+        {k: v for k, v in m.headers.items() if k.startswith("Nats-")}
+        for m in inbox.msgs
+        if m.headers and m.headers.get("Status") == "100" and not m.reply
+    ]
+
+
+async def test_idle_heartbeats_reach_an_idle_push_subscriber(servers: dict[str, ServerProcess]) -> None:
+    """idle_heartbeat 0.2 s: an idle subscriber gets at least three within 1.5 s, before and after a
+    delivery, with the last consumer and stream sequences."""
+
+    async def scenario(nc: Client) -> Any:
+        js = nc.jetstream()
+        await js.add_stream(name="HB", subjects=["HB.>"])
+        deliver, inbox = await subscribe(nc)
+        await js.add_consumer("HB", durable_name="d", deliver_subject=deliver, idle_heartbeat=0.2)
+        await inbox.wait_for(3, 1.5)
+        seen: dict[str, Any] = {"idle": heartbeats(inbox)[:3]}
+        await js.publish("HB.m", b"x")
+        await inbox.wait_for(len(inbox.msgs) + 4, 1.5)
+        seen["after a message"] = heartbeats(inbox)[-1]
+        return seen
+
+    seen = await same_on_both(servers, scenario)
+    assert len(seen["idle"]) == 3
+
+
+async def test_pull_request_heartbeats(servers: dict[str, ServerProcess]) -> None:
+    """A pull request with idle_heartbeat 0.2 s and expires 1 s: heartbeats while it waits, then 408."""
+
+    async def scenario(nc: Client) -> Any:
+        await nc.jetstream().add_stream(name="PULLHB", subjects=["PULLHB.>"])
+        await nc.jetstream().add_consumer("PULLHB", durable_name="d", ack_policy="explicit")
+        reply, inbox = await subscribe(nc)
+        await pull(nc, "PULLHB", "d", reply, batch=1, expires=1_000_000_000, idle_heartbeat=200_000_000)
+        await inbox.wait_for(100, 1.5)
+        statuses = pending_statuses(inbox)
+        return {"heartbeats >= 3": statuses.count("100 Idle Heartbeat") >= 3, "last": statuses[-1]}
+
+    assert (await same_on_both(servers, scenario))["heartbeats >= 3"]
+
+
+async def test_flow_control_with_a_subscriber_that_does_not_answer(servers: dict[str, ServerProcess]) -> None:
+    """Flow control as nats-server runs it: a subscriber that does not answer still gets 600 small messages
+    (well under the first window); of 3 MB more it gets about 2 MiB, then the consumer stalls (heartbeats
+    say so); once it answers, the rest arrives."""
+
+    async def scenario(nc: Client) -> Any:
+        js = nc.jetstream()
+        await js.add_stream(name="FC", subjects=["FC.>"])
+        answering = False
+        flow_requests: list[Msg] = []
+        inbox = Inbox()
+
+        async def subscriber(msg: Msg) -> None:
+            if msg.headers and msg.headers.get("Description") == "FlowControl Request":
+                flow_requests.append(msg)
+                if answering:
+                    await msg.respond(b"")
+                return
+            await inbox.cb(msg)
+
+        await nc.subscribe("fc.deliver", cb=subscriber)
+        await js.add_consumer(
+            "FC", durable_name="d", deliver_subject="fc.deliver", flow_control=True, idle_heartbeat=0.3
+        )
+        for _ in range(600):
+            await nc.publish("FC.small", b"s" * 100)
+        await inbox.wait_for(600, 3)
+        seen: dict[str, Any] = {"small, unanswered": len(inbox.deliveries())}
+        for _ in range(300):
+            await nc.publish("FC.large", b"L" * 10_000)
+        await inbox.wait_for(900, 1.5)
+        stalled_at = len(inbox.deliveries()) - 600
+        seen["large, unanswered: about 2 MiB"] = 180 <= stalled_at <= 230
+        await inbox.wait_for(len(inbox.msgs) + 2, 1)  # a heartbeat or two
+        last_heartbeat = heartbeats(inbox)[-1]
+        seen["heartbeat says stalled"] = (
+            last_heartbeat.get("Nats-Consumer-Stalled") == flow_requests[-1].reply
+        )
+        answering = True
+        await flow_requests[-1].respond(b"")
+        await inbox.wait_for(len(inbox.msgs) + 900 - len(inbox.deliveries()), 3)
+        seen["after answering"] = len(inbox.deliveries())
+        return seen
+
+    seen = await same_on_both(servers, scenario)
+    assert seen["after answering"] == 900
