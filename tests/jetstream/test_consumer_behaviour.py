@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from tests.conftest import need_tool
-from tests.servers import ServerProcess, nats_server_binary, start_server
+from tests.servers import ServerProcess, nats_server_binary, pynatsd_command, start_server
 
 Scenario = Callable[[Client], Awaitable[Any]]
 
@@ -605,3 +606,66 @@ async def test_flow_control_with_a_subscriber_that_does_not_answer(servers: dict
 
     seen = await same_on_both(servers, scenario)
     assert seen["after answering"] == 900
+
+
+# -- jetstream { max_buffered_msgs, max_buffered_size } ------------------------------------------------------
+@pytest.mark.parametrize("limit", ["max_buffered_msgs: 1", "max_buffered_size: 2KB"])
+async def test_stream_ingest_buffer_limits(tmp_path: Path, limit: str) -> None:
+    """nats-server's stream ingest limits: a burst of 500 publishes past them is partly refused with 429
+    (10167 "too many requests"), every publisher hears back, and a later single publish is stored."""
+    need_tool(nats_server_binary() is not None, "nats-server")
+    started: dict[str, ServerProcess] = {}
+    try:
+        for kind in ("nats-server", "pynatsd"):
+            conf = tmp_path / f"{kind}.conf"
+            conf.write_text(f'jetstream {{ store_dir: "{tmp_path / kind}", {limit} }}\n')
+            started[kind] = start_server(kind, ["-c", str(conf)])
+
+        async def scenario(nc: Client) -> Any:
+            js = nc.jetstream()
+            await js.add_stream(name="INGEST", subjects=["INGEST.>"])
+            answers = Inbox()
+            await nc.subscribe("answers.*", cb=answers.cb)
+            for i in range(500):
+                await nc.publish("INGEST.x", b"y" * 1000, reply=f"answers.{i}")
+            await answers.wait_for(500, 5)
+            refused = [m for m in answers.msgs if m.headers and m.headers.get("Status") == "429"]
+            stored = (await js.stream_info("INGEST")).state.messages
+            later = await js.publish("INGEST.x", b"later")
+            return {
+                "answered": len(answers.msgs),
+                "stored + refused": stored + len(refused),
+                "most refused": len(refused) > 250,
+                "refusal": {
+                    json.loads(m.data)["error"]["err_code"]: m.headers.get("Description") for m in refused
+                },
+                "later stored": later.seq == stored + 1,
+            }
+
+        seen = await same_on_both(started, scenario)
+        assert seen["refusal"] == {10167: "Too Many Requests"}
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+def test_ingest_buffer_keys_checked_as_nats_server_checks_them(tmp_path: Path) -> None:
+    """The keys are accepted by `-t` on both; a count that is not a number fails both."""
+    need_tool(nats_server_binary() is not None, "nats-server")
+    commands = {"nats-server": [str(nats_server_binary())], "pynatsd": pynatsd_command()}
+    good, bad = "max_buffered_msgs: 10, max_buffered_size: 1MB", 'max_buffered_msgs: "many"'
+    valid = {}
+    for kind, command in commands.items():
+        for value in (good, bad):
+            conf = tmp_path / "ingest.conf"
+            conf.write_text(f'jetstream {{ store_dir: "{tmp_path}", {value} }}\n')
+            done = subprocess.run(
+                [*command, "-c", str(conf), "-t"], capture_output=True, timeout=30, check=False
+            )
+            valid[kind, value] = done.returncode == 0
+    assert valid == {
+        ("nats-server", good): True,
+        ("nats-server", bad): False,
+        ("pynatsd", good): True,
+        ("pynatsd", bad): False,
+    }
