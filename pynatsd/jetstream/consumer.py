@@ -452,6 +452,8 @@ class Consumer:
             delivered["stream_seq"] = max(self._lps[0] - 1, 0)
         if self.last_active:
             delivered["last_active"] = rfc3339(self.last_active)
+        if self.waiting:
+            self._prune_waiting()  # as nats-server: num_waiting counts live requests only
         ack_floor: dict[str, Any] = {"consumer_seq": self.adflr, "stream_seq": self.asflr}
         if self.last_ack:
             ack_floor["last_active"] = rfc3339(self.last_ack)
@@ -667,6 +669,15 @@ class Consumer:
                 self._finish(req, None)
             elif len(self.waiting) > 1:
                 self.waiting.rotate(-1)  # waiting requests take turns, one message each, as in nats-server
+
+    def _prune_waiting(self) -> None:
+        """Drop the pull requests that expired (408) or whose requester stopped listening (no answer)."""
+        now = now_ns()
+        for req in list(self.waiting):
+            if req.expires and now >= req.expires:
+                self._finish(req, b"408 Request Timeout")
+            elif not self._reply_has_interest(req.reply):
+                self._finish(req, None)
 
     def _answer_no_wait(self) -> None:
         """At the end of the stream: a no_wait request that got messages, or has no expiry, is answered 404

@@ -669,3 +669,39 @@ def test_ingest_buffer_keys_checked_as_nats_server_checks_them(tmp_path: Path) -
         ("pynatsd", good): True,
         ("pynatsd", bad): False,
     }
+
+
+async def num_waiting_settled(nc: Client, stream: str, consumer: str, expected: int) -> int:
+    """num_waiting once it is `expected` (nats-server registers a pull request on its own goroutine), or
+    what it still is after a second."""
+    for _ in range(20):
+        waiting = (await counts(nc, stream, consumer))["num_waiting"]
+        if waiting == expected:
+            break
+        await asyncio.sleep(0.05)
+    return waiting
+
+
+async def test_cancelled_pull_request_is_gone(servers: dict[str, ServerProcess]) -> None:
+    """A waiting pull request whose requester unsubscribed no longer counts in num_waiting, and the next
+    message goes to the next request."""
+
+    async def scenario(nc: Client) -> Any:
+        js = nc.jetstream()
+        await js.add_stream(name="CANCEL", subjects=["CANCEL.>"])
+        await js.add_consumer("CANCEL", durable_name="d", ack_policy="explicit")
+        gone = await nc.subscribe(nc.new_inbox())
+        await pull(nc, "CANCEL", "d", gone.subject, batch=1, expires=5_000_000_000)
+        seen = {"waiting": await num_waiting_settled(nc, "CANCEL", "d", 1)}
+        await gone.unsubscribe()
+        await nc.flush()
+        seen["waiting after unsubscribe"] = await num_waiting_settled(nc, "CANCEL", "d", 0)
+        reply, inbox = await subscribe(nc)
+        await pull(nc, "CANCEL", "d", reply, batch=1, expires=2_000_000_000)
+        await js.publish("CANCEL.m", b"x")
+        await inbox.wait_for(1, 1.5)
+        seen["next request got"] = inbox.deliveries()
+        return seen
+
+    seen = await same_on_both(servers, scenario)
+    assert seen["waiting after unsubscribe"] == 0
