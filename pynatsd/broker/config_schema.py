@@ -249,7 +249,7 @@ register_block("cluster", _cluster)
 # rest is refused by name (it protects data), the rest are unknown fields.
 _JETSTREAM_KEYS = frozenset(
     {"store_dir", "store", "storedir", "max_memory_store", "max_mem_store", "max_mem", "max_file_store",
-     "max_file", "domain", "sync_interval", "enabled"}
+     "max_file", "domain", "sync_interval", "enabled", "max_buffered_msgs", "max_buffered_size"}
 )  # fmt: skip
 _JETSTREAM_ENCRYPTION = frozenset({"key", "ek", "cipher", "prev_encryption_key", "tpm"})
 
@@ -260,7 +260,9 @@ def _jetstream(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> N
         return
     if isinstance(value, dict):
         block = to_block(key, value)
-        for low, k, _, at in entries(block, where):
+        for low, k, v, at in entries(block, where):
+            if low == "max_buffered_msgs" and (isinstance(v, bool) or not isinstance(v, int)):
+                ctx.error(at, f'Expected a parseable size for "{k}", got {v}')
             if low in _JETSTREAM_ENCRYPTION:
                 with ctx.at(at):
                     raise refused(k, "JetStream encryption at rest")

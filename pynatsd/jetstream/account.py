@@ -282,6 +282,9 @@ class JsAccount:
                 if old.get("deliver_subject")
                 else "can not update pull consumer to push based"
             )
+        if old.get("deliver_subject") != cfg.get("deliver_subject") and consumer.bound():
+            # Someone receives on the deliver subject: a second subscriber may not take the consumer over.
+            raise errors._e(400, 10013, "consumer name already in use")
         consumer.update(cfg)
         consumer.on_removed()
         consumer.save_soon()

@@ -22,6 +22,10 @@ class JsConfig:
     domain: str = ""
     sync_interval: float = 120.0  # nats-server's default sync_interval: 2 minutes
     sync_always: bool = False
+    # A stream's ingest buffer (nats-server's StreamMaxBufferedMsgs/Size): publishes past it in one turn of
+    # the loop are refused with 429. 0: nats-server's defaults, 100,000 messages and 128 MiB.
+    max_buffered_msgs: int = 0
+    max_buffered_size: int = 0
 
 
 def _size(key: str, value: Any) -> int:
@@ -52,6 +56,12 @@ def from_options(opts: Options) -> JsConfig | None:
             cfg.max_memory_store = _size(key, value)
         elif k in ("max_file_store", "max_file"):
             cfg.max_file_store = _size(key, value)
+        elif k == "max_buffered_msgs":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise JsConfigError(f'Expected a parseable size for "{key}", got {value!r}')
+            cfg.max_buffered_msgs = value
+        elif k == "max_buffered_size":
+            cfg.max_buffered_size = _size(key, value)
         elif k == "domain":
             cfg.domain = str(value)
         elif k == "sync_interval":

@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pynatsd.broker.config_schema import ConfigValueError, parse_duration
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.store import StoredMsg
 from pynatsd.jetstream.util import (
@@ -39,8 +40,11 @@ ACK_WAIT_DEFAULT = 30_000_000_000
 MAX_ACK_PENDING_DEFAULT = 1000
 MAX_WAITING_DEFAULT = 512
 EPHEMERAL_INACTIVE_DEFAULT = 5_000_000_000
-FC_EVERY_MSGS = 128
-FC_EVERY_BYTES = 1024 * 1024
+# Flow control as nats-server runs it: bytes delivered since the last answered request are counted; a request
+# goes out past half the window, delivery stalls past the window; each answer doubles the window (from 2 MiB
+# up to 32 MiB) and takes off what was counted when that request went out.
+FC_WINDOW_LIMIT = 32 * 1024 * 1024
+FC_WINDOW_START = FC_WINDOW_LIMIT // 16
 
 _DELIVER = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
 _ACK = ("none", "all", "explicit")
@@ -112,8 +116,8 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
         cfg["ack_wait"] = ACK_WAIT_DEFAULT
     backoff = cfg.get("backoff") or []
     if backoff:
-        if cfg["ack_policy"] == "none":
-            raise errors.consumer_invalid_policy("ack policy none can not be used with backoff")
+        if any(isinstance(b, int) and b < 0 for b in backoff):
+            raise errors._e(400, 10184, "consumer backoff needs to be positive")
         if cfg["max_deliver"] != -1 and cfg["max_deliver"] < len(backoff):
             raise errors.consumer_max_deliver_backoff()
         cfg["ack_wait"] = backoff[0]
@@ -259,6 +263,7 @@ class Consumer:
         self.last_ack = 0
         self._scheduled = False
         self._ack_timer: asyncio.TimerHandle | None = None
+        self._ack_due = 0  # ns: when `_ack_timer` fires
         self._hb_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._replay_timer: asyncio.TimerHandle | None = None
@@ -268,8 +273,9 @@ class Consumer:
         self._npending: int | None = None  # cached count of undelivered matching messages
         self._fc_reply: bytes | None = None
         self._fc_count = 0
-        self._since_fc_msgs = 0
-        self._since_fc_bytes = 0
+        self._fc_window = FC_WINDOW_START
+        self._fc_pending_bytes = 0  # delivered, not yet covered by an answered flow control request
+        self._fc_size = 0  # `_fc_pending_bytes` when the outstanding request went out (grown past the window)
         self._delivered_since_hb = False
         self._stopped = False
         self._ack_sub = self.account.client.subscribe(
@@ -376,7 +382,7 @@ class Consumer:
         # Whatever was pending when we went down is due for redelivery now.
         for s, d in state.get("pending") or []:
             self.pending[int(s)] = (int(d), 0)
-        self._schedule_ack_check(0)
+        self._schedule_ack_check(0, 0)
 
     def save_soon(self) -> None:
         if self._save_timer is None and not self._stopped and self.persistent:
@@ -446,6 +452,8 @@ class Consumer:
             delivered["stream_seq"] = max(self._lps[0] - 1, 0)
         if self.last_active:
             delivered["last_active"] = rfc3339(self.last_active)
+        if self.waiting:
+            self._prune_waiting()  # as nats-server: num_waiting counts live requests only
         ack_floor: dict[str, Any] = {"consumer_seq": self.adflr, "stream_seq": self.asflr}
         if self.last_ack:
             ack_floor["last_active"] = rfc3339(self.last_ack)
@@ -461,7 +469,7 @@ class Consumer:
             "num_waiting": len(self.waiting),
             "num_pending": self.num_pending(),
         }
-        if self.push and self._has_interest():
+        if self.bound():
             out["push_bound"] = True
         return out
 
@@ -497,6 +505,10 @@ class Consumer:
             self._scheduled = True
             self.loop.call_soon(self._deliver)
 
+    def bound(self) -> bool:
+        """A push consumer whose deliver subject has a subscriber (info's `push_bound`)."""
+        return self.push and self._has_interest()
+
     def _has_interest(self) -> bool:
         res = self.account.client.sublist.match(self.config["deliver_subject"].encode())
         if self.config.get("deliver_group"):
@@ -505,7 +517,9 @@ class Consumer:
         return bool(res.plain or res.groups)
 
     def _next(self) -> StoredMsg | None:
-        """The next message to hand out: a due redelivery first, then last_per_subject's, then new ones."""
+        """The next message to hand out: a due redelivery first (even at max_ack_pending, as nats-server:
+        else a consumer whose worker died holding max_ack_pending messages never delivers again), then
+        last_per_subject's, then new ones."""
         st = self.stream.store
         while self.redeliver:
             seq = self.redeliver.popleft()
@@ -515,6 +529,8 @@ class Consumer:
                 if msg is not None:
                     return msg
                 self.pending.pop(seq, None)
+        if self._blocked():
+            return None
         while self._lps:
             seq = self._lps.popleft()
             msg = st.load(seq)
@@ -561,16 +577,20 @@ class Consumer:
             return
         self._inactive_since = now_ns()
         subject = self._deliver_subject
-        while not self._blocked() and self._fc_reply is None:
+        flow_control = self._fc_sub is not None
+        while not flow_control or self._fc_pending_bytes <= self._fc_window:
             msg = self._next()
             if msg is None or self._replay_later(msg):
                 return
-            self._send(subject, msg)
-            if self._fc_sub is not None:
-                self._since_fc_msgs += 1
-                self._since_fc_bytes += len(msg.data)
-                if self._since_fc_msgs >= FC_EVERY_MSGS or self._since_fc_bytes >= FC_EVERY_BYTES:
-                    self._send_flow_control(subject)
+            reply_size = self._send(subject, msg)
+            if flow_control:
+                size = len(subject) + reply_size + len(msg.data) + (len(msg.hdrs) if msg.hdrs else 0)
+                self._fc_pending_bytes += size
+                if self._fc_reply is None:
+                    if self._fc_pending_bytes > self._fc_window // 2:
+                        self._send_flow_control(subject)
+                elif self._fc_pending_bytes - self._fc_size >= self._fc_window:
+                    self._fc_size += size
 
     def _replay_later(self, msg: StoredMsg) -> bool:
         """replay_policy original: True (message put back, delivery resumed later) while `msg` is early."""
@@ -603,12 +623,15 @@ class Consumer:
     def _send_flow_control(self, subject: bytes) -> None:
         self._fc_count += 1
         self._fc_reply = b"$JS.FC.%s.%s.%d" % (self.stream.name.encode(), self.name.encode(), self._fc_count)
-        self._since_fc_msgs = self._since_fc_bytes = 0
+        self._fc_size = self._fc_pending_bytes
         self.account.client.publish(subject, self._fc_reply, headers(b"100 FlowControl Request"), b"")
 
     def _on_fc(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
         if subject == self._fc_reply and not self.account.client.origin_is_server:
             self._fc_reply = None
+            self._fc_window = min(self._fc_window * 2, FC_WINDOW_LIMIT)
+            self._fc_pending_bytes = max(self._fc_pending_bytes - self._fc_size, 0)
+            self._fc_size = 0
             self.kick()
 
     def _deliver_pull(self) -> None:
@@ -621,25 +644,53 @@ class Consumer:
             if not self._reply_has_interest(req.reply):
                 self._finish(req, None)
                 continue
-            if self._blocked():
-                break
             msg = self._next()
-            if msg is None or self._replay_later(msg):
-                break
-            size = len(msg.subject) + len(msg.data) + (len(msg.hdrs) if msg.hdrs else 0)
-            if req.max_bytes and req.sent_bytes + size > req.max_bytes:
-                self._unnext(msg)
-                self._finish(req, b"409 Message Size Exceeds MaxBytes")
-                continue
+            if msg is None:
+                # Out of messages, no_wait requests get their answer, but not when only max_ack_pending
+                # holds them (nats-server lets those wait for an ack, or their expiry).
+                if not self._blocked():
+                    self._answer_no_wait()
+                return
+            if self._replay_later(msg):
+                return
+            size = 0
+            if req.max_bytes:  # as nats-server counts it: subject, ack reply, headers and data
+                size = len(msg.subject) + len(msg.data) + (len(msg.hdrs) if msg.hdrs else 0)
+                size += self._ack_reply_size(msg)
+                if req.sent_bytes + size > req.max_bytes:
+                    self._unnext(msg)
+                    self._finish(req, b"409 Message Size Exceeds MaxBytes")
+                    continue
             self._send(req.reply, msg)
             req.sent += 1
             req.sent_bytes += size
             req.last_sent = now
-            if req.sent >= req.batch:
+            if req.sent >= req.batch or (req.max_bytes and req.sent_bytes == req.max_bytes):
                 self._finish(req, None)
-        # Requests that asked not to wait get their answer now.
-        for req in [r for r in self.waiting if r.no_wait]:
+            elif len(self.waiting) > 1:
+                self.waiting.rotate(-1)  # waiting requests take turns, one message each, as in nats-server
+
+    def _prune_waiting(self) -> None:
+        """Drop the pull requests that expired (408) or whose requester stopped listening (no answer)."""
+        now = now_ns()
+        for req in list(self.waiting):
+            if req.expires and now >= req.expires:
+                self._finish(req, b"408 Request Timeout")
+            elif not self._reply_has_interest(req.reply):
+                self._finish(req, None)
+
+    def _answer_no_wait(self) -> None:
+        """At the end of the stream: a no_wait request that got messages, or has no expiry, is answered 404
+        (nats-server's one-shot: with an expiry and nothing sent yet it waits for a first message)."""
+        for req in [r for r in self.waiting if r.no_wait and (r.sent or not r.expires)]:
             self._finish(req, b"404 No Messages")
+
+    def _ack_reply_size(self, msg: StoredMsg) -> int:
+        """The length of the ack reply `_send` would give `msg` now (max_bytes counts it)."""
+        n = self.rdc.get(msg.seq, 1) + (1 if msg.seq in self.pending else 0)
+        return len(self._ack_prefix) + len(
+            b"%d.%d.%d.%d.%d" % (n, msg.seq, self.dseq + 1, msg.ts, self.num_pending())
+        )
 
     def _unnext(self, msg: StoredMsg) -> None:
         """Put back a message taken by `_next` but not sent."""
@@ -676,7 +727,8 @@ class Consumer:
     def _status(self, reply: bytes, status: bytes, pairs: list[tuple[bytes, bytes]] | None = None) -> None:
         self.account.client.publish(reply, None, headers(status, pairs), b"")
 
-    def _send(self, subject: bytes, msg: StoredMsg) -> None:
+    def _send(self, subject: bytes, msg: StoredMsg) -> int:
+        """Deliver `msg` to `subject`; returns the length of its ack reply (flow control counts it)."""
         seq = msg.seq
         now = now_ns()
         self.last_active = now
@@ -693,7 +745,7 @@ class Consumer:
         else:
             wait = self._ack_wait(n)
             self.pending[seq] = (self.dseq, now + wait)
-            self._schedule_ack_check(wait)
+            self._schedule_ack_check(now + wait, now)
         hdrs, data = msg.hdrs, msg.data
         if self._headers_only:
             size = b"Nats-Msg-Size: %d\r\n\r\n" % len(data)
@@ -703,6 +755,7 @@ class Consumer:
         if self.ack_none:
             self.stream.on_acked(seq)  # nothing to wait for: interest/workqueue retention may drop it
         self.save_soon()
+        return len(reply)
 
     def _ack_subject(self, n: int, seq: int, stored_ts: int) -> bytes:
         return b"%s%d.%d.%d.%d.%d" % (self._ack_prefix, n, seq, self.dseq, stored_ts, self.num_pending())
@@ -714,32 +767,43 @@ class Consumer:
         return self._ack_wait_ns
 
     # -- ack timers -----------------------------------------------------------------------------------
-    def _schedule_ack_check(self, delay_ns: int) -> None:
-        if self._ack_timer is None and not self._stopped:
-            self._ack_timer = self.loop.call_later(max(delay_ns, 0) / 1e9 + 0.001, self._check_acks)
+    def _schedule_ack_check(self, due: int, now: int) -> None:
+        """Check the acks at `due` (ns) at the latest: a sooner deadline (a NAK delay, a shorter backoff step)
+        moves the timer up, else it would wait for the later one."""
+        if self._stopped:
+            return
+        timer = self._ack_timer
+        if timer is not None:
+            if due >= self._ack_due:
+                return
+            timer.cancel()
+        self._ack_due = due
+        self._ack_timer = self.loop.call_later(max(due - now, 0) / 1e9 + 0.001, self._check_acks)
 
     def _check_acks(self) -> None:
         self._ack_timer = None
         now = now_ns()
         soonest = 0
         max_deliver = self.config.get("max_deliver", -1)
+        given_up = False  # a slot under max_ack_pending was freed: new messages may flow again
         for seq, (_, deadline) in list(self.pending.items()):
             if deadline <= now:
                 if seq in self._redeliver_set:
                     continue
                 if max_deliver > 0 and self.rdc.get(seq, 1) >= max_deliver:
-                    # Delivered as often as allowed: it stays unacked but is not sent again.
+                    # Delivered as often as allowed: not sent again, but still counted as redelivered.
                     del self.pending[seq]
-                    self._acks_done([seq])
+                    self._acks_done([seq], forget_deliveries=False)
+                    given_up = True
                     continue
                 self.redeliver.append(seq)
                 self._redeliver_set.add(seq)
             elif soonest == 0 or deadline < soonest:
                 soonest = deadline
-        if self.redeliver:
+        if self.redeliver or given_up:
             self.kick()
         if soonest:
-            self._schedule_ack_check(soonest - now)
+            self._schedule_ack_check(soonest, now)
 
     # -- acks -----------------------------------------------------------------------------------------
     def _on_ack(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
@@ -782,11 +846,12 @@ class Consumer:
         if self.pending.pop(sseq, None) is not None:
             self._acks_done([sseq])
 
-    def _acks_done(self, seqs: list[int]) -> None:
+    def _acks_done(self, seqs: list[int], forget_deliveries: bool = True) -> None:
         """`seqs` (out of `pending` already) will not be delivered again: move the ack floor once, tell the
         stream (interest/workqueue). Once per AckAll, not per message: the floor's look at the oldest
-        pending entry walks past the entries just deleted (a batch of 1,000 acked cost 0.5M steps)."""
-        if self.rdc:
+        pending entry walks past the entries just deleted (a batch of 1,000 acked cost 0.5M steps).
+        `forget_deliveries` False (max_deliver reached): their delivery counts stay in num_redelivered."""
+        if self.rdc and forget_deliveries:
             for sseq in seqs:
                 self.rdc.pop(sseq, None)
         self.last_ack = now_ns()
@@ -815,11 +880,17 @@ class Consumer:
         if rest.startswith(b"{"):
             try:
                 delay = int(json.loads(rest).get("delay") or 0)
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, TypeError):
+                delay = 0
+        elif rest:  # `-NAK 600ms`: a Go duration, as nats-server takes it (a bad one is a plain NAK)
+            try:
+                delay = int(parse_duration("delay", rest.decode("utf-8", "replace")) * 1e9)
+            except ConfigValueError:
                 delay = 0
         if delay > 0:
-            self.pending[sseq] = (entry[0], now_ns() + delay)
-            self._schedule_ack_check(delay)
+            now = now_ns()
+            self.pending[sseq] = (entry[0], now + delay)
+            self._schedule_ack_check(now + delay, now)
         elif sseq not in self._redeliver_set:
             self.redeliver.append(sseq)
             self._redeliver_set.add(sseq)
@@ -861,9 +932,14 @@ class Consumer:
         if refusal:
             self._status(reply, refusal)
             return
-        if no_wait and not expires and not self.redeliver and not self._blocked() and self.num_pending() == 0:
-            self._status(reply, b"404 No Messages")
-            return
+        if no_wait:
+            available = self.num_pending() + len(self.redeliver)
+            if not available and not expires:
+                self._status(reply, b"404 No Messages")
+                return
+            if available and available < sum(r.batch - r.sent for r in self.waiting):
+                self._status(reply, b"408 Requests Pending")
+                return
         if len(self.waiting) >= self.config.get("max_waiting", MAX_WAITING_DEFAULT):
             self._status(reply, b"409 Exceeded MaxWaiting")
             return

@@ -94,6 +94,10 @@ def store_failed(err: str) -> ApiError:
     return _e(503, 10077, err)
 
 
+def too_many_requests() -> ApiError:
+    return _e(429, 10167, "too many requests")
+
+
 def message_too_big() -> ApiError:
     return _e(400, 10054, "message size exceeds maximum allowed")
 

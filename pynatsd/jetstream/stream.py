@@ -33,6 +33,11 @@ from pynatsd.protocol.subjects import is_valid_subject
 
 log = get_logger()
 
+# nats-server's defaults for a stream's ingest buffer (streamDefaultMaxQueueMsgs/Bytes).
+STREAM_MAX_BUFFERED_MSGS = 100_000
+STREAM_MAX_BUFFERED_SIZE = 128 * 1024 * 1024
+TOO_MANY_REQUESTS = b"NATS/1.0 429 Too Many Requests\r\n\r\n"
+
 if TYPE_CHECKING:
     from pynatsd.jetstream.account import JsAccount
     from pynatsd.jetstream.consumer import Consumer
@@ -264,6 +269,18 @@ class Stream:
         self._dedupe_ts: deque[int] = deque()
         self._last_msg_id = b""
         self._answers: list[tuple[bytes, int, bytes]] = []  # PubAcks waiting for the store's write
+        # The ingest buffer: what this turn of the loop brought in, against the configured limits.
+        js_config = account.js.config
+        self._buffer_msgs_limit = js_config.max_buffered_msgs or STREAM_MAX_BUFFERED_MSGS
+        self._buffer_size_limit = js_config.max_buffered_size or STREAM_MAX_BUFFERED_SIZE
+        self._buffer_limited = bool(js_config.max_buffered_msgs or js_config.max_buffered_size)
+        self._buffered_msgs = 0
+        self._buffered_size = 0
+        self._buffer_turn = False  # this turn's counts are in use (a call_soon empties them)
+        self._buffer_warned = False
+        self._too_many_requests = json.dumps(
+            {"error": errors.too_many_requests().json(), "stream": self.name, "seq": 0}, separators=(",", ":")
+        ).encode()
         self._age_timer: Any = None
         self._name_bytes = self.name.encode()
         self._dg_format = _DIRECT_BATCH_HEADERS.replace(b"<stream>", self._name_bytes.replace(b"%", b"%%"))
@@ -385,6 +402,10 @@ class Stream:
 
     # -- publish --------------------------------------------------------------------------------------
     def _on_publish(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
+        if self._buffer_limited and self._over_buffer(len(subject) + len(hdrs or b"") + len(payload)):
+            if reply:
+                self.account.client.publish(reply, None, TOO_MANY_REQUESTS, self._too_many_requests)
+            return
         try:
             seq, duplicate = self.process(subject, hdrs, payload)
         except OSError as exc:  # the disk said no (full, gone): the publisher hears it, as from nats-server
@@ -402,6 +423,28 @@ class Stream:
             # Written as nats-server writes it (by hand, hence the space in `"duplicate": true`).
             ack = b'%s"seq":%d%s}' % (self._ack_head, seq, b',"duplicate": true' if duplicate else b"")
             self._answer(reply, seq, ack)
+
+    def _over_buffer(self, size: int) -> bool:
+        """True (the message is dropped) when it would take this turn's ingest past a configured limit: the
+        defaults are never reached in one turn, so they cost nothing unless the config sets one."""
+        if not self._buffer_turn:
+            self._buffer_turn = True
+            self._js.loop.call_soon(self._empty_buffer)
+        if (
+            self._buffered_msgs >= self._buffer_msgs_limit
+            or self._buffered_size + size > self._buffer_size_limit
+        ):
+            if not self._buffer_warned:  # one warning a turn
+                self._buffer_warned = True
+                log.warning("Dropping messages due to excessive stream ingest rate on '%s'", self.name)
+            return True
+        self._buffered_msgs += 1
+        self._buffered_size += size
+        return False
+
+    def _empty_buffer(self) -> None:
+        self._buffered_msgs = self._buffered_size = 0
+        self._buffer_turn = self._buffer_warned = False
 
     def _answer(self, reply: bytes, seq: int, body: bytes) -> None:
         """Send a publish's answer, after the store has written what this turn of the loop appended: the
