@@ -60,7 +60,8 @@ class JsAccount:
         stream.start()
         obs = sdir / "obs"
         if obs.is_dir():
-            for path in sorted(obs.glob("*.json")):
+            # obs/<name>/state.json, and obs/<name>.json as earlier versions wrote it
+            for path in sorted([*obs.glob("*/state.json"), *obs.glob("*.json")]):
                 try:
                     state = json.loads(path.read_text())
                 except (OSError, ValueError) as exc:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd.broker.logging import get_logger
 from pynatsd.jetstream import consumer as consumer_mod
-from pynatsd.jetstream import errors
+from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.stream import API_LEVEL, Stream, normalize_config
 from pynatsd.jetstream.util import (
@@ -19,7 +19,9 @@ from pynatsd.jetstream.util import (
     rfc3339,
     subjects_overlap,
 )
+from pynatsd.protocol import gojson
 from pynatsd.protocol.encoder import no_responders_headers
+from pynatsd.protocol.gojson import GoJsonError
 
 if TYPE_CHECKING:
     from pynatsd.jetstream.account import JsAccount
@@ -29,6 +31,7 @@ log = get_logger()
 _TYPE = "io.nats.jetstream.api.v1."
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
+SUBJECTS_LIMIT = 100_000  # nats-server's JSMaxSubjectDetails: subjects a stream info page shows
 # Go's encoding/json escapes these; clients never care, byte-level comparisons do.
 _GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
@@ -39,17 +42,47 @@ def encode(body: Reply) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).translate(_GO_ESCAPES).encode()
 
 
-def _request(payload: bytes) -> dict[str, Any]:
-    """The request JSON ({} for an empty body); ApiError on invalid JSON."""
-    if not payload.strip():
-        return {}
-    try:
-        req = json.loads(payload)
-    except ValueError as exc:
-        raise errors.invalid_json(str(exc)) from None
-    if not isinstance(req, dict):
-        raise errors.invalid_json("expected an object")
+def _stream_config(payload: bytes) -> dict[str, Any]:
+    """A stream create/update body, typed as nats-server types it; options pynatsd lacks refused by name."""
+    cfg = requests.parse(payload, requests.STREAM_CONFIG)
+    name = requests.unsupported(cfg, requests.STREAM_UNSUPPORTED)
+    if name is not None:
+        raise errors.stream_invalid_config(f"stream option {name} is not supported by pynatsd")
+    return cfg
+
+
+def _consumer_request(payload: bytes) -> dict[str, Any]:
+    """A consumer create body, typed as nats-server types it; options pynatsd lacks refused by name."""
+    req = requests.parse(payload, requests.CONSUMER_CREATE)
+    name = requests.unsupported(
+        {**req.get("config", {}), "pedantic": req.get("pedantic")}, requests.CONSUMER_UNSUPPORTED
+    )
+    if name is not None:
+        raise errors.consumer_create(f"consumer option {name} is not supported by pynatsd")
     return req
+
+
+def _offset(req: dict[str, Any]) -> int:
+    """A listing's offset; nats-server counts a negative one as 0."""
+    return max(int(req.get("offset") or 0), 0)
+
+
+def _with_subjects(state: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
+    """The state with its `subjects` where nats-server writes them (after num_subjects)."""
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        out[key] = value
+        if key == "num_subjects":
+            out["subjects"] = counts
+    if "subjects" not in out:
+        out["subjects"] = counts
+    return out
+
+
+def _json_value(payload: bytes) -> Any:
+    """The body's last JSON value (bounded depth), None for an empty one."""
+    values = gojson.loads(payload)
+    return values[-1] if values else None
 
 
 def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
@@ -58,8 +91,8 @@ def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
         req: Any = {}
         if payload:
             try:
-                req = json.loads(payload)
-            except ValueError:
+                req = _json_value(payload)
+            except GoJsonError:
                 return b"408 Malformed Request"
             if not isinstance(req, dict):
                 return b"408 Malformed Request"
@@ -78,8 +111,8 @@ def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
     if not payload:
         return b"408 Empty Request"
     try:
-        req = json.loads(payload)
-    except ValueError:
+        req = _json_value(payload)
+    except GoJsonError:
         return b"408 Malformed Request"
     if not isinstance(req, dict) or not all(
         isinstance(req.get(k, 0), int) and not isinstance(req.get(k), bool)
@@ -176,7 +209,8 @@ class Api:
             body = route(toks, payload)
             resp = {"type": _TYPE + kind, **body}
         except Exception as exc:  # an answer is owed whatever happened: never leave a request hanging
-            err = exc if isinstance(exc, ApiError) else errors.general(f"{type(exc).__name__}: {exc}")
+            # Never Python's words nor a path: the log has them, the requester gets a fixed text.
+            err = exc if isinstance(exc, ApiError) else errors.general("internal error")
             if not isinstance(exc, ApiError):
                 log.exception("JetStream API %s failed", subject.decode(errors="replace"))
             self.account.api_errors += 1
@@ -220,26 +254,36 @@ class Api:
 
     # -- streams --------------------------------------------------------------------------------------
     def stream_create(self, toks: list[str], payload: bytes) -> Reply:
-        cfg = normalize_config(_request(payload), toks[2])
+        cfg = normalize_config(_stream_config(payload), toks[2])
         stream = self.account.create_stream(cfg)
         # nats-server says did_create for an idempotent repeat too.
         return {**stream.info(), "ts": rfc3339(now_ns()), "did_create": True}
 
     def stream_update(self, toks: list[str], payload: bytes) -> Reply:
-        cfg = normalize_config(_request(payload), toks[2])
+        cfg = normalize_config(_stream_config(payload), toks[2])
         stream = self.account.update_stream(cfg)
         return {**stream.info(), "ts": rfc3339(now_ns())}
 
     def stream_info(self, toks: list[str], payload: bytes) -> Reply:
-        req = _request(payload)
+        req = requests.parse(payload, requests.STREAM_INFO)
         stream = self._stream(toks[2])
         sf = req.get("subjects_filter")
-        info = stream.info(subjects_filter=sf, deleted_details=bool(req.get("deleted_details")))
-        total = len(info["state"].get("subjects", {}))
+        info = stream.info(deleted_details=bool(req.get("deleted_details")))
+        total, offset = 0, 0
+        if sf:
+            counts = stream.subject_counts(sf)
+            if counts:
+                # nats-server's paging: at most SUBJECTS_LIMIT subjects a page, by name from `offset`.
+                total, offset = len(counts), min(max(req.get("offset") or 0, 0), len(counts))
+                if offset or total > SUBJECTS_LIMIT:
+                    names = sorted(counts)[offset : offset + SUBJECTS_LIMIT]
+                    counts = {name: counts[name] for name in names}
+                if counts:
+                    info["state"] = _with_subjects(info["state"], counts)
         return {
             "total": total,
-            "offset": 0,
-            "limit": 100_000 if sf else 0,
+            "offset": offset,
+            "limit": SUBJECTS_LIMIT if total else 0,
             **info,
             "cluster": {"leader": self.account.js.server.server_name},
             "ts": rfc3339(now_ns()),
@@ -250,7 +294,7 @@ class Api:
         return {"success": True}
 
     def stream_purge(self, toks: list[str], payload: bytes) -> Reply:
-        req = _request(payload)
+        req = requests.parse(payload, requests.STREAM_PURGE)
         purged = self._stream(toks[2]).purge(req)
         return {"success": True, "purged": purged}
 
@@ -265,9 +309,9 @@ class Api:
         return streams
 
     def stream_names(self, toks: list[str], payload: bytes) -> Reply:
-        req = _request(payload)
+        req = requests.parse(payload, requests.STREAM_NAMES)
         streams = self._filtered_streams(req)
-        offset = int(req.get("offset") or 0)
+        offset = _offset(req)
         page = streams[offset : offset + NAMES_LIMIT]
         return {
             "total": len(streams),
@@ -277,9 +321,9 @@ class Api:
         }
 
     def stream_list(self, toks: list[str], payload: bytes) -> Reply:
-        req = _request(payload)
+        req = requests.parse(payload, requests.STREAM_LIST)
         streams = self._filtered_streams(req)
-        offset = int(req.get("offset") or 0)
+        offset = _offset(req)
         page = streams[offset : offset + LIST_LIMIT]
         ts = rfc3339(now_ns())
         items = []
@@ -290,12 +334,12 @@ class Api:
         return {"total": len(streams), "offset": offset, "limit": LIST_LIMIT, "streams": items}
 
     def msg_get(self, toks: list[str], payload: bytes) -> Reply:
-        req = _request(payload)
+        req = requests.parse(payload, requests.MSG_GET)
         stream = self._stream(toks[3])
         return {"message": stream.message_json(stream.get_message(req))}
 
     def msg_delete(self, toks: list[str], payload: bytes) -> Reply:
-        req = _request(payload)
+        req = requests.parse(payload, requests.MSG_DELETE)
         stream = self._stream(toks[3])
         seq = req.get("seq")
         if not isinstance(seq, int) or seq <= 0:
@@ -334,46 +378,43 @@ class Api:
     def _create(
         self, stream_name: str, req: dict[str, Any], name: str | None, durable_api: bool, filt: str | None
     ) -> Reply:
-        if req.get("stream_name") and req["stream_name"] != stream_name:
+        # nats-server's order of checks and errors for the three create subjects.
+        if (req.get("stream_name") or "") != stream_name:
             raise errors.stream_mismatch()
-        stream = self._stream(stream_name)
-        raw = req.get("config", {})
-        if not isinstance(raw, dict):
-            raise errors.consumer_config_required()
+        raw: dict[str, Any] = req.get("config") or {}
+        consumer_name = name if name is not None else str(raw.get("name") or "")
+        if "/" in consumer_name or "\\" in consumer_name:
+            raise errors._e(400, 10127, "Consumer name can not contain path separators")
+        durable = raw.get("durable_name") or ""
         if name is None:
-            if raw.get("durable_name"):
+            if durable:
                 raise errors.consumer_ephemeral_with_durable_name()
-        elif durable_api:
-            if not raw.get("durable_name"):
-                raise errors.consumer_durable_name_not_set()
-            if raw["durable_name"] != name:
-                raise errors.consumer_durable_name_mismatch()
         else:
-            given = raw.get("name") or raw.get("durable_name")
-            if given and given != name:
+            if durable_api and not durable:
+                raise errors.consumer_durable_name_not_set()
+            if durable and durable != name:
                 raise errors.consumer_durable_name_mismatch()
-            if not raw.get("name"):
-                raw = {**raw, "name": name}
-            if filt is not None:
-                fs = raw.get("filter_subjects")
-                if fs and len(fs) > 1:
-                    raise errors._e(
-                        400, 10137, "consumer with multiple subject filters cannot use subject based API"
-                    )
-                if (raw.get("filter_subject") or (fs[0] if fs else "")) != filt:
-                    raise errors.consumer_filter_mismatch()
+            raw = {**raw, "name": name}  # the subject names the consumer, whatever the body says
+        if filt is not None:
+            if raw.get("filter_subjects"):
+                raise errors._e(
+                    400, 10137, "consumer with multiple subject filters cannot use subject based API"
+                )
+            if (raw.get("filter_subject") or "") != filt:
+                raise errors.consumer_filter_mismatch()
+        stream = self._stream(stream_name)
         cfg = consumer_mod.normalize_config(raw, stream)
         consumer = self.account.add_consumer(stream, cfg, str(req.get("action") or ""))
         return {**consumer.info(), "ts": rfc3339(now_ns())}
 
     def consumer_create(self, toks: list[str], payload: bytes) -> Reply:
-        req = _request(payload)
+        req = _consumer_request(payload)
         name = toks[3] if len(toks) > 3 else None
         filt = toks[4] if len(toks) > 4 else None
         return self._create(toks[2], req, name, False, filt)
 
     def consumer_durable(self, toks: list[str], payload: bytes) -> Reply:
-        return self._create(toks[3], _request(payload), toks[4], True, None)
+        return self._create(toks[3], _consumer_request(payload), toks[4], True, None)
 
     def consumer_info(self, toks: list[str], payload: bytes) -> Reply:
         stream = self._stream(toks[2])
@@ -388,10 +429,10 @@ class Api:
         return {"success": True}
 
     def consumer_names(self, toks: list[str], payload: bytes) -> Reply:
-        req = _request(payload)
+        req = requests.parse(payload, requests.CONSUMERS)
         stream = self._stream(toks[2])
         names = sorted(stream.consumers)
-        offset = int(req.get("offset") or 0)
+        offset = _offset(req)
         return {
             "total": len(names),
             "offset": offset,
@@ -400,10 +441,10 @@ class Api:
         }
 
     def consumer_list(self, toks: list[str], payload: bytes) -> Reply:
-        req = _request(payload)
+        req = requests.parse(payload, requests.CONSUMERS)
         stream = self._stream(toks[2])
         names = sorted(stream.consumers)
-        offset = int(req.get("offset") or 0)
+        offset = _offset(req)
         ts = rfc3339(now_ns())
         items = [
             {**stream.consumers[n].info(stored_config=True), "ts": ts}

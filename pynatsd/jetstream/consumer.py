@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import string
 from bisect import bisect_left
 from collections import deque
@@ -34,7 +35,9 @@ if TYPE_CHECKING:
     from pynatsd.jetstream.stream import Stream
 
 from pynatsd.jetstream.stream import with_server_metadata
+from pynatsd.protocol.subjects import is_valid_subject
 
+MAX_NAME_LEN = 255  # nats-server's JSMaxNameLen, in bytes
 ACK_WAIT_DEFAULT = 30_000_000_000
 MAX_ACK_PENDING_DEFAULT = 1000
 MAX_WAITING_DEFAULT = 512
@@ -63,7 +66,7 @@ def random_name(n: int = 8) -> str:
 
 
 def _valid_name(name: str) -> bool:
-    return bool(name) and not any(c in name for c in ".*> \t/\\")
+    return bool(name) and not any(c in name for c in ".*> \t\r\n\f/\\")
 
 
 def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
@@ -75,12 +78,22 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     name = cfg.get("name") or ""
     if durable and name and durable != name:
         raise errors.consumer_name_mismatch()
-    if durable and not _valid_name(durable):
-        raise errors.consumer_bad_durable_name()
     if name and not _valid_name(name):
         raise errors.stream_invalid_config("consumer name can not contain '.', '*', '>', '\\', '/'")
+    if durable and not _valid_name(durable):
+        raise errors.stream_invalid_config("consumer durable name can not contain '.', '*', '>', '\\', '/'")
+    if durable and len(durable.encode()) > MAX_NAME_LEN:
+        raise errors._e(400, 10102, f"consumer name is too long, maximum allowed is {MAX_NAME_LEN}")
+    if name and len(name.encode()) > MAX_NAME_LEN and stream.config["storage"] == "file":
+        raise errors.consumer_create("error creating store for consumer")  # nats-server's file name fails
     if durable:
         cfg["name"] = durable
+    if cfg.get("num_replicas", 0) < 0:
+        raise errors._e(400, 10133, "replicas count cannot be negative")
+    if any(b < 0 for b in cfg.get("backoff") or []):
+        raise errors._e(400, 10184, "consumer backoff needs to be positive")
+    if cfg.get("ack_wait", 0) < 0:
+        raise errors._e(400, 10183, "consumer ack wait needs to be positive")
     cfg.setdefault("deliver_policy", "all")
     cfg.setdefault("ack_policy", "none")
     cfg.setdefault("replay_policy", "instant")
@@ -99,6 +112,8 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
             raise errors.consumer_deliver_to_wildcards()
         if cfg.get("max_waiting"):
             raise errors.consumer_push_max_waiting()
+        if 0 < cfg.get("idle_heartbeat", 0) < 100_000_000:
+            raise errors._e(400, 10083, "consumer idle heartbeat needs to be >= 100ms")
     else:
         if cfg.get("flow_control"):
             raise errors._e(400, 10089, "consumer flow control requires a push based consumer")
@@ -131,12 +146,15 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     for f in filters:
         if not f:
             raise errors._e(400, 10139, "consumer filter in FilterSubjects cannot be empty")
+        if not is_valid_subject(f.encode()):
+            raise errors.stream_invalid_config("invalid subject")
     for i, a in enumerate(filters):
         for b in filters[i + 1 :]:
             if subjects_overlap(a.encode(), b.encode()):
                 raise errors._e(400, 10138, "consumer subject filters cannot overlap")
     dp = cfg["deliver_policy"]
     _check_start(dp, cfg, bool(filters))
+    _check_sample_freq(str(cfg.get("sample_freq") or ""))
     if push and cfg.get("flow_control") and not cfg.get("idle_heartbeat"):
         raise errors.flow_control_needs_heartbeats()
     retention = stream.config["retention"]
@@ -160,6 +178,23 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     cfg["metadata"] = meta
     out = {k: cfg[k] for k in _ORDER if k in cfg and (k in _ALWAYS or cfg[k] not in (0, "", False, [], {}))}
     return out
+
+
+def _check_sample_freq(freq: str) -> None:
+    """nats-server's parse of `sample_freq` ("50" or "50%"), worded as Go's strconv.Atoi error."""
+    if not freq:
+        return
+    digits = freq.removesuffix("%")
+    body = digits[1:] if digits[:1] in "+-" else digits
+    if not body or not body.isascii() or not body.isdigit():
+        problem = f'strconv.Atoi: parsing "{digits}": invalid syntax'
+    elif not -(1 << 63) <= int(digits) < (1 << 63):
+        problem = f'strconv.Atoi: parsing "{digits}": value out of range'
+    elif int(digits) < 0:
+        problem = "<nil>"  # nats-server formats its nil error
+    else:
+        return
+    raise errors._e(400, 10095, f"failed to parse consumer sampling configuration: {problem}")
 
 
 def _check_start(dp: str, cfg: dict[str, Any], filtered: bool) -> None:
@@ -386,11 +421,13 @@ class Consumer:
         self._save_timer = None
         if not self.persistent or self.stream.directory is None:
             return
-        d = self.stream.directory / "obs"
+        # obs/<name>/state.json: a directory named as the consumer holds any name nats-server allows (255
+        # bytes; "<name>.json.tmp" did not, and a 250-byte durable was acknowledged, then lost on restart).
+        d = self.stream.directory / "obs" / self.name
         d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f"{self.name}.json.tmp"
+        tmp = d / "state.json.tmp"
         tmp.write_text(json.dumps(self.state_json()))
-        tmp.replace(d / f"{self.name}.json")
+        tmp.replace(d / "state.json")
 
     def stop(self, deleted: bool = False) -> None:
         if self._stopped:
@@ -414,7 +451,9 @@ class Consumer:
                 self._status(req.reply, b"409 Consumer Deleted")
         self.waiting.clear()
         if deleted and self.stream.directory is not None:
-            (self.stream.directory / "obs" / f"{self.name}.json").unlink(missing_ok=True)
+            obs = self.stream.directory / "obs"
+            shutil.rmtree(obs / self.name, ignore_errors=True)
+            (obs / f"{self.name}.json").unlink(missing_ok=True)  # the layout before obs/<name>/
 
     # -- counts ---------------------------------------------------------------------------------------
     def num_pending(self) -> int:

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 API_LEVEL = 1
 DEFAULT_DUPLICATE_WINDOW = 120_000_000_000  # 2 minutes, in nanoseconds
+MAX_NAME_LEN = 255  # nats-server's JSMaxNameLen (streams and consumers)
+MAX_DESCRIPTION_LEN = 4096
 # A batched direct get's headers for a message without its own (values: subject, sequence, time, pending,
 # previous sequence); nats-server appends the same lines to a message's own headers.
 _DIRECT_BATCH_HEADERS = (
@@ -98,6 +100,13 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str,
         raise errors._e(400, 10128, "Stream name can not contain path separators")
     if _NAME_BAD.search(name):
         raise errors.stream_invalid_config("stream name can not contain whitespace, '.', '*', '>'")
+    # nats-server's limits, in bytes: a longer name could not be its directory's name (never acknowledged).
+    if len(name.encode()) > MAX_NAME_LEN:
+        raise errors.stream_invalid_config(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
+    if len(str(raw.get("description") or "").encode()) > MAX_DESCRIPTION_LEN:
+        raise errors.stream_invalid_config(
+            f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}"
+        )
     cfg: dict[str, Any] = dict(STREAM_DEFAULTS)
     for key, value in raw.items():
         if value is None:
@@ -111,7 +120,7 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str,
     for key in ("max_msgs", "max_bytes", "max_msgs_per_subject", "max_msg_size", "max_consumers"):
         if not isinstance(cfg[key], int) or isinstance(cfg[key], bool):
             raise errors.invalid_json(f"{key} must be an integer")
-        if cfg[key] == 0:
+        if cfg[key] == 0 or cfg[key] < -1:
             cfg[key] = -1
     if cfg["num_replicas"] == 0:
         cfg["num_replicas"] = 1
@@ -120,11 +129,15 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str,
     if cfg["num_replicas"] > 1:
         raise errors.replicas_not_supported()
     if cfg["max_age"] < 0:
-        raise errors.stream_invalid_config("max age needs to be >= 0")
+        raise errors.stream_invalid_config("max age can not be negative")
+    if 0 < cfg["max_age"] < 100_000_000:
+        raise errors.stream_invalid_config("max age needs to be >= 100ms")
     if not raw.get("duplicate_window"):
         cfg["duplicate_window"] = DEFAULT_DUPLICATE_WINDOW
         if cfg["max_age"] and cfg["max_age"] < DEFAULT_DUPLICATE_WINDOW:
             cfg["duplicate_window"] = cfg["max_age"]
+    if cfg["duplicate_window"] < 0:
+        raise errors.stream_invalid_config("duplicates window can not be negative")
     if cfg["max_age"] and cfg["duplicate_window"] > cfg["max_age"]:
         raise errors.stream_invalid_config("duplicates window can not be larger then max age")
     if cfg.get("mirror") or cfg.get("sources"):
@@ -320,6 +333,11 @@ class Stream:
                 state["subjects"] = counts
         state["consumer_count"] = len(self.consumers)
         return state
+
+    def subject_counts(self, subjects_filter: str) -> dict[str, int]:
+        """Messages per stored subject matching the filter."""
+        f = subjects_filter.encode()
+        return {s.decode(): len(v) for s, v in self.store.subjects.items() if subject_matches(f, s)}
 
     def info(self, **kwargs: Any) -> dict[str, Any]:
         return {
