@@ -62,9 +62,9 @@ def _consumer_request(payload: bytes) -> dict[str, Any]:
     return req
 
 
-def _offset(req: dict[str, Any]) -> int:
-    """A listing's offset; nats-server counts a negative one as 0."""
-    return max(int(req.get("offset") or 0), 0)
+def _offset(req: dict[str, Any], total: int) -> int:
+    """A listing's offset, within 0..total as nats-server bounds it."""
+    return min(max(int(req.get("offset") or 0), 0), total)
 
 
 def _with_subjects(state: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
@@ -255,6 +255,8 @@ class Api:
     # -- streams --------------------------------------------------------------------------------------
     def stream_create(self, toks: list[str], payload: bytes) -> Reply:
         cfg = normalize_config(_stream_config(payload), toks[2])
+        if cfg.get("sealed"):
+            raise errors.stream_invalid_config("stream configuration for create can not be sealed")
         stream = self.account.create_stream(cfg)
         # nats-server says did_create for an idempotent repeat too.
         return {**stream.info(), "ts": rfc3339(now_ns()), "did_create": True}
@@ -311,7 +313,7 @@ class Api:
     def stream_names(self, toks: list[str], payload: bytes) -> Reply:
         req = requests.parse(payload, requests.STREAM_NAMES)
         streams = self._filtered_streams(req)
-        offset = _offset(req)
+        offset = _offset(req, len(streams))
         page = streams[offset : offset + NAMES_LIMIT]
         return {
             "total": len(streams),
@@ -323,7 +325,7 @@ class Api:
     def stream_list(self, toks: list[str], payload: bytes) -> Reply:
         req = requests.parse(payload, requests.STREAM_LIST)
         streams = self._filtered_streams(req)
-        offset = _offset(req)
+        offset = _offset(req, len(streams))
         page = streams[offset : offset + LIST_LIMIT]
         ts = rfc3339(now_ns())
         items = []
@@ -432,7 +434,7 @@ class Api:
         req = requests.parse(payload, requests.CONSUMERS)
         stream = self._stream(toks[2])
         names = sorted(stream.consumers)
-        offset = _offset(req)
+        offset = _offset(req, len(names))
         return {
             "total": len(names),
             "offset": offset,
@@ -444,7 +446,7 @@ class Api:
         req = requests.parse(payload, requests.CONSUMERS)
         stream = self._stream(toks[2])
         names = sorted(stream.consumers)
-        offset = _offset(req)
+        offset = _offset(req, len(names))
         ts = rfc3339(now_ns())
         items = [
             {**stream.consumers[n].info(stored_config=True), "ts": ts}

@@ -88,12 +88,27 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
         raise errors.consumer_create("error creating store for consumer")  # nats-server's file name fails
     if durable:
         cfg["name"] = durable
+    if cfg.get("num_replicas", 0) > 1:
+        raise errors.replicas_not_supported()
     if cfg.get("num_replicas", 0) < 0:
         raise errors._e(400, 10133, "replicas count cannot be negative")
     if any(b < 0 for b in cfg.get("backoff") or []):
         raise errors._e(400, 10184, "consumer backoff needs to be positive")
     if cfg.get("ack_wait", 0) < 0:
         raise errors._e(400, 10183, "consumer ack wait needs to be positive")
+    # nats-server's defaults: a negative limit is no limit (0; -1 for max_ack_pending), not an error.
+    for key in (
+        "max_waiting",
+        "max_batch",
+        "max_expires",
+        "max_bytes",
+        "idle_heartbeat",
+        "inactive_threshold",
+    ):
+        if cfg.get(key, 0) < 0:
+            cfg[key] = 0
+    if cfg.get("max_ack_pending", 0) < -1:
+        cfg["max_ack_pending"] = -1
     cfg.setdefault("deliver_policy", "all")
     cfg.setdefault("ack_policy", "none")
     cfg.setdefault("replay_policy", "instant")
@@ -110,25 +125,29 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
         ds = cfg["deliver_subject"]
         if "*" in ds or ">" in ds:
             raise errors.consumer_deliver_to_wildcards()
+        if not is_valid_subject(ds.encode()):
+            raise errors._e(400, 10112, "invalid push consumer deliver subject")
         if cfg.get("max_waiting"):
             raise errors.consumer_push_max_waiting()
+        if cfg.get("max_ack_pending", 0) > 0 and cfg["ack_policy"] == "none":
+            raise errors._e(400, 10082, "consumer requires ack policy for max ack pending")
         if 0 < cfg.get("idle_heartbeat", 0) < 100_000_000:
             raise errors._e(400, 10083, "consumer idle heartbeat needs to be >= 100ms")
     else:
-        if cfg.get("flow_control"):
-            raise errors._e(400, 10089, "consumer flow control requires a push based consumer")
         if cfg.get("idle_heartbeat"):
             raise errors._e(400, 10088, "consumer idle heartbeat requires a push based consumer")
+        if cfg.get("flow_control"):
+            raise errors._e(400, 10089, "consumer flow control requires a push based consumer")
         if cfg.get("max_waiting", 0) < 0:
             raise errors._e(400, 10087, "consumer max waiting needs to be positive")
+        if 0 < cfg.get("max_expires", 0) < 1_000_000:
+            raise errors._e(400, 10115, "consumer max request expires needs to be >= 1ms")
         if not cfg.get("max_waiting"):
             cfg["max_waiting"] = MAX_WAITING_DEFAULT
     if not cfg.get("ack_wait") and cfg["ack_policy"] != "none":
         cfg["ack_wait"] = ACK_WAIT_DEFAULT
     backoff = cfg.get("backoff") or []
     if backoff:
-        if cfg["ack_policy"] == "none":
-            raise errors.consumer_invalid_policy("ack policy none can not be used with backoff")
         if cfg["max_deliver"] != -1 and cfg["max_deliver"] < len(backoff):
             raise errors.consumer_max_deliver_backoff()
         cfg["ack_wait"] = backoff[0]

@@ -124,6 +124,8 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None) -> dict[str,
             cfg[key] = -1
     if cfg["num_replicas"] == 0:
         cfg["num_replicas"] = 1
+    if cfg["num_replicas"] > 5:  # nats-server's StreamMaxReplicas, checked before the sign
+        raise errors.stream_invalid_config("maximum replicas is 5")
     if cfg["num_replicas"] < 0:
         raise errors._e(400, 10133, "replicas count cannot be negative")
     if cfg["num_replicas"] > 1:

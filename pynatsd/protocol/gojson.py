@@ -108,27 +108,31 @@ def _cut_deep(text: str) -> str:
 def loads(payload: bytes | str) -> list[Any]:
     """The JSON values of a body (a stream of them, as Go's Decoder reads it); GoJsonError on bad syntax."""
     text = payload if isinstance(payload, str) else payload.decode("utf-8", "replace")
-    values: list[Any] = []
+    return [value for value, _ in _located(text)]
+
+
+def _located(text: str) -> list[tuple[Any, int]]:
+    """The body's JSON values with where each starts (in the cut-down body when it was too deep)."""
     try:
-        values = _values(text)
+        return _values(text)
     except RecursionError:
-        values = _values(_cut_deep(text))
-    return values
+        return _values(_cut_deep(text))
 
 
-def _values(text: str) -> list[Any]:
-    values: list[Any] = []
+def _values(text: str) -> list[tuple[Any, int]]:
+    values: list[tuple[Any, int]] = []
     pos, end = 0, len(text)
     while True:
         while pos < end and text[pos] in " \t\r\n":
             pos += 1
         if pos >= end:
             return values
+        start = pos
         try:
             value, pos = _decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             raise GoJsonError(_syntax(exc)) from None
-        values.append(value)
+        values.append((value, start))
 
 
 def _syntax(exc: json.JSONDecodeError) -> str:
@@ -190,9 +194,18 @@ def _clean(text: str) -> str:
 
 
 class _Decoding:
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, text: str = "") -> None:
         self.root = root
         self.error: str | None = None  # Go keeps the first type error and goes on
+        self.text = text  # the body, for the raw text a custom UnmarshalJSON names
+        self.start = 0  # where the value being decoded starts in it
+
+    def raw_at(self, path: list[str]) -> str | None:
+        """The body's own text of the value at `path` (Go shows it verbatim), None if not found."""
+        try:
+            return _raw_at(self.text, self.start, path)
+        except (ValueError, IndexError, StopIteration):
+            return None
 
     def save(self, text: str) -> None:
         if self.error is None:
@@ -213,15 +226,17 @@ class _Decoding:
     def value(self, value: Any, typ: Any, path: list[str]) -> Any:
         """The decoded value, or None (the field keeps its zero value) after saving an error."""
         if isinstance(typ, Enum):
-            raw = _raw(value)
-            if raw in typ.values:
-                return typ.values[raw]
+            if _raw(value) in typ.values:
+                return typ.values[_raw(value)]
+            # A custom UnmarshalJSON's error ends the decoding; an error saved before it still wins.
+            raw = self.raw_at(path) or _raw(value)
             if typ.error is None:
-                raise GoJsonError("can not unmarshal " + json.dumps(raw))
-            if "%s" not in typ.error and not isinstance(value, str) and value is not None:
+                self.save("can not unmarshal " + json.dumps(raw, ensure_ascii=False))
+            elif "%s" not in typ.error and not isinstance(value, str) and value is not None:
                 self.type_error(value, "string", [])
-                raise GoJsonError(self.error or "")
-            raise GoJsonError(typ.error.replace("%s", raw))
+            else:
+                self.save(typ.error.replace("%s", raw))
+            raise GoJsonError(self.error or "")
         if value is None:
             return None
         if isinstance(typ, Struct):
@@ -267,7 +282,8 @@ class _Decoding:
             if isinstance(value, str) and not value.startswith(_DEEP):
                 problem = rfc3339_problem(value)
                 if problem:
-                    raise GoJsonError(problem)
+                    self.save(problem)  # time.Time's UnmarshalJSON: ends the decoding, as for an Enum
+                    raise GoJsonError(self.error or "")
                 return value
             self.type_error(value, typ, path)
             raise GoJsonError(self.error or "")
@@ -290,6 +306,37 @@ class _Decoding:
         return out
 
 
+_SPACE = re.compile(r"[ \t\r\n]*")
+
+
+def _raw_at(text: str, pos: int, path: list[str]) -> str | None:
+    """The JSON text at `path` (object keys matched as Go matches fields) in the value starting at pos."""
+    pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+    if not path:
+        _, end = _decoder.raw_decode(text, pos)
+        return text[pos:end]
+    want, rest = path[0], path[1:]
+    if text[pos] == "[" and want.isdigit():
+        pos += 1
+        for _ in range(int(want)):
+            _, pos = _decoder.raw_decode(text, _SPACE.match(text, pos).end())  # type: ignore[union-attr]
+            pos = _SPACE.match(text, pos).end() + 1  # type: ignore[union-attr]  # past ","
+        return _raw_at(text, pos, rest)
+    if text[pos] != "{":
+        return None
+    pos += 1
+    while True:
+        pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+        if text[pos] == "}":
+            return None
+        key, pos = _decoder.raw_decode(text, pos)
+        pos = _SPACE.match(text, pos).end() + 1  # type: ignore[union-attr]  # past ":"
+        if isinstance(key, str) and key.lower() == want.lower():
+            return _raw_at(text, pos, rest)
+        _, pos = _decoder.raw_decode(text, _SPACE.match(text, pos).end())  # type: ignore[union-attr]
+        pos = _SPACE.match(text, pos).end() + 1  # type: ignore[union-attr]  # past ","
+
+
 def _type_name(typ: Any) -> str:
     if isinstance(typ, Struct):
         return "server." + typ.name
@@ -304,9 +351,10 @@ def decode(payload: bytes | str, schema: Struct, go_name: str = "") -> dict[str,
     An empty body is {}; several concatenated JSON values decode into the same struct, later ones winning
     (Go's Decoder loop in nats-server); `go_name` is the top-level type as Go prints it for a non-object
     body (`server.StreamConfigRequest`)."""
-    decoding = _Decoding(schema.name)
+    text = payload if isinstance(payload, str) else payload.decode("utf-8", "replace")
+    decoding = _Decoding(schema.name, text)
     out: dict[str, Any] = {}
-    for value in loads(payload):
+    for value, decoding.start in _located(text):
         if value is None:
             continue
         if not isinstance(value, dict):
