@@ -136,7 +136,7 @@ async def ask(nc: Client, subject: str, body: Any) -> Any:
     return outcome(json.loads(msg.data))
 
 
-_clients = test_differential.clients  # the `clients` fixture: a client on each of `servers` below
+clients = test_differential.clients  # the fixture: a client on each of `servers` below
 
 
 @pytest.fixture(scope="module")
