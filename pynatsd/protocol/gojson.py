@@ -299,6 +299,8 @@ class _Decoding:
             if name is None:
                 if typ.strict:
                     self.save(f"json: unknown field {json.dumps(_clean(key), ensure_ascii=False)}")
+                else:
+                    out[key] = value  # fields Go would skip: kept for a handler that reads more of them
                 continue
             decoded = self.value(value, typ.fields[name], [*path, name])
             if decoded is not None or value is None:
@@ -421,3 +423,19 @@ def rfc3339_problem(value: str) -> str | None:
     if rest:
         return f"parsing time {quoted}: extra text: {json.dumps(rest, ensure_ascii=False)}"
     return None
+
+
+def unmarshal(payload: bytes | str, schema: Struct, go_name: str = "") -> dict[str, Any]:
+    """As `decode`, but worded as Go's json.Unmarshal (one value, no offsets), as nats-server's `$SYS`
+    handlers decode their options."""
+    text = payload if isinstance(payload, str) else payload.decode("utf-8", "replace")
+    try:
+        values = _located(text)
+    except GoJsonError as exc:
+        words = re.sub(r" at offset \d+$", "", str(exc))
+        raise GoJsonError("unexpected end of JSON input" if words == "unexpected EOF" else words) from None
+    if len(values) > 1:
+        raise GoJsonError(f"invalid character '{text[values[1][1]]}' after top-level value")
+    if not values:
+        raise GoJsonError("unexpected end of JSON input")
+    return decode(text, schema, go_name)
