@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pynatsd.jetstream.stream import Stream
 
 from pynatsd.jetstream.stream import with_server_metadata
+from pynatsd.protocol import gojson
 from pynatsd.protocol.subjects import is_valid_subject
 
 MAX_NAME_LEN = 255  # nats-server's JSMaxNameLen, in bytes
@@ -872,8 +873,8 @@ class Consumer:
         rest = rest.strip()
         if rest.startswith(b"{"):
             try:
-                delay = int(json.loads(rest).get("delay") or 0)
-            except (ValueError, AttributeError):
+                delay = int(gojson.loads(rest)[-1].get("delay") or 0)  # bounded depth
+            except (ValueError, AttributeError, IndexError):
                 delay = 0
         if delay > 0:
             self.pending[sseq] = (entry[0], now_ns() + delay)
@@ -901,13 +902,13 @@ class Consumer:
         batch, max_bytes, no_wait, expires, hb = 1, 0, False, 0, 0
         if body.startswith(b"{"):
             try:
-                req = json.loads(body)
+                req = gojson.loads(body)[-1]  # bounded depth: a deep body is a bad request, not a traceback
                 batch = int(req.get("batch") or 1)
                 max_bytes = int(req.get("max_bytes") or 0)
                 no_wait = bool(req.get("no_wait"))
                 expires = int(req.get("expires") or 0)
                 hb = int(req.get("idle_heartbeat") or 0)
-            except (ValueError, TypeError, AttributeError):
+            except (ValueError, TypeError, AttributeError, IndexError):
                 self._status(reply, b"400 Bad Request")
                 return
         elif body:

@@ -258,3 +258,17 @@ def test_generated_requests_answered_as_nats_server(
             await ours.close()
 
     asyncio.run(run())
+
+
+async def test_deep_bodies_leave_no_traceback(
+    servers: tuple[ServerProcess, ServerProcess], clients: tuple[Client, Client]
+) -> None:
+    """A deep pull request is a 400 on both servers (it raised RecursionError in pynatsd); nothing in the
+    log from any of the deep bodies above."""
+    for nc in clients:
+        await nc.request(SUBJ + "P", b'{"name": "P"}')
+        await nc.request(CC.replace(".E", ".P") + ".c", b'{"stream_name": "P", "config": {"name": "c"}}')
+        reply = await nc.request("$JS.API.CONSUMER.MSG.NEXT.P.c", b'{"batch": ' + DEEP + b"}", timeout=5)
+        assert reply.headers and reply.headers.get("Status") == "400"
+    log = servers[1].log()
+    assert "Traceback" not in log and "RecursionError" not in log
