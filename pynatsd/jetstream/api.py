@@ -73,6 +73,15 @@ def _consumer_request(payload: bytes) -> dict[str, Any]:
     return req
 
 
+def _empty_request(payload: bytes) -> bool:
+    """nats-server's isEmptyRequest: no body, or one that is {} or null."""
+    try:
+        values = gojson.loads(payload)
+    except GoJsonError:
+        return False
+    return len(values) <= 1 and values in ([], [{}], [None])
+
+
 def _offset(req: dict[str, Any], total: int) -> int:
     """A listing's offset, within 0..total as nats-server bounds it."""
     return min(max(int(req.get("offset") or 0), 0), total)
@@ -382,7 +391,9 @@ class Api:
         return {"success": True}
 
     def stream_purge(self, toks: list[str], payload: bytes) -> Reply:
-        req = requests.parse(payload, requests.STREAM_PURGE)
+        # nats-server reads a body only when it is a JSON object or array: anything else purges it all.
+        body = payload.lstrip()
+        req = requests.parse(payload, requests.STREAM_PURGE) if body[:1] in (b"{", b"[") else {}
         purged = self._stream(toks[2]).purge(req)
         return {"success": True, "purged": purged}
 
@@ -427,12 +438,17 @@ class Api:
         return {"message": stream.message_json(stream.get_message(req))}
 
     def msg_delete(self, toks: list[str], payload: bytes) -> Reply:
+        if _empty_request(payload):
+            raise errors.bad_request()
         req = requests.parse(payload, requests.MSG_DELETE)
         stream = self._stream(toks[3])
-        seq = req.get("seq")
-        if not isinstance(seq, int) or seq <= 0:
-            raise errors.bad_request()
-        stream.delete_message(seq)
+        seq = req.get("seq") or 0
+        try:
+            stream.delete_message(seq)
+        except ApiError as err:  # nats-server's store says EOF past its last sequence
+            if err.err_code == 10057 and seq > max(stream.store.last_seq, stream.store.first_seq):
+                raise errors.msg_delete_failed("stream store EOF") from None
+            raise
         return {"success": True}
 
     def direct_get(self, toks: list[str], reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:

@@ -66,6 +66,11 @@ CASES: list[tuple[str, Any]] = [
     ("$JS.API.STREAM.PURGE.E", {"filter": 5}),
     ("$JS.API.STREAM.MSG.GET.E", {"seq": "x"}),
     ("$JS.API.STREAM.MSG.DELETE.E", {"seq": "x"}),
+    ("$JS.API.STREAM.MSG.DELETE.E", {"seq": 0}),
+    ("$JS.API.STREAM.MSG.DELETE.E", {"seq": 100}),
+    ("$JS.API.STREAM.MSG.DELETE.E", b""),
+    ("$JS.API.STREAM.PURGE.E", {"filter": "zz"}),
+    ("$JS.API.STREAM.PURGE.E", b'"x"'),
     (CC, {"stream_name": "E", "config": {"ack_wait": "1s"}}),
     (CC, {"stream_name": "E", "config": {"ack_wait": -1}}),
     (CC, {"stream_name": "E", "config": {"backoff": [-1, "x"]}}),
@@ -189,7 +194,7 @@ async def test_255_byte_durable_survives_restart(js_server: JsServer) -> None:
 
 # -- generated ------------------------------------------------------------------------------------------
 
-_EXAMPLES = int(os.environ.get("JS_API_FUZZ_EXAMPLES", "60"))
+_EXAMPLES = int(os.environ.get("JS_API_FUZZ_EXAMPLES", "200"))
 
 # Values of every JSON type, numbers at and past Go's integer bounds, deep nesting.
 _odd = st.one_of(
@@ -215,8 +220,16 @@ _CONSUMER_KEYS = [
     "headers_only", "max_batch", "max_expires", "max_bytes", "deliver_subject", "idle_heartbeat",
     "inactive_threshold", "num_replicas", "metadata", "description", "flow_control", "unknown_field",
 ]  # fmt: skip
-_PAGED = ["$JS.API.STREAM.INFO.E", "$JS.API.STREAM.NAMES", "$JS.API.CONSUMER.NAMES.E", "$JS.API.STREAM.LIST"]
-_PAGED_KEYS = ["offset", "subjects_filter", "deleted_details", "subject", "unknown_field"]
+# Other requests with a body: the fields each takes (and one it does not).
+_BODIES = {
+    "$JS.API.STREAM.INFO.E": ["offset", "subjects_filter", "deleted_details", "unknown_field"],
+    "$JS.API.STREAM.NAMES": ["offset", "subject", "unknown_field"],
+    "$JS.API.STREAM.LIST": ["offset", "subject", "unknown_field"],
+    "$JS.API.CONSUMER.NAMES.E": ["offset", "unknown_field"],
+    "$JS.API.STREAM.PURGE.E": ["seq", "filter", "keep", "unknown_field"],
+    "$JS.API.STREAM.MSG.GET.E": ["seq", "last_by_subj", "next_by_subj", "start_time", "unknown_field"],
+    "$JS.API.STREAM.MSG.DELETE.E": ["seq", "no_erase", "unknown_field"],
+}
 
 _request = st.one_of(
     st.dictionaries(st.sampled_from(_STREAM_KEYS), _odd, max_size=3).map(
@@ -225,7 +238,11 @@ _request = st.one_of(
     st.dictionaries(st.sampled_from(_CONSUMER_KEYS), _odd, max_size=3).map(
         lambda cfg: (CC + ".g", {"stream_name": "E", "config": cfg})
     ),
-    st.tuples(st.sampled_from(_PAGED), st.dictionaries(st.sampled_from(_PAGED_KEYS), _odd, max_size=2)),
+    st.sampled_from(sorted(_BODIES)).flatmap(
+        lambda subject: st.tuples(
+            st.just(subject), st.dictionaries(st.sampled_from(_BODIES[subject]), _odd, max_size=2)
+        )
+    ),
 )
 
 
