@@ -60,8 +60,10 @@ class JsAccount:
         stream.start()
         obs = sdir / "obs"
         if obs.is_dir():
-            # obs/<name>/state.json, and obs/<name>.json as earlier versions wrote it
+            # obs/<name>/state.json, and obs/<name>.json as earlier versions wrote it (unless both are there)
             for path in sorted([*obs.glob("*/state.json"), *obs.glob("*.json")]):
+                if path.parent == obs and (obs / path.stem / "state.json").exists():
+                    continue
                 try:
                     state = json.loads(path.read_text())
                 except (OSError, ValueError) as exc:

@@ -462,6 +462,7 @@ class Consumer:
         tmp = d / "state.json.tmp"
         tmp.write_text(json.dumps(self.state_json()))
         tmp.replace(d / "state.json")
+        (d.parent / f"{self.name}.json").unlink(missing_ok=True)  # the layout before obs/<name>/
 
     def stop(self, deleted: bool = False) -> None:
         if self._stopped:

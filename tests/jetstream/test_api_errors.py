@@ -289,3 +289,19 @@ async def test_deep_bodies_leave_no_traceback(
         assert reply.headers and reply.headers.get("Status") == "400"
     log = servers[1].log()
     assert "Traceback" not in log and "RecursionError" not in log
+
+
+async def test_durable_state_of_the_earlier_layout_still_loads(js_server: JsServer) -> None:
+    """State written as obs/<name>.json (before obs/<name>/state.json) is restored, once."""
+    nc = await js_server.connect()
+    await nc.request(SUBJ + "L", b'{"name": "L"}')
+    body = json.dumps({"stream_name": "L", "config": {"durable_name": "d"}}).encode()
+    await nc.request("$JS.API.CONSUMER.DURABLE.CREATE.L.d", body)
+    await js_server.stop()
+    obs = js_server.store_dir / "jetstream" / "$G" / "streams" / "L" / "obs"
+    (obs / "d" / "state.json").rename(obs / "d.json")
+    (obs / "d").rmdir()
+    await js_server.start()
+    nc = await js_server.connect()
+    names = json.loads((await nc.request("$JS.API.CONSUMER.NAMES.L", b"")).data)
+    assert names["consumers"] == ["d"]
