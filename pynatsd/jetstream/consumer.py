@@ -462,7 +462,12 @@ class Consumer:
         tmp = d / "state.json.tmp"
         tmp.write_text(json.dumps(self.state_json()))
         tmp.replace(d / "state.json")
-        (d.parent / f"{self.name}.json").unlink(missing_ok=True)  # the layout before obs/<name>/
+        self._remove_legacy_state()
+
+    def _remove_legacy_state(self) -> None:
+        """obs/<name>.json, the layout before obs/<name>/ (a name near 255 bytes never had one)."""
+        if self.stream.directory is not None and len(self.name.encode()) <= 250:
+            (self.stream.directory / "obs" / f"{self.name}.json").unlink(missing_ok=True)
 
     def stop(self, deleted: bool = False) -> None:
         if self._stopped:
@@ -488,7 +493,7 @@ class Consumer:
         if deleted and self.stream.directory is not None:
             obs = self.stream.directory / "obs"
             shutil.rmtree(obs / self.name, ignore_errors=True)
-            (obs / f"{self.name}.json").unlink(missing_ok=True)  # the layout before obs/<name>/
+            self._remove_legacy_state()
 
     # -- counts ---------------------------------------------------------------------------------------
     def num_pending(self) -> int:

@@ -246,17 +246,17 @@ _request = st.one_of(
 )
 
 
-@pytest.mark.parametrize("_", [None])  # one module-scoped pair of servers for every example
 @settings(
     max_examples=_EXAMPLES,
     derandomize=True,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    suppress_health_check=[HealthCheck.too_slow],
 )
 @given(requests=st.lists(_request, min_size=1, max_size=4))
 def test_generated_requests_answered_as_nats_server(
-    servers: tuple[ServerProcess, ServerProcess], _: None, requests: list[tuple[str, Any]]
+    servers: tuple[ServerProcess, ServerProcess], requests: list[tuple[str, Any]]
 ) -> None:
+    """Each example against the module's pair of servers: stream E kept, G and consumer g made anew."""
     import asyncio
 
     async def run() -> None:
