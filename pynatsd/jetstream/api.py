@@ -14,12 +14,12 @@ from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.stream import API_LEVEL, Stream, normalize_config
 from pynatsd.jetstream.util import (
+    filters_regex,
     get_header,
     headers,
     now_ns,
     parse_rfc3339,
     rfc3339,
-    subject_matches,
     subjects_overlap,
 )
 from pynatsd.protocol import gojson
@@ -355,12 +355,12 @@ class Api:
 
     async def _stream_info_sliced(self, stream: Stream, info: Reply, sf: str, offset: int) -> Reply:
         """The subject counts SUBJECTS_SLICE subjects a loop turn (300k subjects: 0.5 s in one go)."""
-        f, everything = sf.encode(), sf == ">"
+        match, everything = filters_regex([sf.encode()]).fullmatch, sf == ">"
         counts: dict[str, int] = {}
         items = list(stream.store.subjects.items())
         for start in range(0, len(items), SUBJECTS_SLICE):
             for subj, seqs in items[start : start + SUBJECTS_SLICE]:
-                if everything or subject_matches(f, subj):
+                if everything or match(subj):
                     counts[subj.decode()] = len(seqs)
             await asyncio.sleep(0)
         return self._stream_info_reply(stream, info, counts, offset)

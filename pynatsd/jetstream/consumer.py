@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import shutil
 import string
 from bisect import bisect_left
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.store import StoredMsg
 from pynatsd.jetstream.util import (
+    filters_regex,
     headers,
     now_ns,
     parse_rfc3339,
@@ -201,18 +201,6 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     return out
 
 
-def _filters_regex(filters: list[bytes]) -> re.Pattern[bytes]:
-    """One regex for subjects any of the filters match: counting a wildcard filter's pending messages over
-    20k subjects took 100 ms token by token, 6 ms this way (a consumer create per loop turn)."""
-    if not filters:
-        return re.compile(rb".*", re.S)
-    alternatives = []
-    for f in filters:
-        parts = [rb"[^.]+" if t == b"*" else rb".+" if t == b">" else re.escape(t) for t in f.split(b".")]
-        alternatives.append(rb"\.".join(parts))
-    return re.compile(b"|".join(alternatives), re.S)
-
-
 def _check_sample_freq(freq: str) -> None:
     """nats-server's parse of `sample_freq` ("50" or "50%"), worded as Go's strconv.Atoi error."""
     if not freq:
@@ -372,7 +360,7 @@ class Consumer:
             )
         ]
         self._literal = all(b"*" not in f and b">" not in f for f in self.filters)
-        self._filter_match = _filters_regex(self.filters).fullmatch
+        self._filter_match = filters_regex(self.filters).fullmatch
         self._replay_original = config["replay_policy"] == "original"
         self._headers_only = bool(config.get("headers_only"))
         self._backoff = [int(b) for b in config.get("backoff") or ()]

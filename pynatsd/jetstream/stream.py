@@ -20,6 +20,7 @@ from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
 from pynatsd.jetstream.util import (
+    filters_regex,
     get_header,
     is_subset,
     now_ns,
@@ -341,7 +342,8 @@ class Stream:
     def subject_counts(self, subjects_filter: str) -> dict[str, int]:
         """Messages per stored subject matching the filter."""
         f = subjects_filter.encode()
-        return {s.decode(): len(v) for s, v in self.store.subjects.items() if subject_matches(f, s)}
+        match = filters_regex([f]).fullmatch
+        return {s.decode(): len(v) for s, v in self.store.subjects.items() if match(s)}
 
     def info(self, **kwargs: Any) -> dict[str, Any]:
         return {
@@ -707,7 +709,8 @@ class Stream:
             raise errors.bad_request()
         match: Callable[[bytes], bool] | None = None
         if filt:  # one outside the stream's subjects purges nothing, as from nats-server
-            match = partial(subject_matches, filt.encode())
+            pattern = filters_regex([filt.encode()])
+            match = partial(_matches, pattern)
         n = self.store.purge(match, upto=seq, keep=keep)
         for consumer in self.consumers.values():
             consumer.on_purged(self.store.first_seq)
@@ -721,6 +724,10 @@ class Stream:
             out["data"] = base64.b64encode(msg.data).decode()
         out["time"] = rfc3339(msg.ts)
         return out
+
+
+def _matches(pattern: re.Pattern[bytes], subject: bytes) -> bool:
+    return pattern.fullmatch(subject) is not None
 
 
 def _int(raw: bytes) -> int:

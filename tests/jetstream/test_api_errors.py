@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
+from pynatsd.jetstream.util import filters_regex, subject_matches
 from tests.conftest import need_tool
 from tests.jetstream import test_differential
 from tests.jetstream.conftest import JsServer
@@ -305,3 +306,18 @@ async def test_durable_state_of_the_earlier_layout_still_loads(js_server: JsServ
     nc = await js_server.connect()
     names = json.loads((await nc.request("$JS.API.CONSUMER.NAMES.L", b"")).data)
     assert names["consumers"] == ["d"]
+
+
+_token = st.sampled_from(["a", "b", "ab", "*", ">"])
+
+
+@settings(max_examples=300, derandomize=True)
+@given(
+    filters=st.lists(st.lists(_token, min_size=1, max_size=3).map(".".join), max_size=2),
+    subject=st.lists(st.sampled_from(["a", "b", "ab"]), min_size=1, max_size=4).map(".".join),
+)
+def test_filters_regex_matches_as_subject_matches(filters: list[str], subject: str) -> None:
+    """The regex that counts pending messages and purges by filter agrees with subject_matches."""
+    fs = [f.encode() for f in filters if ">" not in f[:-1]]  # '>' only last, as in a valid filter
+    want = not fs or any(subject_matches(f, subject.encode()) for f in fs)
+    assert (filters_regex(fs).fullmatch(subject.encode()) is not None) == want
