@@ -36,6 +36,7 @@ from pynatsd.broker.logging import get_logger
 from pynatsd.jetstream import monitor as js_monitor
 from pynatsd.monitor import endpoints as ep
 from pynatsd.monitor.formats import rfc3339nano
+from pynatsd.protocol import gojson
 
 if TYPE_CHECKING:
     import asyncio
@@ -268,16 +269,17 @@ class SystemService:
             body = {"server": self.server_info(), "data": data}
         self._send(reply, body, client)
 
-    def _options(self, payload: bytes) -> dict[str, Any]:
-        """The request's JSON options; raises _BadOptions, or Skip when its filter excludes this server."""
+    def _options(self, payload: bytes, kind: str = "") -> dict[str, Any]:
+        """The request's JSON options (`kind`: the endpoint, CONNZ...); raises _BadOptions with nats-server's
+        words (bounded depth: a 1,100-deep body raised RecursionError per request), or Skip when its filter
+        excludes this server."""
         if not payload.strip():
             return {}
+        schema = _options_schema(kind)
         try:
-            options = json.loads(payload)
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            options = gojson.unmarshal(payload, schema, "server." + schema.name)
+        except gojson.GoJsonError as err:
             raise _BadOptions(str(err)) from None
-        if not isinstance(options, dict):
-            raise _BadOptions("request options are not a JSON object")
         if self._filtered(options):
             raise Skip
         return options
@@ -300,7 +302,8 @@ class SystemService:
 
         def endpoint(build: Callable[[dict[str, Any]], Any]) -> Callable[..., None]:
             def handle(subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
-                self._respond(reply, lambda: build(self._options(payload)))
+                kind = subject.rsplit(b".", 1)[-1].decode(errors="replace")
+                self._respond(reply, lambda: build(self._options(payload, kind)))
 
             return handle
 
@@ -379,8 +382,8 @@ class SystemService:
 
     def _client_of(self, payload: bytes) -> Connection | None:
         try:
-            cid = json.loads(payload).get("cid")
-        except (UnicodeDecodeError, ValueError, AttributeError):
+            cid = gojson.loads(payload)[-1].get("cid")
+        except (IndexError, ValueError, AttributeError):
             log.error("Error unmarshalling kick client request")
             return None
         return self.server.clients.get(cid) if isinstance(cid, int) else None
@@ -398,7 +401,7 @@ class SystemService:
     def _on_statsz(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
         """STATSZ, to the reply; without one, on the broadcast subject (nats-server's statszReq)."""
         try:
-            self._options(payload)
+            self._options(payload, "STATSZ")
         except Skip:
             return
         except _BadOptions as err:
@@ -485,7 +488,7 @@ class SystemService:
         s = self.server
 
         def build() -> Any:
-            options = self._options(payload)
+            options = self._options(payload, name)
             if name == "CONNZ":
                 return ep.connz(s, {**_connz_query(options), "acc": account})
             if name == "SUBSZ":
@@ -513,8 +516,8 @@ class SystemService:
         """nats-server's connsRequest: the account's connection counts, when it has local connections."""
         if payload.strip():
             try:
-                asked = json.loads(payload)
-            except (UnicodeDecodeError, json.JSONDecodeError):
+                asked = gojson.loads(payload)[-1]
+            except (IndexError, ValueError):
                 log.error("Error unmarshalling account connections request message")
                 return
             if not isinstance(asked, dict) or asked.get("acc", account) != account:
@@ -604,6 +607,27 @@ class SystemService:
             "client_type": "websocket" if conn.is_websocket else "nats",
         }
         return {k: v for k, v in info.items() if v not in ("", 0, [], None)}
+
+
+_FILTER_FIELDS = {
+    "server_name": "string",
+    "cluster": "string",
+    "host": "string",
+    "tags": ("[]", "string"),
+    "domain": "string",
+    "exact_match": "bool",
+}
+_GO_NAMES = {"JSZ": "JSz"}
+_SCHEMAS: dict[str, gojson.Struct] = {}
+
+
+def _options_schema(kind: str) -> gojson.Struct:
+    """An endpoint's options as nats-server types them: its filter fields; others kept as sent."""
+    schema = _SCHEMAS.get(kind)
+    if schema is None:
+        name = _GO_NAMES.get(kind, kind.capitalize()) + "EventOptions"
+        schema = _SCHEMAS[kind] = gojson.Struct(name, _FILTER_FIELDS, strict=False)
+    return schema
 
 
 class _BadOptions(ValueError):

@@ -70,7 +70,10 @@ class JsAccount:
         stream.start()
         obs = sdir / "obs"
         if obs.is_dir():
-            for path in sorted(obs.glob("*.json")):
+            # obs/<name>/state.json, and obs/<name>.json as earlier versions wrote it (unless both are there)
+            for path in sorted([*obs.glob("*/state.json"), *obs.glob("*.json")]):
+                if path.parent == obs and (obs / path.stem / "state.json").exists():
+                    continue
                 try:
                     state = json.loads(path.read_text())
                 except (OSError, ValueError) as exc:
@@ -265,26 +268,20 @@ class JsAccount:
 
     def _update_consumer(self, consumer: Consumer, cfg: dict[str, Any]) -> Consumer:
         old = consumer.config
-        for key in (
-            "deliver_policy",
-            "opt_start_seq",
-            "opt_start_time",
-            "ack_policy",
-            "replay_policy",
-            "durable_name",
-            "mem_storage",
-        ):
+        # nats-server's checkNewConsumerConfig: its order and words
+        for key, what in _NOT_UPDATABLE:
             if old.get(key) != cfg.get(key):
-                raise errors.consumer_create(f"consumer configuration update can not change {key}")
-        if bool(old.get("deliver_subject")) != bool(cfg.get("deliver_subject")):
-            raise errors.consumer_create(
-                "can not update push consumer to pull based"
-                if old.get("deliver_subject")
-                else "can not update pull consumer to push based"
-            )
-        if old.get("deliver_subject") != cfg.get("deliver_subject") and consumer.bound():
-            # Someone receives on the deliver subject: a second subscriber may not take the consumer over.
-            raise errors._e(400, 10013, "consumer name already in use")
+                raise errors.consumer_create(f"{what} can not be updated")
+        if old.get("deliver_subject") != cfg.get("deliver_subject"):
+            if not old.get("deliver_subject"):
+                raise errors.consumer_create("can not update pull consumer to push based")
+            if not cfg.get("deliver_subject"):
+                raise errors.consumer_create("can not update push consumer to pull based")
+            if consumer.bound():
+                # Someone receives on the deliver subject: a second subscriber may not take the consumer over.
+                raise errors._e(400, 10013, "consumer name already in use")
+        if old.get("max_waiting") != cfg.get("max_waiting"):
+            raise errors.consumer_create("max waiting can not be updated")
         consumer.update(cfg)
         consumer.on_removed()
         consumer.save_soon()
@@ -315,6 +312,18 @@ class JsAccount:
             "api_total": self.api_total,
             "api_errors": self.api_errors,
         }
+
+
+_NOT_UPDATABLE = (
+    ("deliver_policy", "deliver policy"),
+    ("mem_storage", "storage type"),
+    ("opt_start_seq", "start sequence"),
+    ("opt_start_time", "start time"),
+    ("ack_policy", "ack policy"),
+    ("replay_policy", "replay policy"),
+    ("idle_heartbeat", "heart beats"),
+    ("flow_control", "flow control"),
+)
 
 
 def _strip(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import string
 from bisect import bisect_left
 from collections import deque
@@ -21,6 +22,7 @@ from pynatsd.broker.config_schema import ConfigValueError, parse_duration
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.store import StoredMsg
 from pynatsd.jetstream.util import (
+    filters_regex,
     headers,
     now_ns,
     parse_rfc3339,
@@ -35,7 +37,10 @@ if TYPE_CHECKING:
     from pynatsd.jetstream.stream import Stream
 
 from pynatsd.jetstream.stream import with_server_metadata
+from pynatsd.protocol import gojson
+from pynatsd.protocol.subjects import is_valid_subject
 
+MAX_NAME_LEN = 255  # nats-server's JSMaxNameLen, in bytes
 ACK_WAIT_DEFAULT = 30_000_000_000
 MAX_ACK_PENDING_DEFAULT = 1000
 MAX_WAITING_DEFAULT = 512
@@ -67,7 +72,7 @@ def random_name(n: int = 8) -> str:
 
 
 def _valid_name(name: str) -> bool:
-    return bool(name) and not any(c in name for c in ".*> \t/\\")
+    return bool(name) and not any(c in name for c in ".*> \t\r\n\f/\\")
 
 
 def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
@@ -79,12 +84,37 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     name = cfg.get("name") or ""
     if durable and name and durable != name:
         raise errors.consumer_name_mismatch()
-    if durable and not _valid_name(durable):
-        raise errors.consumer_bad_durable_name()
     if name and not _valid_name(name):
         raise errors.stream_invalid_config("consumer name can not contain '.', '*', '>', '\\', '/'")
+    if durable and not _valid_name(durable):
+        raise errors.stream_invalid_config("consumer durable name can not contain '.', '*', '>', '\\', '/'")
+    if durable and len(durable.encode()) > MAX_NAME_LEN:
+        raise errors._e(400, 10102, f"consumer name is too long, maximum allowed is {MAX_NAME_LEN}")
+    if name and len(name.encode()) > MAX_NAME_LEN and stream.config["storage"] == "file":
+        raise errors.consumer_create("error creating store for consumer")  # nats-server's file name fails
     if durable:
         cfg["name"] = durable
+    if cfg.get("num_replicas", 0) > 1:
+        raise errors.replicas_not_supported()
+    if cfg.get("num_replicas", 0) < 0:
+        raise errors._e(400, 10133, "replicas count cannot be negative")
+    if any(b < 0 for b in cfg.get("backoff") or []):
+        raise errors._e(400, 10184, "consumer backoff needs to be positive")
+    if cfg.get("ack_wait", 0) < 0:
+        raise errors._e(400, 10183, "consumer ack wait needs to be positive")
+    # nats-server's defaults: a negative limit is no limit (0; -1 for max_ack_pending), not an error.
+    for key in (
+        "max_waiting",
+        "max_batch",
+        "max_expires",
+        "max_bytes",
+        "idle_heartbeat",
+        "inactive_threshold",
+    ):
+        if cfg.get(key, 0) < 0:
+            cfg[key] = 0
+    if cfg.get("max_ack_pending", 0) < -1:
+        cfg["max_ack_pending"] = -1
     cfg.setdefault("deliver_policy", "all")
     cfg.setdefault("ack_policy", "none")
     cfg.setdefault("replay_policy", "instant")
@@ -101,15 +131,23 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
         ds = cfg["deliver_subject"]
         if "*" in ds or ">" in ds:
             raise errors.consumer_deliver_to_wildcards()
+        if not is_valid_subject(ds.encode()):
+            raise errors._e(400, 10112, "invalid push consumer deliver subject")
         if cfg.get("max_waiting"):
             raise errors.consumer_push_max_waiting()
+        if cfg.get("max_ack_pending", 0) > 0 and cfg["ack_policy"] == "none":
+            raise errors._e(400, 10082, "consumer requires ack policy for max ack pending")
+        if 0 < cfg.get("idle_heartbeat", 0) < 100_000_000:
+            raise errors._e(400, 10083, "consumer idle heartbeat needs to be >= 100ms")
     else:
-        if cfg.get("flow_control"):
-            raise errors._e(400, 10089, "consumer flow control requires a push based consumer")
         if cfg.get("idle_heartbeat"):
             raise errors._e(400, 10088, "consumer idle heartbeat requires a push based consumer")
+        if cfg.get("flow_control"):
+            raise errors._e(400, 10089, "consumer flow control requires a push based consumer")
         if cfg.get("max_waiting", 0) < 0:
             raise errors._e(400, 10087, "consumer max waiting needs to be positive")
+        if 0 < cfg.get("max_expires", 0) < 1_000_000:
+            raise errors._e(400, 10115, "consumer max request expires needs to be >= 1ms")
         if not cfg.get("max_waiting"):
             cfg["max_waiting"] = MAX_WAITING_DEFAULT
     if not cfg.get("ack_wait") and cfg["ack_policy"] != "none":
@@ -135,12 +173,15 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     for f in filters:
         if not f:
             raise errors._e(400, 10139, "consumer filter in FilterSubjects cannot be empty")
+        if not is_valid_subject(f.encode()):
+            raise errors.stream_invalid_config("invalid subject")
     for i, a in enumerate(filters):
         for b in filters[i + 1 :]:
             if subjects_overlap(a.encode(), b.encode()):
                 raise errors._e(400, 10138, "consumer subject filters cannot overlap")
     dp = cfg["deliver_policy"]
     _check_start(dp, cfg, bool(filters))
+    _check_sample_freq(str(cfg.get("sample_freq") or ""))
     if push and cfg.get("flow_control") and not cfg.get("idle_heartbeat"):
         raise errors.flow_control_needs_heartbeats()
     retention = stream.config["retention"]
@@ -164,6 +205,23 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     cfg["metadata"] = meta
     out = {k: cfg[k] for k in _ORDER if k in cfg and (k in _ALWAYS or cfg[k] not in (0, "", False, [], {}))}
     return out
+
+
+def _check_sample_freq(freq: str) -> None:
+    """nats-server's parse of `sample_freq` ("50" or "50%"), worded as Go's strconv.Atoi error."""
+    if not freq:
+        return
+    digits = freq.removesuffix("%")
+    body = digits[1:] if digits[:1] in "+-" else digits
+    if not body or not body.isascii() or not body.isdigit():
+        problem = f'strconv.Atoi: parsing "{digits}": invalid syntax'
+    elif not -(1 << 63) <= int(digits) < (1 << 63):
+        problem = f'strconv.Atoi: parsing "{digits}": value out of range'
+    elif int(digits) < 0:
+        problem = "<nil>"  # nats-server formats its nil error
+    else:
+        return
+    raise errors._e(400, 10095, f"failed to parse consumer sampling configuration: {problem}")
 
 
 def _check_start(dp: str, cfg: dict[str, Any], filtered: bool) -> None:
@@ -310,6 +368,7 @@ class Consumer:
             )
         ]
         self._literal = all(b"*" not in f and b">" not in f for f in self.filters)
+        self._filter_match = filters_regex(self.filters).fullmatch
         self._replay_original = config["replay_policy"] == "original"
         self._headers_only = bool(config.get("headers_only"))
         self._backoff = [int(b) for b in config.get("backoff") or ()]
@@ -392,11 +451,19 @@ class Consumer:
         self._save_timer = None
         if not self.persistent or self.stream.directory is None:
             return
-        d = self.stream.directory / "obs"
+        # obs/<name>/state.json: a directory named as the consumer holds any name nats-server allows (255
+        # bytes; "<name>.json.tmp" did not, and a 250-byte durable was acknowledged, then lost on restart).
+        d = self.stream.directory / "obs" / self.name
         d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f"{self.name}.json.tmp"
+        tmp = d / "state.json.tmp"
         tmp.write_text(json.dumps(self.state_json()))
-        tmp.replace(d / f"{self.name}.json")
+        tmp.replace(d / "state.json")
+        self._remove_legacy_state()
+
+    def _remove_legacy_state(self) -> None:
+        """obs/<name>.json, the layout before obs/<name>/ (a name near 255 bytes never had one)."""
+        if self.stream.directory is not None and len(self.name.encode()) <= 250:
+            (self.stream.directory / "obs" / f"{self.name}.json").unlink(missing_ok=True)
 
     def stop(self, deleted: bool = False) -> None:
         if self._stopped:
@@ -420,7 +487,9 @@ class Consumer:
                 self._status(req.reply, b"409 Consumer Deleted")
         self.waiting.clear()
         if deleted and self.stream.directory is not None:
-            (self.stream.directory / "obs" / f"{self.name}.json").unlink(missing_ok=True)
+            obs = self.stream.directory / "obs"
+            shutil.rmtree(obs / self.name, ignore_errors=True)
+            self._remove_legacy_state()
 
     # -- counts ---------------------------------------------------------------------------------------
     def num_pending(self) -> int:
@@ -437,7 +506,7 @@ class Consumer:
                 lists = (
                     [st.subjects.get(f) for f in self.filters]
                     if self._literal and self.filters
-                    else [lst for subj, lst in st.subjects.items() if self.wants(subj)]
+                    else [lst for subj, lst in st.subjects.items() if self._filter_match(subj)]
                 )
                 for lst in lists:
                     if lst:
@@ -879,8 +948,8 @@ class Consumer:
         rest = rest.strip()
         if rest.startswith(b"{"):
             try:
-                delay = int(json.loads(rest).get("delay") or 0)
-            except (ValueError, AttributeError, TypeError):
+                delay = int(gojson.loads(rest)[-1].get("delay") or 0)  # bounded depth
+            except (ValueError, AttributeError, IndexError, TypeError):
                 delay = 0
         elif rest:  # `-NAK 600ms`: a Go duration, as nats-server takes it (a bad one is a plain NAK)
             try:
@@ -914,13 +983,13 @@ class Consumer:
         batch, max_bytes, no_wait, expires, hb = 1, 0, False, 0, 0
         if body.startswith(b"{"):
             try:
-                req = json.loads(body)
+                req = gojson.loads(body)[-1]  # bounded depth: a deep body is a bad request, not a traceback
                 batch = int(req.get("batch") or 1)
                 max_bytes = int(req.get("max_bytes") or 0)
                 no_wait = bool(req.get("no_wait"))
                 expires = int(req.get("expires") or 0)
                 hb = int(req.get("idle_heartbeat") or 0)
-            except (ValueError, TypeError, AttributeError):
+            except (ValueError, TypeError, AttributeError, IndexError):
                 self._status(reply, b"400 Bad Request")
                 return
         elif body:

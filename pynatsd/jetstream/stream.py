@@ -20,6 +20,7 @@ from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
 from pynatsd.jetstream.util import (
+    filters_regex,
     get_header,
     is_subset,
     now_ns,
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 
 API_LEVEL = 1
 DEFAULT_DUPLICATE_WINDOW = 120_000_000_000  # 2 minutes, in nanoseconds
+MAX_NAME_LEN = 255  # nats-server's JSMaxNameLen (streams and consumers)
+MAX_DESCRIPTION_LEN = 4096
 # A batched direct get's headers for a message without its own (values: subject, sequence, time, pending,
 # previous sequence); nats-server appends the same lines to a message's own headers.
 _DIRECT_BATCH_HEADERS = (
@@ -104,6 +107,13 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
         raise errors._e(400, 10128, "Stream name can not contain path separators")
     if _NAME_BAD.search(name):
         raise errors.stream_invalid_config("stream name can not contain whitespace, '.', '*', '>'")
+    # nats-server's limits, in bytes: a longer name could not be its directory's name (never acknowledged).
+    if len(name.encode()) > MAX_NAME_LEN:
+        raise errors.stream_invalid_config(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
+    if len(str(raw.get("description") or "").encode()) > MAX_DESCRIPTION_LEN:
+        raise errors.stream_invalid_config(
+            f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}"
+        )
     if create and raw.get("sealed"):
         raise errors.stream_invalid_config("stream configuration for create can not be sealed")
     if create and raw.get("mirror_direct") and not raw.get("mirror"):
@@ -133,6 +143,8 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
         )
     if cfg["num_replicas"] == 0:
         cfg["num_replicas"] = 1
+    if cfg["num_replicas"] > 5:  # nats-server's StreamMaxReplicas, checked before the sign
+        raise errors.stream_invalid_config("maximum replicas is 5")
     if cfg["num_replicas"] < 0:
         raise errors._e(400, 10133, "replicas count cannot be negative")
     if cfg["num_replicas"] > 1:
@@ -392,6 +404,12 @@ class Stream:
                 state["subjects"] = counts
         state["consumer_count"] = len(self.consumers)
         return state
+
+    def subject_counts(self, subjects_filter: str) -> dict[str, int]:
+        """Messages per stored subject matching the filter."""
+        f = subjects_filter.encode()
+        match = filters_regex([f]).fullmatch
+        return {s.decode(): len(v) for s, v in self.store.subjects.items() if match(s)}
 
     def info(self, **kwargs: Any) -> dict[str, Any]:
         return {
@@ -796,13 +814,9 @@ class Stream:
         if seq and keep:
             raise errors.bad_request()
         match: Callable[[bytes], bool] | None = None
-        if filt:
-            fb = filt.encode()
-            if not any(
-                is_subset(fb, s.encode()) or subjects_overlap(fb, s.encode()) for s in self.config["subjects"]
-            ):
-                raise errors.bad_request()
-            match = partial(subject_matches, fb)
+        if filt:  # one outside the stream's subjects purges nothing, as from nats-server
+            pattern = filters_regex([filt.encode()])
+            match = partial(_matches, pattern)
         n = self.store.purge(match, upto=seq, keep=keep)
         for consumer in self.consumers.values():
             consumer.on_purged(self.store.first_seq)
@@ -816,6 +830,10 @@ class Stream:
             out["data"] = base64.b64encode(msg.data).decode()
         out["time"] = rfc3339(msg.ts)
         return out
+
+
+def _matches(pattern: re.Pattern[bytes], subject: bytes) -> bool:
+    return pattern.fullmatch(subject) is not None
 
 
 def _int(raw: bytes) -> int:

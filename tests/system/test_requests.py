@@ -264,3 +264,28 @@ async def test_no_system_account(kind: str, tmp_path: Path) -> None:
             for path in ("/varz", "/accountz"):
                 async with session.get(f"http://127.0.0.1:{http_port}{path}") as resp:
                     assert "system_account" not in json.loads(await resp.text()), (kind, path)
+
+
+# Bodies an ordinary user can send to an imported `$SYS` request: nats-server's error for each.
+DEEP = b"[" * 1100 + b"]" * 1100
+MALFORMED = [b"{", b"{x", DEEP, b"[" * 20000 + b"]" * 20000, b'{"x":' + DEEP + b"}", b'{"server_name": 5}',
+             b"[]", b'{"tags": "x"}', b"{} {}"]  # fmt: skip
+
+
+async def _malformed_answers(kind: str, tmp_path: Path) -> tuple[list[Any], str]:
+    with system_server(kind, tmp_path) as server:
+        async with client(server.url, "a") as a:
+            answers = []
+            for body in MALFORMED:
+                reply = json.loads((await a.request("$SYS.REQ.SERVER.PING.CONNZ", body, timeout=5)).data)
+                answers.append(reply.get("error") or sorted(reply.get("data", {})))
+        return answers, server.log()
+
+
+async def test_malformed_bodies_answered_as_nats_server(tmp_path: Path) -> None:
+    """A deep or mistyped body gets nats-server's error (a 1,100-deep one logged a RecursionError
+    traceback per request), and nothing goes to the log."""
+    want, _ = await _malformed_answers("nats-server", tmp_path)
+    got, log = await _malformed_answers("pynatsd", tmp_path)
+    assert got == want
+    assert "Traceback" not in log and "RecursionError" not in log
