@@ -66,8 +66,9 @@ STREAM_FIELDS: dict[str, Any] = {
 }
 STREAM_CONFIG = Struct("StreamConfigRequest", {**STREAM_FIELDS, "pedantic": "bool"})
 # nats-server's stream options pynatsd does not implement: refused by name when set, never ignored.
+# mirror and sources are left to normalize_config: nats-server's checks of their config come first there.
 STREAM_UNSUPPORTED = (
-    "placement", "mirror", "sources", "subject_transform", "republish", "consumer_limits",
+    "placement", "subject_transform", "republish", "consumer_limits",
     "subject_delete_marker_ttl", "allow_msg_counter", "allow_atomic", "allow_msg_schedules", "persist_mode",
     "allow_batched", "pedantic",
 )  # fmt: skip
