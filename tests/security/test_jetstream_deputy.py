@@ -212,8 +212,9 @@ async def test_heartbeat_and_flow_control_to_an_api_subject_are_not_requests(
     source, victim = names()
     await stream_with_message(admin, victim, b"keep")
     await stream_with_message(admin, source, b"x")
-    for _ in range(200):  # enough for a flow-control request (pynatsd asks every 128 messages)
-        await admin.publish(source.lower(), b"x")
+    # Past half of the flow-control window (2 MiB, as nats-server's) a flow-control request goes out.
+    for _ in range(24):
+        await admin.publish(source.lower(), b"x" * 65536)
     await admin.flush()
     target = f"$JS.API.STREAM.PURGE.{victim}"
     seen = await spy(admin, target)
@@ -223,8 +224,11 @@ async def test_heartbeat_and_flow_control_to_an_api_subject_are_not_requests(
     )
     assert "error" not in created, created
     kinds: set[str] = set()
-    while kinds != {"heartbeat", "flow control"}:
+    for _ in range(200):  # heartbeats come every 100 ms: bounded, so a missing kind fails, never hangs
+        if kinds == {"heartbeat", "flow control"}:
+            break
         msg = await asyncio.wait_for(seen.get(), 5)
         if msg.headers and msg.headers.get("Status") == "100":
             kinds.add("flow control" if msg.reply else "heartbeat")
+    assert kinds == {"heartbeat", "flow control"}
     assert await victim_messages(admin, victim) == 1
