@@ -34,7 +34,7 @@ class ClusterOptions:
     port: int = 0  # -1: a random port; after start, the bound one
     advertise: str = ""
     urls: list[str] = field(default_factory=list)  # the configured routes (nats-route://[user:pass@]h:p)
-    pool_size: int = DEFAULT_POOL_SIZE  # accepted; pynatsd keeps one route per server (see pynatsd.routes)
+    pool_size: int = DEFAULT_POOL_SIZE  # -1: no pool, no pinned accounts; else pynatsd's own is 1 (routes)
     no_advertise: bool = False
     connect_retries: int = DEFAULT_CONNECT_RETRIES
     compression: str = "off"

@@ -154,8 +154,22 @@ def first_reply(route_port: int, data: bytes) -> tuple[bytes, bool]:
         b'CONNECT {"lang":"python","verbose":false,"pedantic":false}\r\n',
         b"RS+ $G foo\r\n",
         FAKE_CONNECT.replace(b'"cluster":"T"', b'"cluster":"OTHER"'),
+        FAKE_CONNECT
+        + FAKE_INFO.replace(b'"cluster":"T"', b'"cluster":"T","route_pool_size":3,"route_account":"A"'),
+        FAKE_CONNECT + FAKE_INFO.replace(b'"cluster":"T"', b'"cluster":"T","route_account":"$SYS"'),
+        FAKE_CONNECT
+        + FAKE_INFO.replace(b'"cluster":"T"', b'"cluster":"T","route_pool_size":3,"route_pool_idx":3'),
     ],
-    ids=["unknown-op", "second-connect", "client-on-route-port", "op-before-connect", "cluster-name"],
+    ids=[
+        "unknown-op",
+        "second-connect",
+        "client-on-route-port",
+        "op-before-connect",
+        "cluster-name",
+        "unpinned-account",
+        "pinned-without-pool",
+        "pool-index-out-of-range",
+    ],
 )
 def test_bad_route_input_gets_nats_server_answer(node: Start, data: bytes) -> None:
     ours, reference = node("pynatsd"), node("nats-server")
