@@ -88,10 +88,13 @@ class RouteManager:
 
     @property
     def pinned(self) -> list[str]:
-        """The accounts with a route of their own to each server: nats-server's default, the system
-        account, unless pooling is off (`pool_size: -1`)."""
+        """The accounts with a route of their own to each server: the configured `accounts` and, as
+        nats-server's default, the system account, unless pooling is off (`pool_size: -1`)."""
+        if self.cluster.pool_size < 0:
+            return []
         system = self.server.auth.system_account
-        return [system] if system and self.cluster.pool_size >= 0 else []
+        accounts = self.cluster.accounts
+        return [*accounts, system] if system and system not in accounts else accounts
 
     # -- start / stop ---------------------------------------------------------------------------------
     async def start(self) -> None:

@@ -6,6 +6,7 @@ pinned route's account."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -44,10 +45,8 @@ async def server_ping_answers(nc: nats.NATS, servers: int) -> set[str]:
     while not everyone.is_set() and loop.time() < deadline:
         await nc.publish("$SYS.REQ.SERVER.PING", b"", reply=inbox)
         await nc.flush()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(everyone.wait(), 0.5)
-        except TimeoutError:
-            pass
     return answered
 
 
@@ -56,13 +55,22 @@ def errors_logged(server: ServerProcess) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "kinds",
-    [("pynatsd", "nats-server"), ("nats-server", "pynatsd"), ("pynatsd", "pynatsd")],
-    ids=["pynatsd-first", "nats-server-first", "pynatsd-only"],
+    ("kinds", "pinned"),
+    [
+        (("pynatsd", "nats-server"), ["SYS"]),
+        (("nats-server", "pynatsd"), ["SYS"]),
+        (("nats-server", "pynatsd"), ["A", "SYS"]),
+        (("pynatsd", "pynatsd"), ["A", "SYS"]),
+    ],
+    ids=["pynatsd-first", "nats-server-first", "nats-server-first-pinning-A", "pynatsd-only-pinning-A"],
 )
-async def test_system_account_route_is_pinned(node: Start, tmp_path: Path, kinds: tuple[str, str]) -> None:
+async def test_system_account_route_is_pinned(
+    node: Start, tmp_path: Path, kinds: tuple[str, str], pinned: list[str]
+) -> None:
+    """`pinned`: the accounts with a route of their own (the system account's always, `A` when the
+    `cluster {}` block names it in `accounts`)."""
     conf = tmp_path / "accounts.conf"
-    conf.write_text(ACCOUNTS)
+    conf.write_text(ACCOUNTS + ("cluster { accounts: [A] }" if "A" in pinned else ""))
     first = node(kinds[0], args=["-c", str(conf)], http=True)
     second = node(kinds[1], routes=[first], args=["-c", str(conf)], http=True)
     servers = (first, second)
@@ -75,9 +83,10 @@ async def test_system_account_route_is_pinned(node: Start, tmp_path: Path, kinds
         for nc in system:  # each server's request reaches the other's system account and comes back
             assert await server_ping_answers(nc, 2) == ids
         for server, nc in zip(servers, system, strict=True):
-            pinned = [r for r in routez(server)["routes"] if r.get("account") == "SYS"]
+            routes = routez(server)["routes"]
             peer = ids - {str(nc._server_info["server_id"])}
-            assert [r["remote_id"] for r in pinned] == list(peer), server.kind
+            assert sorted(r["account"] for r in routes if "account" in r) == pinned, server.kind
+            assert {r["remote_id"] for r in routes} == peer
         # nats-server logged `Not possible to have a dedicated route for account "SYS"` here before
         assert [errors_logged(s) for s in servers] == [[], []]
     finally:
