@@ -12,12 +12,13 @@ gossip, duplicate routes, connect_urls, lame duck mode. nats-server's rules (ser
   the one kept reconnects if the peer drops it in turn.
 - reconnect: explicit routes (configured) are retried forever, one attempt a second; implicit routes
   `connect_retries` times.
-- pool and pinned accounts: pynatsd advertises `route_pool_size` 1 (its own interest and messages take
-  one connection per server: more would only add sockets to one event loop), so a nats-server peer pools
-  (its default `pool_size` 3: the larger size wins) and pins the system account. A peer's pool
-  connections (`route_pool_idx` 1..n-1) are accepted, and opened when this server solicited the first
-  one; they carry the peer's interest for the accounts it places there, and the messages for that
-  interest. The system account (nats-server's default) gets a route of its own to each server that
+- pool and pinned accounts: pynatsd advertises `route_pool_size` 1 (it needs no more connections of
+  its own: more would only add sockets to one event loop), so a nats-server peer pools (its default
+  `pool_size` 3: the larger size wins) and pins the system account. A peer's pool connections
+  (`route_pool_idx` 1..n-1) are accepted, and opened when this server solicited the first one. Each
+  account's interest goes on the connection the peer places that account on (`pool_index`, as
+  nats-server's), where the peer's interest and messages for it come too: one order per account both
+  ways. The system account (and `cluster { accounts }`) gets a route of its own to each server that
   pools, solicited like the pool, its interest and messages only there, without the account name.
   `pool_size: -1` turns both off (the peer then keeps one route naming accounts in every op).
 """
@@ -25,6 +26,7 @@ gossip, duplicate routes, connect_urls, lame duck mode. nats-server's rules (ser
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import random
 import ssl
@@ -397,9 +399,9 @@ class RouteManager:
                 route.remote_id,
                 _text(route.account),
             )
-            self._send_interest(route)
         else:
             log.debug('%r - Registering remote route "%s"', route, route.remote_id)
+        self._send_interest(route)
         return True
 
     def route_closed(self, route: Route) -> None:
@@ -532,8 +534,13 @@ class RouteManager:
         pinned = account in self.pinned
         frame = _interest_frame(acc, sub, after)
         for route in self.routes.values():
-            if not (pinned and route.remote_pool_size):  # a pooling peer takes it on the pinned route
+            if not route.remote_pool_size:  # a peer without pool: its one route
                 route.send(frame)
+            elif not pinned:  # the pool's connection for the account (none yet: sent when it comes)
+                idx = pool_index(account, route.remote_pool_size)
+                carrier = self.links.get((route.remote_id, f"#{idx}")) if idx else route
+                if carrier is not None:
+                    carrier.send(frame)
         if pinned:
             bare = _interest_frame(b"", sub, after)  # a pinned route's ops name no account
             for (_, slot), link in self.links.items():
@@ -542,7 +549,9 @@ class RouteManager:
 
     def _send_interest(self, route: Route) -> None:
         """All our interest a route that just registered carries: a pinned account's on its route (no
-        account named), the rest on the first route."""
+        account named); the others' on the pool's connection the peer places that account on (its
+        `pool_index`), so that an account's interest and messages keep one order both ways, as between
+        nats-servers (a reply's interest may not overtake the request it answers)."""
         if route.account:
             only = _text(route.account)
             frames = [
@@ -551,11 +560,12 @@ class RouteManager:
                 if account == only
             ]
         else:
-            pinned = self.pinned if route.remote_pool_size else []
+            size = route.remote_pool_size
+            pinned = self.pinned if size else []
             frames = [
                 encode_rsub(account.encode(), subject, queue, n if queue else 1)
                 for (account, subject, queue), n in self.interest.items()
-                if account not in pinned
+                if account not in pinned and (size <= 1 or pool_index(account, size) == route.pool_idx)
             ]
         if frames:
             route.send(b"".join(frames))
@@ -590,6 +600,16 @@ class RouteManager:
 
 def _join(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@functools.lru_cache(maxsize=1024)
+def pool_index(account: str, pool_size: int) -> int:
+    """The pool connection an account's traffic takes, as nats-server places it: FNV-1a (32 bits) of
+    its name modulo the pool size."""
+    digest = 0x811C9DC5
+    for byte in account.encode():
+        digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return digest % pool_size if pool_size > 1 else 0
 
 
 def _duplicate(known: Route | None, route: Route) -> bool:
