@@ -534,18 +534,19 @@ class RouteManager:
         pinned = account in self.pinned
         frame = _interest_frame(acc, sub, after)
         for route in self.routes.values():
-            if not route.remote_pool_size:  # a peer without pool: its one route
+            # a peer without pool: its one route; else the pool's first connection if the account's
+            size = route.remote_pool_size
+            if not size or (not pinned and pool_index(account, size) == 0):
                 route.send(frame)
-            elif not pinned:  # the pool's connection for the account (none yet: sent when it comes)
-                idx = pool_index(account, route.remote_pool_size)
-                carrier = self.links.get((route.remote_id, f"#{idx}")) if idx else route
-                if carrier is not None:
-                    carrier.send(frame)
         if pinned:
             bare = _interest_frame(b"", sub, after)  # a pinned route's ops name no account
             for (_, slot), link in self.links.items():
                 if slot == account:
                     link.send(bare)
+            return
+        for link in self.links.values():  # the pool's other connection for the account, if up
+            if not link.account and link.pool_idx == pool_index(account, link.remote_pool_size):
+                link.send(frame)
 
     def _send_interest(self, route: Route) -> None:
         """All our interest a route that just registered carries: a pinned account's on its route (no
