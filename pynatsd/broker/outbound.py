@@ -48,6 +48,25 @@ _COMPACT_EVERY = 256 << 10
 STALL_BYTES = 1 << 20
 
 
+# After a backlog, the C heap is trimmed once no backlog has been written for this long (see
+# FlushScheduler.backlog_written).
+TRIM_AFTER = 1.0
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, or None (another libc)."""
+    try:
+        import ctypes
+
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+        return trim
+    except (OSError, AttributeError):
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
+
+
 class Producer(Protocol):
     """What the stall gate needs of a producer: its id and a way to stop and restart reading it."""
 
@@ -159,7 +178,7 @@ class FlushScheduler:
     so the queue's own flusher task is woken instead.
     """
 
-    __slots__ = ("flush_sizes", "reading", "scheduled", "stall", "touched")
+    __slots__ = ("flush_sizes", "last_backlog", "reading", "scheduled", "stall", "touched", "trims")
 
     def __init__(self) -> None:
         self.reading = False
@@ -167,6 +186,32 @@ class FlushScheduler:
         self.scheduled = False  # a flush_touched is queued for the end of this turn
         self.stall = StallGate()
         self.flush_sizes = HistogramCounts(16384)  # frame pieces per socket write (monitoring)
+        self.last_backlog = -1.0  # loop time of the last backlog written; -1: no trim pending
+        self.trims = 0  # C heap trims done
+
+    def backlog_written(self) -> None:
+        """A queue wrote a backlog (more than _JOIN_MAX at once): once none has been for TRIM_AFTER, give
+        the C heap's free pages back to the system. Frames joined into chunks of up to 256 KiB and reads
+        of up to 256 KiB are malloc'd from the heap once glibc has raised its mmap threshold, and their
+        free pages stayed in the process after the flood (a 4 -> 4 flood, nats.go: 8.7 MiB over idle)."""
+        loop = self.stall.loop
+        if loop is None or _malloc_trim is None:
+            return
+        if self.last_backlog < 0:
+            loop.call_later(TRIM_AFTER, self._trim)
+        self.last_backlog = loop.time()
+
+    def _trim(self) -> None:
+        loop = self.stall.loop
+        if loop is None or _malloc_trim is None:
+            return
+        quiet = loop.time() - self.last_backlog
+        if quiet < TRIM_AFTER:  # backlogs since: wait for the flood to end
+            loop.call_later(TRIM_AFTER - quiet, self._trim)
+            return
+        self.last_backlog = -1.0
+        self.trims += 1
+        _malloc_trim(0)
 
     def read_done(self) -> None:
         """A read is processed: flush what it touched once this turn's ready reads are processed too."""
@@ -328,6 +373,7 @@ class Outbound:
                 self.transport.write(b"".join(frames))
             else:
                 _write_joined_in_chunks(self.transport, frames)
+                self.scheduler.backlog_written()
         except (RuntimeError, OSError) as exc:
             # The transport closed under us (uvloop refuses writes between a failure and the
             # connection_lost it schedules): this connection goes, not the producer whose read fed it.

@@ -10,6 +10,7 @@ from pynatsd.broker.outbound import (
     _JOIN_MAX,
     STALL_BYTES,
     STALL_HOLD_MAX,
+    TRIM_AFTER,
     FlushScheduler,
     Outbound,
     StallGate,
@@ -309,4 +310,23 @@ async def test_a_stall_is_renewed_while_its_queue_stays_past_the_gate() -> None:
     gate._stalled[late.cid] = (*gate._stalled[late.cid][:3], gate.loop.time() - STALL_HOLD_MAX)
     gate._expired(late.cid)  # held for STALL_HOLD_MAX already: goes on toward max_pending
     assert late.events == ["hold", "release"] and out.gated == 0
+    out.close()
+
+
+async def test_the_c_heap_is_trimmed_once_backlogs_stop() -> None:
+    # Queues written in backlogs arm one trim; it waits until none has been written for TRIM_AFTER.
+    out, transport, scheduler = make(max_pending=64 << 20)
+    loop = asyncio.get_running_loop()
+    scheduler.stall.loop = loop
+    out.pause()
+    for i in range(20_000):
+        out.push(b"MSG bench.%d 1 16\r\n0123456789abcdef\r\n" % (i % 1000))
+    out.resume()
+    await asyncio.sleep(0)
+    assert len(transport.writes) > 1 and scheduler.last_backlog >= 0  # a backlog, written in chunks
+    scheduler._trim()  # its timer, early: backlogs are still being written
+    assert scheduler.trims == 0 and scheduler.last_backlog >= 0
+    scheduler.last_backlog = loop.time() - TRIM_AFTER
+    scheduler._trim()
+    assert scheduler.trims == 1 and scheduler.last_backlog == -1.0
     out.close()
