@@ -307,7 +307,7 @@ async def test_a_stall_is_renewed_while_its_queue_stays_past_the_gate() -> None:
     transport.buffered = 900
     gate.passed(FakeConsumer(out), out)
     gate.after_read(late)
-    gate._stalled[late.cid] = (*gate._stalled[late.cid][:3], gate.loop.time() - STALL_HOLD_MAX)
+    gate._stalled[late.cid] = (*gate._stalled[late.cid][:3], gate.loop.time() - 2 * STALL_HOLD_MAX)
     gate._expired(late.cid)  # held for STALL_HOLD_MAX already: goes on toward max_pending
     assert late.events == ["hold", "release"] and out.gated == 0
     out.close()
