@@ -6,10 +6,10 @@ a `writelines` gather when the pieces are large — either once the reads that f
 the event loop are processed (nats-server's "pcd" flush, per turn rather than per read: see
 `FlushScheduler`) or by the connection's flusher task, woken condition-style only on the empty→non-empty
 transition. Writes stop
-while the transport is paused (`pause_writing`) and resume with it. Past 75% of `max_pending` the queue
-closes a gate on the producers feeding it (nats-server's fast-producer stall): each stops reading for a
-moment, until the queue drains or `STALL_MIN`/`STALL_MAX` pass. Pending bytes above `max_pending` make
-the connection a slow consumer.
+while the transport is paused (`pause_writing`) and resume with it. Past `STALL_BYTES` pending (or 75% of
+a smaller `max_pending`) the queue closes a gate on the producers feeding it (nats-server's fast-producer
+stall): each stops reading until the queue drains under it, or for `STALL_HOLD_MAX` at most. Pending bytes
+above `max_pending` make the connection a slow consumer.
 """
 
 from __future__ import annotations
