@@ -2,7 +2,7 @@
 # bench/results/broker.{md,json,png}. Realistic rows first (1,000 interleaved subjects, latency probes), each with
 # the raw-protocol and the nats.go generator; then the single-subject rows (raw generator).
 # Override BENCH_REAL / BENCH_GENERATORS / BENCH_REAL_REPS and BENCH_REPS / BENCH_SCENARIOS / BENCH_SIZES.
-BENCH_REAL ?= i-1-1,i-pub,i-1-4,i-queue-4,i-4-1,i-4-4,i-join,i-reqrep,i-mixed
+BENCH_REAL ?= i-1-1,i-pub,i-1-4,i-queue-4,i-4-1,i-4-4,i-1-16,i-16-16,i-join,i-reqrep,i-mixed
 BENCH_GENERATORS ?= raw,go
 BENCH_REAL_REPS ?= 3
 BENCH_REPS ?= 5

@@ -24,6 +24,8 @@ NAMES = {
     "i-queue-4": "1 -> queue of 4",
     "i-4-1": "4 -> 1",
     "i-4-4": "4 -> 4",
+    "i-1-16": "1 -> 16 fan-out",
+    "i-16-16": "16 -> 16",
     "i-join": "4 -> 1, publishers join the flood",
     "i-reqrep": "request/reply, 16 requesters",
     "i-mixed": "mixed workload",
@@ -63,6 +65,11 @@ def _real_value(row: dict[str, Any], kind: str) -> str:
     return _rate(s["median"])
 
 
+def _growth(side: dict[str, Any]) -> str:
+    """Peak RSS over the RSS before the run, MiB ('-' for rows recorded before it was)."""
+    return f"{side['rss_growth'] / 2**20:.1f}" if "rss_growth" in side else "-"
+
+
 def _notes(row: dict[str, Any]) -> str:
     notes = [f"{label} {row[key]:.2f}x" for key, label in RATIO_NOTES if key in row]
     return ", ".join(notes)
@@ -95,7 +102,9 @@ REAL_LEGEND = re.sub(
     pynatsd/nats-server: probe connects + probe PINGs without a PONG in 2 s + publishers whose connect
     failed (2 s, nats.go's default). gen ok: the faster server went >= 1.1x the slower one's rate with the
     same generator, so the slower figure is the server's, not the generator's; n/a for request/reply,
-    mixed and joining rows. lost: deliveries owed but not made.""",
+    mixed and joining rows. lost: deliveries owed but not made. peak MiB over idle: the server's VmHWM
+    during the run less its VmRSS just before it (median of the runs; both servers run through all rows),
+    pynatsd/nats-server.""",
 )
 
 
@@ -109,9 +118,10 @@ def render_real(r: dict[str, Any], header: bool = True) -> str:
             "",
             *(f"- generator `{g}`: {name}" for g, name in r["generators"].items()),
             "",
-            "| row | size | gen | pynatsd | nats-server | ratio | target | gen ok | lost | connect ms pynatsd"
-            " | connect ms nats-server | PING ms pynatsd | PING ms nats-server | failures | other ratios |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| row | size | gen | pynatsd | nats-server | ratio | target | gen ok | lost | peak MiB over idle"
+            " | connect ms pynatsd | connect ms nats-server | PING ms pynatsd | PING ms nats-server"
+            " | failures | other ratios |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
     for row in r["realistic"]:
         a, b = row["pynatsd"], row["nats-server"]
@@ -123,7 +133,7 @@ def render_real(r: dict[str, Any], header: bool = True) -> str:
             f"| {NAMES[row['scenario']]} | {_size(row['size'])} | {row['generator']}"
             f" | {_real_value(row, 'pynatsd')} | {_real_value(row, 'nats-server')}"
             f" | {row['ratio']:.2f} | {_target(row, '>=')}"
-            f" | {_gen(row['generator_ok'])} | {a['lost']}/{b['lost']}"
+            f" | {_gen(row['generator_ok'])} | {a['lost']}/{b['lost']} | {_growth(a)}/{_growth(b)}"
             f" | {probe_cell(a['latency']['connect'])} | {probe_cell(b['latency']['connect'])}"
             f" | {probe_cell(a['latency']['ping'])} | {probe_cell(b['latency']['ping'])}"
             f" | {fails} | {_notes(row)} |"

@@ -98,6 +98,8 @@ REAL = {
     "i-queue-4": Real(subs=4, queue=True, share=0.5),
     "i-4-1": Real(pubs=4),
     "i-4-4": Real(pubs=4, subs=4, share=0.5),
+    "i-1-16": Real(subs=16, share=0.125),  # issue 40: what 16 consumers behind a producer hold
+    "i-16-16": Real(pubs=16, subs=16, share=0.125),
     "i-join": Real(pubs=4, share=4.0, stagger=0.1),  # issue 16 item 3, in short: scenarios.pubsub
     "i-reqrep": Real(kind="reqrep", share=0.05),
     "i-mixed": Real(kind="mixed", share=0.5),
@@ -111,6 +113,7 @@ MIXED_REQUESTERS = 4
 GENERATORS = ("raw", "go")
 # Issue 17's targets (nats.go generator, 16 B): minimum ratio pynatsd/nats-server of the rate.
 REAL_TARGETS = {"i-1-1": 1.0, "i-1-4": 1.0, "i-queue-4": 1.0, "i-4-1": 1.0, "i-4-4": 1.0, "i-pub": 0.8}
+REAL_TARGETS.update({"i-1-16": 1.0, "i-16-16": 1.0})
 REAL_TARGETS["i-reqrep"] = 1.0
 
 
@@ -118,10 +121,13 @@ def measure_real(
     name: str, port: int, size: int, smoke: bool, generator: str, pid: int | None = None
 ) -> dict[str, Any]:
     """One run of a realistic row with one generator, with the latency probes running alongside; with
-    the server's `pid`, its peak RSS during the run too (`rss_peak`, bytes)."""
+    the server's `pid`, its peak RSS during the run too (`rss_peak`, bytes) and that peak over its RSS
+    just before the run (`rss_growth`: issue 40's "over idle")."""
     row = REAL[name]
     n = max(int((2000 if smoke else REAL_BASE[size]) * row.share), REQUESTERS * 4)
+    before = 0
     if pid is not None:
+        before = scenarios.rss(pid)[0]
         scenarios.reset_peak_rss(pid)
     with scenarios.probing(port) as probes:
         if generator == "go":
@@ -144,6 +150,7 @@ def measure_real(
     out["probes"] = probes
     if pid is not None:
         out["rss_peak"] = scenarios.rss(pid)[1]
+        out["rss_growth"] = max(0, out["rss_peak"] - before)
     return out
 
 
@@ -205,7 +212,7 @@ def real_row(name: str, size: int, generator: str, runs: dict[str, list[dict[str
     row: dict[str, Any] = {"scenario": name, "size": size, "generator": generator, "metric": "msgs/s"}
     for kind in SERVERS:
         side = {**scenarios.summary([r["rate"] for r in runs[kind]]), "runs": runs[kind]}
-        for key in ("pub_rate", "request_rate", "p50", "p90", "p99", "rss_peak"):
+        for key in ("pub_rate", "request_rate", "p50", "p90", "p99", "rss_peak", "rss_growth"):
             if all(key in r for r in runs[kind]):
                 side[key] = statistics.median(r[key] for r in runs[kind])
         side["lost"] = sum(r.get("expected", 0) - r.get("delivered", 0) for r in runs[kind])

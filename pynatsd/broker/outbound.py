@@ -6,10 +6,10 @@ a `writelines` gather when the pieces are large — either once the reads that f
 the event loop are processed (nats-server's "pcd" flush, per turn rather than per read: see
 `FlushScheduler`) or by the connection's flusher task, woken condition-style only on the empty→non-empty
 transition. Writes stop
-while the transport is paused (`pause_writing`) and resume with it. Past 75% of `max_pending` the queue
-closes a gate on the producers feeding it (nats-server's fast-producer stall): each stops reading for a
-moment, until the queue drains or `STALL_MIN`/`STALL_MAX` pass. Pending bytes above `max_pending` make
-the connection a slow consumer.
+while the transport is paused (`pause_writing`) and resume with it. Past `STALL_BYTES` pending (or 75% of
+a smaller `max_pending`) the queue closes a gate on the producers feeding it (nats-server's fast-producer
+stall): each stops reading until the queue drains under it, or for `STALL_HOLD_MAX` at most. Pending bytes
+above `max_pending` make the connection a slow consumer.
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ from pynatsd.broker.histogram import HistogramCounts
 # longer one when the queue is at max_pending.
 STALL_MIN = 0.002
 STALL_MAX = 0.005
+# How long a producer may be held in all while the consumer it waits for stays past its gate: its stall is
+# renewed meanwhile, so that it reads again when that queue is under the gate, not at every timer (4 nats.go
+# producers and 4 consumers on a loaded machine: one consumer went 3.7 MiB past a 1 MiB gate on timers
+# alone, where a consumer without CPU for a few ms let every producer read another slice). A consumer that
+# stays behind that long lets its producers go on, a slice at a time, toward max_pending and the
+# slow-consumer cut, as nats-server's stalls do.
+STALL_HOLD_MAX = 0.025
 
 # The mean piece size from which pending frames are handed to the transport as they are, not joined.
 _GATHER_MIN = 4096
@@ -33,6 +40,31 @@ _GATHER_MIN = 4096
 _JOIN_MAX = 256 << 10
 # A paused queue compacts every this many bytes (see Outbound._compact).
 _COMPACT_EVERY = 256 << 10
+# The most a consumer may have pending (queued here and buffered by its transport) before the producers
+# feeding it are stalled, whatever max_pending allows. nats-server's producers write to their consumers'
+# sockets themselves (flushClients), so a consumer behind slows them by its socket alone and its 75% gate
+# is rarely reached; here writes never block, and with only that gate (48 MiB of the default 64 MiB) a
+# nats.go 1 -> 4 fan-out held 16-40 MiB above idle against nats-server's 4-8.
+STALL_BYTES = 1 << 20
+
+
+# After a backlog, the C heap is trimmed once no backlog has been written for this long (see
+# FlushScheduler.backlog_written).
+TRIM_AFTER = 1.0
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, or None (another libc)."""
+    try:
+        import ctypes
+
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+        return trim
+    except (OSError, AttributeError):
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
 
 
 class Producer(Protocol):
@@ -64,8 +96,8 @@ class StallGate:
 
     def __init__(self) -> None:
         self._consumer: Consumer | None = None  # the fullest consumer past its gate in this read
-        # producer id -> (producer, the queue it waits for, its timer)
-        self._stalled: dict[int, tuple[Producer, Outbound, asyncio.TimerHandle]] = {}
+        # producer id -> (producer, the queue it waits for, its timer, when the stall began)
+        self._stalled: dict[int, tuple[Producer, Outbound, asyncio.TimerHandle, float]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None  # set when the server starts
         self.stalled_total = 0  # producers stalled so far (nats-server's stalled_clients)
 
@@ -87,14 +119,14 @@ class StallGate:
         self.stalled_total += 1
         producer.hold_reading()
         ttl = STALL_MAX if out.queued >= out.hard_limit else STALL_MIN
-        timer = self.loop.call_later(ttl, self._release, producer.cid)
-        self._stalled[producer.cid] = (producer, out, timer)
+        timer = self.loop.call_later(ttl, self._expired, producer.cid)
+        self._stalled[producer.cid] = (producer, out, timer, self.loop.time())
         out.gated += 1
 
     def opened(self, out: Outbound) -> None:
         """`out` drained below its gate (or closed): its producers read again."""
         if out.gated:
-            for cid in [cid for cid, (_, waited, _) in self._stalled.items() if waited is out]:
+            for cid in [cid for cid, entry in self._stalled.items() if entry[1] is out]:
                 self._release(cid)
 
     def forget(self, producer: Producer) -> None:
@@ -104,11 +136,30 @@ class StallGate:
             entry[1].gated -= 1
             entry[2].cancel()
 
+    def _expired(self, cid: int) -> None:
+        """A stall's timer ran out: renewed while its queue is still past its gate (up to STALL_HOLD_MAX in
+        all), else the producer reads again."""
+        entry = self._stalled.get(cid)
+        if entry is None:
+            return
+        producer, out, _, since = entry
+        loop = self.loop
+        if (
+            loop is not None
+            and not out.closed
+            and out.pending_bytes > out.gate + out.backlog  # pending bytes still over the gate's bound
+            and loop.time() - since < STALL_HOLD_MAX
+        ):
+            timer = loop.call_later(STALL_MIN, self._expired, cid)
+            self._stalled[cid] = (producer, out, timer, since)
+            return
+        self._release(cid)
+
     def _release(self, cid: int) -> None:
         entry = self._stalled.pop(cid, None)
         if entry is None:
             return
-        producer, out, timer = entry
+        producer, out, timer, _ = entry
         out.gated -= 1
         timer.cancel()
         if not producer.closed:
@@ -127,7 +178,7 @@ class FlushScheduler:
     so the queue's own flusher task is woken instead.
     """
 
-    __slots__ = ("flush_sizes", "reading", "scheduled", "stall", "touched")
+    __slots__ = ("flush_sizes", "last_backlog", "reading", "scheduled", "stall", "touched", "trims")
 
     def __init__(self) -> None:
         self.reading = False
@@ -135,6 +186,32 @@ class FlushScheduler:
         self.scheduled = False  # a flush_touched is queued for the end of this turn
         self.stall = StallGate()
         self.flush_sizes = HistogramCounts(16384)  # frame pieces per socket write (monitoring)
+        self.last_backlog = -1.0  # loop time of the last backlog written; -1: no trim pending
+        self.trims = 0  # C heap trims done
+
+    def backlog_written(self) -> None:
+        """A queue wrote a backlog (more than _JOIN_MAX at once): once none has been for TRIM_AFTER, give
+        the C heap's free pages back to the system. Frames joined into chunks of up to 256 KiB and reads
+        of up to 256 KiB are malloc'd from the heap once glibc has raised its mmap threshold, and their
+        free pages stayed in the process after the flood (a 4 -> 4 flood, nats.go: 8.7 MiB over idle)."""
+        loop = self.stall.loop
+        if loop is None or _malloc_trim is None:
+            return
+        if self.last_backlog < 0:
+            loop.call_later(TRIM_AFTER, self._trim)
+        self.last_backlog = loop.time()
+
+    def _trim(self) -> None:
+        loop = self.stall.loop
+        if loop is None or _malloc_trim is None:
+            return
+        quiet = loop.time() - self.last_backlog
+        if quiet < TRIM_AFTER:  # backlogs since: wait for the flood to end
+            loop.call_later(TRIM_AFTER - quiet, self._trim)
+            return
+        self.last_backlog = -1.0
+        self.trims += 1
+        _malloc_trim(0)
 
     def read_done(self) -> None:
         """A read is processed: flush what it touched once this turn's ready reads are processed too."""
@@ -166,6 +243,7 @@ class Outbound:
         "batches",
         "closed",
         "compacted",
+        "compacted_at",
         "frames",
         "gate",
         "gated",
@@ -193,6 +271,7 @@ class Outbound:
         # The hot-path threshold on `queued`: the gate; while paused, also the next compaction (`_compact`).
         self.limit = 0
         self.compacted = 0  # leading entries of `frames` that are compacted runs of frames
+        self.compacted_at = 0  # `queued` when they were
         self.paused = False
         self._set_limits()
         self.gated = 0  # producers stalled until this queue drains (see StallGate)
@@ -217,8 +296,8 @@ class Outbound:
 
     def _set_limits(self) -> None:
         self.hard_limit = self.max_pending - self.backlog
-        self.gate = self.max_pending // 4 * 3 - self.backlog
-        self.limit = min(self.gate, self.queued + _COMPACT_EVERY) if self.paused else self.gate
+        self.gate = min(self.max_pending // 4 * 3, STALL_BYTES) - self.backlog
+        self.limit = min(self.gate, self.compacted_at + _COMPACT_EVERY) if self.paused else self.gate
 
     def mark_dirty(self) -> None:
         """Called on the empty→non-empty transition: arrange for exactly one flush."""
@@ -252,8 +331,9 @@ class Outbound:
         return False
 
     def _past_limit(self) -> bool:
-        """`queued` passed `limit`: compact a paused queue's newest frames; True if past the gate."""
-        if self.paused:
+        """`queued` passed `limit`: compact a paused queue's newest frames (each _COMPACT_EVERY bytes, also
+        past the gate, where this runs for every message); True if past the gate."""
+        if self.paused and self.queued - self.compacted_at >= _COMPACT_EVERY:
             self._compact()
         return self.queued > self.gate
 
@@ -266,6 +346,7 @@ class Outbound:
         if len(frames) - start > 1:
             frames[start:] = [b"".join(frames[start:])]
         self.compacted = len(frames)
+        self.compacted_at = self.queued
         self.limit = min(self.gate, self.queued + _COMPACT_EVERY)
 
     def flush(self) -> None:
@@ -279,7 +360,7 @@ class Outbound:
         self.batches += 1
         self.written_bytes += queued
         self.queued = 0
-        self.compacted = 0
+        self.compacted = self.compacted_at = 0
         try:
             self.frames = []
             if n == 1:
@@ -292,6 +373,7 @@ class Outbound:
                 self.transport.write(b"".join(frames))
             else:
                 _write_joined_in_chunks(self.transport, frames)
+                self.scheduler.backlog_written()
         except (RuntimeError, OSError) as exc:
             # The transport closed under us (uvloop refuses writes between a failure and the
             # connection_lost it schedules): this connection goes, not the producer whose read fed it.
@@ -317,7 +399,7 @@ class Outbound:
         """Drop what is pending and stop the flusher."""
         self.closed = True
         self.frames = []
-        self.compacted = 0
+        self.compacted = self.compacted_at = 0
         self.queued = 0
         if self.gated:
             self.scheduler.stall.opened(self)
@@ -331,6 +413,10 @@ class Outbound:
                 await wake.wait()
                 wake.clear()
                 self.flush()
+                # A resumed queue is written here, outside any read: the producers it stalled read again
+                # as soon as it is under its gate, not when their timers run out.
+                if self.gated and self.queued <= self.gate:
+                    self.scheduler.stall.opened(self)
         except asyncio.CancelledError:
             pass
 

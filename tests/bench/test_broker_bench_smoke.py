@@ -74,12 +74,14 @@ def test_broker_bench_smoke(tmp_path: Path) -> None:
             (run,) = side["runs"]
             assert run["rate"] > 0, (name, gen, kind, run)
             assert set(side["latency"]) == {"connect", "ping"}
+            assert side["rss_growth"] >= 0 and run["rss_peak"] > 0  # peak RSS over the RSS before the run
             if name in ("i-reqrep", "i-mixed"):
                 assert 0 < side["p50"] <= side["p99"], (name, gen, kind)
             if name != "i-reqrep":  # every message owed is delivered, with every publisher connected
                 assert run["delivered"] == run["expected"] > 0, (name, gen, kind, run)
                 assert run["connect_failures"] == 0, (name, gen, kind, run)
-    assert "| 4 -> 1, publishers join the flood |" in (tmp_path / "broker-smoke.md").read_text()
+    table = (tmp_path / "broker-smoke.md").read_text()
+    assert "| 4 -> 1, publishers join the flood |" in table and "| peak MiB over idle |" in table
     assert (tmp_path / "broker-smoke.png").stat().st_size > 10_000
 
 

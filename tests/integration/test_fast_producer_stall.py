@@ -99,3 +99,28 @@ def test_without_stalls_when_no_fast_producer_stall_is_set(tmp_path: Path) -> No
         consumer.close()
         producer.close()
         server.stop()
+
+
+def test_a_producer_is_stalled_long_before_75_percent_of_the_default_max_pending() -> None:
+    """With the default max_pending (64 MiB) nats-server's 75% gate would let a consumer behind hold 48 MiB
+    before a producer waits; nats-server's own producers are held by their consumers' sockets instead
+    (they write to them themselves). pynatsd stalls a producer once a consumer it feeds has STALL_BYTES
+    pending: 8 MiB (the kernel's socket buffers take up to 4) for a consumer that does not read stall its
+    producer, and nobody is cut."""
+    server = start_server("pynatsd", http_port=free_port())
+    consumer = stalled_reader(server.port)
+    producer = WireClient(server.port)
+    try:
+        count = 8192  # 1 KiB payloads: 8 MiB, a sixth of the 75% gate
+        producer.send(b'CONNECT {"verbose":false}\r\n' + FRAME * count + b"PING\r\n")
+        data, closed = producer.read_until(b"PONG\r\n", timeout=30)
+        assert data.endswith(b"PONG\r\n") and not closed
+        varz = monitor(server, "varz")
+        assert varz["stalled_clients"] >= 1 and varz["slow_consumers"] == 0
+        conns = monitor(server, "connz")["connections"]
+        (subscriber,) = [c for c in conns if c["subscriptions"]]
+        assert subscriber["stalls"] >= 1
+    finally:
+        consumer.close()
+        producer.close()
+        server.stop()

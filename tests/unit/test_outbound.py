@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
-from pynatsd.broker.outbound import _COMPACT_EVERY, _JOIN_MAX, FlushScheduler, Outbound, StallGate
+from pynatsd.broker.outbound import (
+    _COMPACT_EVERY,
+    _JOIN_MAX,
+    STALL_BYTES,
+    STALL_HOLD_MAX,
+    TRIM_AFTER,
+    FlushScheduler,
+    Outbound,
+    StallGate,
+)
 
 
 class FakeTransport:
@@ -239,10 +248,11 @@ async def test_a_paused_queue_compacts_its_frames_in_order() -> None:
     out.pause()
     head, tail = b"MSG bench.7 ", b" 16\r\n0123456789abcdef\r\n"
     sids = [b"%d" % (i % 50) for i in range(60_000)]
-    for sid in sids:
-        assert out.enqueue_msg(head, sid, tail) is False  # far below the gate
+    past = [out.enqueue_msg(head, sid, tail) for sid in sids]
     expected = b"".join(head + sid + tail for sid in sids)
+    assert len(expected) > STALL_BYTES and not past[0] and past[-1]  # the gate is passed on the way
     assert out.queued == len(expected)
+    # Past the gate too, compacted every _COMPACT_EVERY bytes, not at every message.
     assert out.compacted == len(expected) // _COMPACT_EVERY
     assert all(len(chunk) >= _COMPACT_EVERY for chunk in out.frames[: out.compacted])
     assert len(out.frames) < out.compacted + 3 * _COMPACT_EVERY // len(head + b"1" + tail)
@@ -262,4 +272,61 @@ async def test_compaction_does_not_move_the_gate() -> None:
     first = past.index(True)
     assert first == out.gate // size  # the first message past 75% of max_pending, as without compaction
     assert all(past[first:]) and out.compacted >= 3
+    out.close()
+
+
+async def test_the_gate_bounds_pending_bytes_whatever_max_pending_allows() -> None:
+    # With nats-server's default max_pending (64 MiB) its 75% gate would let a consumer behind hold 48 MiB
+    # before any producer waits; the gate is at STALL_BYTES of pending bytes (queued and buffered by the
+    # transport) instead, and the slow-consumer limit stays at max_pending.
+    out, transport, _ = make(max_pending=64 << 20)
+    assert out.gate == STALL_BYTES and out.hard_limit == 64 << 20
+    transport.buffered = 300 << 10
+    out.pause()
+    assert out.gate == STALL_BYTES - (300 << 10) and out.hard_limit == (64 << 20) - (300 << 10)
+    frame = (b"MSG s ", b"1", b" 16\r\n0123456789abcdef\r\n")
+    size = sum(map(len, frame))
+    past = [out.enqueue_msg(*frame) for _ in range(2 * STALL_BYTES // size)]
+    assert past.index(True) == out.gate // size  # the first message that takes pending past STALL_BYTES
+    out.close()
+    small, _, _ = make(max_pending=1 << 20)  # a smaller max_pending keeps nats-server's 75%
+    assert small.gate == (1 << 20) // 4 * 3
+    small.close()
+
+
+async def test_a_stall_is_renewed_while_its_queue_stays_past_the_gate() -> None:
+    # A consumer without CPU for a few ms made no room: at the timer the producer waits on (up to
+    # STALL_HOLD_MAX in all) rather than reading another slice into a queue already past its gate.
+    out, transport, gate, _, producer = stalled()  # 900 pending, gate at 750
+    gate._expired(producer.cid)
+    assert producer.events == ["hold"] and out.gated == 1
+    transport.buffered = 700  # drained under the gate, not yet resumed
+    gate._expired(producer.cid)
+    assert producer.events == ["hold", "release"] and out.gated == 0
+    late = FakeProducer(2)
+    transport.buffered = 900
+    gate.passed(FakeConsumer(out), out)
+    gate.after_read(late)
+    gate._stalled[late.cid] = (*gate._stalled[late.cid][:3], gate.loop.time() - 2 * STALL_HOLD_MAX)
+    gate._expired(late.cid)  # held for STALL_HOLD_MAX already: goes on toward max_pending
+    assert late.events == ["hold", "release"] and out.gated == 0
+    out.close()
+
+
+async def test_the_c_heap_is_trimmed_once_backlogs_stop() -> None:
+    # Queues written in backlogs arm one trim; it waits until none has been written for TRIM_AFTER.
+    out, transport, scheduler = make(max_pending=64 << 20)
+    loop = asyncio.get_running_loop()
+    scheduler.stall.loop = loop
+    out.pause()
+    for i in range(20_000):
+        out.push(b"MSG bench.%d 1 16\r\n0123456789abcdef\r\n" % (i % 1000))
+    out.resume()
+    await asyncio.sleep(0)
+    assert len(transport.writes) > 1 and scheduler.last_backlog >= 0  # a backlog, written in chunks
+    scheduler._trim()  # its timer, early: backlogs are still being written
+    assert scheduler.trims == 0 and scheduler.last_backlog >= 0
+    scheduler.last_backlog = loop.time() - TRIM_AFTER
+    scheduler._trim()
+    assert scheduler.trims == 1 and scheduler.last_backlog == -1.0
     out.close()
