@@ -363,10 +363,6 @@ _KNOWN: dict[str, tuple[str, list[int]]] = {
         "consumer",
         [16, 17, 18, 19],
     ),
-    "a no_wait fetch past max_ack_pending gets 404 No Messages; nats-server sends nothing": (
-        "consumer",
-        [72, 73, 74, 75, 76, 77, 78, 79],
-    ),
     "a NAKed message of a max_deliver 1 consumer is delivered again": ("consumer", [81, 85]),
 }
 KNOWN_DIVERGENCES = {f"{group} {n}:" for group, numbers in _KNOWN.values() for n in numbers}
