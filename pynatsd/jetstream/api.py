@@ -35,7 +35,7 @@ _TYPE = "io.nats.jetstream.api.v1."
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
 SUBJECTS_LIMIT = 100_000  # nats-server's JSMaxSubjectDetails: subjects a stream info page shows
-SUBJECTS_SLICE = 10_000  # subjects a stream info counts per loop turn (~10 ms)
+SUBJECTS_SLICE = 2_000  # subjects a stream info counts per loop turn
 API_QUEUE_LIMIT = 10_000  # nats-server's default JetStream API queue limit: requests past it are dropped
 _QUEUED = frozenset(
     ("stream_info_response", "stream_purge_response", "stream_list_response", "consumer_create_response",

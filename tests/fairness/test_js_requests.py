@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import json
 import socket
+import statistics
 import threading
 
 import pytest
 
-from tests.fairness.test_flood_latency import BOUND, _connect, _latencies_during, _op_flood, _read_until
+from tests.fairness.test_flood_latency import (
+    BOUND,
+    MEDIAN_BOUND,
+    _connect,
+    _latencies_during,
+    _op_flood,
+    _read_until,
+)
 from tests.servers import ServerProcess, start_server
 
 SUBJECTS = 20_000
@@ -74,8 +82,13 @@ def test_no_jetstream_request_flood_delays_other_clients(kind: str, flood: str, 
         handshakes, pings = _latencies_during(server, floods, stop)
     finally:
         server.stop()
+    medians = statistics.median(handshakes), statistics.median(pings)
     report = (
-        f"{kind}, {flood}: handshake max {max(handshakes) * 1000:.1f} ms, ping max {max(pings) * 1000:.1f} ms"
+        f"{kind}, {flood}: handshake median {medians[0] * 1000:.1f} ms, max {max(handshakes) * 1000:.1f} ms;"
+        f" ping median {medians[1] * 1000:.1f} ms, max {max(pings) * 1000:.1f} ms"
     )
     print(report)
+    # The median holds the 100 ms; single samples only the file's bound (nats-server's own worst
+    # handshake passed 100 ms on this 2-core machine when it was loaded).
+    assert max(medians) <= MEDIAN_BOUND, report
     assert max(handshakes) < BOUND and max(pings) < BOUND, report
