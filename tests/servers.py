@@ -32,6 +32,23 @@ def require(kind: str) -> None:
         pytest.skip("nats-server not installed")
 
 
+@contextlib.contextmanager
+def jetstream_pair(store: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """nats-server and pynatsd with JetStream, each in its own directory under `store`: (reference, ours)."""
+    require("nats-server")
+    ref = start_server("nats-server", ["-js", "-sd", str(store / "ref")])
+    try:
+        ours = start_server("pynatsd", ["-js", "-sd", str(store / "ours")])
+    except BaseException:
+        ref.stop()
+        raise
+    try:
+        yield ref, ours
+    finally:
+        ref.stop()
+        ours.stop()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import need_tool
 from tests.interop.drivers import Driver
-from tests.servers import ServerProcess, nats_server_binary, start_server
+from tests.servers import ServerProcess, jetstream_pair
 
 
 def limits_script() -> list[str]:
@@ -110,13 +108,8 @@ SCRIPT = [
 
 @pytest.fixture(scope="module")
 def js_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    need_tool(nats_server_binary() is not None, "nats-server")
-    tmp: Path = tmp_path_factory.mktemp("js-c")
-    ref = start_server("nats-server", ["-js", "-sd", str(tmp / "ref")])
-    ours = start_server("pynatsd", ["-js", "-sd", str(tmp / "ours")])
-    yield ref, ours
-    ref.stop()
-    ours.stop()
+    with jetstream_pair(tmp_path_factory.mktemp("js-c")) as pair:
+        yield pair
 
 
 def test_c_client_jetstream_matches_nats_server(

@@ -20,20 +20,15 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from tests.conftest import need_tool
-from tests.servers import ServerProcess, nats_server_binary, pynatsd_command, start_server
+from tests.servers import ServerProcess, jetstream_pair, nats_server_binary, pynatsd_command, start_server
 
 Scenario = Callable[[Client], Awaitable[Any]]
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
-    need_tool(nats_server_binary() is not None, "nats-server")
-    base: Path = tmp_path_factory.mktemp("consumer-behaviour")
-    ref = start_server("nats-server", ["-js", "-sd", str(base / "ref")])
-    ours = start_server("pynatsd", ["-js", "-sd", str(base / "ours")])
-    yield {"nats-server": ref, "pynatsd": ours}
-    ref.stop()
-    ours.stop()
+    with jetstream_pair(tmp_path_factory.mktemp("consumer-behaviour")) as (ref, ours):
+        yield {"nats-server": ref, "pynatsd": ours}
 
 
 async def on_both(servers: dict[str, ServerProcess], scenario: Scenario) -> dict[str, Any]:

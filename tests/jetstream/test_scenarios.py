@@ -10,15 +10,13 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
 
-from tests.conftest import need_tool
 from tests.jetstream.scenarios import GROUPS, Player, Scenario, catalogue, is_known, short_catalogue
-from tests.servers import ServerProcess, nats_server_binary, start_server
+from tests.servers import ServerProcess, jetstream_pair
 
 FULL = os.environ.get("PYNATSD_JS_SCENARIOS", "") == "full"
 
@@ -29,13 +27,8 @@ def selected(group: str) -> list[Scenario]:
 
 @pytest.fixture(scope="module")
 def server_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    need_tool(nats_server_binary() is not None, "nats-server")
-    tmp: Path = tmp_path_factory.mktemp("scenarios")
-    ref = start_server("nats-server", ["-js", "-sd", str(tmp / "ref")])
-    ours = start_server("pynatsd", ["-js", "-sd", str(tmp / "ours")])
-    yield ref, ours
-    ref.stop()
-    ours.stop()
+    with jetstream_pair(tmp_path_factory.mktemp("scenarios")) as pair:
+        yield pair
 
 
 async def play_all(url: str, scenarios: list[Scenario]) -> list[list[Any]]:
