@@ -96,6 +96,7 @@ class JsAccount:
             stream.store.flush()
 
     def stop(self) -> None:
+        self.api.stop()
         for stream in self.streams.values():
             for consumer in stream.consumers.values():
                 if consumer.persistent:

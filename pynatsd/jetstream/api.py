@@ -25,6 +25,7 @@ from pynatsd.jetstream.util import (
 from pynatsd.protocol import gojson
 from pynatsd.protocol.encoder import no_responders_headers
 from pynatsd.protocol.gojson import GoJsonError
+from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
     from pynatsd.jetstream.account import JsAccount
@@ -37,10 +38,14 @@ LIST_LIMIT = 256
 SUBJECTS_LIMIT = 100_000  # nats-server's JSMaxSubjectDetails: subjects a stream info page shows
 SUBJECTS_SLICE = 2_000  # subjects a stream info counts per loop turn
 API_QUEUE_LIMIT = 10_000  # nats-server's default JetStream API queue limit: requests past it are dropped
+# Queued request bodies, in bytes: 10,000 bodies of max_payload would pin 10 GiB of one account's requests.
+API_QUEUE_BYTES = 64 << 20
 _QUEUED = frozenset(
     ("stream_info_response", "stream_purge_response", "stream_list_response", "consumer_create_response",
      "consumer_list_response")
 )  # fmt: skip
+# The replies of JetStream's own deliveries and flow-control requests: never a requester's inbox.
+_DELIVERY_REPLIES = (b"$JS.ACK.", b"$JS.FC.")
 # Go's encoding/json escapes these; clients never care, byte-level comparisons do.
 _GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
@@ -175,12 +180,7 @@ def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
 
 # What nats-server adds to its 10039 answer, by response type, for an account without JetStream.
 _NOT_ENABLED_EXTRAS: dict[str, Reply] = {
-    "stream_info_response": {"total": 0, "offset": 0, "limit": 0},
-    "stream_purge_response": {"purged": 0},
-    "stream_names_response": {"total": 0, "offset": 0, "limit": 0, "streams": None},
-    "stream_list_response": {"total": 0, "offset": 0, "limit": 0, "streams": []},
-    "consumer_names_response": {"total": 0, "offset": 0, "limit": 0, "consumers": []},
-    "consumer_list_response": {"total": 0, "offset": 0, "limit": 0, "consumers": []},
+    **_ERROR_FIELDS,
     "stream_restore_response": {"deliver_subject": ""},
     "consumer_pause_response": {"paused": False, "pause_until": "0001-01-01T00:00:00Z"},
 }
@@ -228,6 +228,8 @@ class Api:
         # Known to nats-server but not served here: answered with an error instead of silence.
         self._queue: deque[tuple[Any, ...]] = deque()  # (kind, route, toks, reply, payload, subject)
         self._worker: asyncio.Task[None] | None = None
+        self._queued_bytes = 0
+        self._overflow_logged = False
         self.unsupported: dict[tuple[str, ...], str] = {
             ("STREAM", "SNAPSHOT", "*"): "stream_snapshot_response",
             ("STREAM", "RESTORE", "*"): "stream_restore_response",
@@ -244,6 +246,14 @@ class Api:
             # A delivery to a deliver subject or pull reply inside $JS.API (nats-server shows those to its
             # API under the stored message's subject, which matches no API subject), a status or an answer
             # of ours: not a request from anyone entitled to make it.
+            return
+        if reply is not None and not is_literal_subject(reply):
+            return  # nobody can be answered on a wildcard
+        origin = self.account.client.origin
+        routed = origin is not None and origin.is_route
+        if routed and reply is not None and reply.startswith(_DELIVERY_REPLIES):
+            # A delivery or flow-control request of another server's JetStream that crossed a route (a
+            # domain's API on a pynatsd node in a cluster): its origin is the route, not our internal client.
             return
         if self.account.is_system:  # nats-server's answer to the system account's own clients
             if reply:
@@ -274,16 +284,20 @@ class Api:
             self.account.client.publish(reply, None, None, encode(_not_enabled(kind)))
             return
         self.account.api_total += 1
-        if kind in _QUEUED:
+        if kind in _QUEUED or self._queue:
             # Requests whose work grows with the stream go through a queue, one a loop turn (a heavy one
             # in slices), so clients' reads come between them: ten pipelined STREAM.INFOs with
-            # subjects_filter ">" over 300k subjects held the loop 4.7 s.
-            if len(self._queue) >= API_QUEUE_LIMIT:
-                log.warning(
-                    "JetStream API queue limit reached, dropping %s", subject.decode(errors="replace")
-                )
+            # subjects_filter ">" over 300k subjects held the loop 4.7 s. While it holds any, every request
+            # joins it, so an account's requests are answered in the order they came.
+            if len(self._queue) >= API_QUEUE_LIMIT or self._queued_bytes + len(payload) > API_QUEUE_BYTES:
+                if not self._overflow_logged:  # once per overflow, not once per dropped request
+                    self._overflow_logged = True
+                    log.warning(
+                        "JetStream API queue limit reached, dropping %s", subject.decode(errors="replace")
+                    )
                 return
             self._queue.append((kind, route, toks, reply, payload, subject))
+            self._queued_bytes += len(payload)
             if self._worker is None:
                 self._worker = asyncio.get_running_loop().create_task(self._drain_queue())
             return
@@ -292,12 +306,25 @@ class Api:
     async def _drain_queue(self) -> None:
         try:
             while self._queue:
-                pending = self._answer(*self._queue.popleft())
-                if pending is not None:
-                    await pending
+                item = self._queue.popleft()
+                self._queued_bytes -= len(item[4])
+                try:
+                    pending = self._answer(*item)
+                    if pending is not None:
+                        await pending
+                except Exception:  # one request's failure never strands the others behind it
+                    log.exception("JetStream API %s failed", item[5].decode(errors="replace"))
                 await asyncio.sleep(0)
         finally:
             self._worker = None
+            self._overflow_logged = False
+
+    def stop(self) -> None:
+        """Drops queued requests and the work on them (the stores close next)."""
+        if self._worker is not None:
+            self._worker.cancel()
+        self._queue.clear()
+        self._queued_bytes = 0
 
     def _answer(
         self,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pynatsd.broker.auth import DEFAULT_ACCOUNT
 from pynatsd.broker.delivery import Link, Message
 from pynatsd.broker.imports import AccountClient, AccountLinks, Export, ServiceLink
+from pynatsd.broker.internal import InternalClient
 from pynatsd.monitor.formats import rfc3339nano
 
 if TYPE_CHECKING:
@@ -91,7 +92,12 @@ class ClusterJetStream:
 
     def _forward(self, si: ServiceLink, msg: Message) -> bool:
         origin = msg.origin
-        if (origin is not None and origin.is_route) or msg.subject.startswith(_DIRECT):
+        # Not forwarded: what a route brought (its own server forwarded it, or it is a delivery of the
+        # cluster's JetStream), and what this server published itself (a `$SYS` answer to a reply subject
+        # inside `$JS.API`, a service import's message): forwarded, it would run with the account's rights.
+        if origin is not None and (origin.is_route or isinstance(origin, InternalClient)):
+            return False
+        if msg.subject.startswith(_DIRECT):
             return False
         return self.responses.request(si, msg)
 
