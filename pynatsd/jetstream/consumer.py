@@ -187,7 +187,9 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     retention = stream.config["retention"]
     if retention == "workqueue":
         if cfg["ack_policy"] != "explicit":
-            if not push:
+            # nats-server refuses a pull consumer's ack none as such (10084), any other non-explicit
+            # policy (push or pull) with the workqueue check (10098).
+            if not push and cfg["ack_policy"] == "none":
                 raise errors.consumer_pull_requires_ack()
             raise errors.consumer_wq_requires_explicit_ack()
         if dp != "all":

@@ -355,10 +355,6 @@ _KNOWN: dict[str, tuple[str, list[int]]] = {
         [12, 13, 14, 15, 27, 50, 51, 72, 73, 74, 75],
     ),
     "the same, for consumers": ("consumer", [56, 57, 58, 59, 60, 61, 62, 63]),
-    "ack_policy all on a workqueue stream: 10084 where nats-server answers 10098": (
-        "consumer",
-        [12, 13, 14, 15],
-    ),
     "an ack (with a reply) to an ack-none consumer is answered; nats-server has no responder": (
         "consumer",
         [16, 17, 18, 19],
