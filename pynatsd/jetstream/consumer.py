@@ -34,6 +34,7 @@ from pynatsd.jetstream.util import (
 if TYPE_CHECKING:
     import asyncio
 
+    from pynatsd.broker.delivery import Subscription
     from pynatsd.jetstream.stream import Stream
 
 from pynatsd.jetstream.stream import with_server_metadata
@@ -338,8 +339,13 @@ class Consumer:
         self._fc_size = 0  # `_fc_pending_bytes` when the outstanding request went out (grown past the window)
         self._delivered_since_hb = False
         self._stopped = False
-        self._ack_sub = self.account.client.subscribe(
-            b"$JS.ACK.%s.%s.>" % (stream.name.encode(), self.name.encode()), self._on_ack
+        # An ack none consumer listens for no acks (as nats-server): an ack request gets no responders.
+        self._ack_sub: Subscription | None = (
+            None
+            if self.ack_none
+            else self.account.client.subscribe(
+                b"$JS.ACK.%s.%s.>" % (stream.name.encode(), self.name.encode()), self._on_ack
+            )
         )
         self._fc_sub = (
             self.account.client.subscribe(
@@ -479,7 +485,8 @@ class Consumer:
             self._stop_awaiting_interest()
         if self._save_timer is not None and not deleted:
             self.save()
-        self.account.client.unsubscribe(self._ack_sub)
+        if self._ack_sub is not None:
+            self.account.client.unsubscribe(self._ack_sub)
         if self._fc_sub is not None:
             self.account.client.unsubscribe(self._fc_sub)
         for req in self.waiting:
