@@ -599,10 +599,17 @@ class Consumer:
         else a consumer whose worker died holding max_ack_pending messages never delivers again), then
         last_per_subject's, then new ones."""
         st = self.stream.store
+        max_deliver = self.config.get("max_deliver", -1)
         while self.redeliver:
             seq = self.redeliver.popleft()
             self._redeliver_set.discard(seq)
             if seq in self.pending:
+                if 0 < max_deliver <= self.rdc.get(seq, 1):
+                    # A NAKed one delivered as often as allowed: nats-server drops it from pending, leaves
+                    # the ack floor and num_redelivered as they are, and the stream keeps it.
+                    del self.pending[seq]
+                    self.save_soon()
+                    continue
                 msg = st.load(seq)
                 if msg is not None:
                     return msg

@@ -355,7 +355,6 @@ _KNOWN: dict[str, tuple[str, list[int]]] = {
         [12, 13, 14, 15, 27, 50, 51, 72, 73, 74, 75],
     ),
     "the same, for consumers": ("consumer", [56, 57, 58, 59, 60, 61, 62, 63]),
-    "a NAKed message of a max_deliver 1 consumer is delivered again": ("consumer", [81, 85]),
 }
 KNOWN_DIVERGENCES = {f"{group} {n}:" for group, numbers in _KNOWN.values() for n in numbers}
 

@@ -311,6 +311,26 @@ async def test_nak_with_delay_redelivers_after_the_delay(servers: dict[str, Serv
     assert seen["within 2 s"] == [(1, 2)]
 
 
+async def test_nak_at_max_deliver_is_not_delivered_again(servers: dict[str, ServerProcess]) -> None:
+    """max_deliver 1: the NAKed message is not handed out again (the next fetch gets the next message), it
+    leaves num_ack_pending, and the ack floor and num_redelivered stay as nats-server keeps them."""
+
+    async def scenario(nc: Client) -> Any:
+        js = nc.jetstream()
+        await stream_with(nc, "NAKMAX", 2)
+        cfg = api.ConsumerConfig(durable_name="d", max_deliver=1)
+        psub = await js.pull_subscribe("NAKMAX.m", "d", stream="NAKMAX", config=cfg)
+        _, second = await psub.fetch(2, timeout=2)
+        await js.publish("NAKMAX.m", b"late")
+        await second.nak()
+        await nc.flush()
+        again = [m.metadata.sequence.stream for m in await psub.fetch(5, timeout=1)]
+        info = await js.consumer_info("NAKMAX", "d")
+        return again, info.num_ack_pending, info.num_redelivered, info.ack_floor.stream_seq
+
+    assert await same_on_both(servers, scenario) == ([3], 2, 0, 0)
+
+
 # -- pull requests: expiry, no_wait, heartbeats, max_waiting, max_bytes -------------------------------------
 @pytest.mark.parametrize("batch", [1, 5])
 async def test_fetch_that_timed_out_leaves_no_request_behind(
