@@ -322,8 +322,7 @@ async def test_nak_at_max_deliver_is_not_delivered_again(servers: dict[str, Serv
         psub = await js.pull_subscribe("NAKMAX.m", "d", stream="NAKMAX", config=cfg)
         _, second = await psub.fetch(2, timeout=2)
         await js.publish("NAKMAX.m", b"late")
-        await second.nak()
-        await nc.flush()
+        await nc.request(second.reply, b"-NAK", timeout=2)  # answered once the NAK is taken in
         again = [m.metadata.sequence.stream for m in await psub.fetch(5, timeout=1)]
         info = await js.consumer_info("NAKMAX", "d")
         return again, info.num_ack_pending, info.num_redelivered, info.ack_floor.stream_seq
