@@ -310,7 +310,11 @@ class Consumer:
         self._ack_prefix = b"$JS.ACK.%s.%s." % (stream.name.encode(), name.encode())
         self.ack_none = config["ack_policy"] == "none"
         self.ack_all = config["ack_policy"] == "all"
+        # The stream sequence after the last delivered: info's delivered.stream_seq is `sseq - 1`, so it moves
+        # with deliveries only (as nats-server), not when a search finds nothing more for the filter; such a
+        # search leaves `_scan_from` at the stream's end, where the next one resumes.
         self.sseq = 1
+        self._scan_from = 1
         self.dseq = 0
         self.asflr = 0
         self.adflr = 0
@@ -621,14 +625,15 @@ class Consumer:
             msg = st.load(seq)
             if msg is not None:
                 return msg
-        if self.sseq > st.last_seq:
+        start = self._scan_start()
+        if start > st.last_seq:
             return None
         if self._literal and self.filters:  # straight from the subjects' own sequence lists
-            found = st.next_seq_of(self.sseq, self.filters)
+            found = st.next_seq_of(start, self.filters)
         else:
-            found = st.next_seq(self.sseq, self.wants if self.filters else None)
+            found = st.next_seq(start, self.wants if self.filters else None)
         if found is None:
-            self.sseq = st.last_seq + 1
+            self._scan_from = st.last_seq + 1
             self._npending = 0
             return None
         msg = st.load(found)
@@ -636,6 +641,9 @@ class Consumer:
         if self._npending:
             self._npending -= 1
         return msg
+
+    def _scan_start(self) -> int:
+        return self.sseq if self.sseq > self._scan_from else self._scan_from
 
     def _blocked(self) -> bool:
         if self.ack_none:
@@ -654,7 +662,7 @@ class Consumer:
     def _deliver_push(self) -> None:
         if not self._has_interest():
             if not self._awaiting_interest and (
-                self.redeliver or self._lps or self.sseq <= self.stream.store.last_seq
+                self.redeliver or self._lps or self._scan_start() <= self.stream.store.last_seq
             ):
                 # Messages wait for a subscriber: the subject space calls back when one comes (no polling).
                 self._awaiting_interest = True

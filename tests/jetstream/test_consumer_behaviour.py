@@ -330,6 +330,32 @@ async def test_nak_at_max_deliver_is_not_delivered_again(servers: dict[str, Serv
     assert await same_on_both(servers, scenario) == ([3], 2, 0, 0)
 
 
+async def test_filtered_consumer_delivered_stays_at_its_last_delivery(
+    servers: dict[str, ServerProcess],
+) -> None:
+    """A filtered consumer that has found nothing more: delivered.stream_seq (and, all acked, the ack floor)
+    stay at the last message it delivered; num_pending and the next delivery count the later matches."""
+
+    async def scenario(nc: Client) -> Any:
+        js = nc.jetstream()
+        await js.add_stream(name="FLT", subjects=["FLT.*"])
+        for subject in ["FLT.a", "FLT.b", "FLT.a", "FLT.a"]:
+            await js.publish(subject, b"")
+        cfg = api.ConsumerConfig(durable_name="d", filter_subject="FLT.b")
+        psub = await js.pull_subscribe("FLT.b", "d", stream="FLT", config=cfg)
+        for msg in await psub.fetch(3, timeout=1):  # seq 2, then nothing more for the filter
+            await msg.ack_sync()
+        seen = []
+        for subject in ["FLT.a", "FLT.b", "FLT.a"]:
+            info = await js.consumer_info("FLT", "d")
+            seen.append((info.delivered.stream_seq, info.ack_floor.stream_seq, info.num_pending))
+            await js.publish(subject, b"")
+        seen.append([m.metadata.sequence.stream for m in await psub.fetch(3, timeout=1)])
+        return seen
+
+    assert await same_on_both(servers, scenario) == [(2, 2, 0), (2, 2, 0), (2, 2, 1), [6]]
+
+
 # -- pull requests: expiry, no_wait, heartbeats, max_waiting, max_bytes -------------------------------------
 @pytest.mark.parametrize("batch", [1, 5])
 async def test_fetch_that_timed_out_leaves_no_request_behind(
