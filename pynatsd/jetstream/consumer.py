@@ -34,6 +34,7 @@ from pynatsd.jetstream.util import (
 if TYPE_CHECKING:
     import asyncio
 
+    from pynatsd.broker.delivery import Subscription
     from pynatsd.jetstream.stream import Stream
 
 from pynatsd.jetstream.stream import with_server_metadata
@@ -187,7 +188,9 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     retention = stream.config["retention"]
     if retention == "workqueue":
         if cfg["ack_policy"] != "explicit":
-            if not push:
+            # nats-server refuses a pull consumer's ack none as such (10084), any other non-explicit
+            # policy (push or pull) with the workqueue check (10098).
+            if not push and cfg["ack_policy"] == "none":
                 raise errors.consumer_pull_requires_ack()
             raise errors.consumer_wq_requires_explicit_ack()
         if dp != "all":
@@ -307,7 +310,11 @@ class Consumer:
         self._ack_prefix = b"$JS.ACK.%s.%s." % (stream.name.encode(), name.encode())
         self.ack_none = config["ack_policy"] == "none"
         self.ack_all = config["ack_policy"] == "all"
+        # The stream sequence after the last delivered: info's delivered.stream_seq is `sseq - 1`, so it moves
+        # with deliveries only (as nats-server), not when a search finds nothing more for the filter; such a
+        # search leaves `_scan_from` at the stream's end, where the next one resumes.
         self.sseq = 1
+        self._scan_from = 1
         self.dseq = 0
         self.asflr = 0
         self.adflr = 0
@@ -336,8 +343,13 @@ class Consumer:
         self._fc_size = 0  # `_fc_pending_bytes` when the outstanding request went out (grown past the window)
         self._delivered_since_hb = False
         self._stopped = False
-        self._ack_sub = self.account.client.subscribe(
-            b"$JS.ACK.%s.%s.>" % (stream.name.encode(), self.name.encode()), self._on_ack
+        # An ack none consumer listens for no acks (as nats-server): an ack request gets no responders.
+        self._ack_sub: Subscription | None = (
+            None
+            if self.ack_none
+            else self.account.client.subscribe(
+                b"$JS.ACK.%s.%s.>" % (stream.name.encode(), self.name.encode()), self._on_ack
+            )
         )
         self._fc_sub = (
             self.account.client.subscribe(
@@ -477,7 +489,8 @@ class Consumer:
             self._stop_awaiting_interest()
         if self._save_timer is not None and not deleted:
             self.save()
-        self.account.client.unsubscribe(self._ack_sub)
+        if self._ack_sub is not None:
+            self.account.client.unsubscribe(self._ack_sub)
         if self._fc_sub is not None:
             self.account.client.unsubscribe(self._fc_sub)
         for req in self.waiting:
@@ -590,10 +603,17 @@ class Consumer:
         else a consumer whose worker died holding max_ack_pending messages never delivers again), then
         last_per_subject's, then new ones."""
         st = self.stream.store
+        max_deliver = self.config.get("max_deliver", -1)
         while self.redeliver:
             seq = self.redeliver.popleft()
             self._redeliver_set.discard(seq)
             if seq in self.pending:
+                if 0 < max_deliver <= self.rdc.get(seq, 1):
+                    # A NAKed one delivered as often as allowed: nats-server drops it from pending, leaves
+                    # the ack floor and num_redelivered as they are, and the stream keeps it.
+                    del self.pending[seq]
+                    self.save_soon()
+                    continue
                 msg = st.load(seq)
                 if msg is not None:
                     return msg
@@ -605,14 +625,15 @@ class Consumer:
             msg = st.load(seq)
             if msg is not None:
                 return msg
-        if self.sseq > st.last_seq:
+        start = self._scan_start()
+        if start > st.last_seq:
             return None
         if self._literal and self.filters:  # straight from the subjects' own sequence lists
-            found = st.next_seq_of(self.sseq, self.filters)
+            found = st.next_seq_of(start, self.filters)
         else:
-            found = st.next_seq(self.sseq, self.wants if self.filters else None)
+            found = st.next_seq(start, self.wants if self.filters else None)
         if found is None:
-            self.sseq = st.last_seq + 1
+            self._scan_from = st.last_seq + 1
             self._npending = 0
             return None
         msg = st.load(found)
@@ -620,6 +641,9 @@ class Consumer:
         if self._npending:
             self._npending -= 1
         return msg
+
+    def _scan_start(self) -> int:
+        return self.sseq if self.sseq > self._scan_from else self._scan_from
 
     def _blocked(self) -> bool:
         if self.ack_none:
@@ -638,7 +662,7 @@ class Consumer:
     def _deliver_push(self) -> None:
         if not self._has_interest():
             if not self._awaiting_interest and (
-                self.redeliver or self._lps or self.sseq <= self.stream.store.last_seq
+                self.redeliver or self._lps or self._scan_start() <= self.stream.store.last_seq
             ):
                 # Messages wait for a subscriber: the subject space calls back when one comes (no polling).
                 self._awaiting_interest = True

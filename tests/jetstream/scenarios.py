@@ -346,30 +346,6 @@ GROUPS = {
     "limits": _limits_scenarios,
     "consumer": _consumer_scenarios,
 }
-# Where pynatsd still answers otherwise, outside what the stream/KV work covers (consumer runtime and
-# consumer validation): reason -> the scenarios (by number in their group) it shows in. test_scenarios.py
-# plays them apart and expects them to differ still: fixed, they move back into the main comparison.
-_KNOWN: dict[str, tuple[str, list[int]]] = {
-    "a filtered consumer's delivered.stream_seq moves past the last message it delivered": (
-        "limits",
-        [12, 13, 14, 15, 27, 50, 51, 72, 73, 74, 75],
-    ),
-    "the same, for consumers": ("consumer", [56, 57, 58, 59, 60, 61, 62, 63]),
-    "ack_policy all on a workqueue stream: 10084 where nats-server answers 10098": (
-        "consumer",
-        [12, 13, 14, 15],
-    ),
-    "an ack (with a reply) to an ack-none consumer is answered; nats-server has no responder": (
-        "consumer",
-        [16, 17, 18, 19],
-    ),
-    "a NAKed message of a max_deliver 1 consumer is delivered again": ("consumer", [81, 85]),
-}
-KNOWN_DIVERGENCES = {f"{group} {n}:" for group, numbers in _KNOWN.values() for n in numbers}
-
-
-def is_known(scenario: Scenario) -> bool:
-    return " ".join(scenario.name.split(" ", 2)[:2]) in KNOWN_DIVERGENCES
 
 
 def catalogue(group: str = "") -> list[Scenario]:

@@ -311,6 +311,51 @@ async def test_nak_with_delay_redelivers_after_the_delay(servers: dict[str, Serv
     assert seen["within 2 s"] == [(1, 2)]
 
 
+async def test_nak_at_max_deliver_is_not_delivered_again(servers: dict[str, ServerProcess]) -> None:
+    """max_deliver 1: the NAKed message is not handed out again (the next fetch gets the next message), it
+    leaves num_ack_pending, and the ack floor and num_redelivered stay as nats-server keeps them."""
+
+    async def scenario(nc: Client) -> Any:
+        js = nc.jetstream()
+        await stream_with(nc, "NAKMAX", 2)
+        cfg = api.ConsumerConfig(durable_name="d", max_deliver=1)
+        psub = await js.pull_subscribe("NAKMAX.m", "d", stream="NAKMAX", config=cfg)
+        _, second = await psub.fetch(2, timeout=2)
+        await js.publish("NAKMAX.m", b"late")
+        await nc.request(second.reply, b"-NAK", timeout=2)  # answered once the NAK is taken in
+        again = [m.metadata.sequence.stream for m in await psub.fetch(5, timeout=1)]
+        info = await js.consumer_info("NAKMAX", "d")
+        return again, info.num_ack_pending, info.num_redelivered, info.ack_floor.stream_seq
+
+    assert await same_on_both(servers, scenario) == ([3], 2, 0, 0)
+
+
+async def test_filtered_consumer_delivered_stays_at_its_last_delivery(
+    servers: dict[str, ServerProcess],
+) -> None:
+    """A filtered consumer that has found nothing more: delivered.stream_seq (and, all acked, the ack floor)
+    stay at the last message it delivered; num_pending and the next delivery count the later matches."""
+
+    async def scenario(nc: Client) -> Any:
+        js = nc.jetstream()
+        await js.add_stream(name="FLT", subjects=["FLT.*"])
+        for subject in ["FLT.a", "FLT.b", "FLT.a", "FLT.a"]:
+            await js.publish(subject, b"")
+        cfg = api.ConsumerConfig(durable_name="d", filter_subject="FLT.b")
+        psub = await js.pull_subscribe("FLT.b", "d", stream="FLT", config=cfg)
+        for msg in await psub.fetch(3, timeout=1):  # seq 2, then nothing more for the filter
+            await msg.ack_sync()
+        seen = []
+        for subject in ["FLT.a", "FLT.b", "FLT.a"]:
+            info = await js.consumer_info("FLT", "d")
+            seen.append((info.delivered.stream_seq, info.ack_floor.stream_seq, info.num_pending))
+            await js.publish(subject, b"")
+        seen.append([m.metadata.sequence.stream for m in await psub.fetch(3, timeout=1)])
+        return seen
+
+    assert await same_on_both(servers, scenario) == [(2, 2, 0), (2, 2, 0), (2, 2, 1), [6]]
+
+
 # -- pull requests: expiry, no_wait, heartbeats, max_waiting, max_bytes -------------------------------------
 @pytest.mark.parametrize("batch", [1, 5])
 async def test_fetch_that_timed_out_leaves_no_request_behind(

@@ -15,7 +15,7 @@ from typing import Any
 import nats
 import pytest
 
-from tests.jetstream.scenarios import GROUPS, Player, Scenario, catalogue, is_known, short_catalogue
+from tests.jetstream.scenarios import GROUPS, Player, Scenario, catalogue, short_catalogue
 from tests.servers import ServerProcess, jetstream_pair
 
 FULL = os.environ.get("PYNATSD_JS_SCENARIOS", "") == "full"
@@ -79,17 +79,7 @@ async def differences(pair: tuple[ServerProcess, ServerProcess], scenarios: list
 async def test_scenarios_match_nats_server(
     server_pair: tuple[ServerProcess, ServerProcess], group: str
 ) -> None:
-    scenarios = [s for s in selected(group) if not is_known(s)]
+    scenarios = selected(group)
     assert scenarios, "no scenario selected"
     diffs = await differences(server_pair, scenarios)
     assert not diffs, f"{len(diffs)} of {len(scenarios)} scenarios differ:\n" + "\n".join(diffs)
-
-
-async def test_known_divergences_still_differ(server_pair: tuple[ServerProcess, ServerProcess]) -> None:
-    """The divergences listed in scenarios.py (outside this work) are still there: once one is fixed, its
-    scenarios go back into the comparison above."""
-    known = [s for s in catalogue() if is_known(s)]
-    sample = known if FULL else known[::4]
-    diffs = await differences(server_pair, sample)
-    matching = {s.name for s in sample} - {d.split("\n", 1)[0] for d in diffs}
-    assert not matching, f"now the same as nats-server (drop them from KNOWN_DIVERGENCES): {sorted(matching)}"
