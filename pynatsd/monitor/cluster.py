@@ -63,8 +63,7 @@ def route_info(route: Route, now: datetime, subs: bool, detail: bool) -> dict[st
             info["subscriptions_list"] = [
                 shadows[0].subject.decode("utf-8", "replace") for _, shadows in route.remote_interest()
             ]
-    if route.account:  # the account a pinned route is dedicated to
-        info["account"] = route.account.decode("utf-8", "replace")
+    # No `account`: that names the account a pooled route is pinned to, and pynatsd does not pool.
     info["compression"] = route.compression
     return info
 
