@@ -15,6 +15,7 @@ from pathlib import Path
 import nats
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
@@ -67,8 +68,11 @@ async def eventually(check: Callable[[], bool], timeout: float = 20.0) -> bool:
     """Bounded poll: the page refreshes once a second."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if check():
-            return True
+        try:
+            if check():
+                return True
+        except StaleElementReferenceException:  # the table was re-rendered while it was read
+            pass
         await asyncio.sleep(0.2)
     return check()
 
@@ -168,8 +172,8 @@ async def test_dashboard_consumer_lag_slow_consumers_and_sortable_rates(
         assert any(r.startswith("Slow Consumer") for r in closed_reasons(server))
 
         assert await eventually(lambda: text_of(browser, "consumer_lag") == "7")
-        assert column(browser, "consumers", 2) == ["behind"]
-        assert column(browser, "consumers", 3) == ["7"]
+        assert await eventually(lambda: column(browser, "consumers", 2) == ["behind"])
+        assert await eventually(lambda: column(browser, "consumers", 3) == ["7"])
         assert await eventually(lambda: "stuck" in column(browser, "slow-rows", 1))
         assert browser.find_element(By.ID, "slow").is_displayed()
 
