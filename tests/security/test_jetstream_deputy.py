@@ -92,6 +92,14 @@ def names() -> tuple[str, str]:
     return f"S{n}", f"V{n}"
 
 
+async def source_and_victim(nc: Client, payload: bytes) -> tuple[str, str]:
+    """A source stream holding `payload` and a victim stream holding one message, new names each time."""
+    source, victim = names()
+    await stream_with_message(nc, source, payload)
+    await stream_with_message(nc, victim, b"keep")
+    return source, victim
+
+
 ACTIONS = ["DELETE", "PURGE"]
 PAYLOADS = [b"", b"{}"]
 
@@ -101,9 +109,7 @@ PAYLOADS = [b"", b"{}"]
 async def test_pull_answer_to_an_api_reply_is_not_a_request(
     server: ServerProcess, admin: Client, action: str, payload: bytes
 ) -> None:
-    source, victim = names()
-    await stream_with_message(admin, source, payload)
-    await stream_with_message(admin, victim, b"keep")
+    source, victim = await source_and_victim(admin, payload)
     created = await api(
         admin, f"$JS.API.CONSUMER.CREATE.{source}.C", {"stream_name": source, "config": {"name": "C"}}
     )
@@ -126,9 +132,7 @@ async def test_pull_answer_to_an_api_reply_is_not_a_request(
 async def test_push_delivery_to_an_api_subject_is_not_a_request(
     server: ServerProcess, admin: Client, action: str, payload: bytes
 ) -> None:
-    source, victim = names()
-    await stream_with_message(admin, source, payload)
-    await stream_with_message(admin, victim, b"keep")
+    source, victim = await source_and_victim(admin, payload)
     target = f"$JS.API.STREAM.{action}.{victim}"
     seen = await spy(admin, target)
     creator = await nats.connect(server.url, user="creator", password="creator", allow_reconnect=False)
@@ -148,9 +152,7 @@ async def test_push_delivery_to_an_api_subject_is_not_a_request(
 
 async def test_api_answer_to_an_api_reply_is_not_a_request(server: ServerProcess, admin: Client) -> None:
     """The API's own answer, sent to a reply subject inside `$JS.API`, runs nothing there."""
-    source, victim = names()
-    await stream_with_message(admin, source, b"x")
-    await stream_with_message(admin, victim, b"keep")
+    source, victim = await source_and_victim(admin, b"x")
     target = f"$JS.API.STREAM.DELETE.{victim}"
     seen = await spy(admin, target)
     await admin.publish(f"$JS.API.STREAM.INFO.{source}", b"", reply=target)
@@ -209,9 +211,7 @@ async def test_pull_status_to_an_api_reply_is_not_a_request(
 async def test_heartbeat_and_flow_control_to_an_api_subject_are_not_requests(
     server: ServerProcess, admin: Client
 ) -> None:
-    source, victim = names()
-    await stream_with_message(admin, victim, b"keep")
-    await stream_with_message(admin, source, b"x")
+    source, victim = await source_and_victim(admin, b"x")
     # Past half of the flow-control window (2 MiB, as nats-server's) a flow-control request goes out.
     for _ in range(24):
         await admin.publish(source.lower(), b"x" * 65536)
