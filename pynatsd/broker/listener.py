@@ -4,7 +4,9 @@ allows, as nats-server's Go listener has them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import ipaddress
 import resource
 import socket
 
@@ -73,3 +75,25 @@ def raise_fd_limit() -> tuple[int, int]:
             return soft, soft
         return soft, target
     return soft, soft
+
+
+def interface_addresses() -> list[str]:
+    """Every address of every network interface (IPv4 by ioctl, IPv6 from /proc); Linux, best effort."""
+    import fcntl
+    import struct
+
+    v4: dict[str, list[str]] = {}
+    v6: dict[str, list[str]] = {}
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _index, name in socket.if_nameindex():
+            with contextlib.suppress(OSError):
+                req = struct.pack("256s", name.encode()[:15])
+                raw = fcntl.ioctl(s.fileno(), 0x8915, req)  # SIOCGIFADDR
+                v4.setdefault(name, []).append(socket.inet_ntoa(raw[20:24]))
+    with contextlib.suppress(OSError), open("/proc/net/if_inet6") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6:
+                v6.setdefault(fields[5], []).append(str(ipaddress.IPv6Address(bytes.fromhex(fields[0]))))
+    names = list(dict.fromkeys([*v4, *v6]))
+    return [addr for name in names for addr in (*v4.get(name, []), *v6.get(name, []))]

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pynatsd.broker.listener import interface_addresses
 from pynatsd.broker.logging import get_logger
 
 log = get_logger()
@@ -93,26 +94,3 @@ def socket_urls(scheme: str, sockname: Any) -> list[str]:
     host, port = str(sockname[0]), int(sockname[1])
     hosts = interface_addresses() if ipaddress.ip_address(host).is_unspecified else [host]
     return [f"{scheme}://[{h}]:{port}" if ":" in h else f"{scheme}://{h}:{port}" for h in hosts or [host]]
-
-
-def interface_addresses() -> list[str]:
-    """Every address of every network interface (IPv4 by ioctl, IPv6 from /proc); Linux, best effort."""
-    import fcntl
-    import socket
-    import struct
-
-    v4: dict[str, list[str]] = {}
-    v6: dict[str, list[str]] = {}
-    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for _index, name in socket.if_nameindex():
-            with contextlib.suppress(OSError):
-                req = struct.pack("256s", name.encode()[:15])
-                raw = fcntl.ioctl(s.fileno(), 0x8915, req)  # SIOCGIFADDR
-                v4.setdefault(name, []).append(socket.inet_ntoa(raw[20:24]))
-    with contextlib.suppress(OSError), open("/proc/net/if_inet6") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) >= 6:
-                v6.setdefault(fields[5], []).append(str(ipaddress.IPv6Address(bytes.fromhex(fields[0]))))
-    names = list(dict.fromkeys([*v4, *v6]))
-    return [addr for name in names for addr in (*v4.get(name, []), *v6.get(name, []))]

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.broker.ids import new_server_id
+from pynatsd.broker.listener import interface_addresses
 from pynatsd.broker.logging import get_logger
-from pynatsd.lifecycle.files import interface_addresses
 from pynatsd.protocol import encoder
 from pynatsd.protocol.route import encode_rsub, encode_runsub
 from pynatsd.routes.route import Route
