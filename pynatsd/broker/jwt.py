@@ -277,6 +277,13 @@ def _tiered(limits: dict[str, Any]) -> bool:
     )
 
 
+def grants_jetstream(limits: dict[str, Any]) -> bool:
+    """Do an account JWT's `limits` give it JetStream at any replica count (flat storage, or any tier's)?
+    The cluster's JetStream serves every tier; a single server only R1 (see _jetstream_limits)."""
+    tiers = [t for t in (limits.get("tiered_limits") or {}).values() if isinstance(t, dict)]
+    return any(t.get(k) for t in (limits, *tiers) for k in ("mem_storage", "disk_storage"))
+
+
 def _jetstream_limits(limits: dict[str, Any]) -> dict[str, Any] | None:
     """An account JWT's JetStream limits as nats-server reads them: on when its memory or disk storage is
     not 0, or with tiered limits (a server without clustering stores R1 streams only: the R1 tier's);

@@ -25,6 +25,7 @@ from pynatsd.broker.auth import DEFAULT_ACCOUNT
 from pynatsd.broker.delivery import Link, Message
 from pynatsd.broker.imports import AccountClient, AccountLinks, Export, ServiceLink
 from pynatsd.broker.internal import InternalClient
+from pynatsd.broker.jwt import grants_jetstream
 from pynatsd.monitor.formats import rfc3339nano
 
 if TYPE_CHECKING:
@@ -77,9 +78,7 @@ class ClusterJetStream:
         acc = jwt_auth.account(account)
         if acc is None:
             return False
-        limits = acc.claims.nats.get("limits") or {}
-        tiers = [t for t in (limits.get("tiered_limits") or {}).values() if isinstance(t, dict)]
-        return any(t.get(k) for t in (limits, *tiers) for k in ("mem_storage", "disk_storage"))
+        return grants_jetstream(acc.claims.nats.get("limits") or {})
 
     def account_created(self, account: str) -> None:
         """An account's subject space appeared: import the cluster's JetStream API if it has JetStream."""
