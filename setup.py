@@ -26,7 +26,7 @@ COMPILED = [
     "pynatsd/matcher/trie.py",
     "pynatsd/matcher/leaf.py",
     "pynatsd/broker/delivery.py",
-    "pynatsd/broker/histogram.py",
+    "pynatsd/base/histogram.py",
     "pynatsd/broker/internal.py",
     "pynatsd/broker/outbound.py",
     "pynatsd/broker/connection.py",

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import click
 
 from pynatsd import NATS_COMPAT_VERSION, __version__
-from pynatsd.broker.options import Options
+from pynatsd.base.options import Options
 
 # The broker's modules (and asyncio) load where they are used, past --help, -v and --help_tls: RSS of
 # `pynatsd --help` 28.2 -> 15.6 MiB (python and click alone: 13.4 MiB).
 if TYPE_CHECKING:
-    from pynatsd.broker.config_options import ConfigWarning
+    from pynatsd.config.schema import ConfigWarning
 
 
 class Flag(NamedTuple):
@@ -220,13 +220,13 @@ def command(ctx: click.Context, **flags: Any) -> None:
     if flags["profile"]:
         click.echo("pynatsd: --profile: Go's profiling port is not supported by pynatsd", err=True)
         ctx.exit(1)
-    from pynatsd.broker import tls
-    from pynatsd.broker.auth import Authenticator
-    from pynatsd.broker.config import ConfigError
-    from pynatsd.broker.config_options import ConfigValueError
-    from pynatsd.broker.logging import configure_from
-    from pynatsd.jetstream.config import check_clustered
-    from pynatsd.routes.config import cluster_options
+    from pynatsd.auth.users import Authenticator
+    from pynatsd.base import tls
+    from pynatsd.base.logging import configure_from
+    from pynatsd.config.cluster import cluster_options
+    from pynatsd.config.jetstream import check_clustered
+    from pynatsd.config.parser import ConfigError
+    from pynatsd.config.schema import ConfigValueError
 
     try:
         options, warnings = options_from_config_and_flags(flags)
@@ -265,7 +265,7 @@ def command(ctx: click.Context, **flags: Any) -> None:
 
 def _reloaded_options(flags: dict[str, Any]) -> Options:
     """Options for a reload; raises (and the running configuration stays) when permissions are invalid."""
-    from pynatsd.broker.auth import Authenticator
+    from pynatsd.auth.users import Authenticator
 
     options = options_from_config_and_flags(flags)[0]
     Authenticator(options)
@@ -274,8 +274,8 @@ def _reloaded_options(flags: dict[str, Any]) -> Options:
 
 def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[ConfigWarning]]:
     """Build Options from defaults, then the config file (-c), then flags; returns config warnings."""
-    from pynatsd.broker.config import parse_file
-    from pynatsd.broker.config_options import ConfigValueError, apply_config
+    from pynatsd.config.parser import parse_file
+    from pynatsd.config.schema import ConfigValueError, apply_config
 
     opts = Options()
     warnings: list[ConfigWarning] = []
@@ -347,11 +347,11 @@ def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Op
         opts.trace = True
     if flags["logtime_utc"]:
         opts.logtime_utc = True
-    if flags.get("jetstream"):  # JetStream hook: pynatsd.jetstream.config reads these two keys
+    if flags.get("jetstream"):  # JetStream hook: pynatsd.config.jetstream reads these two keys
         opts.extra["jetstream"] = opts.extra.get("jetstream") or True
     if flags.get("store_dir"):
         opts.extra["jetstream_store_dir"] = flags["store_dir"]
-    from pynatsd.routes import config as cluster_config
+    from pynatsd.config import cluster as cluster_config
 
     cluster_config.apply_flags(
         opts,
@@ -479,11 +479,11 @@ def run(options: Options, reloader: Callable[[], Options] | None = None) -> None
     """Run a server until SIGINT/SIGTERM."""
     import asyncio
 
-    from pynatsd.broker.listener import raise_fd_limit
-    from pynatsd.broker.logging import get_logger
-    from pynatsd.broker.server import PidFileError, Server
-    from pynatsd.jetstream.config import JsConfigError
+    from pynatsd.base.listener import raise_fd_limit
+    from pynatsd.base.logging import get_logger
+    from pynatsd.config.jetstream import JsConfigError
     from pynatsd.routes.manager import RouteListenError
+    from pynatsd.server import PidFileError, Server
 
     loop_name = install_event_loop()
     fds_before, fds = raise_fd_limit()

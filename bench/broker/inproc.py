@@ -58,9 +58,9 @@ def stream(subjects: int, size: int, count: int, read: int = 65536) -> list[byte
 
 
 async def measure(subjects: int, size: int, subs: int, count: int, read: int = 65536) -> float:
+    from pynatsd.base.options import Options
     from pynatsd.broker.connection import Connection
-    from pynatsd.broker.options import Options
-    from pynatsd.broker.server import Server
+    from pynatsd.server import Server
 
     server = Server(Options())
     server.loop = asyncio.get_running_loop()

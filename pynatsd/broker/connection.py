@@ -22,22 +22,22 @@ from typing import TYPE_CHECKING, Any, cast
 
 from mypy_extensions import mypyc_attr
 
+from pynatsd.auth.users import DEFAULT_ACCOUNT, Authenticator
+from pynatsd.base.listener import unmapped_ip
+from pynatsd.base.logging import TRACE, get_logger
+from pynatsd.base.tls import StartedCoroutine, abortive_close, session_info
 from pynatsd.broker import trace
-from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.broker.delivery import Client, Message, Subscription, deliver, publish, sid_bytes
-from pynatsd.broker.listener import unmapped_ip
-from pynatsd.broker.logging import TRACE, get_logger
 from pynatsd.broker.outbound import Outbound
 from pynatsd.broker.sids import SidMap
-from pynatsd.broker.tls import StartedCoroutine, abortive_close, session_info
 from pynatsd.protocol import encoder, errors
 from pynatsd.protocol.connect import ConnectOptions, parse_connect
 from pynatsd.protocol.parser import Parser
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
     from pynatsd.matcher import Sublist
+    from pynatsd.server import Server
 
 log = get_logger()
 

@@ -26,7 +26,7 @@ nats-server's processMsgResults: remote interest is collected while the local re
 then each route gets ONE routed message naming the queue groups it was chosen for (`Message.queues`), and
 a message that came from a route goes to local receivers only, to the queue groups it names.
 
-Accounts linked by imports (pynatsd.broker.imports): a `Link` subscription (a stream import's shadow, a
+Accounts linked by imports (pynatsd.accounts.links): a `Link` subscription (a stream import's shadow, a
 service import, a response route) is not a receiver; its `forward` hook maps the message into the other
 account and hands it to this same policy there (`deliver` or `publish`).
 """
@@ -42,12 +42,12 @@ from mypy_extensions import mypyc_attr
 from pynatsd.protocol.encoder import hmsg_tail, msg_tail
 
 if TYPE_CHECKING:
-    from pynatsd.broker.auth import Permissions
-    from pynatsd.broker.histogram import Tally
+    from pynatsd.auth.users import Permissions
+    from pynatsd.base.histogram import Tally
     from pynatsd.broker.outbound import Outbound
     from pynatsd.matcher import Sublist
 
-#: A link to another account (pynatsd.broker.imports): (subscription, message) -> delivered to anyone.
+#: A link to another account (pynatsd.accounts.links): (subscription, message) -> delivered to anyone.
 Forward = Callable[["Subscription", "Message"], bool]
 
 
@@ -173,7 +173,7 @@ class Message:
         # Routes: the queue groups named by a routed message (inbound: only those get it here; outbound:
         # those a route was chosen for). None: none named.
         self.queues: list[bytes] | None = None
-        # The exports a request went through on service imports (pynatsd.broker.imports): a second pass
+        # The exports a request went through on service imports (pynatsd.accounts.links): a second pass
         # through one is a cycle, and such a message is not forwarded to stream imports.
         self.hops: tuple[object, ...] = ()
 

@@ -18,14 +18,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pynatsd.broker.auth import DEFAULT_ACCOUNT
+from pynatsd.auth.users import DEFAULT_ACCOUNT
+from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Client, Message, Subscription, publish, publish_run
-from pynatsd.broker.logging import get_logger
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
     from pynatsd.matcher import Sublist
+    from pynatsd.server import Server
 
 log = get_logger()
 

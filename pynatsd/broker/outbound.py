@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pynatsd.broker.histogram import HistogramCounts
+from pynatsd.base.histogram import HistogramCounts
 
 # How long a producer waits at a closed gate (nats-server's stallClientMinDuration/MaxDuration): the
 # longer one when the queue is at max_pending.

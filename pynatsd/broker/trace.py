@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
-from pynatsd.broker.logging import TRACE, get_logger
+from pynatsd.base.logging import TRACE, get_logger
 from pynatsd.protocol import encoder
 from pynatsd.protocol.ops import HPub, Pub, Sub, Unsub, describe
 

@@ -12,15 +12,15 @@ import asyncio
 import math
 from typing import TYPE_CHECKING, Any
 
-from pynatsd.broker.auth import DEFAULT_ACCOUNT
-from pynatsd.broker.config_schema import account_js_limits
-from pynatsd.broker.logging import get_logger
+from pynatsd.auth.users import DEFAULT_ACCOUNT
+from pynatsd.base.logging import get_logger
+from pynatsd.config.jetstream import JsConfig, JsConfigError, from_options
+from pynatsd.config.schema import account_js_limits
 from pynatsd.jetstream import errors
-from pynatsd.jetstream.config import JsConfig, JsConfigError, from_options
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
     from pynatsd.jetstream.account import JsAccount
+    from pynatsd.server import Server
 
 log = get_logger()
 

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pynatsd.base.logging import get_logger
 from pynatsd.broker.internal import InternalClient
-from pynatsd.broker.logging import get_logger
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.consumer import Consumer, random_name
 from pynatsd.jetstream.stream import Stream, equivalent

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from pynatsd.broker.logging import get_logger
+from pynatsd.base.logging import get_logger
 from pynatsd.jetstream import consumer as consumer_mod
 from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.errors import ApiError

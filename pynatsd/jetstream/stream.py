@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pynatsd import NATS_COMPAT_VERSION
+from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Subscription
-from pynatsd.broker.logging import get_logger
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg

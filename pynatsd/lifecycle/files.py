@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pynatsd.broker.listener import interface_addresses
-from pynatsd.broker.logging import get_logger
+from pynatsd.base.listener import interface_addresses
+from pynatsd.base.logging import get_logger
 
 log = get_logger()
 

@@ -6,11 +6,11 @@ import asyncio
 import random
 from typing import TYPE_CHECKING
 
+from pynatsd.base.logging import get_logger
 from pynatsd.broker.connection import SERVER_SHUTDOWN
-from pynatsd.broker.logging import get_logger
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
+    from pynatsd.server import Server
 
 log = get_logger()
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pynatsd.auth.users import Authenticator
+from pynatsd.base.logging import TRACE, configure_from, get_logger
+from pynatsd.base.options import RELOADABLE, reload_changes, unreloadable_changes
 from pynatsd.broker import trace
-from pynatsd.broker.auth import Authenticator
-from pynatsd.broker.logging import TRACE, configure_from, get_logger
-from pynatsd.broker.options import RELOADABLE, reload_changes, unreloadable_changes
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
+    from pynatsd.server import Server
 
 log = get_logger()
 

@@ -7,10 +7,10 @@ import contextlib
 import signal
 from typing import TYPE_CHECKING
 
-from pynatsd.broker.logging import get_logger
+from pynatsd.base.logging import get_logger
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
+    from pynatsd.server import Server
 
 log = get_logger()
 

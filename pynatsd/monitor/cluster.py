@@ -10,19 +10,19 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pynatsd.monitor.formats import go_duration, rfc3339nano, subscription_detail, uptime
-from pynatsd.routes.config import DEFAULT_AUTH_TIMEOUT, DEFAULT_TLS_TIMEOUT
+from pynatsd.base.formats import go_duration, rfc3339nano, subscription_detail, uptime
+from pynatsd.config.cluster import DEFAULT_AUTH_TIMEOUT, DEFAULT_TLS_TIMEOUT
 
 if TYPE_CHECKING:
     from pynatsd.broker.delivery import Subscription
-    from pynatsd.broker.server import Server
     from pynatsd.routes.route import Route
+    from pynatsd.server import Server
 
 
 def routez(server: Server, now: datetime, subs: bool, detail: bool) -> dict[str, Any]:
     """/routez; `subs` lists each route's remote interest, `detail` with nats-server's SubDetail fields."""
     routes = sorted(server.routes, key=lambda r: r.rid)
-    # No `import`/`export`: pynatsd refuses route permissions at startup (see pynatsd.routes.config).
+    # No `import`/`export`: pynatsd refuses route permissions at startup (see pynatsd.config.cluster).
     return {
         "server_id": server.server_id,
         "server_name": server.server_name,

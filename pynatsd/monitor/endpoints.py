@@ -15,13 +15,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pynatsd import NATS_COMPAT_VERSION, VARZ_VERSION, __version__
-from pynatsd.broker.auth import DEFAULT_ACCOUNT
-from pynatsd.broker.build import git_commit
-from pynatsd.broker.delivery import sid_bytes
-from pynatsd.jetstream import monitor as js_monitor
-from pynatsd.matcher import combine_stats
-from pynatsd.monitor import cluster
-from pynatsd.monitor.formats import (
+from pynatsd.auth.users import DEFAULT_ACCOUNT
+from pynatsd.base.build import git_commit
+from pynatsd.base.formats import (
     go_duration,
     parse_bool,
     parse_int,
@@ -29,13 +25,17 @@ from pynatsd.monitor.formats import (
     subscription_detail,
     uptime,
 )
+from pynatsd.broker.delivery import sid_bytes
+from pynatsd.jetstream import monitor as js_monitor
+from pynatsd.matcher import combine_stats
+from pynatsd.monitor import cluster
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
     from pynatsd.broker.connection import Connection
     from pynatsd.broker.delivery import Subscription
-    from pynatsd.broker.server import Server
     from pynatsd.matcher import Sublist
+    from pynatsd.server import Server
 
 DEFAULT_LIMIT = 1024
 

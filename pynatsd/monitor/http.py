@@ -15,14 +15,14 @@ from aiohttp import web
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from pynatsd.broker.listener import dual_stack_socket
-from pynatsd.broker.logging import get_logger
-from pynatsd.broker.options import HTTP_READ_TIMEOUT
+from pynatsd.base.listener import dual_stack_socket
+from pynatsd.base.logging import get_logger
+from pynatsd.base.options import HTTP_READ_TIMEOUT
 from pynatsd.monitor import endpoints
 from pynatsd.monitor.metrics import build_registry
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
+    from pynatsd.server import Server
 
 log = get_logger()
 STATIC = Path(__file__).parent / "static"

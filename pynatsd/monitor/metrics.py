@@ -18,12 +18,12 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pynatsd.broker.histogram import HistogramCounts
+from pynatsd.base.histogram import HistogramCounts
 from pynatsd.jetstream import monitor as js_monitor
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
     from pynatsd.monitor.endpoints import CpuSampler
+    from pynatsd.server import Server
 
 FANOUT_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
 FLUSH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)

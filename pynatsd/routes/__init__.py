@@ -34,6 +34,6 @@ Pooling: pynatsd advertises no `route_pool_size`, so a 2.15 peer treats it as a 
 (one route, accounts named in every RS+/RS-/RMSG), which nats-server supports for mixed clusters.
 """
 
-from pynatsd.routes.config import ClusterOptions, cluster_options
+from pynatsd.config.cluster import ClusterOptions, cluster_options
 
 __all__ = ["ClusterOptions", "cluster_options"]

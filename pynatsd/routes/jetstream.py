@@ -5,7 +5,7 @@ exports `$JS.API.>`, and every JetStream-enabled account imports it, sharing the
 (`Nats-Request-Info` with account, server and cluster: the JetStream nodes pick the account and the stream's
 placement from it). A request published in the account is published again in the system account, where the
 JetStream nodes' `$JS.API.>` subscriptions (propagated over the routes) take it, and the response comes back
-through a `_R_` reply subject of the system account (pynatsd.broker.imports' response routes). Everything else
+through a `_R_` reply subject of the system account (pynatsd.accounts.links' response routes). Everything else
 (publishes to stream subjects and their acks, `$JS.ACK`, `$JS.FC`, push deliveries, `$KV`, direct gets and
 pull requests, which stream and consumer leaders subscribe in the account itself) is plain account traffic
 the routes already carry. As nats-server, direct gets and pull requests do not take the import (they would
@@ -21,15 +21,15 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from pynatsd.broker.auth import DEFAULT_ACCOUNT
+from pynatsd.accounts.links import AccountClient, AccountLinks, Export, ServiceLink
+from pynatsd.auth.jwt import grants_jetstream
+from pynatsd.auth.users import DEFAULT_ACCOUNT
+from pynatsd.base.formats import rfc3339nano
 from pynatsd.broker.delivery import Link, Message
-from pynatsd.broker.imports import AccountClient, AccountLinks, Export, ServiceLink
 from pynatsd.broker.internal import InternalClient
-from pynatsd.broker.jwt import grants_jetstream
-from pynatsd.monitor.formats import rfc3339nano
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
+    from pynatsd.server import Server
 
 JS_API = b"$JS.API.>"
 # Served by subscriptions in the account itself (stream replicas, consumer leaders): never imported.

@@ -24,9 +24,9 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd import NATS_COMPAT_VERSION
-from pynatsd.broker.ids import new_server_id
-from pynatsd.broker.listener import interface_addresses
-from pynatsd.broker.logging import get_logger
+from pynatsd.base.ids import new_server_id
+from pynatsd.base.listener import interface_addresses
+from pynatsd.base.logging import get_logger
 from pynatsd.protocol import encoder
 from pynatsd.protocol.route import encode_rsub, encode_runsub
 from pynatsd.routes.route import Route
@@ -34,9 +34,9 @@ from pynatsd.routes.tls import route_contexts
 
 if TYPE_CHECKING:
     from pynatsd.broker.delivery import Subscription
-    from pynatsd.broker.server import Server
+    from pynatsd.config.cluster import ClusterOptions
     from pynatsd.matcher import Sublist
-    from pynatsd.routes.config import ClusterOptions
+    from pynatsd.server import Server
 
 log = get_logger()
 

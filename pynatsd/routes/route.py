@@ -14,10 +14,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from pynatsd.broker.auth import _password_ok
+from pynatsd.auth.users import _password_ok
+from pynatsd.base.logging import TRACE, get_logger
 from pynatsd.broker.connection import SlicedReader
 from pynatsd.broker.delivery import Client, Message, Subscription, publish
-from pynatsd.broker.logging import TRACE, get_logger
 from pynatsd.broker.outbound import Outbound
 from pynatsd.broker.trace import TracedTransport, payload_line, redact
 from pynatsd.protocol import encoder, errors

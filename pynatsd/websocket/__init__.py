@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pynatsd.websocket.config import WebSocketOptions, websocket_options
+from pynatsd.config.websocket import WebSocketOptions, websocket_options
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
+    from pynatsd.server import Server
     from pynatsd.websocket.server import WebSocketListener
 
 __all__ = ["WebSocketOptions", "start_websocket", "websocket_options"]
@@ -22,8 +22,8 @@ async def start_websocket(server: Server) -> WebSocketListener | None:
     ws = websocket_options(server.options)
     if ws is None:
         return None
-    from pynatsd.broker.config_options import ConfigValueError
-    from pynatsd.broker.logging import get_logger
+    from pynatsd.base.logging import get_logger
+    from pynatsd.config.schema import ConfigValueError
     from pynatsd.websocket.server import WebSocketListener
 
     listener = WebSocketListener(server, ws)

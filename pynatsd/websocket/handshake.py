@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from email.utils import formatdate
 from http.cookies import CookieError, SimpleCookie
 
-from pynatsd.websocket.config import WebSocketOptions, origin_parts
+from pynatsd.config.websocket import WebSocketOptions, origin_parts
 
 MAX_HEAD = 16 * 1024  # bytes of request line and headers we accept before answering 431
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"

@@ -15,15 +15,15 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
+from pynatsd.auth.users import Authenticator
+from pynatsd.base.logging import get_logger
+from pynatsd.base.options import Options
+from pynatsd.base.tls import server_context, session_info
 from pynatsd.broker import connection as c
-from pynatsd.broker.auth import Authenticator
 from pynatsd.broker.connection import Connection
-from pynatsd.broker.logging import get_logger
-from pynatsd.broker.options import Options
-from pynatsd.broker.tls import server_context, session_info
+from pynatsd.config.websocket import WebSocketOptions, tls_options, validate
 from pynatsd.protocol.connect import ConnectOptions
 from pynatsd.websocket import framing
-from pynatsd.websocket.config import WebSocketOptions, tls_options, validate
 from pynatsd.websocket.handshake import (
     MAX_HEAD,
     UNREADABLE_RESPONSE,
@@ -35,7 +35,7 @@ from pynatsd.websocket.handshake import (
 )
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
+    from pynatsd.server import Server
 
 log = get_logger()
 

@@ -1,11 +1,11 @@
-"""The pure parts of pynatsd.broker.imports: subject relations, mappings, shadow subjects, linking rules,
+"""The pure parts of pynatsd.accounts.links: subject relations, mappings, shadow subjects, linking rules,
 the Nats-Request-Info header (the servers' behaviour is compared in the other files)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pynatsd.broker.imports import (
+from pynatsd.accounts.links import (
     AccountSpec,
     Export,
     Import,

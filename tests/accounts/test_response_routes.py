@@ -7,9 +7,9 @@ import asyncio
 import re
 from typing import Any
 
+from pynatsd.base.options import Options
 from pynatsd.broker.connection import Connection
-from pynatsd.broker.options import Options
-from pynatsd.broker.server import Server
+from pynatsd.server import Server
 
 
 class Sink:

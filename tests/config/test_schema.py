@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from pynatsd.broker.auth import Authenticator
-from pynatsd.broker.config import parse
-from pynatsd.broker.config_schema import (
+from pynatsd.auth.users import Authenticator
+from pynatsd.base.options import Options
+from pynatsd.config.parser import parse
+from pynatsd.config.schema import (
     BLOCK_PARSERS,
     ConfigErrors,
     Ctx,
@@ -21,7 +22,6 @@ from pynatsd.broker.config_schema import (
     apply_config,
     register_block,
 )
-from pynatsd.broker.options import Options
 from tests.security.certs import make_certs
 
 # A valid public user nkey (made for these tests with nkeys.from_seed of a fixed seed).
@@ -434,7 +434,7 @@ def test_insecure_ciphers_allowed_when_asked(certs: dict[str, str]) -> None:
 def test_missing_certificate_names_path_and_position(tmp_path: Path) -> None:
     conf = tmp_path / "m.conf"
     conf.write_text('port: 4222\ntls {\n  cert_file: "nope.pem"\n  key_file: "nope.key"\n}\n')
-    from pynatsd.broker.config import parse_file
+    from pynatsd.config.parser import parse_file
 
     with pytest.raises(ConfigErrors) as exc:
         apply_config(Options(), parse_file(conf))
@@ -504,7 +504,7 @@ def test_unreadable_certificate_is_named(tmp_path: Path, certs: dict[str, str]) 
 
 
 def test_errors_in_an_included_file_name_that_file(tmp_path: Path) -> None:
-    from pynatsd.broker.config import parse_file
+    from pynatsd.config.parser import parse_file
 
     (tmp_path / "inc.conf").write_text("port: 4222\nbogus_inc: 1\n")
     main = tmp_path / "main.conf"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from pynatsd.broker.options import Options
-from pynatsd.broker.server import Server
+from pynatsd.base.options import Options
+from pynatsd.server import Server
 
 MakeServer = Callable[..., Awaitable[Server]]
 

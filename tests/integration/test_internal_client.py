@@ -9,7 +9,7 @@ import nats
 
 from pynatsd.broker.delivery import Message, publish
 from pynatsd.broker.internal import InternalClient
-from pynatsd.broker.server import Server
+from pynatsd.server import Server
 
 
 async def test_an_internal_service_answers_client_requests(server: Server, url: str) -> None:

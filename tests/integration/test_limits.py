@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pynatsd.broker.server import Server
+from pynatsd.server import Server
 from tests.integration.conftest import MakeServer
 from tests.wire import WireClient
 

@@ -12,7 +12,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError, NoRespondersError
 
-from pynatsd.broker.server import Server
+from pynatsd.server import Server
 from tests.integration.conftest import MakeServer
 
 

@@ -10,8 +10,8 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from pynatsd.broker.options import Options
-from pynatsd.broker.server import Server
+from pynatsd.base.options import Options
+from pynatsd.server import Server
 
 
 class JsServer:

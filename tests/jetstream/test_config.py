@@ -12,10 +12,10 @@ from nats.aio.client import Client
 from nats.js import api
 from nats.js.errors import APIError
 
-from pynatsd.broker.config import parse
-from pynatsd.broker.config_options import apply_config
-from pynatsd.broker.options import Options
-from pynatsd.jetstream.config import from_options
+from pynatsd.base.options import Options
+from pynatsd.config.jetstream import from_options
+from pynatsd.config.parser import parse
+from pynatsd.config.schema import apply_config
 from tests.conftest import need_tool
 from tests.jetstream.conftest import JsServer
 from tests.servers import nats_server_binary, server_with_config, start_server

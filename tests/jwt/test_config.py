@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pynatsd.broker.options import Options, unreloadable_changes
+from pynatsd.base.options import Options, unreloadable_changes
 from tests.config.test_differential import _run
 from tests.jwt.issuer import Key, account_jwt
 from tests.jwt.world import KINDS, World, require

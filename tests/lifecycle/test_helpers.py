@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pynatsd.broker.logging import configure, get_logger
-from pynatsd.broker.options import Options
-from pynatsd.broker.server import Server
+from pynatsd.base.logging import configure, get_logger
+from pynatsd.base.options import Options
 from pynatsd.lifecycle.files import executable_name, socket_urls
+from pynatsd.server import Server
 
 
 def test_socket_urls_format_ipv4_and_ipv6() -> None:

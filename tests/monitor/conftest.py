@@ -9,8 +9,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from pynatsd.broker.options import Options
-from pynatsd.broker.server import Server
+from pynatsd.base.options import Options
+from pynatsd.server import Server
 from tests.servers import ServerProcess, free_port, start_server
 
 Get = Callable[..., Awaitable[Any]]

@@ -10,10 +10,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pynatsd.broker.delivery import Subscription
-from pynatsd.broker.server import Server
-from pynatsd.routes.config import ClusterOptions
+from pynatsd.config.cluster import ClusterOptions
 from pynatsd.routes.manager import RouteManager
 from pynatsd.routes.route import RemoteQueueSubscription, Route
+from pynatsd.server import Server
 from tests.monitor.conftest import Get
 
 # A nats-server 2.15 /routez entry's keys in order, for a route of the global account (not pinned).

@@ -14,7 +14,7 @@ import nats.aio.client as nats_client
 import pytest
 
 from pynatsd import VARZ_VERSION
-from pynatsd.broker.server import Server
+from pynatsd.server import Server
 from tests.monitor.conftest import Get
 from tests.servers import free_port, server_with_config
 

@@ -1,4 +1,4 @@
-"""pynatsd.monitor.formats: Go's duration/time formats and parameter parsing."""
+"""pynatsd.base.formats: Go's duration/time formats and parameter parsing."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pynatsd.monitor.formats import go_duration, parse_bool, parse_int, rfc3339nano, uptime
+from pynatsd.base.formats import go_duration, parse_bool, parse_int, rfc3339nano, uptime
 
 
 def test_rfc3339nano() -> None:

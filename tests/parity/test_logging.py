@@ -19,7 +19,7 @@ import nats.aio.client
 import pytest
 
 from pynatsd import __version__
-from pynatsd.broker.build import git_commit
+from pynatsd.base.build import git_commit
 from tests.parity.conftest import KINDS, Running, Spawn, run
 from tests.security.certs import make_certs
 from tests.servers import free_port, wait_for_port

@@ -20,7 +20,7 @@ from nats.aio.client import ServerVersion
 from prometheus_client.parser import text_string_to_metric_families
 
 from pynatsd import NATS_COMPAT_VERSION, __version__
-from pynatsd.broker.build import git_commit
+from pynatsd.base.build import git_commit
 from pynatsd.jetstream.stream import API_LEVEL
 from tests.parity.conftest import KINDS, needs_tool
 from tests.servers import ServerProcess, free_port, start_server

@@ -1,13 +1,13 @@
-"""The `cluster {}` block and the cluster flags (pynatsd.routes.config), and their reload."""
+"""The `cluster {}` block and the cluster flags (pynatsd.config.cluster), and their reload."""
 
 from __future__ import annotations
 
 import pytest
 
-from pynatsd.broker.config import parse
-from pynatsd.broker.config_options import ConfigErrors, ConfigValueError, apply_config
-from pynatsd.broker.options import Options, unreloadable_changes
-from pynatsd.routes.config import ClusterOptions, apply_flags, cluster_options
+from pynatsd.base.options import Options, unreloadable_changes
+from pynatsd.config.cluster import ClusterOptions, apply_flags, cluster_options
+from pynatsd.config.parser import parse
+from pynatsd.config.schema import ConfigErrors, ConfigValueError, apply_config
 
 
 def load(text: str) -> Options:

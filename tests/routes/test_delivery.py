@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import collections
 
+from pynatsd.base.histogram import Tally
 from pynatsd.broker.delivery import Client, Message, Subscription, publish
-from pynatsd.broker.histogram import Tally
 from pynatsd.matcher import Sublist
 from pynatsd.routes.route import RemoteQueueSubscription
 

@@ -9,10 +9,10 @@ from datetime import datetime
 import nats
 from nats.aio.msg import Msg
 
-from pynatsd.broker.options import Options
-from pynatsd.broker.server import Server
-from pynatsd.routes.config import ClusterOptions
+from pynatsd.base.options import Options
+from pynatsd.config.cluster import ClusterOptions
 from pynatsd.routes.route import Route
+from pynatsd.server import Server
 
 
 def clustered(**cluster: object) -> Server:

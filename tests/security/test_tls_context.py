@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pynatsd.broker.options import Options
-from pynatsd.broker.tls import server_context
+from pynatsd.base.options import Options
+from pynatsd.base.tls import server_context
 from tests.security.certs import make_certs
 
 

@@ -220,7 +220,7 @@ def test_directory_store_cache_eviction_ttl_and_tombstones(tmp_path: Path) -> No
     import os
     import time
 
-    from pynatsd.broker import jwt
+    from pynatsd.auth import jwt
 
     keys = [Key("A").public for _ in range(3)]
     cache = jwt.DirectoryStore(str(tmp_path / "cache"), 2, jwt.HARD_DELETE, evict=True, ttl=60.0)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pynatsd.broker.config import ConfigError, parse, parse_file
+from pynatsd.config.parser import ConfigError, parse, parse_file
 
 
 def test_separators_and_comments() -> None:

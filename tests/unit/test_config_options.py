@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pynatsd.broker.config import parse
-from pynatsd.broker.config_options import ConfigValueError, apply_config, parse_duration
-from pynatsd.broker.options import Options
+from pynatsd.base.options import Options
+from pynatsd.config.parser import parse
+from pynatsd.config.schema import ConfigValueError, apply_config, parse_duration
 from tests.security.certs import make_certs
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pynatsd.base.options import Options
 from pynatsd.broker.connection import READ_SLICE, Connection
-from pynatsd.broker.options import Options
-from pynatsd.broker.server import Server
+from pynatsd.server import Server
 
 
 class FakeTransport:

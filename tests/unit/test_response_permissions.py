@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pynatsd.broker import auth
-from pynatsd.broker.auth import Permissions, ResponsePermission
-from pynatsd.broker.config_options import ConfigValueError
+from pynatsd.auth import users as auth
+from pynatsd.auth.users import Permissions, ResponsePermission
+from pynatsd.config.schema import ConfigValueError
 
 
 @pytest.mark.parametrize(

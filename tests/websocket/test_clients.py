@@ -19,9 +19,9 @@ import nats
 import pytest
 import trustme
 
-from pynatsd.broker.options import Options
-from pynatsd.broker.server import Server
-from pynatsd.websocket.config import WebSocketOptions
+from pynatsd.base.options import Options
+from pynatsd.config.websocket import WebSocketOptions
+from pynatsd.server import Server
 from tests.servers import free_port
 
 Start = Callable[..., Any]

@@ -8,11 +8,11 @@ import zlib
 
 import pytest
 
-from pynatsd.broker.config import parse
-from pynatsd.broker.config_options import ConfigValueError, apply_config
-from pynatsd.broker.options import Options
+from pynatsd.base.options import Options
+from pynatsd.config.parser import parse
+from pynatsd.config.schema import ConfigValueError, apply_config
+from pynatsd.config.websocket import WebSocketOptions, parse_block, tls_options, validate, websocket_options
 from pynatsd.websocket import framing
-from pynatsd.websocket.config import WebSocketOptions, parse_block, tls_options, validate, websocket_options
 from pynatsd.websocket.framing import Control, Decoder, WebSocketError
 from pynatsd.websocket.handshake import HandshakeError, accept_key, parse_request, upgrade
 from tests.conftest import need_tool

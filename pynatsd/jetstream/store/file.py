@@ -30,7 +30,7 @@ import time
 import zlib
 from pathlib import Path
 
-from pynatsd.broker.logging import get_logger
+from pynatsd.base.logging import get_logger
 from pynatsd.jetstream.store.base import Locator, Removed, Store, StoredMsg
 
 log = get_logger()

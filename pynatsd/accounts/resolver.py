@@ -18,16 +18,16 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pynatsd.broker import jwt
-from pynatsd.broker.config_schema import valid_public_nkey
+from pynatsd.auth import jwt
+from pynatsd.base.logging import get_logger
 from pynatsd.broker.internal import InternalClient
-from pynatsd.broker.logging import get_logger
+from pynatsd.config.schema import valid_public_nkey
 from pynatsd.protocol import errors
 
 if TYPE_CHECKING:
     import asyncio
 
-    from pynatsd.broker.server import Server
+    from pynatsd.server import Server
 
 log = get_logger()
 

@@ -14,9 +14,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from pynatsd.broker.config_options import ConfigValueError, parse_duration
-from pynatsd.broker.config_schema import to_bool, to_int, to_str
-from pynatsd.broker.options import Options
+from pynatsd.base.options import Options
+from pynatsd.config.schema import ConfigValueError, parse_duration, to_bool, to_int, to_str
 
 _EXTRA_KEY = "cluster"
 DEFAULT_POOL_SIZE = 3

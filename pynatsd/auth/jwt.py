@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pynatsd.broker.config_schema import valid_public_nkey
-from pynatsd.broker.imports import Export, Import, LinkError, links_from_jwt, subset
+from pynatsd.accounts.links import Export, Import, LinkError, links_from_jwt, subset
+from pynatsd.config.schema import valid_public_nkey
 from pynatsd.protocol import errors
 from pynatsd.protocol.subjects import is_valid_subject
 
 if TYPE_CHECKING:
-    from pynatsd.broker.auth import Permissions
+    from pynatsd.auth.users import Permissions
     from pynatsd.broker.connection import Connection
     from pynatsd.protocol.connect import ConnectOptions
 
@@ -411,7 +411,7 @@ def activation_ok(exporter: Account, export: Export, imp: Import, importer: str)
 # -- users ----------------------------------------------------------------------------------------------
 def permissions_from_jwt(spec: dict[str, Any] | None) -> Permissions | None:
     """nats-server's buildPermissionsFromJwt: None when the JWT restricts nothing."""
-    from pynatsd.broker.auth import Permissions, ResponsePermission, Rule
+    from pynatsd.auth.users import Permissions, ResponsePermission, Rule
 
     if not spec:
         return None

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pynatsd.broker.config_options import parse_duration
-from pynatsd.broker.options import Options
+from pynatsd.base.options import Options
+from pynatsd.config.schema import parse_duration
 
 
 class JsConfigError(ValueError):

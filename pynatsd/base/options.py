@@ -121,7 +121,7 @@ _RELOAD_LINES = {
 def reload_changes(old: Options, new: Options) -> list[str]:
     """What a reload from `old` to `new` changes, as nats-server logs it (`Reloaded: debug = true`);
     secrets are named, never shown."""
-    from pynatsd.monitor.formats import go_duration
+    from pynatsd.base.formats import go_duration
 
     lines = []
     for name in RELOADABLE_LIMITS:
@@ -189,7 +189,7 @@ def unreloadable_changes(old: Options, new: Options) -> list[str]:
     clusters = old.extra.get("cluster"), new.extra.get("cluster")  # pynatsd.routes: routes start once
     if clusters[0] != clusters[1]:
         changes.append("config reload not supported for cluster: the cluster block and flags changed")
-    from pynatsd.broker.auth import system_account_of
+    from pynatsd.auth.users import system_account_of
 
     systems = system_account_of(old.extra), system_account_of(new.extra)
     if systems[0] != systems[1]:  # the resolver's services live in the system account

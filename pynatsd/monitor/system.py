@@ -28,21 +28,21 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pynatsd.broker.auth import DEFAULT_ACCOUNT
+from pynatsd.auth.jwt import payload_of
+from pynatsd.auth.users import DEFAULT_ACCOUNT
+from pynatsd.base.formats import rfc3339nano
+from pynatsd.base.logging import get_logger
 from pynatsd.broker.connection import KICKED, Connection
 from pynatsd.broker.internal import InternalClient
-from pynatsd.broker.jwt import payload_of
-from pynatsd.broker.logging import get_logger
 from pynatsd.jetstream import monitor as js_monitor
 from pynatsd.monitor import endpoints as ep
-from pynatsd.monitor.formats import rfc3339nano
 from pynatsd.protocol import gojson
 
 if TYPE_CHECKING:
     import asyncio
 
-    from pynatsd.broker.auth import Permissions, Rule
-    from pynatsd.broker.server import Server
+    from pynatsd.auth.users import Permissions, Rule
+    from pynatsd.server import Server
 
 log = get_logger()
 

@@ -37,11 +37,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Client, Link, Message, Subscription, deliver, publish
-from pynatsd.broker.logging import get_logger
 
 if TYPE_CHECKING:
-    from pynatsd.broker.server import Server
+    from pynatsd.server import Server
 
 log = get_logger()
 
@@ -507,7 +507,7 @@ class AccountLinks:
     def ensure(self, name: str) -> None:
         """Link the imports of account `name` as its current JWT has them (a user of it connected, or it
         was updated). Imports that are not valid are skipped with an error, as nats-server does."""
-        from pynatsd.broker import jwt
+        from pynatsd.auth import jwt
 
         auth = self.server.auth.jwt
         if auth is None:

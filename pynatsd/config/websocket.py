@@ -13,8 +13,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from pynatsd.broker.config_options import ConfigValueError, parse_duration
-from pynatsd.broker.options import Options
+from pynatsd.base.options import Options
+from pynatsd.config.schema import ConfigValueError, parse_duration
 
 _EXTRA_KEY = "websocket"
 # Headers the upgrade response sets itself (nats-server refuses them in `headers {}`).
@@ -230,7 +230,7 @@ def validate(ws: WebSocketOptions, opts: Options) -> None:
 
 
 def apply(opts: Options, key: str, value: Any) -> None:
-    """Config-file hook for the `websocket` key (pynatsd.broker.config_options)."""
+    """Config-file hook for the `websocket` key (pynatsd.config.schema)."""
     # Checks against the rest of the file (users, no_auth_user) wait for the listener's start: the
     # `authorization` block may come after this one.
     ws = parse_block(value)
@@ -239,7 +239,7 @@ def apply(opts: Options, key: str, value: Any) -> None:
 
 
 def tls_options(ws: WebSocketOptions, opts: Options) -> Options | None:
-    """Options carrying the block's `tls {}` in the server's TLS fields, for pynatsd.broker.tls."""
+    """Options carrying the block's `tls {}` in the server's TLS fields, for pynatsd.base.tls."""
     if ws.tls is None:
         return None
     tls = {k.lower(): v for k, v in ws.tls.items()}

@@ -20,8 +20,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pynatsd.broker.config import ConfigMap, Where
-from pynatsd.broker.options import Options
+from pynatsd.base.options import Options
+from pynatsd.config.parser import ConfigMap, Where
 from pynatsd.protocol.subjects import is_valid_subject
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
@@ -229,7 +229,7 @@ def register_block(name: str, parser: Handler) -> None:
 
 
 def _websocket(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    from pynatsd.websocket.config import apply  # the block's schema lives with the listener
+    from pynatsd.config.websocket import apply  # the block's schema lives with the listener
 
     apply(opts, key, value)
 
@@ -238,14 +238,14 @@ register_block("websocket", _websocket)
 
 
 def _cluster(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    from pynatsd.routes.config import apply  # the block's schema lives with the routes
+    from pynatsd.config.cluster import apply  # the block's schema lives with the routes
 
     apply(opts, key, value)
 
 
 register_block("cluster", _cluster)
 
-# The `jetstream {}` keys pynatsd.jetstream.config reads, and those it does not implement: encryption at
+# The `jetstream {}` keys pynatsd.config.jetstream reads, and those it does not implement: encryption at
 # rest is refused by name (it protects data), the rest are unknown fields.
 _JETSTREAM_KEYS = frozenset(
     {"store_dir", "store", "storedir", "max_memory_store", "max_mem_store", "max_mem", "max_file_store",
@@ -330,7 +330,7 @@ def _subject_permission(ctx: Ctx, key: str, value: Any, where: Where, queue: boo
 
 def parse_permissions(ctx: Ctx, key: str, value: Any, where: Where) -> dict[str, Any]:
     """A permissions block, normalized: {"publish": rule, "subscribe": rule, "allow_responses": ...}."""
-    from pynatsd.broker.auth import ResponsePermission  # auth imports this module
+    from pynatsd.auth.users import ResponsePermission  # auth imports this module
 
     block = to_block(key, value)
     perms: dict[str, Any] = {}
@@ -572,7 +572,7 @@ def _account_jetstream(ctx: Ctx, key: str, value: Any, where: Where) -> dict[str
 def _export(ctx: Ctx, item: Any, where: Where) -> dict[str, Any] | None:
     """One `{stream: s}` / `{service: s, response_type: .., response_threshold: ..}` entry, optionally
     private (`accounts: [...]`), as nats-server's parseExportStreamOrService reads it."""
-    from pynatsd.broker.imports import RESPONSE_TYPES, valid_token_position
+    from pynatsd.accounts.links import RESPONSE_TYPES, valid_token_position
 
     if not isinstance(item, dict):
         raise ConfigValueError(f"Export Items should be a map with type entry, got {item!r}")
@@ -694,7 +694,7 @@ def _imports(ctx: Ctx, key: str, value: Any, where: Where) -> list[dict[str, Any
 def _check_links(ctx: Ctx, opts: Options) -> None:
     """Every import must name a defined account and an export it may use, without cycles (nats-server
     refuses to start otherwise)."""
-    from pynatsd.broker.imports import link, specs_from_config
+    from pynatsd.accounts.links import link, specs_from_config
 
     accounts = opts.extra.get("accounts") or {}
     if ctx.errors or not any(a.get("imports") or a.get("exports") for a in accounts.values()):
@@ -712,10 +712,10 @@ def _check_links(ctx: Ctx, opts: Options) -> None:
         ctx.error(where, message)
 
 
-# -- operator mode (decentralized JWT authentication, pynatsd.broker.jwt) -----------------------------------
+# -- operator mode (decentralized JWT authentication, pynatsd.auth.jwt) -----------------------------------
 def _operators(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
     """`operator`: one or more operator JWTs (file paths or inline), verified at start."""
-    from pynatsd.broker import jwt
+    from pynatsd.auth import jwt
 
     found = opts.extra.setdefault("operators", [])
     for entry in to_strings(key, value):
@@ -802,7 +802,7 @@ def _resolver(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
 
 
 def _resolver_preload(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    from pynatsd.broker import jwt
+    from pynatsd.auth import jwt
 
     block = to_block(key, value)
     preload: dict[str, str] = opts.extra.setdefault("resolver_preload", {})
@@ -1014,7 +1014,7 @@ def _handshake_first(ctx: Ctx, key: str, value: Any, where: Where) -> bool:
 
 
 def _tls(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    from pynatsd.broker import tls  # tls builds contexts from Options; imports nothing of the schema
+    from pynatsd.base import tls  # tls builds contexts from Options; imports nothing of the schema
 
     block = to_block(key, value)
     lows = {k.lower(): v for k, v in block.items()}

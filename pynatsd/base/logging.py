@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from pynatsd.broker.options import Options
+    from pynatsd.base.options import Options
 
 LOGGER_NAME = "pynatsd"
 TRACE = 5  # below DEBUG, as nats-server's -V

@@ -4,7 +4,7 @@ Mechanisms: one user/password or a token (command line), the `authorization {}` 
 user, `users = [...]` with per-user permissions and default permissions), `accounts {}` (users and nkey
 users bound to isolated subject spaces, with the account's default permissions) and `no_auth_user`.
 Every password and the token may be a bcrypt hash, as in nats-server. The config schema
-(pynatsd.broker.config_schema) validates and normalizes the blocks read here.
+(pynatsd.config.schema) validates and normalizes the blocks read here.
 `Authenticator.authenticate` returns the client's identity `(user, account)` or None (a violation);
 `permissions(user)` gives its publish/subscribe rules. Secrets are compared in constant time.
 """
@@ -18,14 +18,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pynatsd.broker.config_schema import ConfigValueError, parse_duration
-from pynatsd.broker.options import Options
+from pynatsd.base.options import Options
+from pynatsd.config.schema import ConfigValueError, parse_duration
 from pynatsd.protocol import errors
 from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
+    from pynatsd.auth.jwt import JwtAuthenticator, UserGrant
     from pynatsd.broker.connection import Connection
-    from pynatsd.broker.jwt import JwtAuthenticator, UserGrant
 
 DEFAULT_ACCOUNT = "$G"
 SYSTEM_ACCOUNT = "$SYS"  # the system account when the configuration names none (as nats-server)
@@ -305,7 +305,7 @@ class Authenticator:
         self._add_users(block.get("users", []), DEFAULT_ACCOUNT, block.get("default_permissions"))
         accounts: dict[str, Any] = options.extra.get("accounts", {}) or {}
         self.accounts = [DEFAULT_ACCOUNT, *accounts]
-        self.system_account = system_account_of(options.extra)  # pynatsd.broker.system serves it
+        self.system_account = system_account_of(options.extra)  # pynatsd.monitor.system serves it
         if self.system_account and self.system_account not in self.accounts:
             self.accounts.append(self.system_account)
         for name, acc in accounts.items():
@@ -314,7 +314,7 @@ class Authenticator:
         self.no_auth_user = options.no_auth_user
         self.jwt: JwtAuthenticator | None = None
         if "trusted" in options.extra:  # operator mode: every client needs a user JWT
-            from pynatsd.broker.jwt import JwtAuthenticator
+            from pynatsd.auth.jwt import JwtAuthenticator
 
             self.jwt = JwtAuthenticator(options.extra)
 

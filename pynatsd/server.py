@@ -17,8 +17,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd import NATS_COMPAT_VERSION, __version__, extensions
-from pynatsd.broker.auth import DEFAULT_ACCOUNT, Authenticator
-from pynatsd.broker.build import git_commit
+from pynatsd.auth.users import DEFAULT_ACCOUNT, Authenticator
+from pynatsd.base.build import git_commit
+from pynatsd.base.histogram import HistogramCounts
+from pynatsd.base.ids import new_server_id
+from pynatsd.base.listener import dual_stack_socket, peer_closed
+from pynatsd.base.logging import get_logger
+from pynatsd.base.options import Options
+from pynatsd.base.tls import monitor_context, server_context
 from pynatsd.broker.connection import (
     AUTHENTICATION_VIOLATION,
     CLIENT_CLOSED,
@@ -28,26 +34,20 @@ from pynatsd.broker.connection import (
     Connection,
 )
 from pynatsd.broker.delivery import Subscription
-from pynatsd.broker.histogram import HistogramCounts
-from pynatsd.broker.ids import new_server_id
-from pynatsd.broker.listener import dual_stack_socket, peer_closed
-from pynatsd.broker.logging import get_logger
-from pynatsd.broker.options import Options
 from pynatsd.broker.outbound import FlushScheduler, StallGate
-from pynatsd.broker.tls import monitor_context, server_context
+from pynatsd.config.cluster import ClusterOptions, cluster_options
 from pynatsd.lifecycle import lame_duck, reload, signals
 from pynatsd.lifecycle.files import LifecycleFiles, PidFileError, listener_urls, socket_urls
 from pynatsd.matcher import Sublist, SublistStats, combine_stats
 from pynatsd.protocol import encoder
-from pynatsd.routes.config import ClusterOptions, cluster_options
 from pynatsd.websocket import start_websocket
 
 if TYPE_CHECKING:
-    from pynatsd.broker.imports import AccountLinks
-    from pynatsd.broker.resolver import ResolverService
-    from pynatsd.broker.system import SystemService
+    from pynatsd.accounts.links import AccountLinks
+    from pynatsd.accounts.resolver import ResolverService
     from pynatsd.jetstream import JetStream
     from pynatsd.monitor import Monitor
+    from pynatsd.monitor.system import SystemService
     from pynatsd.protocol.parser import ParsedLine
     from pynatsd.routes.jetstream import ClusterJetStream
     from pynatsd.routes.manager import RouteManager
@@ -334,7 +334,7 @@ class Server:
         linked = any(acc.get("imports") for acc in accounts.values())
         if self.auth.jwt is None and self.links is None and not linked:
             return  # nothing to link: the imports module stays unloaded (idle RSS)
-        from pynatsd.broker.imports import AccountLinks, link, specs_from_config
+        from pynatsd.accounts.links import AccountLinks, link, specs_from_config
 
         if self.auth.jwt is not None:  # operator mode: linked as the account JWTs are used
             if self.links is None:
@@ -357,14 +357,14 @@ class Server:
         """The directory account resolvers' $SYS services (updates pushed over NATS, lookups, deletes)."""
         jwt_auth = self.auth.jwt
         if jwt_auth is not None and jwt_auth.store is not None:
-            from pynatsd.broker.resolver import ResolverService
+            from pynatsd.accounts.resolver import ResolverService
 
             cache = jwt_auth.resolver_type == "cache"
             self.resolver = ResolverService(self, self.auth.system_account, cache)
             self.resolver.start()
 
     def start_system(self) -> None:
-        """The system account's requests and advisories (pynatsd.broker.system), when a client can reach
+        """The system account's requests and advisories (pynatsd.monitor.system), when a client can reach
         that account: in operator mode, or with accounts configured (without them nobody can be in it).
         Called at start and after a reload (which may add the accounts); once running, they stay."""
         if self.system is not None:
@@ -372,7 +372,7 @@ class Server:
         extra = self.options.extra
         reachable = self.auth.jwt is not None or bool(extra.get("accounts") or extra.get("system_account"))
         if self.auth.system_account and reachable:
-            from pynatsd.broker.system import SystemService
+            from pynatsd.monitor.system import SystemService
 
             self.system = SystemService(self, self.auth.system_account)
             self.system.start()

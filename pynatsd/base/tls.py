@@ -10,7 +10,7 @@ import struct
 from collections.abc import Coroutine, Generator
 from typing import Any, Generic, TypeVar, cast
 
-from pynatsd.broker.options import Options
+from pynatsd.base.options import Options
 
 T = TypeVar("T")
 

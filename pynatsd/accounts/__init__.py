@@ -1,0 +1,1 @@
+"""Runtime links between accounts (service and stream imports) and the account resolvers."""
