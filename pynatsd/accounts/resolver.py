@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd.auth import jwt
 from pynatsd.base.logging import get_logger
+from pynatsd.broker.connection import AUTHENTICATION_EXPIRED
 from pynatsd.broker.internal import InternalClient
 from pynatsd.config.schema import valid_public_nkey
 from pynatsd.protocol import errors
@@ -27,7 +28,7 @@ from pynatsd.protocol import errors
 if TYPE_CHECKING:
     import asyncio
 
-    from pynatsd.server import Server
+    from pynatsd.broker.core import Broker
 
 log = get_logger()
 
@@ -43,7 +44,7 @@ _SWEEP_MAX = 60.0  # a cache's ttl is checked every ttl/2, at most every minute 
 class ResolverService:
     """Subscribes the resolver's requests in the system account (see the module docstring)."""
 
-    def __init__(self, server: Server, system_account: str, cache: bool = False) -> None:
+    def __init__(self, server: Broker, system_account: str, cache: bool = False) -> None:
         self.server = server
         self.client = InternalClient(server, system_account, "resolver")
         self.cache = cache
@@ -180,8 +181,6 @@ class ResolverService:
 
     def _expire(self, account: str) -> None:
         """A deleted account: its clients are told it expired and closed (nats-server's removeCb)."""
-        from pynatsd.broker.connection import AUTHENTICATION_EXPIRED
-
         for conn in list(self.server.clients.values()):
             if conn.account == account and conn.connected:
                 conn.close(AUTHENTICATION_EXPIRED, errors.ACCOUNT_AUTHENTICATION_EXPIRED)

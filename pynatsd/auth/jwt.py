@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pynatsd.accounts.links import Export, Import, LinkError, links_from_jwt, subset
-from pynatsd.config.schema import valid_public_nkey
+from pynatsd.auth.nkeys import valid_public_nkey
+from pynatsd.auth.specs import Export, Import, LinkError, links_from_jwt, subset
+from pynatsd.auth.users import Connecting, Permissions, ResponsePermission, Rule
 from pynatsd.protocol import errors
 from pynatsd.protocol.subjects import is_valid_subject
 
 if TYPE_CHECKING:
-    from pynatsd.auth.users import Permissions
-    from pynatsd.broker.connection import Connection
     from pynatsd.protocol.connect import ConnectOptions
 
 log = logging.getLogger("pynatsd.jwt")
@@ -411,8 +410,6 @@ def activation_ok(exporter: Account, export: Export, imp: Import, importer: str)
 # -- users ----------------------------------------------------------------------------------------------
 def permissions_from_jwt(spec: dict[str, Any] | None) -> Permissions | None:
     """nats-server's buildPermissionsFromJwt: None when the JWT restricts nothing."""
-    from pynatsd.auth.users import Permissions, ResponsePermission, Rule
-
     if not spec:
         return None
 
@@ -714,14 +711,12 @@ class JwtAuthenticator:
         return acc
 
     @staticmethod
-    def _account_full(conn: Connection, acc: Account) -> bool:
+    def _account_full(conn: Connecting, acc: Account) -> bool:
         """The account's `conn` limit reached (checked when connecting only: a reload or update does
         not close connections already in)."""
         if acc.connections == NO_LIMIT:
             return False
-        clients = conn.server.clients.values()
-        active = sum(1 for c in clients if c.connected and not c.closed and c.account == acc.name)
-        return active >= acc.connections
+        return conn.account_connections(acc.name) >= acc.connections
 
     def revoked(self, opts: ConnectOptions) -> bool:
         """True when the account of a connected user's JWT now revokes it (checked on reload)."""
@@ -732,7 +727,7 @@ class JwtAuthenticator:
         acc = self.account(user.nats.get("issuer_account") or user.issuer)
         return acc is not None and acc.user_revoked(user.subject, user.issued_at)
 
-    def authenticate(self, conn: Connection, opts: ConnectOptions, nonce: str) -> tuple[str, str] | None:
+    def authenticate(self, conn: Connecting, opts: ConnectOptions, nonce: str) -> tuple[str, str] | None:
         """(user nkey, account) for a valid user JWT in CONNECT, or None (Authorization Violation)."""
         try:
             user = decode(opts.jwt, "user")

@@ -16,19 +16,17 @@ import hmac
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pynatsd.base.options import Options
-from pynatsd.config.schema import ConfigValueError, parse_duration
+from pynatsd.base.options import Options, system_account_of
+from pynatsd.base.values import ConfigValueError, parse_duration
 from pynatsd.protocol import errors
 from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
     from pynatsd.auth.jwt import JwtAuthenticator, UserGrant
-    from pynatsd.broker.connection import Connection
 
 DEFAULT_ACCOUNT = "$G"
-SYSTEM_ACCOUNT = "$SYS"  # the system account when the configuration names none (as nats-server)
 REVOCATION = "Credentials Revoked"  # the close reason, as nats-server's connz shows it
 _CACHE_LIMIT = 1024
 # allow_responses: nats-server's defaults (one reply within two minutes) and reply-map pruning cadence.
@@ -38,13 +36,21 @@ _REPLY_PRUNE_COUNT = 4096
 _REPLY_PRUNE_SECONDS = 1.0
 
 
-def system_account_of(extra: dict[str, Any]) -> str:
-    """The system account a configuration gives: the one named, else `$SYS` unless `no_system_account`
-    (which, as in nats-server, only turns off the default)."""
-    named = str(extra.get("system_account") or "")
-    if named or extra.get("no_system_account"):
-        return named
-    return SYSTEM_ACCOUNT
+class Connecting(Protocol):
+    """A client connection as authentication sees it (pynatsd.broker.connection.Connection): who it says
+    it is, where from, and how to close it."""
+
+    nonce: str
+    opts: ConnectOptions
+    user: str
+    account: str
+    ip: str
+    connected: bool
+
+    @property
+    def connection_type(self) -> str: ...
+    def close(self, reason: str, err_text: str | None = None) -> None: ...
+    def account_connections(self, account: str) -> int: ...
 
 
 def _same(a: str, b: str) -> bool:
@@ -323,7 +329,7 @@ class Authenticator:
         """A fresh random challenge for one connection's INFO."""
         return base64.urlsafe_b64encode(secrets.token_bytes(11)).decode().rstrip("=")
 
-    def _nkey_ok(self, conn: Connection, opts: ConnectOptions) -> bool:
+    def _nkey_ok(self, conn: Connecting, opts: ConnectOptions) -> bool:
         import nacl.signing  # only configurations with nkey users need it (comes with `nkeys`)
 
         if not conn.nonce or not opts.sig:
@@ -408,7 +414,7 @@ class Authenticator:
             return is_bcrypt(secret[2])
         return False
 
-    def still_admits(self, conn: Connection, before: Authenticator) -> bool:
+    def still_admits(self, conn: Connecting, before: Authenticator) -> bool:
         """After a reload (self is the new configuration, `before` the old): does `conn`, connected with
         its CONNECT options, still get in as the same user and account? Unchanged credentials need no new
         check (no bcrypt on the loop); changed ones are checked again, as nats-server does."""
@@ -421,7 +427,7 @@ class Authenticator:
             return True
         return self.authenticate(conn, opts) == (conn.user, conn.account)
 
-    def user_moved(self, conn: Connection) -> bool:
+    def user_moved(self, conn: Connecting) -> bool:
         """After a reload: the client's nkey or user is gone, or now belongs to another account. nats-server
         closes such a client at once, as a client closed, before checking its credentials again
         (clientHasMovedToDifferentAccount); JWT users, anonymous, token and single-user clients never have."""
@@ -431,7 +437,7 @@ class Authenticator:
         entry = self.nkeys.get(opts.nkey) if opts.nkey else self.users.get(opts.user)
         return entry is None or entry.account != conn.account
 
-    def authenticate(self, conn: Connection, opts: ConnectOptions) -> tuple[str, str] | None:
+    def authenticate(self, conn: Connecting, opts: ConnectOptions) -> tuple[str, str] | None:
         if self.jwt is not None:
             return self.jwt.authenticate(conn, opts, conn.nonce)
         if opts.nkey and self.nkeys:
@@ -463,7 +469,7 @@ class Authenticator:
         return self.nkeys.get(self.no_auth_user) or self.users.get(self.no_auth_user)
 
     @staticmethod
-    def _identity(conn: Connection, entry: _User | None) -> tuple[str, str] | None:
+    def _identity(conn: Connecting, entry: _User | None) -> tuple[str, str] | None:
         """(user, account) of `entry`, or None when absent or not allowed on this kind of connection."""
         if entry is None:
             return None

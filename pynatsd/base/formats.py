@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any
-
-from pynatsd.broker.delivery import max_msgs, sid_bytes
 
 _INT = re.compile(r"[+-]?[0-9]+")
 
@@ -85,22 +82,3 @@ def parse_int(name: str, value: str) -> int:
             f"Error decoding int for '{name}': strconv.Atoi: parsing \"{value}\": invalid syntax"
         )
     return int(value)
-
-
-def subscription_detail(sub: Any, cid: int, account: str | None = None) -> dict[str, Any]:
-    """One subscription as nats-server's SubDetail: under a connection or route (`cid`: its id), or in
-    /subsz with its `account`."""
-    detail: dict[str, Any] = {}
-    if account is not None:
-        detail["account"] = account
-        detail["account_tag"] = account
-    detail["subject"] = sub.subject.decode("utf-8", "replace")
-    if sub.queue:
-        detail["qgroup"] = sub.queue.decode("utf-8", "replace")
-    detail["sid"] = sid_bytes(sub).decode("utf-8", "replace")
-    detail["msgs"] = sub.delivered
-    limit = max_msgs(sub)
-    if limit:
-        detail["max"] = limit
-    detail["cid"] = cid
-    return detail

@@ -9,6 +9,7 @@ import errno
 import ipaddress
 import resource
 import socket
+from typing import Any
 
 
 def dual_stack_socket(host: str, port: int) -> socket.socket | None:
@@ -97,3 +98,21 @@ def interface_addresses() -> list[str]:
                 v6.setdefault(fields[5], []).append(str(ipaddress.IPv6Address(bytes.fromhex(fields[0]))))
     names = list(dict.fromkeys([*v4, *v6]))
     return [addr for name in names for addr in (*v4.get(name, []), *v6.get(name, []))]
+
+
+def listener_urls(scheme: str, listener: asyncio.base_events.Server) -> list[str]:
+    """URLs of every socket of `listener`; a wildcard address lists every interface's address."""
+    urls: list[str] = []
+    for sock in listener.sockets:
+        for url in socket_urls(scheme, sock.getsockname()):
+            if url not in urls:
+                urls.append(url)
+    return urls
+
+
+def socket_urls(scheme: str, sockname: Any) -> list[str]:
+    """`scheme://host:port` for a bound address; for 0.0.0.0 or ::, one per interface address (nats-server's
+    resolveHostPorts)."""
+    host, port = str(sockname[0]), int(sockname[1])
+    hosts = interface_addresses() if ipaddress.ip_address(host).is_unspecified else [host]
+    return [f"{scheme}://[{h}]:{port}" if ":" in h else f"{scheme}://{h}:{port}" for h in hosts or [host]]

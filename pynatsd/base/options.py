@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pynatsd.base.formats import go_duration
+
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8222
 MAX_CONTROL_LINE = 4096
@@ -25,6 +27,7 @@ CLOSED_CONNECTIONS_KEPT = 10_000
 # Seconds a monitoring HTTP connection may take to send a request, or stay idle between two (nats-server's
 # ReadHeaderTimeout): a half-sent or silent one is closed then, and does not hold a descriptor.
 HTTP_READ_TIMEOUT = 5.0
+SYSTEM_ACCOUNT = "$SYS"  # the system account when the configuration names none (as nats-server)
 
 
 @dataclass
@@ -121,8 +124,6 @@ _RELOAD_LINES = {
 def reload_changes(old: Options, new: Options) -> list[str]:
     """What a reload from `old` to `new` changes, as nats-server logs it (`Reloaded: debug = true`);
     secrets are named, never shown."""
-    from pynatsd.base.formats import go_duration
-
     lines = []
     for name in RELOADABLE_LIMITS:
         value = getattr(new, name)
@@ -189,9 +190,16 @@ def unreloadable_changes(old: Options, new: Options) -> list[str]:
     clusters = old.extra.get("cluster"), new.extra.get("cluster")  # pynatsd.routes: routes start once
     if clusters[0] != clusters[1]:
         changes.append("config reload not supported for cluster: the cluster block and flags changed")
-    from pynatsd.auth.users import system_account_of
-
     systems = system_account_of(old.extra), system_account_of(new.extra)
     if systems[0] != systems[1]:  # the resolver's services live in the system account
         changes.append(f"config reload not supported for SystemAccount: old={systems[0]}, new={systems[1]}")
     return changes
+
+
+def system_account_of(extra: dict[str, Any]) -> str:
+    """The system account a configuration gives: the one named, else `$SYS` unless `no_system_account`
+    (which, as in nats-server, only turns off the default)."""
+    named = str(extra.get("system_account") or "")
+    if named or extra.get("no_system_account"):
+        return named
+    return SYSTEM_ACCOUNT

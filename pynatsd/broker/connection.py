@@ -36,15 +36,15 @@ from pynatsd.protocol.parser import Parser
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
+    from pynatsd.broker.core import Broker
     from pynatsd.matcher import Sublist
-    from pynatsd.server import Server
 
 log = get_logger()
 
 _RESERVED_PUBLISH = (b"_GR_.", b"$NRG.")
 _RESERVED_REPLY = (b"_R_.", b"$JS.ACK.", b"_GR_.")
 _SYS_QUEUE = b"_sys_"
-# Bounds of the MSG-head cache (Server.msg_heads): entries, and subject length.
+# Bounds of the MSG-head cache (Broker.msg_heads): entries, and subject length.
 _HEADS_CACHED = 4096
 _HEAD_SUBJECT_CACHED = 128
 # Input processed per turn of the event loop, per connection. libuv reads a ready socket up to 32 times
@@ -62,7 +62,7 @@ _FIRST_PING = 2.0
 
 # Close reasons, as /connz reports them.
 CLIENT_CLOSED = "Client Closed"
-SERVER_SHUTDOWN = "Server Shutdown"
+SERVER_SHUTDOWN = "Broker Shutdown"
 SLOW_CONSUMER_PENDING = "Slow Consumer (Pending Bytes)"
 SLOW_CONSUMER_DEADLINE = "Slow Consumer (Write Deadline)"
 STALE_CONNECTION = "Stale Connection"
@@ -106,7 +106,7 @@ class SlicedReader(Client):
     Subclasses parse (`_parse_slice`) and call `_take_slice` from `data_received` when `_input` is
     empty (else append to it)."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Broker) -> None:
         super().__init__()
         self.server = server
         self.transport: asyncio.Transport | None = None
@@ -188,7 +188,7 @@ class Connection(SlicedReader):
         """nats-server's connection type, for users' `allowed_connection_types`."""
         return "WEBSOCKET" if self.is_websocket else "STANDARD"
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Broker) -> None:
         super().__init__(server)
         self.cid: int = server.next_cid()
         opts = server.options
@@ -234,7 +234,7 @@ class Connection(SlicedReader):
         self.tls_first = False
         self._info_after_pong = False
         self.first_pong_sent = False  # after CONNECT: the client now takes async INFOs (nats-server's flag)
-        self._heads = server.msg_heads  # subject -> `MSG subject ` (shared: see Server.msg_heads)
+        self._heads = server.msg_heads  # subject -> `MSG subject ` (shared: see Broker.msg_heads)
         self._msg = Message(self)  # the message being published (reused: see delivery.Message)
         self._fanout = server.fanout.counts  # matches per publish (monitoring)
 
@@ -734,6 +734,11 @@ class Connection(SlicedReader):
         else:
             log.debug("%r - protocol error, closing: %s", self, err)
         self.close(reason, err.err_text)
+
+    def account_connections(self, account: str) -> int:
+        """The connected clients of `account` (an account JWT's connection limit)."""
+        clients = self.server.clients.values()
+        return sum(1 for c in clients if c.connected and not c.closed and c.account == account)
 
     def close(self, reason: str, err_text: str | None = None) -> None:
         """Close with `reason`; send `-ERR '<err_text>'` first when given. Idempotent."""

@@ -24,8 +24,8 @@ from pynatsd.broker.delivery import Client, Message, Subscription, publish, publ
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
+    from pynatsd.broker.core import Broker
     from pynatsd.matcher import Sublist
-    from pynatsd.server import Server
 
 log = get_logger()
 
@@ -36,7 +36,7 @@ Handler = Callable[[bytes, "bytes | None", "bytes | None", bytes], None]
 class InternalClient(Client):
     """A client of the server inside the server. See the module docstring."""
 
-    def __init__(self, server: Server, account: str = DEFAULT_ACCOUNT, name: str = "internal") -> None:
+    def __init__(self, server: Broker, account: str = DEFAULT_ACCOUNT, name: str = "internal") -> None:
         super().__init__()
         self.server = server
         self.account = account

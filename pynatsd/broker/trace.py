@@ -20,8 +20,7 @@ from pynatsd.protocol import encoder
 from pynatsd.protocol.ops import HPub, Pub, Sub, Unsub, describe
 
 if TYPE_CHECKING:
-    from pynatsd.broker.connection import Connection
-    from pynatsd.routes.route import Route
+    from pynatsd.broker.connection import Connection, SlicedReader
 
 log = get_logger()
 REDACTED = "[REDACTED]"
@@ -151,7 +150,7 @@ def retrace(conn: Connection, enabled: bool) -> None:
 class TracedTransport:
     """A transport that traces the frames written through it, then writes them (`->>` lines)."""
 
-    def __init__(self, transport: asyncio.Transport, conn: Connection | Route) -> None:
+    def __init__(self, transport: asyncio.Transport, conn: SlicedReader) -> None:
         self._transport = transport
         self._conn = conn
         self._pending = b""  # the start of a frame whose end is in a later write

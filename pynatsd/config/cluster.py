@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pynatsd.base.options import Options
-from pynatsd.config.schema import ConfigValueError, parse_duration, to_bool, to_int, to_str
+from pynatsd.base.tls import route_contexts
+from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 
 _EXTRA_KEY = "cluster"
 DEFAULT_POOL_SIZE = 3
@@ -134,8 +135,6 @@ def _tls(value: Any) -> dict[str, Any]:
             )
     if not tls.get("cert_file") or not tls.get("key_file"):
         raise ConfigValueError("cluster tls: cert_file and key_file are required")
-    from pynatsd.routes.tls import route_contexts
-
     try:
         route_contexts(tls)  # unusable files stop the server now, not at its first route
     except ValueError as exc:

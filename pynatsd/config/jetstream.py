@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pynatsd.base.options import Options
-from pynatsd.config.schema import parse_duration
+from pynatsd.base.values import parse_duration
 
 
 class JsConfigError(ValueError):

@@ -13,26 +13,26 @@ their parser is registered with `register_block`.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pynatsd.auth.nkeys import valid_public_nkey
+from pynatsd.auth.specs import RESPONSE_TYPES, link, specs_from_config, valid_token_position
+from pynatsd.auth.users import ResponsePermission
+from pynatsd.base import tls
 from pynatsd.base.options import Options
+from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
+from pynatsd.config import cluster as cluster_block
+from pynatsd.config import websocket as websocket_block
 from pynatsd.config.parser import ConfigMap, Where
 from pynatsd.protocol.subjects import is_valid_subject
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _NOWHERE = Where("<config>", 0, 0)
 MIN_LAME_DUCK_DURATION = 30.0  # nats-server refuses shorter ones
 _RESERVED_ACCOUNT = "$G"
-
-
-class ConfigValueError(ValueError):
-    """One invalid key or value (its position is added by the schema)."""
 
 
 class ConfigWarning(str):
@@ -51,43 +51,6 @@ class ConfigErrors(ConfigValueError):
 
 
 # -- value converters (shared with the command line and the auth module) -----------------------------
-def parse_duration(key: str, value: Any) -> float:
-    """Seconds from a number or a Go duration string ("2m", "1h30m", "500ms")."""
-    if isinstance(value, bool):
-        raise ConfigValueError(f"{key}: expected a duration, got {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        pos, total = 0, 0.0
-        for m in _DURATION_PART.finditer(text):
-            if m.start() != pos:
-                break
-            total += float(m.group(1)) * _UNITS[m.group(2)]
-            pos = m.end()
-        if text and pos == len(text):
-            return total
-    raise ConfigValueError(f"{key}: invalid duration {value!r}")
-
-
-def to_int(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigValueError(f"{key}: expected an integer, got {value!r}")
-    return value
-
-
-def to_str(key: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise ConfigValueError(f"{key}: expected a string, got {value!r}")
-    return value
-
-
-def to_bool(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigValueError(f"{key}: expected a boolean, got {value!r}")
-    return value
-
-
 def to_block(key: str, value: Any) -> ConfigMap:
     if not isinstance(value, dict):
         raise ConfigValueError(f"{key}: expected a block {{...}}, got {value!r}")
@@ -229,18 +192,14 @@ def register_block(name: str, parser: Handler) -> None:
 
 
 def _websocket(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    from pynatsd.config.websocket import apply  # the block's schema lives with the listener
-
-    apply(opts, key, value)
+    websocket_block.apply(opts, key, value)
 
 
 register_block("websocket", _websocket)
 
 
 def _cluster(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    from pynatsd.config.cluster import apply  # the block's schema lives with the routes
-
-    apply(opts, key, value)
+    cluster_block.apply(opts, key, value)
 
 
 register_block("cluster", _cluster)
@@ -330,8 +289,6 @@ def _subject_permission(ctx: Ctx, key: str, value: Any, where: Where, queue: boo
 
 def parse_permissions(ctx: Ctx, key: str, value: Any, where: Where) -> dict[str, Any]:
     """A permissions block, normalized: {"publish": rule, "subscribe": rule, "allow_responses": ...}."""
-    from pynatsd.auth.users import ResponsePermission  # auth imports this module
-
     block = to_block(key, value)
     perms: dict[str, Any] = {}
     for low, name, v, at in entries(block, where):
@@ -349,21 +306,6 @@ def parse_permissions(ctx: Ctx, key: str, value: Any, where: Where) -> dict[str,
 
 
 CONNECTION_TYPES = ("STANDARD", "WEBSOCKET", "LEAFNODE", "MQTT", "IN_PROCESS")
-
-
-def valid_public_nkey(key: str, prefix: str) -> bool:
-    """A public nkey: base32 of a prefix byte, a 32-byte ed25519 key and a CRC16 (little endian)."""
-    import nkeys  # comes with the nkey support
-
-    if not key.startswith(prefix):
-        return False
-    try:
-        raw = base64.b32decode(key + "=" * (-len(key) % 8))
-    except ValueError:
-        return False
-    if len(raw) != 35:
-        return False
-    return bool(nkeys.crc16(raw[:-2]) == int.from_bytes(raw[-2:], "little"))
 
 
 def parse_users(ctx: Ctx, key: str, value: Any, where: Where) -> list[dict[str, Any]]:
@@ -572,8 +514,6 @@ def _account_jetstream(ctx: Ctx, key: str, value: Any, where: Where) -> dict[str
 def _export(ctx: Ctx, item: Any, where: Where) -> dict[str, Any] | None:
     """One `{stream: s}` / `{service: s, response_type: .., response_threshold: ..}` entry, optionally
     private (`accounts: [...]`), as nats-server's parseExportStreamOrService reads it."""
-    from pynatsd.accounts.links import RESPONSE_TYPES, valid_token_position
-
     if not isinstance(item, dict):
         raise ConfigValueError(f"Export Items should be a map with type entry, got {item!r}")
     block = to_block("exports", item)
@@ -694,8 +634,6 @@ def _imports(ctx: Ctx, key: str, value: Any, where: Where) -> list[dict[str, Any
 def _check_links(ctx: Ctx, opts: Options) -> None:
     """Every import must name a defined account and an export it may use, without cycles (nats-server
     refuses to start otherwise)."""
-    from pynatsd.accounts.links import link, specs_from_config
-
     accounts = opts.extra.get("accounts") or {}
     if ctx.errors or not any(a.get("imports") or a.get("exports") for a in accounts.values()):
         return
@@ -1014,8 +952,6 @@ def _handshake_first(ctx: Ctx, key: str, value: Any, where: Where) -> bool:
 
 
 def _tls(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    from pynatsd.base import tls  # tls builds contexts from Options; imports nothing of the schema
-
     block = to_block(key, value)
     lows = {k.lower(): v for k, v in block.items()}
     allow_insecure = lows.get("allow_insecure_cipher_suites") is True

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pynatsd.base.options import Options
-from pynatsd.config.schema import ConfigValueError, parse_duration
+from pynatsd.base.values import ConfigValueError, parse_duration
 
 _EXTRA_KEY = "websocket"
 # Headers the upgrade response sets itself (nats-server refuses them in `headers {}`).

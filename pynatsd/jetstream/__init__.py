@@ -19,8 +19,8 @@ from pynatsd.config.schema import account_js_limits
 from pynatsd.jetstream import errors
 
 if TYPE_CHECKING:
+    from pynatsd.broker.core import Broker
     from pynatsd.jetstream.account import JsAccount
-    from pynatsd.server import Server
 
 log = get_logger()
 
@@ -30,7 +30,7 @@ __all__ = ["JetStream", "JsConfig", "from_options"]
 class JetStream:
     """The server's JetStream: settings, accounts, and totals for monitoring."""
 
-    def __init__(self, server: Server, config: JsConfig) -> None:
+    def __init__(self, server: Broker, config: JsConfig) -> None:
         self.server = server
         self.config = config
         self.domain = config.domain

@@ -3,16 +3,12 @@ socket answers on."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import ipaddress
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
-from pynatsd.base.listener import interface_addresses
 from pynatsd.base.logging import get_logger
 
 log = get_logger()
@@ -76,21 +72,3 @@ def executable_name() -> str:
     """The base name nats-server puts in the ports file name; `pynatsd` when run as `python -m pynatsd`."""
     name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
     return name if name and not name.endswith(".py") else "pynatsd"
-
-
-def listener_urls(scheme: str, listener: asyncio.base_events.Server) -> list[str]:
-    """URLs of every socket of `listener`; a wildcard address lists every interface's address."""
-    urls: list[str] = []
-    for sock in listener.sockets:
-        for url in socket_urls(scheme, sock.getsockname()):
-            if url not in urls:
-                urls.append(url)
-    return urls
-
-
-def socket_urls(scheme: str, sockname: Any) -> list[str]:
-    """`scheme://host:port` for a bound address; for 0.0.0.0 or ::, one per interface address (nats-server's
-    resolveHostPorts)."""
-    host, port = str(sockname[0]), int(sockname[1])
-    hosts = interface_addresses() if ipaddress.ip_address(host).is_unspecified else [host]
-    return [f"{scheme}://[{h}]:{port}" if ":" in h else f"{scheme}://{h}:{port}" for h in hosts or [host]]

@@ -10,12 +10,12 @@ from pynatsd.base.logging import get_logger
 from pynatsd.broker.connection import SERVER_SHUTDOWN
 
 if TYPE_CHECKING:
-    from pynatsd.server import Server
+    from pynatsd.lifecycle.daemon import Daemon
 
 log = get_logger()
 
 
-async def run(server: Server) -> None:
+async def run(server: Daemon) -> None:
     """nats-server's lame duck mode: close the listener, tell protocol-1 clients with an INFO carrying
     `ldm: true`, wait the grace period, then close the clients spread over the rest of
     `lame_duck_duration` (so they do not all reconnect elsewhere at once), then shut down."""

@@ -10,12 +10,12 @@ from pynatsd.base.options import RELOADABLE, reload_changes, unreloadable_change
 from pynatsd.broker import trace
 
 if TYPE_CHECKING:
-    from pynatsd.server import Server
+    from pynatsd.lifecycle.daemon import Daemon
 
 log = get_logger()
 
 
-def apply(server: Server) -> None:
+def apply(server: Daemon) -> None:
     """Re-read the configuration: new credentials and permissions apply to connected clients too (those
     no longer admitted are closed, subscriptions no longer permitted are dropped); logging settings apply
     at once. A file that fails, or that changes what cannot be reloaded, keeps the running configuration."""
@@ -48,7 +48,7 @@ def apply(server: Server) -> None:
     log.info("Reloaded server configuration %s", digest)
 
 
-def _reload_logging(server: Server) -> None:
+def _reload_logging(server: Daemon) -> None:
     """The new logging settings, as a reload applies them; a destination that fails keeps the old."""
     try:
         configure_from(server.options)
@@ -59,7 +59,7 @@ def _reload_logging(server: Server) -> None:
         trace.retrace(conn, tracing)
 
 
-def reopen_log_file(server: Server) -> None:
+def reopen_log_file(server: Daemon) -> None:
     """Reopen the `-l` log file (after logrotate renamed it, new lines go to a new file at its path)."""
     opts = server.options
     if not opts.log_file:

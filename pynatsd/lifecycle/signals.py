@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from pynatsd.base.logging import get_logger
 
 if TYPE_CHECKING:
-    from pynatsd.server import Server
+    from pynatsd.lifecycle.daemon import Daemon
 
 log = get_logger()
 
@@ -24,7 +24,7 @@ _GO_SIGNAL_NAMES = {
 }
 
 
-def install(server: Server) -> None:
+def install(server: Daemon) -> None:
     """Handle the signals on the server's loop."""
 
     def stop(sig: int) -> None:

@@ -1,7 +1,7 @@
 """The cluster's part of monitoring: /routez, /varz's `cluster` block, `connect_urls` and route counts,
 with nats-server's field names and order (its `Routez`, `RouteInfo`, `ClusterOptsVarz`).
 
-Reads only the clustering interface documented in `pynatsd.routes` (`Server.cluster`, `Server.routes`).
+Reads only the clustering interface documented in `pynatsd.routes` (`Node.cluster`, `Node.routes`).
 """
 
 from __future__ import annotations
@@ -10,16 +10,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pynatsd.base.formats import go_duration, rfc3339nano, subscription_detail, uptime
+from pynatsd.base.formats import go_duration, rfc3339nano, uptime
 from pynatsd.config.cluster import DEFAULT_AUTH_TIMEOUT, DEFAULT_TLS_TIMEOUT
+from pynatsd.monitor.details import subscription_detail
 
 if TYPE_CHECKING:
     from pynatsd.broker.delivery import Subscription
+    from pynatsd.node import Node
     from pynatsd.routes.route import Route
-    from pynatsd.server import Server
 
 
-def routez(server: Server, now: datetime, subs: bool, detail: bool) -> dict[str, Any]:
+def routez(server: Node, now: datetime, subs: bool, detail: bool) -> dict[str, Any]:
     """/routez; `subs` lists each route's remote interest, `detail` with nats-server's SubDetail fields."""
     routes = sorted(server.routes, key=lambda r: r.rid)
     # No `import`/`export`: pynatsd refuses route permissions at startup (see pynatsd.config.cluster).
@@ -78,7 +79,7 @@ def remote_detail(account: bytes, shadows: list[Subscription], rid: int) -> dict
     return detail
 
 
-def varz_cluster(server: Server) -> dict[str, Any]:
+def varz_cluster(server: Node) -> dict[str, Any]:
     """/varz `cluster`: empty without clustering, as nats-server's omitempty fields leave it."""
     cluster = server.cluster
     if cluster is None:
@@ -104,12 +105,12 @@ def varz_cluster(server: Server) -> dict[str, Any]:
     return block
 
 
-def connect_urls(server: Server) -> list[str]:
+def connect_urls(server: Node) -> list[str]:
     """The client URLs of this server and its peers, as announced to clients in INFO `connect_urls`."""
     urls = server.info_base().get("connect_urls") or []
     return [str(u) for u in urls]
 
 
-def remotes(server: Server) -> int:
+def remotes(server: Node) -> int:
     """Peers with at least one route (nats-server's `remotes`; `routes` counts route connections)."""
     return len({r.remote_id for r in server.routes})

@@ -22,20 +22,20 @@ from pynatsd.base.formats import (
     parse_bool,
     parse_int,
     rfc3339nano,
-    subscription_detail,
     uptime,
 )
 from pynatsd.broker.delivery import sid_bytes
 from pynatsd.jetstream import monitor as js_monitor
 from pynatsd.matcher import combine_stats
 from pynatsd.monitor import cluster
+from pynatsd.monitor.details import subscription_detail
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
     from pynatsd.broker.connection import Connection
     from pynatsd.broker.delivery import Subscription
     from pynatsd.matcher import Sublist
-    from pynatsd.server import Server
+    from pynatsd.node import Node
 
 DEFAULT_LIMIT = 1024
 
@@ -73,7 +73,7 @@ class CpuSampler:
         return self.last
 
 
-def varz(server: Server, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[str, Any]:
+def varz(server: Node, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[str, Any]:
     opts = server.options
     now = _now()
     stats = server.stats
@@ -199,7 +199,7 @@ def _subs_option(query: Mapping[str, str]) -> tuple[bool, bool]:
     return detail or _param(query, "subs", parse_bool, False), detail
 
 
-def connz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
+def connz(server: Node, query: Mapping[str, str]) -> dict[str, Any]:
     sort = query.get("sort", "") or "cid"
     if sort not in _SORTS:
         raise BadRequest(f"invalid sorting option: {sort}")
@@ -326,7 +326,7 @@ def _matching(sublist: Sublist[Subscription], subject: bytes) -> list[Subscripti
     return [*matched.plain, *(s for g in matched.groups for s in g)]
 
 
-def subsz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
+def subsz(server: Node, query: Mapping[str, str]) -> dict[str, Any]:
     subs = _param(query, "subs", parse_bool, False)
     offset = max(0, _param(query, "offset", parse_int, 0))
     limit = _param(query, "limit", parse_int, DEFAULT_LIMIT)
@@ -375,12 +375,12 @@ def subsz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
     return result
 
 
-def routez(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
+def routez(server: Node, query: Mapping[str, str]) -> dict[str, Any]:
     subs, detail = _subs_option(query)
     return cluster.routez(server, _now(), subs, detail)
 
 
-def gatewayz(server: Server) -> dict[str, Any]:
+def gatewayz(server: Node) -> dict[str, Any]:
     return {
         "server_id": server.server_id,
         "now": rfc3339nano(_now()),
@@ -389,11 +389,11 @@ def gatewayz(server: Server) -> dict[str, Any]:
     }
 
 
-def leafz(server: Server) -> dict[str, Any]:
+def leafz(server: Node) -> dict[str, Any]:
     return {"server_id": server.server_id, "now": rfc3339nano(_now()), "leafnodes": 0, "leafs": []}
 
 
-def _accounts(server: Server) -> list[str]:
+def _accounts(server: Node) -> list[str]:
     """The configured accounts (with $G and the system account), JWT accounts preloaded, and any a
     connection is bound to."""
     names = {c.account for c in server.clients.values()} | {DEFAULT_ACCOUNT} | set(server.auth.accounts)
@@ -402,14 +402,14 @@ def _accounts(server: Server) -> list[str]:
     return sorted(names)
 
 
-def account_name_tag(server: Server, name: str) -> str:
+def account_name_tag(server: Node, name: str) -> str:
     """nats-server's name tag: a JWT account's `name` claim, else the account's own name."""
     jwt_auth = server.auth.jwt
     acc = jwt_auth.account(name) if jwt_auth is not None and name != DEFAULT_ACCOUNT else None
     return acc.claims.name if acc is not None and acc.claims.name else name
 
 
-def account_info(server: Server, name: str) -> dict[str, Any]:
+def account_info(server: Node, name: str) -> dict[str, Any]:
     """nats-server's AccountInfo of `name` (with its exports, imports and pending responses; no mappings);
     raises BadRequest when there is no such account."""
     if name not in _accounts(server):
@@ -451,7 +451,7 @@ def account_info(server: Server, name: str) -> dict[str, Any]:
     return detail
 
 
-def accountz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
+def accountz(server: Node, query: Mapping[str, str]) -> dict[str, Any]:
     """The account names, or with `acc=NAME` that account's `account_detail` (nats-server's fields)."""
     result: dict[str, Any] = {"server_id": server.server_id, "now": rfc3339nano(_now())}
     if server.auth.system_account:
@@ -464,7 +464,7 @@ def accountz(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
     return result
 
 
-def _connected_by_account(server: Server) -> dict[str, list[Connection]]:
+def _connected_by_account(server: Node) -> dict[str, list[Connection]]:
     """The connected clients of each account, in one pass."""
     by_account: dict[str, list[Connection]] = {}
     for conn in server.clients.values():
@@ -473,7 +473,7 @@ def _connected_by_account(server: Server) -> dict[str, list[Connection]]:
     return by_account
 
 
-def account_stat(server: Server, name: str, conns: list[Connection] | None = None) -> dict[str, Any]:
+def account_stat(server: Node, name: str, conns: list[Connection] | None = None) -> dict[str, Any]:
     """nats-server's AccountStat of one account: its connections, subscriptions and traffic (of its
     open connections, `conns` when known, and those closed since start)."""
     if conns is None:
@@ -510,7 +510,7 @@ def account_stat(server: Server, name: str, conns: list[Connection] | None = Non
     }
 
 
-def accstatz(server: Server, accounts: Iterable[str] | None = None, unused: bool = False) -> dict[str, Any]:
+def accstatz(server: Node, accounts: Iterable[str] | None = None, unused: bool = False) -> dict[str, Any]:
     """nats-server's AccountStatz: the accounts with connections (all of them with `unused`), or of
     `accounts` those that exist."""
     known = _accounts(server)
@@ -520,12 +520,12 @@ def accstatz(server: Server, accounts: Iterable[str] | None = None, unused: bool
     return {"server_id": server.server_id, "now": rfc3339nano(_now()), "account_statz": statz}
 
 
-def accstatz_query(server: Server, query: Mapping[str, str]) -> dict[str, Any]:
+def accstatz_query(server: Node, query: Mapping[str, str]) -> dict[str, Any]:
     """/accstatz: `unused` includes the accounts without connections."""
     return accstatz(server, None, _param(query, "unused", parse_bool, False))
 
 
-def jsz(server: Server, query: Mapping[str, str] | None = None) -> dict[str, Any]:
+def jsz(server: Node, query: Mapping[str, str] | None = None) -> dict[str, Any]:
     if server.jetstream is not None:
         return js_monitor.jsz(server.jetstream, server.server_id, query or {})
     return {
@@ -548,7 +548,7 @@ def jsz(server: Server, query: Mapping[str, str] | None = None) -> dict[str, Any
     }
 
 
-def healthz(server: Server, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
+def healthz(server: Node, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
     for name in ("js-enabled-only", "js-server-only", "js-enabled"):
         if name in query:
             _param(query, name, parse_bool, False)

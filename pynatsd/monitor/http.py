@@ -22,7 +22,7 @@ from pynatsd.monitor import endpoints
 from pynatsd.monitor.metrics import build_registry
 
 if TYPE_CHECKING:
-    from pynatsd.server import Server
+    from pynatsd.node import Node
 
 log = get_logger()
 STATIC = Path(__file__).parent / "static"
@@ -78,7 +78,7 @@ def _json_handler(build: Callable[[web.Request], dict[str, Any]]) -> Handler:
 class Monitor:
     """Serves /varz, /connz, … /metrics and the dashboard for one server."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Node) -> None:
         self.server = server
         self.cpu = endpoints.CpuSampler()
         self.req_stats: Counter[str] = Counter()

@@ -23,7 +23,7 @@ from pynatsd.jetstream import monitor as js_monitor
 
 if TYPE_CHECKING:
     from pynatsd.monitor.endpoints import CpuSampler
-    from pynatsd.server import Server
+    from pynatsd.node import Node
 
 FANOUT_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
 FLUSH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
@@ -42,7 +42,7 @@ ACCOUNT_METRICS = (
 class PynatsdCollector(Collector):
     """pynatsd_* and gnatsd_varz_* metrics of one server."""
 
-    def __init__(self, server: Server, cpu: CpuSampler) -> None:
+    def __init__(self, server: Node, cpu: CpuSampler) -> None:
         self.server = server
         self.cpu = cpu
 
@@ -354,7 +354,7 @@ def jetstream_families(jsz: dict[str, Any], server_id: str, server_name: str) ->
     yield from families.values()
 
 
-def build_registry(server: Server, cpu: CpuSampler) -> CollectorRegistry:
+def build_registry(server: Node, cpu: CpuSampler) -> CollectorRegistry:
     """A registry of its own per server (several servers may share a process in tests)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PynatsdCollector(server, cpu))

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     import asyncio
 
     from pynatsd.auth.users import Permissions, Rule
-    from pynatsd.server import Server
+    from pynatsd.monitor import Monitor
+    from pynatsd.node import Node
 
 log = get_logger()
 
@@ -123,9 +124,10 @@ _SUBSZ_NAMES = {
 class SystemService:
     """The system account's requests and advisories (see the module docstring)."""
 
-    def __init__(self, server: Server, account: str) -> None:
+    def __init__(self, server: Node, account: str, monitor: Monitor | None = None) -> None:
         self.server = server
         self.account = account
+        self.monitor = monitor  # the monitoring port's CPU sampler and request counts, when it runs
         self.client = InternalClient(server, account, "system")
         self._seq = 0
         self._statsz_every = STATSZ_FIRST
@@ -345,7 +347,7 @@ class SystemService:
         }
 
     def _varz_inputs(self) -> tuple[Any, Mapping[str, int]]:
-        monitor = self.server.monitor
+        monitor = self.monitor
         if monitor is not None:
             return monitor.cpu, monitor.req_stats
         if self._cpu is None:

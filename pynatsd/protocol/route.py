@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pynatsd.protocol import errors
+from pynatsd.protocol.encoder import go_json
 from pynatsd.protocol.parser import parse_size
 
 # nats-server refuses configured payload limits above 64 MiB: no server sends a larger message.
@@ -443,6 +444,4 @@ def encode_rmsg(
 
 
 def encode_connect(options: dict[str, Any]) -> bytes:
-    from pynatsd.protocol.encoder import go_json
-
     return b"CONNECT " + go_json(options).encode() + b"\r\n"

@@ -29,7 +29,7 @@ from pynatsd.broker.delivery import Link, Message
 from pynatsd.broker.internal import InternalClient
 
 if TYPE_CHECKING:
-    from pynatsd.server import Server
+    from pynatsd.broker.core import Broker
 
 JS_API = b"$JS.API.>"
 # Served by subscriptions in the account itself (stream replicas, consumer leaders): never imported.
@@ -39,7 +39,7 @@ _DIRECT = (b"$JS.API.DIRECT.GET.", b"$JS.API.CONSUMER.MSG.NEXT.")
 class ClusterJetStream:
     """The `$JS.API.>` imports of a JetStream-less clustered server (see the module docstring)."""
 
-    def __init__(self, server: Server, system_account: str) -> None:
+    def __init__(self, server: Broker, system_account: str) -> None:
         self.server = server
         self.system = system_account
         self.export = Export(system_account, JS_API, True)

@@ -27,16 +27,16 @@ from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.base.ids import new_server_id
 from pynatsd.base.listener import interface_addresses
 from pynatsd.base.logging import get_logger
+from pynatsd.base.tls import route_contexts
 from pynatsd.protocol import encoder
 from pynatsd.protocol.route import encode_rsub, encode_runsub
 from pynatsd.routes.route import Route
-from pynatsd.routes.tls import route_contexts
 
 if TYPE_CHECKING:
+    from pynatsd.broker.core import Broker
     from pynatsd.broker.delivery import Subscription
     from pynatsd.config.cluster import ClusterOptions
     from pynatsd.matcher import Sublist
-    from pynatsd.server import Server
 
 log = get_logger()
 
@@ -52,9 +52,10 @@ class RouteListenError(Exception):
 class RouteManager:
     """Every route of one server, and the interest it propagates to them."""
 
-    def __init__(self, server: Server, cluster: ClusterOptions) -> None:
+    def __init__(self, server: Broker, cluster: ClusterOptions, jetstream: bool = False) -> None:
         self.server = server
         self.cluster = cluster
+        self.jetstream = jetstream  # this server serves JetStream (its route INFO says so)
         self.routes: dict[str, Route] = {}  # remote server id -> its registered route
         self.connections: set[Route] = set()  # every open route connection, registered or not
         server.stats.routes = self.connections  # the server's message totals include the routes'
@@ -67,7 +68,7 @@ class RouteManager:
         self._connecting: set[str] = set()  # URLs being solicited (no second attempt meanwhile)
         self._stopping = False
         self._own_urls: list[str] | None = None
-        # `tls {}`: the accepting and the soliciting side's contexts (pynatsd.routes.tls)
+        # `tls {}`: the accepting and the soliciting side's contexts (pynatsd.base.tls)
         self._tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None
         if not cluster.name:
             cluster.name = new_server_id()[:22]  # nats-server's dynamic name: random until a peer's
@@ -143,7 +144,7 @@ class RouteManager:
         if cluster.tls is not None:
             info["tls_required"] = info["tls_verify"] = True
         info["max_payload"] = opts.max_payload
-        if server.jetstream is not None:
+        if self.jetstream:
             info["jetstream"] = True
         if cluster.advertise:
             # nats-server's: the advertised address is the route's host, port and ip (a port-less one
@@ -189,9 +190,15 @@ class RouteManager:
             cluster.name = remote
             if not remote_dynamic:
                 cluster.dynamic_name = False
-            self.server.cluster_changed()
+            self.advertise()
             return True
         return False
+
+    def advertise(self, notify: bool = True) -> None:
+        """The cluster's name and, unless `no_advertise`, every server's client URLs go into the clients'
+        INFO; with `notify`, connected clients that take async INFOs are told."""
+        urls = None if self.cluster.no_advertise else self.own_client_urls() + self.connect_urls
+        self.server.advertise_cluster(self.cluster.name, urls, notify)
 
     def own_client_urls(self) -> list[str]:
         """Where clients reach this server, as nats-server advertises it: client_advertise, else the
@@ -447,13 +454,13 @@ class RouteManager:
                 self.connect_urls.append(url)
                 changed = True
         if changed:
-            self.server.cluster_changed()
+            self.advertise()
 
     def _remove_connect_urls(self, urls: list[str]) -> None:
         before = len(self.connect_urls)
         self.connect_urls = [u for u in self.connect_urls if u not in urls]
         if len(self.connect_urls) != before:
-            self.server.cluster_changed()
+            self.advertise()
 
     def peer_lame_duck(self, route: Route) -> None:
         """The peer entered lame duck mode: clients stop hearing of it."""

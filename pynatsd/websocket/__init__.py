@@ -8,21 +8,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pynatsd.base.logging import get_logger
 from pynatsd.config.websocket import WebSocketOptions, websocket_options
 
 if TYPE_CHECKING:
-    from pynatsd.server import Server
+    from pynatsd.broker.core import Broker
     from pynatsd.websocket.server import WebSocketListener
 
 __all__ = ["WebSocketOptions", "start_websocket", "websocket_options"]
 
 
-async def start_websocket(server: Server) -> WebSocketListener | None:
+async def start_websocket(server: Broker) -> WebSocketListener | None:
     """Start the server's WebSocket listener when its options configure one."""
     ws = websocket_options(server.options)
     if ws is None:
         return None
-    from pynatsd.base.logging import get_logger
     from pynatsd.config.schema import ConfigValueError
     from pynatsd.websocket.server import WebSocketListener
 

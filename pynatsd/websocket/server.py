@@ -15,7 +15,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
-from pynatsd.auth.users import Authenticator
+from pynatsd.auth.users import Authenticator, Connecting
+from pynatsd.base.listener import listener_urls
 from pynatsd.base.logging import get_logger
 from pynatsd.base.options import Options
 from pynatsd.base.tls import server_context, session_info
@@ -35,7 +36,7 @@ from pynatsd.websocket.handshake import (
 )
 
 if TYPE_CHECKING:
-    from pynatsd.server import Server
+    from pynatsd.broker.core import Broker
 
 log = get_logger()
 
@@ -79,7 +80,7 @@ class WebSocketAuthenticator(Authenticator):
         super().__init__(options)
         self.ws = ws
 
-    def authenticate(self, conn: Connection, opts: ConnectOptions) -> tuple[str, str] | None:
+    def authenticate(self, conn: Connecting, opts: ConnectOptions) -> tuple[str, str] | None:
         cookies = conn.upgrade.cookies if isinstance(conn, WebSocketConnection) else {}
         ws = self.ws
         if cookies and (ws.user_cookie or ws.pass_cookie or ws.token_cookie):
@@ -98,7 +99,7 @@ class WebSocketConnection(Connection):
 
     is_websocket = True
 
-    def __init__(self, server: Server, listener: WebSocketListener, accepted: Upgrade) -> None:
+    def __init__(self, server: Broker, listener: WebSocketListener, accepted: Upgrade) -> None:
         self.listener = listener
         self.upgrade = accepted
         super().__init__(server)
@@ -395,9 +396,9 @@ def _fragments(payload: bytes, limit: int) -> list[bytes | memoryview]:
 
 
 class WebSocketListener:
-    """The `websocket {}` port of a Server."""
+    """The `websocket {}` port of a server."""
 
-    def __init__(self, server: Server, ws: WebSocketOptions) -> None:
+    def __init__(self, server: Broker, ws: WebSocketOptions) -> None:
         self.server = server
         self.ws = ws
         self.tls = False
@@ -442,8 +443,6 @@ class WebSocketListener:
 
     def urls(self) -> list[str]:
         """`ws://` or `wss://` URLs of the listener's sockets (the ports file's "websocket" entry)."""
-        from pynatsd.lifecycle.files import listener_urls
-
         if self._listener is None:
             return []
         return listener_urls("wss" if self.tls else "ws", self._listener)

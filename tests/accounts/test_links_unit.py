@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from pynatsd.accounts.links import (
+from pynatsd.accounts.links import _shadow_subject, _with_request_info
+from pynatsd.auth.specs import (
     AccountSpec,
     Export,
     Import,
     LinkError,
     StreamLink,
     Transform,
-    _shadow_subject,
-    _with_request_info,
     collide,
     link,
     subset,

@@ -9,7 +9,8 @@ import pytest
 
 from pynatsd.base.logging import configure, get_logger
 from pynatsd.base.options import Options
-from pynatsd.lifecycle.files import executable_name, socket_urls
+from pynatsd.base.listener import socket_urls
+from pynatsd.lifecycle.files import executable_name
 from pynatsd.server import Server
 
 
