@@ -248,3 +248,31 @@ def test_relative_links_and_anchors_resolve(page: Path) -> None:
 def test_every_docs_page_is_linked_from_the_readme() -> None:
     linked = {(README.parent / link.partition("#")[0]).resolve() for link in links(README)}
     assert {p.resolve() for p in DOCS.glob("*.md")} - linked == set()
+
+
+# -- files the pages name -----------------------------------------------------------------------------
+REPO_PATH = re.compile(r"(?<![\w./-])((?:pynatsd|tests|bench|docker|fuzz)/[\w./{},-]*[\w/}])")
+
+
+def named_paths(text: str) -> Iterator[str]:
+    """Repository paths named in `text`, `a.{json,png}` expanded, `file.py::test` cut to the file."""
+    for path in REPO_PATH.findall(text):
+        stem, brace, rest = path.partition("{")
+        choices, _, tail = rest.partition("}")
+        for choice in choices.split(",") if brace else [""]:
+            yield (stem + choice + tail).split("::")[0]
+
+
+def without_code_map(text: str) -> str:
+    """The README less its "The code" section, which maps the target layering (checked on its own above)."""
+    start = text.index("\n## The code\n")
+    return text[:start] + text[text.index("\n## ", start + 1) :]
+
+
+@pytest.mark.parametrize("page", [README, *sorted(DOCS.glob("*.md"))], ids=lambda p: p.name)
+def test_repository_paths_named_exist(page: Path) -> None:
+    text = page.read_text()
+    named = set(named_paths(without_code_map(text) if page == README else text))
+    assert {p for p in named if not (REPO_ROOT / p).exists()} == set(), (
+        f"named in {page.name}, not in the repository"
+    )
