@@ -84,7 +84,7 @@ async def test_image_serves_nats_and_monitoring_as_non_root(engine: Engine) -> N
 
 
 async def test_image_runs_a_mounted_config_with_pid_and_log_files(engine: Engine, tmp_path: Path) -> None:
-    """The daemon set-up of the README: config from a mounted file, -P and -l, --signal reopen inside."""
+    """The daemon set-up of docs/deploy.md: config from a mounted file, -P and -l, --signal reopen inside."""
     port, http_port = free_port(), free_port()
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
