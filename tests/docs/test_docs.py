@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pynatsd.broker.config import parse
-from pynatsd.broker.config_schema import TOP_LEVEL, ConfigErrors, apply_config
-from pynatsd.broker.options import Options
+from pynatsd.base.options import Options
+from pynatsd.config.parser import parse
+from pynatsd.config.schema import TOP_LEVEL, ConfigErrors, apply_config
 from tests.servers import REPO_ROOT, ServerProcess, free_port, pynatsd_command, start_server
 
 DOCS = REPO_ROOT / "docs"
@@ -201,7 +201,6 @@ def actual_packages() -> set[str]:
     return packages | modules
 
 
-@pytest.mark.xfail(reason="packages land with the issue-31 move", strict=True)
 def test_readme_code_map_names_exactly_the_packages() -> None:
     mapped = [BACKTICKED.findall(first)[0] for first, *_ in table(README, "package")]
     assert len(mapped) == len(set(mapped)), "a package mapped twice"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from pynatsd.base.listener import socket_urls
 from pynatsd.base.logging import configure, get_logger
 from pynatsd.base.options import Options
-from pynatsd.base.listener import socket_urls
 from pynatsd.lifecycle.files import executable_name
 from pynatsd.server import Server
 
