@@ -1,6 +1,7 @@
 """What a plain server loads: the parts a plain configuration does not use stay out of the process (idle
-RSS, docs/performance.md "Memory"). Read from the real `python -m pynatsd` with `PYTHONPROFILEIMPORTTIME=1`, which
-logs every module imported; a monitoring port shows that the check sees them when they do load.
+RSS, docs/performance.md "Memory"). Read from the real `python -m pynatsd` with
+`PYTHONPROFILEIMPORTTIME=1`, which logs every module imported; a monitoring port shows that the check sees
+them when they do load.
 
 ssl is not on the list: asyncio and uvloop import it themselves, whatever pynatsd does."""
 
