@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pynatsd.auth.nkeys import valid_public_nkey
-from pynatsd.auth.specs import RESPONSE_TYPES, link, specs_from_config, valid_token_position
 from pynatsd.auth.users import ResponsePermission
 from pynatsd.base import tls
 from pynatsd.base.options import Options
@@ -514,6 +513,8 @@ def _account_jetstream(ctx: Ctx, key: str, value: Any, where: Where) -> dict[str
 def _export(ctx: Ctx, item: Any, where: Where) -> dict[str, Any] | None:
     """One `{stream: s}` / `{service: s, response_type: .., response_threshold: ..}` entry, optionally
     private (`accounts: [...]`), as nats-server's parseExportStreamOrService reads it."""
+    from pynatsd.auth.specs import RESPONSE_TYPES, valid_token_position  # with an accounts block only
+
     if not isinstance(item, dict):
         raise ConfigValueError(f"Export Items should be a map with type entry, got {item!r}")
     block = to_block("exports", item)
@@ -634,6 +635,8 @@ def _imports(ctx: Ctx, key: str, value: Any, where: Where) -> list[dict[str, Any
 def _check_links(ctx: Ctx, opts: Options) -> None:
     """Every import must name a defined account and an export it may use, without cycles (nats-server
     refuses to start otherwise)."""
+    from pynatsd.auth.specs import link, specs_from_config  # with an accounts block only
+
     accounts = opts.extra.get("accounts") or {}
     if ctx.errors or not any(a.get("imports") or a.get("exports") for a in accounts.values()):
         return

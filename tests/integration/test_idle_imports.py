@@ -12,12 +12,15 @@ import re
 from tests.servers import ServerProcess, free_port, start_server
 from tests.wire import WireClient
 
-# Loaded only when configured: monitoring (-m), account links, JetStream, WebSocket, file logging.
+# Loaded only when configured: monitoring (-m), account links and resolvers, operator mode (JWTs),
+# JetStream, WebSocket, file logging.
 UNUSED_WHEN_PLAIN = (
     "aiohttp",
     "prometheus_client",
     "pynatsd.monitor",
-    "pynatsd.accounts.links",
+    "pynatsd.accounts",
+    "pynatsd.auth.jwt",
+    "pynatsd.auth.specs",
     "pynatsd.jetstream.stream",
     "pynatsd.websocket.server",
     "logging.handlers",

@@ -57,6 +57,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("pynatsd.accounts.links", "pynatsd.auth.jwt"): _OPERATOR,
     ("pynatsd.auth.users", "pynatsd.auth.jwt"): _OPERATOR,
     ("pynatsd.config.schema", "pynatsd.auth.jwt"): _OPERATOR,
+    ("pynatsd.config.schema", "pynatsd.auth.specs"): _CONFIGURED + " (an accounts block)",
     ("pynatsd.node", "pynatsd.accounts.links"): _CONFIGURED + " (imports between accounts)",
     ("pynatsd.node", "pynatsd.auth.specs"): _CONFIGURED + " (imports between accounts)",
     ("pynatsd.node", "pynatsd.accounts.resolver"): _CONFIGURED + " (a directory account resolver)",
