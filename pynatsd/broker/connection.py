@@ -62,7 +62,7 @@ _FIRST_PING = 2.0
 
 # Close reasons, as /connz reports them.
 CLIENT_CLOSED = "Client Closed"
-SERVER_SHUTDOWN = "Broker Shutdown"
+SERVER_SHUTDOWN = "Server Shutdown"
 SLOW_CONSUMER_PENDING = "Slow Consumer (Pending Bytes)"
 SLOW_CONSUMER_DEADLINE = "Slow Consumer (Write Deadline)"
 STALE_CONNECTION = "Stale Connection"
