@@ -402,6 +402,8 @@ class RouteManager:
         else:
             log.debug('%r - Registering remote route "%s"', route, route.remote_id)
         self._send_interest(route)
+        if route.account:
+            self._forward_new_route(route)
         return True
 
     def route_closed(self, route: Route) -> None:
@@ -447,14 +449,20 @@ class RouteManager:
     # -- gossip ---------------------------------------------------------------------------------------
     def _forward_new_route(self, route: Route) -> None:
         """Tell the other routes about the new one's server, so they connect to it (nats-server's
-        forwardNewRouteInfoToKnownServers, gossip modes included)."""
+        forwardNewRouteInfoToKnownServers, gossip modes included). A pinned account's route is told too,
+        its INFO naming the account, on the receiver's route for that account if there is one: a 2.15
+        peer that pools opens its pinned routes to a server it heard of through gossip only when told
+        so (without it two nats-servers meeting through pynatsd had no `$SYS` route between them, and
+        their JetStream meta group, which speaks in `$SYS`, never elected a leader)."""
         info = route.info
         from_gossip = route.did_solicit and not route.is_configured
         local_mode = route.gossip_mode
         if (from_gossip and local_mode != _GOSSIP_OVERRIDE) or info.get("gossip_mode") == _GOSSIP_DISABLED:
             return
-        for other in self.routes.values():
-            if other is route or other.closed:
+        account = _text(route.account)
+        for remote_id, first in self.routes.items():
+            other = self.links.get((remote_id, account), first) if account else first
+            if remote_id == route.remote_id or other.closed or (account and not first.remote_pool_size):
                 continue
             if (not route.did_solicit and other.is_configured) or (route.did_solicit and route.is_configured):
                 mode = _GOSSIP_OVERRIDE
@@ -466,6 +474,8 @@ class RouteManager:
             forwarded.pop("gossip_mode", None)
             if mode:
                 forwarded["gossip_mode"] = mode
+            if account:
+                forwarded["route_account"] = account
             other.send(encoder.encode_info(forwarded))
 
     def implicit_route(self, info: dict[str, Any]) -> None:

@@ -92,3 +92,28 @@ async def test_system_account_route_is_pinned(
     finally:
         for nc in ordinary + system:
             await nc.close()
+
+
+@pytest.mark.parametrize("seed", ["pynatsd", "nats-server"])
+async def test_servers_that_met_through_gossip_pin_the_system_account(node: Start, seed: str) -> None:
+    """Two nats-servers joining through the seed learn of each other from its gossip: the seed hands on
+    each one's pinned route too (its INFO naming `$SYS`), so they open one between them, as three
+    nats-servers do. Without it, two nats-servers meeting through pynatsd had no `$SYS` route, and their
+    JetStream meta group (RAFT in `$SYS`) never elected a leader."""
+    first = node(seed)
+    joiners = [node("nats-server", routes=[first], http=True) for _ in range(2)]
+    ids = [str(routez(server)["server_id"]) for server in joiners]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PING_TIMEOUT
+    pinned: list[set[str]] = []
+    while loop.time() < deadline:
+        pinned = [
+            {r["remote_id"] for r in routez(server)["routes"] if r.get("account") == "$SYS"}
+            for server in joiners
+        ]
+        if ids[1] in pinned[0] and ids[0] in pinned[1]:
+            break
+        await asyncio.sleep(0.1)
+    assert ids[1] in pinned[0] and ids[0] in pinned[1], pinned
+    assert [errors_logged(s) for s in (first, *joiners)] == [[], [], []]
+
