@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd.broker.auth import DEFAULT_ACCOUNT
 from pynatsd.broker.delivery import Link, Message
-from pynatsd.broker.imports import AccountClient, AccountLinks, Export, ServiceLink
+from pynatsd.broker.imports import SERVICE_IMPORT_SID, AccountClient, AccountLinks, Export, ServiceLink
 from pynatsd.broker.internal import InternalClient
 from pynatsd.broker.jwt import grants_jetstream
 from pynatsd.monitor.formats import rfc3339nano
@@ -85,7 +85,9 @@ class ClusterJetStream:
         if account in self.imports or not self.enabled(account):
             return
         si = ServiceLink(account, self.system, JS_API, JS_API, None, True, self.export, self._request_info)
-        sub = Link(AccountClient(account), JS_API, None, b"jsi", lambda _, msg: self._forward(si, msg))
+        sub = Link(
+            AccountClient(account), JS_API, None, SERVICE_IMPORT_SID, lambda _, msg: self._forward(si, msg)
+        )
         self.imports[account] = sub
         self.server.sublist_for(account).insert(sub)
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.broker.ids import new_server_id
+from pynatsd.broker.imports import kept_local
 from pynatsd.broker.listener import interface_addresses
 from pynatsd.broker.logging import get_logger
 from pynatsd.protocol import encoder
@@ -519,14 +520,14 @@ class RouteManager:
         acc = account.encode()
 
         def changed(sub: Subscription, added: bool) -> None:
-            if not sub.conn.is_route:
+            if not (sub.conn.is_route or kept_local(sub)):
                 self._interest_changed(account, acc, sub, added)
 
         sublist.watcher = changed
         # what subscribed before the routes started (the system account's services, JetStream's):
         # counted as it stands, sent to each route as it registers
         for sub in sublist.subscriptions():
-            if not sub.conn.is_route:
+            if not (sub.conn.is_route or kept_local(sub)):
                 key = (account, sub.subject, sub.queue)
                 self.interest[key] = self.interest.get(key, 0) + 1
 

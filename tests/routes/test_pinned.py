@@ -117,3 +117,35 @@ async def test_servers_that_met_through_gossip_pin_the_system_account(node: Star
     assert ids[1] in pinned[0] and ids[0] in pinned[1], pinned
     assert [errors_logged(s) for s in (first, *joiners)] == [[], [], []]
 
+
+SERVICE_ACCOUNTS = """
+accounts {
+  S { users = [{user: s, password: s}], exports = [{service: "svc.>"}] }
+  I { users = [{user: i, password: i}], imports = [{service: {account: S, subject: "svc.>"}}] }
+}
+"""
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+async def test_a_service_import_is_not_advertised_as_interest(node: Start, tmp_path: Path, kind: str) -> None:
+    """A service import's subscription in the importer (`svc.>` in I) is its own way to the exporter:
+    never sent to the routes as interest (nats-server subscribes it without forwarding), while a client's
+    subscription in the same account is."""
+    conf = tmp_path / "services.conf"
+    conf.write_text(SERVICE_ACCOUNTS)
+    ours = node(kind, args=["-c", str(conf)])
+    reference = node("nats-server", routes=[ours], args=["-c", str(conf)], http=True)
+    nc = await connect(ours, user="i", password="i")
+    try:
+        await nc.subscribe("seen.by.peer")
+        await nc.flush()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PING_TIMEOUT
+        subjects: list[str] = []
+        while "seen.by.peer" not in subjects and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+            subjects = [s for r in routez(reference)["routes"] for s in r.get("subscriptions_list", [])]
+        assert "seen.by.peer" in subjects
+        assert "svc.>" not in subjects
+    finally:
+        await nc.close()
