@@ -61,6 +61,15 @@ _JS_ACK = b"$JS.ACK."
 _ALPHABET = (string.digits + string.ascii_letters).encode()
 
 
+SERVICE_IMPORT_SID = b"si"  # the sid of a service import's subscription (see `kept_local`)
+
+
+def kept_local(sub: Subscription) -> bool:
+    """True for a service import's subscription: the importer's own way to the exporter, never advertised
+    to routes as interest (nats-server subscribes it with noForward); the exporter's subscribers are."""
+    return sub.sid == SERVICE_IMPORT_SID and isinstance(sub.conn, AccountClient)
+
+
 class AccountClient(Client):
     """The owner of an account's service-import and response subscriptions (no socket, never closed)."""
 
@@ -130,7 +139,9 @@ class AccountLinks:
         for s in streams:
             self.streams.setdefault(s.importer, []).append(s)
         for si in services:
-            sub = Link(self._client(si.importer), si.local, None, b"si", self._service_forward(si))
+            sub = Link(
+                self._client(si.importer), si.local, None, SERVICE_IMPORT_SID, self._service_forward(si)
+            )
             self.server.sublist_for(si.importer).insert(sub)
             self.services.append((si, sub))
 

@@ -3,7 +3,7 @@
 The parsed block lives in `opts.extra["cluster"]`; `cluster_options(opts)` returns it, or None when no
 cluster listener is configured. Security fails closed: a key that decides who may connect or what peers
 may do and that pynatsd does not implement (route permissions, TLS options beyond certificate, key, CA
-and timeout, pinned accounts) stops the server with a clear error; unknown keys are errors, as in
+and timeout) stops the server with a clear error; unknown keys are errors, as in
 nats-server.
 """
 
@@ -34,7 +34,9 @@ class ClusterOptions:
     port: int = 0  # -1: a random port; after start, the bound one
     advertise: str = ""
     urls: list[str] = field(default_factory=list)  # the configured routes (nats-route://[user:pass@]h:p)
-    pool_size: int = DEFAULT_POOL_SIZE  # accepted; pynatsd keeps one route per server (see pynatsd.routes)
+    pool_size: int = DEFAULT_POOL_SIZE  # -1: no pool, no pinned accounts; else pynatsd's own is 1 (routes)
+    # pinned accounts: a route of their own to each server (the system account's is added at start)
+    accounts: list[str] = field(default_factory=list)
     no_advertise: bool = False
     connect_retries: int = DEFAULT_CONNECT_RETRIES
     compression: str = "off"
@@ -213,11 +215,10 @@ def parse_block(value: Any) -> ClusterOptions:
             cluster.ping_max = to_int(f"cluster {key}", v)
         elif k == "tls":
             cluster.tls = _tls(v)
-        elif k in ("permissions", "accounts", "connect_backoff", "write_deadline", "write_timeout"):
-            what = {
-                "permissions": "route import/export permissions",
-                "accounts": "pinned accounts (dedicated routes)",
-            }.get(k, f'"{k}" for routes')
+        elif k == "accounts":
+            cluster.accounts = _pinned_accounts(key, v)
+        elif k in ("permissions", "connect_backoff", "write_deadline", "write_timeout"):
+            what = {"permissions": "route import/export permissions"}.get(k, f'"{k}" for routes')
             access = k == "permissions"
             why = " (it protects or restricts what peers may do)" if access else ""
             raise ConfigValueError(
@@ -225,7 +226,22 @@ def parse_block(value: Any) -> ClusterOptions:
             )
         else:
             raise ConfigValueError(f'cluster: unknown field "{key}"')
+    if cluster.accounts and cluster.pool_size < 0:  # nats-server's validation, its words
+        raise ConfigValueError("pool_size cannot be negative if pinned accounts are specified")
     return cluster
+
+
+def _pinned_accounts(key: str, value: Any) -> list[str]:
+    """`accounts`: the pinned accounts, a list of names (or one), each once."""
+    items = value if isinstance(value, list) else [value]
+    names = [to_str(f"cluster {key}", item) for item in items]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            listed = " ".join(f'"{n}"' for n in names)
+            raise ConfigValueError(
+                f'found duplicate account name "{name}" in pinned accounts list [{listed}]'
+            )
+    return names
 
 
 def apply(opts: Options, key: str, value: Any) -> None:

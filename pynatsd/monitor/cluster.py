@@ -64,7 +64,8 @@ def route_info(route: Route, now: datetime, subs: bool, detail: bool) -> dict[st
             info["subscriptions_list"] = [
                 shadows[0].subject.decode("utf-8", "replace") for _, shadows in route.remote_interest()
             ]
-    # No `account`: that names the account a pooled route is pinned to, and pynatsd does not pool.
+    if route.account:  # the account a pinned route is dedicated to
+        info["account"] = route.account.decode("utf-8", "replace")
     info["compression"] = route.compression
     return info
 

@@ -9,8 +9,9 @@ What a route speaks, as nats-server writes it (checked against the real binary, 
     HMSG <account> <subject> [same reply/queue forms] <header size> <total size>
 
 `+ reply q1 q2` / `| q1 q2` name the queue groups the sender chose this server's members for; only those
-groups get the message here. A route without pooling names the account in every op (nats-server's
-"no pool" routes), which is what pynatsd speaks.
+groups get the message here. A route names the account in every op, except a route pinned to one
+account (nats-server's dedicated route, `route_account` in its INFO): there RS+/RS-/RMSG/HMSG carry no
+account, the pinned one is implied (`RouteParser.account`; the encoders omit an empty account).
 
 `RouteParser.feed` calls a `RouteOpHandler` per complete op; without a handler it records typed op values
 (`RSub`, `RMsg`, ...). Malformed input raises a `protocol.errors.ProtocolError` (nats-server answers
@@ -230,6 +231,8 @@ class RouteParser:
         self._chunks: list[bytes] = []
         self._have = 0
         self._lines: dict[bytes, _MsgArgs] = {}  # message control line -> its parse
+        # the account a pinned route is dedicated to (its ops name none), empty on any other route
+        self.account = b""
 
     def stop(self) -> None:
         """Parse nothing more (the connection closed)."""
@@ -347,12 +350,12 @@ class RouteParser:
             raise errors.MaxControlLineExceeded(errors.MAX_CONTROL_LINE)
         handler = self._handler
         if op in (b"RMSG", b"HMSG"):
-            parsed = parse_msg_args(rest.split(), op == b"HMSG", line)
+            parsed = parse_msg_args(self._args(rest), op == b"HMSG", line)
             if parsed[5] > self.max_payload:
                 raise errors.MaxPayloadExceeded(errors.MAX_PAYLOAD)
             return parsed
         elif op == b"RS+":
-            args = rest.split()
+            args = self._args(rest)
             if len(args) == 2:
                 handler.on_rsub(args[0], args[1], None, 1)
             elif len(args) == 4:
@@ -363,7 +366,7 @@ class RouteParser:
             else:
                 raise _bad("RS+: wrong number of arguments", line)
         elif op == b"RS-":
-            args = rest.split()
+            args = self._args(rest)
             if len(args) not in (2, 3):
                 raise _bad("RS-: wrong number of arguments", line)
             handler.on_runsub(args[0], args[1], args[2] if len(args) == 3 else None)
@@ -392,18 +395,29 @@ class RouteParser:
             raise errors.UnknownOperation(errors.UNKNOWN_OPERATION)
         return None
 
+    def _args(self, rest: bytes) -> list[bytes]:
+        """An interest or message op's arguments, the account first (the implied one on a pinned route)."""
+        args = rest.split()
+        if self.account:
+            args.insert(0, self.account)
+        return args
+
 
 # -- encoding ----------------------------------------------------------------------------------------
 def encode_rsub(account: bytes, subject: bytes, queue: bytes | None = None, weight: int = 1) -> bytes:
+    """`RS+ account subject [queue weight]`; an empty `account` (a pinned route's) is left out."""
+    named = account + b" " + subject if account else subject
     if queue:
-        return b"RS+ %s %s %s %d\r\n" % (account, subject, queue, weight)
-    return b"RS+ %s %s\r\n" % (account, subject)
+        return b"RS+ %s %s %d\r\n" % (named, queue, weight)
+    return b"RS+ %s\r\n" % named
 
 
 def encode_runsub(account: bytes, subject: bytes, queue: bytes | None = None) -> bytes:
+    """`RS- account subject [queue]`; an empty `account` (a pinned route's) is left out."""
+    named = account + b" " + subject if account else subject
     if queue:
-        return b"RS- %s %s %s\r\n" % (account, subject, queue)
-    return b"RS- %s %s\r\n" % (account, subject)
+        return b"RS- %s %s\r\n" % (named, queue)
+    return b"RS- %s\r\n" % named
 
 
 def rmsg_head(
@@ -413,8 +427,12 @@ def rmsg_head(
     queues: list[bytes] | None,
     headers: bool,
 ) -> bytes:
-    """`RMSG account subject [reply | + reply q… | | q…] ` (or HMSG): the frame up to its size field(s)."""
-    parts = [b"HMSG " if headers else b"RMSG ", account, b" ", subject, b" "]
+    """`RMSG account subject [reply | + reply q… | | q…] ` (or HMSG): the frame up to its size field(s);
+    an empty `account` (a pinned route's) is left out."""
+    parts = [b"HMSG " if headers else b"RMSG "]
+    if account:
+        parts += [account, b" "]
+    parts += [subject, b" "]
     if queues:
         if reply:
             parts += [b"+ ", reply, b" "]

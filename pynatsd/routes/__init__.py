@@ -15,12 +15,14 @@ Interface for monitoring and tooling (stable; other branches build on it):
   `no_advertise: bool`, `connect_retries: int`, `compression: str`, `username: str`, `auth_timeout: float`,
   `tls: dict | None` (cert_file, key_file, ca_file, timeout), `dynamic_name: bool`. A copy of what was
   configured (`Options.extra["cluster"]`, which a reload compares).
-- `Server.routes` -> iterable of `Route` (the registered routes: handshake done, one per remote server).
+- `Server.routes` -> iterable of `Route` (the registered routes, handshake done: the first one to each
+  remote server, then the other connections of its route pool and its pinned accounts' routes).
 - `Route` (`pynatsd.routes.route.Route`), per route: `rid: int`, `remote_id: str`, `remote_name: str`,
   `did_solicit: bool`, `is_configured: bool`, `host: str`, `port: int` (the peer's address),
   `start: datetime`, `last_activity: datetime`, `rtt: float | None` (seconds), `in_msgs`, `out_msgs`,
-  `in_bytes`, `out_bytes: int`, `pending_bytes: int`, `pool_idx: int` (always 0: pynatsd keeps one route
-  per remote server, see below), `compression: str` ("off"), `subjects() -> list[str]` (the remote
+  `in_bytes`, `out_bytes: int`, `pending_bytes: int`, `pool_idx: int` (its place in the peer's route pool,
+  see below), `account: bytes` (the account a pinned route is dedicated to, empty on any other),
+  `compression: str` ("off"), `subjects() -> list[str]` (the remote
   interest, `subject` or `subject queue`), `remote_interest() -> list[tuple[bytes, list[Subscription]]]`
   (the remote interest as /routez?subs details it: per subject and queue group, its account and the
   one `delivery.Subscription` standing for it here, a queue group's with its `weight`; their `subject`,
@@ -30,8 +32,9 @@ Interface for monitoring and tooling (stable; other branches build on it):
   only; the server's totals (`ServerStats.in_msgs` and the like, /varz `in_msgs`) include them, and
   its client counts (`in_client_msgs`, ...) do not.
 
-Pooling: pynatsd advertises no `route_pool_size`, so a 2.15 peer treats it as a server without pooling
-(one route, accounts named in every RS+/RS-/RMSG), which nats-server supports for mixed clusters.
+Pooling: pynatsd advertises `route_pool_size` 1 and pins the system account, as nats-server does by
+default; a nats-server peer's larger pool is accepted (and opened when pynatsd solicits), see
+`pynatsd.routes.manager`. `pool_size: -1` turns both off (one route, accounts named in every op).
 """
 
 from pynatsd.config.cluster import ClusterOptions, cluster_options

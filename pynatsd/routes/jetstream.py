@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from pynatsd.accounts.links import AccountClient, AccountLinks, Export, ServiceLink
+from pynatsd.accounts.links import SERVICE_IMPORT_SID, AccountClient, AccountLinks
 from pynatsd.auth.jwt import grants_jetstream
+from pynatsd.auth.specs import Export, ServiceLink
 from pynatsd.auth.users import DEFAULT_ACCOUNT
 from pynatsd.base.formats import rfc3339nano
 from pynatsd.broker.delivery import Link, Message
@@ -85,7 +86,9 @@ class ClusterJetStream:
         if account in self.imports or not self.enabled(account):
             return
         si = ServiceLink(account, self.system, JS_API, JS_API, None, True, self.export, self._request_info)
-        sub = Link(AccountClient(account), JS_API, None, b"jsi", lambda _, msg: self._forward(si, msg))
+        sub = Link(
+            AccountClient(account), JS_API, None, SERVICE_IMPORT_SID, lambda _, msg: self._forward(si, msg)
+        )
         self.imports[account] = sub
         self.server.sublist_for(account).insert(sub)
 

@@ -12,11 +12,21 @@ gossip, duplicate routes, connect_urls, lame duck mode. nats-server's rules (ser
   the one kept reconnects if the peer drops it in turn.
 - reconnect: explicit routes (configured) are retried forever, one attempt a second; implicit routes
   `connect_retries` times.
+- pool and pinned accounts: pynatsd advertises `route_pool_size` 1 (it needs no more connections of
+  its own: more would only add sockets to one event loop), so a nats-server peer pools (its default
+  `pool_size` 3: the larger size wins) and pins the system account. A peer's pool connections
+  (`route_pool_idx` 1..n-1) are accepted, and opened when this server solicited the first one. Each
+  account's interest goes on the connection the peer places that account on (`pool_index`, as
+  nats-server's), where the peer's interest and messages for it come too: one order per account both
+  ways. The system account (and `cluster { accounts }`) gets a route of its own to each server that
+  pools, solicited like the pool, its interest and messages only there, without the account name.
+  `pool_size: -1` turns both off (the peer then keeps one route naming accounts in every op).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import random
 import ssl
@@ -24,6 +34,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd import NATS_COMPAT_VERSION
+from pynatsd.accounts.links import kept_local
 from pynatsd.base.ids import new_server_id
 from pynatsd.base.listener import interface_addresses
 from pynatsd.base.logging import get_logger
@@ -56,7 +67,9 @@ class RouteManager:
         self.server = server
         self.cluster = cluster
         self.jetstream = jetstream  # this server serves JetStream (its route INFO says so)
-        self.routes: dict[str, Route] = {}  # remote server id -> its registered route
+        self.routes: dict[str, Route] = {}  # remote server id -> its registered route (pool index 0)
+        # (remote server id, pinned account or `#<pool index>`) -> the other registered connections to it
+        self.links: dict[tuple[str, str], Route] = {}
         self.connections: set[Route] = set()  # every open route connection, registered or not
         server.stats.routes = self.connections  # the server's message totals include the routes'
         # Local interest: (account, subject, queue or None) -> subscriptions (a queue group's weight).
@@ -75,7 +88,17 @@ class RouteManager:
             cluster.dynamic_name = True
 
     def registered(self) -> list[Route]:
-        return list(self.routes.values())
+        return list(self.routes.values()) + list(self.links.values())
+
+    @property
+    def pinned(self) -> list[str]:
+        """The accounts with a route of their own to each server: the configured `accounts` and, as
+        nats-server's default, the system account, unless pooling is off (`pool_size: -1`)."""
+        if self.cluster.pool_size < 0:
+            return []
+        system = self.server.auth.system_account
+        accounts = self.cluster.accounts
+        return [*accounts, system] if system and system not in accounts else accounts
 
     # -- start / stop ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -122,9 +145,9 @@ class RouteManager:
 
     # -- INFO and CONNECT -----------------------------------------------------------------------------
     def route_info(self, extra: dict[str, Any] | None = None) -> bytes:
-        """This server's route INFO. No `route_pool_size`: a 2.15 peer then keeps a single route with
-        accounts in every op. No `compression`: the peer does not compress. No `lnoc`: it sends RS+ for
-        leaf interest too."""
+        """This server's route INFO (`extra`: a soliciting side's `route_account` / `route_pool_idx`).
+        `route_pool_size` 1 (see the module docstring). No `compression`: the peer does not compress. No
+        `lnoc`: it sends RS+ for leaf interest too."""
         server = self.server
         cluster = self.cluster
         opts = server.options
@@ -158,6 +181,8 @@ class RouteManager:
         if cluster.dynamic_name:
             info["cluster_dynamic"] = True
         info["connect_urls"] = self.own_client_urls()
+        if self.cluster.pool_size >= 0:
+            info["route_pool_size"] = 1  # see the module docstring
         if extra:
             info.update(extra)
         return encoder.encode_info(info)
@@ -239,18 +264,29 @@ class RouteManager:
         if route.did_solicit:
             # Done connecting: should it close at once, its reconnect must not take it for an attempt
             # still under way.
-            self._connecting.discard(route.url)
+            self._connecting.discard(_attempt(route.url, (route.account, route.pool_idx)))
 
-    def solicit(self, url: str, explicit: bool, gossip_mode: int = 0) -> None:
-        """Connect to the route at `url` (retried: forever if explicit, else connect_retries times)."""
-        if self._stopping or url in self._connecting or url in self._self_urls:
+    def solicit(
+        self, url: str, explicit: bool, gossip_mode: int = 0, link: tuple[bytes, int] = (b"", 0)
+    ) -> None:
+        """Connect to the route at `url` (retried: forever if explicit, else connect_retries times);
+        `link`: the (pinned account, pool index) of a connection other than the first."""
+        attempt = _attempt(url, link)
+        if self._stopping or attempt in self._connecting or url in self._self_urls:
             return
-        self._connecting.add(url)
-        task = self.server.loop.create_task(self._connect(url, explicit, gossip_mode))
+        self._connecting.add(attempt)
+        task = self.server.loop.create_task(self._connect(url, explicit, gossip_mode, link=link))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _connect(self, url: str, explicit: bool, gossip_mode: int, delay: float = 0.0) -> None:
+    async def _connect(
+        self,
+        url: str,
+        explicit: bool,
+        gossip_mode: int,
+        delay: float = 0.0,
+        link: tuple[bytes, int] = (b"", 0),
+    ) -> None:
         parts = urllib.parse.urlsplit(url)
         host, port = parts.hostname or "", parts.port or 0
         attempts = 0
@@ -260,9 +296,11 @@ class RouteManager:
             while not self._stopping:
                 if explicit and url not in self.cluster.urls:
                     return  # no longer configured
+                if link != (b"", 0) and not self._linkable(url):
+                    return  # the first route to that server is gone (it solicits the rest again)
                 try:
                     await self.server.loop.create_connection(
-                        lambda: cast(asyncio.Protocol, self._solicited(url, explicit, gossip_mode)),
+                        lambda: cast(asyncio.Protocol, self._solicited(url, explicit, gossip_mode, link)),
                         host,
                         port,
                         ssl=self._tls[1] if self._tls else None,
@@ -278,14 +316,21 @@ class RouteManager:
                         return
                 await asyncio.sleep(ROUTE_CONNECT_DELAY)
         finally:
-            self._connecting.discard(url)
+            self._connecting.discard(_attempt(url, link))
+
+    def _linkable(self, url: str) -> bool:
+        """True while a registered first route to the server at `url` is ours (solicited)."""
+        return any(r.url == url and r.did_solicit and not r.closed for r in self.routes.values())
 
     def _tls_timeout(self) -> float | None:
         tls = self.cluster.tls
         return float(tls["timeout"]) if tls is not None else None
 
-    def _solicited(self, url: str, explicit: bool, gossip_mode: int) -> Route:
-        route = Route(self, did_solicit=True, url=url, is_configured=explicit)
+    def _solicited(self, url: str, explicit: bool, gossip_mode: int, link: tuple[bytes, int]) -> Route:
+        account, pool_idx = link
+        route = Route(
+            self, did_solicit=True, url=url, is_configured=explicit, account=account, pool_idx=pool_idx
+        )
         route.gossip_mode = gossip_mode
         return route
 
@@ -293,20 +338,39 @@ class RouteManager:
         if route.url:
             self._self_urls.add(route.url)
 
+    def link_problem(self, route: Route) -> tuple[str, str]:
+        """Why a connection naming a pinned account or a pool index cannot be taken: nats-server's error
+        and close reason, or empty strings if it can."""
+        if not route.account and not route.pool_idx:
+            return "", ""
+        if route.account and route.account_space(route.account) is None:
+            name = route.account.decode("utf-8", "replace")
+            return f'Unable to lookup account "{name}": account missing', "Missing Account"
+        return self._pool_problem(route), "Protocol Violation"
+
+    def _pool_problem(self, route: Route) -> str:
+        if route.remote_pool_size <= 0 or self.cluster.pool_size < 0:
+            if route.account:
+                name = route.account.decode("utf-8", "replace")
+                return f'Not possible to have a dedicated route for account "{name}" between those servers'
+            return f"Invalid route pool index: {route.pool_idx} - pool size is {route.remote_pool_size}"
+        if route.account:
+            name = route.account.decode("utf-8", "replace")
+            return "" if name in self.pinned else f'No route for account "{name}"'
+        if route.did_solicit:
+            return ""
+        if not 0 < route.pool_idx < route.remote_pool_size:
+            return f"Invalid route pool index: {route.pool_idx} - pool size is {route.remote_pool_size}"
+        return ""
+
     def add_route(self, route: Route) -> bool:
         """Register a route whose handshake is done; False for a duplicate (the caller closes it)."""
         if self._stopping:
             return False
         remote_id = route.remote_id
-        known = self.routes.get(remote_id)
-        if known is not None and not known.closed:
-            # nats-server's handleDuplicateRoute: the kept route takes over the duplicate's solicited URL
-            # and reconnects if the peer, having kept the other one, drops it.
-            if route.did_solicit and not known.did_solicit:
-                known.did_solicit, known.url = True, route.url
-            known.is_configured = known.is_configured or route.is_configured
-            known.retry = True
-            route.no_reconnect = True
+        if route.account or route.pool_idx:
+            return self._add_link(route)
+        if _duplicate(self.routes.get(remote_id), route):
             return False
         self.routes[remote_id] = route
         route.registered = True
@@ -315,12 +379,53 @@ class RouteManager:
         self._send_interest(route)
         if route.connect_urls and not self.cluster.no_advertise:
             self._add_connect_urls(route.connect_urls)
+        if route.did_solicit and route.remote_pool_size:
+            self._solicit_links(route)
+        return True
+
+    def _solicit_links(self, route: Route) -> None:
+        """The rest of the peer's pool and our pinned accounts' routes, to a server we solicited (the
+        soliciting side opens them all, as nats-server's)."""
+        links = [(b"", idx) for idx in range(1, route.remote_pool_size)]
+        links += [(account.encode(), 0) for account in self.pinned]
+        for link in links:
+            if (route.remote_id, _slot(*link)) not in self.links:
+                self.solicit(route.url, route.is_configured, link=link)
+
+    def _add_link(self, route: Route) -> bool:
+        """Register a pool connection or a pinned account's route (one per server and slot)."""
+        key = (route.remote_id, _slot(route.account, route.pool_idx))
+        if _duplicate(self.links.get(key), route):
+            return False
+        self.links[key] = route
+        route.registered = True
+        # nats-server's debug lines (quoted as its %q)
+        if route.account:
+            log.debug(
+                '%r - Registering remote route "%s" for account "%s"',
+                route,
+                route.remote_id,
+                _text(route.account),
+            )
+        else:
+            log.debug('%r - Registering remote route "%s"', route, route.remote_id)
+        self._send_interest(route)
+        if route.account:
+            self._forward_new_route(route)
         return True
 
     def route_closed(self, route: Route) -> None:
         if route in self.connections:
             self.connections.discard(route)
             self.server.stats.add_closed_route(route)
+        link = (route.account, route.pool_idx)
+        if link != (b"", 0):
+            key = (route.remote_id, _slot(*link))
+            if self.links.get(key) is route:
+                del self.links[key]
+            if not (self._stopping or route.no_reconnect) and route.did_solicit and self._linkable(route.url):
+                self._retry(route.url, route.is_configured, link)
+            return
         if self.routes.get(route.remote_id) is route:
             del self.routes[route.remote_id]
             if route.connect_urls and not self.cluster.no_advertise:
@@ -328,33 +433,44 @@ class RouteManager:
         if self._stopping or route.no_reconnect or not route.url:
             return
         if route.did_solicit or route.retry:
-            explicit = route.is_configured
-            delay = random.random() * 0.1 + (ROUTE_RECONNECT_DELAY if explicit else 0.0)
-            if route.url in self._connecting:
-                return
-            self._connecting.add(route.url)
-            task = self.server.loop.create_task(self._reconnect(route.url, explicit, delay))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._retry(route.url, route.is_configured, (b"", 0))
 
-    async def _reconnect(self, url: str, explicit: bool, delay: float) -> None:
-        self._connecting.discard(url)
+    def _retry(self, url: str, explicit: bool, link: tuple[bytes, int]) -> None:
+        """Reconnect a closed route (after ROUTE_RECONNECT_DELAY if explicit, with a little jitter)."""
+        attempt = _attempt(url, link)
+        if attempt in self._connecting:
+            return
+        delay = random.random() * 0.1 + (ROUTE_RECONNECT_DELAY if explicit else 0.0)
+        self._connecting.add(attempt)
+        task = self.server.loop.create_task(self._reconnect(url, explicit, delay, link))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reconnect(self, url: str, explicit: bool, delay: float, link: tuple[bytes, int]) -> None:
+        attempt = _attempt(url, link)
+        self._connecting.discard(attempt)
         await asyncio.sleep(delay)
-        if not self._stopping and url not in self._connecting:
-            self._connecting.add(url)
-            await self._connect(url, explicit, _GOSSIP_DEFAULT)
+        if not self._stopping and attempt not in self._connecting:
+            self._connecting.add(attempt)
+            await self._connect(url, explicit, _GOSSIP_DEFAULT, link=link)
 
     # -- gossip ---------------------------------------------------------------------------------------
     def _forward_new_route(self, route: Route) -> None:
         """Tell the other routes about the new one's server, so they connect to it (nats-server's
-        forwardNewRouteInfoToKnownServers, gossip modes included)."""
+        forwardNewRouteInfoToKnownServers, gossip modes included). A pinned account's route is told too,
+        its INFO naming the account, on the receiver's route for that account if there is one: a 2.15
+        peer that pools opens its pinned routes to a server it heard of through gossip only when told
+        so (without it two nats-servers meeting through pynatsd had no `$SYS` route between them, and
+        their JetStream meta group, which speaks in `$SYS`, never elected a leader)."""
         info = route.info
         from_gossip = route.did_solicit and not route.is_configured
         local_mode = route.gossip_mode
         if (from_gossip and local_mode != _GOSSIP_OVERRIDE) or info.get("gossip_mode") == _GOSSIP_DISABLED:
             return
-        for other in self.routes.values():
-            if other is route or other.closed:
+        account = _text(route.account)
+        for remote_id, first in self.routes.items():
+            other = self.links.get((remote_id, account), first) if account else first
+            if remote_id == route.remote_id or other.closed or (account and not first.remote_pool_size):
                 continue
             if (not route.did_solicit and other.is_configured) or (route.did_solicit and route.is_configured):
                 mode = _GOSSIP_OVERRIDE
@@ -366,6 +482,8 @@ class RouteManager:
             forwarded.pop("gossip_mode", None)
             if mode:
                 forwarded["gossip_mode"] = mode
+            if account:
+                forwarded["route_account"] = account
             other.send(encoder.encode_info(forwarded))
 
     def implicit_route(self, info: dict[str, Any]) -> None:
@@ -409,10 +527,16 @@ class RouteManager:
         acc = account.encode()
 
         def changed(sub: Subscription, added: bool) -> None:
-            if not sub.conn.is_route:
+            if not (sub.conn.is_route or kept_local(sub)):
                 self._interest_changed(account, acc, sub, added)
 
         sublist.watcher = changed
+        # what subscribed before the routes started (the system account's services, JetStream's):
+        # counted as it stands, sent to each route as it registers
+        for sub in sublist.subscriptions():
+            if not (sub.conn.is_route or kept_local(sub)):
+                key = (account, sub.subject, sub.queue)
+                self.interest[key] = self.interest.get(key, 0) + 1
 
     def _interest_changed(self, account: str, acc: bytes, sub: Subscription, added: bool) -> None:
         key = (account, sub.subject, sub.queue)
@@ -423,26 +547,45 @@ class RouteManager:
         else:
             self.interest.pop(key, None)
             after = 0
-        if sub.queue is None:
-            if before == 0 and after > 0:
-                frame = encode_rsub(acc, sub.subject)
-            elif before > 0 and after == 0:
-                frame = encode_runsub(acc, sub.subject)
-            else:
-                return
-        elif after > 0:
-            frame = encode_rsub(acc, sub.subject, sub.queue, after)
-        else:
-            frame = encode_runsub(acc, sub.subject, sub.queue)
+        if sub.queue is None and (before == 0) == (after == 0):
+            return  # a plain subject's interest changes only at its first and last subscription
+        pinned = account in self.pinned
+        frame = _interest_frame(acc, sub, after)
         for route in self.routes.values():
-            route.send(frame)
+            # a peer without pool: its one route; else the pool's first connection if the account's
+            size = route.remote_pool_size
+            if not size or (not pinned and pool_index(account, size) == 0):
+                route.send(frame)
+        if pinned:
+            bare = _interest_frame(b"", sub, after)  # a pinned route's ops name no account
+            for (_, slot), link in self.links.items():
+                if slot == account:
+                    link.send(bare)
+            return
+        for link in self.links.values():  # the pool's other connection for the account, if up
+            if not link.account and link.pool_idx == pool_index(account, link.remote_pool_size):
+                link.send(frame)
 
     def _send_interest(self, route: Route) -> None:
-        """All our interest, to a route that just registered."""
-        frames = [
-            encode_rsub(account.encode(), subject, queue, n if queue else 1)
-            for (account, subject, queue), n in self.interest.items()
-        ]
+        """All our interest a route that just registered carries: a pinned account's on its route (no
+        account named); the others' on the pool's connection the peer places that account on (its
+        `pool_index`), so that an account's interest and messages keep one order both ways, as between
+        nats-servers (a reply's interest may not overtake the request it answers)."""
+        if route.account:
+            only = _text(route.account)
+            frames = [
+                encode_rsub(b"", subject, queue, n if queue else 1)
+                for (account, subject, queue), n in self.interest.items()
+                if account == only
+            ]
+        else:
+            size = route.remote_pool_size
+            pinned = self.pinned if size else []
+            frames = [
+                encode_rsub(account.encode(), subject, queue, n if queue else 1)
+                for (account, subject, queue), n in self.interest.items()
+                if account not in pinned and (size <= 1 or pool_index(account, size) == route.pool_idx)
+            ]
         if frames:
             route.send(b"".join(frames))
 
@@ -476,3 +619,48 @@ class RouteManager:
 
 def _join(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@functools.lru_cache(maxsize=1024)
+def pool_index(account: str, pool_size: int) -> int:
+    """The pool connection an account's traffic takes, as nats-server places it: FNV-1a (32 bits) of
+    its name modulo the pool size."""
+    digest = 0x811C9DC5
+    for byte in account.encode():
+        digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return digest % pool_size if pool_size > 1 else 0
+
+
+def _duplicate(known: Route | None, route: Route) -> bool:
+    """True if `route` duplicates the open `known` one (then not to be reconnected). nats-server's
+    handleDuplicateRoute: the kept route takes over the duplicate's solicited URL and reconnects if the
+    peer, having kept the other one, drops it."""
+    if known is None or known.closed:
+        return False
+    if route.did_solicit and not known.did_solicit:
+        known.did_solicit, known.url = True, route.url
+    known.is_configured = known.is_configured or route.is_configured
+    known.retry = True
+    route.no_reconnect = True
+    return True
+
+
+def _interest_frame(account: bytes, sub: Subscription, after: int) -> bytes:
+    """RS+ for `sub`'s subject (its queue group's weight `after`), RS- once `after` is 0."""
+    if after > 0:
+        return encode_rsub(account, sub.subject, sub.queue, after if sub.queue else 1)
+    return encode_runsub(account, sub.subject, sub.queue)
+
+
+def _slot(account: bytes, pool_idx: int) -> str:
+    """The key of a connection other than a server's first: its pinned account, else `#<pool index>`."""
+    return _text(account) if account else f"#{pool_idx}"
+
+
+def _attempt(url: str, link: tuple[bytes, int]) -> str:
+    """What tells connect attempts apart: the URL, with the slot for a pool or pinned connection."""
+    return url if link == (b"", 0) else f"{url} {_slot(*link)}"
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")

@@ -5,6 +5,10 @@ CONNECT first; the soliciting side sends CONNECT and its INFO at once. Each side
 INFO, registers the route with the manager (which resolves duplicates, gossips the new server to the
 others and sends our interest), then both exchange RS+/RS- and routed messages. PINGs measure the RTT
 and detect a stale peer.
+
+A route is the peer's first (pool index 0, `account` empty), another connection of the peer's route pool
+(`pool_idx` > 0, the soliciting side's INFO names it in `route_pool_idx`), or pinned to one account
+(`account`, the soliciting side's INFO names it in `route_account`; its ops name no account).
 """
 
 from __future__ import annotations
@@ -63,7 +67,13 @@ class Route(SlicedReader):
     same per-turn budget as a client connection (connection.SlicedReader)."""
 
     def __init__(
-        self, manager: RouteManager, did_solicit: bool, url: str = "", is_configured: bool = False
+        self,
+        manager: RouteManager,
+        did_solicit: bool,
+        url: str = "",
+        is_configured: bool = False,
+        account: bytes = b"",
+        pool_idx: int = 0,
     ) -> None:
         server = manager.server
         super().__init__(server)
@@ -84,7 +94,9 @@ class Route(SlicedReader):
         self.rtt: float | None = None
         self.in_msgs = 0
         self.in_bytes = 0
-        self.pool_idx = 0
+        self.pool_idx = pool_idx  # its place in the peer's route pool (0: the first route, or pinned)
+        self.account = account  # the account a pinned route is dedicated to; empty on any other route
+        self.remote_pool_size = 0  # the peer's `route_pool_size` (0: it neither pools nor pins)
         self.compression = "off"
         self.close_reason = ""
         self.connect_urls: list[str] = []  # the peer's client URLs (its INFO's connect_urls)
@@ -99,6 +111,7 @@ class Route(SlicedReader):
         self._trace = log.isEnabledFor(TRACE)
         handler: RouteOpHandler = RouteTracer(self) if self._trace else self
         self.parser = RouteParser(handler, max_control_line=server.options.max_control_line)
+        self.parser.account = account
         self._connect_received = did_solicit  # only the accepting side waits for CONNECT
         self._info_received = False
         self._msg = Message(self)
@@ -151,7 +164,9 @@ class Route(SlicedReader):
         manager.connecting(self)  # (for a solicited route: its connect attempt is over)
         if self.did_solicit:
             self.out.push(encode_connect(manager.connect_options(self.url)))
-        self.out.push(manager.route_info())
+            self.out.push(manager.route_info(self.link_fields()))
+        else:
+            self.out.push(manager.route_info())
         self.out.flush()
         log.info("%r - Route connection created", self)
         loop = server.loop
@@ -159,6 +174,13 @@ class Route(SlicedReader):
         if not self.did_solicit and manager.cluster.auth_required:
             timeout = manager.cluster.auth_timeout or server.options.effective_auth_timeout
             self._auth_timer = loop.call_later(timeout, self._auth_timeout)
+
+    def link_fields(self) -> dict[str, Any]:
+        """What a soliciting side's INFO says about the connection: the account it is pinned to, or its
+        place in the pool (nats-server's `route_account`, `route_pool_idx`)."""
+        if self.account:
+            return {"route_account": self.account.decode()}
+        return {"route_pool_idx": self.pool_idx} if self.pool_idx else {}
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -283,8 +305,24 @@ class Route(SlicedReader):
             info["ip"] = f"nats-route://{_join(self.host, port)}/"
         if not self.url and info.get("ip"):
             self.url = str(info["ip"])  # an accepted route's way back (its INFO's host may be 0.0.0.0)
-        info.pop("nonce", None)
+        pool_size = info.get("route_pool_size")
+        self.remote_pool_size = pool_size if isinstance(pool_size, int) and pool_size > 0 else 0
+        if not self.did_solicit:  # the soliciting side says what this connection is
+            account, idx = info.get("route_account"), info.get("route_pool_idx")
+            if isinstance(account, str) and account:
+                self.account = self.parser.account = account.encode()
+            elif isinstance(idx, int):
+                self.pool_idx = idx
+        for key in ("nonce", "route_account", "route_pool_idx"):
+            info.pop(key, None)
         self.info = info
+        problem, reason = manager.link_problem(self)
+        if problem:
+            # nats-server's answer to a pinned route or pool index it cannot take: logged, told, closed
+            log.error("%r - %s", self, problem)
+            self.no_reconnect = True
+            self.close(reason, problem)
+            return
         if not manager.add_route(self):
             log.debug("%r - Detected duplicate remote route %r", self, server_id)
             self.close(DUPLICATE_ROUTE)
@@ -313,6 +351,8 @@ class Route(SlicedReader):
 
     def on_err(self, text: str) -> None:
         log.error("%r - Router Error %s", self, text)
+        if self.account or self.pool_idx:
+            self.no_reconnect = True  # a pool or pinned connection the peer refuses is not retried
         self.close("Parse Error")
 
     def on_rsub(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
@@ -323,26 +363,28 @@ class Route(SlicedReader):
         if known is not None:
             if isinstance(known, RemoteQueueSubscription) and known.weight != weight:
                 # a new weight for the group: re-indexed, the matcher's results then shadow the new one
-                sublist = self._account_space(account)
+                sublist = self.account_space(account)
                 if sublist is not None:
                     sublist.remove(known)
                     known.weight = weight
                     sublist.insert(known)
             return  # else a repeat
-        sublist = self._account_space(account)
+        sublist = self.account_space(account)
         if sublist is None:
             # nats-server (static accounts): logged, ignored, the route stays; no account is made for it
             log.error(
                 '%r - Unknown account "%s" for remote subject "%s"', self, _text(account), _text(subject)
             )
             return
-        # sid: the account (RMSG names it). A queue group is one subscription whatever its weight (its
-        # members there): the matcher shadows it that many times, as nats-server's sublist does, so a
-        # member is picked fairly across the cluster; the route gets one routed message.
+        # sid: the account as RMSG names it (none on a pinned route). A queue group is one subscription
+        # whatever its weight (its members there): the matcher shadows it that many times, as
+        # nats-server's sublist does, so a member is picked fairly across the cluster; the route gets one
+        # routed message.
+        named = b"" if self.account else account
         if queue is None:
-            sub = Subscription(self, subject, None, account)
+            sub = Subscription(self, subject, None, named)
         else:
-            sub = RemoteQueueSubscription(self, subject, queue, account, weight)
+            sub = RemoteQueueSubscription(self, subject, queue, named, weight)
         try:
             sublist.insert(sub)
         except ValueError:
@@ -360,7 +402,7 @@ class Route(SlicedReader):
             if sublist is not None:
                 sublist.remove(sub)
 
-    def _account_space(self, account: bytes) -> Sublist[Subscription] | None:
+    def account_space(self, account: bytes) -> Sublist[Subscription] | None:
         """The subject space of `account` for the peer's interest, None for an account unknown here: as
         nats-server's route, interest never creates an account, only names the ones configured (or in
         use, or that the account resolver has)."""
@@ -425,7 +467,7 @@ class Route(SlicedReader):
             return False
         with_headers = msg.headers is not None and self.headers
         queues = msg.queues
-        account = sub.sid  # a route's subscription names its account as its sid
+        account = sub.sid  # a route's subscription: the account RMSG names as its sid (none if pinned)
         assert isinstance(account, bytes)
         cached: bytes | None = None
         if queues:
@@ -442,7 +484,8 @@ class Route(SlicedReader):
                 heads = self._rheads[account] = {}
             cached = heads.get(msg.subject) if not with_headers else None
             if cached is None:
-                head = (b"HMSG " if with_headers else b"RMSG ") + account + b" " + msg.subject
+                named = account + b" " + msg.subject if account else msg.subject
+                head = (b"HMSG " if with_headers else b"RMSG ") + named
                 if not with_headers:
                     if len(heads) >= _HEADS_CACHED:
                         heads.clear()

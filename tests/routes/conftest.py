@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -47,11 +48,22 @@ def node() -> Iterator[Start]:
         server = start_server(kind, cmd + (args or []), port=port, http_port=free_port() if http else None)
         server.extra["route_port"] = rport
         started.append(server)
+        # pynatsd opens its route port after its client port (route INFOs carry the client URLs); a test
+        # that dials the route port at once must not find it closed
+        wait_logged(server, "Listening for route connections")
         return server
 
     yield start
     for server in started:
         server.stop()
+
+
+def wait_logged(server: ServerProcess, line: str, timeout: float = 15.0) -> None:
+    """Until `server` has logged `line`."""
+    deadline = time.monotonic() + timeout
+    while line not in server.log():
+        assert time.monotonic() < deadline, f"{server.kind} never logged {line!r}:\n{server.log()}"
+        time.sleep(0.02)
 
 
 async def connect(server: ServerProcess, **kwargs: Any) -> nats.NATS:

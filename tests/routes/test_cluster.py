@@ -215,8 +215,12 @@ async def test_clients_hear_of_every_server_in_connect_urls(
 
 
 @pytest.mark.parametrize("pynatsd_solicits", [True, False])
-async def test_nats_server_keeps_one_route_to_pynatsd(node: Start, pynatsd_solicits: bool) -> None:
-    """pynatsd advertises no route pool: a 2.15 peer keeps a single route, accounts in every op."""
+async def test_nats_server_pools_and_pins_the_system_account_with_pynatsd(
+    node: Start, pynatsd_solicits: bool
+) -> None:
+    """pynatsd advertises `route_pool_size` 1: a 2.15 peer keeps its pool of 3 (whichever side solicits)
+    and the system account's pinned route, which it lists with its `account`; an account's interest
+    crosses on one route of the pool."""
     if pynatsd_solicits:
         reference = node("nats-server", http=True)
         ours = node("pynatsd", routes=[reference])
@@ -228,12 +232,15 @@ async def test_nats_server_keeps_one_route_to_pynatsd(node: Start, pynatsd_solic
         await a.subscribe("seen.by.peer", cb=Inbox().add)
         await wait_routed(a, b)
         await wait_routed(b, a)
-        await asyncio.sleep(1.5)  # a pooling peer would have added its other connections by now
-        view = routez(reference)
-        assert view["num_routes"] == 1, view
-        route = view["routes"][0]
-        assert route["did_solicit"] is (not pynatsd_solicits)
-        assert "seen.by.peer" in route.get("subscriptions_list", []), route
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10.0
+        while (view := routez(reference))["num_routes"] < 4 and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        routes = view["routes"]
+        assert sorted(str(r.get("account")) for r in routes) == ["$SYS", "None", "None", "None"], view
+        assert all(r["did_solicit"] is (not pynatsd_solicits) for r in routes)
+        carrying = [r for r in routes if "seen.by.peer" in r.get("subscriptions_list", [])]
+        assert len(carrying) == 1 and "account" not in carrying[0], view
     finally:
         await a.close()
         await b.close()
@@ -259,8 +266,8 @@ async def test_servers_soliciting_each_other_keep_one_route(node: Start, kinds: 
         await a.publish("once", b"1")
         await settle(a, b)
         assert got.data() == [b"1"]
-        if kinds[1] == "nats-server":
-            assert routez(second)["num_routes"] == 1
+        if kinds[1] == "nats-server":  # one route per slot: its pool of 3 and the pinned $SYS one
+            assert routez(second)["num_routes"] == 4
     finally:
         await a.close()
         await b.close()

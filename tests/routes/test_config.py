@@ -66,7 +66,8 @@ def test_host_and_port_keys_and_no_port_means_no_cluster() -> None:
         ("tls { cert_file: x }", "cert_file and key_file are required"),
         ("tls { cert_file: no-such.pem, key_file: no-such.key }", "no-such.pem: no such file"),
         ("permissions { import: x }", "route import/export permissions"),
-        ("accounts: [A]", "pinned accounts"),
+        ("accounts: [A, B, A]", 'found duplicate account name "A" in pinned accounts list ["A" "B" "A"]'),
+        ("pool_size: -1, accounts: [A]", "pool_size cannot be negative if pinned accounts are specified"),
         ("compression: s2_fast", "compressed routes"),
         ("compression: { mode: s2_auto }", "compressed routes"),
         ("compression: bogus", "unknown compression mode"),
@@ -84,6 +85,11 @@ def test_what_is_not_implemented_stops_the_server(block: str, words: str) -> Non
         load(f"cluster {{ port: 6222, {block} }}")
     assert words in str(exc.value)
     assert str(exc.value).startswith("t.conf:1:1:")
+
+
+def test_pinned_accounts_are_read() -> None:
+    cluster = cluster_options(load("cluster { port: 6222, accounts: [A, B] }"))
+    assert cluster is not None and cluster.accounts == ["A", "B"]
 
 
 def test_accepted_compression_modes_run_uncompressed() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pynatsd.routes.manager import pool_index
 from tests.routes.conftest import Start
 
 FAKE_INFO = (
@@ -79,7 +80,8 @@ def test_route_frames_match_nats_server(node: Start, kind: str) -> None:
     for info in (mine["info"], theirs["info"]):
         assert common | {"cluster", "connect_urls"} <= set(info)
         assert info["cluster"] == "T"
-    assert "route_pool_size" not in mine["info"]  # one route, see pynatsd.routes
+    # pynatsd's own traffic takes one connection (see pynatsd.routes.manager); nats-server's default pool
+    assert (mine["info"]["route_pool_size"], theirs["info"]["route_pool_size"]) == (1, 3)
     assert mine["rs"] == theirs["rs"] == [b"RS+ $G foo", b"RS+ $G bar q1 1", b"RS+ $G bar q1 2"]
     # only the named queue group gets `| q1`; a plain RMSG reaches no queue group
     assert (
@@ -154,8 +156,22 @@ def first_reply(route_port: int, data: bytes) -> tuple[bytes, bool]:
         b'CONNECT {"lang":"python","verbose":false,"pedantic":false}\r\n',
         b"RS+ $G foo\r\n",
         FAKE_CONNECT.replace(b'"cluster":"T"', b'"cluster":"OTHER"'),
+        FAKE_CONNECT
+        + FAKE_INFO.replace(b'"cluster":"T"', b'"cluster":"T","route_pool_size":3,"route_account":"A"'),
+        FAKE_CONNECT + FAKE_INFO.replace(b'"cluster":"T"', b'"cluster":"T","route_account":"$SYS"'),
+        FAKE_CONNECT
+        + FAKE_INFO.replace(b'"cluster":"T"', b'"cluster":"T","route_pool_size":3,"route_pool_idx":3'),
     ],
-    ids=["unknown-op", "second-connect", "client-on-route-port", "op-before-connect", "cluster-name"],
+    ids=[
+        "unknown-op",
+        "second-connect",
+        "client-on-route-port",
+        "op-before-connect",
+        "cluster-name",
+        "unpinned-account",
+        "pinned-without-pool",
+        "pool-index-out-of-range",
+    ],
 )
 def test_bad_route_input_gets_nats_server_answer(node: Start, data: bytes) -> None:
     ours, reference = node("pynatsd"), node("nats-server")
@@ -173,3 +189,38 @@ def test_cluster_advertise_is_the_route_address_in_info(node: Start) -> None:
         sock.close()
     for info in infos.values():
         assert (info["host"], info["port"], info["ip"]) == ("10.1.2.3", 7244, "nats-route://10.1.2.3:7244/")
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_an_account_s_interest_takes_the_pool_connection_the_peer_places_it_on(
+    node: Start, kind: str
+) -> None:
+    """A peer pooling 3 connections places the global account on index 2 (nats-server's FNV-1a of the
+    name): the server's interest in it goes there, never on index 0, so that it keeps its order with the
+    peer's messages and interest for that account."""
+    server = node(kind)
+    route_port = int(str(server.extra["route_port"]))
+    pooled = FAKE_INFO.replace(b'"cluster":"T"', b'"cluster":"T","route_pool_size":3')
+    connections = {}
+    for idx in (0, 2):
+        sock = socket.create_connection(("127.0.0.1", route_port))
+        read_until(sock, b"\r\n")
+        info = pooled.replace(b"}\r\n", b',"route_pool_idx":%d}\r\n' % idx) if idx else pooled
+        sock.sendall(FAKE_CONNECT + info + b"PING\r\n")
+        read_until(sock, b"PONG\r\n")
+        connections[idx] = sock
+    client = socket.create_connection(("127.0.0.1", server.port))
+    read_until(client, b"\r\n")
+    client.sendall(b'CONNECT {"verbose":false}\r\nSUB placed.here 1\r\nPING\r\n')
+    read_until(client, b"PONG\r\n")
+    read_until(connections[2], b"RS+ $G placed.here\r\n")
+    connections[0].sendall(b"PING\r\n")  # its PONG comes after any interest sent before it
+    assert b"placed.here" not in read_until(connections[0], b"PONG\r\n")
+    for sock in (client, *connections.values()):
+        sock.close()
+
+
+def test_pool_index_is_nats_server_s() -> None:
+    """FNV-1a 32 of the account name modulo the pool size (values from Go's hash/fnv)."""
+    assert [pool_index(name, 3) for name in ("$G", "A", "SYS", "$SYS", "orders")] == [2, 0, 0, 0, 2]
+    assert pool_index("$G", 1) == 0

@@ -152,3 +152,34 @@ def test_encoder_writes_nats_server_bytes() -> None:
     assert encode_rmsg(b"$G", b"f", None, None, b"NATS/1.0\r\n\r\n", b"hi") == (
         b"HMSG $G f 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
     )
+
+
+def test_a_pinned_route_s_ops_name_no_account() -> None:
+    """On a route pinned to an account (nats-server's dedicated route), RS+/RS-/RMSG/HMSG carry no account:
+    the parser gives them the pinned one, and the encoders leave an empty account out."""
+    parser = RouteParser()
+    parser.account = b"SYS"
+    pinned = (
+        b"RS+ $SYS.REQ.SERVER.PING\r\nRS+ foo q1 3\r\nRS- foo q1\r\nRS- $SYS.REQ.SERVER.PING\r\n"
+        b"RMSG foo reply 2\r\nhi\r\nRMSG bar + r q1 1\r\nx\r\nHMSG foo | q1 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
+    )
+    ops = [
+        RSub(b"SYS", b"$SYS.REQ.SERVER.PING"),
+        RSub(b"SYS", b"foo", b"q1", 3),
+        RUnsub(b"SYS", b"foo", b"q1"),
+        RUnsub(b"SYS", b"$SYS.REQ.SERVER.PING"),
+        RMsg(b"SYS", b"foo", b"reply", None, None, b"hi"),
+        RMsg(b"SYS", b"bar", b"r", [b"q1"], None, b"x"),
+        RMsg(b"SYS", b"foo", None, [b"q1"], b"NATS/1.0\r\n\r\n", b"hi"),
+    ]
+    assert parser.feed(pinned) == ops
+    encoded = (
+        encode_rsub(b"", b"$SYS.REQ.SERVER.PING")
+        + encode_rsub(b"", b"foo", b"q1", 3)
+        + encode_runsub(b"", b"foo", b"q1")
+        + encode_runsub(b"", b"$SYS.REQ.SERVER.PING")
+        + encode_rmsg(b"", b"foo", b"reply", None, None, b"hi")
+        + encode_rmsg(b"", b"bar", b"r", [b"q1"], None, b"x")
+        + encode_rmsg(b"", b"foo", None, [b"q1"], b"NATS/1.0\r\n\r\n", b"hi")
+    )
+    assert encoded == pinned
