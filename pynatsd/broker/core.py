@@ -112,10 +112,10 @@ class ServerStats:
         return self._stall.stalled_total
 
     def _total(self, field: str) -> int:
-        return int(getattr(self.closed, field)) + sum(getattr(c, field) for c in self._clients.values())
+        return int(getattr(self.closed, field)) + sum(int(getattr(c, field)) for c in self._clients.values())
 
     def _routed(self, field: str) -> int:
-        return int(getattr(self.closed_routes, field)) + sum(getattr(r, field) for r in self.routes)
+        return int(getattr(self.closed_routes, field)) + sum(int(getattr(r, field)) for r in self.routes)
 
     def slow_consumer_stats(self) -> dict[str, int]:
         """nats-server's `slow_consumer_stats`: slow consumers by connection kind."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pynatsd.base.logging import get_logger
@@ -32,7 +33,7 @@ def install(server: Daemon) -> None:
             return  # as nats-server: SIGTERM does not cut a lame duck shutdown short (SIGINT does)
         server.loop.create_task(server.shutdown())
 
-    handlers = {
+    handlers: dict[int, Callable[[int], None]] = {
         signal.SIGINT: stop,
         signal.SIGTERM: stop,
         signal.SIGHUP: lambda sig: server.reload(),

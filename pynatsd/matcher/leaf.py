@@ -40,7 +40,7 @@ class Leaf:
     def __init__(self) -> None:
         self.plain: dict[Any, None] = {}
         self.queues: dict[bytes, dict[Any, None]] | None = None
-        self._result: MatchResult | None = None
+        self._result: MatchResult[Any] | None = None
         self.count = 0
         self.weighted = 0  # queue members of a weight other than 1 (results then shadow them)
 
@@ -96,7 +96,7 @@ class Leaf:
             for members in self.queues.values():
                 yield from members
 
-    def result(self) -> MatchResult:
+    def result(self) -> MatchResult[Any]:
         """This subject's subscribers as a (cached until the next change) MatchResult."""
         r = self._result
         if r is None:
@@ -143,7 +143,7 @@ def slot_iter(slot: Any) -> Any:
     return iter((slot,))
 
 
-def slot_result(slot: Any) -> MatchResult:
+def slot_result(slot: Any) -> MatchResult[Any]:
     """A MatchResult for a single slot."""
     if type(slot) is Leaf:
         return slot.result()
@@ -152,7 +152,7 @@ def slot_result(slot: Any) -> MatchResult:
     return _new(MatchResult, ((slot,), ()))
 
 
-def merge(slots: list[Any]) -> MatchResult:
+def merge(slots: list[Any]) -> MatchResult[Any]:
     """Combine several matching slots; queue members of one name across slots form one group."""
     plain: list[Any] = []
     groups: dict[bytes, list[Any]] = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 
 class Subscriber(Protocol):
@@ -40,7 +40,7 @@ class SublistStats(NamedTuple):
     avg_fanout: float
 
 
-EMPTY: MatchResult = MatchResult((), ())
+EMPTY: MatchResult[Any] = MatchResult((), ())
 
 
 def combine_stats(parts: list[SublistStats]) -> SublistStats:
