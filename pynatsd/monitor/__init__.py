@@ -1,4 +1,5 @@
-"""Monitoring: nats-server's HTTP endpoints, Prometheus /metrics and a live dashboard."""
+"""Monitoring: nats-server's HTTP endpoints, Prometheus /metrics, a live dashboard, and the system
+account's services (`$SYS`)."""
 
 from pynatsd.monitor.http import Monitor
 
