@@ -47,7 +47,7 @@ from pynatsd.auth.specs import (
     tokens_subset,
 )
 from pynatsd.base.logging import get_logger
-from pynatsd.broker.delivery import Client, Link, Message, Subscription, deliver, publish
+from pynatsd.broker.delivery import SERVICE_IMPORT_SID, Client, Link, Message, Subscription, deliver, publish
 
 if TYPE_CHECKING:
     from pynatsd.broker.core import Broker
@@ -59,15 +59,6 @@ log = get_logger()
 REQUEST_INFO = b"Nats-Request-Info"
 _JS_ACK = b"$JS.ACK."
 _ALPHABET = (string.digits + string.ascii_letters).encode()
-
-
-SERVICE_IMPORT_SID = b"si"  # the sid of a service import's subscription (see `kept_local`)
-
-
-def kept_local(sub: Subscription) -> bool:
-    """True for a service import's subscription: the importer's own way to the exporter, never advertised
-    to routes as interest (nats-server subscribes it with noForward); the exporter's subscribers are."""
-    return sub.sid == SERVICE_IMPORT_SID and isinstance(sub.conn, AccountClient)
 
 
 class AccountClient(Client):

@@ -120,6 +120,15 @@ class Link(Subscription):
         self.forward = forward
 
 
+SERVICE_IMPORT_SID = b"si"  # the sid of a service import's subscription (pynatsd.accounts.links)
+
+
+def kept_local(sub: Subscription) -> bool:
+    """True for a service import's subscription: the importer's own way to the exporter, never advertised
+    to routes as interest (nats-server subscribes it with noForward); the exporter's subscribers are."""
+    return type(sub) is Link and sub.sid == SERVICE_IMPORT_SID
+
+
 def sid_bytes(sub: Subscription) -> bytes:
     """`sub`'s sid as the client spelled it."""
     sid = sub.sid

@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from pynatsd.accounts.links import SERVICE_IMPORT_SID, AccountClient, AccountLinks
+from pynatsd.accounts.links import AccountClient, AccountLinks
 from pynatsd.auth.jwt import grants_jetstream
 from pynatsd.auth.specs import Export, ServiceLink
 from pynatsd.auth.users import DEFAULT_ACCOUNT
 from pynatsd.base.formats import rfc3339nano
-from pynatsd.broker.delivery import Link, Message
+from pynatsd.broker.delivery import SERVICE_IMPORT_SID, Link, Message
 from pynatsd.broker.internal import InternalClient
 
 if TYPE_CHECKING:

@@ -34,11 +34,11 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd import NATS_COMPAT_VERSION
-from pynatsd.accounts.links import kept_local
 from pynatsd.base.ids import new_server_id
 from pynatsd.base.listener import interface_addresses
 from pynatsd.base.logging import get_logger
 from pynatsd.base.tls import route_contexts
+from pynatsd.broker.delivery import kept_local
 from pynatsd.protocol import encoder
 from pynatsd.protocol.route import encode_rsub, encode_runsub
 from pynatsd.routes.route import Route
