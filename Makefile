@@ -12,6 +12,7 @@ HTTP_PORT ?= 8222
 COMPILED_STAMP := build/.compiled
 # The suites that must pass on the interpreted path too (PYNATSD_NO_EXTENSIONS=1): the wire, the delivery
 # rules, the client and route parsers, the JetStream store and streams; differential, property and fuzz.
+# Without the compiled_pass_only tests (tests/conftest.py): reference-only runs and floods of uncompiled code.
 INTERPRETED_SUITES ?= tests/unit tests/robust tests/integration tests/security/test_subscribe_deny.py tests/fairness \
 	tests/routes/test_frames.py tests/routes/test_delivery.py tests/routes/test_route_protocol.py tests/jetstream/test_store.py tests/jetstream/test_crash.py \
 	tests/jetstream/test_streams.py tests/jetstream/test_differential.py
@@ -53,7 +54,7 @@ run: compile
 ## (CI's budget: aim under 15 minutes)
 test: venv compile
 	$(PY) -m pytest -q --durations=30
-	PYNATSD_NO_EXTENSIONS=1 $(PY) -m pytest -q $(INTERPRETED_SUITES)
+	PYNATSD_NO_EXTENSIONS=1 $(PY) -m pytest -q -m "not compiled_pass_only" $(INTERPRETED_SUITES)
 
 test-fast: venv
 	$(PY) -m pytest -q -x tests/unit tests/integration
