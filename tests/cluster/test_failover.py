@@ -174,10 +174,10 @@ def check_chaos(result: ChaosResult) -> None:
     assert result.victim_resumed, "the victim's client never received again"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chaos_runs() -> dict[tuple[str, ...], ChaosResult]:
-    """The chaos run's result per kinds of cluster: the all-nats-server reference runs once for the module,
-    not once more beside every mix (2.2 s each)."""
+    """The chaos run's result per kinds of cluster: the all-nats-server reference runs once, not once more
+    beside every mix (2.2 s each). Session-scoped: the session's mixes take turns across the modules."""
     return {}
 
 
