@@ -48,6 +48,16 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
     return {"uvloop": _uvloop_loop}
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A run parametrized to the reference nats-server alone (`kind` "nats-server") runs no pynatsd code:
+    it is marked compiled_pass_only, so the interpreted pass (PYNATSD_NO_EXTENSIONS=1) does not repeat it."""
+    marker = pytest.mark.compiled_pass_only
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "nats-server" in callspec.params.values():
+            item.add_marker(marker)
+
+
 @pytest.fixture(autouse=True)
 def _no_unhandled_loop_exceptions() -> Iterator[None]:
     """Fail any test during which the event loop caught an unhandled exception."""

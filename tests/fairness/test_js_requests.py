@@ -63,6 +63,10 @@ def _total(sock: socket.socket) -> int:
             return int(json.loads(body[:size]).get("total", 0))
 
 
+# What keeps this fair, the API's request queue and its sliced subject counting (jetstream/api.py), is
+# never compiled: the interpreted pass would prove it again (7 s); it keeps the parser's and delivery's
+# floods (test_flood_latency.py).
+@pytest.mark.compiled_pass_only
 @pytest.mark.slow
 @pytest.mark.parametrize("flood", list(FLOODS))
 @pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])

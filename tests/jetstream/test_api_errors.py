@@ -257,13 +257,16 @@ def test_generated_requests_answered_as_nats_server(
     async def run() -> None:
         ref_server, our_server = servers
         ref, ours = await nats.connect(ref_server.url), await nats.connect(our_server.url)
-        try:
-            for nc in (ref, ours):  # the stream the consumer requests use; G and g are made per example
-                await nc.request(SUBJ + "E", b'{"name": "E", "subjects": ["e.>"]}', timeout=5)
-                await nc.request("$JS.API.STREAM.DELETE.G", b"", timeout=5)
-                await nc.request("$JS.API.CONSUMER.DELETE.E.g", b"", timeout=5)
+
+        async def reset(nc: Client) -> None:  # the stream the consumer requests use; G and g made anew
+            await nc.request(SUBJ + "E", b'{"name": "E", "subjects": ["e.>"]}', timeout=5)
+            await nc.request("$JS.API.STREAM.DELETE.G", b"", timeout=5)
+            await nc.request("$JS.API.CONSUMER.DELETE.E.g", b"", timeout=5)
+
+        try:  # each step on both servers at once (5.6 s for the 200 examples before, one after the other)
+            await asyncio.gather(reset(ref), reset(ours))
             for subject, body in requests:
-                want, got = await ask(ref, subject, body), await ask(ours, subject, body)
+                want, got = await asyncio.gather(ask(ref, subject, body), ask(ours, subject, body))
                 assert got == want, f"{subject} {json.dumps(body)[:300]}\n  ref {want}\n  our {got}"
         finally:
             await ref.close()
