@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pynatsd.base.formats import go_duration
-
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8222
 MAX_CONTROL_LINE = 4096
@@ -124,6 +122,8 @@ _RELOAD_LINES = {
 def reload_changes(old: Options, new: Options) -> list[str]:
     """What a reload from `old` to `new` changes, as nats-server logs it (`Reloaded: debug = true`);
     secrets are named, never shown."""
+    from pynatsd.base.formats import go_duration  # a reload's log only (idle RSS)
+
     lines = []
     for name in RELOADABLE_LIMITS:
         value = getattr(new, name)

@@ -54,6 +54,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("pynatsd.cli", "pynatsd.protocol.encoder"): _CLI,
     ("pynatsd.cli", "pynatsd.routes.manager"): _CLI,
     ("pynatsd.cli", "pynatsd.server"): _CLI,
+    ("pynatsd.base.options", "pynatsd.base.formats"): "a reload's log lines only",
     ("pynatsd.accounts.links", "pynatsd.auth.jwt"): _OPERATOR,
     ("pynatsd.auth.users", "pynatsd.auth.jwt"): _OPERATOR,
     ("pynatsd.config.schema", "pynatsd.auth.jwt"): _OPERATOR,
