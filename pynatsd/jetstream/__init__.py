@@ -51,7 +51,7 @@ class JetStream:
 
     def start(self) -> None:
         self.loop = self.server.loop
-        configured: dict[str, Any] = self.server.options.extra.get("accounts") or {}
+        configured = self.server.options.accounts
         system = self.server.auth.system_account
         if system and (configured.get(system) or {}).get("jetstream") is not None:
             raise JsConfigError("Not allowed to enable JetStream on the system account")

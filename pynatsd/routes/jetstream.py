@@ -60,8 +60,7 @@ class ClusterJetStream:
         self.responses.uninstall()
 
     def _configured(self) -> list[str]:
-        extra = self.server.options.extra
-        accounts: dict[str, dict[str, Any]] = extra.get("accounts") or {}
+        accounts = self.server.options.accounts
         if self.server.auth.jwt is not None:
             return []
         if not accounts:

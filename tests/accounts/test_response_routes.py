@@ -51,7 +51,7 @@ class Sink:
 
 def _server() -> Server:
     options = Options()
-    options.extra["accounts"] = {
+    options.accounts = {
         "A": {"users": [{"user": "a", "password": "a"}],
               "exports": [{"service": "one"},
                           {"service": "many", "response_type": "Stream", "threshold": 0.2}]},
