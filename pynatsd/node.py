@@ -163,7 +163,7 @@ class Node(Broker):
         account JWTs; again after a reload, which replaces every link (the shadows of connected clients'
         subscriptions included)."""
         accounts = self.options.accounts
-        linked = any(acc.get("imports") for acc in accounts.values())
+        linked = any(acc.imports for acc in accounts.values())
         if self.auth.jwt is None and self.links is None and not linked:
             return  # nothing to link: the imports module stays unloaded (idle RSS)
         from pynatsd.accounts.links import AccountLinks

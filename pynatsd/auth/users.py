@@ -314,8 +314,7 @@ class Authenticator:
         if self.system_account and self.system_account not in self.accounts:
             self.accounts.append(self.system_account)
         for name, acc in accounts.items():
-            acc = acc or {}
-            self._add_users(acc.get("users", []), name, acc.get("default_permissions"))
+            self._add_users(acc.users, name, acc.default_permissions)
         self.no_auth_user = options.no_auth_user
         self.jwt: JwtAuthenticator | None = None
         if options.trusted is not None:  # operator mode: every client needs a user JWT

@@ -73,6 +73,19 @@ class WebSocketOptions:
 
 
 @dataclass
+class AccountConfig:
+    """One account of the `accounts {}` block, as the config schema normalized it."""
+
+    users: list[dict[str, Any]] = field(default_factory=list)  # as Options.users
+    default_permissions: dict[str, Any] | None = None
+    # {"stream" or "service": subject, "accounts" (None: public), "response_type", "threshold", ...}
+    exports: list[dict[str, Any]] = field(default_factory=list)
+    # {"stream" or "service": {"account", "subject"}, "to", "prefix"}
+    imports: list[dict[str, Any]] = field(default_factory=list)
+    jetstream: dict[str, Any] | None = None  # its JetStream limits; None: no JetStream
+
+
+@dataclass
 class ResolverConfig:
     """The account resolver of operator mode: `memory` (accounts from `resolver_preload` only), or a
     `full` or `cache` directory of account JWTs."""

@@ -8,7 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pynatsd.base.blocks import ClusterOptions, ResolverConfig, TrustedOperators, WebSocketOptions
+from pynatsd.base.blocks import (
+    AccountConfig,
+    ClusterOptions,
+    ResolverConfig,
+    TrustedOperators,
+    WebSocketOptions,
+)
 from pynatsd.base.formats import go_duration
 
 DEFAULT_PORT = 4222
@@ -98,8 +104,7 @@ class Options:
     # "permissions", "connection_types"}, and its default permissions ({"publish", "subscribe", ...}).
     users: list[dict[str, Any]] | None = None
     default_permissions: dict[str, Any] | None = None
-    # `accounts {}`: name -> {"users", "default_permissions", "exports", "imports", "jetstream" (limits)}.
-    accounts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    accounts: dict[str, AccountConfig] = field(default_factory=dict)  # the `accounts {}` block
     system_account: str = ""  # empty: `$SYS`, unless no_system_account (see `system_account_of`)
     no_system_account: bool = False
     # Operator mode: `trusted` keys as given, then what the schema derived from them and the operator JWTs

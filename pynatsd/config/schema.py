@@ -23,7 +23,7 @@ from pynatsd.auth.nkeys import valid_public_nkey
 from pynatsd.auth.specs import RESPONSE_TYPES, link, specs_from_config, valid_token_position
 from pynatsd.auth.users import ResponsePermission
 from pynatsd.base import tls
-from pynatsd.base.blocks import ResolverConfig, TrustedOperators
+from pynatsd.base.blocks import AccountConfig, ResolverConfig, TrustedOperators
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 from pynatsd.config import cluster as cluster_block
@@ -401,14 +401,14 @@ def _authorization(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) 
 
 
 def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    accounts: dict[str, dict[str, Any]] = {}
+    accounts: dict[str, AccountConfig] = {}
     if isinstance(value, list):  # a plain list of account names
         for name in to_strings(key, value):
             if name == _RESERVED_ACCOUNT:
                 ctx.error(where, f'"{name}" is a Reserved Account')
             elif name in accounts:
                 ctx.error(where, f"Duplicate Account Entry: {name}")
-            accounts[name] = {}
+            accounts[name] = AccountConfig()
         opts.accounts = accounts
         return
     block = to_block(key, value)
@@ -422,23 +422,23 @@ def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
             ctx.error(at, f'"{name}" is a Reserved Account')
             continue
         acc_block = to_block(name, spec)
-        account: dict[str, Any] = {"users": []}
+        account = AccountConfig()
         ctx.places[f"accounts.{name}"] = at
         for low, k, v, kat in entries(acc_block, at):
             with ctx.at(kat):
                 if low == "users":
-                    account["users"] = parse_users(ctx, k, v, kat)
+                    account.users = parse_users(ctx, k, v, kat)
                     ctx.places[f"accounts.{name}"] = kat
                 elif low == "default_permissions":
-                    account["default_permissions"] = parse_permissions(ctx, k, v, kat)
+                    account.default_permissions = parse_permissions(ctx, k, v, kat)
                 elif low == "nkey":
                     raise refused(k, "account nkeys (decentralized JWT authentication)", access=True)
                 elif low == "exports":
-                    account["exports"] = _exports(ctx, k, v, kat)
+                    account.exports = _exports(ctx, k, v, kat)
                 elif low == "imports":
-                    account["imports"] = _imports(ctx, k, v, kat)
+                    account.imports = _imports(ctx, k, v, kat)
                 elif low == "jetstream":
-                    account["jetstream"] = _account_jetstream(ctx, k, v, kat)
+                    account.jetstream = _account_jetstream(ctx, k, v, kat)
                 elif low in ("mappings", "maps"):
                     raise refused(k, "subject mappings")
                 elif low == "limits":
@@ -641,11 +641,11 @@ def _check_links(ctx: Ctx, opts: Options) -> None:
     """Every import must name a defined account and an export it may use, without cycles (nats-server
     refuses to start otherwise)."""
     accounts = opts.accounts
-    if ctx.errors or not any(a.get("imports") or a.get("exports") for a in accounts.values()):
+    if ctx.errors or not any(a.imports or a.exports for a in accounts.values()):
         return
     where = ctx.places.get("accounts", _NOWHERE)
     for acc in accounts.values():
-        for e in acc.get("exports", []):
+        for e in acc.exports:
             for other in e.get("accounts", []) or []:
                 if other not in accounts:
                     kind = "service" if "service" in e else "stream"
@@ -821,12 +821,12 @@ def _check_users(ctx: Ctx, opts: Options) -> None:
     groups = [(opts.users or [], ctx.places.get("authorization", _NOWHERE))]
     for name, acc in opts.accounts.items():
         where = ctx.places.get(f"accounts.{name}", _NOWHERE)
-        if acc.get("users"):
+        if acc.users:
             if opts.username:
                 ctx.error(where, "Can not have a single user/pass and accounts")
             if opts.authorization:
                 ctx.error(where, "Can not have a token and accounts")
-        groups.append((acc.get("users", []), where))
+        groups.append((acc.users, where))
     for users, where in groups:
         for u in users:
             name, kind = (u["nkey"], "nkey") if u.get("nkey") else (u["user"], "user")

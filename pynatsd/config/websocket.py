@@ -173,7 +173,7 @@ def validate(ws: WebSocketOptions, opts: Options) -> None:
     if ws.no_auth_user:
         names = {str(u.get("user", u.get("username", ""))) for u in users}
         for acc in opts.accounts.values():
-            names |= {str(u.get("user", u.get("username", ""))) for u in (acc or {}).get("users", []) or []}
+            names |= {str(u.get("user", u.get("username", ""))) for u in acc.users}
         if not names:
             raise ConfigValueError(
                 f'no_auth_user: "{ws.no_auth_user}" present, but users/nkeys are not defined'

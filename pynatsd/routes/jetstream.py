@@ -65,7 +65,7 @@ class ClusterJetStream:
             return []
         if not accounts:
             return [DEFAULT_ACCOUNT]
-        return [name for name, block in accounts.items() if block.get("jetstream")]
+        return [name for name, block in accounts.items() if block.jetstream]
 
     def enabled(self, account: str) -> bool:
         """Does `account` have JetStream (and so the import)?"""

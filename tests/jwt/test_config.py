@@ -94,3 +94,24 @@ def test_reload_keeps_the_system_account() -> None:
     old, new = Options(), Options()
     old.system_account, new.system_account = "AOLD", "ANEW"
     assert [m for m in unreloadable_changes(old, new) if "SystemAccount" in m]
+
+
+@pytest.mark.parametrize(
+    ("after", "shown"),
+    [
+        (
+            ResolverConfig("full", "x", 0, delete="hard"),
+            "{'type': 'full', 'dir': 'x', 'limit': 0, 'delete': 'hard'}",
+        ),
+        (
+            ResolverConfig("cache", "x", 1000, ttl=5.0),
+            "{'type': 'cache', 'dir': 'x', 'limit': 1000, 'ttl': 5.0}",
+        ),
+    ],
+)
+def test_a_refused_resolver_change_shows_both_resolvers(after: ResolverConfig, shown: str) -> None:
+    """As the config schema's dicts showed them: MEMORY, or the directory's settings."""
+    old, new = Options(resolver=ResolverConfig()), Options(resolver=after)
+    assert unreloadable_changes(old, new) == [
+        f"config reload not supported for resolver: old='MEMORY', new={shown}"
+    ]
