@@ -180,8 +180,9 @@ def reload_changes(old: Options, new: Options) -> list[str]:
 # The limits nats-server reloads, as it logs each (`Reloaded: max_payload = 2048`): how its value shows
 RELOADABLE_LIMITS = ("max_payload", "max_control_line", "ping_interval", "ping_max", "write_deadline")
 
-# The blocks a reload takes as a whole (the authorization and accounts blocks apply; the listeners' blocks
-# are not reloaded, each keeps its own), less those `unreloadable_changes` refuses with a message of its own.
+# The blocks a reload takes as a whole, as it took `Options.extra` before they were typed fields: the
+# authorization and accounts blocks apply; the listeners keep the blocks they started with; a change of
+# the resolver, the cluster or the system account is refused by `unreloadable_changes`, with its own message.
 RELOADABLE_BLOCKS = ("users", "default_permissions", "accounts", "system_account", "no_system_account",
                      "trusted_keys", "trusted", "resolver", "resolver_preload", "jetstream",
                      "jetstream_store_dir", "cluster", "websocket")  # fmt: skip
