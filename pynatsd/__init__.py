@@ -1,8 +1,10 @@
 """pynatsd: a standalone NATS-protocol pub/sub broker.
 
-Layers (see README "How a message flows"): `protocol` (pure: bytes <-> typed ops), `matcher` (pure: the
-subscription index), `broker` (asyncio: server, connections, delivery, outbound), `lifecycle` (the
-daemon's life), `monitor` (HTTP), and `spark` (the PySpark connector, an extra).
+Packages, lowest layer first (README "The code"; tests/unit/test_layers.py keeps imports running down):
+`protocol` and `matcher` (pure), `base` (options, values, logging, listeners, TLS), `auth`, `config`,
+`broker` (the core: Broker, connections, delivery, outbound), `accounts`, the features `jetstream`,
+`routes` and `websocket`, `lifecycle`, `node` (the broker with its listeners and features), `monitor`,
+`server` (the composition root), `cli`; and `spark` (the PySpark connector, an extra, over the wire only).
 """
 
 from pynatsd import extensions

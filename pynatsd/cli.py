@@ -347,10 +347,10 @@ def options_from_flags(flags: dict[str, Any], opts: Options | None = None) -> Op
         opts.trace = True
     if flags["logtime_utc"]:
         opts.logtime_utc = True
-    if flags.get("jetstream"):  # JetStream hook: pynatsd.config.jetstream reads these two keys
-        opts.extra["jetstream"] = opts.extra.get("jetstream") or True
+    if flags.get("jetstream"):  # JetStream hook: pynatsd.config.jetstream reads these two options
+        opts.jetstream = opts.jetstream or True
     if flags.get("store_dir"):
-        opts.extra["jetstream_store_dir"] = flags["store_dir"]
+        opts.jetstream_store_dir = flags["store_dir"]
     from pynatsd.config import cluster as cluster_config
 
     cluster_config.apply_flags(

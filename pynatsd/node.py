@@ -162,8 +162,8 @@ class Node(Broker):
         """The imports and exports of the `accounts {}` blocks (checked by the config schema), or of the
         account JWTs; again after a reload, which replaces every link (the shadows of connected clients'
         subscriptions included)."""
-        accounts = self.options.extra.get("accounts") or {}
-        linked = any(acc.get("imports") for acc in accounts.values())
+        accounts = self.options.accounts
+        linked = any(acc.imports for acc in accounts.values())
         if self.auth.jwt is None and self.links is None and not linked:
             return  # nothing to link: the imports module stays unloaded (idle RSS)
         from pynatsd.accounts.links import AccountLinks

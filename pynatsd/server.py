@@ -47,8 +47,8 @@ class Server(Node):
         Called at start and after a reload (which may add the accounts); once running, they stay."""
         if self.system is not None:
             return
-        extra = self.options.extra
-        reachable = self.auth.jwt is not None or bool(extra.get("accounts") or extra.get("system_account"))
+        opts = self.options
+        reachable = self.auth.jwt is not None or bool(opts.accounts or opts.system_account)
         if self.auth.system_account and reachable:
             from pynatsd.monitor.system import SystemService  # with a system account only
 

@@ -31,6 +31,8 @@ from pynatsd.protocol import errors
 from pynatsd.protocol.subjects import is_valid_subject
 
 if TYPE_CHECKING:
+    from pynatsd.base.blocks import TrustedOperators
+    from pynatsd.base.options import Options
     from pynatsd.protocol.connect import ConnectOptions
 
 log = logging.getLogger("pynatsd.jwt")
@@ -646,24 +648,24 @@ class JwtAuthenticator:
     """Trusted operator keys plus the account resolver (MEMORY with preloads, or a `full` directory),
     checking user JWTs."""
 
-    def __init__(self, extra: dict[str, Any]) -> None:
+    def __init__(self, options: Options, trusted: TrustedOperators) -> None:
         """From the options the config schema checked (`trusted`, `resolver`, `resolver_preload`, ...)."""
-        self.trusted = frozenset(extra["trusted"])
+        self.trusted = frozenset(trusted.keys)
         # Operators with strict_signing_key_usage: their own key may not issue accounts.
-        self.strict_operators = frozenset(extra.get("strict_operators", ()))
+        self.strict_operators = frozenset(trusted.strict_operators)
         # Their signing keys: the accounts these issue may sign users with signing keys only.
-        self.strict_signers = frozenset(extra.get("strict_signers", ()))
-        self.preload = dict(extra.get("resolver_preload", {}))
-        self.system_account: str = extra.get("system_account", "")
-        resolver = extra.get("resolver")
-        self.resolver_type = resolver["type"] if isinstance(resolver, dict) else "MEMORY"
+        self.strict_signers = frozenset(trusted.strict_signers)
+        self.preload = dict(options.resolver_preload)
+        self.system_account: str = options.system_account
+        resolver = options.resolver
+        directory = resolver is not None and resolver.directory
+        self.resolver_type = resolver.type if resolver is not None and directory else "MEMORY"
         self.store: DirectoryStore | None = None
-        if isinstance(resolver, dict):
-            limit, ttl = int(resolver.get("limit", 0)), float(resolver.get("ttl", 0.0))
+        if resolver is not None and directory:
             evict = self.resolver_type == "cache"
             # A cache deletes for good (nats-server's cache store is a hard-deleting one).
-            delete = HARD_DELETE if evict else str(resolver.get("delete", NO_DELETE))
-            self.store = DirectoryStore(resolver["dir"], limit, delete, evict, ttl)
+            delete = HARD_DELETE if evict else (resolver.delete or NO_DELETE)
+            self.store = DirectoryStore(resolver.dir, resolver.limit, delete, evict, resolver.ttl)
         self._accounts: dict[str, tuple[str, Account | None]] = {}
         self.grants: dict[str, UserGrant] = {}  # user nkey -> grant of its latest admission
 

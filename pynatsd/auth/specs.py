@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pynatsd.base.blocks import AccountConfig
 
 SINGLETON, STREAMED, CHUNKED = "Singleton", "Stream", "Chunked"
 RESPONSE_TYPES = {"single": SINGLETON, "singleton": SINGLETON, "stream": STREAMED, "chunk": CHUNKED,
@@ -391,12 +394,12 @@ def _service_cycle(
 
 
 # -- the running links ------------------------------------------------------------------------------------
-def specs_from_config(accounts: dict[str, dict[str, Any]]) -> dict[str, AccountSpec]:
+def specs_from_config(accounts: dict[str, AccountConfig]) -> dict[str, AccountSpec]:
     """The `accounts {}` blocks (as the config schema normalized them) as AccountSpecs."""
     specs: dict[str, AccountSpec] = {}
     for name, block in accounts.items():
         spec = specs[name] = AccountSpec(name)
-        for e in block.get("exports", []) or []:
+        for e in block.exports:
             service = "service" in e
             approved = e.get("accounts")
             spec.exports.append(Export(
@@ -406,7 +409,7 @@ def specs_from_config(accounts: dict[str, dict[str, Any]]) -> dict[str, AccountS
                 threshold=e.get("threshold", DEFAULT_RESPONSE_THRESHOLD),
                 token_position=e.get("account_token_position", 0),
             ))  # fmt: skip
-        for i in block.get("imports", []) or []:
+        for i in block.imports:
             service = "service" in i
             source = i["service" if service else "stream"]
             spec.imports.append(Import(

@@ -296,33 +296,31 @@ def _describe_user(entry: _User | None) -> tuple[str, ...]:
 class Authenticator:
     """Checks CONNECT credentials against the configured users, token or single user/password.
 
-    Reads the normalized blocks the config schema leaves in `options.extra` ("authorization" with
-    "users" and "default_permissions", "accounts" with each account's "users" and
-    "default_permissions"); a user's own permissions win over its block's defaults.
+    Reads the normalized blocks the config schema leaves in `options` (`users` and `default_permissions`
+    of the authorization block, `accounts` with each account's "users" and "default_permissions"); a
+    user's own permissions win over its block's defaults.
     """
 
     def __init__(self, options: Options) -> None:
-        block: dict[str, Any] = options.extra.get("authorization", {}) or {}
         self.username = options.username
         self.password = options.password
         self.token = options.authorization
         self.users: dict[str, _User] = {}
         self.nkeys: dict[str, _User] = {}
-        self._add_users(block.get("users", []), DEFAULT_ACCOUNT, block.get("default_permissions"))
-        accounts: dict[str, Any] = options.extra.get("accounts", {}) or {}
+        self._add_users(options.users or [], DEFAULT_ACCOUNT, options.default_permissions)
+        accounts = options.accounts
         self.accounts = [DEFAULT_ACCOUNT, *accounts]
-        self.system_account = system_account_of(options.extra)  # pynatsd.monitor.system serves it
+        self.system_account = system_account_of(options)  # pynatsd.monitor.system serves it
         if self.system_account and self.system_account not in self.accounts:
             self.accounts.append(self.system_account)
         for name, acc in accounts.items():
-            acc = acc or {}
-            self._add_users(acc.get("users", []), name, acc.get("default_permissions"))
+            self._add_users(acc.users, name, acc.default_permissions)
         self.no_auth_user = options.no_auth_user
         self.jwt: JwtAuthenticator | None = None
-        if "trusted" in options.extra:  # operator mode: every client needs a user JWT
+        if options.trusted is not None:  # operator mode: every client needs a user JWT
             from pynatsd.auth.jwt import JwtAuthenticator
 
-            self.jwt = JwtAuthenticator(options.extra)
+            self.jwt = JwtAuthenticator(options, options.trusted)
 
     @staticmethod
     def new_nonce() -> str:

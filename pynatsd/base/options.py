@@ -8,6 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pynatsd.base.blocks import (
+    AccountConfig,
+    ClusterOptions,
+    ResolverConfig,
+    TrustedOperators,
+    WebSocketOptions,
+)
+
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8222
 MAX_CONTROL_LINE = 4096
@@ -89,8 +97,27 @@ class Options:
 
     config_file: str = ""
     config_digest: str = ""  # `sha256:<hex>` of the parsed file, as nats-server computes it
-    # Parsed sections that later capabilities read (users, accounts, tls blocks…).
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    # The blocks the config schema normalizes (pynatsd.config.schema), read by pynatsd.auth and the features.
+    # `authorization {}`: its users array (None: none given), each {"user" or "nkey", "password",
+    # "permissions", "connection_types"}, and its default permissions ({"publish", "subscribe", ...}).
+    users: list[dict[str, Any]] | None = None
+    default_permissions: dict[str, Any] | None = None
+    accounts: dict[str, AccountConfig] = field(default_factory=dict)  # the `accounts {}` block
+    system_account: str = ""  # empty: `$SYS`, unless no_system_account (see `system_account_of`)
+    no_system_account: bool = False
+    # Operator mode: `trusted` keys as given, then what the schema derived from them and the operator JWTs
+    # (None: not operator mode), the account resolver and its preloaded account JWTs (name -> JWT).
+    trusted_keys: list[str] = field(default_factory=list)
+    trusted: TrustedOperators | None = None
+    resolver: ResolverConfig | None = None
+    resolver_preload: dict[str, str] = field(default_factory=dict)
+    # `jetstream`: the file's value (a block, or true/enabled/false; `-js` sets True), and the store directory
+    # of `-sd` or of the top-level `store_dir` (it wins over the block's); see pynatsd.config.jetstream.
+    jetstream: bool | str | dict[str, Any] | None = None
+    jetstream_store_dir: str = ""
+    cluster: ClusterOptions | None = None  # the block and the cluster flags; see pynatsd.config.cluster
+    websocket: WebSocketOptions | None = None  # see pynatsd.config.websocket
 
     @property
     def effective_auth_timeout(self) -> float:
@@ -140,13 +167,10 @@ def reload_changes(old: Options, new: Options) -> list[str]:
             shown = str(after).lower() if isinstance(after, bool) else after
             lines.append(f"Reloaded: {_RELOAD_LINES.get(name) or f'{name} = {shown}'}")
 
-    def users(opts: Options) -> Any:
-        return (opts.extra.get("authorization") or {}).get("users")
-
-    if users(old) != users(new):
+    if old.users != new.users:
         lines.append("Reloaded: authorization users")
     # nats-server's users are bound to their account objects: a change of users is one of accounts too
-    if old.extra.get("accounts") != new.extra.get("accounts") or users(old) != users(new):
+    if old.accounts != new.accounts or old.users != new.users:
         lines.append("Reloaded: accounts")
     return lines
 
@@ -157,6 +181,13 @@ def reload_changes(old: Options, new: Options) -> list[str]:
 # The limits nats-server reloads, as it logs each (`Reloaded: max_payload = 2048`): how its value shows
 RELOADABLE_LIMITS = ("max_payload", "max_control_line", "ping_interval", "ping_max", "write_deadline")
 
+# The blocks a reload takes as a whole, as it took `Options.extra` before they were typed fields: the
+# authorization and accounts blocks apply; the listeners keep the blocks they started with; a change of
+# the resolver, the cluster or the system account is refused by `unreloadable_changes`, with its own message.
+RELOADABLE_BLOCKS = ("users", "default_permissions", "accounts", "system_account", "no_system_account",
+                     "trusted_keys", "trusted", "resolver", "resolver_preload", "jetstream",
+                     "jetstream_store_dir", "cluster", "websocket")  # fmt: skip
+
 RELOADABLE = (
     *RELOADABLE_LIMITS,
     "username",
@@ -166,7 +197,7 @@ RELOADABLE = (
     "auth_timeout",
     "max_subscriptions",
     "max_connections",
-    "extra",  # the authorization and accounts blocks
+    *RELOADABLE_BLOCKS,
     *RELOADABLE_LOGGING,
 )
 
@@ -180,26 +211,25 @@ def unreloadable_changes(old: Options, new: Options) -> list[str]:
         if f.name not in RELOADABLE and f.name not in ("config_file", "config_digest") and before != after:
             changes.append(f"config reload not supported for {f.name}: old={before!r}, new={after!r}")
     # Operator mode: the resolver's services start with the server (nats-server refuses these too).
-    resolvers = old.extra.get("resolver"), new.extra.get("resolver")
-    if (resolvers[0] is None) != (resolvers[1] is None):
+    if (old.resolver is None) != (new.resolver is None):
         changes.append("config reload does not support moving to or from an account resolver")
-    elif resolvers[0] != resolvers[1]:
+    elif old.resolver is not None and new.resolver is not None and old.resolver != new.resolver:
         changes.append(
-            f"config reload not supported for resolver: old={resolvers[0]!r}, new={resolvers[1]!r}"
+            f"config reload not supported for resolver: old={old.resolver.shown()!r}, "
+            f"new={new.resolver.shown()!r}"
         )
-    clusters = old.extra.get("cluster"), new.extra.get("cluster")  # pynatsd.routes: routes start once
-    if clusters[0] != clusters[1]:
+    if old.cluster != new.cluster:  # pynatsd.routes: routes start once
         changes.append("config reload not supported for cluster: the cluster block and flags changed")
-    systems = system_account_of(old.extra), system_account_of(new.extra)
+    systems = system_account_of(old), system_account_of(new)
     if systems[0] != systems[1]:  # the resolver's services live in the system account
         changes.append(f"config reload not supported for SystemAccount: old={systems[0]}, new={systems[1]}")
     return changes
 
 
-def system_account_of(extra: dict[str, Any]) -> str:
+def system_account_of(opts: Options) -> str:
     """The system account a configuration gives: the one named, else `$SYS` unless `no_system_account`
     (which, as in nats-server, only turns off the default)."""
-    named = str(extra.get("system_account") or "")
-    if named or extra.get("no_system_account"):
+    named = opts.system_account
+    if named or opts.no_system_account:
         return named
     return SYSTEM_ACCOUNT

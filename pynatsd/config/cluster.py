@@ -1,6 +1,6 @@
 """The `cluster {}` block and the cluster flags (`--cluster`, `--routes`, ...): `ClusterOptions`.
 
-The parsed block lives in `opts.extra["cluster"]`; `cluster_options(opts)` returns it, or None when no
+The parsed block lives in `opts.cluster`; `cluster_options(opts)` returns it, or None when no
 cluster listener is configured. Security fails closed: a key that decides who may connect or what peers
 may do and that pynatsd does not implement (route permissions, TLS options beyond certificate, key, CA
 and timeout) stops the server with a clear error; unknown keys are errors, as in
@@ -11,54 +11,21 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from dataclasses import dataclass, field
 from typing import Any
 
+from pynatsd.base.blocks import ClusterOptions
 from pynatsd.base.options import Options
 from pynatsd.base.tls import route_contexts
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 
-_EXTRA_KEY = "cluster"
-DEFAULT_POOL_SIZE = 3
-DEFAULT_CONNECT_RETRIES = 0  # explicit routes retry forever; implicit ones (gossiped) give up
 DEFAULT_AUTH_TIMEOUT = 2.0
 DEFAULT_TLS_TIMEOUT = 2.0
 
 
-@dataclass
-class ClusterOptions:
-    """Everything the `cluster {}` block and the cluster flags configure. Durations in seconds."""
-
-    name: str = ""  # empty: dynamic (a random name, replaced by a configured peer's)
-    host: str = "0.0.0.0"
-    port: int = 0  # -1: a random port; after start, the bound one
-    advertise: str = ""
-    urls: list[str] = field(default_factory=list)  # the configured routes (nats-route://[user:pass@]h:p)
-    pool_size: int = DEFAULT_POOL_SIZE  # -1: no pool, no pinned accounts; else pynatsd's own is 1 (routes)
-    # pinned accounts: a route of their own to each server (the system account's is added at start)
-    accounts: list[str] = field(default_factory=list)
-    no_advertise: bool = False
-    connect_retries: int = DEFAULT_CONNECT_RETRIES
-    compression: str = "off"
-    username: str = ""
-    password: str = ""
-    auth_timeout: float = 0.0  # 0: DEFAULT_AUTH_TIMEOUT
-    dynamic_name: bool = False  # set at start when `name` was not configured
-    ping_interval: float = 0.0  # 0: the server's, at most ROUTE_MAX_PING_INTERVAL
-    ping_max: int = 0  # 0: the server's
-    # `tls {}`: cert_file, key_file, ca_file, timeout (seconds). Routes then run mutual TLS, as
-    # nats-server's: each side presents its certificate and verifies the other's against ca_file.
-    tls: dict[str, Any] | None = None
-
-    @property
-    def auth_required(self) -> bool:
-        return bool(self.username)
-
-
 def cluster_options(opts: Options) -> ClusterOptions | None:
     """The configured cluster, or None."""
-    cluster = opts.extra.get(_EXTRA_KEY)
-    return cluster if isinstance(cluster, ClusterOptions) and cluster.port != 0 else None
+    cluster = opts.cluster
+    return cluster if cluster is not None and cluster.port != 0 else None
 
 
 # -- the `cluster {}` block ---------------------------------------------------------------------------
@@ -245,8 +212,8 @@ def _pinned_accounts(key: str, value: Any) -> list[str]:
 
 
 def apply(opts: Options, key: str, value: Any) -> None:
-    """The config-file hook: parse the block into `opts.extra["cluster"]`."""
-    opts.extra[_EXTRA_KEY] = parse_block(value)
+    """The config-file hook: parse the block into `opts.cluster`."""
+    opts.cluster = parse_block(value)
 
 
 def apply_flags(
@@ -263,8 +230,7 @@ def apply_flags(
     replacing the block's), `--cluster_advertise`, `--no_advertise`, `--connect_retries`."""
     if not any(x is not None for x in (listen, name, routes, advertise, no_advertise, connect_retries)):
         return
-    current = opts.extra.get(_EXTRA_KEY)
-    cluster = current if isinstance(current, ClusterOptions) else ClusterOptions()
+    cluster = opts.cluster or ClusterOptions()
     if listen:
         cluster.host, cluster.port = parse_listen(listen, "--cluster")
         # As nats-server: credentials in the URL become the routes' authorization; a URL without them
@@ -289,4 +255,4 @@ def apply_flags(
         cluster.no_advertise = no_advertise
     if connect_retries is not None:
         cluster.connect_retries = connect_retries
-    opts.extra[_EXTRA_KEY] = cluster
+    opts.cluster = cluster

@@ -37,10 +37,10 @@ def _size(key: str, value: Any) -> int:
 def from_options(opts: Options) -> JsConfig | None:
     """The JetStream settings, or None when JetStream is off.
 
-    `opts.extra["jetstream"]` holds the config file's value (a block, or true/enabled/false) and the
-    CLI puts `-js` as True and `-sd` as `opts.extra["jetstream_store_dir"]` (flags win over the file)."""
-    raw = opts.extra.get("jetstream")
-    flag_dir = opts.extra.get("jetstream_store_dir")
+    `opts.jetstream` holds the config file's value (a block, or true/enabled/false) and the CLI puts
+    `-js` as True and `-sd` as `opts.jetstream_store_dir` (flags win over the file)."""
+    raw = opts.jetstream
+    flag_dir = opts.jetstream_store_dir
     if raw is None or raw is False or raw in ("disabled", "false", "off", "no"):
         return None
     block: dict[str, Any] = raw if isinstance(raw, dict) else {}

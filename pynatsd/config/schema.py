@@ -17,17 +17,21 @@ import contextlib
 import os
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pynatsd.auth.nkeys import valid_public_nkey
 from pynatsd.auth.users import ResponsePermission
 from pynatsd.base import tls
+from pynatsd.base.blocks import AccountConfig, ResolverConfig, TrustedOperators
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 from pynatsd.config import cluster as cluster_block
 from pynatsd.config import websocket as websocket_block
 from pynatsd.config.parser import ConfigMap, Where
 from pynatsd.protocol.subjects import is_valid_subject
+
+if TYPE_CHECKING:
+    from pynatsd.auth.jwt import Claims
 
 _NOWHERE = Where("<config>", 0, 0)
 MIN_LAME_DUCK_DURATION = 30.0  # nats-server refuses shorter ones
@@ -95,6 +99,7 @@ class Ctx:
         self.errors: list[str] = []
         self.warnings: list[ConfigWarning] = []
         self.places: dict[str, Where] = {}  # where blocks checked across blocks were written
+        self.operators: list[Claims] = []  # the operator JWTs, verified (pynatsd.auth.jwt)
 
     def error(self, where: Where, message: str) -> None:
         self.errors.append(f"{where}: {message}")
@@ -214,7 +219,7 @@ _JETSTREAM_ENCRYPTION = frozenset({"key", "ek", "cipher", "prev_encryption_key",
 
 def _jetstream(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
     if key.lower() in ("store_dir", "storedir"):  # the top-level alias of jetstream's store_dir
-        opts.extra["jetstream_store_dir"] = to_str(key, value)
+        opts.jetstream_store_dir = to_str(key, value)
         return
     if isinstance(value, dict):
         block = to_block(key, value)
@@ -229,7 +234,7 @@ def _jetstream(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> N
         value = dict(block)
     elif not isinstance(value, bool | str):
         raise ConfigValueError(f"{key}: expected a block, a boolean or enabled/disabled, got {value!r}")
-    opts.extra["jetstream"] = value
+    opts.jetstream = value
 
 
 register_block("jetstream", _jetstream)
@@ -389,20 +394,21 @@ def _authorization(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) 
         ctx.error(where, "Can not have a single user/pass and a users array")
     if "users" in auth and opts.authorization:
         ctx.error(where, "Can not have a token and a users array")
-    opts.extra["authorization"] = auth
+    opts.users = auth.get("users")
+    opts.default_permissions = auth.get("default_permissions")
     ctx.places["authorization"] = where
 
 
 def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    accounts: dict[str, dict[str, Any]] = {}
+    accounts: dict[str, AccountConfig] = {}
     if isinstance(value, list):  # a plain list of account names
         for name in to_strings(key, value):
             if name == _RESERVED_ACCOUNT:
                 ctx.error(where, f'"{name}" is a Reserved Account')
             elif name in accounts:
                 ctx.error(where, f"Duplicate Account Entry: {name}")
-            accounts[name] = {}
-        opts.extra["accounts"] = accounts
+            accounts[name] = AccountConfig()
+        opts.accounts = accounts
         return
     block = to_block(key, value)
     for name, spec, at in ((n, v, block.position(n, where)) for n, v in block.items()):
@@ -415,23 +421,23 @@ def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
             ctx.error(at, f'"{name}" is a Reserved Account')
             continue
         acc_block = to_block(name, spec)
-        account: dict[str, Any] = {"users": []}
+        account = AccountConfig()
         ctx.places[f"accounts.{name}"] = at
         for low, k, v, kat in entries(acc_block, at):
             with ctx.at(kat):
                 if low == "users":
-                    account["users"] = parse_users(ctx, k, v, kat)
+                    account.users = parse_users(ctx, k, v, kat)
                     ctx.places[f"accounts.{name}"] = kat
                 elif low == "default_permissions":
-                    account["default_permissions"] = parse_permissions(ctx, k, v, kat)
+                    account.default_permissions = parse_permissions(ctx, k, v, kat)
                 elif low == "nkey":
                     raise refused(k, "account nkeys (decentralized JWT authentication)", access=True)
                 elif low == "exports":
-                    account["exports"] = _exports(ctx, k, v, kat)
+                    account.exports = _exports(ctx, k, v, kat)
                 elif low == "imports":
-                    account["imports"] = _imports(ctx, k, v, kat)
+                    account.imports = _imports(ctx, k, v, kat)
                 elif low == "jetstream":
-                    account["jetstream"] = _account_jetstream(ctx, k, v, kat)
+                    account.jetstream = _account_jetstream(ctx, k, v, kat)
                 elif low in ("mappings", "maps"):
                     raise refused(k, "subject mappings")
                 elif low == "limits":
@@ -441,7 +447,7 @@ def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
                 else:
                     unknown(ctx, acc_block, k, kat)
         accounts[name] = account
-    opts.extra["accounts"] = accounts
+    opts.accounts = accounts
 
 
 # An account's `jetstream {}` limits: nats-server's key spellings -> the name account info reports it under.
@@ -637,12 +643,12 @@ def _check_links(ctx: Ctx, opts: Options) -> None:
     refuses to start otherwise)."""
     from pynatsd.auth.specs import link, specs_from_config  # with an accounts block only
 
-    accounts = opts.extra.get("accounts") or {}
-    if ctx.errors or not any(a.get("imports") or a.get("exports") for a in accounts.values()):
+    accounts = opts.accounts
+    if ctx.errors or not any(a.imports or a.exports for a in accounts.values()):
         return
     where = ctx.places.get("accounts", _NOWHERE)
     for acc in accounts.values():
-        for e in acc.get("exports", []):
+        for e in acc.exports:
             for other in e.get("accounts", []) or []:
                 if other not in accounts:
                     kind = "service" if "service" in e else "stream"
@@ -658,13 +664,12 @@ def _operators(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> N
     """`operator`: one or more operator JWTs (file paths or inline), verified at start."""
     from pynatsd.auth import jwt
 
-    found = opts.extra.setdefault("operators", [])
     for entry in to_strings(key, value):
         try:
             claims = jwt.read_operator(entry)
         except jwt.JwtError as err:
             raise ConfigValueError(str(err)) from None
-        found.append(claims)
+        ctx.operators.append(claims)
 
 
 def _trusted_keys(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
@@ -672,14 +677,14 @@ def _trusted_keys(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -
     for k in keys:
         if not valid_public_nkey(k, "O"):
             raise ConfigValueError(f'trusted Keys "{k}" are required to be a valid public operator nkey')
-    opts.extra.setdefault("trusted_keys", []).extend(keys)
+    opts.trusted_keys.extend(keys)
 
 
 def _resolver(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
     """`MEMORY` (accounts from `resolver_preload`), a `full` directory resolver (with `allow_delete`,
     `hard_delete`, `interval`, `timeout`) or a `cache` one (`ttl`, `limit`); URL resolvers are refused."""
     if isinstance(value, str) and value.strip().upper() in ("MEMORY", "MEM"):
-        opts.extra["resolver"] = "MEMORY"
+        opts.resolver = ResolverConfig()
         return
     if isinstance(value, str):
         raise refused(key, "URL account resolvers", access=True)
@@ -703,7 +708,7 @@ def _resolver(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
             unknown(ctx, block, k, _at)
     kind = spec["type"].upper()
     if kind in ("MEMORY", "MEM"):
-        opts.extra["resolver"] = "MEMORY"
+        opts.resolver = ResolverConfig()
         return
     if kind not in ("FULL", "CACHE"):
         raise ConfigValueError(
@@ -732,21 +737,21 @@ def _resolver(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
         problems.append(f"Fetch timeout {spec['timeout']}s is too smal")  # sic: nats-server's words
     for problem in problems:
         ctx.error(where, problem)
-    resolver: dict[str, Any] = {"type": kind.lower(), "dir": spec["dir"], "limit": spec["limit"]}
+    resolver = ResolverConfig(kind.lower(), spec["dir"], spec["limit"])
     if kind == "CACHE":
-        resolver["limit"] = spec["limit"] if spec["limit"] > 0 else 1000  # nats-server's default
-        resolver["ttl"] = spec.get("ttl", 0.0)
+        resolver.limit = spec["limit"] if spec["limit"] > 0 else 1000  # nats-server's default
+        resolver.ttl = spec.get("ttl", 0.0)
     elif spec.get("allow_delete"):
-        resolver["delete"] = "hard" if spec.get("hard_delete") else "rename"
+        resolver.delete = "hard" if spec.get("hard_delete") else "rename"
     # interval (syncing with other servers) and timeout (fetching from them): standalone, no peers.
-    opts.extra["resolver"] = resolver
+    opts.resolver = resolver
 
 
 def _resolver_preload(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
     from pynatsd.auth import jwt
 
     block = to_block(key, value)
-    preload: dict[str, str] = opts.extra.setdefault("resolver_preload", {})
+    preload = opts.resolver_preload
     for name, token in block.items():
         if not isinstance(token, str):
             raise ConfigValueError(f"preload account error for {name!r}: expected a JWT string")
@@ -760,81 +765,78 @@ def _resolver_preload(ctx: Ctx, opts: Options, key: str, value: Any, where: Wher
 
 
 def _system_account(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    opts.extra["system_account"] = to_str(key, value)
+    opts.system_account = to_str(key, value)
 
 
 def _no_system_account(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
-    opts.extra["no_system_account"] = to_bool(key, value)
+    opts.no_system_account = to_bool(key, value)
 
 
 def _check_operator_mode(ctx: Ctx, opts: Options) -> None:
     """nats-server's validateTrustedOperators; fills `trusted` (the keys that may issue accounts)."""
-    extra = opts.extra
-    operators = extra.get("operators", [])
-    if not operators and not extra.get("trusted_keys"):
-        system = extra.get("system_account")
-        if system and system != "$SYS" and system not in extra.get("accounts", {}):
+    operators = ctx.operators
+    if not operators and not opts.trusted_keys:
+        system = opts.system_account
+        if system and system != "$SYS" and system not in opts.accounts:
             where = ctx.places.get("system_account") or ctx.places.get("system") or _NOWHERE
             ctx.error(where, "error resolving system account: account missing")
-        if extra.get("resolver_preload") and "resolver" not in extra:
+        if opts.resolver_preload and opts.resolver is None:
             ctx.error(_NOWHERE, "resolver_preload requires a resolver")
         return
     problems = []
-    if "resolver" not in extra:
+    if opts.resolver is None:
         problems.append("operators require an account resolver to be configured")
-    if extra.get("accounts"):
+    if opts.accounts:
         problems.append("operators do not allow Accounts to be configured directly")
-    auth = extra.get("authorization", {})
-    if auth.get("users") or opts.username or opts.authorization:
+    if opts.users or opts.username or opts.authorization:
         problems.append("operators do not allow users to be configured directly")
-    if operators and extra.get("trusted_keys"):
+    if operators and opts.trusted_keys:
         problems.append("conflicting options for 'TrustedKeys' and 'TrustedOperators'")
-    system = extra.get("system_account", "")
+    system = opts.system_account
     named = [op.nats.get("system_account", "") for op in operators]
     if system and any(named) and system not in named:
         problems.append("system_account in config and operator JWT must be identical")
-    if not system and not (named and named[0]) and isinstance(extra.get("resolver"), dict):
+    if not system and not (named and named[0]) and opts.resolver is not None and opts.resolver.directory:
         problems.append(
             "using nats based account resolver - the system account needs to be specified in "
             "configuration or the operator jwt"
         )
     for problem in problems:
         ctx.error(_NOWHERE, problem)
-    trusted = list(extra.get("trusted_keys", []))
+    trusted = list(opts.trusted_keys)
     for op in operators:
         if not op.nats.get("strict_signing_key_usage"):
             trusted.append(op.subject)
         trusted.extend(k for k in op.nats.get("signing_keys") or [] if isinstance(k, str))
-    extra["trusted"] = trusted
     strict = [op for op in operators if op.nats.get("strict_signing_key_usage")]
-    extra["strict_operators"] = [op.subject for op in strict]
-    extra["strict_signers"] = [
-        k for op in strict for k in op.nats.get("signing_keys") or [] if isinstance(k, str)
-    ]
+    opts.trusted = TrustedOperators(
+        trusted,
+        [op.subject for op in strict],
+        [k for op in strict for k in op.nats.get("signing_keys") or [] if isinstance(k, str)],
+    )
     if not system and named:
-        extra["system_account"] = named[0]
+        opts.system_account = named[0]
 
 
 def _check_users(ctx: Ctx, opts: Options) -> None:
     """Rules across blocks (nats-server checks them in whichever order the blocks come)."""
-    auth: dict[str, Any] = opts.extra.get("authorization", {})
     seen: set[str] = set()
-    groups = [(auth.get("users", []), ctx.places.get("authorization", _NOWHERE))]
-    for name, acc in opts.extra.get("accounts", {}).items():
+    groups = [(opts.users or [], ctx.places.get("authorization", _NOWHERE))]
+    for name, acc in opts.accounts.items():
         where = ctx.places.get(f"accounts.{name}", _NOWHERE)
-        if acc.get("users"):
+        if acc.users:
             if opts.username:
                 ctx.error(where, "Can not have a single user/pass and accounts")
             if opts.authorization:
                 ctx.error(where, "Can not have a token and accounts")
-        groups.append((acc.get("users", []), where))
+        groups.append((acc.users, where))
     for users, where in groups:
         for u in users:
             name, kind = (u["nkey"], "nkey") if u.get("nkey") else (u["user"], "user")
             if name in seen:
                 ctx.error(where, f'Duplicate {kind} "{name}" detected')
             seen.add(name)
-    if opts.no_auth_user and not seen and "trusted" not in opts.extra:
+    if opts.no_auth_user and not seen and opts.trusted is None:
         ctx.error(
             ctx.places.get("no_auth_user", _NOWHERE),
             f'no_auth_user: "{opts.no_auth_user}" present, but users/nkeys are not defined',

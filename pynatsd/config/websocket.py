@@ -1,7 +1,7 @@
 """The `websocket {}` block: nats-server's keys and checks, kept apart from the main config schema.
 
 `apply(opts, key, block)` is the config-file hook; the parsed `WebSocketOptions` lives in
-`opts.extra["websocket"]` and `websocket_options(opts)` returns it (None when no listener is configured).
+`opts.websocket` and `websocket_options(opts)` returns it (None when no listener is configured).
 Security fails closed: keys that would control access in ways pynatsd does not implement (JWT cookies)
 stop the server with a clear error, and unknown keys are errors, as in nats-server.
 """
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import urllib.parse
-from dataclasses import dataclass, field
 from typing import Any
 
+from pynatsd.base.blocks import WebSocketOptions
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration
 
-_EXTRA_KEY = "websocket"
 # Headers the upgrade response sets itself (nats-server refuses them in `headers {}`).
 _RESERVED_HEADERS = frozenset({"host", "content-length", "connection", "upgrade", "nats-no-masking"})
 _TLS_KEYS = frozenset({"cert_file", "key_file", "ca_file", "verify", "timeout"})
@@ -25,43 +24,10 @@ _ORIGIN_KEYS = frozenset(
 )
 
 
-@dataclass
-class WebSocketOptions:
-    """Everything the `websocket {}` block configures. Durations in seconds."""
-
-    host: str = "0.0.0.0"
-    port: int = 0  # 0 = no listener; -1 = a random port
-    advertise: str = ""
-    no_tls: bool = False
-    tls: dict[str, Any] | None = (
-        None  # the raw `tls {}` block (cert_file, key_file, ca_file, verify, timeout)
-    )
-    same_origin: bool = False
-    allowed_origins: list[str] = field(default_factory=list)
-    handshake_timeout: float = 0.0  # 0: none (nats-server's default)
-    compression: bool = False
-    username: str = ""
-    password: str = ""
-    token: str = ""
-    auth_timeout: float = 0.0  # 0: the server's
-    no_auth_user: str = ""
-    user_cookie: str = ""
-    pass_cookie: str = ""
-    token_cookie: str = ""
-    headers: dict[str, str] = field(default_factory=dict)
-    ping_interval: float = 0.0  # 0: the server's
-
-    @property
-    def auth_override(self) -> bool:
-        """True when the block sets credentials of its own (they then replace the server's single user or
-        token for WebSocket clients, as nats-server's authOverride)."""
-        return bool(self.username or self.token or self.no_auth_user)
-
-
 def websocket_options(opts: Options) -> WebSocketOptions | None:
     """The configured WebSocket listener, or None."""
-    ws = opts.extra.get(_EXTRA_KEY)
-    return ws if isinstance(ws, WebSocketOptions) and ws.port != 0 else None
+    ws = opts.websocket
+    return ws if ws is not None and ws.port != 0 else None
 
 
 def _str(key: str, value: Any) -> str:
@@ -203,12 +169,11 @@ def validate(ws: WebSocketOptions, opts: Options) -> None:
     check_block(ws)
     if ws.port == 0:
         return
-    block = opts.extra.get("authorization") or {}
-    users = block.get("users", []) or [] if isinstance(block, dict) else []
+    users = opts.users or []
     if ws.no_auth_user:
         names = {str(u.get("user", u.get("username", ""))) for u in users}
-        for acc in (opts.extra.get("accounts") or {}).values():
-            names |= {str(u.get("user", u.get("username", ""))) for u in (acc or {}).get("users", []) or []}
+        for acc in opts.accounts.values():
+            names |= {str(u.get("user", u.get("username", ""))) for u in acc.users}
         if not names:
             raise ConfigValueError(
                 f'no_auth_user: "{ws.no_auth_user}" present, but users/nkeys are not defined'
@@ -235,7 +200,7 @@ def apply(opts: Options, key: str, value: Any) -> None:
     # `authorization` block may come after this one.
     ws = parse_block(value)
     check_block(ws)
-    opts.extra[_EXTRA_KEY] = ws
+    opts.websocket = ws
 
 
 def tls_options(ws: WebSocketOptions, opts: Options) -> Options | None:

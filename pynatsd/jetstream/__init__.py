@@ -51,9 +51,9 @@ class JetStream:
 
     def start(self) -> None:
         self.loop = self.server.loop
-        configured: dict[str, Any] = self.server.options.extra.get("accounts") or {}
+        configured = self.server.options.accounts
         system = self.server.auth.system_account
-        if system and (configured.get(system) or {}).get("jetstream") is not None:
+        if system and system in configured and configured[system].jetstream is not None:
             raise JsConfigError("Not allowed to enable JetStream on the system account")
         self.store_root.mkdir(parents=True, exist_ok=True)
         if self.server.auth.jwt is not None:  # as each account JWT says, when the account appears
@@ -61,7 +61,7 @@ class JetStream:
                 self.account_created(name)
         elif configured:  # only the accounts given JetStream have it (not even $G), as in nats-server
             for name, spec in sorted(configured.items()):
-                self.account_created(name, spec.get("jetstream"))
+                self.account_created(name, spec.jetstream)
             self.account_created(DEFAULT_ACCOUNT, None)
         else:
             self.account_created(DEFAULT_ACCOUNT, account_js_limits())

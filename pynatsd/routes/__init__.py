@@ -14,7 +14,7 @@ Interface for monitoring and tooling (stable; other branches build on it):
   port once started), `advertise: str`, `urls: list[str]` (the configured `routes`), `pool_size: int`,
   `no_advertise: bool`, `connect_retries: int`, `compression: str`, `username: str`, `auth_timeout: float`,
   `tls: dict | None` (cert_file, key_file, ca_file, timeout), `dynamic_name: bool`. A copy of what was
-  configured (`Options.extra["cluster"]`, which a reload compares).
+  configured (`Options.cluster`, which a reload compares).
 - `Server.routes` -> iterable of `Route` (the registered routes, handshake done: the first one to each
   remote server, then the other connections of its route pool and its pinned accounts' routes).
 - `Route` (`pynatsd.routes.route.Route`), per route: `rid: int`, `remote_id: str`, `remote_name: str`,

@@ -61,13 +61,12 @@ class ClusterJetStream:
         self.responses.uninstall()
 
     def _configured(self) -> list[str]:
-        extra = self.server.options.extra
-        accounts: dict[str, dict[str, Any]] = extra.get("accounts") or {}
+        accounts = self.server.options.accounts
         if self.server.auth.jwt is not None:
             return []
         if not accounts:
             return [DEFAULT_ACCOUNT]
-        return [name for name, block in accounts.items() if block.get("jetstream")]
+        return [name for name, block in accounts.items() if block.jetstream]
 
     def enabled(self, account: str) -> bool:
         """Does `account` have JetStream (and so the import)?"""

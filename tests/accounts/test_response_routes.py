@@ -7,6 +7,7 @@ import asyncio
 import re
 from typing import Any
 
+from pynatsd.base.blocks import AccountConfig
 from pynatsd.base.options import Options
 from pynatsd.broker.connection import Connection
 from pynatsd.server import Server
@@ -51,13 +52,13 @@ class Sink:
 
 def _server() -> Server:
     options = Options()
-    options.extra["accounts"] = {
-        "A": {"users": [{"user": "a", "password": "a"}],
-              "exports": [{"service": "one"},
-                          {"service": "many", "response_type": "Stream", "threshold": 0.2}]},
-        "B": {"users": [{"user": "b", "password": "b"}],
-              "imports": [{"service": {"account": "A", "subject": "one"}},
-                          {"service": {"account": "A", "subject": "many"}}]},
+    options.accounts = {
+        "A": AccountConfig(users=[{"user": "a", "password": "a"}],
+                           exports=[{"service": "one"},
+                                    {"service": "many", "response_type": "Stream", "threshold": 0.2}]),
+        "B": AccountConfig(users=[{"user": "b", "password": "b"}],
+                           imports=[{"service": {"account": "A", "subject": "one"}},
+                                    {"service": {"account": "A", "subject": "many"}}]),
     }  # fmt: skip
     return Server(options)
 

@@ -477,7 +477,7 @@ def test_single_user_aliases(key: str, value: str) -> None:
 
 def test_accounts_as_a_list_of_names() -> None:
     opts, _ = load("accounts: [A, B]")
-    assert list(opts.extra["accounts"]) == ["A", "B"]
+    assert list(opts.accounts) == ["A", "B"]
     assert "Duplicate Account Entry: A" in errors_of("accounts: [A, A]")
 
 
@@ -528,7 +528,7 @@ def test_handshake_first_values(value: str, warned: bool, certs: dict[str, str])
 
 def test_jetstream_block_keys_are_checked() -> None:
     opts, warnings = load("jetstream { store_dir: /tmp/js, max_file_store: 1GB, domain: hub }")
-    assert warnings == [] and opts.extra["jetstream"]["store_dir"] == "/tmp/js"
+    assert warnings == [] and opts.jetstream["store_dir"] == "/tmp/js"  # type: ignore[index]
     assert 'unknown field "max_fie_store"' in errors_of("jetstream { max_fie_store: 1GB }")
     out = errors_of('jetstream { store_dir: /tmp/js, key: "s3cret" }')
     assert '"key": pynatsd does not support JetStream encryption at rest' in out

@@ -26,8 +26,8 @@ class JsServer:
 
     async def start(self) -> None:
         opts = Options(host="127.0.0.1", port=self.port)
-        opts.extra["jetstream"] = self.extra.get("jetstream", True)
-        opts.extra["jetstream_store_dir"] = str(self.store_dir)
+        opts.jetstream = self.extra.get("jetstream", True)
+        opts.jetstream_store_dir = str(self.store_dir)
         self.server = Server(opts)
         await self.server.start()
         self.port = self.server.port

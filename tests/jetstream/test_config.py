@@ -44,7 +44,7 @@ def test_block_and_switches() -> None:
     always = from_options(config_of("jetstream { sync_interval: always }"))
     assert always is not None and always.sync_always
     flags = Options()
-    flags.extra.update(jetstream=True, jetstream_store_dir="/tmp/x")
+    flags.jetstream, flags.jetstream_store_dir = True, "/tmp/x"
     cfg = from_options(flags)
     assert cfg is not None and str(cfg.store_dir) == "/tmp/x"
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pynatsd.base.blocks import ResolverConfig
 from pynatsd.base.options import Options, unreloadable_changes
 from tests.config.test_differential import _run
 from tests.jwt.issuer import Key, account_jwt
@@ -74,20 +75,43 @@ def test_valid_operator_config(kind: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("before", "after", "message"),
     [
-        (None, "MEMORY", "moving to or from an account resolver"),
-        ("MEMORY", None, "moving to or from an account resolver"),
-        ("MEMORY", {"type": "full", "dir": "x", "limit": 0}, "not supported for resolver"),
+        (None, ResolverConfig(), "moving to or from an account resolver"),
+        (ResolverConfig(), None, "moving to or from an account resolver"),
+        (ResolverConfig(), ResolverConfig("full", "x", 0), "not supported for resolver"),
     ],
 )
-def test_reload_keeps_the_resolver(before: object, after: object, message: str) -> None:
+def test_reload_keeps_the_resolver(
+    before: ResolverConfig | None, after: ResolverConfig | None, message: str
+) -> None:
     old, new = Options(), Options()
     for opts, resolver in ((old, before), (new, after)):
         if resolver is not None:
-            opts.extra["resolver"] = resolver
+            opts.resolver = resolver
     assert [m for m in unreloadable_changes(old, new) if message in m]
 
 
 def test_reload_keeps_the_system_account() -> None:
     old, new = Options(), Options()
-    old.extra["system_account"], new.extra["system_account"] = "AOLD", "ANEW"
+    old.system_account, new.system_account = "AOLD", "ANEW"
     assert [m for m in unreloadable_changes(old, new) if "SystemAccount" in m]
+
+
+@pytest.mark.parametrize(
+    ("after", "shown"),
+    [
+        (
+            ResolverConfig("full", "x", 0, delete="hard"),
+            "{'type': 'full', 'dir': 'x', 'limit': 0, 'delete': 'hard'}",
+        ),
+        (
+            ResolverConfig("cache", "x", 1000, ttl=5.0),
+            "{'type': 'cache', 'dir': 'x', 'limit': 1000, 'ttl': 5.0}",
+        ),
+    ],
+)
+def test_a_refused_resolver_change_shows_both_resolvers(after: ResolverConfig, shown: str) -> None:
+    """As the config schema's dicts showed them: MEMORY, or the directory's settings."""
+    old, new = Options(resolver=ResolverConfig()), Options(resolver=after)
+    assert unreloadable_changes(old, new) == [
+        f"config reload not supported for resolver: old='MEMORY', new={shown}"
+    ]

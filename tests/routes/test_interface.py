@@ -17,7 +17,7 @@ from pynatsd.server import Server
 
 def clustered(**cluster: object) -> Server:
     opts = Options(host="127.0.0.1", port=-1)
-    opts.extra["cluster"] = ClusterOptions(name="I", host="127.0.0.1", port=-1, **cluster)  # type: ignore[arg-type]
+    opts.cluster = ClusterOptions(name="I", host="127.0.0.1", port=-1, **cluster)  # type: ignore[arg-type]
     return Server(opts)
 
 

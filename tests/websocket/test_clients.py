@@ -30,7 +30,7 @@ Start = Callable[..., Any]
 @asynccontextmanager
 async def ws_server(ws: WebSocketOptions, **opts: Any) -> AsyncIterator[Server]:
     options = Options(host="127.0.0.1", port=-1, ping_interval=3600, **opts)
-    options.extra["websocket"] = ws
+    options.websocket = ws
     server = Server(options)
     await server.start()
     try:
@@ -145,8 +145,8 @@ async def test_websocket_authorization_overrides_the_servers() -> None:
 
 async def test_no_auth_user_of_the_websocket_block() -> None:
     ws = WebSocketOptions(host="127.0.0.1", port=-1, no_tls=True, no_auth_user="guest")
-    users = {"users": [{"user": "guest", "password": "g"}, {"user": "admin", "password": "a"}]}
-    async with ws_server(ws, extra={"authorization": users}) as s:
+    users = [{"user": "guest", "password": "g"}, {"user": "admin", "password": "a"}]
+    async with ws_server(ws, users=users) as s:
         ws_nc = await nats.connect(ws_url(s))  # no credentials: the block's no_auth_user
         (conn,) = s.clients.values()
         assert conn.user == "guest"

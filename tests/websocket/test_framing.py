@@ -314,7 +314,7 @@ def test_config_validation(text: str, message: str) -> None:
     """Checks of the block alone fail while the file is read; those against users when the listener starts."""
     with pytest.raises(ConfigValueError, match=message):
         opts = options(text)
-        validate(opts.extra["websocket"], opts)
+        validate(opts.websocket, opts)  # type: ignore[arg-type]
 
 
 def test_block_must_be_a_map() -> None:

@@ -1,0 +1,125 @@
+"""The structured blocks of `Options`, typed: the cluster and websocket listeners, the account resolver,
+operator trust. The config schema (pynatsd.config) fills them; auth, the features and reload read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_POOL_SIZE = 3
+DEFAULT_CONNECT_RETRIES = 0  # explicit routes retry forever; implicit ones (gossiped) give up
+
+
+@dataclass
+class ClusterOptions:
+    """Everything the `cluster {}` block and the cluster flags configure. Durations in seconds."""
+
+    name: str = ""  # empty: dynamic (a random name, replaced by a configured peer's)
+    host: str = "0.0.0.0"
+    port: int = 0  # -1: a random port; after start, the bound one
+    advertise: str = ""
+    urls: list[str] = field(default_factory=list)  # the configured routes (nats-route://[user:pass@]h:p)
+    pool_size: int = DEFAULT_POOL_SIZE  # -1: no pool, no pinned accounts; else pynatsd's own is 1 (routes)
+    # pinned accounts: a route of their own to each server (the system account's is added at start)
+    accounts: list[str] = field(default_factory=list)
+    no_advertise: bool = False
+    connect_retries: int = DEFAULT_CONNECT_RETRIES
+    compression: str = "off"
+    username: str = ""
+    password: str = ""
+    auth_timeout: float = 0.0  # 0: pynatsd.config.cluster's DEFAULT_AUTH_TIMEOUT
+    dynamic_name: bool = False  # set at start when `name` was not configured
+    ping_interval: float = 0.0  # 0: the server's, at most ROUTE_MAX_PING_INTERVAL
+    ping_max: int = 0  # 0: the server's
+    # `tls {}`: cert_file, key_file, ca_file, timeout (seconds). Routes then run mutual TLS, as
+    # nats-server's: each side presents its certificate and verifies the other's against ca_file.
+    tls: dict[str, Any] | None = None
+
+    @property
+    def auth_required(self) -> bool:
+        return bool(self.username)
+
+
+@dataclass
+class WebSocketOptions:
+    """Everything the `websocket {}` block configures. Durations in seconds."""
+
+    host: str = "0.0.0.0"
+    port: int = 0  # 0 = no listener; -1 = a random port
+    advertise: str = ""
+    no_tls: bool = False
+    tls: dict[str, Any] | None = (
+        None  # the raw `tls {}` block (cert_file, key_file, ca_file, verify, timeout)
+    )
+    same_origin: bool = False
+    allowed_origins: list[str] = field(default_factory=list)
+    handshake_timeout: float = 0.0  # 0: none (nats-server's default)
+    compression: bool = False
+    username: str = ""
+    password: str = ""
+    token: str = ""
+    auth_timeout: float = 0.0  # 0: the server's
+    no_auth_user: str = ""
+    user_cookie: str = ""
+    pass_cookie: str = ""
+    token_cookie: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    ping_interval: float = 0.0  # 0: the server's
+
+    @property
+    def auth_override(self) -> bool:
+        """True when the block sets credentials of its own (they then replace the server's single user or
+        token for WebSocket clients, as nats-server's authOverride)."""
+        return bool(self.username or self.token or self.no_auth_user)
+
+
+@dataclass
+class AccountConfig:
+    """One account of the `accounts {}` block, as the config schema normalized it."""
+
+    users: list[dict[str, Any]] = field(default_factory=list)  # as Options.users
+    default_permissions: dict[str, Any] | None = None
+    # {"stream" or "service": subject, "accounts" (None: public), "response_type", "threshold", ...}
+    exports: list[dict[str, Any]] = field(default_factory=list)
+    # {"stream" or "service": {"account", "subject"}, "to", "prefix"}
+    imports: list[dict[str, Any]] = field(default_factory=list)
+    jetstream: dict[str, Any] | None = None  # its JetStream limits; None: no JetStream
+
+
+@dataclass
+class ResolverConfig:
+    """The account resolver of operator mode: `memory` (accounts from `resolver_preload` only), or a
+    `full` or `cache` directory of account JWTs."""
+
+    type: str = "memory"  # memory, full or cache
+    dir: str = ""
+    limit: int = 0  # accounts a directory keeps (cache: 1000 when not given)
+    ttl: float = 0.0  # cache: seconds an account JWT is kept
+    delete: str = ""  # full with allow_delete: "hard" or "rename"; empty: deletes refused
+
+    @property
+    def directory(self) -> bool:
+        return self.type != "memory"
+
+    def shown(self) -> object:
+        """As a reload's message shows it: MEMORY, or the directory's settings."""
+        if not self.directory:
+            return "MEMORY"
+        shown: dict[str, object] = {"type": self.type, "dir": self.dir, "limit": self.limit}
+        if self.type == "cache":
+            shown["ttl"] = self.ttl
+        elif self.delete:
+            shown["delete"] = self.delete
+        return shown
+
+
+@dataclass
+class TrustedOperators:
+    """Operator mode, from the `operator` JWTs and `trusted` keys (checked by the config schema)."""
+
+    keys: list[str] = field(default_factory=list)  # the keys that may issue accounts
+    # Operators with strict_signing_key_usage: their own key may not issue accounts.
+    strict_operators: list[str] = field(default_factory=list)
+    # Their signing keys: the accounts these issue may sign users with signing keys only.
+    strict_signers: list[str] = field(default_factory=list)
