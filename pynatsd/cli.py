@@ -225,15 +225,13 @@ def command(ctx: click.Context, **flags: Any) -> None:
     from pynatsd.base.logging import configure_from
     from pynatsd.config.cluster import cluster_options
     from pynatsd.config.jetstream import check_clustered
-    from pynatsd.config.parser import ConfigError
-    from pynatsd.config.schema import ConfigValueError
 
     try:
         options, warnings = options_from_config_and_flags(flags)
         tls.check(options)
         check_clustered(options, cluster_options(options) is not None)
         Authenticator(options)  # bad permissions (e.g. allow_responses) are reported before starting
-    except (ConfigError, ConfigValueError, ValueError, OSError) as exc:
+    except (ValueError, OSError) as exc:  # the config file's ConfigError and ConfigValueError among them
         click.echo(f"pynatsd: {exc}", err=True)
         ctx.exit(1)
     if flags["signal"]:
@@ -274,18 +272,18 @@ def _reloaded_options(flags: dict[str, Any]) -> Options:
 
 def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[ConfigWarning]]:
     """Build Options from defaults, then the config file (-c), then flags; returns config warnings."""
-    from pynatsd.config.parser import parse_file
-    from pynatsd.config.schema import ConfigValueError, apply_config
-
     opts = Options()
     warnings: list[ConfigWarning] = []
-    if flags.get("config"):
+    if flags.get("config"):  # the file's parser and schema load only with a file (idle RSS)
+        from pynatsd.config.parser import parse_file
+        from pynatsd.config.schema import apply_config
+
         opts.config_file = flags["config"]
         parsed = parse_file(flags["config"])
         opts.config_digest = config_digest(parsed)
         warnings = apply_config(opts, parsed)
     elif flags.get("check_config"):
-        raise ConfigValueError("must specify [-c, --config] option to check configuration file syntax")
+        raise ValueError("must specify [-c, --config] option to check configuration file syntax")
     return options_from_flags(flags, opts), warnings
 
 

@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pynatsd.auth import jwt
+from pynatsd.auth.nkeys import valid_public_nkey
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.connection import AUTHENTICATION_EXPIRED
 from pynatsd.broker.internal import InternalClient
-from pynatsd.config.schema import valid_public_nkey
 from pynatsd.protocol import errors
 
 if TYPE_CHECKING:

@@ -84,3 +84,17 @@ def check_clustered(opts: Options, clustered: bool) -> None:
             "the cluster's JetStream, kept by its nats-server peers) or give it a domain of its own "
             "(jetstream { domain: NAME })"
         )
+
+
+def account_js_limits() -> dict[str, Any]:
+    """nats-server's JetStream limits of an account that has none set (`jetstream: enabled`)."""
+    return {
+        "max_memory": -1,
+        "max_storage": -1,
+        "max_streams": -1,
+        "max_consumers": -1,
+        "max_ack_pending": -1,
+        "memory_max_stream_bytes": -1,
+        "storage_max_stream_bytes": -1,
+        "max_bytes_required": False,
+    }

@@ -27,6 +27,7 @@ from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 from pynatsd.config import cluster as cluster_block
 from pynatsd.config import websocket as websocket_block
+from pynatsd.config.jetstream import account_js_limits
 from pynatsd.config.parser import ConfigMap, Where
 from pynatsd.protocol.subjects import is_valid_subject
 
@@ -461,20 +462,6 @@ _ACCOUNT_JS_SIZES = {
     "max_ack_pending": "max_ack_pending",
 }
 _ACCOUNT_JS_FLAGS = frozenset({"max_bytes_required", "max_stream_bytes", "max_bytes"})
-
-
-def account_js_limits() -> dict[str, Any]:
-    """nats-server's JetStream limits of an account that has none set (`jetstream: enabled`)."""
-    return {
-        "max_memory": -1,
-        "max_storage": -1,
-        "max_streams": -1,
-        "max_consumers": -1,
-        "max_ack_pending": -1,
-        "memory_max_stream_bytes": -1,
-        "storage_max_stream_bytes": -1,
-        "max_bytes_required": False,
-    }
 
 
 def _account_jetstream(ctx: Ctx, key: str, value: Any, where: Where) -> dict[str, Any] | None:

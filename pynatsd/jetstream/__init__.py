@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd.auth.users import DEFAULT_ACCOUNT
 from pynatsd.base.logging import get_logger
-from pynatsd.config.jetstream import JsConfig, JsConfigError, from_options
-from pynatsd.config.schema import account_js_limits
+from pynatsd.config.jetstream import JsConfig, JsConfigError, account_js_limits, from_options
 from pynatsd.jetstream import errors
 
 if TYPE_CHECKING:

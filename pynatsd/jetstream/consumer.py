@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pynatsd.config.schema import ConfigValueError, parse_duration
+from pynatsd.base.values import ConfigValueError, parse_duration
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.store import StoredMsg
 from pynatsd.jetstream.util import (

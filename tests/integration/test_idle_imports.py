@@ -12,7 +12,8 @@ import re
 from tests.servers import ServerProcess, free_port, start_server
 from tests.wire import WireClient
 
-# Loaded only when configured: monitoring (-m), account links and resolvers, operator mode (JWTs),
+# Loaded only when configured: a config file (-c), monitoring (-m), account links and resolvers, operator
+# mode (JWTs),
 # JetStream, WebSocket, file logging.
 UNUSED_WHEN_PLAIN = (
     "aiohttp",
@@ -21,6 +22,8 @@ UNUSED_WHEN_PLAIN = (
     "pynatsd.accounts",
     "pynatsd.auth.jwt",
     "pynatsd.auth.specs",
+    "pynatsd.config.parser",
+    "pynatsd.config.schema",
     "pynatsd.jetstream.stream",
     "pynatsd.websocket.server",
     "logging.handlers",

@@ -15,7 +15,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from pynatsd.config.schema import account_js_limits
+from pynatsd.config.jetstream import account_js_limits
 from tests.servers import ServerProcess, nats_server_binary, pynatsd_command, require, server_with_config
 
 CONF = """
