@@ -13,8 +13,7 @@ from tests.servers import ServerProcess, free_port, start_server
 from tests.wire import WireClient
 
 # Loaded only when configured: a config file (-c), monitoring (-m), account links and resolvers, operator
-# mode (JWTs),
-# JetStream, WebSocket, file logging.
+# mode (JWTs), JetStream, WebSocket, file logging.
 UNUSED_WHEN_PLAIN = (
     "aiohttp",
     "prometheus_client",
