@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pynatsd.broker.delivery import Client, Link, Message, Subscription, deliver, publish
+from pynatsd.broker.delivery import Client, Link, Message, Subscription, deliver, publish, size_fields
 from pynatsd.broker.logging import get_logger
 
 if TYPE_CHECKING:
@@ -698,8 +698,9 @@ class AccountLinks:
         headers = _with_request_info(msg.headers, info)
         out = Message(msg.origin)
         out.hops = (*msg.hops, export)
-        sizes = b"%d %d" % (len(headers), len(headers) + len(msg.payload))
-        out.set(subject, reply, sizes, headers, msg.payload, b"MSG " + subject + b" ")
+        out.set(
+            subject, reply, size_fields(headers, msg.payload), headers, msg.payload, b"MSG " + subject + b" "
+        )
         delivered = publish(self.server.sublist_for(si.exporter), out, self.server.fanout.counts)
         if not delivered and route is not None:
             self._drop(route)
