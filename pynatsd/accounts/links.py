@@ -47,7 +47,16 @@ from pynatsd.auth.specs import (
     tokens_subset,
 )
 from pynatsd.base.logging import get_logger
-from pynatsd.broker.delivery import SERVICE_IMPORT_SID, Client, Link, Message, Subscription, deliver, publish
+from pynatsd.broker.delivery import (
+    SERVICE_IMPORT_SID,
+    Client,
+    Link,
+    Message,
+    Subscription,
+    deliver,
+    publish,
+    size_fields,
+)
 
 if TYPE_CHECKING:
     from pynatsd.broker.core import Broker
@@ -331,8 +340,9 @@ class AccountLinks:
         headers = _with_request_info(msg.headers, info)
         out = Message(msg.origin)
         out.hops = (*msg.hops, export)
-        sizes = b"%d %d" % (len(headers), len(headers) + len(msg.payload))
-        out.set(subject, reply, sizes, headers, msg.payload, b"MSG " + subject + b" ")
+        out.set(
+            subject, reply, size_fields(headers, msg.payload), headers, msg.payload, b"MSG " + subject + b" "
+        )
         delivered = publish(self.server.sublist_for(si.exporter), out, self.server.fanout.counts)
         if not delivered and route is not None:
             self._drop(route)

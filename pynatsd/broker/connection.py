@@ -27,7 +27,16 @@ from pynatsd.base.listener import unmapped_ip
 from pynatsd.base.logging import TRACE, get_logger
 from pynatsd.base.tls import StartedCoroutine, abortive_close, session_info
 from pynatsd.broker import trace
-from pynatsd.broker.delivery import Client, Message, Subscription, deliver, publish, sid_bytes
+from pynatsd.broker.delivery import (
+    Client,
+    Message,
+    Subscription,
+    deliver,
+    new_head,
+    no_responders_status,
+    publish,
+    sid_bytes,
+)
 from pynatsd.broker.outbound import Outbound
 from pynatsd.broker.sids import SidMap
 from pynatsd.protocol import encoder, errors
@@ -44,9 +53,6 @@ log = get_logger()
 _RESERVED_PUBLISH = (b"_GR_.", b"$NRG.")
 _RESERVED_REPLY = (b"_R_.", b"$JS.ACK.", b"_GR_.")
 _SYS_QUEUE = b"_sys_"
-# Bounds of the MSG-head cache (Broker.msg_heads): entries, and subject length.
-_HEADS_CACHED = 4096
-_HEAD_SUBJECT_CACHED = 128
 # Input processed per turn of the event loop, per connection. libuv reads a ready socket up to 32 times
 # in a row (256 KiB each under uvloop) before it serves anything else: a publisher flooding interleaved
 # subjects kept the loop for 0.8 s per turn, and a new client's CONNECT timed out (issue 16). With one
@@ -114,6 +120,29 @@ class SlicedReader(Client):
         self._input: list[bytes] = []  # input received beyond this turn's slice, processed next turns
         self._input_at = 0  # where the unprocessed part of _input[0] starts
         self._taken = 0  # bytes processed in this turn of the loop
+        self.stalls = 0  # times a producer was stalled on this connection's queue (monitoring)
+
+    def backlogged(self) -> None:
+        """This connection's queue passed its gate (75% of max_pending, counting what its transport
+        holds). If the transport takes writes, the queue is written at once; otherwise the producer of the
+        read being processed will wait for it (outbound.StallGate), and past max_pending this is a slow
+        consumer. Client connections and routes alike: nats-server gives a route's queue the same gate."""
+        out = self.out
+        assert out is not None
+        if not out.paused:
+            # Not behind: one read made that much for it. Write it now (a transport that cannot take it all
+            # pauses, and its backlog counts from then on).
+            out.flush()
+            if out.queued <= out.gate:
+                return
+        if out.queued > out.hard_limit:
+            self.slow_consumer()
+        elif not self.server.options.no_fast_producer_stall and self.server.scheduler.reading:
+            self.server.scheduler.stall.passed(self, out)
+
+    def slow_consumer(self, reason: str = SLOW_CONSUMER_PENDING) -> None:
+        """Its queue went past max_pending (or its write deadline passed): counted, logged and closed."""
+        raise NotImplementedError
 
     def _parse_slice(self, data: bytes, start: int, budget: int) -> int:
         """Handle the ops of `data[start:]` that begin within `budget` bytes; return where the rest
@@ -227,7 +256,6 @@ class Connection(SlicedReader):
         self._ping_timer: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
-        self.stalls = 0  # times a producer was stalled on this connection's queue (monitoring)
         self._tls_task: asyncio.Task[None] | None = None  # the upgrade after INFO, while it runs
         self.tls_version = ""  # "1.3" once a TLS handshake is done (monitoring)
         self.tls_cipher = ""
@@ -673,11 +701,7 @@ class Connection(SlicedReader):
             if subject.startswith(_RESERVED_PUBLISH):
                 self._send_err(errors.publish_violation(_text(subject)))
                 return None
-            head = b"MSG " + subject + b" "
-            if len(subject) <= _HEAD_SUBJECT_CACHED:
-                if len(heads) >= _HEADS_CACHED:
-                    heads.clear()  # a publisher cycling through many subjects: start over rather than grow
-                heads[subject] = head
+            head = new_head(heads, subject)
         if reply is not None and reply.startswith(_RESERVED_REPLY):
             self._send_err(errors.publish_reply_violation(_text(reply)))
             return None
@@ -691,19 +715,17 @@ class Connection(SlicedReader):
 
     def _publish(self, msg: Message) -> None:
         if not publish(self.sublist, msg, self._fanout) and msg.reply is not None and self.opts.no_responders:
-            self._no_responders(msg.subject, msg.reply)
+            self.no_responders(msg.subject, msg.reply)
 
-    def _no_responders(self, subject: bytes, reply: bytes) -> None:
-        """Tell a requester that nobody received its request: a 503 status message on its own reply
-        subscription, delivered by the policy like any message."""
+    def no_responders(self, subject: bytes, reply: bytes) -> None:
+        """Tell a requester that nobody received its request, if it asked for that in CONNECT: a 503 status
+        message on its own reply subscription (not on anyone else's), delivered by the policy like any
+        message. JetStream calls it too, for requests no stream or consumer of its listens for."""
+        if not self.opts.no_responders:
+            return
         for sub in self.sublist.match(reply).plain:
             if sub.conn is self:
-                headers = encoder.no_responders_headers(subject)
-                status = Message(None)
-                status.set(
-                    reply, None, b"%d %d" % (len(headers), len(headers)), headers, b"", b"MSG " + reply + b" "
-                )
-                deliver(sub, status)
+                deliver(sub, no_responders_status(subject, reply))
                 return
 
     # -- replies, errors, closing -------------------------------------------------------------------
@@ -781,24 +803,6 @@ class Connection(SlicedReader):
         self._ping_timer = self._auth_timer = self._deadline_timer = None
         self.server.forget(self)
         log.debug("%r - Client connection closed: %s", self, reason)
-
-    def backlogged(self) -> None:
-        """This connection's queue passed its gate (75% of max_pending, counting what its transport
-        holds). If the transport takes writes, the queue is written at once; otherwise the producer of the
-        read being processed will wait for it (outbound.StallGate), and past max_pending this is a slow
-        consumer."""
-        out = self.out
-        assert out is not None
-        if not out.paused:
-            # Not behind: one read made that much for it. Write it now (a transport that cannot take it all
-            # pauses, and its backlog counts from then on).
-            out.flush()
-            if out.queued <= out.gate:
-                return
-        if out.queued > out.hard_limit:
-            self.slow_consumer()
-        elif not self.server.options.no_fast_producer_stall and self.server.scheduler.reading:
-            self.server.scheduler.stall.passed(self, out)
 
     def slow_consumer(self, reason: str = SLOW_CONSUMER_PENDING) -> None:
         if self.closed:

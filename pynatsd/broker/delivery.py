@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import mypyc_attr
 
-from pynatsd.protocol.encoder import hmsg_tail, msg_tail
+from pynatsd.protocol.encoder import hmsg_tail, msg_tail, no_responders_headers
 
 if TYPE_CHECKING:
     from pynatsd.auth.users import Permissions
@@ -49,6 +49,10 @@ if TYPE_CHECKING:
 
 #: A link to another account (pynatsd.accounts.links): (subscription, message) -> delivered to anyone.
 Forward = Callable[["Subscription", "Message"], bool]
+
+# Bounds of a publisher's cache of `MSG subject ` heads (see `new_head`): entries, and subject length.
+HEADS_CACHED = 4096
+HEAD_SUBJECT_CACHED = 128
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -80,6 +84,11 @@ class Client:
 
     def backlogged(self) -> None:
         """Its queue passed the gate (see Outbound.limit)."""
+
+    def no_responders(self, subject: bytes, reply: bytes) -> None:
+        """Its request on `subject` reached no one: a client connection that asked for it in CONNECT hears
+        a 503 status on its own reply subscription (`no_responders_status`); a route or an internal client
+        never does (nats-server sends it to a client only)."""
 
     def take(self, sub: Subscription, msg: Message) -> bool:
         """A client with no socket (`out` None) receives `msg` for `sub` here (an internal client queues it
@@ -251,11 +260,17 @@ def deliver(sub: Subscription, msg: Message) -> bool:
     if not msg.framed:
         msg.frame()
     if msg.headers is not None and conn.headers:
-        over = out.enqueue_msg(msg.hhead, sid, msg.htail)
-        conn.out_bytes += msg.size
-    else:
-        over = out.enqueue_msg(msg.head, sid, msg.tail)
-        conn.out_bytes += msg.nbytes
+        return enqueue(conn, out, msg.hhead, sid, msg.htail, msg.size)
+    return enqueue(conn, out, msg.head, sid, msg.tail, msg.nbytes)
+
+
+def enqueue(conn: Client, out: Outbound, head: bytes, sid: bytes, tail: bytes, nbytes: int) -> bool:
+    """Queue one message frame (`head`, `sid`, `tail`, by reference) to `conn` and count it (`nbytes`: what
+    it counts, headers stripped or not); past the queue's gate, `conn.backlogged()` applies the
+    slow-consumer and stall policy. The one place a message is queued: `deliver`, and a route's
+    `send_routed` for its routed messages."""
+    over = out.enqueue_msg(head, sid, tail)
+    conn.out_bytes += nbytes
     conn.out_msgs += 1
     if over:
         conn.backlogged()
@@ -293,7 +308,7 @@ def publish_run(
             plain, groups = sublist.match(subject)
         else:
             repeats += 1
-        msg.set(subject, msg.reply, _sizes(headers, payload), headers, payload, msg.head)
+        msg.set(subject, msg.reply, size_fields(headers, payload), headers, payload, msg.head)
         _publish_to(plain, groups, msg, fanout)
     sublist.count_repeats(subject, repeats - 1)  # the statistics as if each message had been matched
 
@@ -347,10 +362,32 @@ def _publish_to(
     return delivered
 
 
-def _sizes(headers: bytes | None, payload: bytes) -> bytes:
+def size_fields(headers: bytes | None, payload: bytes) -> bytes:
+    """A message's size field(s) as a server spells them: `<#bytes>`, or `<#hdr> <#total>` with headers."""
     if headers is None:
         return b"%d" % len(payload)
     return b"%d %d" % (len(headers), len(headers) + len(payload))
+
+
+def new_head(heads: dict[bytes, bytes], subject: bytes) -> bytes:
+    """`MSG subject ` for a subject missing from a publisher's cache `heads` (the caller looked first, and
+    checked the subject), kept there: subjects up to HEAD_SUBJECT_CACHED bytes, and a cache that reaches
+    HEADS_CACHED entries starts over (a publisher cycling through many subjects) rather than grows."""
+    head = b"MSG " + subject + b" "
+    if len(subject) <= HEAD_SUBJECT_CACHED:
+        if len(heads) >= HEADS_CACHED:
+            heads.clear()
+        heads[subject] = head
+    return head
+
+
+def no_responders_status(subject: bytes, reply: bytes) -> Message:
+    """The 503 status message that tells a requester its request on `subject` reached no one, to be
+    delivered on its reply subscription (see `Client.no_responders`)."""
+    headers = no_responders_headers(subject)
+    status = Message(None)
+    status.set(reply, None, size_fields(headers, b""), headers, b"", b"MSG " + reply + b" ")
+    return status
 
 
 def _route_target(

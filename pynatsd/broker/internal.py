@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from pynatsd.auth.users import DEFAULT_ACCOUNT
 from pynatsd.base.logging import get_logger
-from pynatsd.broker.delivery import Client, Message, Subscription, publish, publish_run
+from pynatsd.broker.delivery import Client, Message, Subscription, new_head, publish, publish_run, size_fields
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
@@ -132,27 +132,16 @@ class InternalClient(Client):
         if head is None:
             if not is_literal_subject(subject):
                 raise ValueError(f"cannot publish to a wildcard subject: {subject!r}")
-            head = b"MSG " + subject + b" "
-            if len(heads) >= 1024:
-                heads.clear()
-            heads[subject] = head
+            head = new_head(heads, subject)
         if shown_as is not None:
             shown = self._shown_heads
             head = shown.get(shown_as)
             if head is None:
-                head = b"MSG " + shown_as + b" "
-                if len(shown) >= 1024:
-                    shown.clear()
-                shown[shown_as] = head
+                head = new_head(shown, shown_as)
         self.in_msgs += 1
         self.in_bytes += len(payload) + (len(headers) if headers is not None else 0)
-        sizes = (
-            b"%d" % len(payload)
-            if headers is None
-            else b"%d %d" % (len(headers), len(headers) + len(payload))
-        )
         msg = Message(self)  # not reused: a callback may publish while another publish is delivering
-        msg.set(subject, reply, sizes, headers, payload, head)
+        msg.set(subject, reply, size_fields(headers, payload), headers, payload, head)
         return publish(self.sublist, msg, self._fanout)
 
     def publish_many(self, subject: bytes, frames: list[tuple[bytes | None, bytes]]) -> None:

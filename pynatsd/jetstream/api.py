@@ -9,6 +9,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from pynatsd.base.logging import get_logger
+from pynatsd.broker.connection import Connection
 from pynatsd.jetstream import consumer as consumer_mod
 from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.errors import ApiError
@@ -533,8 +534,7 @@ class Api:
         if stream is None or not stream.config["allow_direct"] or not reply:
             # nats-server only listens for streams that allow direct gets: "no responders".
             if reply:
-                subject = ".".join(["$JS.API", *toks]).encode()
-                self.account.client.publish(reply, None, no_responders_headers(subject), b"")
+                self._no_responders(".".join(["$JS.API", *toks]).encode(), reply)
             return
         client = self.account.client
         level = get_header(hdrs, b"Nats-Required-Api-Level")
@@ -637,6 +637,26 @@ class Api:
         if consumer is None:
             if reply:  # nats-server has no subscription for it: the requester hears "no responders"
                 subject = b"$JS.API.CONSUMER.MSG.NEXT.%s.%s" % (stream_name.encode(), name.encode())
-                self.account.client.publish(reply, None, no_responders_headers(subject), b"")
+                self._no_responders(subject, reply)
             return
         consumer.request_next(reply, payload)
+
+    def _no_responders(self, subject: bytes, reply: bytes) -> None:
+        """A request nothing of nats-server's would listen for: its requester is told as if nobody had
+        subscribed (delivery.Client.no_responders: a client that asked for it in CONNECT hears a 503 on
+        its own reply subscription, no one else does). A requester on another server (its request came
+        by a route, for our `$JS.API.>` interest) or in another account (through a service import) could
+        not be told by its own server or account, which saw the request delivered: the status goes back
+        along the reply's way, as nats-server's requester would have heard it (through an import: only if
+        the requester asked for it)."""
+        client = self.account.client
+        origin = client.origin
+        if origin is None:
+            return
+        if isinstance(origin, Connection) and origin.account != client.account:  # through an import
+            if origin.opts.no_responders:
+                client.publish(reply, None, no_responders_headers(subject), b"")
+        elif origin.is_route:
+            client.publish(reply, None, no_responders_headers(subject), b"")
+        else:
+            origin.no_responders(subject, reply)

@@ -20,8 +20,17 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd.auth.users import _password_ok
 from pynatsd.base.logging import TRACE, get_logger
-from pynatsd.broker.connection import SlicedReader
-from pynatsd.broker.delivery import Client, Message, Subscription, publish
+from pynatsd.broker.connection import SLOW_CONSUMER_PENDING, SlicedReader
+from pynatsd.broker.delivery import (
+    HEADS_CACHED,
+    Client,
+    Message,
+    Subscription,
+    enqueue,
+    new_head,
+    publish,
+    size_fields,
+)
 from pynatsd.broker.outbound import Outbound
 from pynatsd.broker.trace import TracedTransport, payload_line, redact
 from pynatsd.protocol import encoder, errors
@@ -47,7 +56,6 @@ DUPLICATE_SERVER_NAME = "Duplicate Server Name"
 WRONG_PORT = "Incorrect Port"
 FIRST_PING = 1.0  # seconds to the first PING: an RTT soon after the handshake
 ROUTE_MAX_PING_INTERVAL = 60.0  # nats-server caps the route ping interval at a minute
-_HEADS_CACHED = 4096
 
 
 class RemoteQueueSubscription(Subscription):
@@ -117,7 +125,7 @@ class Route(SlicedReader):
         self._msg = Message(self)
         self._fanout = server.fanout.counts
         self._sublists: dict[bytes, Sublist[Subscription]] = {}  # account -> its subject space here
-        self._heads: dict[bytes, bytes] = {}  # subject -> `MSG subject ` (bounded, see _HEADS_CACHED)
+        self._heads: dict[bytes, bytes] = {}  # subject -> `MSG subject ` (bounded: see delivery.new_head)
         self._rheads: dict[bytes, dict[bytes, bytes]] = {}  # account -> subject -> `RMSG account subject `
         self._pings_out = 0
         self._ping_sent = 0.0
@@ -443,25 +451,22 @@ class Route(SlicedReader):
             self._sublists[account] = sublist
         head = self._heads.get(subject)
         if head is None:
-            head = b"MSG " + subject + b" "
-            if len(self._heads) >= _HEADS_CACHED:
-                self._heads.clear()
-            self._heads[subject] = head
+            head = new_head(self._heads, subject)
         if reply is not None and reply.startswith(b"$JS.ACK."):
             at = js_ack_shown_at(reply)
             if at > 0:  # a JetStream delivery: matched on its deliver subject, shown with its own
                 head = b"MSG " + reply[at + 1 :] + b" "
                 reply = reply[:at]
-        sizes = b"%d" % size if headers is None else b"%d %d" % (len(headers), size)
         msg = self._msg
-        msg.set(subject, reply, sizes, headers, payload, head)
+        msg.set(subject, reply, size_fields(headers, payload), headers, payload, head)
         msg.queues = queues
         publish(sublist, msg, self._fanout)
 
     # -- sending --------------------------------------------------------------------------------------
     def send_routed(self, sub: Subscription, msg: Message) -> bool:
         """One RMSG (HMSG with headers, when the peer takes them) for `msg` in `sub`'s account, naming
-        the queue groups in `msg.queues`; called by delivery.deliver only."""
+        the queue groups in `msg.queues`; called by delivery.deliver only. Queued and counted as the
+        policy queues a client's (delivery.enqueue), from the message's shared frame parts."""
         out = self.out
         if out is None or self.closed:
             return False
@@ -487,7 +492,7 @@ class Route(SlicedReader):
                 named = account + b" " + msg.subject if account else msg.subject
                 head = (b"HMSG " if with_headers else b"RMSG ") + named
                 if not with_headers:
-                    if len(heads) >= _HEADS_CACHED:
+                    if len(heads) >= HEADS_CACHED:
                         heads.clear()
                     heads[msg.subject] = head
             else:
@@ -495,25 +500,17 @@ class Route(SlicedReader):
             if not msg.framed:
                 msg.frame()
             tail = msg.htail if with_headers else msg.tail
-        over = out.enqueue_msg(head, b"", tail)
-        self.out_msgs += 1
-        self.out_bytes += msg.size if with_headers else msg.nbytes
-        if over:
-            self.backlogged()
-        return True
+        return enqueue(self, out, head, b"", tail, msg.size if with_headers else msg.nbytes)
 
-    def backlogged(self) -> None:
-        out = self.out
-        if out is None:
+    def slow_consumer(self, reason: str = SLOW_CONSUMER_PENDING) -> None:
+        """Past max_pending (connection.SlicedReader.backlogged): counted as a route's and closed."""
+        if self.closed:
             return
-        if not out.paused:
-            out.flush()
-        if out.queued > out.hard_limit:
-            stats = self.server.stats
-            stats.slow_consumers += 1
-            stats.route_slow_consumers += 1
-            log.warning("%r - Slow Consumer Detected", self)
-            self.close("Slow Consumer (Pending Bytes)")
+        stats = self.server.stats
+        stats.slow_consumers += 1
+        stats.route_slow_consumers += 1
+        log.warning("%r - Slow Consumer Detected", self)
+        self.close(reason)
 
     def send(self, data: bytes) -> None:
         """Queue a frame (RS+, INFO, ...) and flush it."""
@@ -647,9 +644,7 @@ class RouteTracer:
         payload: bytes,
     ) -> None:
         head = rmsg_head(account, subject, reply, queues, headers is not None)
-        size = len(payload) if headers is None else len(headers) + len(payload)
-        sizes = b"%d" % size if headers is None else b"%d %d" % (len(headers), size)
-        self._trace(_text(head + sizes), (headers or b"") + payload)
+        self._trace(_text(head + size_fields(headers, payload)), (headers or b"") + payload)
         self.route.on_rmsg(account, subject, reply, queues, headers, payload)
 
 
