@@ -128,7 +128,7 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     push = bool(cfg.get("deliver_subject"))
     if push:
         ds = cfg["deliver_subject"]
-        if "*" in ds or ">" in ds:
+        if has_wildcard(ds.encode()):
             raise errors.consumer_deliver_to_wildcards()
         if not is_valid_subject(ds.encode()):
             raise errors._e(400, 10112, "invalid push consumer deliver subject")

@@ -85,6 +85,11 @@ CASES: list[tuple[str, Any]] = [
     (CC, {"stream_name": "E", "config": {"sample_freq": "abc%"}}),
     (CC, {"stream_name": "E", "config": {"sample_freq": "-5"}}),
     (CC, {"stream_name": "E", "config": {"deliver_subject": "x", "idle_heartbeat": 1_000_000}}),
+    # a deliver subject with wildcard tokens is refused; `*` or `>` inside a token is a literal
+    (CC, {"stream_name": "E", "config": {"deliver_subject": "dl.*"}}),
+    (CC, {"stream_name": "E", "config": {"deliver_subject": "dl.>"}}),
+    (CC, {"stream_name": "E", "config": {"deliver_subject": "dl*"}}),
+    (CC, {"stream_name": "E", "config": {"deliver_subject": ">dl.x>"}}),
     (CC, {"stream_name": "E", "config": {"max_deliver": "x"}}),
     (CC, {"stream_name": "E", "config": {"bogus": 1}}),
     (CC, {"stream_name": "E", "bogus": 1}),
