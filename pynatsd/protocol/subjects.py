@@ -6,41 +6,52 @@ an export or a stream names) may hold wildcards; a *literal* subject (what is pu
 Permissions, account links, JetStream and the sublist all ask these functions, so each question has one
 answer; tests/unit/test_subject_algebra.py holds them against the sublist's trie.
 
-The validity checks are single precompiled regular expressions: on the per-message path (the pedantic
-publish check) one C-level match costs less than even a few `in` scans.
+The literal check is a single precompiled regular expression: on the per-message path (the pedantic
+publish check) one C-level match costs less than even a few `in` scans; tests hold it to "a valid filter
+without wildcard tokens".
 """
 
 from __future__ import annotations
 
 import re
+from typing import Final
 
-PWC = b"*"
+# Final: mypyc inlines them as constants (a plain module global is a dict lookup at each use: the
+# matches() loop ran 15-30% slower).
+PWC: Final = b"*"
 """The one-token wildcard."""
-FWC = b">"
+FWC: Final = b">"
 """The one-or-more-tokens wildcard, only as the last token."""
-SEP = b"."
+SEP: Final = b"."
 
 _CHAR = rb"[^ \t\r\n\x0c.]"  # any byte of a token
 _NOT_WILD = rb"[^ \t\r\n\x0c.*>]"
 # A literal token: not exactly `*` or `>` (`foo*` and `a>b` are literals).
 _LITERAL_TOKEN = rb"(?:" + _NOT_WILD + _CHAR + rb"*|[*>]" + _CHAR + rb"+)"
-_TOKEN = _CHAR + rb"+"
 _LITERAL = re.compile(_LITERAL_TOKEN + rb"(?:\." + _LITERAL_TOKEN + rb")*").fullmatch
-# Valid: tokens may be `*`; a `>` token only last.
-_NOT_FWC_TOKEN = rb"(?:[^ \t\r\n\x0c.>]" + _CHAR + rb"*|>" + _CHAR + rb"+)"
-_VALID = re.compile(rb"(?:" + _NOT_FWC_TOKEN + rb"\.)*" + _TOKEN).fullmatch
 _QUEUE = re.compile(rb"[^ \t\r\n\x0c]+").fullmatch
 
 
 # -- validity ---------------------------------------------------------------------------------------------
-def is_valid_subject(subject: bytes) -> bool:
-    """A valid filter (subscribable): non-empty tokens, `>` only as the last token, no whitespace."""
-    return _VALID(subject) is not None
+_WHITESPACE: Final = b" \t\r\n\f"
 
 
 def filter_tokens(subject: bytes) -> list[bytes] | None:
-    """The tokens of a valid filter, None if `subject` is not one (is_valid_subject, split)."""
-    return subject.split(SEP) if _VALID(subject) is not None else None
+    """The tokens of a valid filter (subscribable): non-empty tokens, `>` only as the last token, no
+    whitespace; None if `subject` is not one. The sublist's tokenizer, once per SUB: translate() deleting
+    the whitespace bytes, then one split, cost less than a regex match and the split (interpreted, 360
+    vs 530 ns for `foo.bar.baz`, 370 vs 590 for `_INBOX.<22>.*`)."""
+    if not subject or len(subject.translate(None, _WHITESPACE)) != len(subject):
+        return None
+    tokens = subject.split(SEP)
+    if b"" in tokens or (FWC in tokens and tokens.index(FWC) != len(tokens) - 1):
+        return None
+    return tokens
+
+
+def is_valid_subject(subject: bytes) -> bool:
+    """A valid filter (subscribable): see filter_tokens."""
+    return filter_tokens(subject) is not None
 
 
 def is_literal_subject(subject: bytes) -> bool:
