@@ -44,7 +44,6 @@ from pynatsd.auth.specs import (
     StreamLink,
     link,
     split_tokens,
-    tokens_subset,
 )
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import (
@@ -57,6 +56,7 @@ from pynatsd.broker.delivery import (
     publish,
     size_fields,
 )
+from pynatsd.protocol.subjects import has_wildcard, tokens_subset
 
 if TYPE_CHECKING:
     from pynatsd.broker.core import Broker
@@ -419,7 +419,7 @@ def _shadow_subject(im: StreamLink, subject: bytes) -> bytes | None:
     if tokens_subset(tokens, local):  # narrower than the import: mapped back
         return im.reverse().apply(subject) if im.transform is not None else (
             subject if im.use_published else im.source)  # fmt: skip
-    if not any(t in (b"*", b">") for t in tokens):
+    if not has_wildcard(subject):
         return None
     if tokens_subset(local, tokens):  # wider: the whole import
         return im.source

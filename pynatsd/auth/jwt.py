@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pynatsd.auth.nkeys import valid_public_nkey
-from pynatsd.auth.specs import Export, Import, LinkError, links_from_jwt, subset
+from pynatsd.auth.specs import Export, Import, LinkError, links_from_jwt
 from pynatsd.auth.users import Connecting, Permissions, ResponsePermission, Rule
 from pynatsd.protocol import errors
-from pynatsd.protocol.subjects import is_valid_subject
+from pynatsd.protocol.subjects import is_valid_subject, subset
 
 if TYPE_CHECKING:
     from pynatsd.base.blocks import TrustedOperators

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pynatsd.base.blocks import AccountConfig
 
+from pynatsd.protocol.subjects import has_wildcard, overlap, subset
+
 SINGLETON, STREAMED, CHUNKED = "Singleton", "Stream", "Chunked"
 RESPONSE_TYPES = {"single": SINGLETON, "singleton": SINGLETON, "stream": STREAMED, "chunk": CHUNKED,
                   "chunked": CHUNKED}  # fmt: skip
@@ -26,42 +28,6 @@ class LinkError(ValueError):
 # -- subjects -------------------------------------------------------------------------------------------
 def split_tokens(subject: bytes) -> list[bytes]:
     return subject.split(b".")
-
-
-def has_wildcard(subject: bytes) -> bool:
-    return any(t in (b"*", b">") for t in split_tokens(subject))
-
-
-def subset(inner: bytes, outer: bytes) -> bool:
-    """True if every subject `inner` matches is matched by `outer` (nats-server's isSubsetMatch)."""
-    return tokens_subset(split_tokens(inner), split_tokens(outer))
-
-
-def tokens_subset(a: list[bytes], b: list[bytes]) -> bool:
-    for i, t in enumerate(b):
-        if i >= len(a):
-            return False
-        if t == b">":
-            return True
-        if a[i] == b">":
-            return False
-        if t != b"*" and a[i] != t:
-            return False
-    return len(a) == len(b)
-
-
-def collide(a: bytes, b: bytes) -> bool:
-    """True if some subject matches both patterns (nats-server's SubjectsCollide)."""
-    ta, tb = split_tokens(a), split_tokens(b)
-    for i in range(max(len(ta), len(tb))):
-        if i >= len(ta) or i >= len(tb):
-            return False
-        x, y = ta[i], tb[i]
-        if x == b">" or y == b">":
-            return True
-        if x != y and x != b"*" and y != b"*":
-            return False
-    return True
 
 
 class Transform:
@@ -330,7 +296,7 @@ def _stream_cycle(
     if not any(subset(to, e.subject) for e in acc.exports if not e.service):
         return False
     for s in done:
-        if s.importer != acc.name or not collide(to, s.local):
+        if s.importer != acc.name or not overlap(to, s.local):
             continue
         if s.exporter in visited:
             return True
@@ -382,7 +348,7 @@ def _service_cycle(
 ) -> bool:
     """nats-server's checkServiceImportsForCycles over the links made so far."""
     for s in done:
-        if s.importer != acc.name or not collide(local, s.remote):
+        if s.importer != acc.name or not overlap(local, s.remote):
             continue
         if s.exporter in visited:
             return True

@@ -22,6 +22,7 @@ from pynatsd.base.options import Options, system_account_of
 from pynatsd.base.values import ConfigValueError, parse_duration
 from pynatsd.protocol import errors
 from pynatsd.protocol.connect import ConnectOptions
+from pynatsd.protocol.subjects import matches, matches_wildcards_literally
 
 if TYPE_CHECKING:
     from pynatsd.auth.jwt import JwtAuthenticator, UserGrant
@@ -72,22 +73,6 @@ def _password_ok(given: str, stored: str) -> bool:
     return _same(given, stored)
 
 
-def subject_within(subject: bytes, pattern: bytes) -> bool:
-    """True if `pattern` matches `subject`, whose own wildcards count as literal tokens (as nats-server's
-    permission sublists do)."""
-    s, p = subject.split(b"."), pattern.split(b".")
-    for i, pt in enumerate(p):
-        if pt == b">":
-            return len(s) > i
-        if i >= len(s):
-            return False
-        if pt == b"*":
-            continue
-        if s[i] != pt:
-            return False
-    return len(s) == len(p)
-
-
 def _patterns(value: Any) -> list[bytes]:
     if value is None:
         return []
@@ -110,11 +95,11 @@ class Rule:
         return cls(_patterns(value), [])
 
     def permits(self, subject: bytes) -> bool:
-        if self.allow is not None and not any(subject_within(subject, p) for p in self.allow):
+        if self.allow is not None and not any(matches_wildcards_literally(p, subject) for p in self.allow):
             return False
         # A wildcard subscription overlapping a denied subject is still allowed (nats-server filters
         # the denied messages at delivery); only subjects inside a deny pattern are refused here.
-        return not any(subject_within(subject, d) for d in self.deny)
+        return not any(matches_wildcards_literally(d, subject) for d in self.deny)
 
 
 @dataclass(frozen=True)
@@ -185,7 +170,7 @@ class Permissions:
         """True if a message on `subject` may not be delivered to this user (nats-server's checkDenySub)."""
         hit = self._deny_cache.get(subject)
         if hit is None:
-            hit = any(subject_within(subject, pat) for pat in self.sub_deny)
+            hit = any(matches(pat, subject) for pat in self.sub_deny)
             if len(self._deny_cache) >= _CACHE_LIMIT:
                 self._deny_cache.clear()
             self._deny_cache[subject] = hit
@@ -260,7 +245,7 @@ class Permissions:
         def ok(pats: list[bytes]) -> bool:
             for pat in pats:
                 subj, _, q = pat.partition(b" ")
-                if subject_within(subject, subj) and (not q or q == queue):
+                if matches_wildcards_literally(subj, subject) and (not q or q == queue):
                     return True
             return False
 

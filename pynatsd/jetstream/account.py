@@ -12,7 +12,8 @@ from pynatsd.broker.internal import InternalClient
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.consumer import Consumer, random_name
 from pynatsd.jetstream.stream import Stream, equivalent
-from pynatsd.jetstream.util import now_ns, subjects_overlap
+from pynatsd.jetstream.util import now_ns
+from pynatsd.protocol.subjects import overlap
 
 if TYPE_CHECKING:
     from pynatsd.jetstream import JetStream
@@ -128,7 +129,7 @@ class JsAccount:
                 continue
             for a in cfg["subjects"]:
                 for b in other.config["subjects"]:
-                    if subjects_overlap(a.encode(), b.encode()):
+                    if overlap(a.encode(), b.encode()):
                         raise errors.subject_overlap()
 
     def check_stream_bytes(self, cfg: dict[str, Any]) -> None:

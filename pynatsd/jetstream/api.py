@@ -21,12 +21,11 @@ from pynatsd.jetstream.util import (
     now_ns,
     parse_rfc3339,
     rfc3339,
-    subjects_overlap,
 )
 from pynatsd.protocol import gojson
 from pynatsd.protocol.encoder import no_responders_headers
 from pynatsd.protocol.gojson import GoJsonError
-from pynatsd.protocol.subjects import is_literal_subject
+from pynatsd.protocol.subjects import is_literal_subject, overlap
 
 if TYPE_CHECKING:
     from pynatsd.jetstream.account import JsAccount
@@ -477,9 +476,7 @@ class Api:
         subj = req.get("subject")
         if subj:
             sb = str(subj).encode()
-            streams = [
-                s for s in streams if any(subjects_overlap(sb, x.encode()) for x in s.config["subjects"])
-            ]
+            streams = [s for s in streams if any(overlap(sb, x.encode()) for x in s.config["subjects"])]
         return streams
 
     def stream_names(self, toks: list[str], payload: bytes) -> Reply:

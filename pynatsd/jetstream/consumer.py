@@ -27,8 +27,6 @@ from pynatsd.jetstream.util import (
     now_ns,
     parse_rfc3339,
     rfc3339,
-    subject_matches,
-    subjects_overlap,
 )
 
 if TYPE_CHECKING:
@@ -39,7 +37,7 @@ if TYPE_CHECKING:
 
 from pynatsd.jetstream.stream import with_server_metadata
 from pynatsd.protocol import gojson
-from pynatsd.protocol.subjects import is_valid_subject
+from pynatsd.protocol.subjects import has_wildcard, is_valid_subject, matches, overlap
 
 MAX_NAME_LEN = 255  # nats-server's JSMaxNameLen, in bytes
 ACK_WAIT_DEFAULT = 30_000_000_000
@@ -130,7 +128,7 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     push = bool(cfg.get("deliver_subject"))
     if push:
         ds = cfg["deliver_subject"]
-        if "*" in ds or ">" in ds:
+        if has_wildcard(ds.encode()):
             raise errors.consumer_deliver_to_wildcards()
         if not is_valid_subject(ds.encode()):
             raise errors._e(400, 10112, "invalid push consumer deliver subject")
@@ -178,7 +176,7 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
             raise errors.stream_invalid_config("invalid subject")
     for i, a in enumerate(filters):
         for b in filters[i + 1 :]:
-            if subjects_overlap(a.encode(), b.encode()):
+            if overlap(a.encode(), b.encode()):
                 raise errors._e(400, 10138, "consumer subject filters cannot overlap")
     dp = cfg["deliver_policy"]
     _check_start(dp, cfg, bool(filters))
@@ -200,7 +198,7 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
                 continue
             if not other.filters or not filters:
                 raise errors.consumer_wq_multiple_unfiltered()
-            if any(subjects_overlap(a, b.encode()) for a in other.filters for b in filters):
+            if any(overlap(a, b.encode()) for a in other.filters for b in filters):
                 raise errors.consumer_wq_not_unique()
     cfg.setdefault("num_replicas", 0)
     meta = dict(cfg.get("metadata") or {})
@@ -379,7 +377,7 @@ class Consumer:
                 or ([config["filter_subject"]] if config.get("filter_subject") else [])
             )
         ]
-        self._literal = all(b"*" not in f and b">" not in f for f in self.filters)
+        self._literal = not any(has_wildcard(f) for f in self.filters)
         self._filter_match = filters_regex(self.filters).fullmatch
         self._replay_original = config["replay_policy"] == "original"
         self._headers_only = bool(config.get("headers_only"))
@@ -394,7 +392,7 @@ class Consumer:
     def wants(self, subject: bytes) -> bool:
         if not self.filters:
             return True
-        return any(subject_matches(f, subject) for f in self.filters)
+        return any(matches(f, subject) for f in self.filters)
 
     def _set_start(self) -> None:
         st = self.stream.store

@@ -22,15 +22,12 @@ from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
 from pynatsd.jetstream.util import (
     filters_regex,
     get_header,
-    is_subset,
     now_ns,
     parse_rfc3339,
     rfc3339,
     rfc3339_bytes,
-    subject_matches,
-    subjects_overlap,
 )
-from pynatsd.protocol.subjects import is_valid_subject
+from pynatsd.protocol.subjects import has_wildcard, is_valid_subject, matches, overlap, subset
 
 log = get_logger()
 
@@ -220,16 +217,16 @@ def _check_subjects(subjects: list[str], no_ack: bool) -> None:
             raise errors.stream_invalid_config("capturing all subjects requires no-ack to be true")
         if not no_ack:
             for space in (b"$JS.>", b"$JSC.>", b"$NRG.>"):
-                if subjects_overlap(sb, space) and not is_subset(sb, b"$JS.EVENT.>"):
+                if overlap(sb, space) and not subset(sb, b"$JS.EVENT.>"):
                     raise errors.stream_invalid_config(
                         "subjects that overlap with jetstream api require no-ack to be true"
                     )
-            if subjects_overlap(sb, b"$SYS.>") and not is_subset(sb, b"$SYS.ACCOUNT.>"):
+            if overlap(sb, b"$SYS.>") and not subset(sb, b"$SYS.ACCOUNT.>"):
                 raise errors.stream_invalid_config(
                     "subjects that overlap with system api require no-ack to be true"
                 )
         for other in subjects[i + 1 :]:
-            if subjects_overlap(other.encode(), sb):
+            if overlap(other.encode(), sb):
                 raise errors.stream_invalid_config(f'subject "{subj}" overlaps with "{other}"')
         seen.add(subj)
 
@@ -399,7 +396,7 @@ class Stream:
             state["num_subjects"] = len(st.subjects)
         if subjects_filter:
             f = subjects_filter.encode()
-            counts = {s.decode(): len(v) for s, v in st.subjects.items() if subject_matches(f, s)}
+            counts = {s.decode(): len(v) for s, v in st.subjects.items() if matches(f, s)}
             if counts:
                 state["subjects"] = counts
         state["consumer_count"] = len(self.consumers)
@@ -711,15 +708,13 @@ class Stream:
         found: int | None
         if last_by:
             f = last_by.encode()
-            if b"*" in f or b">" in f:
-                found = max(
-                    (lst[-1] for s, lst in st.subjects.items() if subject_matches(f, s)), default=None
-                )
+            if has_wildcard(f):
+                found = max((lst[-1] for s, lst in st.subjects.items() if matches(f, s)), default=None)
             else:
                 found = st.last_for(f) or None
         elif next_by:
             f = next_by.encode()
-            found = st.next_seq(max(seq, 1), lambda s: subject_matches(f, s))
+            found = st.next_seq(max(seq, 1), lambda s: matches(f, s))
         elif seq:
             found = seq if seq in st else None
         else:
@@ -745,7 +740,7 @@ class Stream:
             return [(self._coordinates(one, b"\r\n"), one.data)]
         seq = req.get("seq") or 0
         next_by = req.get("next_by_subj")
-        match = partial(subject_matches, next_by.encode()) if next_by else None
+        match = partial(matches, next_by.encode()) if next_by else None
         pending = st.count_from(seq, match)
         valid_through = st.last_seq
         max_bytes = req.get("max_bytes") or default_max_bytes

@@ -1,55 +1,10 @@
-"""Small helpers: subject matching, NATS header blocks, Go-style timestamps."""
+"""Small helpers: NATS header blocks, Go-style timestamps, filters as one regex."""
 
 from __future__ import annotations
 
 import re
 import time
 from datetime import UTC, datetime
-
-
-def subject_matches(filter_: bytes, subject: bytes) -> bool:
-    """True if literal `subject` is matched by `filter_` (which may hold `*` and `>`)."""
-    if filter_ == subject or filter_ == b">":
-        return True
-    ft, st = filter_.split(b"."), subject.split(b".")
-    for i, f in enumerate(ft):
-        if f == b">":
-            return len(st) > i
-        if i >= len(st) or (f != b"*" and f != st[i]):
-            return False
-    return len(ft) == len(st)
-
-
-def subjects_overlap(a: bytes, b: bytes) -> bool:
-    """True if some literal subject is matched by both `a` and `b`."""
-    at, bt = a.split(b"."), b.split(b".")
-    for i in range(max(len(at), len(bt))):
-        x = at[i] if i < len(at) else None
-        y = bt[i] if i < len(bt) else None
-        if x == b">":
-            return y is not None
-        if y == b">":
-            return x is not None
-        if x is None or y is None:
-            return False
-        if x != y and x != b"*" and y != b"*":
-            return False
-    return True
-
-
-def is_subset(sub: bytes, sup: bytes) -> bool:
-    """True if every subject `sub` matches is also matched by `sup`."""
-    st, pt = sub.split(b"."), sup.split(b".")
-    for i, p in enumerate(pt):
-        if p == b">":
-            return len(st) > i
-        if i >= len(st):
-            return False
-        if p != b"*" and (st[i] in (b"*", b">") or st[i] != p):
-            return False
-        if st[i] == b">":
-            return False
-    return len(st) == len(pt)
 
 
 def get_header(hdrs: bytes | None, key: bytes) -> bytes | None:
@@ -126,7 +81,7 @@ def parse_rfc3339(text: str) -> int:
 def filters_regex(filters: list[bytes]) -> re.Pattern[bytes]:
     """One regex for the subjects any of the filters match (all subjects without filters), for scans of a
     stream's subjects (pending counts, filtered purges, stream info): 300k subjects against `s.*.x`,
-    interpreted, took 708 ms with subject_matches, 285 ms with the regex."""
+    interpreted, took 708 ms with subjects.matches, 285 ms with the regex."""
     if not filters:
         return re.compile(rb".*", re.S)
     alternatives = []

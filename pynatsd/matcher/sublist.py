@@ -27,7 +27,7 @@ from pynatsd.matcher import trie
 from pynatsd.matcher.errors import InvalidSubjectError
 from pynatsd.matcher.leaf import Leaf, merge, slot_add, slot_iter, slot_result
 from pynatsd.matcher.result import EMPTY, MatchResult, S, SublistStats
-from pynatsd.matcher.subjects import FWC, PWC, SEP, filter_tokens_match, subscription_tokens
+from pynatsd.protocol.subjects import FWC, PWC, SEP, filter_tokens, matches
 
 CACHE_MAX = 1024
 """Cached subjects before a sweep (nats-server's slCacheMax)."""
@@ -90,7 +90,9 @@ class Sublist(Generic[S]):
     def insert(self, sub: S) -> None:
         """Add a subscription. Raises InvalidSubjectError for an invalid subject; a repeat is a no-op."""
         subject = sub.subject
-        tokens = subscription_tokens(subject)
+        tokens = filter_tokens(subject)
+        if tokens is None:
+            raise InvalidSubjectError(subject)
         if PWC in tokens or FWC in tokens:
             if not trie.insert(self._root, tokens, sub):
                 return
@@ -135,9 +137,8 @@ class Sublist(Generic[S]):
         elif slot is not None:
             return False
         else:
-            try:
-                tokens = subscription_tokens(subject)
-            except InvalidSubjectError:
+            tokens = filter_tokens(subject)
+            if tokens is None:
                 return False
             if (PWC not in tokens and FWC not in tokens) or not trie.remove(self._root, tokens, sub):
                 return False
@@ -169,7 +170,7 @@ class Sublist(Generic[S]):
         `tokens`) answers: its own subject's, or for a wildcard one every literal subject it receives."""
         awaited = self._awaited
         if PWC in tokens or FWC in tokens:
-            fired = [s for s in awaited if filter_tokens_match(tokens, s)]
+            fired = [s for s in awaited if matches(subject, s)]
         else:
             fired = [subject] if subject in awaited else []
         for key in fired:

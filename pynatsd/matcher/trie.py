@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pynatsd.matcher.leaf import slot_add, slot_iter, slot_remove
-from pynatsd.matcher.subjects import FWC, PWC
+from pynatsd.protocol.subjects import FWC, PWC
 
 
 class Node:

@@ -13,10 +13,9 @@ from pynatsd.auth.specs import (
     LinkError,
     StreamLink,
     Transform,
-    collide,
     link,
-    subset,
 )
+from pynatsd.protocol.subjects import overlap, subset
 
 
 @pytest.mark.parametrize(
@@ -36,8 +35,8 @@ def test_subset(inner: bytes, outer: bytes, expected: bool) -> None:
     [(b"a.*", b"*.b", True), (b"a.b", b"a.c", False), (b"a.>", b"a.b.c", True), (b"a", b"a.b", False),
      (b">", b"x", True)],
 )  # fmt: skip
-def test_collide(a: bytes, b: bytes, expected: bool) -> None:
-    assert collide(a, b) is expected
+def test_overlap(a: bytes, b: bytes, expected: bool) -> None:
+    assert overlap(a, b) is expected
 
 
 def test_transform_positional_and_references() -> None:

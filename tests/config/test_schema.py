@@ -231,7 +231,6 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
         ("ocsp: true", "ocsp"),
         ("cluster { port: 6222, tls { cert_file: x, key_file: y, insecure: true } }", "insecure"),
         ("cluster { port: 6222, permissions { import: x } }", "permissions"),
-        ("cluster { port: 6222, accounts: [A] }", "accounts"),
         ("cluster { port: 6222, compression: s2_fast }", "compression"),
     ],
 )

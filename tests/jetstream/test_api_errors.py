@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from pynatsd.jetstream.util import filters_regex, subject_matches
+from pynatsd.jetstream.util import filters_regex
+from pynatsd.protocol.subjects import matches
 from tests.jetstream import test_differential
 from tests.jetstream.conftest import JsServer
 from tests.servers import ServerProcess, jetstream_pair
@@ -84,6 +85,11 @@ CASES: list[tuple[str, Any]] = [
     (CC, {"stream_name": "E", "config": {"sample_freq": "abc%"}}),
     (CC, {"stream_name": "E", "config": {"sample_freq": "-5"}}),
     (CC, {"stream_name": "E", "config": {"deliver_subject": "x", "idle_heartbeat": 1_000_000}}),
+    # a deliver subject with wildcard tokens is refused; `*` or `>` inside a token is a literal
+    (CC, {"stream_name": "E", "config": {"deliver_subject": "dl.*"}}),
+    (CC, {"stream_name": "E", "config": {"deliver_subject": "dl.>"}}),
+    (CC, {"stream_name": "E", "config": {"deliver_subject": "dl*"}}),
+    (CC, {"stream_name": "E", "config": {"deliver_subject": ">dl.x>"}}),
     (CC, {"stream_name": "E", "config": {"max_deliver": "x"}}),
     (CC, {"stream_name": "E", "config": {"bogus": 1}}),
     (CC, {"stream_name": "E", "bogus": 1}),
@@ -361,8 +367,8 @@ _token = st.sampled_from(["a", "b", "ab", "*", ">"])
     filters=st.lists(st.lists(_token, min_size=1, max_size=3).map(".".join), max_size=2),
     subject=st.lists(st.sampled_from(["a", "b", "ab"]), min_size=1, max_size=4).map(".".join),
 )
-def test_filters_regex_matches_as_subject_matches(filters: list[str], subject: str) -> None:
-    """The regex that counts pending messages and purges by filter agrees with subject_matches."""
+def test_filters_regex_agrees_with_matches(filters: list[str], subject: str) -> None:
+    """The regex that counts pending messages and purges by filter agrees with subjects.matches."""
     fs = [f.encode() for f in filters if ">" not in f[:-1]]  # '>' only last, as in a valid filter
-    want = not fs or any(subject_matches(f, subject.encode()) for f in fs)
+    want = not fs or any(matches(f, subject.encode()) for f in fs)
     assert (filters_regex(fs).fullmatch(subject.encode()) is not None) == want

@@ -20,6 +20,9 @@ authorization {
         publish: {allow: ["ok.>"], deny: ["ok.secret"]}
         subscribe: ["in.*", "work worker"]
     }}
+    {user: wild, password: "wild", permissions: {
+        subscribe: {allow: ["in.*", "all.>", "no.>"], deny: ["no.*"]}
+    }}
   ]
 }
 """
@@ -86,6 +89,17 @@ def test_permissions_allow_and_deny(server: ServerProcess) -> None:
             reply
             == b'-ERR \'Permissions Violation for Subscription to "work" using queue "other"\'\r\nPONG\r\n'
         )
+
+
+def test_a_subscriptions_wildcards_are_literal_tokens_to_permissions(server: ServerProcess) -> None:
+    """A SUB's own `*` and `>` are looked up as literal tokens (subjects.matches_wildcards_literally):
+    allow `in.*` permits `in.>`, which is no subset of it, and deny `no.*` refuses `no.>`."""
+    with _session(server.port, "wild", "wild") as c:
+        reply, _ = c.exchange(b"SUB in.> 1\r\nSUB all.* 2\r\nSUB no.a.b 3\r\nPING\r\n")
+        assert reply == b"PONG\r\n"
+        for sid, subject in enumerate((b"in.*.x", b"no.>", b"no.a", b"all"), start=4):
+            reply, _ = c.exchange(b"SUB %s %d\r\nPING\r\n" % (subject, sid))
+            assert reply == b"-ERR 'Permissions Violation for Subscription to \"%s\"'\r\nPONG\r\n" % subject
 
 
 @pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
