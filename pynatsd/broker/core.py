@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pynatsd import __version__
 from pynatsd.auth.users import DEFAULT_ACCOUNT, Authenticator
+from pynatsd.base.blocks import ClusterOptions
 from pynatsd.base.histogram import HistogramCounts
 from pynatsd.base.ids import new_server_id
 from pynatsd.base.listener import peer_closed
@@ -31,7 +32,6 @@ from pynatsd.broker.connection import (
 )
 from pynatsd.broker.delivery import Subscription
 from pynatsd.broker.outbound import FlushScheduler, StallGate
-from pynatsd.config.cluster import ClusterOptions
 from pynatsd.matcher import Sublist, SublistStats, combine_stats
 from pynatsd.protocol import encoder
 

@@ -44,9 +44,9 @@ from pynatsd.protocol.route import encode_rsub, encode_runsub
 from pynatsd.routes.route import Route
 
 if TYPE_CHECKING:
+    from pynatsd.base.blocks import ClusterOptions
     from pynatsd.broker.core import Broker
     from pynatsd.broker.delivery import Subscription
-    from pynatsd.config.cluster import ClusterOptions
     from pynatsd.matcher import Sublist
 
 log = get_logger()

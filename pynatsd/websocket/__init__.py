@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pynatsd.base.logging import get_logger
+from pynatsd.base.values import ConfigValueError
 from pynatsd.config.websocket import WebSocketOptions, websocket_options
 
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ async def start_websocket(server: Broker) -> WebSocketListener | None:
     ws = websocket_options(server.options)
     if ws is None:
         return None
-    from pynatsd.config.schema import ConfigValueError
     from pynatsd.websocket.server import WebSocketListener
 
     listener = WebSocketListener(server, ws)

@@ -68,7 +68,6 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("pynatsd.server", "pynatsd.monitor"): _CONFIGURED + " (a monitoring port: aiohttp, prometheus-client)",
     ("pynatsd.server", "pynatsd.monitor.system"): _CONFIGURED + " (a system account clients can reach)",
     ("pynatsd.websocket", "pynatsd.websocket.server"): _CONFIGURED + " (a websocket block)",
-    ("pynatsd.websocket", "pynatsd.config.schema"): _CONFIGURED + " (a websocket block)",
     ("pynatsd.jetstream", "pynatsd.jetstream.account"): "monitoring reads pynatsd.jetstream without -js",
     ("pynatsd.jetstream", "pynatsd.jetstream.monitor"): "monitoring reads pynatsd.jetstream without -js",
     ("pynatsd.jetstream", "pynatsd.jetstream.stream"): "monitoring reads pynatsd.jetstream without -js",
