@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from pynatsd.base.histogram import HistogramCounts
 
@@ -280,9 +280,9 @@ class Outbound:
         self.written_bytes = 0
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
-        self._on_error: Callable[[BaseException], Any] | None = None
+        self._on_error: Callable[[BaseException], object] | None = None
 
-    def start(self, on_error: Callable[[BaseException], Any]) -> None:
+    def start(self, on_error: Callable[[BaseException], object]) -> None:
         """Start the flusher task; `on_error` is told of a transport that fails a write."""
         self._on_error = on_error
         self._flusher = asyncio.get_running_loop().create_task(self._run())

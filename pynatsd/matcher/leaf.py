@@ -13,38 +13,40 @@ the cluster from one object (never `weight` of them). Its weight must not change
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TypeAlias, cast, final
 
-from pynatsd.matcher.result import EMPTY, MatchResult
+from pynatsd.matcher.result import EMPTY, MatchResult, Subscriber
 
 # NamedTuple's generated __new__ is a Python function; tuple.__new__ builds the same object in one C call.
 _new = tuple.__new__
 
 
-def weight_of(sub: Any) -> int:
+def weight_of(sub: Subscriber) -> int:
     """How many members `sub` stands for in its queue group (1 unless it carries a `weight`)."""
-    weight: int = getattr(sub, "weight", 1)
-    return weight
+    # Optional, so not in the Subscriber protocol: only a route's remote queue interest has one, an int.
+    return cast(int, getattr(sub, "weight", 1))
 
 
-def _shadowed(members: Any) -> tuple[Any, ...]:
+def _shadowed(members: Iterable[Subscriber]) -> tuple[Subscriber, ...]:
     """A queue group's members, each repeated as often as its weight."""
     return tuple(sub for sub in members for _ in range(weight_of(sub)))
 
 
+@final
 class Leaf:
     """Two or more subscriptions on one subject: plain ones and queue groups by name."""
 
     __slots__ = ("_result", "count", "plain", "queues", "weighted")
 
     def __init__(self) -> None:
-        self.plain: dict[Any, None] = {}
-        self.queues: dict[bytes, dict[Any, None]] | None = None
-        self._result: MatchResult[Any] | None = None
+        self.plain: dict[Subscriber, None] = {}
+        self.queues: dict[bytes, dict[Subscriber, None]] | None = None
+        self._result: MatchResult[Subscriber] | None = None
         self.count = 0
         self.weighted = 0  # queue members of a weight other than 1 (results then shadow them)
 
-    def add(self, sub: Any) -> bool:
+    def add(self, sub: Subscriber) -> bool:
         """Add a subscription; False if it was already here."""
         q = sub.queue
         if q:
@@ -68,17 +70,19 @@ class Leaf:
         self.count += 1
         return True
 
-    def discard(self, sub: Any) -> bool:
+    def discard(self, sub: Subscriber) -> bool:
         """Remove a subscription; False if it was not here."""
         q = sub.queue
         if q:
             queues = self.queues
-            members = None if queues is None else queues.get(q)
+            if queues is None:
+                return False
+            members = queues.get(q)
             if members is None or sub not in members:
                 return False
             del members[sub]
             if not members:
-                del queues[q]  # type: ignore[union-attr]
+                del queues[q]
             if weight_of(sub) != 1:
                 self.weighted -= 1
         elif self.plain.pop(sub, self) is self:
@@ -90,18 +94,18 @@ class Leaf:
     def __len__(self) -> int:
         return self.count
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Subscriber]:
         yield from self.plain
         if self.queues:
             for members in self.queues.values():
                 yield from members
 
-    def result(self) -> MatchResult[Any]:
+    def result(self) -> MatchResult[Subscriber]:
         """This subject's subscribers as a (cached until the next change) MatchResult."""
         r = self._result
         if r is None:
             if not self.queues:
-                groups: tuple[tuple[Any, ...], ...] = ()
+                groups: tuple[tuple[Subscriber, ...], ...] = ()
             elif self.weighted:
                 groups = tuple(_shadowed(m) for m in self.queues.values())
             else:
@@ -110,7 +114,11 @@ class Leaf:
         return r
 
 
-def slot_add(slot: Any, sub: Any) -> tuple[Any, bool]:
+Slot: TypeAlias = "Subscriber | Leaf"
+"""What one subject (a literal key, a trie node) holds: a bare subscription, or a Leaf of several."""
+
+
+def slot_add(slot: Slot | None, sub: Subscriber) -> tuple[Slot, bool]:
     """Add ``sub`` to a slot; returns the new slot value and whether it was added."""
     if slot is None:
         return sub, True
@@ -124,7 +132,7 @@ def slot_add(slot: Any, sub: Any) -> tuple[Any, bool]:
     return leaf, True
 
 
-def slot_remove(slot: Any, sub: Any) -> tuple[Any, bool]:
+def slot_remove(slot: Slot | None, sub: Subscriber) -> tuple[Slot | None, bool]:
     """Remove ``sub`` from a slot; returns the new slot value (None when empty) and whether it was there."""
     if slot is sub:
         return None, True
@@ -136,14 +144,14 @@ def slot_remove(slot: Any, sub: Any) -> tuple[Any, bool]:
     return slot, True
 
 
-def slot_iter(slot: Any) -> Any:
+def slot_iter(slot: Slot) -> Iterator[Subscriber]:
     """Iterate the subscriptions in a slot."""
     if type(slot) is Leaf:
         return iter(slot)
     return iter((slot,))
 
 
-def slot_result(slot: Any) -> MatchResult[Any]:
+def slot_result(slot: Slot) -> MatchResult[Subscriber]:
     """A MatchResult for a single slot."""
     if type(slot) is Leaf:
         return slot.result()
@@ -152,10 +160,10 @@ def slot_result(slot: Any) -> MatchResult[Any]:
     return _new(MatchResult, ((slot,), ()))
 
 
-def merge(slots: list[Any]) -> MatchResult[Any]:
+def merge(slots: list[Slot]) -> MatchResult[Subscriber]:
     """Combine several matching slots; queue members of one name across slots form one group."""
-    plain: list[Any] = []
-    groups: dict[bytes, list[Any]] = {}
+    plain: list[Subscriber] = []
+    groups: dict[bytes, list[Subscriber]] = {}
     for slot in slots:
         if type(slot) is Leaf:
             plain.extend(slot.plain)

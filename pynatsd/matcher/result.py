@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import Generic, NamedTuple, Never, Protocol, TypeVar
 
 
 class Subscriber(Protocol):
@@ -16,14 +16,15 @@ class Subscriber(Protocol):
 
 
 S = TypeVar("S", bound=Subscriber)
+S_co = TypeVar("S_co", bound=Subscriber, covariant=True)
 
 
-class MatchResult(NamedTuple, Generic[S]):
+class MatchResult(NamedTuple, Generic[S_co]):
     """Subscriptions matching one published subject. Shared and cached: callers never mutate it."""
 
-    plain: tuple[S, ...]
+    plain: tuple[S_co, ...]
     """Every matching subscription without a queue group."""
-    groups: tuple[tuple[S, ...], ...]
+    groups: tuple[tuple[S_co, ...], ...]
     """One tuple per queue name: the matching members of that group (deliver to one of each)."""
 
 
@@ -40,7 +41,8 @@ class SublistStats(NamedTuple):
     avg_fanout: float
 
 
-EMPTY: MatchResult[Any] = MatchResult((), ())
+EMPTY: MatchResult[Never] = MatchResult((), ())
+"""No subscribers: a MatchResult of every subscription type (it is covariant, and holds none)."""
 
 
 def combine_stats(parts: list[SublistStats]) -> SublistStats:

@@ -21,12 +21,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import Any, Generic
+from typing import Generic, cast
 
 from pynatsd.matcher import trie
 from pynatsd.matcher.errors import InvalidSubjectError
-from pynatsd.matcher.leaf import Leaf, merge, slot_add, slot_iter, slot_result
-from pynatsd.matcher.result import EMPTY, MatchResult, S, SublistStats
+from pynatsd.matcher.leaf import Leaf, Slot, merge, slot_add, slot_iter, slot_result
+from pynatsd.matcher.result import EMPTY, MatchResult, S, SublistStats, Subscriber
 from pynatsd.protocol.subjects import FWC, PWC, SEP, filter_tokens, matches
 
 CACHE_MAX = 1024
@@ -64,7 +64,7 @@ class Sublist(Generic[S]):
     )
 
     def __init__(self, cache: bool = True) -> None:
-        self._literal: dict[bytes, Any] = {}
+        self._literal: dict[bytes, Slot] = {}
         self._root = trie.Node()
         self._nwild = 0
         self._cache: dict[bytes, MatchResult[S]] = {}
@@ -198,20 +198,22 @@ class Sublist(Generic[S]):
         self._nmiss += 1
         # The uncached match, inline: literal subscribers by one probe, wildcard ones by a trie walk.
         lit = self._literal.get(subject)
+        found: MatchResult[Subscriber]
         if not self._nwild:
-            r = EMPTY if lit is None else slot_result(lit)
+            found = EMPTY if lit is None else slot_result(lit)
         else:
             tokens = subject.split(SEP)
             if b"" in tokens:
                 return EMPTY  # empty tokens match nothing (and cannot be a literal key); never cached
-            out: list[Any] = [] if lit is None else [lit]
+            out: list[Slot] = [] if lit is None else [lit]
             trie.match(self._root, tokens, 0, len(tokens), out)
             if not out:
-                r = EMPTY
+                found = EMPTY
             elif len(out) == 1:
-                r = slot_result(out[0])
+                found = slot_result(out[0])
             else:
-                r = merge(out)
+                found = merge(out)
+        r = cast(MatchResult[S], found)  # the slots hold only what insert() took: S
         if self._admit:
             cache = self._cache
             cache[subject] = r
@@ -238,9 +240,10 @@ class Sublist(Generic[S]):
 
     def subscriptions(self) -> Iterator[S]:
         """Every subscription in the index."""
+        # Casts: the index holds only what insert() took, all S.
         for slot in self._literal.values():
-            yield from slot_iter(slot)
-        yield from trie.iter_subs(self._root)
+            yield from cast(Iterator[S], slot_iter(slot))
+        yield from cast(Iterator[S], trie.iter_subs(self._root))
 
     def stats(self) -> SublistStats:
         """Counters for /subsz; fan-out (plain subs + queue groups per result) is over cached results."""

@@ -8,9 +8,10 @@ the ``>`` child, stack the ``*`` child, then follow the literal child.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import cast
 
-from pynatsd.matcher.leaf import slot_add, slot_iter, slot_remove
+from pynatsd.matcher.leaf import Slot, slot_add, slot_iter, slot_remove
+from pynatsd.matcher.result import Subscriber
 from pynatsd.protocol.subjects import FWC, PWC
 
 
@@ -29,7 +30,7 @@ class Node:
         self.tok: bytes | None = None
         self.pwc: Node | None = None
         self.fwc: Node | None = None
-        self.slot: Any = None
+        self.slot: Slot | None = None
 
     def is_empty(self) -> bool:
         return self.slot is None and self.pwc is None and self.fwc is None and self.nodes is None
@@ -41,7 +42,7 @@ class Node:
             return []
         if self.tok is not None:
             return [nodes]  # type: ignore[list-item]
-        return list(nodes.values())  # type: ignore[union-attr]
+        return list(cast(dict[bytes, Node], nodes).values())  # tok None: a dict (see the class)
 
 
 def _literal_child(node: Node, token: bytes, create: bool) -> Node | None:
@@ -98,7 +99,7 @@ def _unlink(parent: Node, token: bytes) -> None:
             ((parent.tok, parent.nodes),) = nodes.items()
 
 
-def insert(root: Node, tokens: list[bytes], sub: Any) -> bool:
+def insert(root: Node, tokens: list[bytes], sub: Subscriber) -> bool:
     """Add ``sub`` under ``tokens``; False if it was already there."""
     node = root
     for t in tokens:
@@ -107,7 +108,7 @@ def insert(root: Node, tokens: list[bytes], sub: Any) -> bool:
     return added
 
 
-def remove(root: Node, tokens: list[bytes], sub: Any) -> bool:
+def remove(root: Node, tokens: list[bytes], sub: Subscriber) -> bool:
     """Remove ``sub`` from under ``tokens``, pruning nodes left empty; False if it was not there."""
     path: list[Node] = [root]
     node: Node | None = root
@@ -127,7 +128,7 @@ def remove(root: Node, tokens: list[bytes], sub: Any) -> bool:
     return True
 
 
-def match(node: Node, tokens: list[bytes], i: int, n: int, out: list[Any]) -> None:
+def match(node: Node, tokens: list[bytes], i: int, n: int, out: list[Slot]) -> None:
     """Append to ``out`` the slots under ``node`` matching ``tokens[i:n]``.
 
     Iterative: the ``*`` branches wait on a stack instead of recursing, so no subject (a publisher's
@@ -137,7 +138,7 @@ def match(node: Node, tokens: list[bytes], i: int, n: int, out: list[Any]) -> No
         node, i = pending.pop()
         while i < n:
             fwc = node.fwc
-            if fwc is not None:
+            if fwc is not None and fwc.slot is not None:  # always set: a ">" node has no children
                 out.append(fwc.slot)
             pwc = node.pwc
             if pwc is not None:
@@ -151,7 +152,8 @@ def match(node: Node, tokens: list[bytes], i: int, n: int, out: list[Any]) -> No
                 break
             tok = node.tok
             if tok is None:
-                nxt = nodes.get(tokens[i])  # type: ignore[union-attr]
+                # tok None: a dict (see Node); cast, not `get` on the union: a native dict lookup compiled
+                nxt = cast(dict[bytes, Node], nodes).get(tokens[i])
                 if nxt is None:
                     break
                 node = nxt
@@ -165,7 +167,7 @@ def match(node: Node, tokens: list[bytes], i: int, n: int, out: list[Any]) -> No
                 out.append(node.slot)
 
 
-def iter_subs(node: Node) -> Iterator[Any]:
+def iter_subs(node: Node) -> Iterator[Subscriber]:
     """Every subscription under ``node``."""
     stack = [node]
     while stack:

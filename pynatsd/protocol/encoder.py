@@ -9,7 +9,7 @@ and copies nothing.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
 
 PING = b"PING\r\n"
 PONG = b"PONG\r\n"
@@ -20,14 +20,14 @@ _GO_ESCAPES = str.maketrans(
 )
 
 
-def go_json(value: Any, sort_keys: bool = False) -> str:
+def go_json(value: object, sort_keys: bool = False) -> str:
     """JSON as Go's encoding/json writes it: compact, UTF-8, with <, >, &, U+2028 and U+2029 escaped
     (`sort_keys`: as Go orders a map's keys)."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)
     return text.translate(_GO_ESCAPES)
 
 
-def encode_info(info: dict[str, Any]) -> bytes:
+def encode_info(info: Mapping[str, object]) -> bytes:
     """`INFO {json} \\r\\n` — nats-server puts a space before the CRLF."""
     return b"INFO " + go_json(info).encode() + b" \r\n"
 

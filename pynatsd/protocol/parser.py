@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import cast
 
 from pynatsd.protocol import errors
 from pynatsd.protocol.ops import Op, OpHandler, OpRecorder
@@ -501,7 +501,7 @@ class Parser:
         self._buf = buf[pos:]
 
 
-def _wants_headers(options: dict[str, Any]) -> bool:
+def _wants_headers(options: dict[str, object]) -> bool:
     for key, value in options.items():
         if key.lower() == "headers":
             return value is True
@@ -522,11 +522,11 @@ def _too_deep(arg: bytes) -> bool:
     return False
 
 
-def _decode_json(arg: bytes) -> dict[str, Any]:
+def _decode_json(arg: bytes) -> dict[str, object]:
     if arg.count(b"[") + arg.count(b"{") > _MAX_JSON_DEPTH and _too_deep(arg):
         raise errors.InvalidJSON("JSON nested too deeply")
     try:
-        value = json.loads(arg) if arg else None
+        value = cast(object, json.loads(arg)) if arg else None
     except json.JSONDecodeError as exc:
         raise errors.InvalidJSON("invalid JSON", _go_syntax_error(exc)) from None
     except ValueError:
@@ -536,9 +536,9 @@ def _decode_json(arg: bytes) -> dict[str, Any]:
             raise errors.InvalidJSON("missing JSON", "unexpected end of JSON input")
         return {}
     if not isinstance(value, dict):
-        kind = {bool: "bool", str: "string", list: "array"}.get(type(value), "number")
+        kind = {"bool": "bool", "str": "string", "list": "array"}.get(type(value).__name__, "number")
         raise errors.InvalidJSON("JSON is not an object", f"json: cannot unmarshal {kind} into Go value")
-    return value
+    return cast(dict[str, object], value)  # a JSON object's keys are strings
 
 
 # Python's JSON syntax errors as Go's encoding/json words them (what nats-server logs for a bad CONNECT)

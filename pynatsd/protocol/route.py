@@ -23,8 +23,9 @@ bounded by `max_payload` all the same (`MAX_ROUTED_PAYLOAD` by default), and by 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 from pynatsd.protocol import errors
 from pynatsd.protocol.encoder import go_json
@@ -38,9 +39,9 @@ _WS = b" \t\r\n"
 class RouteOpHandler(Protocol):
     """What a route parser drives; one method per complete op, in wire order."""
 
-    def on_info(self, info: dict[str, Any]) -> None: ...
+    def on_info(self, info: dict[str, object]) -> None: ...
 
-    def on_connect(self, options: dict[str, Any]) -> None: ...
+    def on_connect(self, options: dict[str, object]) -> None: ...
 
     def on_ping(self) -> None: ...
 
@@ -69,12 +70,12 @@ class RouteOpHandler(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RInfo:
-    info: dict[str, Any]
+    info: dict[str, object]
 
 
 @dataclass(frozen=True, slots=True)
 class RConnect:
-    options: dict[str, Any]
+    options: dict[str, object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +132,10 @@ class RouteOpRecorder:
     def __init__(self) -> None:
         self.ops: list[RouteOp] = []
 
-    def on_info(self, info: dict[str, Any]) -> None:
+    def on_info(self, info: dict[str, object]) -> None:
         self.ops.append(RInfo(info))
 
-    def on_connect(self, options: dict[str, Any]) -> None:
+    def on_connect(self, options: dict[str, object]) -> None:
         self.ops.append(RConnect(options))
 
     def on_ping(self) -> None:
@@ -382,15 +383,16 @@ class RouteParser:
             kind = b"INFO" if op.startswith(b"INFO") else b"CONNECT"
             text = line.lstrip(b" \t")[len(kind) :].strip(_WS)
             try:
-                value = json.loads(text)
+                value = cast(object, json.loads(text))
             except (ValueError, RecursionError) as exc:
                 raise errors.InvalidJSON(f"{kind.decode()}: invalid JSON") from exc
             if not isinstance(value, dict):
                 raise errors.InvalidJSON(f"{kind.decode()}: not a JSON object")
+            fields = cast(dict[str, object], value)  # a JSON object's keys are strings
             if kind == b"INFO":
-                handler.on_info(value)
+                handler.on_info(fields)
             else:
-                handler.on_connect(value)
+                handler.on_connect(fields)
         else:
             raise errors.UnknownOperation(errors.UNKNOWN_OPERATION)
         return None
@@ -461,5 +463,5 @@ def encode_rmsg(
     return b"%s%d %d\r\n%s%s\r\n" % (head, len(headers), total, headers, payload)
 
 
-def encode_connect(options: dict[str, Any]) -> bytes:
+def encode_connect(options: Mapping[str, object]) -> bytes:
     return b"CONNECT " + go_json(options).encode() + b"\r\n"

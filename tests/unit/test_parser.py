@@ -180,6 +180,16 @@ def test_errors_whole_and_bytewise(data: bytes, error: type[errors.ProtocolError
             parser.feed(data[i : i + 1])
 
 
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [(b"true", "bool"), (b'"x"', "string"), (b"[1]", "array"), (b"12", "number"), (b"1.5", "number")],
+)
+def test_connect_not_an_object_is_logged_as_go_words_it(value: bytes, kind: str) -> None:
+    with pytest.raises(errors.InvalidJSON) as info:
+        Parser().feed(b"CONNECT " + value + b"\r\n")
+    assert info.value.log_text == f"json: cannot unmarshal {kind} into Go value"
+
+
 def test_hpub_size_rules() -> None:
     for bad in (b"HPUB foo 3 2\r\n", b"HPUB foo x 2\r\n", b"HPUB foo 1\r\n", b"HPUB a b c d e\r\n"):
         with pytest.raises(errors.BadArguments):
