@@ -116,3 +116,12 @@ def socket_urls(scheme: str, sockname: Any) -> list[str]:
     host, port = str(sockname[0]), int(sockname[1])
     hosts = interface_addresses() if ipaddress.ip_address(host).is_unspecified else [host]
     return [f"{scheme}://[{h}]:{port}" if ":" in h else f"{scheme}://{h}:{port}" for h in hosts or [host]]
+
+
+def peer_address(transport: asyncio.BaseTransport) -> tuple[str, int] | None:
+    """The connected peer's (ip, port) as clients see it (an IPv4-mapped IPv6 address unmapped); None
+    when the transport has none (a socket pair, a closed socket)."""
+    peer: object = transport.get_extra_info("peername")
+    if not isinstance(peer, tuple) or len(peer) < 2:
+        return None
+    return unmapped_ip(str(peer[0])), int(peer[1])

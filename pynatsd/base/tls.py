@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -117,6 +118,12 @@ def session_info(transport: Any) -> tuple[str, str]:
 
 _LINGER_ABORT = struct.pack("ii", 1, 0)
 _LINGER_DEFAULT = struct.pack("ii", 0, 0)
+
+
+def socket_of(transport: asyncio.BaseTransport) -> object:
+    """The socket under `transport` (its "socket" extra info), for abortive_close."""
+    sock: object = transport.get_extra_info("socket")
+    return sock
 
 
 def abortive_close(sock: Any, on: bool) -> None:

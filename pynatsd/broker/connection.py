@@ -18,14 +18,14 @@ import random
 import ssl
 import time
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from mypy_extensions import mypyc_attr
 
 from pynatsd.auth.users import DEFAULT_ACCOUNT, Authenticator
-from pynatsd.base.listener import unmapped_ip
+from pynatsd.base.listener import peer_address
 from pynatsd.base.logging import TRACE, get_logger
-from pynatsd.base.tls import StartedCoroutine, abortive_close, session_info
+from pynatsd.base.tls import StartedCoroutine, abortive_close, session_info, socket_of
 from pynatsd.broker import trace
 from pynatsd.broker.delivery import (
     Client,
@@ -299,7 +299,7 @@ class Connection(SlicedReader):
         """Who checks this connection's CONNECT (a WebSocket listener can have credentials of its own)."""
         return self.server.auth
 
-    def adjust_info(self, info: dict[str, Any]) -> None:
+    def adjust_info(self, info: dict[str, object]) -> None:
         """Hook for connections under a listener of their own (WebSocket) to adjust the INFO they get."""
 
     def ping_interval(self) -> float:
@@ -311,9 +311,9 @@ class Connection(SlicedReader):
         transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
         self.transport = transport
         server = self.server
-        peer = transport.get_extra_info("peername")
-        if peer:
-            self.ip, self.port = unmapped_ip(str(peer[0])), int(peer[1])
+        peer = peer_address(transport)
+        if peer is not None:
+            self.ip, self.port = peer
         transport.set_write_buffer_limits(high=256 * 1024)
         self.out = Outbound(self._traced(transport), server.scheduler, server.options.max_pending)
         self.out.start(self._write_failed)
@@ -353,7 +353,7 @@ class Connection(SlicedReader):
                 return
             if opts.tls_verify:
                 # until the client certificate is accepted
-                abortive_close(transport.get_extra_info("socket"), True)
+                abortive_close(socket_of(transport), True)
             # Our own timer (start_tls' would abort the socket before we can say why), as nats-server's.
             timer = loop.call_later(timeout, self._tls_timeout, transport)
             self._tls_task = loop.create_task(self._finish_tls(started, timer))
@@ -400,7 +400,7 @@ class Connection(SlicedReader):
             return
         log.debug("%r - TLS handshake complete", self)
         if self.server.options.tls_verify:
-            abortive_close(tls.get_extra_info("socket"), False)
+            abortive_close(socket_of(tls), False)
         self.tls_version, self.tls_cipher = session_info(tls)
         self.transport = tls
         tls.set_write_buffer_limits(high=256 * 1024)
@@ -413,7 +413,7 @@ class Connection(SlicedReader):
         if self.closed:
             return
         log.debug("%r - TLS handshake timeout", self)
-        abortive_close(raw.get_extra_info("socket"), False)  # the -ERR must get through
+        abortive_close(socket_of(raw), False)  # the -ERR must get through
         raw.write(encoder.encode_err(errors.SECURE_CONNECTION_TLS_REQUIRED))
         self.close(TLS_HANDSHAKE_FAILURE)
 
@@ -468,7 +468,7 @@ class Connection(SlicedReader):
             self.out.resume()
 
     # -- ops (protocol.ops.OpHandler) ------------------------------------------------------------------
-    def on_connect(self, options: dict[str, Any]) -> None:
+    def on_connect(self, options: dict[str, object]) -> None:
         server = self.server
         try:
             opts = parse_connect(options, server.options.headers)
@@ -612,7 +612,7 @@ class Connection(SlicedReader):
     def on_ok(self) -> None:
         pass  # accepted and ignored, as nats-server does
 
-    def on_info(self, info: dict[str, Any]) -> None:
+    def on_info(self, info: dict[str, object]) -> None:
         pass  # accepted and ignored, as nats-server does
 
     def on_err(self, text: str) -> None:
