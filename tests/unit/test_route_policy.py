@@ -7,11 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pynatsd.broker.options import Options
-from pynatsd.broker.server import Server
-
+from pynatsd.base.options import Options
 from pynatsd.broker.outbound import STALL_BYTES
 from pynatsd.routes.route import Route
+from pynatsd.server import Server
 from tests.unit.test_read_slices import FakeTransport, connect
 
 
