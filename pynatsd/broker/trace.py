@@ -30,17 +30,19 @@ _SECRET_PREFIXES = ("pass", "auth_token")
 _SECRET_KEYS = {"sig", "proxy_sig", "nkey", "jwt"}
 
 
-def redact(value: Any) -> Any:
+def redact(value: object) -> object:
     """A copy of CONNECT's fields with every secret's value replaced by `[REDACTED]`, at any depth (as
     nats-server's pattern finds them anywhere in the line)."""
     if isinstance(value, dict):
-        return {
-            k: REDACTED if k.lower().startswith(_SECRET_PREFIXES) or k.lower() in _SECRET_KEYS else redact(v)
-            for k, v in value.items()
-        }
+        return {k: REDACTED if _is_secret(str(k)) else redact(v) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(item) for item in value]
     return value
+
+
+def _is_secret(key: str) -> bool:
+    low = key.lower()
+    return low.startswith(_SECRET_PREFIXES) or low in _SECRET_KEYS
 
 
 def go_quote(data: bytes) -> str:

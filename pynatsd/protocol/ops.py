@@ -11,13 +11,13 @@ For tests, tracing and tools, `OpRecorder` is a handler that records each call a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 
 class OpHandler(Protocol):
     """What a parser drives. Each method is one complete client op, in wire order."""
 
-    def on_connect(self, options: dict[str, Any]) -> None: ...
+    def on_connect(self, options: dict[str, object]) -> None: ...
 
     def on_pub(self, subject: bytes, reply: bytes | None, size: bytes, payload: bytes) -> None:
         """`size` is the size field as the client spelled it (`2`, or `02`): nats-server's MSG repeats it."""
@@ -42,13 +42,13 @@ class OpHandler(Protocol):
     def on_err(self, text: str) -> None:
         """A client-sent `-ERR`."""
 
-    def on_info(self, info: dict[str, Any]) -> None:
+    def on_info(self, info: dict[str, object]) -> None:
         """A client-sent INFO (nats-server ignores it)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Connect:
-    options: dict[str, Any]
+    options: dict[str, object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,7 @@ class Err:
 
 @dataclass(frozen=True, slots=True)
 class Info:
-    info: dict[str, Any]
+    info: dict[str, object]
 
 
 Op = Connect | Pub | HPub | Sub | Unsub | Ping | Pong | Ok | Err | Info
@@ -120,7 +120,7 @@ class OpRecorder:
         ops, self.ops = self.ops, []
         return ops
 
-    def on_connect(self, options: dict[str, Any]) -> None:
+    def on_connect(self, options: dict[str, object]) -> None:
         self.ops.append(Connect(options))
 
     def on_pub(self, subject: bytes, reply: bytes | None, size: bytes, payload: bytes) -> None:
@@ -149,7 +149,7 @@ class OpRecorder:
     def on_err(self, text: str) -> None:
         self.ops.append(Err(text))
 
-    def on_info(self, info: dict[str, Any]) -> None:
+    def on_info(self, info: dict[str, object]) -> None:
         self.ops.append(Info(info))
 
 

@@ -187,10 +187,10 @@ class RouteManager:
             info.update(extra)
         return encoder.encode_info(info)
 
-    def connect_options(self, url: str) -> dict[str, Any]:
+    def connect_options(self, url: str) -> dict[str, object]:
         """The CONNECT a soliciting side sends (credentials from the route URL, as nats-server)."""
         parts = urllib.parse.urlsplit(url)
-        options: dict[str, Any] = {"echo": True, "verbose": False, "pedantic": False}
+        options: dict[str, object] = {"echo": True, "verbose": False, "pedantic": False}
         if parts.username:
             options["user"] = urllib.parse.unquote(parts.username)
             options["pass"] = urllib.parse.unquote(parts.password or "")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from pynatsd.auth.users import _password_ok
 from pynatsd.base.logging import TRACE, get_logger
@@ -108,7 +108,7 @@ class Route(SlicedReader):
         self.compression = "off"
         self.close_reason = ""
         self.connect_urls: list[str] = []  # the peer's client URLs (its INFO's connect_urls)
-        self.info: dict[str, Any] = {}  # the peer's first INFO (gossiped to the other routes)
+        self.info: dict[str, object] = {}  # the peer's first INFO (gossiped to the other routes)
         self.registered = False  # accepted by the manager (handshake done, not a duplicate)
         self.retry = False  # reconnect if closed, though not solicited (a duplicate was dropped for it)
         self.no_reconnect = False
@@ -161,8 +161,8 @@ class Route(SlicedReader):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)
         self.transport = transport
-        peer = transport.get_extra_info("peername")
-        if peer:
+        peer: object = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
             self.host, self.port = str(peer[0]), int(peer[1])
         server = self.server
         traced = cast(asyncio.Transport, TracedTransport(transport, self)) if self._trace else transport
@@ -183,7 +183,7 @@ class Route(SlicedReader):
             timeout = manager.cluster.auth_timeout or server.options.effective_auth_timeout
             self._auth_timer = loop.call_later(timeout, self._auth_timeout)
 
-    def link_fields(self) -> dict[str, Any]:
+    def link_fields(self) -> dict[str, object]:
         """What a soliciting side's INFO says about the connection: the account it is pinned to, or its
         place in the pool (nats-server's `route_account`, `route_pool_idx`)."""
         if self.account:
@@ -242,7 +242,7 @@ class Route(SlicedReader):
         self.close("Authentication Failure", errors.AUTHORIZATION_VIOLATION)
         return False
 
-    def on_connect(self, options: dict[str, Any]) -> None:
+    def on_connect(self, options: dict[str, object]) -> None:
         if options.get("lang"):  # a client library's CONNECT, whenever it comes
             log.error("%r - a client connected to the route port", self)
             self.close(WRONG_PORT, "attempted to connect to route port")
@@ -275,7 +275,7 @@ class Route(SlicedReader):
         self.remote_id = str(options.get("name", ""))
         self.headers = self.server.options.headers and bool(options.get("headers"))
 
-    def on_info(self, info: dict[str, Any]) -> None:
+    def on_info(self, info: dict[str, object]) -> None:
         if not self._admitted():
             return
         if self._info_received:
@@ -335,7 +335,7 @@ class Route(SlicedReader):
             log.debug("%r - Detected duplicate remote route %r", self, server_id)
             self.close(DUPLICATE_ROUTE)
 
-    def _async_info(self, info: dict[str, Any]) -> None:
+    def _async_info(self, info: dict[str, object]) -> None:
         """An INFO after the first: about another server (gossip), or the peer entering lame duck mode."""
         server_id = str(info.get("server_id", ""))
         if server_id and server_id != self.remote_id:
@@ -602,11 +602,11 @@ class RouteTracer:
         if line is not None:
             log.log(TRACE, "%r - %s", route, line)
 
-    def on_info(self, info: dict[str, Any]) -> None:
+    def on_info(self, info: dict[str, object]) -> None:
         self._trace(f"INFO {encoder.go_json(redact(info))}")
         self.route.on_info(info)
 
-    def on_connect(self, options: dict[str, Any]) -> None:
+    def on_connect(self, options: dict[str, object]) -> None:
         self._trace(f"CONNECT {encoder.go_json(redact(options))}")
         self.route.on_connect(options)
 

@@ -32,7 +32,7 @@ class FakeManager:
     def connect_options(self, url: str) -> dict[str, Any]:
         return {}
 
-    def route_info(self) -> bytes:
+    def route_info(self, extra: dict[str, object] | None = None) -> bytes:
         return b"INFO {}\r\n"
 
     def route_closed(self, route: Route) -> None:
