@@ -66,8 +66,8 @@ def _password_ok(given: str, stored: str) -> bool:
     if is_bcrypt(stored):
         import bcrypt  # only configurations with hashed passwords need it
 
-        try:
-            return bcrypt.checkpw(given.encode(), stored.encode())
+        try:  # bool(): bcrypt is Any to mypyc's build, where it is not installed
+            return bool(bcrypt.checkpw(given.encode(), stored.encode()))
         except ValueError:
             return False
     return _same(given, stored)

@@ -101,7 +101,12 @@ async def test_pynatsd_delivers_what_nats_server_delivers(tmp_path: Path) -> Non
     results = []
     for kind in ("pynatsd", "nats-server"):
         with server_with_config(kind, tmp_path / f"{kind}.conf", CONF) as proc:
-            results.append(await _received(proc))
+            got = await _received(proc)
+            if kind == "nats-server" and not any(got.values()):
+                # The reference delivered nothing at all (seen once in a loaded CI run): that run is no
+                # reference; a second one on the same server is.
+                got = await _received(proc)
+            results.append(got)
     ours, theirs = results
     plain = [key for key in ours if key[1] is None]
     assert {k: ours[k] for k in plain} == {k: theirs[k] for k in plain}
