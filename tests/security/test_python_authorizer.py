@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import ssl
 import subprocess
 import textwrap
 import time
@@ -20,6 +21,7 @@ import nkeys
 import pytest
 from nats.aio.client import Client as NATS
 
+from tests.security.certs import make_certs
 from tests.servers import ServerProcess, pynatsd_command, start_server
 from tests.wire import WireClient
 
@@ -35,6 +37,11 @@ AUTHORIZER = textwrap.dedent(
 
     def check(request):
         user = request.user
+        cert = request.tls_certificate_info
+        if cert is not None and request.tls_certificate.startswith(b"0"):  # DER: a SEQUENCE
+            subject = dict(pair for rdn in cert["subject"] for pair in rdn)
+            if subject.get("commonName") == "client":
+                return Allow("B", user="client-cert")
         if request.nkey:
             return Allow("B", user=request.nkey)
         if user == "alice" and request.password == "pw":
@@ -46,6 +53,12 @@ AUTHORIZER = textwrap.dedent(
             raise ValueError(f"cannot check {request.password}")
         if user == "slow":
             time.sleep(1.0)
+        if user == "none":
+            return None
+        if user == "nowhere":
+            return Allow("NOWHERE")
+        if user == "badsubject":
+            return Allow("A", UserPermissions(publish=SubjectRule(deny=["a..b"])))
         return Refuse(f"unknown user {user}")
     """
 )
@@ -206,6 +219,38 @@ async def test_timeout_refuses(authorized: ServerProcess) -> None:
     assert SECRET not in authorized.log()
 
 
+@pytest.mark.parametrize(
+    ("user", "why"),
+    [
+        ("none", "returned NoneType, not Allow or Refuse"),
+        ("nowhere", "chose an unknown account 'NOWHERE'"),
+        ("badsubject", 'returned invalid permissions: subject "a..b" is not a valid subject'),
+    ],
+)
+def test_a_bad_answer_refuses(authorized: ServerProcess, user: str, why: str) -> None:
+    with WireClient(authorized.port) as client:
+        reply, closed = client.exchange(_connect_line(user, SECRET))
+        assert closed and reply == b"-ERR 'Authorization Violation'\r\n"
+    refusal = "authentication error - python authorizer pyauth_case:check "
+    assert len(_log_lines(authorized, refusal + why)) == 1
+
+
+async def test_client_certificate_is_given_to_the_authorizer(tmp_path: Path, modules: Path) -> None:
+    certs = make_certs(tmp_path)
+    conf = tmp_path / "tls.conf"
+    files = f'cert_file: "{certs["server"]}", key_file: "{certs["server_key"]}", ca_file: "{certs["ca"]}"'
+    conf.write_text(CONFIG % "pyauth_case:check" + f"tls {{ {files}, verify: true }}\n")
+    server = start_server("pynatsd", ["-c", str(conf)], env=_env(modules))
+    try:
+        ctx = ssl.create_default_context(cafile=certs["ca"])
+        ctx.load_cert_chain(certs["client"], certs["client_key"])
+        # No user, no password: admitted because of the certificate only.
+        nc = await nats.connect(f"tls://127.0.0.1:{server.port}", tls=ctx, allow_reconnect=False)
+        await nc.close()
+    finally:
+        server.stop()
+
+
 def test_unimportable_callable_stops_the_server(tmp_path: Path, modules: Path) -> None:
     for path, why in [("pyauth_missing:check", "No module named"), ("pyauth_case:nothing", "has no nothing")]:
         conf = tmp_path / "bad.conf"
@@ -229,6 +274,13 @@ async def test_reload_imports_the_module_again_and_asks_the_new_callable(tmp_pat
     try:
         with WireClient(server.port) as client:
             reply, _ = client.exchange(_connect_line("alice", "pw") + b"PUB a.1 1\r\nx\r\n")
+            assert reply == b""
+            # A path that does not import fails the reload: the running authorizer stays.
+            conf.write_text(CONFIG % "pyauth_case:missing")
+            server.proc.send_signal(signal.SIGHUP)
+            missing = 'python authorizer "pyauth_case:missing"'
+            assert _log_lines(server, "Failed to reload configuration", missing)
+            reply, _ = client.exchange(b"PUB a.1 1\r\nx\r\n")
             assert reply == b""
             # The edited module's coroutine function, named by its entry point.
             _module_dir(tmp_path, AUTHORIZER_EDITED)
