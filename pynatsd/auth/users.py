@@ -25,7 +25,11 @@ from pynatsd.protocol.connect import ConnectOptions
 from pynatsd.protocol.subjects import matches, matches_wildcards_literally
 
 if TYPE_CHECKING:
+    import asyncio
+    from concurrent.futures import Executor
+
     from pynatsd.auth.jwt import JwtAuthenticator, UserGrant
+    from pynatsd.auth.python import Applicant, PythonAuthorizer, Verdict
 
 DEFAULT_ACCOUNT = "$G"
 REVOCATION = "Credentials Revoked"  # the close reason, as nats-server's connz shows it
@@ -111,7 +115,10 @@ class ResponsePermission:
 
     @classmethod
     def parse(cls, value: Any) -> ResponsePermission | None:
-        """`true`/`false` or `{max: N, expires: "1m"}`; 0 means the default, negative means unlimited."""
+        """`true`/`false` or `{max: N, expires: "1m"}`; 0 means the default, negative means unlimited (an
+        instance, as a Python authorizer gives it, is taken as it is)."""
+        if isinstance(value, ResponsePermission):
+            return value
         if isinstance(value, bool):
             return cls() if value else None
         if not isinstance(value, dict):
@@ -306,6 +313,12 @@ class Authenticator:
             from pynatsd.auth.jwt import JwtAuthenticator
 
             self.jwt = JwtAuthenticator(options, options.trusted)
+        self.python: PythonAuthorizer | None = None
+        if options.python_authorizer is not None:  # a callable decides every client (pynatsd.auth.python)
+            from pynatsd.auth.python import PythonAuthorizer
+
+            timeout = options.effective_auth_timeout
+            self.python = PythonAuthorizer(options.python_authorizer, timeout, self.accounts)
 
     @staticmethod
     def new_nonce() -> str:
@@ -348,12 +361,12 @@ class Authenticator:
 
     @property
     def required(self) -> bool:
-        return bool(self.username or self.token or self.users or self.nkeys or self.jwt)
+        return bool(self.username or self.token or self.users or self.nkeys or self.jwt or self.python)
 
     @property
     def wants_nonce(self) -> bool:
         """INFO carries a nonce for clients to sign (nkey users, and JWT users in operator mode)."""
-        return bool(self.nkeys or self.jwt)
+        return bool(self.nkeys or self.jwt or self.python)
 
     def grant(self, user: str) -> UserGrant | None:
         """A JWT user's permissions, limits and expiry from its latest admission (None outside operator
@@ -370,6 +383,8 @@ class Authenticator:
     def _checked_secret(self, opts: ConnectOptions) -> tuple[str, ...]:
         """What `authenticate` compares `opts` against: the mechanism and the stored secret (and account)
         it would use. Two authenticators that give the same answer here admit that client alike."""
+        if self.python is not None:  # the callable is asked again (pynatsd.broker.connection.revalidate)
+            return ("python",)
         if self.jwt is not None:  # JWTs are always checked again (account updates; cheap, no bcrypt)
             return ("jwt",)
         if opts.nkey and self.nkeys:
@@ -420,7 +435,15 @@ class Authenticator:
         entry = self.nkeys.get(opts.nkey) if opts.nkey else self.users.get(opts.user)
         return entry is None or entry.account != conn.account
 
+    def decide(self, conn: Applicant, opts: ConnectOptions, workers: Executor) -> asyncio.Future[Verdict]:
+        """The Python authorizer's verdict on `opts` (only with one configured: see `python`)."""
+        assert self.python is not None
+        verified = bool(opts.nkey) and self._nkey_ok(conn, opts)
+        return self.python.decide(conn, opts, verified, workers)
+
     def authenticate(self, conn: Connecting, opts: ConnectOptions) -> tuple[str, str] | None:
+        if self.python is not None:  # only `decide` asks the callable (it may take its time)
+            return None
         if self.jwt is not None:
             return self.jwt.authenticate(conn, opts, conn.nonce)
         if opts.nkey and self.nkeys:

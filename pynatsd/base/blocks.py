@@ -4,6 +4,7 @@ operator trust. The config schema (pynatsd.config) fills them; auth, the feature
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,16 @@ class ClusterOptions:
     @property
     def auth_required(self) -> bool:
         return bool(self.username)
+
+
+@dataclass(frozen=True)
+class PythonAuthorizerOptions:
+    """`authorization { python: ... }`: the callable that decides who connects (pynatsd.auth.python)."""
+
+    path: str  # "module:callable", or the name of an entry point of the `pynatsd.authorizers` group
+    timeout: float = 0.0  # seconds; 0: the authorization timeout (`Options.effective_auth_timeout`)
+    # The callable, imported when the configuration was read (None: imported when the server starts).
+    target: Callable[..., object] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

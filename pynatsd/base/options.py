@@ -11,6 +11,7 @@ from typing import Any
 from pynatsd.base.blocks import (
     AccountConfig,
     ClusterOptions,
+    PythonAuthorizerOptions,
     ResolverConfig,
     TrustedOperators,
     WebSocketOptions,
@@ -82,6 +83,7 @@ class Options:
     password: str = ""
     authorization: str = ""  # token
     no_auth_user: str = ""
+    python_authorizer: PythonAuthorizerOptions | None = None  # `authorization { python: ... }`
 
     tls: bool = False
     tls_cert: str = ""
@@ -169,6 +171,8 @@ def reload_changes(old: Options, new: Options) -> list[str]:
 
     if old.users != new.users:
         lines.append("Reloaded: authorization users")
+    if old.python_authorizer != new.python_authorizer:
+        lines.append("Reloaded: authorization python")
     # nats-server's users are bound to their account objects: a change of users is one of accounts too
     if old.accounts != new.accounts or old.users != new.users:
         lines.append("Reloaded: accounts")
@@ -194,6 +198,7 @@ RELOADABLE = (
     "password",
     "authorization",
     "no_auth_user",
+    "python_authorizer",
     "auth_timeout",
     "max_subscriptions",
     "max_connections",

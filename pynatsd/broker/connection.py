@@ -45,6 +45,7 @@ from pynatsd.protocol.parser import Parser
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
+    from pynatsd.auth.python import Verdict
     from pynatsd.broker.core import Broker
     from pynatsd.matcher import Sublist
 
@@ -476,6 +477,9 @@ class Connection(SlicedReader):
             self._protocol_error(err)
             return
         auth = self.authenticator()
+        if auth.python is not None:
+            self._ask_python(auth, opts, again=False)
+            return
         if not auth.is_slow(opts):
             self._connected(opts, auth.authenticate(self, opts))
             return
@@ -499,11 +503,58 @@ class Connection(SlicedReader):
         self.parser.resume()
         self.release_reading(_HOLD_AUTH)  # the ops after the CONNECT wait in _input
 
-    def _connected(self, opts: ConnectOptions, identity: tuple[str, str] | None) -> None:
+    def _ask_python(self, auth: Authenticator, opts: ConnectOptions, again: bool) -> None:
+        """The Python authorizer decides about `opts` (`again`: after a reload, for a connected client).
+        A CONNECT's next ops wait for the verdict, as for bcrypt; the authorizer's own timeout replaces
+        the authentication timer (nats-server stops that timer when the CONNECT arrives)."""
+        if not again:
+            if self._auth_timer is not None:
+                self._auth_timer.cancel()
+                self._auth_timer = None
+            self.parser.pause()
+            self.hold_reading(_HOLD_AUTH)
+        deciding = auth.decide(self, opts, self.server.auth_workers)
+        deciding.add_done_callback(lambda done: self._decided(opts, done, again))
+
+    def _decided(self, opts: ConnectOptions, done: asyncio.Future[Verdict], again: bool) -> None:
+        if self.closed or done.cancelled():  # cancelled: the server is shutting down
+            return
+        verdict = done.result()
+        if again:
+            self._readmitted(verdict)
+            return
+        if not verdict.admitted:
+            self._connected(opts, None, verdict.why)
+            return
+        self._connected(opts, (verdict.user, verdict.account))
+        if self.closed:
+            return
+        self.perms = verdict.permissions  # the callable's (its Authenticator has no users to look up)
+        self.parser.resume()
+        self.release_reading(_HOLD_AUTH)
+
+    def _readmitted(self, verdict: Verdict) -> None:
+        """A reload's new authorizer answered about this connected client: as `revalidate` does."""
+        if verdict.account != self.account:  # refused, or moved: nats-server closes a moved client quietly
+            if verdict.admitted:
+                self.close(CLIENT_CLOSED)
+                return
+            self.server.stats.auth_failures += 1
+            log.error("%r - authentication error - %s", self, verdict.why)
+            self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
+            return
+        self.user = verdict.user
+        self.perms = verdict.permissions
+        self._drop_forbidden_subs()
+
+    def _connected(self, opts: ConnectOptions, identity: tuple[str, str] | None, why: str = "") -> None:
         server = self.server
         if identity is None:
             server.stats.auth_failures += 1
-            log.error("%r - authentication error", self)
+            if why:  # a Python authorizer's refusal: the one line about it
+                log.error("%r - authentication error - %s", self, why)
+            else:
+                log.error("%r - authentication error", self)
             self.opts = opts  # who tried (the system account's authentication error advisory)
             self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
             return
@@ -570,6 +621,9 @@ class Connection(SlicedReader):
         reloadAuthorization), else take the new permissions and drop the subscriptions they refuse."""
         if not self.connected or self.closed:
             return
+        if auth.python is not None:  # the (new) callable decides again
+            self._ask_python(auth, self.opts, again=True)
+            return
         if auth.user_moved(self):
             self.close(CLIENT_CLOSED)  # nats-server's words: no error line, no -ERR
             return
@@ -580,7 +634,12 @@ class Connection(SlicedReader):
             return
         self.perms = auth.permissions(self.user)
         self._apply_grant()  # a JWT user's limits and expiry as its (maybe updated) account sets them
-        if self.perms is None or self.closed:
+        if not self.closed:
+            self._drop_forbidden_subs()
+
+    def _drop_forbidden_subs(self) -> None:
+        """After a reload: the subscriptions the new permissions refuse go, each with nats-server's -ERR."""
+        if self.perms is None:
             return
         for sub in list(self.subs.values()):
             if not self.perms.can_subscribe(sub.subject, sub.queue):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pynatsd.auth.nkeys import valid_public_nkey
 from pynatsd.auth.users import ResponsePermission
 from pynatsd.base import tls
-from pynatsd.base.blocks import AccountConfig, ResolverConfig, TrustedOperators
+from pynatsd.base.blocks import AccountConfig, PythonAuthorizerOptions, ResolverConfig, TrustedOperators
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 from pynatsd.config import cluster as cluster_block
@@ -384,6 +384,8 @@ def _authorization(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) 
                 auth["default_permissions"] = parse_permissions(ctx, name, v, at)
             elif low in ("auth_callout", "auth_hook"):
                 raise refused(name, "authorization callouts", access=True)
+            elif low == "python":
+                opts.python_authorizer = _python_authorizer(ctx, name, v, at)
             elif low == "proxy_required":
                 if to_bool(name, v):
                     raise refused(name, "proxy-required users", access=True)
@@ -395,9 +397,34 @@ def _authorization(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) 
         ctx.error(where, "Can not have a single user/pass and a users array")
     if "users" in auth and opts.authorization:
         ctx.error(where, "Can not have a token and a users array")
+    if opts.python_authorizer is not None and (opts.username or opts.authorization or "users" in auth):
+        ctx.error(where, "Can not have a python authorizer and a user/pass, token or users array")
     opts.users = auth.get("users")
     opts.default_permissions = auth.get("default_permissions")
     ctx.places["authorization"] = where
+
+
+def _python_authorizer(ctx: Ctx, key: str, value: Any, where: Where) -> PythonAuthorizerOptions:
+    """`python: "module:callable"` (or an entry point name), or `python { callable: ..., timeout: ... }`;
+    the callable is imported now: a path that does not import stops the server (or fails the reload)."""
+    from pynatsd.auth.python import load  # only configurations with a Python authorizer import it
+
+    path, timeout = "", 0.0
+    if isinstance(value, str):
+        path = value
+    else:
+        block = to_block(key, value)
+        for low, name, v, at in entries(block, where):
+            with ctx.at(at):
+                if low in ("callable", "path", "entry_point"):
+                    path = to_str(name, v)
+                elif low == "timeout":
+                    timeout = parse_duration(name, v)
+                else:
+                    unknown(ctx, block, name, at)
+    if not path:
+        raise ConfigValueError(f'{key}: expected "module:callable" or an entry point name')
+    return PythonAuthorizerOptions(path, timeout, load(path))
 
 
 def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
@@ -777,6 +804,8 @@ def _check_operator_mode(ctx: Ctx, opts: Options) -> None:
         problems.append("operators do not allow Accounts to be configured directly")
     if opts.users or opts.username or opts.authorization:
         problems.append("operators do not allow users to be configured directly")
+    if opts.python_authorizer is not None:
+        problems.append("operators do not allow a python authorizer")
     if operators and opts.trusted_keys:
         problems.append("conflicting options for 'TrustedKeys' and 'TrustedOperators'")
     system = opts.system_account
@@ -816,6 +845,8 @@ def _check_users(ctx: Ctx, opts: Options) -> None:
                 ctx.error(where, "Can not have a single user/pass and accounts")
             if opts.authorization:
                 ctx.error(where, "Can not have a token and accounts")
+            if opts.python_authorizer is not None:  # the callable decides every client's account
+                ctx.error(where, "Can not have a python authorizer and users in accounts")
         groups.append((acc.users, where))
     for users, where in groups:
         for u in users:

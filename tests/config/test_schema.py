@@ -531,3 +531,32 @@ def test_jetstream_block_keys_are_checked() -> None:
     assert 'unknown field "max_fie_store"' in errors_of("jetstream { max_fie_store: 1GB }")
     out = errors_of('jetstream { store_dir: /tmp/js, key: "s3cret" }')
     assert '"key": pynatsd does not support JetStream encryption at rest' in out
+
+
+# -- a Python authorizer (tests/security/test_python_authorizer.py runs one) ------------------------------
+def test_python_authorizer_block_takes_a_path_and_a_timeout() -> None:
+    import json
+
+    opts, _ = load('authorization { python { callable: "json:dumps", timeout: "250ms" } }')
+    assert opts.python_authorizer is not None
+    assert (opts.python_authorizer.path, opts.python_authorizer.timeout) == ("json:dumps", 0.25)
+    assert opts.python_authorizer.target is json.dumps
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ('authorization { python: "json:dumps", users: [{user: a, password: b}] }', "Can not have a python"),
+        ('authorization { python: "json:dumps", token: t }', "Can not have a python"),
+        (
+            'authorization { python: "json:dumps" }\naccounts { A: { users: [{user: a}] } }',
+            "users in accounts",
+        ),
+        ('authorization { python { callable: "json:dumps", retries: 2 } }', 'unknown field "retries"'),
+        ('authorization { python: "json" }', "no entry point of that name in group pynatsd.authorizers"),
+        ('authorization { python: "json:nothing" }', "json has no nothing"),
+        ('authorization { python: "json:__name__" }', "__name__ is not callable"),
+    ],
+)
+def test_python_authorizer_refusals(text: str, error: str) -> None:
+    assert error in errors_of(text)

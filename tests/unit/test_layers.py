@@ -57,6 +57,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("pynatsd.base.options", "pynatsd.base.formats"): "a reload's log lines only",
     ("pynatsd.accounts.links", "pynatsd.auth.jwt"): _OPERATOR,
     ("pynatsd.auth.users", "pynatsd.auth.jwt"): _OPERATOR,
+    ("pynatsd.auth.users", "pynatsd.auth.python"): _CONFIGURED + " (a Python authorizer)",
+    ("pynatsd.config.schema", "pynatsd.auth.python"): _CONFIGURED + " (a Python authorizer)",
     ("pynatsd.config.schema", "pynatsd.auth.jwt"): _OPERATOR,
     ("pynatsd.config.schema", "pynatsd.auth.specs"): _CONFIGURED + " (an accounts block)",
     ("pynatsd.node", "pynatsd.accounts.links"): _CONFIGURED + " (imports between accounts)",
