@@ -61,6 +61,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("pynatsd.base.options", "pynatsd.base.formats"): "a reload's log lines only",
     ("pynatsd", "pynatsd.server"): _PUBLIC,
     ("pynatsd", "pynatsd.base.options"): _PUBLIC,
+    ("pynatsd.testing.plugin", "pynatsd.testing"): "a pytest run loads the broker when a test asks for it",
     ("pynatsd.config.load", "pynatsd.config.parser"): _CONFIGURED + " (a configuration file)",
     ("pynatsd.config.load", "pynatsd.config.schema"): _CONFIGURED + " (a configuration file)",
     ("pynatsd.accounts.links", "pynatsd.auth.jwt"): _OPERATOR,
