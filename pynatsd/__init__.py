@@ -1,6 +1,6 @@
 """pynatsd: a standalone NATS-protocol pub/sub broker.
 
-The public API is what `__all__` lists (docs/embedding.md): `Server` (build, `await start()`, `client_url`,
+The public API is what `__all__` lists (docs/install.md): `Server` (build, `await start()`, `client_url`,
 `await stop()`), `Options` (its settings), the versions; and the package `pynatsd.testing` (an in-process
 server for tests, and its pytest plugin). `Server` and `Options` load on first use, so `import pynatsd`
 stays cheap (python -X importtime: 19 ms, as before they were named here).

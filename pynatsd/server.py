@@ -2,7 +2,7 @@
 pynatsd.node) with monitoring (HTTP, /metrics, the dashboard) and the system account's services
 (pynatsd.monitor.system).
 
-It is also the embedding API (`pynatsd.Server`, docs/embedding.md): build it from Options, keyword
+It is also the embedding API (`pynatsd.Server`, docs/install.md): build it from Options, keyword
 arguments (`from_kwargs`) or a configuration file (`from_config`), `await start()`, read `client_url`,
 then `await stop()` (or `async with`); the command line (pynatsd.cli) runs it the same way."""
 
@@ -72,6 +72,22 @@ class Server(Node):
             host = f"[{host}]"
         scheme = "tls" if self.options.tls_handshake_first else "nats"
         return f"{scheme}://{host}:{self.port}"
+
+    async def start(self) -> None:
+        """Bind the ports and serve (Node.start). When that fails part way, what it started is stopped
+        again: a process embedding the server lives on after the error (the command line exits)."""
+        try:
+            await super().start()
+        except BaseException:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+            if self.websocket is not None:
+                self.websocket.close()
+            if self.route_manager is not None:
+                await self.route_manager.stop()
+            await self.stop_services()
+            raise
 
     async def stop(self) -> None:
         """Shut down (see shutdown); a no-op when not running."""

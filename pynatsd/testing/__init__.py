@@ -1,4 +1,4 @@
-"""An in-process pynatsd for tests (docs/embedding.md); no nats-server binary needed.
+"""An in-process pynatsd for tests (docs/install.md, "In tests"); no nats-server binary needed.
 
 - `async with server(jetstream=True) as srv:` runs one on the running event loop; `srv.url` is where
   clients connect.

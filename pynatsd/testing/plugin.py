@@ -1,4 +1,5 @@
-"""pytest plugin (entry point `pytest11`): an in-process pynatsd per test or per session (docs/embedding.md).
+"""pytest plugin (entry point `pytest11`): an in-process pynatsd per test or per session (docs/install.md,
+"In tests").
 
 Fixtures:
 - `nats_server` (a pynatsd.testing.RunningServer) and `nats_url` (its `nats://127.0.0.1:<port>`): a

@@ -1,4 +1,4 @@
-"""The embedding API (pynatsd.Server, docs/embedding.md): built from keyword arguments or a configuration
+"""The embedding API (pynatsd.Server, docs/install.md): built from keyword arguments or a configuration
 file, started and stopped in the caller's event loop, reached at `client_url`; a file is refused with the
 errors of the command line (which builds its server the same way)."""
 
@@ -127,3 +127,26 @@ def test_import_pynatsd_loads_no_server_until_named() -> None:
     assert (server_module, options_module) == ("pynatsd.server", "pynatsd.base.options")
     with pytest.raises(AttributeError, match="no attribute 'Sever'"):
         _ = pynatsd.Sever  # type: ignore[attr-defined]
+
+
+async def test_a_start_that_fails_stops_what_it_had_started(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = Server.from_kwargs(
+            host="127.0.0.1", port=port, http_port=-1, jetstream=True, store_dir=str(tmp_path)
+        )
+        with pytest.raises(OSError):
+            await server.start()
+    assert server.http_port > 0 and refuses_connections(server.http_port)  # monitoring started first
+    assert not server.listening
+
+
+async def test_reload_rereads_the_configuration_file(tmp_path: Path) -> None:
+    conf = tmp_path / "server.conf"
+    conf.write_text("max_payload: 2048\n")
+    async with Server.from_config(conf, host="127.0.0.1", port=0) as server:
+        conf.write_text("max_payload: 4096\n")
+        server.reload()
+        assert server.options.max_payload == 4096
