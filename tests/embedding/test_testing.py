@@ -57,6 +57,16 @@ def test_config_text_is_applied_on_a_free_port() -> None:
             assert out == b"" and not closed
 
 
+async def test_config_as_a_path_is_read_from_there(tmp_path: Path) -> None:
+    conf = tmp_path / "server.conf"
+    conf.write_text("max_payload: 4096\n")
+    async with testing.server(config=conf) as srv:
+        assert srv.server.options.config_file == str(conf)
+        client = await nats.connect(srv.url)
+        assert client.max_payload == 4096
+        await client.close()
+
+
 def test_a_thread_that_cannot_start_raises_in_the_caller_and_ends() -> None:
     with pytest.raises(ConfigError), testing.server_thread(config="listen {\n"):
         pass
