@@ -9,7 +9,6 @@ import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -220,17 +219,12 @@ def command(ctx: click.Context, **flags: Any) -> None:
     if flags["profile"]:
         click.echo("pynatsd: --profile: Go's profiling port is not supported by pynatsd", err=True)
         ctx.exit(1)
-    from pynatsd.auth.users import Authenticator
-    from pynatsd.base import tls
     from pynatsd.base.logging import configure_from
-    from pynatsd.config.cluster import cluster_options
-    from pynatsd.config.jetstream import check_clustered
+    from pynatsd.config.load import check_options
 
     try:
         options, warnings = options_from_config_and_flags(flags)
-        tls.check(options)
-        check_clustered(options, cluster_options(options) is not None)
-        Authenticator(options)  # bad permissions (e.g. allow_responses) are reported before starting
+        check_options(options)  # bad permissions (e.g. allow_responses) are reported before starting
     except (ValueError, OSError) as exc:  # the config file's ConfigError and ConfigValueError among them
         click.echo(f"pynatsd: {exc}", err=True)
         ctx.exit(1)
@@ -275,39 +269,12 @@ def options_from_config_and_flags(flags: dict[str, Any]) -> tuple[Options, list[
     opts = Options()
     warnings: list[ConfigWarning] = []
     if flags.get("config"):  # the file's parser and schema load only with a file (idle RSS)
-        from pynatsd.config.parser import parse_file
-        from pynatsd.config.schema import apply_config
+        from pynatsd.config.load import apply_file
 
-        opts.config_file = flags["config"]
-        parsed = parse_file(flags["config"])
-        opts.config_digest = config_digest(parsed)
-        warnings = apply_config(opts, parsed)
+        warnings = apply_file(opts, flags["config"])
     elif flags.get("check_config"):
         raise ValueError("must specify [-c, --config] option to check configuration file syntax")
     return options_from_flags(flags, opts), warnings
-
-
-def config_digest(parsed: dict[str, Any]) -> str:
-    """nats-server's digest of a parsed configuration: sha256 of its Go JSON encoding plus a newline (as
-    json.Encoder writes it), so both servers log the same digest for the same file."""
-
-    def go_value(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: go_value(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [go_value(v) for v in value]
-        if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
-            return int(value)  # Go prints float64(2) as 2
-        if isinstance(value, datetime):  # Go's time.Time in JSON
-            return value.strftime("%Y-%m-%dT%H:%M:%SZ")
-        return value
-
-    import hashlib  # with OpenSSL's libcrypto: 4 MiB of RSS that --help does without
-
-    from pynatsd.protocol import encoder
-
-    text = encoder.go_json(go_value(parsed), sort_keys=True)
-    return "sha256:" + hashlib.sha256((text + "\n").encode()).hexdigest()
 
 
 # Flags that set one option each when given (flag -> Options field).

@@ -269,6 +269,14 @@ class Node(Broker):
         self._listener = None
         if self.websocket is not None:
             await self.websocket.wait_closed()
+        await self.stop_services()
+        log.info("Server Exiting..")
+        if self._stopped is not None:
+            self._stopped.set()
+
+    async def stop_services(self) -> None:
+        """Stop the features, the monitoring port and the workers, remove the pid and ports files: the end
+        of shutdown, and what undoes a start that failed part way."""
         if self.jetstream is not None:
             self.jetstream.stop()
         if self.cluster_js is not None:
@@ -280,9 +288,6 @@ class Node(Broker):
         await self.stop_monitoring()
         self.files.remove()
         self.auth_workers.shutdown(wait=False, cancel_futures=True)
-        log.info("Server Exiting..")
-        if self._stopped is not None:
-            self._stopped.set()
 
     # -- the daemon's life (pynatsd.lifecycle) -----------------------------------------------------------
     def install_signal_handlers(self) -> None:
