@@ -1,0 +1,251 @@
+"""`tls { verify_and_map: true }`: a client's certificate names its user, on pynatsd as on nats-server.
+
+Each client certificate (our own throwaway CA) is matched as nats-server matches it: SAN emails, DNS
+names, URIs, the subject as a DN (same RDN order, then any order), the subject as Go prints it. Which
+user a client became shows in what it may publish and in /connz's `authorized_user` and `account`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import socket
+import ssl
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.servers import ServerProcess, free_port, require, start_server
+
+# Client certificates: (subject attributes in certificate order, SANs). A user per way of mapping.
+CLIENTS: dict[str, tuple[list[tuple[x509.ObjectIdentifier, str]], list[x509.GeneralName]]] = {
+    "email": ([(NameOID.COMMON_NAME, "not-a-user")], [x509.RFC822Name("alice@example.com")]),
+    "dns": ([(NameOID.COMMON_NAME, "not-a-user")], [x509.DNSName("bob.example.com")]),
+    "uri": (
+        [(NameOID.COMMON_NAME, "not-a-user")],
+        [x509.UniformResourceIdentifier("spiffe://example.org/carol")],
+    ),
+    # The DN, the last RDN first (RFC 4514 order), domain components included.
+    "dn": (
+        [
+            (NameOID.DOMAIN_COMPONENT, "com"),
+            (NameOID.DOMAIN_COMPONENT, "example"),
+            (NameOID.ORGANIZATION_NAME, "Acme"),
+            (NameOID.COMMON_NAME, "dave"),
+        ],
+        [],
+    ),
+    # Its RDNs in another order than the configured name's.
+    "reordered": ([(NameOID.ORGANIZATION_NAME, "Acme"), (NameOID.COMMON_NAME, "frank")], []),
+    # An email attribute in the subject keeps the DN from matching; Go's subject string leaves it out.
+    "subject": (
+        [
+            (NameOID.COUNTRY_NAME, "US"),
+            (NameOID.ORGANIZATION_NAME, "Acme, Inc."),
+            (NameOID.COMMON_NAME, "erin"),
+            (NameOID.EMAIL_ADDRESS, "erin@example.com"),
+        ],
+        [],
+    ),
+    # An email that is no user, then a DNS name that is: emails come first, the next name still counts.
+    "second": (
+        [(NameOID.COMMON_NAME, "x")],
+        [x509.RFC822Name("nobody@example.com"), x509.DNSName("bob.example.com")],
+    ),
+    "unknown": ([(NameOID.COMMON_NAME, "mallory")], [x509.DNSName("mallory.example.com")]),
+}
+# role -> (the user its certificate maps to, as configured; the subject that user may publish to)
+USERS = {
+    "email": ("alice@example.com", "email"),
+    "dns": ("bob.example.com", "dns"),
+    "uri": ("spiffe://example.org/carol", "uri"),
+    "dn": ("CN=dave, O=Acme, dc=example, DC=com", "dn"),
+    "reordered": ("O=Acme,CN=frank", "reordered"),
+    "subject": ("CN=erin,O=Acme\\, Inc.,C=US", "subject"),
+    "second": ("bob.example.com", "dns"),
+}
+
+CONFIG = """
+tls {{
+  cert_file: "{server}"
+  key_file: "{server_key}"
+  ca_file: "{ca}"
+  verify_and_map: true
+}}
+authorization {{
+  users = [
+    {{user: "alice@example.com", permissions: {{publish: "email"}}}}
+    {{user: "bob.example.com", permissions: {{publish: "dns"}}}}
+    {{user: "spiffe://example.org/carol", permissions: {{publish: "uri"}}}}
+    {{user: "CN=dave, O=Acme, dc=example, DC=com", permissions: {{publish: "dn"}}}}
+    {{user: "O=Acme,CN=frank", permissions: {{publish: "reordered"}}}}
+  ]
+}}
+accounts {{
+  A {{ users = [{{user: "CN=erin,O=Acme\\\\, Inc.,C=US", permissions: {{publish: "subject"}}}}] }}
+}}
+"""
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> str:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return str(path)
+
+
+def _issue(
+    directory: Path,
+    name: str,
+    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey],
+    subject: x509.Name,
+    sans: list[x509.GeneralName],
+    usage: x509.ObjectIdentifier,
+) -> tuple[str, str]:
+    now = datetime.datetime.now(datetime.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca[0].subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(ca[1], hashes.SHA256())
+    (directory / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return str(directory / f"{name}.pem"), _write_key(directory / f"{name}.key", key)
+
+
+def make_mapping_certs(directory: Path) -> dict[str, tuple[str, str]]:
+    """A CA (`ca`: its file twice), a server certificate for 127.0.0.1 and one client certificate per
+    entry of CLIENTS, as (cert, key) paths."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cert mapping test CA")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    (directory / "ca.pem").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    paths = {"ca": (str(directory / "ca.pem"), str(directory / "ca.pem"))}
+    ca = (ca_cert, ca_key)
+    paths["server"] = _issue(
+        directory,
+        "server",
+        ca,
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "server")]),
+        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+        ExtendedKeyUsageOID.SERVER_AUTH,
+    )
+    for role, (attrs, sans) in CLIENTS.items():
+        subject = x509.Name([x509.RelativeDistinguishedName([x509.NameAttribute(o, v)]) for o, v in attrs])
+        paths[role] = _issue(directory, role, ca, subject, sans, ExtendedKeyUsageOID.CLIENT_AUTH)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
+    return make_mapping_certs(tmp_path_factory.mktemp("cert-mapping"))
+
+
+@pytest.fixture(scope="module", params=["pynatsd", "nats-server"])
+def server(
+    request: pytest.FixtureRequest,
+    certs: dict[str, tuple[str, str]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ServerProcess]:
+    kind = str(request.param)
+    require(kind)
+    conf = tmp_path_factory.mktemp(kind) / "map.conf"
+    conf.write_text(
+        CONFIG.format(server=certs["server"][0], server_key=certs["server"][1], ca=certs["ca"][0])
+    )
+    srv = start_server(kind, ["-c", str(conf)], http_port=free_port())
+    yield srv
+    srv.stop()
+
+
+def exchange(port: int, cert: tuple[str, str], ops: bytes) -> bytes:
+    """Connects with `cert` (TLS after INFO), sends CONNECT, `ops` and a PING; returns what came back
+    after INFO, up to the PONG or the connection's end."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    ctx.load_cert_chain(*cert)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        info = b""
+        while not info.endswith(b"\r\n"):
+            chunk = raw.recv(4096)
+            if not chunk:
+                return b""
+            info += chunk
+        with ctx.wrap_socket(raw) as tls:
+            connect = {"verbose": False, "pedantic": False}
+            tls.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\n" + ops + b"PING\r\n")
+            reply = b""
+            while b"PONG\r\n" not in reply:
+                try:
+                    chunk = tls.recv(4096)
+                except (ssl.SSLError, OSError):
+                    break
+                if not chunk:
+                    break
+                reply += chunk
+            return reply
+
+
+def connz_user(srv: ServerProcess, name: str) -> dict[str, str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{srv.http_port}/connz?auth=true", timeout=10) as resp:
+        conns = json.loads(resp.read())["connections"]
+    return {k: c.get(k, "") for c in conns if c.get("name") == name for k in ("authorized_user", "account")}
+
+
+@pytest.mark.parametrize("role", list(USERS))
+def test_certificate_names_the_user(
+    server: ServerProcess, certs: dict[str, tuple[str, str]], role: str
+) -> None:
+    """The mapped user's permissions apply: it may publish on its own subject only."""
+    own = USERS[role][1]
+    reply = exchange(server.port, certs[role], f"PUB {own} 0\r\n\r\nPUB other 0\r\n\r\n".encode())
+    assert reply == b"-ERR 'Permissions Violation for Publish to \"other\"'\r\nPONG\r\n"
+
+
+def test_unknown_certificate_is_refused(server: ServerProcess, certs: dict[str, tuple[str, str]]) -> None:
+    assert exchange(server.port, certs["unknown"], b"") == b"-ERR 'Authorization Violation'\r\n"
+
+
+def test_connz_shows_the_mapped_user(server: ServerProcess, certs: dict[str, tuple[str, str]]) -> None:
+    """/connz?auth=true: the configured name of the user the certificate mapped to, and its account."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    for role in ("dn", "reordered", "subject"):
+        ctx.load_cert_chain(*certs[role])
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+            raw.recv(4096)
+            with ctx.wrap_socket(raw) as tls:
+                tls.sendall(b'CONNECT {"verbose":false,"name":"who"}\r\nPING\r\n')
+                reply = b""
+                while b"PONG" not in reply:
+                    reply += tls.recv(4096)
+                account = "A" if role == "subject" else ""  # /connz leaves the global account out
+                assert connz_user(server, "who") == {"authorized_user": USERS[role][0], "account": account}
