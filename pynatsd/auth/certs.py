@@ -302,3 +302,31 @@ def dn_equal(a: DN, b: DN) -> bool:
 def dn_rdns_match(a: DN, b: DN) -> bool:
     """The same RDNs in any order."""
     return len(a) == len(b) and all(any(_same_rdn(x, y) for y in b) for x in a)
+
+
+def dns_name_matches(dns_name: str, hosts: list[str]) -> bool:
+    """A certificate's DNS name is for one of `hosts` (RFC 6125: a `*` matches the leftmost label only)."""
+    labels = dns_name.lower().split(".")
+    for host in hosts:
+        host_labels = host.lower().split(".")
+        if len(host_labels) != len(labels):
+            continue
+        skip = 1 if labels[0] == "*" else 0
+        if labels[skip:] == host_labels[skip:]:
+            return True
+    return False
+
+
+def admits_route(cert: PeerCertificate | None, known_hosts: list[str], map_user: str | None) -> bool:
+    """nats-server's route check with `verify_cert_and_check_known_urls` (`known_hosts`: the configured
+    route URLs' hosts, matched by the certificate's DNS names) and/or `verify_and_map` (`map_user`: the
+    cluster user, which any of its names or its printed subject may be)."""
+    if cert is None:
+        return False
+    map_user = map_user or None  # an empty name is never matched
+    for name, is_dns in cert.names():
+        if is_dns and dns_name_matches(name, known_hosts):
+            return True
+        if map_user is not None and name == map_user:
+            return True
+    return map_user is not None and map_user in cert.subject_names

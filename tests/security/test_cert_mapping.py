@@ -15,6 +15,8 @@ import ssl
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 from cryptography import x509
@@ -22,6 +24,17 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from pynatsd.auth.certs import (
+    PeerCertificate,
+    admits_route,
+    dn_equal,
+    dn_rdns_match,
+    dns_name_matches,
+    parse_dn,
+)
+from pynatsd.auth.users import Authenticator, Connecting
+from pynatsd.base.options import Options
+from pynatsd.protocol.connect import ConnectOptions
 from tests.servers import ServerProcess, free_port, require, start_server
 
 # Client certificates: (subject attributes in certificate order, SANs). A user per way of mapping.
@@ -54,6 +67,18 @@ CLIENTS: dict[str, tuple[list[tuple[x509.ObjectIdentifier, str]], list[x509.Gene
         ],
         [],
     ),
+    # Go prints both OUs as one RDN and appends the domain components: the DN itself has five RDNs.
+    "printed": (
+        [
+            (NameOID.DOMAIN_COMPONENT, "example"),
+            (NameOID.COUNTRY_NAME, "US"),
+            (NameOID.ORGANIZATION_NAME, "Acme"),
+            (NameOID.ORGANIZATIONAL_UNIT_NAME, "b"),
+            (NameOID.ORGANIZATIONAL_UNIT_NAME, "a"),
+            (NameOID.COMMON_NAME, "gina"),
+        ],
+        [],
+    ),
     # An email that is no user, then a DNS name that is: emails come first, the next name still counts.
     "second": (
         [(NameOID.COMMON_NAME, "x")],
@@ -69,6 +94,7 @@ USERS = {
     "dn": ("CN=dave, O=Acme, dc=example, DC=com", "dn"),
     "reordered": ("O=Acme,CN=frank", "reordered"),
     "subject": ("CN=erin,O=Acme\\, Inc.,C=US", "subject"),
+    "printed": ("CN=gina,OU=b+OU=a,O=Acme,C=US,DC=example", "printed"),
     "second": ("bob.example.com", "dns"),
 }
 
@@ -86,6 +112,7 @@ authorization {{
     {{user: "spiffe://example.org/carol", permissions: {{publish: "uri"}}}}
     {{user: "CN=dave, O=Acme, dc=example, DC=com", permissions: {{publish: "dn"}}}}
     {{user: "O=Acme,CN=frank", permissions: {{publish: "reordered"}}}}
+    {{user: "CN=gina,OU=b+OU=a,O=Acme,C=US,DC=example", permissions: {{publish: "printed"}}}}
   ]
 }}
 accounts {{
@@ -249,3 +276,79 @@ def test_connz_shows_the_mapped_user(server: ServerProcess, certs: dict[str, tup
                     reply += tls.recv(4096)
                 account = "A" if role == "subject" else ""  # /connz leaves the global account out
                 assert connz_user(server, "who") == {"authorized_user": USERS[role][0], "account": account}
+
+
+@pytest.mark.parametrize(
+    ("text", "dn"),
+    [
+        ("CN=a\\,b, O = x ", [[("CN", "a,b")], [("O", "x")]]),
+        ("CN=a+OU=b,O=c", [[("CN", "a"), ("OU", "b")], [("O", "c")]]),
+        ("CN=\\41\\c3\\a9\\ ", [[("CN", "Aé ")]]),
+        ("CN=#0c0461626364,O=x", [[("CN", "abcd")], [("O", "x")]]),
+        ("alice", None),
+        ("CN=a,b", None),
+        ("CN=a\\", None),
+    ],
+)
+def test_user_names_read_as_distinguished_names(text: str, dn: list[list[tuple[str, str]]] | None) -> None:
+    """Escapes, multi-valued RDNs, BER hex values; a plain user name is no DN."""
+    assert parse_dn(text) == dn
+
+
+def test_dn_comparison() -> None:
+    cert = parse_dn("CN=a,O=b+OU=c")
+    assert cert is not None
+    assert dn_equal(cert, parse_dn("cn=a,OU=c+o=b") or [])
+    assert not dn_equal(cert, parse_dn("CN=A,O=b+OU=c") or [])  # values are case-sensitive
+    assert dn_rdns_match(cert, parse_dn("OU=c+O=b,CN=a") or [])
+    assert not dn_rdns_match(cert, parse_dn("O=b,OU=c,CN=a") or [])
+
+
+def test_route_hosts_in_certificate_names() -> None:
+    assert dns_name_matches("*.routes.example", ["x.example", "B.Routes.Example"])
+    assert not dns_name_matches("*.routes.example", ["routes.example", "a.b.routes.example"])
+    assert not dns_name_matches("a.*.example", ["a.b.example"])  # only the leftmost label
+    cert = PeerCertificate(dns_names=["node.example"], subject_names=["CN=route"])
+    assert admits_route(cert, ["node.example"], None)
+    assert not admits_route(cert, [], None)
+    assert admits_route(cert, [], "CN=route") and admits_route(cert, [], "node.example")
+    assert not admits_route(PeerCertificate(subject_names=[""]), [], "")
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_verify_without_ca_file_checks_the_system_store(
+    kind: str, certs: dict[str, tuple[str, str]], tmp_path: Path
+) -> None:
+    """`verify: true` and no `ca_file`: client certificates are checked against the system's CAs, which
+    SSL_CERT_FILE (read by Go and by OpenSSL) stands in for."""
+    require(kind)
+    conf = tmp_path / "verify.conf"
+    server_cert, server_key = certs["server"]
+    conf.write_text(f'tls {{ cert_file: "{server_cert}", key_file: "{server_key}", verify: true }}')
+    for store, expected in ((certs["ca"][0], b"PONG\r\n"), (server_cert, b"")):
+        srv = start_server(
+            kind, ["-c", str(conf)], env={"SSL_CERT_FILE": store, "SSL_CERT_DIR": str(tmp_path)}
+        )
+        try:
+            try:
+                reply = exchange(srv.port, certs["unknown"], b"")
+            except ssl.SSLError:  # refused during the handshake
+                reply = b""
+            assert reply == expected
+        finally:
+            srv.stop()
+
+
+def test_a_certificate_user_is_not_claimed_by_name_elsewhere() -> None:
+    """With mapping on, a user without a password is a certificate identity: a WebSocket client (no
+    mapping there) naming it with no password is refused, as by nats-server; without mapping it gets in."""
+    users = [{"user": "CN=dave"}, {"user": "nopass-ws", "connection_types": ["WEBSOCKET"]}]
+
+    def login(tls_map: bool, name: str) -> tuple[str, str] | None:
+        auth = Authenticator(Options(users=users, tls_map=tls_map))
+        conn = SimpleNamespace(nonce="", connection_type="WEBSOCKET", transport=None, opts=ConnectOptions())
+        return auth.authenticate(cast(Connecting, conn), ConnectOptions(user=name))
+
+    assert login(False, "CN=dave") == ("CN=dave", "$G")
+    assert login(True, "CN=dave") is None
+    assert login(True, "nopass-ws") == ("nopass-ws", "$G")  # the client port can never map it
