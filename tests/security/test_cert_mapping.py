@@ -10,8 +10,10 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import signal
 import socket
 import ssl
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -213,32 +215,41 @@ def server(
     srv.stop()
 
 
-def exchange(port: int, cert: tuple[str, str], ops: bytes) -> bytes:
-    """Connects with `cert` (TLS after INFO), sends CONNECT, `ops` and a PING; returns what came back
-    after INFO, up to the PONG or the connection's end."""
+def tls_session(port: int, cert: tuple[str, str], name: str = "") -> ssl.SSLSocket:
+    """A client connection upgraded to TLS after INFO, presenting `cert`, CONNECT sent (no verbose)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     ctx.load_cert_chain(*cert)
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        info = b""
-        while not info.endswith(b"\r\n"):
-            chunk = raw.recv(4096)
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    info = b""
+    while not info.endswith(b"\r\n"):
+        info += raw.recv(4096)
+    tls = ctx.wrap_socket(raw)
+    tls.sendall(
+        b"CONNECT " + json.dumps({"verbose": False, "pedantic": False, "name": name}).encode() + b"\r\n"
+    )
+    return tls
+
+
+def roundtrip(tls: ssl.SSLSocket, ops: bytes) -> tuple[bytes, bool]:
+    """Sends `ops` and a PING; (what came back up to the PONG, whether the connection closed)."""
+    reply = b""
+    try:
+        tls.sendall(ops + b"PING\r\n")
+        while b"PONG\r\n" not in reply:
+            chunk = tls.recv(4096)
             if not chunk:
-                return b""
-            info += chunk
-        with ctx.wrap_socket(raw) as tls:
-            connect = {"verbose": False, "pedantic": False}
-            tls.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\n" + ops + b"PING\r\n")
-            reply = b""
-            while b"PONG\r\n" not in reply:
-                try:
-                    chunk = tls.recv(4096)
-                except (ssl.SSLError, OSError):
-                    break
-                if not chunk:
-                    break
-                reply += chunk
-            return reply
+                return reply, True
+            reply += chunk
+    except OSError:  # ssl.SSLError included
+        return reply, True
+    return reply, False
+
+
+def exchange(port: int, cert: tuple[str, str], ops: bytes) -> bytes:
+    """Connects with `cert`, sends `ops` and a PING; what came back up to the PONG or the close."""
+    with tls_session(port, cert) as tls:
+        return roundtrip(tls, ops)[0]
 
 
 def connz_user(srv: ServerProcess, name: str) -> dict[str, str]:
@@ -263,19 +274,11 @@ def test_unknown_certificate_is_refused(server: ServerProcess, certs: dict[str, 
 
 def test_connz_shows_the_mapped_user(server: ServerProcess, certs: dict[str, tuple[str, str]]) -> None:
     """/connz?auth=true: the configured name of the user the certificate mapped to, and its account."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     for role in ("dn", "reordered", "subject"):
-        ctx.load_cert_chain(*certs[role])
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
-            raw.recv(4096)
-            with ctx.wrap_socket(raw) as tls:
-                tls.sendall(b'CONNECT {"verbose":false,"name":"who"}\r\nPING\r\n')
-                reply = b""
-                while b"PONG" not in reply:
-                    reply += tls.recv(4096)
-                account = "A" if role == "subject" else ""  # /connz leaves the global account out
-                assert connz_user(server, "who") == {"authorized_user": USERS[role][0], "account": account}
+        with tls_session(server.port, certs[role], name="who") as tls:
+            assert roundtrip(tls, b"") == (b"PONG\r\n", False)
+            account = "A" if role == "subject" else ""  # /connz leaves the global account out
+            assert connz_user(server, "who") == {"authorized_user": USERS[role][0], "account": account}
 
 
 @pytest.mark.parametrize(
@@ -352,3 +355,41 @@ def test_a_certificate_user_is_not_claimed_by_name_elsewhere() -> None:
     assert login(False, "CN=dave") == ("CN=dave", "$G")
     assert login(True, "CN=dave") is None
     assert login(True, "nopass-ws") == ("nopass-ws", "$G")  # the client port can never map it
+
+
+RELOAD = """
+tls {{ cert_file: "{server}", key_file: "{server_key}", ca_file: "{ca}", verify_and_map: true }}
+authorization {{ users = [ {users} ] }}
+"""
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_reload_applies_to_mapped_clients(
+    kind: str, certs: dict[str, tuple[str, str]], tmp_path: Path
+) -> None:
+    """SIGHUP: a mapped client keeps its connection under its user's new permissions, and is closed once
+    no user matches its certificate any more."""
+    require(kind)
+    paths = {"server": certs["server"][0], "server_key": certs["server"][1], "ca": certs["ca"][0]}
+    conf = tmp_path / "reload.conf"
+    bob = '{{user: "bob.example.com", permissions: {{publish: "{}"}}}}'
+    conf.write_text(RELOAD.format(**paths, users=bob.format("a")))
+    srv = start_server(kind, ["-c", str(conf)])
+    try:
+        tls = tls_session(srv.port, certs["dns"])
+        assert roundtrip(tls, b"PUB a 0\r\n\r\n") == (b"PONG\r\n", False)
+        conf.write_text(RELOAD.format(**paths, users=bob.format("b")))
+        srv.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10  # a loaded machine delays the reload
+        while (reply := roundtrip(tls, b"PUB a 0\r\n\r\n"))[0] == b"PONG\r\n" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert reply == (b"-ERR 'Permissions Violation for Publish to \"a\"'\r\nPONG\r\n", False)
+        assert roundtrip(tls, b"PUB b 0\r\n\r\n") == (b"PONG\r\n", False)
+        conf.write_text(RELOAD.format(**paths, users='{user: "someone.else"}'))
+        srv.proc.send_signal(signal.SIGHUP)
+        while not (reply := roundtrip(tls, b""))[1] and time.monotonic() < deadline + 10:
+            time.sleep(0.02)
+        assert reply[1]
+        tls.close()
+    finally:
+        srv.stop()
