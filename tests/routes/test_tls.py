@@ -138,18 +138,29 @@ async def test_no_route_with_a_peer_of_another_ca_or_without_tls(
             await client.close()
 
 
+# How the seed checks a peer's certificate: its DNS name against the route URLs' hosts, or its names
+# against the cluster user (any of them may be; here its DNS name).
+CHECKS = {
+    "known urls": ('routes: ["nats://b.routes.example:PORT"]', "verify_cert_and_check_known_urls: true"),
+    "map": ('authorization { user: "*.routes.example", password: "unused" }', "verify_and_map: true"),
+}
+
+
+@pytest.mark.parametrize("check", list(CHECKS))
 @pytest.mark.parametrize("seed_kind", ["pynatsd", "nats-server"])
-async def test_check_known_urls_admits_a_peer_whose_certificate_names_a_route_host(
-    node: Start, tmp_path: Path, seed_kind: str
+async def test_route_admitted_by_its_certificate(
+    node: Start, tmp_path: Path, seed_kind: str, check: str
 ) -> None:
     """`verify_cert_and_check_known_urls`: the seed takes a route only from a peer whose certificate has
-    a DNS name of one of its configured route URLs' hosts (a `*` standing for the leftmost label)."""
+    a DNS name of one of its configured route URLs' hosts (a `*` standing for the leftmost label);
+    `verify_and_map`: only from one whose certificate names the cluster user (no password asked)."""
     certs = route_certs(tmp_path, others={"known": ["*.routes.example"], "stranger": ["stranger.example"]})
     port = free_port()
+    setting, flag = CHECKS[check]
     (tmp_path / "seed.conf").write_text(
-        f'cluster {{ name: T, listen: "127.0.0.1:{port}", routes: ["nats://b.routes.example:{free_port()}"]\n'
+        f'cluster {{ name: T, listen: "127.0.0.1:{port}", {setting.replace("PORT", str(free_port()))}\n'
         f'  tls {{ cert_file: "{certs["cert"]}", key_file: "{certs["key"]}", ca_file: "{certs["ca"]}", '
-        "verify_cert_and_check_known_urls: true } }\n"
+        f"{flag} }} }}\n"
     )
     seed = node(seed_kind, args=["-c", str(tmp_path / "seed.conf")], listen_flag=False)
 
