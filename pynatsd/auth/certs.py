@@ -5,7 +5,8 @@ nats-server tries, in this order: the certificate's email addresses, its DNS nam
 user name), then its subject as a distinguished name (compared with every user name that parses as an
 RFC 4514 DN: in the same RDN order first, then in any order), then the subject as Go prints it (RFC 2253
 order; with the domain components appended when there are any, then without). The subject is read
-from the certificate's DER here (Python's ssl module loses the string types Go's printing depends on).
+from the certificate's DER here: Python's ssl module names attribute types as OpenSSL does, Go by their
+OIDs (dotted, for those it has no name for).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass, field
 
-# Names Go's crypto/x509/pkix prints for attribute types (the others print as `OID=#<DER hex>`).
+# The attribute types Go parses into a certificate's subject fields, and the names it prints them with.
 _PKIX_NAMES = {
     "2.5.4.6": "C",
     "2.5.4.10": "O",
@@ -40,7 +41,6 @@ _STRING_TAGS = {
     0x14: "latin-1",
     0x1E: "utf-16-be",
 }
-_PRINTABLE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 '()+,-./:=?")
 
 Attribute = tuple[str, str]  # (type, value) of a DN, types compared case-insensitively
 DN = list[list[Attribute]]
@@ -109,20 +109,6 @@ def _subject(der: bytes) -> list[list[_Value]]:
             values.append(_Value(oid, body.decode(encoding, "replace") if encoding else None))
         rdns.append(values)
     return rdns
-
-
-def _der_string(text: str) -> bytes:
-    """`text` as Go's asn1.Marshal encodes a plain string: PrintableString, else UTF8String."""
-    body = text.encode()
-    tag = 0x13 if all(c in _PRINTABLE for c in text) else 0x0C
-    size = len(body)
-    length = (
-        bytes([size])
-        if size < 0x80
-        else bytes([0x80 | ((size.bit_length() + 7) // 8)])
-        + size.to_bytes((size.bit_length() + 7) // 8, "big")
-    )
-    return bytes([tag]) + length + body
 
 
 def _escape(value: str) -> str:
