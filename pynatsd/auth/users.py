@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pynatsd.auth.certs import DN, PeerCertificate, dn_equal, dn_rdns_match, parse_dn, peer_certificate
+from pynatsd.base.logging import get_logger
 from pynatsd.base.options import Options, system_account_of
 from pynatsd.base.values import ConfigValueError, parse_duration
 from pynatsd.protocol import errors
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
 
     from pynatsd.auth.jwt import JwtAuthenticator, UserGrant
     from pynatsd.auth.python import Applicant, PythonAuthorizer, Verdict
+
+log = get_logger()
 
 DEFAULT_ACCOUNT = "$G"
 REVOCATION = "Credentials Revoked"  # the close reason, as nats-server's connz shows it
@@ -54,6 +58,8 @@ class Connecting(Protocol):
 
     @property
     def connection_type(self) -> str: ...
+    @property
+    def transport(self) -> object: ...  # the asyncio transport: a TLS one carries the peer's certificate
     def close(self, reason: str, err_text: str | None = None) -> None: ...
     def account_connections(self, account: str) -> int: ...
 
@@ -308,6 +314,8 @@ class Authenticator:
         for name, acc in accounts.items():
             self._add_users(acc.users, name, acc.default_permissions)
         self.no_auth_user = options.no_auth_user
+        self.tls_map = options.tls_map  # verify_and_map: client certificates name their users
+        self._dns: list[tuple[_User, DN]] | None = None
         self.jwt: JwtAuthenticator | None = None
         if options.trusted is not None:  # operator mode: every client needs a user JWT
             from pynatsd.auth.jwt import JwtAuthenticator
@@ -421,6 +429,8 @@ class Authenticator:
             # nats-server tells a live client its JWT was revoked (not a plain violation).
             conn.close(REVOCATION, errors.AUTHENTICATION_REVOKED)
             return False
+        if self._maps(conn):  # cheap, and it depends on the certificate: checked again
+            return self.authenticate(conn, opts) == (conn.user, conn.account)
         if self.jwt is None and self._checked_secret(opts) == before._checked_secret(opts):
             return True
         return self.authenticate(conn, opts) == (conn.user, conn.account)
@@ -430,6 +440,9 @@ class Authenticator:
         closes such a client at once, as a client closed, before checking its credentials again
         (clientHasMovedToDifferentAccount); JWT users, anonymous, token and single-user clients never have."""
         opts = conn.opts
+        if self._maps(conn) and not opts.nkey:  # nats-server keeps the mapped user as the CONNECT's
+            entry = self.users.get(conn.user)
+            return entry is None or entry.account != conn.account
         if self.jwt is not None or not (self.users or self.nkeys) or not (opts.nkey or opts.user):
             return False
         entry = self.nkeys.get(opts.nkey) if opts.nkey else self.users.get(opts.user)
@@ -451,12 +464,16 @@ class Authenticator:
             # As nats-server: the no_auth_user's own nkey needs no signature (anyone gets in as it).
             ok = entry is not None and (entry.name == self.no_auth_user or self._nkey_ok(conn, opts))
             return self._identity(conn, entry) if ok else None
+        if self._maps(conn) and not (self._anonymous(opts) and self.no_auth_user in self.nkeys):
+            return self._mapped(conn)
         if self.users or self.nkeys:
             if self._anonymous(opts):
                 return self._identity(conn, self._no_auth_entry())
             entry = self.users.get(opts.user)
             if entry is None:
                 _password_ok(opts.password, "x" * 8)  # similar work for unknown users
+                return None
+            if self._certificate_only(entry):
                 return None
             return self._identity(conn, entry) if _password_ok(opts.password, entry.password) else None
         if self.token:  # may be a bcrypt hash, as the passwords
@@ -465,6 +482,66 @@ class Authenticator:
             ok = _same(opts.user, self.username) & _password_ok(opts.password, self.password)
             return (opts.user, DEFAULT_ACCOUNT) if ok else None
         return ("", DEFAULT_ACCOUNT)
+
+    def _maps(self, conn: Connecting) -> bool:
+        """verify_and_map decides who `conn` is: users are configured and it came to the client port."""
+        return self.tls_map and bool(self.users) and self.jwt is None and conn.connection_type == "STANDARD"
+
+    def _mapped(self, conn: Connecting) -> tuple[str, str] | None:
+        """The user the client's certificate names, in nats-server's order: its emails, DNS names and
+        URIs, its subject as a DN (same order of RDNs, then any), its subject as Go prints it."""
+        cert = peer_certificate(conn.transport)
+        entry = self._user_of(cert, conn.connection_type) if cert is not None else None
+        if entry is None:
+            return None
+        if conn.opts.user:
+            log.warning('User "%s" found in connect proto, but user required from cert', conn.opts.user)
+        return entry.name, entry.account
+
+    def _certificate_only(self, entry: _User) -> bool:
+        """As nats-server: with mapping on, a user without a password that the client port may map is a
+        certificate identity, not one anyone may claim by name (over WebSocket, say) with no password."""
+        types = entry.connection_types
+        return (
+            self.tls_map
+            and not entry.password
+            and entry.name != self.no_auth_user
+            and (types is None or "STANDARD" in types)
+        )
+
+    def _user_dns(self) -> list[tuple[_User, DN]]:
+        """The users whose names are distinguished names, with the DN (parsed once)."""
+        if self._dns is None:
+            parsed = [(entry, parse_dn(entry.name)) for entry in self.users.values()]
+            self._dns = [(entry, dn) for entry, dn in parsed if dn is not None]
+        return self._dns
+
+    def _user_of(self, cert: PeerCertificate, kind: str) -> _User | None:
+        def allowed(entry: _User | None) -> _User | None:
+            if entry is None or (entry.connection_types is not None and kind not in entry.connection_types):
+                return None
+            return entry
+
+        for name, _dns in cert.names():
+            entry = allowed(self.users.get(name))
+            if entry is not None:
+                return entry
+        if cert.dn is not None:
+            candidates = []
+            for entry, dn in self._user_dns():
+                if not allowed(entry):
+                    continue
+                if dn_equal(dn, cert.dn):
+                    return entry
+                candidates.append((entry, dn))
+            for entry, dn in candidates:
+                if dn_rdns_match(dn, cert.dn):
+                    return entry
+        for name in cert.subject_names:
+            entry = allowed(self.users.get(name))
+            if entry is not None:
+                return entry
+        return None
 
     def _anonymous(self, opts: ConnectOptions) -> bool:
         """A CONNECT without credentials, taken as the `no_auth_user` when there is one."""

@@ -4,6 +4,7 @@ operator trust. The config schema (pynatsd.config) fills them; auth, the feature
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,13 +34,28 @@ class ClusterOptions:
     dynamic_name: bool = False  # set at start when `name` was not configured
     ping_interval: float = 0.0  # 0: the server's, at most ROUTE_MAX_PING_INTERVAL
     ping_max: int = 0  # 0: the server's
-    # `tls {}`: cert_file, key_file, ca_file, timeout (seconds). Routes then run mutual TLS, as
+    # `tls {}`: cert_file, key_file, ca_file, timeout (seconds), verify_and_map and
+    # verify_cert_and_check_known_urls (booleans, when set). Routes then run mutual TLS, as
     # nats-server's: each side presents its certificate and verifies the other's against ca_file.
     tls: dict[str, Any] | None = None
 
     @property
     def auth_required(self) -> bool:
         return bool(self.username)
+
+    def certificate_check(self) -> tuple[list[str], str | None] | None:
+        """What a peer's certificate must name when the `tls {}` block asks (None: it does not, the cluster
+        user and password decide): one of the route URLs' hosts, with verify_cert_and_check_known_urls,
+        and/or the cluster user, with verify_and_map."""
+        tls = self.tls or {}
+        check_urls, map_user = (
+            bool(tls.get("verify_cert_and_check_known_urls")),
+            bool(tls.get("verify_and_map")),
+        )
+        if not (check_urls or map_user):
+            return None
+        hosts = [urllib.parse.urlsplit(url).hostname or "" for url in self.urls] if check_urls else []
+        return hosts, self.username if map_user else None
 
 
 @dataclass(frozen=True)

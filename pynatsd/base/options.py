@@ -90,6 +90,7 @@ class Options:
     tls_key: str = ""
     tls_ca_cert: str = ""
     tls_verify: bool = False
+    tls_map: bool = False  # verify_and_map: a client's certificate names its user
     tls_timeout: float = TLS_TIMEOUT
     tls_handshake_first: bool = False
     tls_certs: list[tuple[str, str]] = field(default_factory=list)  # several (cert, key) pairs, by SNI

@@ -27,7 +27,8 @@ def tls_configured(options: Options) -> bool:
 def server_context(options: Options, verify_clients: bool = True) -> ssl.SSLContext | None:
     """The server-side SSLContext for `options`, or None when TLS is off.
 
-    `tls_verify` requires and verifies client certificates against `tls_ca_cert` (mutual TLS); pass
+    `tls_verify` requires and verifies client certificates against `tls_ca_cert` (mutual TLS), or the
+    system's CAs without one, as nats-server; pass
     `verify_clients=False` for the https monitoring port, which, as nats-server's, never asks for one.
     """
     if not tls_configured(options):
@@ -67,11 +68,11 @@ def _context(options: Options, cert: str, key: str, verify_clients: bool) -> ssl
         ctx.load_cert_chain(cert, key)
         if options.tls_ca_cert:
             ctx.load_verify_locations(options.tls_ca_cert)
+        elif options.tls_verify and verify_clients:  # as Go: the system's CAs (SSL_CERT_FILE, ...)
+            ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
     except ssl.SSLError as exc:  # not a certificate or key, or a mismatched pair
         raise ValueError(f"error parsing X509 certificate/key pair: {exc.reason or exc}") from None
     if options.tls_verify and verify_clients:
-        if not options.tls_ca_cert:
-            raise ValueError("tls_verify needs a CA certificate (tls_ca_cert) to check clients against")
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
 

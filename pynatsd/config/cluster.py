@@ -83,9 +83,10 @@ _TLS_FILES = ("cert_file", "key_file", "ca_file")
 
 
 def _tls(value: Any) -> dict[str, Any]:
-    """The route `tls {}` block: certificate, key, CA and handshake timeout. Anything else (insecure,
-    pinned certificates, cipher or curve choices, verify_and_map, OCSP, ...) would change who is trusted
-    or how: refused by name (fail closed)."""
+    """The route `tls {}` block: certificate, key, CA, handshake timeout, and whether a peer's certificate
+    must name one of the configured route URLs' hosts (`verify_cert_and_check_known_urls`) or the cluster
+    user (`verify_and_map`). Anything else (insecure, pinned certificates, cipher or curve choices, OCSP,
+    ...) would change who is trusted or how: refused by name (fail closed)."""
     if not isinstance(value, dict):
         raise ConfigValueError("cluster tls: expected a block")
     tls: dict[str, Any] = {"timeout": DEFAULT_TLS_TIMEOUT}
@@ -97,6 +98,10 @@ def _tls(value: Any) -> dict[str, Any]:
             tls["timeout"] = parse_duration(f"cluster tls {key}", v)
         elif k == "verify":
             to_bool(f"cluster tls {key}", v)  # routes verify their peers in any case, as nats-server's
+        elif k in ("verify_and_map", "verify_cert_and_check_known_urls"):
+            if not isinstance(v, bool):
+                raise ConfigValueError(f"error parsing tls config, expected '{key}' to be a boolean")
+            tls[k] = v
         else:
             raise ConfigValueError(
                 f'cluster tls "{key}": pynatsd does not support it for routes (it decides which peers are '

@@ -458,8 +458,9 @@ def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
                     ctx.places[f"accounts.{name}"] = kat
                 elif low == "default_permissions":
                     account.default_permissions = parse_permissions(ctx, k, v, kat)
-                elif low == "nkey":
-                    raise refused(k, "account nkeys (decentralized JWT authentication)", access=True)
+                elif low == "nkey":  # nats-server checks it and keeps it; nothing in config mode uses it
+                    if not isinstance(v, str) or not valid_public_nkey(v, "A"):
+                        raise ConfigValueError(f'Not a valid public nkey for an account: "{v}"')
                 elif low == "exports":
                     account.exports = _exports(ctx, k, v, kat)
                 elif low == "imports":
@@ -1015,8 +1016,8 @@ def _tls(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
                 to_bool(name, v)
                 ctx.warn(at, f'"{name}" applies to outgoing connections only and is ignored', strict=False)
             elif low == "verify_and_map":
-                if to_bool(name, v):
-                    raise refused(name, "mapping certificate identities to users", access=True)
+                opts.tls_map = to_bool(name, v)
+                opts.tls_verify = opts.tls_verify or opts.tls_map
             elif low == "verify_cert_and_check_known_urls":
                 if to_bool(name, v):
                     raise ConfigValueError("verify_cert_and_check_known_urls not supported in this context")

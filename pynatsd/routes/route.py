@@ -18,6 +18,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
+from pynatsd.auth.certs import admits_route, peer_certificate
 from pynatsd.auth.users import _password_ok
 from pynatsd.base.logging import TRACE, get_logger
 from pynatsd.broker.connection import SLOW_CONSUMER_PENDING, SlicedReader
@@ -44,6 +45,7 @@ from pynatsd.protocol.route import (
 )
 
 if TYPE_CHECKING:
+    from pynatsd.base.blocks import ClusterOptions
     from pynatsd.matcher import Sublist
     from pynatsd.routes.manager import RouteManager
 
@@ -254,10 +256,7 @@ class Route(SlicedReader):
         if self.did_solicit or self._connect_received:
             return  # the handshake is done; nothing more to learn from it
         cluster = self.manager.cluster
-        if cluster.auth_required and not (
-            options.get("user") == cluster.username
-            and _password_ok(str(options.get("pass", "")), cluster.password)
-        ):
+        if not self._authorized(cluster, options):
             self.server.stats.auth_failures += 1
             log.error("%r - authentication error", self)
             self.close("Authentication Failure", errors.AUTHORIZATION_VIOLATION)
@@ -274,6 +273,18 @@ class Route(SlicedReader):
         self._connect_received = True
         self.remote_id = str(options.get("name", ""))
         self.headers = self.server.options.headers and bool(options.get("headers"))
+
+    def _authorized(self, cluster: ClusterOptions, options: dict[str, object]) -> bool:
+        """nats-server's isRouterAuthorized: with verify_and_map or verify_cert_and_check_known_urls the
+        peer's certificate decides; otherwise the cluster user and password, when there is one."""
+        check = cluster.certificate_check()
+        if check is not None:
+            return admits_route(peer_certificate(self.transport), *check)
+        if not cluster.auth_required:
+            return True
+        return options.get("user") == cluster.username and _password_ok(
+            str(options.get("pass", "")), cluster.password
+        )
 
     def on_info(self, info: dict[str, object]) -> None:
         if not self._admitted():

@@ -74,6 +74,9 @@ def _connect(port: int, fields: Mapping[str, object], then: bytes = b"") -> byte
 # -- auth enforced alike -------------------------------------------------------------------------------
 TOKEN_HASH = _hash("tok-secret")
 PASS_HASH = _hash("pw-secret")
+# An account's own public nkey (nats-server checks it and keeps it; config mode uses it for nothing).
+ACCOUNT_SEED = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_ACCOUNT)
+ACCOUNT_NKEY = nkeys.from_seed(ACCOUNT_SEED).public_key.decode()
 AUTH_CASES = {
     # finding: `Users`/`User`/`Password` (any case) were ignored or made a user "" with no password
     "capitalized users": (
@@ -217,6 +220,10 @@ BOTH_REFUSE = {
         "cluster { routes: [nats-route://a:1 nats-route://b:2] }",
         'Expected an array value terminator "," or an array terminator "]"',
     ),
+    "account nkey of a user": (
+        f"accounts {{ A {{ nkey: {ACCOUNT_NKEY.replace('A', 'U', 1)} }} }}",
+        "Not a valid public nkey for an account",
+    ),
 }
 BOTH_START = {
     "random ports": 'listen: 127.0.0.1:-1\nhttp: "127.0.0.1:-1"',
@@ -229,6 +236,7 @@ BOTH_START = {
     "bcrypt unquoted": f"authorization {{ user: u, password: {PASS_HASH} }}",
     "variables": "SECRET: pw\nauthorization { user: u, password: $SECRET }",
     "memory resolver": "resolver: MEMORY",
+    "account nkey": f"accounts {{ A {{ nkey: {ACCOUNT_NKEY}, users = [{{user: a, password: a}}] }} }}",
 }
 # nats-server runs these; pynatsd does not implement them and refuses to start rather than run open.
 PYNATSD_REFUSES = {

@@ -60,7 +60,18 @@ def test_server_cert_and_mutual_tls(tmp_path: Path) -> None:
     assert _handshake(mutual, client) is None
 
 
-def test_verify_without_ca_is_an_error(tmp_path: Path) -> None:
+def test_verify_without_ca_uses_the_system_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`verify: true` without `ca_file` checks client certificates against the system's CAs, as
+    nats-server (Go) does; SSL_CERT_FILE, which OpenSSL and Go both read, stands in for the store."""
     p = make_certs(tmp_path)
-    with pytest.raises(ValueError, match="tls_verify needs a CA"):
-        server_context(Options(tls=True, tls_cert=p["server"], tls_key=p["server_key"], tls_verify=True))
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.load_verify_locations(p["ca"])
+    client.load_cert_chain(p["client"], p["client_key"])
+    options = Options(tls=True, tls_cert=p["server"], tls_key=p["server_key"], tls_verify=True)
+    monkeypatch.setenv("SSL_CERT_FILE", p["server"])  # a store without our CA: the client is refused
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "none"))
+    refusing = server_context(options)
+    assert refusing is not None and _handshake(refusing, client) is not None
+    monkeypatch.setenv("SSL_CERT_FILE", p["ca"])
+    trusting = server_context(options)
+    assert trusting is not None and _handshake(trusting, client) is None
