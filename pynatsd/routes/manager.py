@@ -468,9 +468,17 @@ class RouteManager:
         if (from_gossip and local_mode != _GOSSIP_OVERRIDE) or info.get("gossip_mode") == _GOSSIP_DISABLED:
             return
         account = _text(route.account)
-        for remote_id, first in self.routes.items():
-            other = self.links.get((remote_id, account), first) if account else first
-            if remote_id == route.remote_id or other.closed or (account and not first.remote_pool_size):
+        # Each other server once: on its route for the account if it has one here (whether or not its
+        # pool's first connection registered yet: nats-server opens both at once, in any order), else
+        # on its first route. Iterating first routes only missed a server whose pinned route came
+        # first: the two nats-servers of a 1py+2js cluster then had no `$SYS` route between them
+        # (1 start in 8 on a loaded machine).
+        receivers = dict(self.routes)
+        if account:
+            pinned = {remote_id: link for (remote_id, slot), link in self.links.items() if slot == account}
+            receivers.update(pinned)
+        for remote_id, other in receivers.items():
+            if remote_id == route.remote_id or other.closed or (account and not other.remote_pool_size):
                 continue
             if (not route.did_solicit and other.is_configured) or (route.did_solicit and route.is_configured):
                 mode = _GOSSIP_OVERRIDE
@@ -490,8 +498,16 @@ class RouteManager:
         """A peer told us of another server: connect to it unless we know it (nats-server's
         processImplicitRoute)."""
         remote_id = str(info.get("server_id", ""))
-        if not remote_id or remote_id == self.server.server_id or remote_id in self.routes:
+        if not remote_id or remote_id == self.server.server_id:
             return
+        account = str(info.get("route_account") or "")
+        link = (b"", 0)
+        if remote_id in self.routes:
+            # known: only a pinned account's route may be missing (the server solicited us and did not
+            # open it), as nats-server opens it on such an INFO
+            if not account or account not in self.pinned or (remote_id, account) in self.links:
+                return
+            link = (account.encode(), 0)
         if self._configured(info):
             return
         ip = str(info.get("ip", ""))
@@ -506,7 +522,7 @@ class RouteManager:
             password = urllib.parse.quote(self.cluster.password, safe="")
             url = f"nats-route://{user}:{password}@{_join(parts.hostname, parts.port)}/"
         mode = info.get("gossip_mode", _GOSSIP_DEFAULT)
-        self.solicit(url, explicit=False, gossip_mode=mode if isinstance(mode, int) else 0)
+        self.solicit(url, explicit=False, gossip_mode=mode if isinstance(mode, int) else 0, link=link)
 
     def _configured(self, info: dict[str, Any]) -> bool:
         """True if the server of `info` is one of our configured routes (we solicit it anyway)."""

@@ -72,7 +72,33 @@ class JsCluster:
             return len(leaders) == 1 and "" not in leaders
 
         wait_until(meta_leader, JS_READY_TIMEOUT, lambda: f"no meta leader:\n{self.cluster.describe()}")
+        # A leader known is not yet a meta group every node follows: a stream create in that window is
+        # answered 10008 "JetStream system temporarily unavailable" (the reference too). /healthz says
+        # when each JetStream node is current with the meta leader.
+        wait_until(
+            lambda: all(_healthy(n) for n in running),
+            JS_READY_TIMEOUT,
+            lambda: f"JetStream nodes not current:\n{self.cluster.describe()}",
+        )
         self.cluster.wait_interest("$JS.API.>", self.clients, running)
+
+
+def _healthy(node: Node) -> bool:
+    try:
+        return node.get("/healthz").get("status") == "ok"
+    except (OSError, ValueError):  # 503 while not current (urllib's HTTPError is an OSError)
+        return False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test of a cluster reports the cluster's routes and log tails, to tell a lost interest
+    from a slow election afterwards."""
+    outcome = yield
+    report = outcome.get_result()
+    js = getattr(item, "funcargs", {}).get("js_cluster")
+    if report.failed and isinstance(js, JsCluster):
+        report.sections.append(("cluster at failure", js.cluster.describe()))
 
 
 def _node_extra(layout: tuple[tuple[str, bool], ...], config: str) -> Callable[[int, Path], str]:

@@ -16,7 +16,8 @@ import nats.js.errors
 import pytest
 from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError, ServiceUnavailableError
+from nats.js.errors import DigestMismatchError, NotFoundError, ServiceUnavailableError
+from nats.js.object_store import ObjectStore
 
 from tests.jscluster.conftest import DOMAIN, JsCluster
 
@@ -76,6 +77,13 @@ async def _streams_and_consumers(nc: nats.NATS, js: JsCluster, tag: str) -> None
                 batch = await sub.fetch(5, timeout=1)
             except (TimeoutError, nats.errors.TimeoutError):  # nothing left for this worker now
                 continue
+            except ServiceUnavailableError:
+                # No responder for the pull request yet: the consumer leader's interest travels on the
+                # account's route, its create answer on the system account's, so the first pulls can
+                # outrun it, and a leader moved under load does the same. Measured on the reference
+                # (2go+3js): 5 of 40 fetches made right after the create; a client pulls again.
+                await asyncio.sleep(0.1)
+                continue
             for msg in batch:
                 done.append(int(msg.data))
                 await msg.ack_sync()
@@ -113,7 +121,24 @@ async def _kv_objects_direct(nc: nats.NATS, js: JsCluster, tag: str) -> None:
     obj = await ctx.create_object_store(bucket=f"obj{tag}", replicas=js.replicas)
     blob = bytes(range(256)) * 1000  # 256 kB: several chunks
     await obj.put("blob", blob)
-    assert (await obj.get("blob")).data == blob
+    assert (await _object_read(obj, "blob")) == blob
+
+
+async def _object_read(obj: ObjectStore, name: str, attempts: int = 3) -> bytes:
+    """The object's bytes, read again when nats-py's digest check fails: its object get hashes what its
+    ordered consumer's subscription hands it, and under load (consumer resets) that hash can come out
+    wrong. Seen on the all-nats-server reference (2go+3js) as on 2py+3js, 1 run in 10 on this loaded
+    machine; a reader tries again."""
+    for attempt in range(1, attempts + 1):
+        try:
+            data = (await obj.get(name)).data
+        except DigestMismatchError:
+            if attempt == attempts:
+                raise
+            continue
+        assert data is not None
+        return data
+    raise AssertionError("unreachable")
 
 
 async def _accounts_and_domains(js: JsCluster, index: int, tag: str) -> None:
