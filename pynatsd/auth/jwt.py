@@ -40,8 +40,10 @@ log = logging.getLogger("pynatsd.jwt")
 MAX_TOKEN_SIZE = 1024 * 1024  # the jwt library's limit
 NO_LIMIT = -1
 # Which key may issue which claim (the jwt library's ExpectedPrefixes).
-_ISSUER_PREFIX = {"operator": "O", "account": "O", "user": "A", "activation": "A"}
-_SUBJECT_PREFIX = {"operator": "O", "account": "A", "user": "U", "activation": "A"}
+_ISSUER_PREFIX = {"operator": "O", "account": "O", "user": "A", "activation": "A",
+                  "authorization_response": "A"}  # fmt: skip
+_SUBJECT_PREFIX = {"operator": "O", "account": "A", "user": "U", "activation": "A",
+                   "authorization_response": "U"}  # fmt: skip
 _KNOWN_CONNECTION_TYPES = frozenset({"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS",
                                      "IN_PROCESS"})  # fmt: skip
 _DECORATION = "-----"

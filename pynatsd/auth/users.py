@@ -234,6 +234,14 @@ class Permissions:
         self._since_prune = 0
         self._last_prune = now
 
+    def deny_publish(self, subject: bytes) -> None:
+        """Add `subject` to the publish denials (nats-server's mergeDenyPermissions)."""
+        if self.publish is None:
+            self.publish = Rule(None, [])
+        if subject not in self.publish.deny:
+            self.publish.deny.append(subject)
+        self._pub_cache.clear()
+
     def can_subscribe(self, subject: bytes, queue: bytes | None) -> bool:
         if self.subscribe is None:
             return True
@@ -301,6 +309,10 @@ class Authenticator:
         for name, acc in accounts.items():
             self._add_users(acc.users, name, acc.default_permissions)
         self.no_auth_user = options.no_auth_user
+        self.callout = options.auth_callout
+        # What the auth callout granted each user it admitted (its nkey -> grant), while connected; a reload
+        # hands the dict to the new authenticator (pynatsd.broker.callout fills and empties it).
+        self.callout_grants: dict[str, UserGrant] = {}
         self.jwt: JwtAuthenticator | None = None
         if options.trusted is not None:  # operator mode: every client needs a user JWT
             from pynatsd.auth.jwt import JwtAuthenticator
@@ -358,9 +370,17 @@ class Authenticator:
     def grant(self, user: str) -> UserGrant | None:
         """A JWT user's permissions, limits and expiry from its latest admission (None outside operator
         mode)."""
+        if self.callout_grants:
+            granted = self.callout_grants.get(user)
+            if granted is not None:
+                return granted
         return self.jwt.grants.get(user) if self.jwt is not None else None
 
     def permissions(self, user: str) -> Permissions | None:
+        if self.callout_grants:
+            granted = self.callout_grants.get(user)
+            if granted is not None:
+                return granted.permissions.copy() if granted.permissions else None
         if self.jwt is not None:
             grant = self.jwt.grants.get(user)
             return grant.permissions.copy() if grant and grant.permissions else None
@@ -442,6 +462,24 @@ class Authenticator:
             ok = _same(opts.user, self.username) & _password_ok(opts.password, self.password)
             return (opts.user, DEFAULT_ACCOUNT) if ok else None
         return ("", DEFAULT_ACCOUNT)
+
+    def callout_wanted(self, opts: ConnectOptions, identity: tuple[str, str] | None) -> bool:
+        """The auth callout decides about this client (nats-server's processClientOrLeafAuthentication):
+        anyone but the `auth_users`, whether the configured users admitted it or not, unless it is a user
+        of an account that `allowed_accounts` leaves out."""
+        callout = self.callout
+        if callout is None:
+            return False
+        account = identity[1] if identity is not None else DEFAULT_ACCOUNT
+        if (
+            account != DEFAULT_ACCOUNT
+            and callout.allowed_accounts
+            and account not in callout.allowed_accounts
+        ):
+            return False
+        # nats-server's getRawAuthUser: the nkey, else the user name, else the token
+        raw_user = opts.nkey or opts.user or (opts.auth_token if not opts.jwt else "")
+        return raw_user not in callout.auth_users
 
     def _anonymous(self, opts: ConnectOptions) -> bool:
         """A CONNECT without credentials, taken as the `no_auth_user` when there is one."""

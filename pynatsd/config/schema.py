@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pynatsd.auth.nkeys import valid_public_nkey
 from pynatsd.auth.users import ResponsePermission
 from pynatsd.base import tls
-from pynatsd.base.blocks import AccountConfig, ResolverConfig, TrustedOperators
+from pynatsd.base.blocks import AccountConfig, AuthCalloutOptions, ResolverConfig, TrustedOperators
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 from pynatsd.config import cluster as cluster_block
@@ -383,7 +383,7 @@ def _authorization(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) 
             elif low in ("default_permission", "default_permissions", "permissions"):
                 auth["default_permissions"] = parse_permissions(ctx, name, v, at)
             elif low in ("auth_callout", "auth_hook"):
-                raise refused(name, "authorization callouts", access=True)
+                opts.auth_callout = _auth_callout(ctx, name, v, at)
             elif low == "proxy_required":
                 if to_bool(name, v):
                     raise refused(name, "proxy-required users", access=True)
@@ -398,6 +398,51 @@ def _authorization(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) 
     opts.users = auth.get("users")
     opts.default_permissions = auth.get("default_permissions")
     ctx.places["authorization"] = where
+
+
+def _callout_names(key: str, value: Any, field: str) -> list[str]:
+    if not isinstance(value, list):
+        raise ConfigValueError(f"Expected {field} field to be an array, got {type(value).__name__}")
+    return to_strings(key, value)
+
+
+def _auth_callout(ctx: Ctx, key: str, value: Any, where: Where) -> AuthCalloutOptions | None:
+    """`auth_callout {issuer, account, auth_users, xkey, allowed_accounts}`, with nats-server's errors."""
+    if not isinstance(value, dict):
+        raise ConfigValueError(f"Expected authorization callout to be a map/struct, got {value!r}")
+    block = to_block(key, value)
+    callout = AuthCalloutOptions("")
+    for low, name, v, at in entries(block, where):
+        with ctx.at(at):
+            if low == "issuer":
+                callout.issuer = to_str(name, v)
+                if not valid_public_nkey(callout.issuer, "A"):
+                    raise ConfigValueError(
+                        f'Expected callout user to be a valid public account nkey, got "{callout.issuer}"'
+                    )
+            elif low in ("account", "acc"):
+                callout.account = to_str(name, v)
+            elif low in ("auth_users", "users"):
+                callout.auth_users = _callout_names(name, v, "auth_users")
+            elif low in ("xkey", "key"):
+                callout.xkey = to_str(name, v)
+                if not valid_public_nkey(callout.xkey, "X"):
+                    raise ConfigValueError(
+                        f'Expected callout xkey to be a valid public xkey, got "{callout.xkey}"'
+                    )
+            elif low == "allowed_accounts":
+                callout.allowed_accounts = _callout_names(name, v, "allowed accounts")
+            elif name not in block.used:
+                ctx.error(at, f'Unknown field "{name}" parsing authorization callout')
+    callout.account = callout.account or "$G"
+    if not callout.issuer:
+        ctx.error(where, "Authorization callouts require an issuer to be specified")
+        return None
+    if not callout.auth_users:
+        ctx.error(where, "Authorization callouts require authorized users to be specified")
+        return None
+    ctx.places["auth_callout"] = where
+    return callout
 
 
 def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
@@ -836,6 +881,18 @@ def _check_users(ctx: Ctx, opts: Options) -> None:
         )
 
 
+def _check_auth_callout(ctx: Ctx, opts: Options) -> None:
+    callout = opts.auth_callout
+    if callout is None:
+        return
+    where = ctx.places.get("auth_callout", _NOWHERE)
+    if opts.trusted is not None:  # operator mode's callouts are set in the account JWTs
+        raise refused("auth_callout", "the auth_callout block in operator mode", access=True)
+    for name in callout.allowed_accounts:
+        if name not in opts.accounts:
+            ctx.error(where, f'auth_callout allowed account "{name}" not found in configured accounts')
+
+
 # -- tls ------------------------------------------------------------------------------------------------
 # Go's cipher suite names (crypto/tls CipherSuites and InsecureCipherSuites) -> OpenSSL's. TLS 1.3
 # suites are not configurable (in Go either): they are accepted and always on.
@@ -1163,6 +1220,7 @@ def apply_config(opts: Options, config: dict[str, Any]) -> list[ConfigWarning]:
     _check_users(ctx, opts)
     _check_links(ctx, opts)
     _check_operator_mode(ctx, opts)
+    _check_auth_callout(ctx, opts)
     if ctx.errors:
         raise ConfigErrors(ctx.errors)
     return ctx.warnings

@@ -1,0 +1,177 @@
+"""The auth callout's messaging: for each client it decides about, an authorization request published to
+`$SYS.REQ.USER.AUTH` in the callout account by an internal client of that account, and its answer awaited
+on a reply inbox for at most the auth timeout (what is asked and accepted: pynatsd.auth.callout).
+
+Like nats-server, a refusal (or a bad answer) is logged as a warning with its reason, a timeout at debug
+level; the client only reads `Authorization Violation`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pynatsd.auth.callout import (
+    AUTH_CALLOUT_SUBJECT,
+    XKEY_HEADER,
+    CalloutRefused,
+    ServerIdentity,
+    check_response,
+    new_user_key,
+    request_token,
+)
+from pynatsd.auth.nkeys import XKey
+from pynatsd.auth.users import Permissions
+from pynatsd.base.logging import get_logger
+from pynatsd.broker.internal import InternalClient
+
+if TYPE_CHECKING:
+    from pynatsd.base.blocks import AuthCalloutOptions
+    from pynatsd.broker.connection import Connection
+    from pynatsd.broker.core import Broker
+    from pynatsd.protocol.connect import ConnectOptions
+
+log = get_logger()
+
+Done = Callable[[tuple[str, str] | None], None]
+
+
+def _client_type(conn: Connection) -> str:
+    return "websocket" if conn.is_websocket else "nats"
+
+
+class AuthCallout:
+    """The broker's `callout` hook (pynatsd.broker.core.CalloutHooks)."""
+
+    def __init__(self, server: Broker, config: AuthCalloutOptions) -> None:
+        self.server = server
+        self.config = config
+        # The server's xkey, made once; only used (and shown) when the service has one.
+        self.xkey = XKey() if config.xkey else None
+        self._clients: dict[str, InternalClient] = {}
+        # nats-server's reply inboxes: `$SYS._INBOX.<hash of the server name>.<8 random characters>`
+        name_hash = base64.urlsafe_b64encode(hashlib.sha256(server.server_name.encode()).digest())[:8]
+        self._inbox = b"$SYS._INBOX." + name_hash + b"."
+        auth = server.auth
+        if config.account not in auth.accounts:
+            log.error('Authorization callout account "%s" not valid', config.account)
+        known = set(auth.users) | set(auth.nkeys)
+        for user in config.auth_users:
+            if user not in known:
+                log.error('Authorization callout user "%s" not valid: <nil>', user)
+
+    def _identity(self) -> ServerIdentity:
+        server = self.server
+        info = server.info_base()
+        cluster = server.cluster.name if server.cluster is not None else ""
+        host, version = str(info.get("host", "")), str(info.get("version", ""))
+        return ServerIdentity(
+            server.server_id, server.server_seed, server.server_name, host, version, cluster
+        )
+
+    def _client(self, account: str) -> InternalClient:
+        client = self._clients.get(account)
+        if client is None or client.closed:
+            client = self._clients[account] = InternalClient(self.server, account, "auth callout")
+        return client
+
+    def _accounts(self) -> dict[str, Permissions | None]:
+        """Where an admitted user may go, with each account's default permissions."""
+        auth = self.server.auth
+        configured = self.server.options.accounts
+        accounts: dict[str, Permissions | None] = {}
+        for name in auth.accounts:
+            spec = configured[name].default_permissions if name in configured else None
+            accounts[name] = Permissions(spec) if spec else None
+        return accounts
+
+    def authorize(self, conn: Connection, opts: ConnectOptions, done: Done) -> None:
+        config = self.config
+        account = config.account
+        auth = conn.authenticator()
+        if account not in auth.accounts:
+            log.warning('No valid account "%s" for auth callout request: account missing', account)
+            done(None)
+            return
+        user_key = new_user_key()
+        timeout = self.server.options.effective_auth_timeout
+        client_info: dict[str, object] = {"host": conn.ip, "id": conn.cid, "user": opts.nkey or opts.user,
+                                          "name": opts.name, "kind": "Client",
+                                          "type": _client_type(conn)}  # fmt: skip
+        if opts.sig:
+            client_info["nonce"] = conn.nonce
+        xkey = self.xkey
+        token = request_token(self._identity(), config.issuer, user_key, client_info, opts,
+                              xkey.public if xkey is not None else "", timeout)  # fmt: skip
+        payload, headers = token.encode(), None
+        if xkey is not None:
+            payload = xkey.seal(payload, config.xkey)
+            headers = f"NATS/1.0\r\n{XKEY_HEADER}: {xkey.public}\r\n\r\n".encode()
+        client = self._client(account)
+        reply = self._inbox + base64.urlsafe_b64encode(os.urandom(6))
+        loop = self.server.loop
+        finished = False
+
+        def finish() -> bool:
+            nonlocal finished
+            if finished:
+                return False
+            finished = True
+            timer.cancel()
+            client.unsubscribe(sub)
+            return True
+
+        def on_answer(subject: bytes, _reply: bytes | None, _headers: bytes | None, answer: bytes) -> None:
+            if not finish():
+                return
+            done(self._admit(conn, answer, user_key, account))
+
+        def on_timeout() -> None:
+            if not finish():
+                return
+            log.debug('Authorization callout response not received in time on account "%s"', account)
+            done(None)
+
+        sub = client.subscribe(reply, on_answer)
+        timer = loop.call_later(timeout, on_timeout)
+        client.publish(AUTH_CALLOUT_SUBJECT, reply, headers, payload)
+
+    def _admit(self, conn: Connection, answer: bytes, user_key: str, account: str) -> tuple[str, str] | None:
+        """The identity the answer gives the client (its grant recorded), or None (the reason logged)."""
+        config = self.config
+        try:
+            admission = check_response(answer, user_key=user_key, server_id=self.server.server_id,
+                                       account=account, issuer=config.issuer, server_xkey=self.xkey,
+                                       service_xkey=config.xkey, accounts=self._accounts())  # fmt: skip
+        except CalloutRefused as err:
+            log.warning("%s", err)
+            return None
+        types = admission.connection_types
+        if types is not None and conn.connection_type not in types:
+            log.warning("Could not register auth callout user: authentication error")
+            return None
+        if conn.closed:
+            return None
+        conn.authenticator().callout_grants[user_key] = admission.grant
+        return user_key, admission.account
+
+    def admitted(self, conn: Connection) -> None:
+        """In the callout account, only the server may send authorization requests (nats-server denies
+        every client there, its service included, publishing to the subject)."""
+        if conn.account != self.config.account:
+            return
+        if conn.perms is None:
+            conn.perms = Permissions({})
+            conn.perms.publish = None
+        conn.perms.deny_publish(AUTH_CALLOUT_SUBJECT)
+
+    def forget(self, conn: Connection) -> None:
+        conn.authenticator().callout_grants.pop(conn.user, None)
+
+    def stop(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
