@@ -463,23 +463,20 @@ class Authenticator:
             return (opts.user, DEFAULT_ACCOUNT) if ok else None
         return ("", DEFAULT_ACCOUNT)
 
-    def callout_wanted(self, opts: ConnectOptions, identity: tuple[str, str] | None) -> bool:
-        """The auth callout decides about this client (nats-server's processClientOrLeafAuthentication):
-        anyone but the `auth_users`, whether the configured users admitted it or not, unless it is a user
-        of an account that `allowed_accounts` leaves out."""
+    def callout_role(self, opts: ConnectOptions, identity: tuple[str, str] | None) -> str:
+        """What the auth callout has to do with this client (nats-server's processClientOrLeafAuthentication):
+        "" nothing (no callout, or a user of an account `allowed_accounts` leaves out), "bypass" (one of the
+        `auth_users`: the configured users decide), "ask" (anyone else, admitted by the configured users or
+        not: a client they refuse is in the global account, which is always delegated)."""
         callout = self.callout
         if callout is None:
-            return False
+            return ""
         account = identity[1] if identity is not None else DEFAULT_ACCOUNT
-        if (
-            account != DEFAULT_ACCOUNT
-            and callout.allowed_accounts
-            and account not in callout.allowed_accounts
-        ):
-            return False
+        if account != DEFAULT_ACCOUNT and callout.allowed_accounts and account not in callout.allowed_accounts:
+            return ""
         # nats-server's getRawAuthUser: the nkey, else the user name, else the token
         raw_user = opts.nkey or opts.user or (opts.auth_token if not opts.jwt else "")
-        return raw_user not in callout.auth_users
+        return "bypass" if raw_user in callout.auth_users else "ask"
 
     def _anonymous(self, opts: ConnectOptions) -> bool:
         """A CONNECT without credentials, taken as the `no_auth_user` when there is one."""

@@ -504,12 +504,10 @@ class Connection(SlicedReader):
         """The configured users' verdict on a CONNECT; the auth callout has the last word on the clients
         it decides about (then this client's next ops wait for its answer, as for a bcrypt check)."""
         callout = self.server.callout
-        if callout is None:
+        role = self.authenticator().callout_role(opts, identity) if callout is not None else ""
+        if callout is None or role != "ask":
             self._connected(opts, identity)
-            return
-        if not self.authenticator().callout_wanted(opts, identity):
-            self._connected(opts, identity)
-            if not self.closed:
+            if callout is not None and role and not self.closed:
                 callout.admitted(self)
             return
         if self._auth_timer is not None:  # the callout's own timeout applies now (nats-server's)

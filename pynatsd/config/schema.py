@@ -400,48 +400,59 @@ def _authorization(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) 
     ctx.places["authorization"] = where
 
 
-def _callout_names(key: str, value: Any, field: str) -> list[str]:
-    if not isinstance(value, list):
-        raise ConfigValueError(f"Expected {field} field to be an array, got {type(value).__name__}")
-    return to_strings(key, value)
+def _callout_names(value: Any, field: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigValueError(f"Expected {field} field to be an array, got *conf.token")  # Go's %T of it
+    return list(value)
+
+
+def _callout_field(callout: AuthCalloutOptions, low: str, name: str, value: Any) -> bool:
+    """One key of `auth_callout`; False when unknown, raises ConfigValueError on a bad value."""
+    if low == "issuer":
+        callout.issuer = to_str(name, value)
+        if not valid_public_nkey(callout.issuer, "A"):
+            raise ConfigValueError(
+                f'Expected callout user to be a valid public account nkey, got "{callout.issuer}"'
+            )
+    elif low in ("account", "acc"):
+        callout.account = to_str(name, value)
+    elif low in ("auth_users", "users"):
+        callout.auth_users = _callout_names(value, "auth_users")
+    elif low in ("xkey", "key"):
+        callout.xkey = to_str(name, value)
+        if not valid_public_nkey(callout.xkey, "X"):
+            raise ConfigValueError(f'Expected callout xkey to be a valid public xkey, got "{callout.xkey}"')
+    elif low == "allowed_accounts":
+        callout.allowed_accounts = _callout_names(value, "allowed accounts")
+    else:
+        return False
+    return True
 
 
 def _auth_callout(ctx: Ctx, key: str, value: Any, where: Where) -> AuthCalloutOptions | None:
-    """`auth_callout {issuer, account, auth_users, xkey, allowed_accounts}`, with nats-server's errors."""
+    """`auth_callout {issuer, account, auth_users, xkey, allowed_accounts}`, with nats-server's errors: a
+    bad value ends the block (only its error is reported), an unknown key does not."""
     if not isinstance(value, dict):
         raise ConfigValueError(f"Expected authorization callout to be a map/struct, got {value!r}")
     block = to_block(key, value)
     callout = AuthCalloutOptions("")
+    last = where  # nats-server reports a missing field at the block's last value
     for low, name, v, at in entries(block, where):
-        with ctx.at(at):
-            if low == "issuer":
-                callout.issuer = to_str(name, v)
-                if not valid_public_nkey(callout.issuer, "A"):
-                    raise ConfigValueError(
-                        f'Expected callout user to be a valid public account nkey, got "{callout.issuer}"'
-                    )
-            elif low in ("account", "acc"):
-                callout.account = to_str(name, v)
-            elif low in ("auth_users", "users"):
-                callout.auth_users = _callout_names(name, v, "auth_users")
-            elif low in ("xkey", "key"):
-                callout.xkey = to_str(name, v)
-                if not valid_public_nkey(callout.xkey, "X"):
-                    raise ConfigValueError(
-                        f'Expected callout xkey to be a valid public xkey, got "{callout.xkey}"'
-                    )
-            elif low == "allowed_accounts":
-                callout.allowed_accounts = _callout_names(name, v, "allowed accounts")
-            elif name not in block.used:
-                ctx.error(at, f'Unknown field "{name}" parsing authorization callout')
+        last = at
+        try:
+            known = _callout_field(callout, low, name, v)
+        except ConfigValueError as err:
+            ctx.error(at, str(err))
+            return None
+        if not known and name not in block.used:
+            ctx.error(at, f'Unknown field "{name}" parsing authorization callout')
     callout.account = callout.account or "$G"
     if not callout.issuer:
-        ctx.error(where, "Authorization callouts require an issuer to be specified")
+        ctx.error(last, "Authorization callouts require an issuer to be specified")
         return None
     if not callout.auth_users:
-        ctx.error(where, "Authorization callouts require authorized users to be specified")
+        ctx.error(last, "Authorization callouts require authorized users to be specified")
         return None
-    ctx.places["auth_callout"] = where
     return callout
 
 
@@ -885,12 +896,11 @@ def _check_auth_callout(ctx: Ctx, opts: Options) -> None:
     callout = opts.auth_callout
     if callout is None:
         return
-    where = ctx.places.get("auth_callout", _NOWHERE)
     if opts.trusted is not None:  # operator mode's callouts are set in the account JWTs
         raise refused("auth_callout", "the auth_callout block in operator mode", access=True)
     for name in callout.allowed_accounts:
         if name not in opts.accounts:
-            ctx.error(where, f'auth_callout allowed account "{name}" not found in configured accounts')
+            ctx.error(_NOWHERE, f'auth_callout allowed account "{name}" not found in configured accounts')
 
 
 # -- tls ------------------------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -15,6 +17,8 @@ from nats.aio.msg import Msg
 
 from pynatsd.auth.jwt import decode_generic
 from pynatsd.auth.nkeys import XKey
+from pynatsd.cli import main
+from tests.config.test_differential import _run
 from tests.jwt.issuer import Key
 from tests.servers import ServerProcess, start_server
 from tests.wire import WireClient
@@ -27,32 +31,39 @@ AUTH_TIMEOUT = 1  # seconds: how long the server waits for the service (its auth
 
 
 class CalloutService:
-    """The service: alice/secret gets into APP publishing on `allowed.>` only; bob is refused with a reason;
-    `mute` is never answered; anyone else is refused."""
+    """The service: alice/secret gets into APP publishing on `allowed.>` only; `mute` is never answered;
+    the users of BAD_ANSWERS get a flawed answer; anyone else is refused with a reason."""
 
     def __init__(self, issuer: Key, xkey: XKey | None) -> None:
         self.issuer = issuer
         self.xkey = xkey
         self.requests: list[dict[str, Any]] = []
 
-    def answer(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """The response's `nats` part for a decoded request, or None to stay silent."""
+    def _user_jwt(self, user_key: str, user: str) -> str:
+        allowed = ["allowed.>", "_INBOX.>"]
+        claims: dict[str, Any] = {"aud": "NOPE" if user == "stranger" else "APP", "name": user}
+        if user == "expired":
+            claims["exp"] = int(time.time()) - 10
+        signer = Key("A") if user == "forger" else self.issuer
+        subject = Key("U").public if user == "impostor" else user_key
+        nats = {"pub": {"allow": allowed}, "sub": {"allow": allowed}, "subs": -1, "data": -1, "payload": -1}
+        return signer.issue(subject, "user", nats, **claims)
+
+    def response(self, request: dict[str, Any], server_id: str) -> bytes | None:
+        """The signed answer to a decoded request (None: stay silent)."""
         opts = request["nats"]["connect_opts"]
         user, password = opts.get("user", ""), opts.get("pass", "")
+        user_key = request["nats"]["user_nkey"]
         if user == "mute":
             return None
-        if (user, password) != ("alice", "secret"):
-            return {"error": f"no entry for {user}"}
-        allowed = ["allowed.>", "_INBOX.>"]
-        user_claims = {
-            "pub": {"allow": allowed},
-            "sub": {"allow": allowed},
-            "subs": -1,
-            "data": -1,
-            "payload": -1,
-        }
-        token = self.issuer.issue(request["nats"]["user_nkey"], "user", user_claims, aud="APP", name="alice")
-        return {"jwt": token}
+        if user == "empty":
+            return b""
+        if user in BAD_ANSWERS or (user, password) == ("alice", "secret"):
+            answer = {"jwt": self._user_jwt(user_key, user)}
+        else:
+            answer = {"error": f"no entry for {user}"}
+        audience = Key("U").public if user == "misdirected" else server_id
+        return self.issuer.issue(user_key, "authorization_response", answer, aud=audience).encode()
 
     async def handle(self, msg: Msg) -> None:
         data = msg.data
@@ -68,15 +79,18 @@ class CalloutService:
         assert request["nats"]["type"] == "authorization_request"
         assert claims.issuer == request["nats"]["server_id"]["id"]
         self.requests.append(request)
-        answer = self.answer(request)
-        if answer is None:
+        body = self.response(request, claims.issuer)
+        if body is None:
             return
-        response = self.issuer.issue(request["nats"]["user_nkey"], "authorization_response", answer,
-                                     aud=claims.issuer)  # fmt: skip
-        body = response.encode()
-        if self.xkey is not None and server_xkey:
+        if self.xkey is not None and server_xkey and body:
             body = self.xkey.seal(body, server_xkey)
         await msg.respond(body)
+
+
+# Users whose answer is flawed, each refused by the server: a user JWT signed by another account, placed in
+# an account that does not exist, expired, or for another user; a response addressed to another server; an
+# empty response.
+BAD_ANSWERS = ["forger", "stranger", "expired", "impostor", "misdirected", "empty"]
 
 
 def _payload(token: str) -> bytes:
@@ -92,6 +106,7 @@ def _config(issuer: Key, xkey: XKey | None) -> str:
 accounts {{
   AUTH {{ users: [ {{user: auth, password: pwd}} ] }}
   APP {{}}
+  LOCAL {{ users: [ {{user: local, password: lpw}} ] }}
 }}
 authorization {{
   timeout: {AUTH_TIMEOUT}
@@ -99,6 +114,7 @@ authorization {{
     issuer: {issuer.public}
     account: AUTH
     auth_users: [ auth ]
+    allowed_accounts: [ APP, AUTH ]
     {xkey_line}
   }}
 }}
@@ -219,3 +235,78 @@ async def test_auth_users_bypass_the_callout(setup: Setup) -> None:
     finally:
         await nc.close()
     assert len(setup.service.requests) == before
+
+
+@pytest.mark.parametrize("user", BAD_ANSWERS)
+async def test_flawed_answers_are_refused(setup: Setup, user: str) -> None:
+    assert await _refused(setup.server.url, user=user, **{"pass": "x"}) == VIOLATION
+    assert setup.service.requests[-1]["nats"]["connect_opts"]["user"] == user
+
+
+async def test_users_of_accounts_not_delegated_keep_their_password_check(setup: Setup) -> None:
+    """`allowed_accounts: [APP, AUTH]`: the configured users of LOCAL are not the callout's to decide; a
+    client they refuse is in the global account, which is always delegated."""
+    assert await _refused(setup.server.url, user="local", **{"pass": "wrong"}) == VIOLATION
+    assert setup.service.requests[-1]["nats"]["connect_opts"]["user"] == "local"
+    before = len(setup.service.requests)
+    nc = await nats.connect(setup.server.url, user="local", password="lpw", allow_reconnect=False)
+    try:
+        sub = await nc.subscribe("anything")
+        await nc.publish("anything", b"free")
+        assert (await sub.next_msg(timeout=5)).data == b"free"
+    finally:
+        await nc.close()
+    assert len(setup.service.requests) == before
+
+
+async def test_admitted_user_lands_in_the_account_its_jwt_names(setup: Setup) -> None:
+    """alice's user JWT has audience APP: the service's own account (AUTH) does not see her messages."""
+    url = setup.server.url
+    watcher = await nats.connect(url, user="auth", password="pwd", allow_reconnect=False)
+    alice = await nats.connect(url, user="alice", password="secret", allow_reconnect=False)
+    other = await nats.connect(url, user="alice", password="secret", allow_reconnect=False)
+    try:
+        in_auth = await watcher.subscribe("allowed.>")
+        in_app = await other.subscribe("allowed.>")
+        await watcher.flush()
+        await other.flush()
+        await alice.publish("allowed.hello", b"app only")
+        assert (await in_app.next_msg(timeout=5)).data == b"app only"
+        await watcher.flush()  # had the message reached AUTH, it would be here by now
+        assert in_auth.pending_msgs == 0
+    finally:
+        for nc in (watcher, alice, other):
+            await nc.close()
+
+
+_ISSUER = Key("A").public
+
+
+@pytest.mark.parametrize(
+    ("block", "error"),
+    [
+        ("issuer: bad, auth_users: [a]", "Expected callout user to be a valid public account nkey"),
+        ("auth_users: [a]", "Authorization callouts require an issuer to be specified"),
+        (f"issuer: {_ISSUER}", "Authorization callouts require authorized users to be specified"),
+        (f"issuer: {_ISSUER}, auth_users: [a], xkey: XBAD", "Expected callout xkey to be a valid public"),
+        (f"issuer: {_ISSUER}, auth_users: [a], foo: 1", 'Unknown field "foo" parsing authorization callout'),
+        (f"issuer: {_ISSUER}, auth_users: [a], allowed_accounts: [NOPE]",
+         'auth_callout allowed account "NOPE" not found in configured accounts'),
+    ],
+)  # fmt: skip
+def test_bad_blocks_are_refused_alike(
+    block: str, error: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`-t` on both servers: the same error, at the same place."""
+    conf = tmp_path / "bad.conf"
+    conf.write_text(
+        f"authorization {{\n  users: [{{user: a, password: b}}]\n  auth_callout {{ {block} }}\n}}\n"
+    )
+    reference = _run("nats-server", ["-t", "-c", str(conf)])
+    assert reference.returncode != 0
+    assert error in reference.stderr
+    with pytest.raises(SystemExit) as exit_status:
+        main(["-t", "-c", str(conf)])
+    assert exit_status.value.code not in (0, None)
+    expected = reference.stderr.strip().splitlines()[-1].removeprefix("nats-server: ")
+    assert expected in capsys.readouterr().err
