@@ -334,6 +334,9 @@ def load_account(token: str) -> Account:
     limits = nats.get("limits") or {}
     if nats.get("mappings"):
         raise JwtError("account mappings are not supported by pynatsd")
+    authorization = nats.get("authorization")
+    if isinstance(authorization, dict) and authorization.get("auth_users"):  # HasExternalAuthorization
+        raise JwtError("account authorization callouts are not supported by pynatsd")
     try:
         exports, imports = links_from_jwt(claims.subject, nats)
     except LinkError as err:

@@ -19,7 +19,9 @@ from pynatsd.auth.jwt import decode_generic
 from pynatsd.auth.nkeys import XKey
 from pynatsd.cli import main
 from tests.config.test_differential import _run
-from tests.jwt.issuer import Key
+from tests.jwt.issuer import Key, account_jwt, user_jwt
+from tests.jwt.world import VIOLATION as OPERATOR_VIOLATION
+from tests.jwt.world import World, attempt, running
 from tests.servers import ServerProcess, start_server
 from tests.wire import WireClient
 
@@ -310,3 +312,21 @@ def test_bad_blocks_are_refused_alike(
     assert exit_status.value.code not in (0, None)
     expected = reference.stderr.strip().splitlines()[-1].removeprefix("nats-server: ")
     assert expected in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_operator_mode_accounts_delegating_to_a_callout_admit_no_one_unanswered(
+    kind: str, tmp_path: Path
+) -> None:
+    """An account JWT with `authorization.auth_users`: with no service answering, nats-server refuses its
+    users after the auth timeout; pynatsd, which has no operator-mode callout, refuses every user of the
+    account at once, the service's own too (fail closed: never admitted on the user JWT alone)."""
+    world = World()
+    delegating, service, sentinel = Key("A"), Key("U"), Key("U")
+    world.accounts[delegating.public] = account_jwt(
+        world.operator, delegating, authorization={"auth_users": [service.public]}
+    )
+    with running(kind, world.config(tmp_path)) as server:
+        assert attempt(server.port, user_jwt(delegating, sentinel), sentinel) == (OPERATOR_VIOLATION, True)
+        if kind == "pynatsd":
+            assert attempt(server.port, user_jwt(delegating, service), service) == (OPERATOR_VIOLATION, True)
