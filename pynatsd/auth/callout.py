@@ -89,6 +89,7 @@ def request_token(
     opts: ConnectOptions,
     xkey: str,
     timeout: float,
+    client_tls: dict[str, Any] | None = None,
 ) -> str:
     """The signed authorization request (the jwt library's AuthorizationRequestClaims)."""
     server_id: dict[str, Any] = {"name": server.name, "host": server.host, "id": server.id}
@@ -106,9 +107,11 @@ def request_token(
     connect_opts: dict[str, Any] = {k: v for k, v in connect.items() if v}
     connect_opts["protocol"] = opts.protocol
     now = int(time.time())
-    request = {"server_id": server_id, "user_nkey": user_key,
+    request: dict[str, Any] = {"server_id": server_id, "user_nkey": user_key,
                "client_info": {k: v for k, v in client_info.items() if v}, "connect_opts": connect_opts,
                "type": "authorization_request", "version": 2}  # fmt: skip
+    if client_tls is not None:
+        request["client_tls"] = client_tls
     claims = {"aud": REQUEST_AUDIENCE, "exp": int(now + timeout), "iat": now, "iss": server.id,
               "sub": issuer, "nats": request}  # fmt: skip
     return encode_jwt(claims, server.seed)

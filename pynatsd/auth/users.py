@@ -472,7 +472,8 @@ class Authenticator:
         if callout is None:
             return ""
         account = identity[1] if identity is not None else DEFAULT_ACCOUNT
-        if account != DEFAULT_ACCOUNT and callout.allowed_accounts and account not in callout.allowed_accounts:
+        allowed = callout.allowed_accounts
+        if account != DEFAULT_ACCOUNT and allowed and account not in allowed:
             return ""
         # nats-server's getRawAuthUser: the nkey, else the user name, else the token
         raw_user = opts.nkey or opts.user or (opts.auth_token if not opts.jwt else "")

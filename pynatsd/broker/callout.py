@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,27 @@ Done = Callable[[tuple[str, str] | None], None]
 
 def _client_type(conn: Connection) -> str:
     return "websocket" if conn.is_websocket else "nats"
+
+
+def _client_tls(conn: Connection, verified: bool) -> dict[str, object] | None:
+    """The request's `client_tls` (nats-server's jwt.ClientTLS): version, cipher and the client's certificate
+    in PEM, under `verified_chains` when the server verified it, else `certs`. Before Python 3.13 the
+    verified chain holds the client's certificate only (the ssl module gives no more)."""
+    if not conn.tls_version:
+        return None
+    tls: dict[str, object] = {"version": conn.tls_version, "cipher": conn.tls_cipher}
+    transport = conn.transport
+    sslobj = transport.get_extra_info("ssl_object") if transport is not None else None
+    der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+    if not der:
+        return tls
+    if not verified:
+        tls["certs"] = [ssl.DER_cert_to_PEM_cert(der)]
+        return tls
+    chain_of = getattr(sslobj, "get_verified_chain", None)  # DER certificates, Python 3.13 on
+    chain = [ssl.DER_cert_to_PEM_cert(c) for c in chain_of()] if chain_of is not None else []
+    tls["verified_chains"] = [chain or [ssl.DER_cert_to_PEM_cert(der)]]
+    return tls
 
 
 class AuthCallout:
@@ -104,8 +126,10 @@ class AuthCallout:
         if opts.sig:
             client_info["nonce"] = conn.nonce
         xkey = self.xkey
+        verified = self.server.options.tls_verify and not conn.is_websocket
         token = request_token(self._identity(), config.issuer, user_key, client_info, opts,
-                              xkey.public if xkey is not None else "", timeout)  # fmt: skip
+                              xkey.public if xkey is not None else "", timeout,
+                              _client_tls(conn, verified))  # fmt: skip
         payload, headers = token.encode(), None
         if xkey is not None:
             payload = xkey.seal(payload, config.xkey)

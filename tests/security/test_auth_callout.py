@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from tests.config.test_differential import _run
 from tests.jwt.issuer import Key, account_jwt, user_jwt
 from tests.jwt.world import VIOLATION as OPERATOR_VIOLATION
 from tests.jwt.world import World, attempt, running
+from tests.security.certs import make_certs
 from tests.servers import ServerProcess, start_server
 from tests.wire import WireClient
 
@@ -330,3 +332,34 @@ def test_operator_mode_accounts_delegating_to_a_callout_admit_no_one_unanswered(
         assert attempt(server.port, user_jwt(delegating, sentinel), sentinel) == (OPERATOR_VIOLATION, True)
         if kind == "pynatsd":
             assert attempt(server.port, user_jwt(delegating, service), service) == (OPERATOR_VIOLATION, True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_request_describes_a_verified_tls_client(kind: str, tmp_path: Path) -> None:
+    """Under `tls { verify: true }` the request carries the TLS version and the client's certificate first in
+    `client_tls.verified_chains`."""
+    certs = make_certs(tmp_path)
+    issuer = Key("A")
+    files = f'cert_file: "{certs["server"]}", key_file: "{certs["server_key"]}", ca_file: "{certs["ca"]}"'
+    tls = f"tls {{ {files}, verify: true }}\n"
+    conf = tmp_path / "tls.conf"
+    conf.write_text(tls + _config(issuer, None))
+    server = start_server(kind, ["-c", str(conf)])
+    ctx = ssl.create_default_context(cafile=certs["ca"])
+    ctx.load_cert_chain(certs["client"], certs["client_key"])
+    url = f"tls://127.0.0.1:{server.port}"
+    service = CalloutService(issuer, None)
+    try:
+        nc = await nats.connect(url, tls=ctx, user="auth", password="pwd", allow_reconnect=False)
+        await nc.subscribe(CALLOUT_SUBJECT, cb=service.handle)
+        await nc.flush()
+        alice = await nats.connect(url, tls=ctx, user="alice", password="secret", allow_reconnect=False)
+        await alice.close()
+        await nc.close()
+    finally:
+        server.stop()
+    client_tls = service.requests[-1]["nats"]["client_tls"]
+    assert client_tls["version"] == "1.3"
+    assert client_tls["cipher"].startswith("TLS_")
+    assert client_tls["verified_chains"][0][0] == Path(certs["client"]).read_text()
+    assert "certs" not in client_tls
