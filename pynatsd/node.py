@@ -153,7 +153,7 @@ class Node(Broker):
 
     def _start_auth_callout(self) -> None:
         callout = self.options.auth_callout
-        if callout is not None:
+        if callout is not None or self.options.trusted is not None:  # operator mode: account JWTs may
             from pynatsd.broker.callout import AuthCallout
 
             self.callout = AuthCallout(self, callout)

@@ -17,10 +17,13 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pynatsd.auth.jwt import (
+    Account,
+    Claims,
     JwtError,
     UserGrant,
     connection_types,
@@ -29,6 +32,7 @@ from pynatsd.auth.jwt import (
     permissions_from_jwt,
     time_window,
 )
+from pynatsd.auth.jwt import _scoped as scoped_permissions
 from pynatsd.auth.nkeys import XKey, XKeyError, encode_public, valid_public_nkey
 from pynatsd.auth.users import Permissions
 from pynatsd.protocol import errors
@@ -143,6 +147,20 @@ def _validation_problem(token: str, claims_nats: dict[str, Any], expires_problem
     return expires_problem
 
 
+@dataclass(frozen=True)
+class OperatorCallout:
+    """Operator mode: the callout account (the client's, its JWT delegating its users) and the resolver's
+    accounts, where an admitted user may go."""
+
+    account: Account
+    lookup: Callable[[str], Account | None]
+
+
+def _capitalized(err: Exception) -> str:
+    text = str(err)
+    return text[:1].upper() + text[1:]
+
+
 def check_response(
     payload: bytes,
     *,
@@ -153,12 +171,14 @@ def check_response(
     server_xkey: XKey | None,
     service_xkey: str,
     accounts: dict[str, Permissions | None],
+    operator: OperatorCallout | None = None,
 ) -> Admission:
     """nats-server's checks of an answer to the request for `user_key` sent in the callout `account`, in its
-    order; `accounts` maps the accounts a user may go to to their default permissions. Raises
-    CalloutRefused with nats-server's log text."""
+    order; `accounts` maps the accounts a user may go to to their default permissions (config mode; in
+    operator mode, `operator` tells). Raises CalloutRefused with nats-server's log text."""
     if not payload:
         raise CalloutRefused(f'Auth callout violation: "no reason supplied" on account "{account}"')
+    encrypted = False
     if server_xkey is not None and not payload.startswith(_JWT_PREFIX):
         try:
             payload = server_xkey.open(payload, service_xkey)
@@ -166,11 +186,12 @@ def check_response(
             raise CalloutRefused(
                 f'Error decrypting auth callout response on account "{account}": {err}'
             ) from None
+        encrypted = True
     token = payload.decode(errors="replace")
     try:
         response = decode(token, "authorization_response")
     except JwtError as err:
-        raise CalloutRefused(str(err)[:1].upper() + str(err)[1:]) from None
+        raise CalloutRefused(_capitalized(err)) from None
     problem = _validation_problem(token, response.nats, response.time_problem())
     if problem:
         raise CalloutRefused(f"Authorization response had validation errors: {problem}")
@@ -180,11 +201,15 @@ def check_response(
         raise CalloutRefused("Auth callout violation: auth callout response is not for server")
     if response.nats.get("error"):
         raise CalloutRefused(f"Auth callout service returned an error: {response.nats['error']}")
+    if operator is not None and not encrypted:
+        signer = str(response.nats.get("issuer_account") or response.issuer)
+        if signer != account and signer not in operator.account.signing_keys:
+            raise CalloutRefused("Auth callout signing key is unknown")
     user_token = str(response.nats.get("jwt"))
     try:
         user = decode(user_token, "user")
     except JwtError as err:
-        raise CalloutRefused(str(err)[:1].upper() + str(err)[1:]) from None
+        raise CalloutRefused(_capitalized(err)) from None
     nats = user.nats
     if nats.get("proxy_required"):  # pynatsd has no trusted proxies
         raise CalloutRefused("Proxy connection required")
@@ -201,6 +226,11 @@ def check_response(
     types = connection_types(raw_types)
     if raw_types and not types:
         raise CalloutRefused(f'Authorized user on account "{account}" using invalid connection type')
+    expires = float(user.expires - time.time()) if user.expires else 0.0
+    if window and (not expires or window < expires):
+        expires = window
+    if operator is not None:
+        return _operator_admission(user, account, operator, max(expires, 0.0), types)
     if nats.get("issuer_account"):
         raise CalloutRefused(f'Error non operator mode account "{account}": attempted to use issuer_account')
     if user.issuer != issuer:
@@ -218,9 +248,43 @@ def check_response(
     if perms is None:
         defaults = accounts[placement]
         perms = defaults.copy() if defaults is not None else None
-    expires = float(user.expires - time.time()) if user.expires else 0.0
-    if window and (not expires or window < expires):
-        expires = window
     # As nats-server, the user JWT's subs/data/payload limits are not applied to a callout user.
     grant = UserGrant(perms, -1, -1, max(expires, 0.0), errors.AUTHENTICATION_EXPIRED)
     return Admission(placement, grant, types)
+
+
+def _operator_admission(
+    user: Claims, account: str, operator: OperatorCallout, expires: float, types: frozenset[str] | None
+) -> Admission:
+    """Operator mode: the user goes to the account that issued it (the callout account, or one of its
+    `allowed_accounts`), signed by that account or one of its signing keys (a scoped one applying its
+    template); the account's limits apply, as to the account's own users."""
+    issuer = str(user.nats.get("issuer_account") or user.issuer)
+    if issuer != account:
+        allowed = (operator.account.external_auth or {}).get("allowed_accounts") or []
+        if allowed != ["*"] and issuer not in allowed:
+            raise CalloutRefused(
+                f'Account "{user.issuer}" not permitted as valid account option for auth callout for account '
+                f'"{account}"'
+            )
+    target = operator.lookup(issuer)
+    if target is None:
+        raise CalloutRefused(
+            f'No valid account "{issuer}" for auth callout response on account "{account}": account missing'
+        )
+    if user.issuer not in target.signing_keys:
+        raise CalloutRefused(f'User JWT issuer "{user.issuer}" is not known')
+    nats = user.nats
+    scope = target.signing_keys[user.issuer]
+    if scope is not None:
+        scoped = scoped_permissions(scope, user, target)
+        if scoped is None:
+            raise CalloutRefused("User JWT is not valid: scoped user has permissions or limits of its own")
+        nats = scoped
+    perms = permissions_from_jwt(nats) or permissions_from_jwt(target.default_permissions)
+    expiry_error = errors.AUTHENTICATION_EXPIRED
+    if target.claims.expires:
+        left = float(target.claims.expires - time.time())
+        if not expires or left < expires:
+            expires, expiry_error = max(left, 0.0), errors.ACCOUNT_AUTHENTICATION_EXPIRED
+    return Admission(target.name, UserGrant(perms, target.subs, target.payload, expires, expiry_error), types)

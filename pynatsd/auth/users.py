@@ -54,6 +54,15 @@ class Connecting(Protocol):
     def account_connections(self, account: str) -> int: ...
 
 
+def _raw_user(opts: ConnectOptions, identity: tuple[str, str] | None) -> str:
+    """nats-server's getRawAuthUser: the nkey, else the user name, else a JWT's user key, else the token."""
+    if opts.nkey or opts.user:
+        return opts.nkey or opts.user
+    if opts.jwt:
+        return identity[0] if identity is not None else ""
+    return opts.auth_token
+
+
 def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
@@ -422,6 +431,8 @@ class Authenticator:
         its CONNECT options, still get in as the same user and account? Unchanged credentials need no new
         check (no bcrypt on the loop); changed ones are checked again, as nats-server does."""
         opts = conn.opts
+        if conn.user in self.callout_grants:  # the auth callout admitted it: not asked again
+            return True
         if self.jwt is not None and self.jwt.revoked(opts):
             # nats-server tells a live client its JWT was revoked (not a plain violation).
             conn.close(REVOCATION, errors.AUTHENTICATION_REVOKED)
@@ -436,6 +447,8 @@ class Authenticator:
         (clientHasMovedToDifferentAccount); JWT users, anonymous, token and single-user clients never have."""
         opts = conn.opts
         if self.jwt is not None or not (self.users or self.nkeys) or not (opts.nkey or opts.user):
+            return False
+        if conn.user in self.callout_grants:
             return False
         entry = self.nkeys.get(opts.nkey) if opts.nkey else self.users.get(opts.user)
         return entry is None or entry.account != conn.account
@@ -465,9 +478,16 @@ class Authenticator:
 
     def callout_role(self, opts: ConnectOptions, identity: tuple[str, str] | None) -> str:
         """What the auth callout has to do with this client (nats-server's processClientOrLeafAuthentication):
-        "" nothing (no callout, or a user of an account `allowed_accounts` leaves out), "bypass" (one of the
-        `auth_users`: the configured users decide), "ask" (anyone else, admitted by the configured users or
-        not: a client they refuse is in the global account, which is always delegated)."""
+        "" nothing, "bypass" (one of the `auth_users`: the configured users decide), "ask" (anyone else).
+        Config mode: everyone is delegated, admitted by the configured users or not (a client they refuse is
+        in the global account, always delegated), but the users of an account `allowed_accounts` leaves
+        out. Operator mode: the users of an account whose JWT delegates them (`authorization`)."""
+        if self.jwt is not None:
+            acc = self.jwt.account(identity[1]) if identity is not None else None
+            external = acc.external_auth if acc is not None else None
+            if external is None:
+                return ""
+            return "bypass" if _raw_user(opts, identity) in external["auth_users"] else "ask"
         callout = self.callout
         if callout is None:
             return ""
@@ -475,9 +495,7 @@ class Authenticator:
         allowed = callout.allowed_accounts
         if account != DEFAULT_ACCOUNT and allowed and account not in allowed:
             return ""
-        # nats-server's getRawAuthUser: the nkey, else the user name, else the token
-        raw_user = opts.nkey or opts.user or (opts.auth_token if not opts.jwt else "")
-        return "bypass" if raw_user in callout.auth_users else "ask"
+        return "bypass" if _raw_user(opts, identity) in callout.auth_users else "ask"
 
     def _anonymous(self, opts: ConnectOptions) -> bool:
         """A CONNECT without credentials, taken as the `no_auth_user` when there is one."""

@@ -19,6 +19,7 @@ from pynatsd.auth.callout import (
     AUTH_CALLOUT_SUBJECT,
     XKEY_HEADER,
     CalloutRefused,
+    OperatorCallout,
     ServerIdentity,
     check_response,
     new_user_key,
@@ -68,16 +69,19 @@ def _client_tls(conn: Connection, verified: bool) -> dict[str, object] | None:
 class AuthCallout:
     """The broker's `callout` hook (pynatsd.broker.core.CalloutHooks)."""
 
-    def __init__(self, server: Broker, config: AuthCalloutOptions) -> None:
+    def __init__(self, server: Broker, config: AuthCalloutOptions | None) -> None:
+        """`config`: the `auth_callout` block; None in operator mode (the account JWTs delegate)."""
         self.server = server
         self.config = config
-        # The server's xkey, made once; only used (and shown) when the service has one.
-        self.xkey = XKey() if config.xkey else None
+        # The server's xkey, made once; only used (and shown) with a service that has one.
+        self.xkey = XKey()
         self._clients: dict[str, InternalClient] = {}
         # nats-server's reply inboxes: `$SYS._INBOX.<hash of the server name>.<8 random characters>`
         name_hash = base64.urlsafe_b64encode(hashlib.sha256(server.server_name.encode()).digest())[:8]
         self._inbox = b"$SYS._INBOX." + name_hash + b"."
         auth = server.auth
+        if config is None:
+            return
         if config.account not in auth.accounts:
             log.error('Authorization callout account "%s" not valid', config.account)
         known = set(auth.users) | set(auth.nkeys)
@@ -110,14 +114,30 @@ class AuthCallout:
             accounts[name] = Permissions(spec) if spec else None
         return accounts
 
-    def authorize(self, conn: Connection, opts: ConnectOptions, done: Done) -> None:
-        config = self.config
-        account = config.account
+    def authorize(
+        self, conn: Connection, opts: ConnectOptions, identity: tuple[str, str] | None, done: Done
+    ) -> None:
+        """Ask the service about `conn` (`identity`: what the configured users or its JWT made of it)."""
         auth = conn.authenticator()
-        if account not in auth.accounts:
-            log.warning('No valid account "%s" for auth callout request: account missing', account)
-            done(None)
-            return
+        config = self.config
+        operator: OperatorCallout | None = None
+        if auth.jwt is not None:  # operator mode: the client's account delegates its users
+            acc = auth.jwt.account(identity[1]) if identity is not None else None
+            external = acc.external_auth if acc is not None else None
+            if acc is None or external is None:
+                log.warning("Client not mapped to a callout account")
+                done(None)
+                return
+            account = issuer = acc.name
+            service_xkey = str(external["xkey"])
+            operator = OperatorCallout(acc, auth.jwt.account)
+        else:
+            assert config is not None
+            account, issuer, service_xkey = config.account, config.issuer, config.xkey
+            if account not in auth.accounts:
+                log.warning('No valid account "%s" for auth callout request: account missing', account)
+                done(None)
+                return
         user_key = new_user_key()
         timeout = self.server.options.effective_auth_timeout
         client_info: dict[str, object] = {"host": conn.ip, "id": conn.cid, "user": opts.nkey or opts.user,
@@ -125,14 +145,14 @@ class AuthCallout:
                                           "type": _client_type(conn)}  # fmt: skip
         if opts.sig:
             client_info["nonce"] = conn.nonce
-        xkey = self.xkey
+        xkey = self.xkey if service_xkey else None
         verified = self.server.options.tls_verify and not conn.is_websocket
-        token = request_token(self._identity(), config.issuer, user_key, client_info, opts,
+        token = request_token(self._identity(), issuer, user_key, client_info, opts,
                               xkey.public if xkey is not None else "", timeout,
                               _client_tls(conn, verified))  # fmt: skip
         payload, headers = token.encode(), None
         if xkey is not None:
-            payload = xkey.seal(payload, config.xkey)
+            payload = xkey.seal(payload, service_xkey)
             headers = f"NATS/1.0\r\n{XKEY_HEADER}: {xkey.public}\r\n\r\n".encode()
         client = self._client(account)
         reply = self._inbox + base64.urlsafe_b64encode(os.urandom(6))
@@ -151,7 +171,7 @@ class AuthCallout:
         def on_answer(subject: bytes, _reply: bytes | None, _headers: bytes | None, answer: bytes) -> None:
             if not finish():
                 return
-            done(self._admit(conn, answer, user_key, account))
+            done(self._admit(conn, answer, user_key, (account, issuer, service_xkey), operator))
 
         def on_timeout() -> None:
             if not finish():
@@ -163,13 +183,24 @@ class AuthCallout:
         timer = loop.call_later(timeout, on_timeout)
         client.publish(AUTH_CALLOUT_SUBJECT, reply, headers, payload)
 
-    def _admit(self, conn: Connection, answer: bytes, user_key: str, account: str) -> tuple[str, str] | None:
-        """The identity the answer gives the client (its grant recorded), or None (the reason logged)."""
-        config = self.config
+    def _admit(
+        self,
+        conn: Connection,
+        answer: bytes,
+        user_key: str,
+        callout: tuple[str, str, str],
+        operator: OperatorCallout | None,
+    ) -> tuple[str, str] | None:
+        """The identity the answer gives the client (its grant recorded), or None (the reason logged);
+        `callout`: the callout account, the issuer the answers need and the service's xkey."""
+        account, issuer, service_xkey = callout
         try:
             admission = check_response(answer, user_key=user_key, server_id=self.server.server_id,
-                                       account=account, issuer=config.issuer, server_xkey=self.xkey,
-                                       service_xkey=config.xkey, accounts=self._accounts())  # fmt: skip
+                                       account=account, issuer=issuer,
+                                       server_xkey=self.xkey if service_xkey else None,
+                                       service_xkey=service_xkey,
+                                       accounts=self._accounts() if operator is None else {},
+                                       operator=operator)  # fmt: skip
         except CalloutRefused as err:
             log.warning("%s", err)
             return None
@@ -182,11 +213,19 @@ class AuthCallout:
         conn.authenticator().callout_grants[user_key] = admission.grant
         return user_key, admission.account
 
-    def admitted(self, conn: Connection) -> None:
+    def admitted(self, conn: Connection, callout_account: str) -> None:
         """In the callout account, only the server may send authorization requests (nats-server denies
-        every client there, its service included, publishing to the subject)."""
-        if conn.account != self.config.account:
+        every client there, its service included, publishing to the subject). `callout_account`: the
+        client's account before the callout (operator mode's callout account)."""
+        if self.config is not None:
+            callout_account = self.config.account
+        if conn.account != callout_account:
             return
+        jwt_auth = conn.authenticator().jwt
+        if jwt_auth is not None:
+            acc = jwt_auth.account(callout_account)
+            if acc is None or acc.external_auth is None:
+                return
         if conn.perms is None:
             conn.perms = Permissions({})
             conn.perms.publish = None

@@ -508,7 +508,7 @@ class Connection(SlicedReader):
         if callout is None or role != "ask":
             self._connected(opts, identity)
             if callout is not None and role and not self.closed:
-                callout.admitted(self)
+                callout.admitted(self, self.account)
             return
         if self._auth_timer is not None:  # the callout's own timeout applies now (nats-server's)
             self._auth_timer.cancel()
@@ -516,10 +516,12 @@ class Connection(SlicedReader):
         self._calling_out = True
         self.parser.pause()
         self.hold_reading(_HOLD_AUTH)
-        callout.authorize(self, opts, lambda answer: self._called_out(opts, answer))
+        before = identity[1] if identity is not None else ""
+        callout.authorize(self, opts, identity, lambda answer: self._called_out(opts, answer, before))
 
-    def _called_out(self, opts: ConnectOptions, identity: tuple[str, str] | None) -> None:
-        """The auth callout answered (or timed out): finish the CONNECT, then the ops that came after it."""
+    def _called_out(self, opts: ConnectOptions, identity: tuple[str, str] | None, before: str) -> None:
+        """The auth callout answered (or timed out): finish the CONNECT, then the ops that came after it.
+        `before`: the account the client was in before the callout."""
         self._calling_out = False
         if self.closed:
             return
@@ -528,7 +530,7 @@ class Connection(SlicedReader):
             return
         callout = self.server.callout
         if callout is not None:
-            callout.admitted(self)
+            callout.admitted(self, before)
         self.parser.resume()
         self.release_reading(_HOLD_AUTH)
 
@@ -613,7 +615,7 @@ class Connection(SlicedReader):
             return
         self.perms = auth.permissions(self.user)
         if self.server.callout is not None:
-            self.server.callout.admitted(self)  # the callout account's denial comes back
+            self.server.callout.admitted(self, self.account)  # the callout account's denial comes back
         self._apply_grant()  # a JWT user's limits and expiry as its (maybe updated) account sets them
         if self.perms is None or self.closed:
             return

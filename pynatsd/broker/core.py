@@ -67,9 +67,13 @@ class CalloutHooks(Protocol):
     through `done` with the identity (user, account) or None (refused)."""
 
     def authorize(
-        self, conn: Connection, opts: ConnectOptions, done: Callable[[tuple[str, str] | None], None]
+        self,
+        conn: Connection,
+        opts: ConnectOptions,
+        identity: tuple[str, str] | None,
+        done: Callable[[tuple[str, str] | None], None],
     ) -> None: ...
-    def admitted(self, conn: Connection) -> None: ...
+    def admitted(self, conn: Connection, callout_account: str) -> None: ...
     def forget(self, conn: Connection) -> None: ...
     def stop(self) -> None: ...
 
@@ -207,8 +211,8 @@ class Broker:
     def __init__(self, options: Options | None = None) -> None:
         self.options = options or Options()
         # The server's nkey identity: a key pair where the server signs what it issues (the auth callout's
-        # requests), else a public key only (no signing library loaded for nothing).
-        if self.options.auth_callout is not None:
+        # requests: config mode, or operator mode's accounts), else a public key only.
+        if self.options.auth_callout is not None or self.options.trusted is not None:
             self.server_id, self.server_seed = new_server_key()
         else:
             self.server_id, self.server_seed = new_server_id(), b""

@@ -20,7 +20,7 @@ from pynatsd.auth.jwt import decode_generic
 from pynatsd.auth.nkeys import XKey
 from pynatsd.cli import main
 from tests.config.test_differential import _run
-from tests.jwt.issuer import Key, account_jwt, user_jwt
+from tests.jwt.issuer import Key, account_jwt, creds, user_jwt
 from tests.jwt.world import VIOLATION as OPERATOR_VIOLATION
 from tests.jwt.world import World, attempt, running
 from tests.security.certs import make_certs
@@ -38,17 +38,21 @@ class CalloutService:
     """The service: alice/secret gets into APP publishing on `allowed.>` only; `mute` is never answered;
     the users of BAD_ANSWERS get a flawed answer; anyone else is refused with a reason."""
 
-    def __init__(self, issuer: Key, xkey: XKey | None) -> None:
+    def __init__(
+        self, issuer: Key, xkey: XKey | None, user_signer: Key | None = None, placement: str = "APP"
+    ) -> None:
         self.issuer = issuer
         self.xkey = xkey
+        self.user_signer = user_signer or issuer  # who issues the user JWTs (operator mode: the account)
+        self.placement = placement  # their audience (config mode: the account)
         self.requests: list[dict[str, Any]] = []
 
     def _user_jwt(self, user_key: str, user: str) -> str:
         allowed = ["allowed.>", "_INBOX.>"]
-        claims: dict[str, Any] = {"aud": "NOPE" if user == "stranger" else "APP", "name": user}
+        claims: dict[str, Any] = {"aud": "NOPE" if user == "stranger" else self.placement, "name": user}
         if user == "expired":
             claims["exp"] = int(time.time()) - 10
-        signer = Key("A") if user == "forger" else self.issuer
+        signer = Key("A") if user == "forger" else self.user_signer
         subject = Key("U").public if user == "impostor" else user_key
         nats = {"pub": {"allow": allowed}, "sub": {"allow": allowed}, "subs": -1, "data": -1, "payload": -1}
         return signer.issue(subject, "user", nats, **claims)
@@ -57,6 +61,8 @@ class CalloutService:
         """The signed answer to a decoded request (None: stay silent)."""
         opts = request["nats"]["connect_opts"]
         user, password = opts.get("user", ""), opts.get("pass", "")
+        if not user and ":" in opts.get("auth_token", ""):  # nats-py sends a token only with a JWT
+            user, password = opts["auth_token"].split(":", 1)
         user_key = request["nats"]["user_nkey"]
         if user == "mute":
             return None
@@ -317,21 +323,57 @@ def test_bad_blocks_are_refused_alike(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_operator_mode_accounts_delegating_to_a_callout_admit_no_one_unanswered(
-    kind: str, tmp_path: Path
-) -> None:
-    """An account JWT with `authorization.auth_users`: with no service answering, nats-server refuses its
-    users after the auth timeout; pynatsd, which has no operator-mode callout, refuses every user of the
-    account at once, the service's own too (fail closed: never admitted on the user JWT alone)."""
+async def test_operator_mode_account_delegating_its_users(kind: str, tmp_path: Path) -> None:
+    """Operator mode: account CALL's JWT delegates its users (`authorization`) but the service's; a client
+    comes with a bearer sentinel JWT of CALL and its credentials (a token: nats-py sends no user/password
+    with a JWT); the service answers with a user JWT
+    issued by APP (one of CALL's `allowed_accounts`), where the client then is, with those permissions."""
     world = World()
-    delegating, service, sentinel = Key("A"), Key("U"), Key("U")
-    world.accounts[delegating.public] = account_jwt(
-        world.operator, delegating, authorization={"auth_users": [service.public]}
-    )
+    call, app, service_key, sentinel = Key("A"), Key("A"), Key("U"), Key("U")
+    external = {"auth_users": [service_key.public], "allowed_accounts": [app.public]}
+    world.accounts[call.public] = account_jwt(world.operator, call, authorization=external)
+    world.accounts[app.public] = account_jwt(world.operator, app)
+    service = CalloutService(call, None, user_signer=app, placement=app.public)
+    service_creds = creds(tmp_path / "service.creds", user_jwt(call, service_key), service_key)
+    deny_all = {"pub": {"deny": [">"]}, "sub": {"deny": [">"]}, "bearer_token": True}
+    sentinel_creds = creds(tmp_path / "sentinel.creds", user_jwt(call, sentinel, **deny_all), sentinel)
+    errors: list[Exception] = []
+
+    async def on_error(err: Exception) -> None:
+        errors.append(err)
+
     with running(kind, world.config(tmp_path)) as server:
-        assert attempt(server.port, user_jwt(delegating, sentinel), sentinel) == (OPERATOR_VIOLATION, True)
-        if kind == "pynatsd":
-            assert attempt(server.port, user_jwt(delegating, service), service) == (OPERATOR_VIOLATION, True)
+        url = server.url
+        nc = await nats.connect(
+            url, user_credentials=str(service_creds), allow_reconnect=False, error_cb=on_error
+        )
+        try:
+            await nc.subscribe(CALLOUT_SUBJECT, cb=service.handle)
+            await nc.flush()
+            alice = await nats.connect(url, user_credentials=str(sentinel_creds), token="alice:secret",
+                                       allow_reconnect=False)  # fmt: skip
+            try:
+                sub = await alice.subscribe("allowed.>")
+                await alice.publish("allowed.one", b"in")
+                assert (await sub.next_msg(timeout=5)).data == b"in"
+            finally:
+                await alice.close()
+            request = service.requests[-1]["nats"]
+            assert request["connect_opts"]["auth_token"] == "alice:secret" and request["connect_opts"]["jwt"]
+            await nc.publish(CALLOUT_SUBJECT, b"forged")  # the callout account's clients may not
+            await nc.flush()
+            for _ in range(50):
+                if errors:
+                    break
+                await asyncio.sleep(0.05)
+            assert [str(e) for e in errors] == [
+                f'nats: permissions violation for publish to "{CALLOUT_SUBJECT.lower()}"'
+            ]
+        finally:
+            await nc.close()
+        port = server.port
+        refused = await asyncio.to_thread(attempt, port, user_jwt(call, sentinel, **deny_all), None)
+        assert refused == (OPERATOR_VIOLATION, True)  # no user/password: the service refuses
 
 
 @pytest.mark.parametrize("kind", KINDS)
