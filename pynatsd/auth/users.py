@@ -429,10 +429,10 @@ class Authenticator:
     def still_admits(self, conn: Connecting, before: Authenticator) -> bool:
         """After a reload (self is the new configuration, `before` the old): does `conn`, connected with
         its CONNECT options, still get in as the same user and account? Unchanged credentials need no new
-        check (no bcrypt on the loop); changed ones are checked again, as nats-server does."""
+        check (no bcrypt on the loop); changed ones are checked again, as nats-server does. As there, a
+        user the auth callout admitted is not (its credentials alone do not give its identity): it goes,
+        here or in `user_moved`."""
         opts = conn.opts
-        if conn.user in self.callout_grants:  # the auth callout admitted it: not asked again
-            return True
         if self.jwt is not None and self.jwt.revoked(opts):
             # nats-server tells a live client its JWT was revoked (not a plain violation).
             conn.close(REVOCATION, errors.AUTHENTICATION_REVOKED)
@@ -447,8 +447,6 @@ class Authenticator:
         (clientHasMovedToDifferentAccount); JWT users, anonymous, token and single-user clients never have."""
         opts = conn.opts
         if self.jwt is not None or not (self.users or self.nkeys) or not (opts.nkey or opts.user):
-            return False
-        if conn.user in self.callout_grants:
             return False
         entry = self.nkeys.get(opts.nkey) if opts.nkey else self.users.get(opts.user)
         return entry is None or entry.account != conn.account

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -405,3 +406,22 @@ async def test_request_describes_a_verified_tls_client(kind: str, tmp_path: Path
     assert client_tls["cipher"].startswith("TLS_")
     assert client_tls["verified_chains"][0][0] == Path(certs["client"]).read_text()
     assert "certs" not in client_tls
+
+
+async def test_a_reload_closes_the_users_the_callout_admitted(setup: Setup) -> None:
+    """nats-server asks nobody again on a reload: a user the callout admitted is not among the configured
+    ones, so it goes (the service, a configured user, stays)."""
+    closed = asyncio.get_running_loop().create_future()
+
+    async def on_closed() -> None:
+        closed.set_result(True)
+
+    alice = await nats.connect(setup.server.url, user="alice", password="secret", allow_reconnect=False,
+                               closed_cb=on_closed)  # fmt: skip
+    try:
+        setup.server.proc.send_signal(signal.SIGHUP)
+        assert await asyncio.wait_for(closed, 10)
+    finally:
+        await alice.close()
+    service = await nats.connect(setup.server.url, user="auth", password="pwd", allow_reconnect=False)
+    await service.close()
