@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import ssl
 import time
@@ -69,7 +70,7 @@ class CalloutService:
             return None
         if user == "empty":
             return b""
-        if user in BAD_ANSWERS or (user, password) == ("alice", "secret"):
+        if user in BAD_ANSWERS or (user, password) in (("alice", "secret"), ("plainspoken", "secret")):
             answer = {"jwt": self._user_jwt(user_key, user)}
         else:
             answer = {"error": f"no entry for {user}"}
@@ -93,15 +94,18 @@ class CalloutService:
         body = self.response(request, claims.issuer)
         if body is None:
             return
-        if self.xkey is not None and server_xkey and body:
+        user = request["nats"]["connect_opts"].get("user")
+        if user == "garbled":
+            body = b"xkv1" + os.urandom(64)  # sealed, but not for this server
+        elif self.xkey is not None and server_xkey and body and user != "plainspoken":
             body = self.xkey.seal(body, server_xkey)
         await msg.respond(body)
 
 
 # Users whose answer is flawed, each refused by the server: a user JWT signed by another account, placed in
 # an account that does not exist, expired, or for another user; a response addressed to another server; an
-# empty response.
-BAD_ANSWERS = ["forger", "stranger", "expired", "impostor", "misdirected", "empty"]
+# empty response; a response sealed, but not for this server.
+BAD_ANSWERS = ["forger", "stranger", "expired", "impostor", "misdirected", "empty", "garbled"]
 
 
 def _payload(token: str) -> bytes:
@@ -425,3 +429,10 @@ async def test_a_reload_closes_the_users_the_callout_admitted(setup: Setup) -> N
         await alice.close()
     service = await nats.connect(setup.server.url, user="auth", password="pwd", allow_reconnect=False)
     await service.close()
+
+
+async def test_an_encrypted_request_may_get_a_plain_answer(setup: Setup) -> None:
+    """The server opens an answer only when it is not a JWT already (nats-server's `eyJ` test)."""
+    nc = await nats.connect(setup.server.url, user="plainspoken", password="secret", allow_reconnect=False)
+    await nc.close()
+    assert setup.service.requests[-1]["nats"]["connect_opts"]["user"] == "plainspoken"
