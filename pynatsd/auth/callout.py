@@ -1,4 +1,4 @@
-"""Auth callout (config mode), the checks of nats-server's auth_callout.go: what the server asks an external
+"""Auth callout, the checks of nats-server's auth_callout.go: what the server asks an external
 authorization service, and what it accepts back.
 
 For a client that is not one of the `auth_users`, the server signs an authorization request JWT with its
@@ -7,7 +7,9 @@ own key (its id is the public half), for a fresh user nkey it makes up, and publ
 server's own xkey in the `Nats-Server-Xkey` header). The service answers with an authorization response
 JWT signed by the `issuer` account key, carrying a user JWT for that nkey (signed by the issuer too, its
 audience the account the user goes to) or an error. The user JWT's permissions and expiry apply to the
-connection. pynatsd.broker.callout sends the request and waits for the answer.
+connection. In operator mode an account JWT's `authorization` delegates the account's users the same way (the
+account is the callout account and the issuer; see `OperatorCallout`). pynatsd.broker.callout sends the
+request and waits for the answer.
 """
 
 from __future__ import annotations

@@ -227,8 +227,7 @@ class AuthCallout:
             if acc is None or acc.external_auth is None:
                 return
         if conn.perms is None:
-            conn.perms = Permissions({})
-            conn.perms.publish = None
+            conn.perms = Permissions({})  # nothing restricted but this
         conn.perms.deny_publish(AUTH_CALLOUT_SUBJECT)
 
     def forget(self, conn: Connection) -> None:
