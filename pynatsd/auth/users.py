@@ -54,7 +54,7 @@ class Connecting(Protocol):
     def account_connections(self, account: str) -> int: ...
 
 
-def _raw_user(opts: ConnectOptions, identity: tuple[str, str] | None) -> str:
+def raw_auth_user(opts: ConnectOptions, identity: tuple[str, str] | None) -> str:
     """nats-server's getRawAuthUser: the nkey, else the user name, else a JWT's user key, else the token."""
     if opts.nkey or opts.user:
         return opts.nkey or opts.user
@@ -485,7 +485,7 @@ class Authenticator:
             external = acc.external_auth if acc is not None else None
             if external is None:
                 return ""
-            return "bypass" if _raw_user(opts, identity) in external["auth_users"] else "ask"
+            return "bypass" if raw_auth_user(opts, identity) in external["auth_users"] else "ask"
         callout = self.callout
         if callout is None:
             return ""
@@ -493,7 +493,7 @@ class Authenticator:
         allowed = callout.allowed_accounts
         if account != DEFAULT_ACCOUNT and allowed and account not in allowed:
             return ""
-        return "bypass" if _raw_user(opts, identity) in callout.auth_users else "ask"
+        return "bypass" if raw_auth_user(opts, identity) in callout.auth_users else "ask"
 
     def _anonymous(self, opts: ConnectOptions) -> bool:
         """A CONNECT without credentials, taken as the `no_auth_user` when there is one."""

@@ -26,7 +26,7 @@ from pynatsd.auth.callout import (
     request_token,
 )
 from pynatsd.auth.nkeys import XKey
-from pynatsd.auth.users import Permissions
+from pynatsd.auth.users import Permissions, raw_auth_user
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.internal import InternalClient
 
@@ -140,9 +140,9 @@ class AuthCallout:
                 return
         user_key = new_user_key()
         timeout = self.server.options.effective_auth_timeout
-        client_info: dict[str, object] = {"host": conn.ip, "id": conn.cid, "user": opts.nkey or opts.user,
-                                          "name": opts.name, "kind": "Client",
-                                          "type": _client_type(conn)}  # fmt: skip
+        client_info: dict[str, object] = {"host": conn.ip, "id": conn.cid,
+                                          "user": raw_auth_user(opts, identity), "name": opts.name,
+                                          "kind": "Client", "type": _client_type(conn)}  # fmt: skip
         if opts.sig:
             client_info["nonce"] = conn.nonce
         xkey = self.xkey if service_xkey else None

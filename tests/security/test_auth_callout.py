@@ -365,6 +365,7 @@ async def test_operator_mode_account_delegating_its_users(kind: str, tmp_path: P
                 await alice.close()
             request = service.requests[-1]["nats"]
             assert request["connect_opts"]["auth_token"] == "alice:secret" and request["connect_opts"]["jwt"]
+            assert request["client_info"]["user"] == sentinel.public  # a JWT client is its user key
             await nc.publish(CALLOUT_SUBJECT, b"forged")  # the callout account's clients may not
             await nc.flush()
             for _ in range(50):
