@@ -153,7 +153,8 @@ class Node(Broker):
 
     def _start_auth_callout(self) -> None:
         callout = self.options.auth_callout
-        if callout is not None or self.options.trusted is not None:  # operator mode: account JWTs may
+        # In operator mode, any account JWT may delegate its users (its `authorization`).
+        if callout is not None or self.options.trusted is not None:
             from pynatsd.broker.callout import AuthCallout
 
             self.callout = AuthCallout(self, callout)

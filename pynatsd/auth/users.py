@@ -377,8 +377,8 @@ class Authenticator:
         return bool(self.nkeys or self.jwt)
 
     def grant(self, user: str) -> UserGrant | None:
-        """A JWT user's permissions, limits and expiry from its latest admission (None outside operator
-        mode)."""
+        """A JWT user's (or an auth callout user's) permissions, limits and expiry from its latest admission
+        (None for the configured users)."""
         if self.callout_grants:
             granted = self.callout_grants.get(user)
             if granted is not None:
