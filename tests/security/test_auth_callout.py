@@ -23,8 +23,7 @@ from pynatsd.auth.nkeys import XKey
 from pynatsd.cli import main
 from tests.config.test_differential import _run
 from tests.jwt.issuer import Key, account_jwt, creds, user_jwt
-from tests.jwt.world import VIOLATION as OPERATOR_VIOLATION
-from tests.jwt.world import World, attempt, running
+from tests.jwt.world import World, running
 from tests.security.certs import make_certs
 from tests.servers import ServerProcess, start_server
 from tests.wire import WireClient
@@ -327,18 +326,22 @@ def test_bad_blocks_are_refused_alike(
     assert expected in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "xkey"])
 @pytest.mark.parametrize("kind", KINDS)
-async def test_operator_mode_account_delegating_its_users(kind: str, tmp_path: Path) -> None:
+async def test_operator_mode_account_delegating_its_users(kind: str, encrypted: bool, tmp_path: Path) -> None:
     """Operator mode: account CALL's JWT delegates its users (`authorization`) but the service's; a client
     comes with a bearer sentinel JWT of CALL and its credentials (a token: nats-py sends no user/password
-    with a JWT); the service answers with a user JWT
-    issued by APP (one of CALL's `allowed_accounts`), where the client then is, with those permissions."""
+    with a JWT); the service answers with a user JWT issued by APP (one of CALL's `allowed_accounts`),
+    where the client then is, with those permissions. A user JWT from an account not allowed is refused."""
     world = World()
     call, app, service_key, sentinel = Key("A"), Key("A"), Key("U"), Key("U")
-    external = {"auth_users": [service_key.public], "allowed_accounts": [app.public]}
+    xkey = XKey() if encrypted else None
+    external: dict[str, object] = {"auth_users": [service_key.public], "allowed_accounts": [app.public]}
+    if xkey is not None:
+        external["xkey"] = xkey.public
     world.accounts[call.public] = account_jwt(world.operator, call, authorization=external)
     world.accounts[app.public] = account_jwt(world.operator, app)
-    service = CalloutService(call, None, user_signer=app, placement=app.public)
+    service = CalloutService(call, xkey, user_signer=app, placement=app.public)
     service_creds = creds(tmp_path / "service.creds", user_jwt(call, service_key), service_key)
     deny_all = {"pub": {"deny": [">"]}, "sub": {"deny": [">"]}, "bearer_token": True}
     sentinel_creds = creds(tmp_path / "sentinel.creds", user_jwt(call, sentinel, **deny_all), sentinel)
@@ -377,9 +380,9 @@ async def test_operator_mode_account_delegating_its_users(kind: str, tmp_path: P
             ]
         finally:
             await nc.close()
-        port = server.port
-        refused = await asyncio.to_thread(attempt, port, user_jwt(call, sentinel, **deny_all), None)
-        assert refused == (OPERATOR_VIOLATION, True)  # no user/password: the service refuses
+        sentinel_jwt = user_jwt(call, sentinel, **deny_all)
+        assert await _refused(url, jwt=sentinel_jwt) == VIOLATION  # no credentials: the service refuses
+        assert await _refused(url, jwt=sentinel_jwt, auth_token="forger:secret") == VIOLATION
 
 
 @pytest.mark.parametrize("kind", KINDS)
