@@ -25,10 +25,12 @@ from pynatsd.auth.callout import (
     new_user_key,
     request_token,
 )
+from pynatsd.auth.jwt import MAX_ACCOUNT_CONNECTIONS
 from pynatsd.auth.nkeys import XKey
 from pynatsd.auth.users import Permissions, raw_auth_user
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.internal import InternalClient
+from pynatsd.protocol import errors
 
 if TYPE_CHECKING:
     from pynatsd.base.blocks import AuthCalloutOptions
@@ -207,6 +209,12 @@ class AuthCallout:
         types = admission.connection_types
         if types is not None and conn.connection_type not in types:
             log.warning("Could not register auth callout user: authentication error")
+            return None
+        target = operator.lookup(admission.account) if operator is not None else None
+        if target is not None and 0 <= target.connections <= conn.account_connections(target.name):
+            # As nats-server: admitted, then refused by the account with a text of its own.
+            log.warning("Could not register auth callout user: maximum account active connections exceeded")
+            conn.close(MAX_ACCOUNT_CONNECTIONS, errors.MAX_ACCOUNT_CONNECTIONS)
             return None
         if conn.closed:
             return None

@@ -332,7 +332,8 @@ async def test_operator_mode_account_delegating_its_users(kind: str, encrypted: 
     """Operator mode: account CALL's JWT delegates its users (`authorization`) but the service's; a client
     comes with a bearer sentinel JWT of CALL and its credentials (a token: nats-py sends no user/password
     with a JWT); the service answers with a user JWT issued by APP (one of CALL's `allowed_accounts`),
-    where the client then is, with those permissions. A user JWT from an account not allowed is refused."""
+    where the client then is, with those permissions and its connection limit. A user JWT from an account
+    not allowed is refused."""
     world = World()
     call, app, service_key, sentinel = Key("A"), Key("A"), Key("U"), Key("U")
     xkey = XKey() if encrypted else None
@@ -340,7 +341,7 @@ async def test_operator_mode_account_delegating_its_users(kind: str, encrypted: 
     if xkey is not None:
         external["xkey"] = xkey.public
     world.accounts[call.public] = account_jwt(world.operator, call, authorization=external)
-    world.accounts[app.public] = account_jwt(world.operator, app)
+    world.accounts[app.public] = account_jwt(world.operator, app, limits={"conn": 1})
     service = CalloutService(call, xkey, user_signer=app, placement=app.public)
     service_creds = creds(tmp_path / "service.creds", user_jwt(call, service_key), service_key)
     deny_all = {"pub": {"deny": [">"]}, "sub": {"deny": [">"]}, "bearer_token": True}
@@ -364,6 +365,10 @@ async def test_operator_mode_account_delegating_its_users(kind: str, encrypted: 
                 sub = await alice.subscribe("allowed.>")
                 await alice.publish("allowed.one", b"in")
                 assert (await sub.next_msg(timeout=5)).data == b"in"
+                sentinel_jwt = user_jwt(call, sentinel, **deny_all)
+                # APP takes one connection: admitted by the service, refused by the account
+                full = await _refused(url, jwt=sentinel_jwt, auth_token="alice:secret")
+                assert full == "-ERR 'maximum account active connections exceeded'\r\n"
             finally:
                 await alice.close()
             request = service.requests[-1]["nats"]
@@ -380,7 +385,6 @@ async def test_operator_mode_account_delegating_its_users(kind: str, encrypted: 
             ]
         finally:
             await nc.close()
-        sentinel_jwt = user_jwt(call, sentinel, **deny_all)
         assert await _refused(url, jwt=sentinel_jwt) == VIOLATION  # no credentials: the service refuses
         assert await _refused(url, jwt=sentinel_jwt, auth_token="forger:secret") == VIOLATION
 
