@@ -173,7 +173,12 @@ class AuthCallout:
         def on_answer(subject: bytes, _reply: bytes | None, _headers: bytes | None, answer: bytes) -> None:
             if not finish():
                 return
-            done(self._admit(conn, answer, user_key, (account, issuer, service_xkey), operator))
+            try:
+                identity = self._admit(conn, answer, user_key, (account, issuer, service_xkey), operator)
+            except Exception as exc:  # an answer nothing above foresaw: refused, never left waiting
+                log.error('Auth callout response on account "%s" not usable: %s', account, type(exc).__name__)
+                identity = None
+            done(identity)
 
         def on_timeout() -> None:
             if not finish():

@@ -55,7 +55,10 @@ class CalloutService:
             claims["exp"] = int(time.time()) - 10
         signer = Key("A") if user == "forger" else self.user_signer
         subject = Key("U").public if user == "impostor" else user_key
-        nats = {"pub": {"allow": allowed}, "sub": {"allow": allowed}, "subs": -1, "data": -1, "payload": -1}
+        nats: dict[str, Any] = {"pub": {"allow": allowed}, "sub": {"allow": allowed}, "subs": -1, "data": -1,
+                                "payload": -1}  # fmt: skip
+        if user == "malformed":
+            nats["times"] = "always"  # not a list of ranges: the jwt library cannot decode it
         return signer.issue(subject, "user", nats, **claims)
 
     def response(self, request: dict[str, Any], server_id: str) -> bytes | None:
@@ -103,8 +106,8 @@ class CalloutService:
 
 # Users whose answer is flawed, each refused by the server: a user JWT signed by another account, placed in
 # an account that does not exist, expired, or for another user; a response addressed to another server; an
-# empty response; a response sealed, but not for this server.
-BAD_ANSWERS = ["forger", "stranger", "expired", "impostor", "misdirected", "empty", "garbled"]
+# empty response; a response sealed, but not for this server; a user JWT with a malformed field.
+BAD_ANSWERS = ["forger", "stranger", "expired", "impostor", "misdirected", "empty", "garbled", "malformed"]
 
 
 def _payload(token: str) -> bytes:
