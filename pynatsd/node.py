@@ -77,6 +77,7 @@ class Node(Broker):
         self._start_jetstream()
         self._start_resolver()
         self.start_system()
+        self._start_auth_callout()
         # TLS-first (handshake_first): the handshake precedes INFO, so the listener itself wraps. Otherwise
         # each connection upgrades itself right after its plaintext INFO (Connection._upgrade_tls).
         tls_first = self.tls_context if opts.tls_handshake_first else None
@@ -149,6 +150,14 @@ class Node(Broker):
 
             self.cluster_js = ClusterJetStream(self, self.auth.system_account)
             self.cluster_js.start()
+
+    def _start_auth_callout(self) -> None:
+        callout = self.options.auth_callout
+        # In operator mode, any account JWT may delegate its users (its `authorization`).
+        if callout is not None or self.options.trusted is not None:
+            from pynatsd.broker.callout import AuthCallout
+
+            self.callout = AuthCallout(self, callout)
 
     def _start_jetstream(self) -> None:
         from pynatsd.jetstream import JetStream, from_options
@@ -263,6 +272,8 @@ class Node(Broker):
             if conn.out is not None:
                 conn.out.flush()
             conn.close(SERVER_SHUTDOWN)
+        if self.callout is not None:
+            self.callout.stop()
         if self.route_manager is not None:
             await self.route_manager.stop()
         await self._listener.wait_closed()

@@ -40,8 +40,10 @@ log = logging.getLogger("pynatsd.jwt")
 MAX_TOKEN_SIZE = 1024 * 1024  # the jwt library's limit
 NO_LIMIT = -1
 # Which key may issue which claim (the jwt library's ExpectedPrefixes).
-_ISSUER_PREFIX = {"operator": "O", "account": "O", "user": "A", "activation": "A"}
-_SUBJECT_PREFIX = {"operator": "O", "account": "A", "user": "U", "activation": "A"}
+_ISSUER_PREFIX = {"operator": "O", "account": "O", "user": "A", "activation": "A",
+                  "authorization_response": "A"}  # fmt: skip
+_SUBJECT_PREFIX = {"operator": "O", "account": "A", "user": "U", "activation": "A",
+                   "authorization_response": "U"}  # fmt: skip
 _KNOWN_CONNECTION_TYPES = frozenset({"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS",
                                      "IN_PROCESS"})  # fmt: skip
 _DECORATION = "-----"
@@ -247,6 +249,8 @@ class Account:
     imports: tuple[Import, ...] = ()
     jetstream: dict[str, Any] | None = None  # its JetStream limits as account info reports them; None: none
     jetstream_tier: str = ""  # "R1" when those are the R1 tier of tiered limits
+    # Its users delegated to an auth callout (`authorization`): {"auth_users", "allowed_accounts", "xkey"}
+    external_auth: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -332,6 +336,7 @@ def load_account(token: str) -> Account:
     limits = nats.get("limits") or {}
     if nats.get("mappings"):
         raise JwtError("account mappings are not supported by pynatsd")
+    external_auth = _external_auth(nats.get("authorization"))
     try:
         exports, imports = links_from_jwt(claims.subject, nats)
     except LinkError as err:
@@ -341,7 +346,31 @@ def load_account(token: str) -> Account:
                    nats.get("default_permissions") or None, _limit(limits, "subs"),
                    _limit(limits, "payload"), _limit(limits, "conn"), tuple(exports),
                    tuple(imports), _jetstream_limits(limits),
-                   "R1" if _tiered(limits) else "")  # fmt: skip
+                   "R1" if _tiered(limits) else "", external_auth)  # fmt: skip
+
+
+def _external_auth(value: Any) -> dict[str, Any] | None:
+    """An account's `authorization` (the jwt library's ExternalAuthorization, validated as it does): None
+    when it delegates nobody (no `auth_users`)."""
+    if not isinstance(value, dict):
+        return None
+    users, accounts = value.get("auth_users") or [], value.get("allowed_accounts") or []
+    xkey = value.get("xkey") or ""
+    if accounts and not users:
+        raise JwtError("External authorization cannot have accounts without users specified")
+    for user in users:
+        if not isinstance(user, str) or not valid_public_nkey(user, "U"):
+            raise JwtError(f"AuthUser {user!r} is not a valid user public key")
+    for acc in accounts:
+        if acc == "*" and len(accounts) > 1:
+            raise JwtError('AllowedAccounts can only be a list of accounts or "*"')
+        if acc != "*" and not (isinstance(acc, str) and valid_public_nkey(acc, "A")):
+            raise JwtError(f"Account {acc!r} is not a valid account public key")
+    if xkey and not (isinstance(xkey, str) and valid_public_nkey(xkey, "X")):
+        raise JwtError(f"XKey {xkey!r} is not a valid public xkey")
+    if not users:
+        return None
+    return {"auth_users": list(users), "allowed_accounts": list(accounts), "xkey": xkey}
 
 
 def _validate_imports(account: str, imports: list[dict[str, Any]]) -> None:

@@ -64,6 +64,15 @@ class Connecting(Protocol):
     def account_connections(self, account: str) -> int: ...
 
 
+def raw_auth_user(opts: ConnectOptions, identity: tuple[str, str] | None) -> str:
+    """nats-server's getRawAuthUser: the nkey, else the user name, else a JWT's user key, else the token."""
+    if opts.nkey or opts.user:
+        return opts.nkey or opts.user
+    if opts.jwt:
+        return identity[0] if identity is not None else ""
+    return opts.auth_token
+
+
 def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
@@ -247,6 +256,14 @@ class Permissions:
         self._since_prune = 0
         self._last_prune = now
 
+    def deny_publish(self, subject: bytes) -> None:
+        """Add `subject` to the publish denials (nats-server's mergeDenyPermissions)."""
+        if self.publish is None:
+            self.publish = Rule(None, [])
+        if subject not in self.publish.deny:
+            self.publish.deny.append(subject)
+        self._pub_cache.clear()
+
     def can_subscribe(self, subject: bytes, queue: bytes | None) -> bool:
         if self.subscribe is None:
             return True
@@ -316,6 +333,10 @@ class Authenticator:
         self.no_auth_user = options.no_auth_user
         self.tls_map = options.tls_map  # verify_and_map: client certificates name their users
         self._dns: list[tuple[_User, DN]] | None = None
+        self.callout = options.auth_callout
+        # What the auth callout granted each user it admitted (its nkey -> grant), while connected; a reload
+        # hands the dict to the new authenticator (pynatsd.broker.callout fills and empties it).
+        self.callout_grants: dict[str, UserGrant] = {}
         self.jwt: JwtAuthenticator | None = None
         if options.trusted is not None:  # operator mode: every client needs a user JWT
             from pynatsd.auth.jwt import JwtAuthenticator
@@ -377,11 +398,19 @@ class Authenticator:
         return bool(self.nkeys or self.jwt or self.python)
 
     def grant(self, user: str) -> UserGrant | None:
-        """A JWT user's permissions, limits and expiry from its latest admission (None outside operator
-        mode)."""
+        """A JWT user's (or an auth callout user's) permissions, limits and expiry from its latest admission
+        (None for the configured users)."""
+        if self.callout_grants:
+            granted = self.callout_grants.get(user)
+            if granted is not None:
+                return granted
         return self.jwt.grants.get(user) if self.jwt is not None else None
 
     def permissions(self, user: str) -> Permissions | None:
+        if self.callout_grants:
+            granted = self.callout_grants.get(user)
+            if granted is not None:
+                return granted.permissions.copy() if granted.permissions else None
         if self.jwt is not None:
             grant = self.jwt.grants.get(user)
             return grant.permissions.copy() if grant and grant.permissions else None
@@ -423,7 +452,9 @@ class Authenticator:
     def still_admits(self, conn: Connecting, before: Authenticator) -> bool:
         """After a reload (self is the new configuration, `before` the old): does `conn`, connected with
         its CONNECT options, still get in as the same user and account? Unchanged credentials need no new
-        check (no bcrypt on the loop); changed ones are checked again, as nats-server does."""
+        check (no bcrypt on the loop); changed ones are checked again, as nats-server does. As there, a
+        user the auth callout admitted is not (its credentials alone do not give its identity): it goes,
+        here or in `user_moved`."""
         opts = conn.opts
         if self.jwt is not None and self.jwt.revoked(opts):
             # nats-server tells a live client its JWT was revoked (not a plain violation).
@@ -542,6 +573,27 @@ class Authenticator:
             if entry is not None:
                 return entry
         return None
+
+    def callout_role(self, opts: ConnectOptions, identity: tuple[str, str] | None) -> str:
+        """What the auth callout has to do with this client (nats-server's processClientOrLeafAuthentication):
+        "" nothing, "bypass" (one of the `auth_users`: the configured users decide), "ask" (anyone else).
+        Config mode: everyone is delegated, admitted by the configured users or not (a client they refuse is
+        in the global account, always delegated), but the users of an account `allowed_accounts` leaves
+        out. Operator mode: the users of an account whose JWT delegates them (`authorization`)."""
+        if self.jwt is not None:
+            acc = self.jwt.account(identity[1]) if identity is not None else None
+            external = acc.external_auth if acc is not None else None
+            if external is None:
+                return ""
+            return "bypass" if raw_auth_user(opts, identity) in external["auth_users"] else "ask"
+        callout = self.callout
+        if callout is None:
+            return ""
+        account = identity[1] if identity is not None else DEFAULT_ACCOUNT
+        allowed = callout.allowed_accounts
+        if account != DEFAULT_ACCOUNT and allowed and account not in allowed:
+            return ""
+        return "bypass" if raw_auth_user(opts, identity) in callout.auth_users else "ask"
 
     def _anonymous(self, opts: ConnectOptions) -> bool:
         """A CONNECT without credentials, taken as the `no_auth_user` when there is one."""

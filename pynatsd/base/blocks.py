@@ -142,6 +142,17 @@ class ResolverConfig:
 
 
 @dataclass
+class AuthCalloutOptions:
+    """`authorization { auth_callout {...} }` (config mode), as the config schema checked it."""
+
+    issuer: str  # the account public nkey that signs the service's responses and user JWTs
+    account: str = "$G"  # where the requests go, and where the service's own users live
+    auth_users: list[str] = field(default_factory=list)  # who bypasses the callout (the service itself)
+    xkey: str = ""  # the service's public xkey: requests and responses are then encrypted
+    allowed_accounts: list[str] = field(default_factory=list)  # empty: users of every account are delegated
+
+
+@dataclass
 class TrustedOperators:
     """Operator mode, from the `operator` JWTs and `trusted` keys (checked by the config schema)."""
 

@@ -24,3 +24,14 @@ def new_server_id() -> str:
     raw = bytes([_SERVER_PREFIX]) + os.urandom(32)
     raw += _crc16(raw).to_bytes(2, "little")
     return base64.b32encode(raw).decode().rstrip("=")
+
+
+def new_server_key() -> tuple[str, bytes]:
+    """A fresh server identity: (its id, the public nkey; its 32-byte ed25519 seed, which signs what the
+    server issues, e.g. the authorization requests of an auth callout)."""
+    seed = os.urandom(32)
+    from nacl.signing import SigningKey  # comes with `nkeys`; only its public half is needed here
+
+    raw = bytes([_SERVER_PREFIX]) + bytes(SigningKey(seed).verify_key)
+    raw += _crc16(raw).to_bytes(2, "little")
+    return base64.b32encode(raw).decode().rstrip("="), seed

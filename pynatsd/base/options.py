@@ -10,6 +10,7 @@ from typing import Any
 
 from pynatsd.base.blocks import (
     AccountConfig,
+    AuthCalloutOptions,
     ClusterOptions,
     PythonAuthorizerOptions,
     ResolverConfig,
@@ -113,6 +114,7 @@ class Options:
     # (None: not operator mode), the account resolver and its preloaded account JWTs (name -> JWT).
     trusted_keys: list[str] = field(default_factory=list)
     trusted: TrustedOperators | None = None
+    auth_callout: AuthCalloutOptions | None = None  # see pynatsd.broker.callout
     resolver: ResolverConfig | None = None
     resolver_preload: dict[str, str] = field(default_factory=dict)
     # `jetstream`: the file's value (a block, or true/enabled/false; `-js` sets True), and the store directory

@@ -234,6 +234,7 @@ class Connection(SlicedReader):
         self.sublist: Sublist[Subscription] = server.sublist
         self.nonce = ""  # set in INFO when nkey users are configured
         self.jwt_subs = -1  # a JWT user's subscription limit (its own or its account's); -1: none
+        self._calling_out = False  # waiting for the auth callout's answer
         self.opts = ConnectOptions()
         # Read per message, so kept as plain fields (set again by CONNECT): nats-server's defaults.
         self.verbose = self.opts.verbose
@@ -481,7 +482,7 @@ class Connection(SlicedReader):
             self._ask_python(auth, opts, again=False)
             return
         if not auth.is_slow(opts):
-            self._connected(opts, auth.authenticate(self, opts))
+            self._verdict(opts, auth.authenticate(self, opts))
             return
         # A bcrypt check (tens to hundreds of ms) runs on a worker thread: the loop serves everyone else
         # meanwhile, and this client's next ops wait for the verdict (the parser keeps them).
@@ -497,8 +498,8 @@ class Connection(SlicedReader):
         exc = done.exception()
         if exc is not None:
             log.error("%r - authentication check failed: %s", self, exc)
-        self._connected(opts, None if exc is not None else done.result())
-        if self.closed:
+        self._verdict(opts, None if exc is not None else done.result())
+        if self.closed or self._calling_out:
             return
         self.parser.resume()
         self.release_reading(_HOLD_AUTH)  # the ops after the CONNECT wait in _input
@@ -546,6 +547,40 @@ class Connection(SlicedReader):
         self.user = verdict.user
         self.perms = verdict.permissions
         self._drop_forbidden_subs()
+
+    def _verdict(self, opts: ConnectOptions, identity: tuple[str, str] | None) -> None:
+        """The configured users' verdict on a CONNECT; the auth callout has the last word on the clients
+        it decides about (then this client's next ops wait for its answer, as for a bcrypt check)."""
+        callout = self.server.callout
+        role = self.authenticator().callout_role(opts, identity) if callout is not None else ""
+        if callout is None or role != "ask":
+            self._connected(opts, identity)
+            if callout is not None and role and not self.closed:
+                callout.admitted(self, self.account)
+            return
+        if self._auth_timer is not None:  # the callout's own timeout applies now (nats-server's)
+            self._auth_timer.cancel()
+            self._auth_timer = None
+        self._calling_out = True
+        self.parser.pause()
+        self.hold_reading(_HOLD_AUTH)
+        before = identity[1] if identity is not None else ""
+        callout.authorize(self, opts, identity, lambda answer: self._called_out(opts, answer, before))
+
+    def _called_out(self, opts: ConnectOptions, identity: tuple[str, str] | None, before: str) -> None:
+        """The auth callout answered (or timed out): finish the CONNECT, then the ops that came after it.
+        `before`: the account the client was in before the callout."""
+        self._calling_out = False
+        if self.closed:
+            return
+        self._connected(opts, identity)
+        if self.closed:
+            return
+        callout = self.server.callout
+        if callout is not None:
+            callout.admitted(self, before)
+        self.parser.resume()
+        self.release_reading(_HOLD_AUTH)
 
     def _connected(self, opts: ConnectOptions, identity: tuple[str, str] | None, why: str = "") -> None:
         server = self.server
@@ -633,6 +668,8 @@ class Connection(SlicedReader):
             self.close(AUTHENTICATION_VIOLATION, errors.AUTHORIZATION_VIOLATION)
             return
         self.perms = auth.permissions(self.user)
+        if self.server.callout is not None:
+            self.server.callout.admitted(self, self.account)  # the callout account's denial comes back
         self._apply_grant()  # a JWT user's limits and expiry as its (maybe updated) account sets them
         if not self.closed:
             self._drop_forbidden_subs()

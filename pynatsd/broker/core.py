@@ -9,7 +9,7 @@ import asyncio
 import os
 import ssl
 from collections import deque
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,7 +19,7 @@ from pynatsd import __version__
 from pynatsd.auth.users import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.base.blocks import ClusterOptions
 from pynatsd.base.histogram import HistogramCounts
-from pynatsd.base.ids import new_server_id
+from pynatsd.base.ids import new_server_id, new_server_key
 from pynatsd.base.listener import peer_closed
 from pynatsd.base.logging import get_logger
 from pynatsd.base.options import Options
@@ -36,6 +36,7 @@ from pynatsd.matcher import Sublist, SublistStats, combine_stats
 from pynatsd.protocol import encoder
 
 if TYPE_CHECKING:
+    from pynatsd.protocol.connect import ConnectOptions
     from pynatsd.protocol.parser import ParsedLine
 
 log = get_logger()
@@ -58,6 +59,22 @@ class SystemHooks(Protocol):
     def account_created(self, account: str) -> None: ...
     def announce(self, event: str) -> None: ...
     def server_info(self) -> dict[str, Any]: ...
+    def stop(self) -> None: ...
+
+
+class CalloutHooks(Protocol):
+    """The auth callout (pynatsd.broker.callout): it decides about the clients it is asked to, replying
+    through `done` with the identity (user, account) or None (refused)."""
+
+    def authorize(
+        self,
+        conn: Connection,
+        opts: ConnectOptions,
+        identity: tuple[str, str] | None,
+        done: Callable[[tuple[str, str] | None], None],
+    ) -> None: ...
+    def admitted(self, conn: Connection, callout_account: str) -> None: ...
+    def forget(self, conn: Connection) -> None: ...
     def stop(self) -> None: ...
 
 
@@ -193,7 +210,12 @@ class Broker:
 
     def __init__(self, options: Options | None = None) -> None:
         self.options = options or Options()
-        self.server_id = new_server_id()
+        # The server's nkey identity: a key pair where the server signs what it issues (the auth callout's
+        # requests: config mode, or operator mode's accounts), else a public key only.
+        if self.options.auth_callout is not None or self.options.trusted is not None:
+            self.server_id, self.server_seed = new_server_key()
+        else:
+            self.server_id, self.server_seed = new_server_id(), b""
         self.start_time = datetime.now(UTC)
         self.clients: dict[int, Connection] = {}
         self.scheduler = FlushScheduler()
@@ -212,6 +234,7 @@ class Broker:
         self.fanout = HistogramCounts(1024)  # subscriptions matched per publish (monitoring)
         self.system: SystemHooks | None = None  # the system account's services, once started
         self.links: LinkHooks | None = None  # imports between accounts, when any
+        self.callout: CalloutHooks | None = None  # the auth callout, when configured
         self.tls_context: ssl.SSLContext | None = None  # set at start when TLS is configured
         self.closed_clients: deque[Connection] = deque(maxlen=self.options.max_closed_clients)
         self.port = self.options.port
@@ -285,6 +308,8 @@ class Broker:
     def forget(self, conn: Connection) -> None:
         """Called once when a connection closes."""
         if self.clients.pop(conn.cid, None) is not None:
+            if self.callout is not None:
+                self.callout.forget(conn)
             self.stats.add_closed(conn)
             self.closed_clients.append(conn)
             if self.system is not None:

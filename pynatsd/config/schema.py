@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 from pynatsd.auth.nkeys import valid_public_nkey
 from pynatsd.auth.users import ResponsePermission
 from pynatsd.base import tls
-from pynatsd.base.blocks import AccountConfig, PythonAuthorizerOptions, ResolverConfig, TrustedOperators
+from pynatsd.base.blocks import (
+    AccountConfig,
+    AuthCalloutOptions,
+    PythonAuthorizerOptions,
+    ResolverConfig,
+    TrustedOperators,
+)
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 from pynatsd.config import cluster as cluster_block
@@ -383,7 +389,7 @@ def _authorization(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) 
             elif low in ("default_permission", "default_permissions", "permissions"):
                 auth["default_permissions"] = parse_permissions(ctx, name, v, at)
             elif low in ("auth_callout", "auth_hook"):
-                raise refused(name, "authorization callouts", access=True)
+                opts.auth_callout = _auth_callout(ctx, name, v, at)
             elif low == "python":
                 opts.python_authorizer = _python_authorizer(ctx, name, v, at)
             elif low == "proxy_required":
@@ -399,6 +405,8 @@ def _authorization(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) 
         ctx.error(where, "Can not have a token and a users array")
     if opts.python_authorizer is not None and (opts.username or opts.authorization or "users" in auth):
         ctx.error(where, "Can not have a python authorizer and a user/pass, token or users array")
+    if opts.python_authorizer is not None and opts.auth_callout is not None:
+        ctx.error(where, "Can not have a python authorizer and an auth callout")  # one decides, not two
     opts.users = auth.get("users")
     opts.default_permissions = auth.get("default_permissions")
     ctx.places["authorization"] = where
@@ -425,6 +433,62 @@ def _python_authorizer(ctx: Ctx, key: str, value: Any, where: Where) -> PythonAu
     if not path:
         raise ConfigValueError(f'{key}: expected "module:callable" or an entry point name')
     return PythonAuthorizerOptions(path, timeout, load(path))
+
+
+def _callout_names(value: Any, field: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigValueError(f"Expected {field} field to be an array, got *conf.token")  # Go's %T of it
+    return list(value)
+
+
+def _callout_field(callout: AuthCalloutOptions, low: str, name: str, value: Any) -> bool:
+    """One key of `auth_callout`; False when unknown, raises ConfigValueError on a bad value."""
+    if low == "issuer":
+        callout.issuer = to_str(name, value)
+        if not valid_public_nkey(callout.issuer, "A"):
+            raise ConfigValueError(
+                f'Expected callout user to be a valid public account nkey, got "{callout.issuer}"'
+            )
+    elif low in ("account", "acc"):
+        callout.account = to_str(name, value)
+    elif low in ("auth_users", "users"):
+        callout.auth_users = _callout_names(value, "auth_users")
+    elif low in ("xkey", "key"):
+        callout.xkey = to_str(name, value)
+        if not valid_public_nkey(callout.xkey, "X"):
+            raise ConfigValueError(f'Expected callout xkey to be a valid public xkey, got "{callout.xkey}"')
+    elif low == "allowed_accounts":
+        callout.allowed_accounts = _callout_names(value, "allowed accounts")
+    else:
+        return False
+    return True
+
+
+def _auth_callout(ctx: Ctx, key: str, value: Any, where: Where) -> AuthCalloutOptions | None:
+    """`auth_callout {issuer, account, auth_users, xkey, allowed_accounts}`, with nats-server's errors: a
+    bad value ends the block (only its error is reported), an unknown key does not."""
+    if not isinstance(value, dict):
+        raise ConfigValueError(f"Expected authorization callout to be a map/struct, got {value!r}")
+    block = to_block(key, value)
+    callout = AuthCalloutOptions("")
+    last = where  # nats-server reports a missing field at the block's last value
+    for low, name, v, at in entries(block, where):
+        last = at
+        try:
+            known = _callout_field(callout, low, name, v)
+        except ConfigValueError as err:
+            ctx.error(at, str(err))
+            return None
+        if not known and name not in block.used:
+            ctx.error(at, f'Unknown field "{name}" parsing authorization callout')
+    callout.account = callout.account or "$G"
+    if not callout.issuer:
+        ctx.error(last, "Authorization callouts require an issuer to be specified")
+        return None
+    if not callout.auth_users:
+        ctx.error(last, "Authorization callouts require authorized users to be specified")
+        return None
+    return callout
 
 
 def _accounts(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
@@ -868,6 +932,17 @@ def _check_users(ctx: Ctx, opts: Options) -> None:
         )
 
 
+def _check_auth_callout(ctx: Ctx, opts: Options) -> None:
+    callout = opts.auth_callout
+    if callout is None:
+        return
+    if opts.trusted is not None:  # operator mode's callouts are set in the account JWTs
+        raise refused("auth_callout", "the auth_callout block in operator mode", access=True)
+    for name in callout.allowed_accounts:
+        if name not in opts.accounts:
+            ctx.error(_NOWHERE, f'auth_callout allowed account "{name}" not found in configured accounts')
+
+
 # -- tls ------------------------------------------------------------------------------------------------
 # Go's cipher suite names (crypto/tls CipherSuites and InsecureCipherSuites) -> OpenSSL's. TLS 1.3
 # suites are not configurable (in Go either): they are accepted and always on.
@@ -1195,6 +1270,7 @@ def apply_config(opts: Options, config: dict[str, Any]) -> list[ConfigWarning]:
     _check_users(ctx, opts)
     _check_links(ctx, opts)
     _check_operator_mode(ctx, opts)
+    _check_auth_callout(ctx, opts)
     if ctx.errors:
         raise ConfigErrors(ctx.errors)
     return ctx.warnings

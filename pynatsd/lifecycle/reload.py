@@ -36,6 +36,9 @@ def apply(server: Daemon) -> None:
     server.options.config_digest = new.config_digest
     server.limits_changed()  # max_payload and max_control_line, for new and connected clients
     before, server.auth = server.auth, Authenticator(server.options)
+    # What the auth callout granted: its users are closed by the revalidation below, as nats-server does,
+    # but never looked up in an empty table meanwhile.
+    server.auth.callout_grants = before.callout_grants
     for conn in list(server.clients.values()):
         auth = conn.authenticator()  # a WebSocket listener's own block is not reloaded
         conn.revalidate(auth, before if auth is server.auth else auth)

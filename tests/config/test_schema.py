@@ -211,7 +211,6 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
         ("resolver_pinned_accounts: [x]", "resolver_pinned_accounts"),
         ("default_sentinel: abc", "default_sentinel"),
         ("proxies: { trusted: [] }", "proxies"),
-        ("authorization { auth_callout { issuer: x } }", "auth_callout"),
         ("authorization { users = [{user: a, password: b, proxy_required: true}] }", "proxy_required"),
         ('accounts { A { exports = [{service: "x", latency: "l"}] } }', "latency"),
         ('accounts { A { exports = [{service: "x", allow_trace: true}] } }', "allow_trace"),

@@ -73,6 +73,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("pynatsd.node", "pynatsd.accounts.links"): _CONFIGURED + " (imports between accounts)",
     ("pynatsd.node", "pynatsd.auth.specs"): _CONFIGURED + " (imports between accounts)",
     ("pynatsd.node", "pynatsd.accounts.resolver"): _CONFIGURED + " (a directory account resolver)",
+    ("pynatsd.node", "pynatsd.broker.callout"): _CONFIGURED + " (an auth_callout block)",
     ("pynatsd.node", "pynatsd.jetstream"): _CONFIGURED + " (-js or a jetstream block)",
     ("pynatsd.node", "pynatsd.routes.jetstream"): _CONFIGURED + " (a cluster with a system account)",
     ("pynatsd.node", "pynatsd.routes.manager"): _CONFIGURED + " (a cluster block)",
