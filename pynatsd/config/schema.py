@@ -405,8 +405,6 @@ def _authorization(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) 
         ctx.error(where, "Can not have a token and a users array")
     if opts.python_authorizer is not None and (opts.username or opts.authorization or "users" in auth):
         ctx.error(where, "Can not have a python authorizer and a user/pass, token or users array")
-    if opts.python_authorizer is not None and opts.auth_callout is not None:
-        ctx.error(where, "Can not have a python authorizer and an auth callout")  # one decides, not two
     opts.users = auth.get("users")
     opts.default_permissions = auth.get("default_permissions")
     ctx.places["authorization"] = where
