@@ -307,15 +307,22 @@ def test_malformed_permissions_are_refused_in_nats_server_words(case: str, tmp_p
     assert _check("pynatsd", conf) == expected
 
 
-def test_short_forms_and_aliases_are_read(tmp_path: Path) -> None:
+def test_short_forms_aliases_and_the_deprecated_place_are_read() -> None:
     from pynatsd.base.options import Options
     from pynatsd.config.parser import parse
     from pynatsd.config.schema import apply_config
 
-    opts = Options()
-    apply_config(opts, parse('cluster { port: -1, permissions { publish: "a.>", sub: ["b", "c"] } }', "t"))
-    assert opts.cluster is not None
-    assert opts.cluster.permissions == {
-        "publish": {"allow": ["a.>"], "deny": []},
-        "subscribe": {"allow": ["b", "c"], "deny": []},
-    }
+    def read(block: str) -> tuple[dict[str, Any] | None, list[str]]:
+        opts = Options()
+        warnings = apply_config(opts, parse(f"cluster {{ port: -1, {block} }}", "t"))
+        assert opts.cluster is not None
+        return opts.cluster.permissions, [str(w) for w in warnings]
+
+    short = {"publish": {"allow": ["a.>"], "deny": []}, "subscribe": {"allow": ["b", "c"], "deny": []}}
+    assert read('permissions { publish: "a.>", sub: ["b", "c"] }') == (short, [])
+    legacy = 'authorization { user: u, password: p, permissions { import: "a.>", export: ["b", "c"] } }'
+    perms, warnings = read(legacy)
+    assert perms == short and len(warnings) == 1 and "is deprecated" in warnings[0]
+    # the block's own permissions win over the deprecated ones, whichever comes first
+    perms, _ = read(f'permissions {{ import: "x" }}, {legacy}')
+    assert perms == {"publish": {"allow": ["x"], "deny": []}}
