@@ -24,7 +24,7 @@ import nats
 import pytest
 import pytest_asyncio
 
-from tests.routes.conftest import connect, wait_logged, wait_routed
+from tests.routes.conftest import connect, routez, wait_logged, wait_routed
 from tests.servers import ServerProcess, free_port, require, start_server
 
 PERMISSIONS = """
@@ -243,6 +243,30 @@ async def test_a_peer_resends_interest_its_restricted_peer_exports_after_a_reloa
                 await c.close()
         peer.stop()
         restricted.stop()
+
+
+async def test_only_permitted_interest_is_sent_or_taken_in_every_account(
+    pair: tuple[ServerProcess, ServerProcess], clients: tuple[nats.NATS, nats.NATS]
+) -> None:
+    """Each side's /routez lists the interest it holds for the other: the restricted server's within its
+    import (the system account's internal subscriptions, on their pinned route, too), the peer's within
+    the restricted server's export."""
+    restricted, peer = pair
+    a, b = clients
+    held = [await a.subscribe(s) for s in ("imp.held", "other.held")]
+    held += [await b.subscribe(s) for s in ("exp.held", "other.held", "exp.secret")]
+    await wait_routed(b, a, subject="imp.held.done")  # (after the held interest, on the same routes)
+    await wait_routed(a, b, subject="exp.held.done")
+
+    def listed(server: ServerProcess) -> set[str]:
+        return {s for r in routez(server)["routes"] for s in r.get("subscriptions_list", [])}
+
+    from_restricted, from_peer = listed(peer), listed(restricted)
+    assert "imp.held" in from_restricted and "exp.held" in from_peer
+    assert all(s.startswith(("imp.", "_INBOX.")) and s != "imp.secret" for s in from_restricted)
+    assert all(s.startswith("exp.") and s != "exp.secret" for s in from_peer)
+    for sub in held:
+        await sub.unsubscribe()
 
 
 def _route_info(port: int) -> dict[str, Any]:
