@@ -241,7 +241,9 @@ def _cluster_permissions(
     ctx: Ctx, key: str, value: Any, where: Where, checked_at: Where | None = None
 ) -> dict[str, Any] | None:
     """One route permissions block, with nats-server's checks: no dynamic responses, no queue groups
-    (export subjects are parsed as a user's subscribe ones, then refused as nats-server's words say)."""
+    (export subjects are parsed as a user's subscribe ones, then refused as nats-server's words say).
+    `checked_at`: the deprecated place (the `authorization` block), where nats-server takes dynamic
+    responses as a user's (their blanket publish allow turned off: nothing imported) and drops them."""
     errors = len(ctx.errors)
     with ctx.at(where):
         perms = parse_permissions(ctx, key, value, where)
@@ -249,7 +251,12 @@ def _cluster_permissions(
         return None
     with ctx.at(checked_at or where):
         if "allow_responses" in perms:
-            raise ConfigValueError("Cluster permissions do not support dynamic responses")
+            if checked_at is None:
+                raise ConfigValueError("Cluster permissions do not support dynamic responses")
+            if ResponsePermission.parse(perms.pop("allow_responses")) is not None:
+                publish = perms.setdefault("publish", {"deny": []})
+                if publish.get("allow") is None:
+                    publish["allow"] = []
         for side, direction in (("publish", "import"), ("subscribe", "export")):
             for kind in ("allow", "deny"):
                 for subject in perms.get(side, {}).get(kind) or []:

@@ -347,6 +347,9 @@ def test_short_forms_aliases_and_the_deprecated_place_are_read() -> None:
     legacy = 'authorization { user: u, password: p, permissions { import: "a.>", export: ["b", "c"] } }'
     perms, warnings = read(legacy)
     assert perms == short and len(warnings) == 1 and "is deprecated" in warnings[0]
+    # there, dynamic responses are taken as a user's and dropped: the blanket import allow is turned off
+    perms, _ = read("authorization { user: u, password: p, permissions { allow_responses: true } }")
+    assert perms == {"publish": {"allow": [], "deny": []}}
     # the block's own permissions win over the deprecated ones, whichever comes first
     perms, _ = read(f'permissions {{ import: "x" }}, {legacy}')
     assert perms == {"publish": {"allow": ["x"], "deny": []}}
