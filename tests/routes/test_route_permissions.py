@@ -35,29 +35,34 @@ PERMISSIONS = """
 """
 IMPORT = {"allow": ["imp.>", "_INBOX.>"], "deny": ["imp.secret"]}
 EXPORT = {"allow": ["exp.>"], "deny": ["exp.secret"]}
-# (restricted, peer): the first is the reference
+# (restricted, peer, which one solicits): the all-nats-server pairs are the reference
 PAIRS = [
-    ("nats-server", "nats-server"),
-    ("pynatsd", "nats-server"),
-    ("nats-server", "pynatsd"),
-    ("pynatsd", "pynatsd"),
+    ("nats-server", "nats-server", "peer"),
+    ("pynatsd", "nats-server", "peer"),
+    ("nats-server", "pynatsd", "peer"),
+    ("pynatsd", "pynatsd", "peer"),
+    # the restricted server soliciting (its pool and pinned routes opened by it)
+    ("nats-server", "nats-server", "restricted"),
+    ("pynatsd", "nats-server", "restricted"),
 ]
 
 
-@pytest.fixture(scope="module", params=PAIRS, ids=lambda p: f"{p[0]}-restricted-{p[1]}-peer")
+@pytest.fixture(scope="module", params=PAIRS, ids=lambda p: f"{p[0]}-restricted-{p[1]}-peer-{p[2]}-solicits")
 def pair(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    """The restricted server (a config file) and its peer (flags), the peer soliciting the route."""
+    """The restricted server (a config file) and its peer (flags), one of them soliciting the route."""
     require("nats-server")
-    restricted_kind, peer_kind = request.param
+    restricted_kind, peer_kind, solicits = request.param
     rport, port, http, peer_route, peer_port, peer_http = _ports(6)
     conf = tmp_path_factory.mktemp("routeperms") / "restricted.conf"
-    conf.write_text(f"cluster {{\n  name: P\n  listen: 127.0.0.1:{rport}\n{PERMISSIONS}\n}}\n")
+    routes = f"routes: [nats://127.0.0.1:{peer_route}]" if solicits == "restricted" else ""
+    conf.write_text(f"cluster {{\n  name: P\n  listen: 127.0.0.1:{rport}\n{routes}\n{PERMISSIONS}\n}}\n")
     restricted = start_server(restricted_kind, ["-c", str(conf)], port=port, http_port=http)
     wait_logged(restricted, "Listening for route connections")
     peer_args = ["--cluster", f"nats://127.0.0.1:{peer_route}", "--cluster_name", "P"]
-    peer_args += ["--routes", f"nats://127.0.0.1:{rport}"]
+    if solicits == "peer":
+        peer_args += ["--routes", f"nats://127.0.0.1:{rport}"]
     peer = start_server(peer_kind, peer_args, port=peer_port, http_port=peer_http)
     restricted.extra["route_port"] = rport
     yield restricted, peer
