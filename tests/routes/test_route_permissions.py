@@ -314,6 +314,8 @@ CONFIG_ERRORS = {
     "not a map": 'permissions: "foo"',
     "not subjects": "permissions { import: 5 }",
     "deprecated in authorization": 'authorization { user: a, password: b, permissions { import: "foo" } }',
+    # no route user of its own permissions: nats-server takes one route user only
+    "route users": 'authorization { users: [ {user: a, password: b, permissions { import: "foo" }} ] }',
 }
 _PREFIX = re.compile(r"^(nats-server|pynatsd): (\S+:\d+:\d+: )?")
 
