@@ -188,6 +188,7 @@ async def test_request_reply_needs_the_inbox_on_the_way_back(clients: tuple[nats
         seen.append(msg.subject)
         await msg.respond(b"pong")
 
+    hidden = await b.subscribe("other.svc", cb=answer)  # (its RS+ goes before the probes')
     on_peer = await b.subscribe("exp.svc", cb=answer)
     here = await a.subscribe("imp.svc", cb=answer)
     await wait_routed(a, b, subject="exp.svc.ready")
@@ -198,7 +199,11 @@ async def test_request_reply_needs_the_inbox_on_the_way_back(clients: tuple[nats
     # the peer's inbox is not exported to it: the request arrives, the reply is not sent back
     with pytest.raises(nats.errors.TimeoutError):
         await b.request("imp.svc", b"ping", timeout=1)
+    # a responder whose interest was not exported to the restricted server: nobody there to answer
+    with pytest.raises(nats.errors.NoRespondersError):
+        await a.request("other.svc", b"ping", timeout=10)
     assert seen == ["exp.svc", "imp.svc"]
+    await hidden.unsubscribe()
     await on_peer.unsubscribe()
     await here.unsubscribe()
 
