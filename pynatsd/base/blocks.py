@@ -38,6 +38,10 @@ class ClusterOptions:
     # verify_cert_and_check_known_urls (booleans, when set). Routes then run mutual TLS, as
     # nats-server's: each side presents its certificate and verifies the other's against ca_file.
     tls: dict[str, Any] | None = None
+    # `permissions`: the routes' import (what this server asks its peers for: the RS+ it sends) and export
+    # (what they may ask of it: the RS+ it takes, the messages it sends), normalized as a user's
+    # permissions, import as `publish`, export as `subscribe` (nats-server's mapping); None: no limits
+    permissions: dict[str, Any] | None = None
 
     @property
     def auth_required(self) -> bool:

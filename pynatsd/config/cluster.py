@@ -2,9 +2,10 @@
 
 The parsed block lives in `opts.cluster`; `cluster_options(opts)` returns it, or None when no
 cluster listener is configured. Security fails closed: a key that decides who may connect or what peers
-may do and that pynatsd does not implement (route permissions, TLS options beyond certificate, key, CA
-and timeout) stops the server with a clear error; unknown keys are errors, as in
-nats-server.
+may do and that pynatsd does not implement (TLS options beyond certificate, key, CA and timeout) stops the
+server with a clear error; unknown keys are errors, as in nats-server. The route `permissions` (and the
+deprecated `authorization { permissions }`) are read by the config schema (`_route_permissions`, which
+has the positions its errors name) into `ClusterOptions.permissions`.
 """
 
 from __future__ import annotations
@@ -131,7 +132,9 @@ def _authorization(cluster: ClusterOptions, value: Any) -> None:
             cluster.auth_timeout = float(v)
         elif k == "users":
             raise ConfigValueError("Cluster authorization does not allow multiple users")
-        elif k in ("token", "permissions", "nkey", "accounts"):
+        elif k == "permissions":
+            pass  # the config schema reads them (see the module docstring)
+        elif k in ("token", "nkey", "accounts"):
             raise ConfigValueError(
                 f'cluster authorization "{key}": pynatsd does not support it for routes (it controls who '
                 "may connect); remove it to run pynatsd"
@@ -189,12 +192,11 @@ def parse_block(value: Any) -> ClusterOptions:
             cluster.tls = _tls(v)
         elif k == "accounts":
             cluster.accounts = _pinned_accounts(key, v)
-        elif k in ("permissions", "connect_backoff", "write_deadline", "write_timeout"):
-            what = {"permissions": "route import/export permissions"}.get(k, f'"{k}" for routes')
-            access = k == "permissions"
-            why = " (it protects or restricts what peers may do)" if access else ""
+        elif k == "permissions":
+            pass  # the config schema reads them (see the module docstring)
+        elif k in ("connect_backoff", "write_deadline", "write_timeout"):
             raise ConfigValueError(
-                f'cluster "{key}": pynatsd does not support {what}{why}; remove it to run pynatsd'
+                f'cluster "{key}": pynatsd does not support "{k}" for routes; remove it to run pynatsd'
             )
         else:
             raise ConfigValueError(f'cluster: unknown field "{key}"')
@@ -214,6 +216,17 @@ def _pinned_accounts(key: str, value: Any) -> list[str]:
                 f'found duplicate account name "{name}" in pinned accounts list [{listed}]'
             )
     return names
+
+
+def advertised_permissions(spec: dict[str, Any] | None) -> dict[str, dict[str, list[str]]]:
+    """The route permissions as nats-server's INFO and /routez show them: `import` and `export`, each
+    `{allow, deny}` without the empty lists; a side without rules is left out."""
+    shown: dict[str, dict[str, list[str]]] = {}
+    for side, name in (("publish", "import"), ("subscribe", "export")):
+        rule = (spec or {}).get(side)
+        if rule is not None:
+            shown[name] = {kind: list(rule[kind]) for kind in ("allow", "deny") if rule.get(kind)}
+    return shown
 
 
 def apply(opts: Options, key: str, value: Any) -> None:

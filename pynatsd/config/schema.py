@@ -98,6 +98,11 @@ def host_port(key: str, value: Any) -> tuple[str, int]:
     return host, int(port)
 
 
+def go_type(value: Any) -> str:
+    """The Go type nats-server's config reader gives `value` (its errors name it)."""
+    return {bool: "bool", int: "int64", float: "float64"}.get(type(value), type(value).__name__)
+
+
 # -- the walk ------------------------------------------------------------------------------------------
 class Ctx:
     """Collects errors and warnings, each prefixed with the position of the key it is about."""
@@ -211,6 +216,62 @@ register_block("websocket", _websocket)
 
 def _cluster(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
     cluster_block.apply(opts, key, value)
+    if opts.cluster is not None and isinstance(value, ConfigMap):
+        opts.cluster.permissions = _route_permissions(ctx, value, where)
+
+
+_DEPRECATED_ROUTE_PERMISSIONS = (
+    'invalid use of field "authorization": setting "permissions" within cluster authorization block is '
+    "deprecated"
+)
+
+
+def _route_permissions(ctx: Ctx, block: ConfigMap, where: Where) -> dict[str, Any] | None:
+    """The cluster's `permissions` (`import`: what this server asks its peers for, `export`: what it
+    lets them ask for), normalized as a user's (`publish` = import, `subscribe` = export). As nats-server,
+    the `authorization {}` block's `permissions` (deprecated, a warning) count when the block has none."""
+    own: dict[str, Any] | None = None
+    legacy: dict[str, Any] | None = None
+    for low, name, value, at in entries(block, where):
+        if low == "permissions":
+            own = _cluster_permissions(ctx, name, value, at)
+        elif low == "authorization" and isinstance(value, ConfigMap):
+            for inner, iname, ivalue, iat in entries(value, at):
+                if inner == "permissions":
+                    ctx.warn(at, _DEPRECATED_ROUTE_PERMISSIONS)
+                    legacy = _cluster_permissions(ctx, iname, ivalue, iat, at)
+    return own if own is not None else legacy
+
+
+def _cluster_permissions(
+    ctx: Ctx, key: str, value: Any, where: Where, checked_at: Where | None = None
+) -> dict[str, Any] | None:
+    """One route permissions block, with nats-server's checks: no dynamic responses, no queue groups
+    (export subjects are parsed as a user's subscribe ones, then refused as nats-server's words say).
+    `checked_at`: the deprecated place (the `authorization` block), where nats-server takes dynamic
+    responses as a user's (their blanket publish allow turned off: nothing imported) and drops them."""
+    errors = len(ctx.errors)
+    with ctx.at(where):
+        perms = parse_permissions(ctx, key, value, where)
+    if len(ctx.errors) > errors:
+        return None
+    with ctx.at(checked_at or where):
+        if "allow_responses" in perms:
+            if checked_at is None:
+                raise ConfigValueError("Cluster permissions do not support dynamic responses")
+            if ResponsePermission.parse(perms.pop("allow_responses")) is not None:
+                publish = perms.setdefault("publish", {"deny": []})
+                if publish.get("allow") is None:
+                    publish["allow"] = []
+        for side, direction in (("publish", "import"), ("subscribe", "export")):
+            for kind in ("allow", "deny"):
+                for subject in perms.get(side, {}).get(kind) or []:
+                    if not is_valid_subject(subject.encode()):
+                        raise ConfigValueError(
+                            f'cluster {direction} {kind}: subject "{subject}" is not a valid subject'
+                        )
+        return perms
+    return None
 
 
 register_block("cluster", _cluster)
@@ -263,6 +324,13 @@ def _pending(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> Non
 
 # -- permissions, users, accounts -----------------------------------------------------------------------
 def _subjects(key: str, value: Any, queue: bool) -> list[str]:
+    if isinstance(value, list):
+        if not all(isinstance(v, str) for v in value):
+            raise ConfigValueError("Subject in permissions array cannot be cast to string")
+    elif not isinstance(value, str):
+        raise ConfigValueError(
+            f"Expected subject permissions to be a subject, or array of subjects, got {go_type(value)}"
+        )
     subjects = to_strings(key, value)
     for s in subjects:
         if is_valid_subject(s.encode()):
@@ -300,6 +368,8 @@ def _subject_permission(ctx: Ctx, key: str, value: Any, where: Where, queue: boo
 
 def parse_permissions(ctx: Ctx, key: str, value: Any, where: Where) -> dict[str, Any]:
     """A permissions block, normalized: {"publish": rule, "subscribe": rule, "allow_responses": ...}."""
+    if not isinstance(value, dict):
+        raise ConfigValueError(f"Expected permissions to be a map/struct, got {value}")
     block = to_block(key, value)
     perms: dict[str, Any] = {}
     for low, name, v, at in entries(block, where):
@@ -778,8 +848,7 @@ def _resolver(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> No
             spec["limit"] = to_int(k, v)
         elif low in ("interval", "timeout", "ttl"):
             if not isinstance(v, str):  # nats-server reads these as duration strings only
-                go_type = {bool: "bool", int: "int64", float: "float64"}.get(type(v), type(v).__name__)
-                raise ConfigValueError(f"interface conversion: interface {{}} is {go_type}, not string")
+                raise ConfigValueError(f"interface conversion: interface {{}} is {go_type(v)}, not string")
             spec[low] = parse_duration(k, v)
         else:
             unknown(ctx, block, k, _at)

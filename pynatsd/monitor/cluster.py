@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pynatsd.base.formats import go_duration, rfc3339nano, uptime
-from pynatsd.config.cluster import DEFAULT_AUTH_TIMEOUT, DEFAULT_TLS_TIMEOUT
+from pynatsd.config.cluster import DEFAULT_AUTH_TIMEOUT, DEFAULT_TLS_TIMEOUT, advertised_permissions
 from pynatsd.monitor.details import subscription_detail
 
 if TYPE_CHECKING:
@@ -23,14 +23,16 @@ if TYPE_CHECKING:
 def routez(server: Node, now: datetime, subs: bool, detail: bool) -> dict[str, Any]:
     """/routez; `subs` lists each route's remote interest, `detail` with nats-server's SubDetail fields."""
     routes = sorted(server.routes, key=lambda r: r.rid)
-    # No `import`/`export`: pynatsd refuses route permissions at startup (see pynatsd.config.cluster).
-    return {
+    shown: dict[str, Any] = {
         "server_id": server.server_id,
         "server_name": server.server_name,
         "now": rfc3339nano(now),
-        "num_routes": len(routes),
-        "routes": [route_info(r, now, subs, detail) for r in routes],
     }
+    cluster = server.cluster
+    shown.update(advertised_permissions(cluster.permissions if cluster is not None else None))
+    shown["num_routes"] = len(routes)
+    shown["routes"] = [route_info(r, now, subs, detail) for r in routes]
+    return shown
 
 
 def route_info(route: Route, now: datetime, subs: bool, detail: bool) -> dict[str, Any]:
@@ -48,6 +50,12 @@ def route_info(route: Route, now: datetime, subs: bool, detail: bool) -> dict[st
         "rtt": go_duration(round(route.rtt, 6)) if route.rtt is not None else "0s",
         "uptime": uptime((now - route.start).total_seconds()),
         "idle": uptime((now - route.last_activity).total_seconds()),
+    }
+    # the peer's permissions, as its INFO advertised them
+    for name, rule in (("import", route.remote_import), ("export", route.remote_export)):
+        if rule is not None:
+            info[name] = rule
+    info |= {
         "pending_size": route.pending_bytes,
         "in_msgs": route.in_msgs,
         "out_msgs": route.out_msgs,

@@ -13,7 +13,9 @@ Interface for monitoring and tooling (stable; other branches build on it):
   cluster name, adopted from peers when it was not configured), `host: str`, `port: int` (the bound route
   port once started), `advertise: str`, `urls: list[str]` (the configured `routes`), `pool_size: int`,
   `no_advertise: bool`, `connect_retries: int`, `compression: str`, `username: str`, `auth_timeout: float`,
-  `tls: dict | None` (cert_file, key_file, ca_file, timeout), `dynamic_name: bool`. A copy of what was
+  `tls: dict | None` (cert_file, key_file, ca_file, timeout), `dynamic_name: bool`, `permissions: dict |
+  None` (import as `publish`, export as `subscribe`, see `pynatsd.config.cluster.advertised_permissions`
+  for nats-server's `import`/`export` view of them). A copy of what was
   configured (`Options.cluster`, which a reload compares).
 - `Server.routes` -> iterable of `Route` (the registered routes, handshake done: the first one to each
   remote server, then the other connections of its route pool and its pinned accounts' routes).
@@ -28,9 +30,10 @@ Interface for monitoring and tooling (stable; other branches build on it):
   one `delivery.Subscription` standing for it here, a queue group's with its `weight`; their `subject`,
   `queue`, `delivered` are read), `num_subs: int`, `url: str` (the route URL it was solicited
   with, or the peer's route address), `remote_cluster: str`, `connect_urls: list[str]` (the peer's
-  client URLs), `closed: bool`, `close_reason: str`. Message counters count routed messages (RMSG/HMSG)
-  only; the server's totals (`ServerStats.in_msgs` and the like, /varz `in_msgs`) include them, and
-  its client counts (`in_client_msgs`, ...) do not.
+  client URLs), `remote_import`, `remote_export: dict[str, list[str]] | None` (the peer's advertised
+  permissions, `{allow, deny}`), `closed: bool`, `close_reason: str`. Message counters count routed
+  messages (RMSG/HMSG) only; the server's totals (`ServerStats.in_msgs` and the like, /varz `in_msgs`)
+  include them, and its client counts (`in_client_msgs`, ...) do not.
 
 Pooling: pynatsd advertises `route_pool_size` 1 and pins the system account, as nats-server does by
 default; a nats-server peer's larger pool is accepted (and opened when pynatsd solicits), see

@@ -34,11 +34,13 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd import NATS_COMPAT_VERSION
+from pynatsd.auth.users import Permissions
 from pynatsd.base.ids import new_server_id
 from pynatsd.base.listener import interface_addresses
 from pynatsd.base.logging import get_logger
 from pynatsd.base.tls import route_contexts
 from pynatsd.broker.delivery import kept_local
+from pynatsd.config.cluster import advertised_permissions
 from pynatsd.protocol import encoder
 from pynatsd.protocol.route import encode_rsub, encode_runsub
 from pynatsd.routes.route import Route
@@ -83,6 +85,10 @@ class RouteManager:
         self._own_urls: list[str] | None = None
         # `tls {}`: the accepting and the soliciting side's contexts (pynatsd.base.tls)
         self._tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None
+        # `permissions`: import decides which of our interest we send (nats-server's canImport), export
+        # which of the peers' interest we take and what we send them (each route's copy, see Route)
+        spec = cluster.permissions
+        self.permissions = Permissions(spec) if spec else None
         if not cluster.name:
             cluster.name = new_server_id()[:22]  # nats-server's dynamic name: random until a peer's
             cluster.dynamic_name = True
@@ -181,6 +187,7 @@ class RouteManager:
         if cluster.dynamic_name:
             info["cluster_dynamic"] = True
         info["connect_urls"] = self.own_client_urls()
+        info.update(advertised_permissions(cluster.permissions))
         if self.cluster.pool_size >= 0:
             info["route_pool_size"] = 1  # see the module docstring
         if extra:
@@ -565,6 +572,8 @@ class RouteManager:
             after = 0
         if sub.queue is None and (before == 0) == (after == 0):
             return  # a plain subject's interest changes only at its first and last subscription
+        if not self.imports(sub.subject):
+            return
         pinned = account in self.pinned
         frame = _interest_frame(acc, sub, after)
         for route in self.routes.values():
@@ -582,26 +591,53 @@ class RouteManager:
             if not link.account and link.pool_idx == pool_index(account, link.remote_pool_size):
                 link.send(frame)
 
+    def imports(self, subject: bytes) -> bool:
+        """True if our interest in `subject` may go to the peers: the import permission (nats-server's
+        canImport; a wildcard subscription is checked as written, as a client's subscribe)."""
+        perms = self.permissions
+        return perms is None or perms.can_publish(subject)
+
     def _send_interest(self, route: Route) -> None:
         """All our interest a route that just registered carries: a pinned account's on its route (no
         account named); the others' on the pool's connection the peer places that account on (its
         `pool_index`), so that an account's interest and messages keep one order both ways, as between
         nats-servers (a reply's interest may not overtake the request it answers)."""
+        frames = [
+            encode_rsub(account, subject, queue, n if queue else 1)
+            for account, subject, queue, n in self._route_interest(route)
+        ]
+        if frames:
+            route.send(b"".join(frames))
+
+    def _route_interest(self, route: Route) -> list[tuple[bytes, bytes, bytes | None, int]]:
+        """(account as the route's ops name it, subject, queue, weight) of the interest `route` carries
+        (see _send_interest), within the import permission."""
         if route.account:
             only = _text(route.account)
-            frames = [
-                encode_rsub(b"", subject, queue, n if queue else 1)
+            return [
+                (b"", subject, queue, n)
                 for (account, subject, queue), n in self.interest.items()
-                if account == only
+                if account == only and self.imports(subject)
             ]
-        else:
-            size = route.remote_pool_size
-            pinned = self.pinned if size else []
-            frames = [
-                encode_rsub(account.encode(), subject, queue, n if queue else 1)
-                for (account, subject, queue), n in self.interest.items()
-                if account not in pinned and (size <= 1 or pool_index(account, size) == route.pool_idx)
-            ]
+        size = route.remote_pool_size
+        pinned = self.pinned if size else []
+        return [
+            (account.encode(), subject, queue, n)
+            for (account, subject, queue), n in self.interest.items()
+            if account not in pinned
+            and (size <= 1 or pool_index(account, size) == route.pool_idx)
+            and self.imports(subject)
+        ]
+
+    def peer_exports_changed(self, route: Route, before: dict[str, list[str]] | None) -> None:
+        """The peer's export permission changed (its INFO after a reload): our interest it now takes and
+        did not before goes to it (nats-server's updateRemoteRoutePerms)."""
+        old, new = _export_rule(before), _export_rule(route.remote_export)
+        frames = [
+            encode_rsub(account, subject, queue, n if queue else 1)
+            for account, subject, queue, n in self._route_interest(route)
+            if new.can_subscribe(subject, None) and not old.can_subscribe(subject, None)
+        ]
         if frames:
             route.send(b"".join(frames))
 
@@ -635,6 +671,11 @@ class RouteManager:
 
 def _join(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _export_rule(shown: dict[str, list[str]] | None) -> Permissions:
+    """A peer's advertised export permission (INFO `export`) as the rules it stands for."""
+    return Permissions({"subscribe": shown} if shown else {})
 
 
 @functools.lru_cache(maxsize=1024)

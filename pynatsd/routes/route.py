@@ -118,6 +118,13 @@ class Route(SlicedReader):
         # (account, subject, queue) -> the remote interest's subscription in that account's sublist (a
         # queue group's: one RemoteQueueSubscription with its weight)
         self.remote_subs: dict[tuple[bytes, bytes, bytes | None], Subscription] = {}
+        # The export permission (nats-server's route perms: export as subscribe): the peer's RS+ outside it
+        # are ignored, and delivery.deliver drops the messages its deny matches (a wildcard interest may
+        # overlap it). Its own copy: the result caches are per connection.
+        perms = manager.permissions
+        self.perms = perms.copy() if perms is not None else None
+        self.remote_import: dict[str, list[str]] | None = None  # the peer's permissions (its INFO's)
+        self.remote_export: dict[str, list[str]] | None = None
         self._trace = log.isEnabledFor(TRACE)
         handler: RouteOpHandler = RouteTracer(self) if self._trace else self
         self.parser = RouteParser(handler, max_control_line=server.options.max_control_line)
@@ -316,6 +323,8 @@ class Route(SlicedReader):
         self.remote_name = name
         self.remote_cluster = remote_cluster
         self.headers = self.server.options.headers and bool(info.get("headers"))
+        self.remote_import = _shown_permission(info.get("import"))
+        self.remote_export = _shown_permission(info.get("export"))
         urls = info.get("connect_urls")
         self.connect_urls = [str(u) for u in urls] if isinstance(urls, list) else []
         port = info.get("port")
@@ -353,6 +362,12 @@ class Route(SlicedReader):
             self.manager.implicit_route(info)
         elif info.get("ldm"):
             self.manager.peer_lame_duck(self)
+        else:
+            before = self.remote_export
+            self.remote_import = _shown_permission(info.get("import"))
+            self.remote_export = _shown_permission(info.get("export"))
+            if self.remote_export != before:
+                self.manager.peer_exports_changed(self, before)
 
     def on_ping(self) -> None:
         if not self._admitted():
@@ -376,6 +391,10 @@ class Route(SlicedReader):
 
     def on_rsub(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
         if not self._admitted():
+            return
+        perms = self.perms
+        if perms is not None and not perms.can_subscribe(subject, None):
+            log.debug('%r - Can not export "%s", ignoring remote subscription request', self, _text(subject))
             return
         key = (account, subject, queue)
         known = self.remote_subs.get(key)
@@ -661,6 +680,18 @@ class RouteTracer:
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
+
+
+def _shown_permission(value: object) -> dict[str, list[str]] | None:
+    """A peer's INFO `import` or `export` (`{allow, deny}` subject lists), None when absent or not one."""
+    if not isinstance(value, dict):
+        return None
+    shown: dict[str, list[str]] = {}
+    for kind in ("allow", "deny"):
+        subjects = value.get(kind)
+        if isinstance(subjects, list):
+            shown[kind] = [str(s) for s in subjects]
+    return shown
 
 
 def js_ack_shown_at(reply: bytes) -> int:

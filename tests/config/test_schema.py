@@ -227,7 +227,6 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
         ("proxy_protocol: true", "proxy_protocol"),
         ("ocsp: true", "ocsp"),
         ("cluster { port: 6222, tls { cert_file: x, key_file: y, insecure: true } }", "insecure"),
-        ("cluster { port: 6222, permissions { import: x } }", "permissions"),
         ("cluster { port: 6222, compression: s2_fast }", "compression"),
     ],
 )

@@ -70,10 +70,10 @@ async def connect(server: ServerProcess, **kwargs: Any) -> nats.NATS:
     return await nats.connect(server.url, allow_reconnect=False, **kwargs)
 
 
-async def wait_routed(pub: nats.NATS, sub: nats.NATS, timeout: float = 15.0) -> None:
+async def wait_routed(pub: nats.NATS, sub: nats.NATS, timeout: float = 15.0, subject: str = "") -> None:
     """Until a message published on `pub`'s server reaches a subscriber on `sub`'s (route up, interest
-    propagated)."""
-    subject = "probe." + uuid.uuid4().hex
+    propagated), on `subject` if given."""
+    subject = subject or "probe." + uuid.uuid4().hex
     got = asyncio.Event()
 
     async def seen(_: Any) -> None:

@@ -65,7 +65,6 @@ def test_host_and_port_keys_and_no_port_means_no_cluster() -> None:
         ("tls { cert_file: x, key_file: y, pinned_certs: [] }", '"pinned_certs": pynatsd does not support'),
         ("tls { cert_file: x }", "cert_file and key_file are required"),
         ("tls { cert_file: no-such.pem, key_file: no-such.key }", "no-such.pem: no such file"),
-        ("permissions { import: x }", "route import/export permissions"),
         ("accounts: [A, B, A]", 'found duplicate account name "A" in pinned accounts list ["A" "B" "A"]'),
         ("pool_size: -1, accounts: [A]", "pool_size cannot be negative if pinned accounts are specified"),
         ("compression: s2_fast", "compressed routes"),

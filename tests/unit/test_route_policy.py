@@ -24,6 +24,7 @@ class FakeManager:
     def __init__(self, server: Server) -> None:
         self.server = server
         self.cluster = FakeCluster()
+        self.permissions = None  # no route permissions
         self.closed: list[Route] = []
 
     def connecting(self, route: Route) -> None:
