@@ -338,7 +338,10 @@ class Route(SlicedReader):
     def _async_info(self, info: dict[str, object]) -> None:
         """An INFO after the first: about another server (gossip), or the peer entering lame duck mode."""
         server_id = str(info.get("server_id", ""))
-        if server_id and server_id != self.remote_id:
+        if info.get("gateway"):  # about a gateway (pynatsd.gateways), not a server of this cluster
+            if self.manager.gateway is not None:
+                self.manager.gateway.route_gateway_info(info)
+        elif server_id and server_id != self.remote_id:
             self.manager.implicit_route(info)
         elif info.get("ldm"):
             self.manager.peer_lame_duck(self)
