@@ -11,7 +11,7 @@ Outbound: the accepting side sends INFO first; we answer CONNECT and our gateway
 each account the connection holds one `>` subscription in the account's subject space, so the delivery
 policy hands it every message published in this server (never one from a route or another gateway);
 `send_routed` then sends it only where the remote may want it: in optimistic mode unless the remote said
-RS- for the subject (or A- for the account), in interest-only mode (the remote's INFO `gateway_iom`, or
+RS- for the subject, in interest-only mode (the remote's INFO `gateway_iom`, or
 its `gateway_cmd` 2/3 for an account) only on its RS+ interest. A queue group the remote has goes there
 only if no member of it is in our cluster (local members first). `_GR_.<hash>.` subjects (replies mapped by
 a nats-server requester) go to the gateway whose cluster name hashes to it, whatever the interest.
@@ -24,20 +24,20 @@ groups only.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import time
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd.base.logging import get_logger
-from pynatsd.broker.delivery import Message, Subscription, _publish_to, new_head, size_fields
+from pynatsd.broker.delivery import Message, Subscription, _publish_to, enqueue, new_head, size_fields
 from pynatsd.broker.outbound import Outbound
 from pynatsd.matcher import Sublist
 from pynatsd.protocol import errors
-from pynatsd.protocol.route import encode_connect
+from pynatsd.protocol.route import encode_connect, rmsg_head
 from pynatsd.routes.route import Route, _password_ok
 
 if TYPE_CHECKING:
-    import asyncio
-
     from pynatsd.gateways.manager import GatewayManager
 
 log = get_logger()
@@ -47,6 +47,7 @@ GW_HASH_LEN = 6
 GW_SUBJECT_OFFSET = len(GW_REPLY_PREFIX) + 2 * (GW_HASH_LEN + 1)  # `_GR_.<cluster>.<server>.`
 CMD_GOSSIP, CMD_ALL_SUBS_START, CMD_ALL_SUBS_COMPLETE = 1, 2, 3
 OPTIMISTIC, TRANSITIONING, INTEREST_ONLY = "Optimistic", "Transitioning", "Interest-Only"
+REPLY_MAPPING_TTL = 2.0  # nats-server's defaultGatewayRecentSubExpiration
 
 
 class RemoteAccount:
@@ -74,8 +75,13 @@ class Gateway(Route):
         self.remote_hash = manager.hash_of(name) if name else b""
         self.remote_iom = False  # the remote switches every account to interest-only mode at once
         self.accounts: dict[bytes, RemoteAccount] = {}  # outbound: the remote's interest per account
-        self.no_accounts: set[bytes] = set()  # outbound: accounts the remote said A- for
         self.switched: set[str] = set()  # inbound: accounts whose interest we send (interest-only)
+        # outbound: replies of requests a nats-server sent us mapped (`_GR_.<cluster>.<server>.<reply>`):
+        # our clients see `<reply>`, and what they publish on it goes back here mapped again, until
+        # REPLY_MAPPING_TTL after the last request (nats-server's trackGWReply). (account, reply) ->
+        # (the `_GR_.` prefix, when it expires)
+        self.mapped: dict[tuple[bytes, bytes], tuple[bytes, float]] = {}
+        self._sweep: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
         return f"{self.host}:{self.port} - gid:{self.rid}"
@@ -208,7 +214,6 @@ class Gateway(Route):
         if not self._admitted() or not self.outbound:
             return
         state = self.accounts.get(account)
-        self.no_accounts.discard(account)
         if state is None:
             if queue is None:
                 return  # nothing was suppressed: no entry, nothing to undo
@@ -256,13 +261,15 @@ class Gateway(Route):
         account = sub.sid
         assert isinstance(account, bytes)
         subject = msg.subject
+        if self.mapped:
+            mapping = self.mapped.get((account, subject))
+            if mapping is not None:
+                return self._send_as(account, mapping[0] + subject, msg.reply, msg)
         queues: list[bytes] | None = None
         if subject.startswith(GW_REPLY_PREFIX):
             if subject[5 : 5 + GW_HASH_LEN] != self.remote_hash or len(subject) <= GW_SUBJECT_OFFSET:
                 return False
         else:
-            if account in self.no_accounts:
-                return False
             state = self.accounts.get(account)
             if state is None:
                 plain = not self.remote_iom
@@ -275,11 +282,50 @@ class Gateway(Route):
                         queues = self._remote_only(account, subject, groups)
             if not plain and not queues:
                 return False
+        reply = msg.reply
+        if reply is not None and self.gateways.map_reply(account, reply):
+            return self._send_as(account, subject, self.gateways.reply_prefix + reply, msg, queues)
         msg.queues = queues
         try:
             return super().send_routed(sub, msg)
         finally:
             msg.queues = None
+
+    def _send_as(
+        self,
+        account: bytes,
+        subject: bytes,
+        reply: bytes | None,
+        msg: Message,
+        queues: list[bytes] | None = None,
+    ) -> bool:
+        """`msg` as one RMSG (HMSG) with its subject or reply mapped (`_GR_.`)."""
+        out = self.out
+        if out is None or self.closed:
+            return False
+        with_headers = msg.headers is not None and self.headers
+        head = rmsg_head(account, subject, reply, queues, with_headers)
+        if with_headers:
+            tail = b"%d %d\r\n%s%s\r\n" % (len(msg.headers or b""), msg.size, msg.headers, msg.payload)
+        else:
+            tail = b"%d\r\n%s\r\n" % (msg.nbytes, msg.payload)
+        return enqueue(self, out, head, b"", tail, msg.size if with_headers else msg.nbytes)
+
+    def track_reply(self, account: bytes, routed: bytes) -> None:
+        """Answers on `routed`'s own reply subject go back here mapped (see `mapped`)."""
+        if not self.outbound or self.closed:
+            return
+        expires = time.monotonic() + REPLY_MAPPING_TTL
+        self.mapped[(account, routed[GW_SUBJECT_OFFSET:])] = (routed[:GW_SUBJECT_OFFSET], expires)
+        if self._sweep is None:
+            self._sweep = self.server.loop.call_later(REPLY_MAPPING_TTL, self._expire_replies)
+
+    def _expire_replies(self) -> None:
+        self._sweep = None
+        now = time.monotonic()
+        self.mapped = {key: mapping for key, mapping in self.mapped.items() if mapping[1] > now}
+        if self.mapped and not self.closed:
+            self._sweep = self.server.loop.call_later(REPLY_MAPPING_TTL, self._expire_replies)
 
     def _remote_only(
         self, account: bytes, subject: bytes, groups: tuple[tuple[Subscription, ...], ...]
@@ -314,6 +360,9 @@ class Gateway(Route):
         sublist = self.server.account_sublists.get(account.decode("utf-8", "replace"))
         if sublist is None:
             return
+        if reply is not None and reply.startswith(GW_REPLY_PREFIX) and len(reply) > GW_SUBJECT_OFFSET:
+            self.gateways.track_reply(account, reply)
+            reply = reply[GW_SUBJECT_OFFSET:]
         head = self._heads.get(subject)
         if head is None:
             head = new_head(self._heads, subject)
@@ -336,7 +385,13 @@ class Gateway(Route):
         )
 
     def close(self, reason: str, err_text: str | None = None) -> None:
+        if self.closed:
+            return
         self.accounts = {}
+        self.mapped = {}
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         super().close(reason, err_text)
 
 

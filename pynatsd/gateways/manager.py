@@ -30,7 +30,13 @@ from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.base.blocks import ClusterOptions
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import kept_local
-from pynatsd.gateways.connection import CMD_GOSSIP, Gateway
+from pynatsd.gateways.connection import (
+    CMD_GOSSIP,
+    GW_HASH_LEN,
+    GW_REPLY_PREFIX,
+    GW_SUBJECT_OFFSET,
+    Gateway,
+)
 from pynatsd.protocol import encoder
 from pynatsd.protocol.route import encode_rsub, encode_runsub
 
@@ -76,6 +82,8 @@ class GatewayManager:
         self.options = options
         self.name = options.name
         self.own_hash = gw_hash(options.name)
+        # what our mapped replies start with: this cluster's hash and this server's
+        self.reply_prefix = GW_REPLY_PREFIX + self.own_hash + b"." + gw_hash(server.server_id) + b"."
         # what the route machinery reads for the connections' PINGs (pynatsd.routes.route)
         self.cluster = ClusterOptions(
             ping_interval=min(server.options.ping_interval, GATEWAY_MAX_PING_INTERVAL)
@@ -100,6 +108,35 @@ class GatewayManager:
 
     def hash_of(self, name: str) -> bytes:
         return gw_hash(name)
+
+    # -- mapped replies (`_GR_.<cluster hash>.<server hash>.<reply>`, nats-server's) ---------------------
+    def map_reply(self, account: bytes, reply: bytes) -> bool:
+        """True if a request's `reply` crossing a gateway is to be mapped: a client of this server
+        subscribes to it (its answer then comes back here whatever the remote knows of our interest)."""
+        sublist = self.server.account_sublists.get(account.decode("utf-8", "replace"))
+        if sublist is None or reply.startswith(GW_REPLY_PREFIX):
+            return False
+        plain, groups = sublist.match(reply)
+        return any(not sub.conn.is_route for sub in plain) or any(
+            not sub.conn.is_route for group in groups for sub in group
+        )
+
+    def track_reply(self, account: bytes, routed: bytes) -> None:
+        """A request came with a reply mapped by another cluster: answers go back to its gateway."""
+        cluster = routed[len(GW_REPLY_PREFIX) : len(GW_REPLY_PREFIX) + GW_HASH_LEN]
+        if cluster == self.own_hash:
+            return
+        for conn in self.outbound.values():
+            if conn.remote_hash == cluster:
+                conn.track_reply(account, routed)
+                return
+
+    def routed_reply(self, subject: bytes) -> bytes:
+        """A `_GR_.` subject a route brought: its own subject if mapped by this cluster, else empty."""
+        cluster = subject[len(GW_REPLY_PREFIX) : len(GW_REPLY_PREFIX) + GW_HASH_LEN]
+        if cluster != self.own_hash or len(subject) <= GW_SUBJECT_OFFSET:
+            return b""
+        return subject[GW_SUBJECT_OFFSET:]
 
     # -- start / stop ---------------------------------------------------------------------------------
     async def listen(self) -> None:

@@ -381,8 +381,10 @@ def routez(server: Node, query: Mapping[str, str]) -> dict[str, Any]:
 
 
 def gatewayz(server: Node, query: Mapping[str, str] | None = None) -> dict[str, Any]:
-    accounts = (query or {}).get("accs", "") in ("1", "true")
-    return gateways.gatewayz(server, _now(), accounts)
+    query = query or {}
+    subs = query.get("subs", "") in ("1", "true", "detail")
+    accounts = query.get("accs", "") in ("1", "true") or subs
+    return gateways.gatewayz(server, _now(), accounts, subs)
 
 
 def leafz(server: Node) -> dict[str, Any]:

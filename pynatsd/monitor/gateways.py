@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 INTEREST_ONLY_THRESHOLD = 1000  # nats-server's switch after that many RS- (we show its figure)
 
 
-def gatewayz(server: Node, now: datetime, accounts: bool) -> dict[str, Any]:
-    """nats-server's /gatewayz: the outbound connection per remote gateway, the inbound ones."""
+def gatewayz(server: Node, now: datetime, accounts: bool, subs: bool = False) -> dict[str, Any]:
+    """nats-server's /gatewayz: the outbound connection per remote gateway (`accounts`: with the
+    remote's interest per account, `subs`: its subjects), the inbound ones."""
     info: dict[str, Any] = {"server_id": server.server_id, "now": rfc3339nano(now)}
     manager = server.gateway_manager
     if manager is None:
@@ -29,7 +30,7 @@ def gatewayz(server: Node, now: datetime, accounts: bool) -> dict[str, Any]:
         if conn is not None and not conn.closed:
             entry["connection"] = _connection(conn, now)
             if accounts:
-                entry["accounts"] = _accounts(conn)
+                entry["accounts"] = _accounts(conn, subs)
         outbound[name] = entry
     inbound: dict[str, list[dict[str, Any]]] = {}
     for conn in manager.inbound.values():
@@ -60,7 +61,7 @@ def _connection(conn: Gateway, now: datetime) -> dict[str, Any]:
     }
 
 
-def _accounts(conn: Gateway) -> list[dict[str, Any]]:
+def _accounts(conn: Gateway, subs: bool) -> list[dict[str, Any]]:
     shown = []
     for account, state in sorted(conn.accounts.items()):
         entry: dict[str, Any] = {
@@ -75,6 +76,8 @@ def _accounts(conn: Gateway) -> list[dict[str, Any]]:
             queues = sum(1 for _, queue in state.subs if queue is not None)
             if queues:
                 entry["num_queue_subs"] = queues
+            if subs:
+                entry["subscriptions_list"] = sorted(s.decode("utf-8", "replace") for s, _ in state.subs)
         shown.append(entry)
     return shown
 

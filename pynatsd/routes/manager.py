@@ -58,13 +58,16 @@ _GOSSIP_DEFAULT, _GOSSIP_DISABLED, _GOSSIP_OVERRIDE = 0, 1, 2
 
 class GatewayHooks(Protocol):
     """What the routes tell the gateways (pynatsd.gateways): our route INFO's `gateway_url`, a route
-    registered (its server's gateway URL, the gateways to gossip to it), a gateway INFO a route brought."""
+    registered (its server's gateway URL, the gateways to gossip to it), a gateway INFO a route brought, a
+    `_GR_.` reply subject a route brought (its own subject if it is this cluster's, else empty)."""
 
     def route_info_fields(self) -> dict[str, object]: ...
 
     def route_registered(self, route: Route) -> None: ...
 
     def route_gateway_info(self, info: dict[str, object]) -> None: ...
+
+    def routed_reply(self, subject: bytes) -> bytes: ...
 
 
 class RouteListenError(Exception):

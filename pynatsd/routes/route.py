@@ -446,6 +446,12 @@ class Route(SlicedReader):
         size = len(payload) if headers is None else len(headers) + len(payload)
         self.in_msgs += 1
         self.in_bytes += size
+        if subject.startswith(b"_GR_.") and self.manager.gateway is not None:
+            # a reply to a request this server sent over a gateway, forwarded by the cluster's server
+            # that received it (pynatsd.gateways): delivered here with its own subject
+            subject = self.manager.gateway.routed_reply(subject)
+            if not subject:
+                return
         sublist = self._sublists.get(account)
         if sublist is None:
             sublist = self.server.account_sublists.get(account.decode("utf-8", "replace"))
