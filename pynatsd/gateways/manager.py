@@ -84,6 +84,7 @@ class GatewayManager:
         self.own_hash = gw_hash(options.name)
         # what our mapped replies start with: this cluster's hash and this server's
         self.reply_prefix = GW_REPLY_PREFIX + self.own_hash + b"." + gw_hash(server.server_id) + b"."
+        self.gateway = None  # what the route machinery reads: no gateway hooks on gateway connections
         # what the route machinery reads for the connections' PINGs (pynatsd.routes.route)
         self.cluster = ClusterOptions(
             ping_interval=min(server.options.ping_interval, GATEWAY_MAX_PING_INTERVAL)

@@ -113,6 +113,9 @@ class Route(SlicedReader):
         self.retry = False  # reconnect if closed, though not solicited (a duplicate was dropped for it)
         self.no_reconnect = False
         self.gossip_mode = 0  # the gossip mode of the INFO that made us solicit this route
+        # this server has a gateway (pynatsd.gateways, set before any route): a routed `_GR_.` subject
+        # is one of its mapped replies (a native bool: nothing more per routed message without one)
+        self._gateway_replies = manager.gateway is not None
         # (account, subject, queue) -> the remote interest's subscription in that account's sublist (a
         # queue group's: one RemoteQueueSubscription with its weight)
         self.remote_subs: dict[tuple[bytes, bytes, bytes | None], Subscription] = {}
@@ -446,10 +449,11 @@ class Route(SlicedReader):
         size = len(payload) if headers is None else len(headers) + len(payload)
         self.in_msgs += 1
         self.in_bytes += size
-        if subject.startswith(b"_GR_.") and self.manager.gateway is not None:
+        if self._gateway_replies and subject.startswith(b"_GR_."):
             # a reply to a request this server sent over a gateway, forwarded by the cluster's server
             # that received it (pynatsd.gateways): delivered here with its own subject
-            subject = self.manager.gateway.routed_reply(subject)
+            gateway = self.manager.gateway
+            subject = gateway.routed_reply(subject) if gateway is not None else b""
             if not subject:
                 return
         sublist = self._sublists.get(account)

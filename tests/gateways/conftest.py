@@ -52,7 +52,20 @@ class Supercluster:
     """`layout`: cluster name -> the kinds of its servers; each server names the first server of every
     other cluster as its gateway, and (2 servers or more) routes to the servers before it in its own."""
 
-    def __init__(self, layout: dict[str, list[str]]) -> None:
+    def __init__(
+        self,
+        layout: dict[str, list[str]],
+        gateway_block: dict[str, str] | None = None,
+        credentials: dict[str, str] | None = None,
+        connected: bool = True,
+        silent: tuple[str, ...] = (),
+    ) -> None:
+        """`gateway_block`: cluster name -> more keys of its servers' gateway block; `credentials`:
+        cluster name -> the `user:password` the others dial it with; `connected` False: not waited for;
+        `silent`: clusters that name no other (they only accept)."""
+        self.silent = silent
+        self.gateway_block = gateway_block or {}
+        self.credentials = credentials or {}
         if any(kind == "nats-server" for kinds in layout.values() for kind in kinds):
             require("nats-server")
         self.dir = Path(tempfile.mkdtemp(prefix="supercluster-"))
@@ -76,21 +89,22 @@ class Supercluster:
                     if member.index == 0 or attempt == 2:
                         raise
                     member.port, member.http_port, member.gateway_port, member.route_port = _ports(4)
-        self.wait_connected()
+        if connected:
+            self.wait_connected()
 
     def __getitem__(self, name: str) -> list[Member]:
         return self.clusters[name]
 
     def config(self, member: Member) -> str:
         remotes = ", ".join(
-            f'{{name: "{name}", urls: ["nats://127.0.0.1:{members[0].gateway_port}"]}}'
+            f'{{name: "{name}", urls: ["nats://{self._userinfo(name)}127.0.0.1:{members[0].gateway_port}"]}}'
             for name, members in self.clusters.items()
-            if name != member.cluster
+            if name != member.cluster and member.cluster not in self.silent
         )
         text = (
             f'server_name: "{member.cluster}{member.index}"\n'
             f'gateway {{\n  name: "{member.cluster}"\n  listen: "127.0.0.1:{member.gateway_port}"\n'
-            f"  gateways: [{remotes}]\n}}\n"
+            f"  gateways: [{remotes}]\n  {self.gateway_block.get(member.cluster, '')}\n}}\n"
         )
         cluster = self.clusters[member.cluster]
         if len(cluster) > 1:
@@ -100,6 +114,10 @@ class Supercluster:
                 f"  routes: [{routes}]\n}}\n"
             )
         return text
+
+    def _userinfo(self, cluster: str) -> str:
+        credentials = self.credentials.get(cluster)
+        return f"{credentials}@" if credentials else ""
 
     def start(self, member: Member) -> None:
         conf = self.dir / f"{member.cluster}{member.index}.conf"

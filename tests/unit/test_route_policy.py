@@ -25,6 +25,7 @@ class FakeManager:
         self.server = server
         self.cluster = FakeCluster()
         self.closed: list[Route] = []
+        self.gateway = None  # no gateway (pynatsd.gateways)
 
     def connecting(self, route: Route) -> None:
         pass
