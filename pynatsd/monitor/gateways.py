@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from pynatsd.base.formats import go_duration, rfc3339nano, uptime
+from pynatsd.config.cluster import DEFAULT_AUTH_TIMEOUT, DEFAULT_TLS_TIMEOUT
+from pynatsd.gateways.connection import INTEREST_ONLY
 
 if TYPE_CHECKING:
     from pynatsd.gateways.connection import Gateway
@@ -34,9 +37,10 @@ def gatewayz(server: Node, now: datetime, accounts: bool, subs: bool = False) ->
         outbound[name] = entry
     inbound: dict[str, list[dict[str, Any]]] = {}
     for conn in manager.inbound.values():
-        known = manager.remotes.get(conn.name)
-        configured = known is not None and not known.implicit
-        entry = {"configured": configured, "connection": _connection(conn, now)}
+        # `configured`: false, as nats-server shows its inbound connections
+        entry = {"configured": False, "connection": _connection(conn, now)}
+        if accounts:  # the accounts we told it we send all our interest for
+            entry["accounts"] = [_mode(name, INTEREST_ONLY) for name in sorted(conn.switched)]
         inbound.setdefault(conn.name, []).append(entry)
     return info | {"outbound_gateways": outbound, "inbound_gateways": inbound}
 
@@ -44,6 +48,7 @@ def gatewayz(server: Node, now: datetime, accounts: bool, subs: bool = False) ->
 def _connection(conn: Gateway, now: datetime) -> dict[str, Any]:
     return {
         "cid": conn.rid,
+        "kind": "Gateway",
         "ip": conn.host,
         "port": conn.port,
         "start": rfc3339nano(conn.start),
@@ -64,11 +69,7 @@ def _connection(conn: Gateway, now: datetime) -> dict[str, Any]:
 def _accounts(conn: Gateway, subs: bool) -> list[dict[str, Any]]:
     shown = []
     for account, state in sorted(conn.accounts.items()):
-        entry: dict[str, Any] = {
-            "name": account.decode("utf-8", "replace"),
-            "interest_mode": state.mode,
-            "interest_only_threshold": INTEREST_ONLY_THRESHOLD,
-        }
+        entry = _mode(account.decode("utf-8", "replace"), state.mode)
         if state.no_interest:
             entry["no_interest_count"] = len(state.no_interest)
         if state.subs:
@@ -82,6 +83,10 @@ def _accounts(conn: Gateway, subs: bool) -> list[dict[str, Any]]:
     return shown
 
 
+def _mode(account: str, mode: str) -> dict[str, Any]:
+    return {"name": account, "interest_mode": mode, "interest_only_threshold": INTEREST_ONLY_THRESHOLD}
+
+
 def varz_gateway(server: Node) -> dict[str, Any]:
     """The /varz `gateway` block (empty without a gateway)."""
     manager = server.gateway_manager
@@ -89,13 +94,22 @@ def varz_gateway(server: Node) -> dict[str, Any]:
         return {}
     opts = manager.options
     block: dict[str, Any] = {"name": manager.name, "host": opts.host, "port": opts.port}
-    if opts.auth_timeout:
-        block["auth_timeout"] = opts.auth_timeout
+    # nats-server's defaults shown as it shows them (pynatsd has no gateway TLS: its timeout is the default)
+    block["auth_timeout"] = opts.auth_timeout or DEFAULT_AUTH_TIMEOUT
+    block["tls_timeout"] = DEFAULT_TLS_TIMEOUT
     if opts.advertise:
         block["advertise"] = opts.advertise
     if opts.connect_retries:
         block["connect_retries"] = opts.connect_retries
-    block["gateways"] = [{"name": r.name, "urls": list(r.urls)} for r in manager.remotes.values()]
+    block["gateways"] = [
+        {"name": r.name, "urls": [_host_port(url) for url in r.urls]} for r in manager.remotes.values()
+    ]
     if opts.reject_unknown_cluster:
         block["reject_unknown"] = True
     return block
+
+
+def _host_port(url: str) -> str:
+    """`host:port` of a gateway URL, as nats-server lists it (no scheme, no credentials)."""
+    netloc = urlsplit(url if "://" in url else f"nats://{url}").netloc
+    return netloc.rpartition("@")[2]

@@ -4,6 +4,8 @@ the reference): the same client actions, the same outcomes. Servers are shared p
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.request
 from collections.abc import Iterator
 
 import nats
@@ -159,3 +161,39 @@ async def test_cluster_lost_and_back(sc: Supercluster) -> None:
     finally:
         await nc_a.close()
     await asyncio.sleep(0)
+
+
+CONNECTION_KEYS = {
+    "cid", "kind", "ip", "port", "start", "last_activity", "rtt", "uptime", "idle", "pending_bytes",
+    "in_msgs", "out_msgs", "in_bytes", "out_bytes", "subscriptions", "name",
+}  # fmt: skip
+
+
+def test_monitoring_fields(sc: Supercluster) -> None:
+    """/gatewayz and the /varz `gateway` block: nats-server's fields, on every server of the mix."""
+    for name, members in sc.clusters.items():
+        other = "B" if name == "A" else "A"
+        for member in members:
+            gatewayz = member.gatewayz("?accs=1")
+            assert set(gatewayz) == {
+                "server_id", "now", "name", "host", "port", "outbound_gateways", "inbound_gateways",
+            }  # fmt: skip
+            assert (gatewayz["name"], gatewayz["port"]) == (name, member.gateway_port)
+            outbound = gatewayz["outbound_gateways"][other]
+            assert set(outbound) == {"configured", "connection", "accounts"}
+            assert outbound["configured"] is True
+            connection = outbound["connection"]
+            assert set(connection) == CONNECTION_KEYS
+            assert connection["kind"] == "Gateway"
+            accounts = {acc["name"]: acc for acc in outbound["accounts"]}
+            assert accounts["$G"]["interest_mode"] == "Interest-Only"
+            assert accounts["$G"]["interest_only_threshold"] == 1000
+            for entries in gatewayz["inbound_gateways"].values():
+                for entry in entries:
+                    assert entry["configured"] is False
+                    assert set(entry["connection"]) == CONNECTION_KEYS
+            with urllib.request.urlopen(f"http://127.0.0.1:{member.http_port}/varz", timeout=5) as resp:
+                varz = json.load(resp)["gateway"]
+            assert set(varz) == {"name", "host", "port", "auth_timeout", "tls_timeout", "gateways"}
+            assert (varz["name"], varz["port"]) == (name, member.gateway_port)
+            assert [g["name"] for g in varz["gateways"]] == [other]
