@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Message, Subscription, _publish_to, enqueue, new_head, size_fields
 from pynatsd.broker.outbound import Outbound
+from pynatsd.broker.trace import TracedTransport
 from pynatsd.matcher import Sublist
 from pynatsd.protocol import errors
 from pynatsd.protocol.route import encode_connect, rmsg_head
@@ -94,7 +95,8 @@ class Gateway(Route):
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.host, self.port = str(peer[0]), int(peer[1])
         server = self.server
-        self.out = Outbound(transport, server.scheduler, server.options.max_pending)
+        traced = cast("asyncio.Transport", TracedTransport(transport, self)) if self._trace else transport
+        self.out = Outbound(traced, server.scheduler, server.options.max_pending)
         self.out.start(self._write_failed)
         manager = self.gateways
         manager.connections.add(self)
