@@ -59,11 +59,16 @@ class Supercluster:
         credentials: dict[str, str] | None = None,
         connected: bool = True,
         silent: tuple[str, ...] = (),
+        names: dict[str, list[str]] | None = None,
+        top: str = "",
     ) -> None:
         """`gateway_block`: cluster name -> more keys of its servers' gateway block; `credentials`:
         cluster name -> the `user:password` the others dial it with; `connected` False: not waited for;
-        `silent`: clusters that name no other (they only accept)."""
+        `silent`: clusters that name no other (they only accept); `names`: cluster -> the only
+        clusters it names (the others it learns through gossip)."""
         self.silent = silent
+        self.names = names or {}
+        self.top = top  # more top-level configuration of every server
         self.gateway_block = gateway_block or {}
         self.credentials = credentials or {}
         if any(kind == "nats-server" for kinds in layout.values() for kind in kinds):
@@ -99,10 +104,12 @@ class Supercluster:
         remotes = ", ".join(
             f'{{name: "{name}", urls: ["nats://{self._userinfo(name)}127.0.0.1:{members[0].gateway_port}"]}}'
             for name, members in self.clusters.items()
-            if name != member.cluster and member.cluster not in self.silent
+            if name != member.cluster
+            and member.cluster not in self.silent
+            and name in self.names.get(member.cluster, [name])
         )
         text = (
-            f'server_name: "{member.cluster}{member.index}"\n'
+            f'{self.top}\nserver_name: "{member.cluster}{member.index}"\n'
             f'gateway {{\n  name: "{member.cluster}"\n  listen: "127.0.0.1:{member.gateway_port}"\n'
             f"  gateways: [{remotes}]\n  {self.gateway_block.get(member.cluster, '')}\n}}\n"
         )
@@ -167,7 +174,9 @@ class Supercluster:
                     missing.append(f"{other} -> {name} inbound")
         return missing
 
-    def wait_interest(self, publisher: Member, remote: str, subject: str, present: bool = True) -> None:
+    def wait_interest(
+        self, publisher: Member, remote: str, subject: str, present: bool = True, account: str = ACCOUNT
+    ) -> None:
         """Until `publisher`'s outbound gateway to `remote` knows (or no longer knows) the remote's
         interest in `subject` (interest-only mode: the remote's RS+)."""
         deadline = time.monotonic() + 15.0
@@ -176,7 +185,7 @@ class Supercluster:
             subjects = {
                 s
                 for acc in outbound.get("accounts", [])
-                if acc["name"] == ACCOUNT
+                if acc["name"] == account
                 for s in acc.get("subscriptions_list", [])
             }
             if (subject in subjects) == present:
