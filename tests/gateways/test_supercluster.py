@@ -197,3 +197,13 @@ def test_monitoring_fields(sc: Supercluster) -> None:
             assert set(varz) == {"name", "host", "port", "auth_timeout", "tls_timeout", "gateways"}
             assert (varz["name"], varz["port"]) == (name, member.gateway_port)
             assert [g["name"] for g in varz["gateways"]] == [other]
+
+
+async def test_no_responders_across(sc: Supercluster) -> None:
+    """A request nobody in the supercluster answers gets its no-responders status, as without gateways."""
+    nc = await nats.connect(sc["A"][0].url)
+    try:
+        with pytest.raises(nats.errors.NoRespondersError):
+            await nc.request("nobody.answers", b"?", timeout=5)
+    finally:
+        await nc.close()
