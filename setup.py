@@ -32,6 +32,7 @@ COMPILED = [
     "pynatsd/broker/connection.py",
     "pynatsd/broker/sids.py",
     "pynatsd/routes/route.py",
+    "pynatsd/gateways/connection.py",
     "pynatsd/jetstream/store/base.py",
     "pynatsd/jetstream/store/file.py",
     "pynatsd/jetstream/store/memory.py",

@@ -23,6 +23,7 @@ from pynatsd.broker.connection import SERVER_SHUTDOWN, Connection
 from pynatsd.broker.core import Broker
 from pynatsd.broker.delivery import Subscription
 from pynatsd.config.cluster import cluster_options
+from pynatsd.config.gateway import gateway_options
 from pynatsd.lifecycle import lame_duck, reload, signals
 from pynatsd.lifecycle.files import LifecycleFiles, PidFileError
 from pynatsd.matcher import Sublist
@@ -31,6 +32,8 @@ from pynatsd.websocket import start_websocket
 if TYPE_CHECKING:
     from pynatsd.accounts.links import AccountLinks
     from pynatsd.accounts.resolver import ResolverService
+    from pynatsd.base.blocks import GatewayOptions
+    from pynatsd.gateways.manager import GatewayManager
     from pynatsd.jetstream import JetStream
     from pynatsd.routes.jetstream import ClusterJetStream
     from pynatsd.routes.manager import RouteManager
@@ -61,6 +64,9 @@ class Node(Broker):
         self.cluster = copy.deepcopy(cluster_options(self.options))
         self.route_manager: RouteManager | None = None
         self.cluster_js: ClusterJetStream | None = None  # the cluster's JetStream, when not our own
+        # Gateways (pynatsd.gateways): the `gateway {}` block's settings; its manager once started.
+        self.gateway = copy.deepcopy(gateway_options(self.options))
+        self.gateway_manager: GatewayManager | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -109,8 +115,12 @@ class Node(Broker):
                 await self.stop_monitoring()
                 raise
         self.websocket = await start_websocket(self)
+        if self.gateway is not None:  # before the routes: their INFO carries our gateway URL
+            await self._listen_gateways(self.gateway)
         if self.route_manager is not None:  # after the client port: route INFOs carry our client URLs
             await self.route_manager.start()
+        if self.gateway_manager is not None:
+            self.gateway_manager.start()
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if self.tls_context is not None:
             log.info("TLS required for client connections")
@@ -140,6 +150,15 @@ class Node(Broker):
         if opts.config_file:
             digest = f"({opts.config_digest})" if opts.config_digest else ""
             log.info("Using configuration file: %s %s", opts.config_file, digest)
+
+    async def _listen_gateways(self, gateway: GatewayOptions) -> None:
+        from pynatsd.gateways.manager import GatewayManager
+
+        self.gateway_manager = GatewayManager(self, gateway)
+        if self.route_manager is not None:
+            self.route_manager.gateway = self.gateway_manager
+            self.gateway_manager.route_manager = self.route_manager
+        await self.gateway_manager.listen()
 
     def _start_cluster_jetstream(self) -> None:
         """A clustered server serves the cluster's JetStream (pynatsd.routes.jetstream) unless it has its own,
@@ -224,6 +243,8 @@ class Node(Broker):
         its JWT says."""
         if self.route_manager is not None:
             self.route_manager.watch(account, sublist)
+        if self.gateway_manager is not None:  # after the routes: its watcher wraps theirs
+            self.gateway_manager.account_created(account, sublist)
         super().account_created(account, sublist)
         if self.jetstream is not None and self.auth.jwt is not None:
             self.jetstream.account_created(account)
@@ -274,6 +295,8 @@ class Node(Broker):
             conn.close(SERVER_SHUTDOWN)
         if self.callout is not None:
             self.callout.stop()
+        if self.gateway_manager is not None:
+            await self.gateway_manager.stop()
         if self.route_manager is not None:
             await self.route_manager.stop()
         await self._listener.wait_closed()

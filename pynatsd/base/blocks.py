@@ -165,3 +165,32 @@ class TrustedOperators:
     strict_operators: list[str] = field(default_factory=list)
     # Their signing keys: the accounts these issue may sign users with signing keys only.
     strict_signers: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RemoteGateway:
+    """One entry of the gateway block's `gateways` list: a remote cluster and where to reach it."""
+
+    name: str = ""
+    urls: list[str] = field(default_factory=list)  # nats://[user:pass@]host:port
+
+
+@dataclass
+class GatewayOptions:
+    """Everything the `gateway {}` block configures (superclusters, pynatsd.gateways). Durations in
+    seconds."""
+
+    name: str = ""  # this cluster's name among the gateways
+    host: str = "0.0.0.0"
+    port: int = 0  # -1: a random port; after start, the bound one
+    advertise: str = ""
+    gateways: list[RemoteGateway] = field(default_factory=list)
+    username: str = ""
+    password: str = ""
+    auth_timeout: float = 0.0  # 0: the server's
+    reject_unknown_cluster: bool = False
+    connect_retries: int = 0
+
+    @property
+    def auth_required(self) -> bool:
+        return bool(self.username)

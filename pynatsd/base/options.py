@@ -12,6 +12,7 @@ from pynatsd.base.blocks import (
     AccountConfig,
     AuthCalloutOptions,
     ClusterOptions,
+    GatewayOptions,
     PythonAuthorizerOptions,
     ResolverConfig,
     TrustedOperators,
@@ -123,6 +124,7 @@ class Options:
     jetstream_store_dir: str = ""
     cluster: ClusterOptions | None = None  # the block and the cluster flags; see pynatsd.config.cluster
     websocket: WebSocketOptions | None = None  # see pynatsd.config.websocket
+    gateway: GatewayOptions | None = None  # see pynatsd.config.gateway
 
     @property
     def effective_auth_timeout(self) -> float:
@@ -193,7 +195,7 @@ RELOADABLE_LIMITS = ("max_payload", "max_control_line", "ping_interval", "ping_m
 # the resolver, the cluster or the system account is refused by `unreloadable_changes`, with its own message.
 RELOADABLE_BLOCKS = ("users", "default_permissions", "accounts", "system_account", "no_system_account",
                      "trusted_keys", "trusted", "resolver", "resolver_preload", "jetstream",
-                     "jetstream_store_dir", "cluster", "websocket")  # fmt: skip
+                     "jetstream_store_dir", "cluster", "websocket", "gateway")  # fmt: skip
 
 RELOADABLE = (
     *RELOADABLE_LIMITS,
@@ -228,6 +230,8 @@ def unreloadable_changes(old: Options, new: Options) -> list[str]:
         )
     if old.cluster != new.cluster:  # pynatsd.routes: routes start once
         changes.append("config reload not supported for cluster: the cluster block and flags changed")
+    if old.gateway != new.gateway:  # pynatsd.gateways: gateways start once
+        changes.append("config reload not supported for gateway: the gateway block changed")
     systems = system_account_of(old), system_account_of(new)
     if systems[0] != systems[1]:  # the resolver's services live in the system account
         changes.append(f"config reload not supported for SystemAccount: old={systems[0]}, new={systems[1]}")

@@ -32,6 +32,7 @@ from pynatsd.base.blocks import (
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 from pynatsd.config import cluster as cluster_block
+from pynatsd.config import gateway as gateway_block
 from pynatsd.config import websocket as websocket_block
 from pynatsd.config.jetstream import account_js_limits
 from pynatsd.config.parser import ConfigMap, Where
@@ -275,6 +276,11 @@ def _cluster_permissions(
 
 
 register_block("cluster", _cluster)
+
+
+def _gateway(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    gateway_block.apply(opts, key, value)
+
 
 # The `jetstream {}` keys pynatsd.config.jetstream reads, and those it does not implement: encryption at
 # rest is refused by name (it protects data), the rest are unknown fields.
@@ -1298,7 +1304,7 @@ TOP_LEVEL: dict[str, Handler] = _table(
     (("default_sentinel",), refuse("JWT sentinel users", access=True)),
     (("proxies",), refuse("trusted proxies", access=True)),
     # Other features pynatsd does not have.
-    (("gateway",), refuse("gateways")),
+    (("gateway",), _gateway),
     (("leaf", "leafnodes"), refuse("leaf nodes")),
     (("mqtt",), refuse("MQTT")),
     (("mappings", "maps"), refuse("subject mappings")),

@@ -27,7 +27,7 @@ from pynatsd.base.formats import (
 from pynatsd.broker.delivery import sid_bytes
 from pynatsd.jetstream import monitor as js_monitor
 from pynatsd.matcher import combine_stats
-from pynatsd.monitor import cluster
+from pynatsd.monitor import cluster, gateways
 from pynatsd.monitor.details import subscription_detail
 from pynatsd.protocol.subjects import is_literal_subject
 
@@ -111,7 +111,7 @@ def varz(server: Node, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[st
             "max_payload": opts.max_payload,
             "max_pending": opts.max_pending,
             "cluster": cluster.varz_cluster(server),
-            "gateway": {},
+            "gateway": gateways.varz_gateway(server),
             "leaf": {},
             "mqtt": {},
             "websocket": server.websocket.varz() if server.websocket is not None else {},
@@ -380,13 +380,11 @@ def routez(server: Node, query: Mapping[str, str]) -> dict[str, Any]:
     return cluster.routez(server, _now(), subs, detail)
 
 
-def gatewayz(server: Node) -> dict[str, Any]:
-    return {
-        "server_id": server.server_id,
-        "now": rfc3339nano(_now()),
-        "outbound_gateways": {},
-        "inbound_gateways": {},
-    }
+def gatewayz(server: Node, query: Mapping[str, str] | None = None) -> dict[str, Any]:
+    query = query or {}
+    subs = query.get("subs", "") in ("1", "true", "detail")
+    accounts = query.get("accs", "") in ("1", "true") or subs
+    return gateways.gatewayz(server, _now(), accounts, subs)
 
 
 def leafz(server: Node) -> dict[str, Any]:

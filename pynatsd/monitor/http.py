@@ -98,7 +98,7 @@ class Monitor:
             "/subsz": lambda r: endpoints.subsz(s, r.query),
             "/subscriptionsz": lambda r: endpoints.subsz(s, r.query),
             "/routez": lambda r: endpoints.routez(s, r.query),
-            "/gatewayz": lambda r: endpoints.gatewayz(s),
+            "/gatewayz": lambda r: endpoints.gatewayz(s, r.query),
             "/leafz": lambda r: endpoints.leafz(s),
             "/accountz": lambda r: endpoints.accountz(s, r.query),
             "/accstatz": lambda r: endpoints.accstatz_query(s, r.query),

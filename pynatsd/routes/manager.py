@@ -31,7 +31,7 @@ import ipaddress
 import random
 import ssl
 import urllib.parse
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.auth.users import Permissions
@@ -56,6 +56,20 @@ log = get_logger()
 ROUTE_CONNECT_DELAY = 1.0  # between connect attempts (nats-server's routeConnectDelay)
 ROUTE_RECONNECT_DELAY = 1.0  # before reconnecting an explicit route (DEFAULT_ROUTE_RECONNECT)
 _GOSSIP_DEFAULT, _GOSSIP_DISABLED, _GOSSIP_OVERRIDE = 0, 1, 2
+
+
+class GatewayHooks(Protocol):
+    """What the routes tell the gateways (pynatsd.gateways): our route INFO's `gateway_url`, a route
+    registered (its server's gateway URL, the gateways to gossip to it), a gateway INFO a route brought, a
+    `_GR_.` reply subject a route brought (its own subject if it is this cluster's, else empty)."""
+
+    def route_info_fields(self) -> dict[str, object]: ...
+
+    def route_registered(self, route: Route) -> None: ...
+
+    def route_gateway_info(self, info: dict[str, object]) -> None: ...
+
+    def routed_reply(self, subject: bytes) -> bytes: ...
 
 
 class RouteListenError(Exception):
@@ -89,6 +103,7 @@ class RouteManager:
         # which of the peers' interest we take and what we send them (each route's copy, see Route)
         spec = cluster.permissions
         self.permissions = Permissions(spec) if spec else None
+        self.gateway: GatewayHooks | None = None  # pynatsd.gateways, when this server has a gateway
         if not cluster.name:
             cluster.name = new_server_id()[:22]  # nats-server's dynamic name: random until a peer's
             cluster.dynamic_name = True
@@ -190,6 +205,8 @@ class RouteManager:
         info.update(advertised_permissions(cluster.permissions))
         if self.cluster.pool_size >= 0:
             info["route_pool_size"] = 1  # see the module docstring
+        if self.gateway is not None:
+            info.update(self.gateway.route_info_fields())
         if extra:
             info.update(extra)
         return encoder.encode_info(info)
@@ -388,6 +405,8 @@ class RouteManager:
             self._add_connect_urls(route.connect_urls)
         if route.did_solicit and route.remote_pool_size:
             self._solicit_links(route)
+        if self.gateway is not None:
+            self.gateway.route_registered(route)
         return True
 
     def _solicit_links(self, route: Route) -> None:

@@ -115,6 +115,9 @@ class Route(SlicedReader):
         self.retry = False  # reconnect if closed, though not solicited (a duplicate was dropped for it)
         self.no_reconnect = False
         self.gossip_mode = 0  # the gossip mode of the INFO that made us solicit this route
+        # this server has a gateway (pynatsd.gateways, set before any route): a routed `_GR_.` subject
+        # is one of its mapped replies (a native bool: nothing more per routed message without one)
+        self._gateway_replies = manager.gateway is not None
         # (account, subject, queue) -> the remote interest's subscription in that account's sublist (a
         # queue group's: one RemoteQueueSubscription with its weight)
         self.remote_subs: dict[tuple[bytes, bytes, bytes | None], Subscription] = {}
@@ -358,7 +361,10 @@ class Route(SlicedReader):
     def _async_info(self, info: dict[str, object]) -> None:
         """An INFO after the first: about another server (gossip), or the peer entering lame duck mode."""
         server_id = str(info.get("server_id", ""))
-        if server_id and server_id != self.remote_id:
+        if info.get("gateway"):  # about a gateway (pynatsd.gateways), not a server of this cluster
+            if self.manager.gateway is not None:
+                self.manager.gateway.route_gateway_info(info)
+        elif server_id and server_id != self.remote_id:
             self.manager.implicit_route(info)
         elif info.get("ldm"):
             self.manager.peer_lame_duck(self)
@@ -473,6 +479,13 @@ class Route(SlicedReader):
         size = len(payload) if headers is None else len(headers) + len(payload)
         self.in_msgs += 1
         self.in_bytes += size
+        if self._gateway_replies and subject.startswith(b"_GR_."):
+            # a reply to a request this server sent over a gateway, forwarded by the cluster's server
+            # that received it (pynatsd.gateways): delivered here with its own subject
+            gateway = self.manager.gateway
+            subject = gateway.routed_reply(subject) if gateway is not None else b""
+            if not subject:
+                return
         sublist = self._sublists.get(account)
         if sublist is None:
             sublist = self.server.account_sublists.get(account.decode("utf-8", "replace"))

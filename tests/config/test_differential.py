@@ -224,8 +224,21 @@ BOTH_REFUSE = {
         f"accounts {{ A {{ nkey: {ACCOUNT_NKEY.replace('A', 'U', 1)} }} }}",
         "Not a valid public nkey for an account",
     ),
+    "gateway token": (
+        "gateway { name: A, listen: 127.0.0.1:-1, authorization { token: t } }",
+        "Gateway authorization does not support tokens",
+    ),
+    "gateway users": (
+        "gateway { name: A, listen: 127.0.0.1:-1, authorization { users: [{user: a, password: b}] } }",
+        "Gateway authorization does not allow multiple users",
+    ),
 }
 BOTH_START = {
+    "gateway": (
+        "gateway { name: A, listen: 127.0.0.1:-1, reject_unknown_cluster: true, connect_retries: 2,"
+        " authorization { user: u, password: p, timeout: 1 },"
+        ' gateways: [{name: B, urls: ["nats://127.0.0.1:1"]}, {name: C, url: "nats://u:p@127.0.0.1:2"}] }'
+    ),
     "random ports": 'listen: 127.0.0.1:-1\nhttp: "127.0.0.1:-1"',
     "separators: newline, comma, semicolon, comments": (
         "authorization {\n user: a # who\n password: b; timeout: 2 // s\n}\nmax_payload: 1000, debug: false"
@@ -246,7 +259,6 @@ PYNATSD_REFUSES = {
         "latency",
     ),
     "leafnodes": ("leafnodes { listen: 127.0.0.1:-1 }", "leafnodes"),
-    "gateway": ("gateway { name: A, listen: 127.0.0.1:-1 }", "gateway"),
     "mqtt": ("mqtt { listen: 127.0.0.1:-1 }", "mqtt"),
 }  # fmt: skip
 

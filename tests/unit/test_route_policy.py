@@ -26,6 +26,7 @@ class FakeManager:
         self.cluster = FakeCluster()
         self.permissions = None  # no route permissions
         self.closed: list[Route] = []
+        self.gateway = None  # no gateway (pynatsd.gateways)
 
     def connecting(self, route: Route) -> None:
         pass
