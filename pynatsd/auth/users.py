@@ -81,7 +81,7 @@ def is_bcrypt(password: str) -> bool:
     return password.startswith(("$2a$", "$2b$", "$2y$"))
 
 
-def _password_ok(given: str, stored: str) -> bool:
+def password_ok(given: str, stored: str) -> bool:
     if is_bcrypt(stored):
         import bcrypt  # only configurations with hashed passwords need it
 
@@ -502,15 +502,15 @@ class Authenticator:
                 return self._identity(conn, self._no_auth_entry())
             entry = self.users.get(opts.user)
             if entry is None:
-                _password_ok(opts.password, "x" * 8)  # similar work for unknown users
+                password_ok(opts.password, "x" * 8)  # similar work for unknown users
                 return None
             if self._certificate_only(entry):
                 return None
-            return self._identity(conn, entry) if _password_ok(opts.password, entry.password) else None
+            return self._identity(conn, entry) if password_ok(opts.password, entry.password) else None
         if self.token:  # may be a bcrypt hash, as the passwords
-            return ("", DEFAULT_ACCOUNT) if _password_ok(opts.auth_token, self.token) else None
+            return ("", DEFAULT_ACCOUNT) if password_ok(opts.auth_token, self.token) else None
         if self.username:
-            ok = _same(opts.user, self.username) & _password_ok(opts.password, self.password)
+            ok = _same(opts.user, self.username) & password_ok(opts.password, self.password)
             return (opts.user, DEFAULT_ACCOUNT) if ok else None
         return ("", DEFAULT_ACCOUNT)
 

@@ -283,7 +283,7 @@ def publish(sublist: Sublist[Subscription], msg: Message, fanout: list[Tally]) -
     `fanout` is the histogram of matches per publish (its last slot takes the rest). True if anyone
     received it."""
     plain, groups = sublist.match(msg.subject)
-    return _publish_to(plain, groups, msg, fanout)
+    return publish_matched(plain, groups, msg, fanout)
 
 
 def publish_run(
@@ -309,11 +309,11 @@ def publish_run(
         else:
             repeats += 1
         msg.set(subject, msg.reply, size_fields(headers, payload), headers, payload, msg.head)
-        _publish_to(plain, groups, msg, fanout)
+        publish_matched(plain, groups, msg, fanout)
     sublist.count_repeats(subject, repeats - 1)  # the statistics as if each message had been matched
 
 
-def _publish_to(
+def publish_matched(
     plain: tuple[Subscription, ...],
     groups: tuple[tuple[Subscription, ...], ...],
     msg: Message,

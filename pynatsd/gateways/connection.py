@@ -29,14 +29,15 @@ import base64
 import time
 from typing import TYPE_CHECKING, Any, cast
 
+from pynatsd.auth.users import password_ok
 from pynatsd.base.logging import get_logger
-from pynatsd.broker.delivery import Message, Subscription, _publish_to, enqueue, new_head, size_fields
+from pynatsd.broker.delivery import Message, Subscription, enqueue, new_head, publish_matched, size_fields
 from pynatsd.broker.outbound import Outbound
 from pynatsd.broker.trace import TracedTransport
 from pynatsd.matcher import Sublist
 from pynatsd.protocol import errors
 from pynatsd.protocol.route import encode_connect, rmsg_head
-from pynatsd.routes.route import Route, _password_ok
+from pynatsd.routes.route import Route
 
 if TYPE_CHECKING:
     from pynatsd.gateways.manager import GatewayManager
@@ -123,7 +124,7 @@ class Gateway(Route):
             return
         opts = manager.options
         if opts.auth_required and not (
-            options.get("user") == opts.username and _password_ok(str(options.get("pass", "")), opts.password)
+            options.get("user") == opts.username and password_ok(str(options.get("pass", "")), opts.password)
         ):
             log.error("%r - authentication error", self)
             self.close("Authentication Failure", errors.AUTHORIZATION_VIOLATION)
@@ -372,7 +373,7 @@ class Gateway(Route):
         msg.set(subject, reply, size_fields(headers, payload), headers, payload, head)
         plain, groups = sublist.match(subject)
         named = tuple(g for g in groups if queues and g[0].queue in queues)
-        _publish_to(plain, named, msg, self._fanout)
+        publish_matched(plain, named, msg, self._fanout)
 
     # -- our interest (inbound) -----------------------------------------------------------------------
     def send_all_subs(self, account: str, frames: bytes) -> None:

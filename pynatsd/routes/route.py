@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
 from pynatsd.auth.certs import admits_route, peer_certificate
-from pynatsd.auth.users import _password_ok
+from pynatsd.auth.users import password_ok
 from pynatsd.base.logging import TRACE, get_logger
 from pynatsd.broker.connection import SLOW_CONSUMER_PENDING, SlicedReader
 from pynatsd.broker.delivery import (
@@ -292,7 +292,7 @@ class Route(SlicedReader):
             return admits_route(peer_certificate(self.transport), *check)
         if not cluster.auth_required:
             return True
-        return options.get("user") == cluster.username and _password_ok(
+        return options.get("user") == cluster.username and password_ok(
             str(options.get("pass", "")), cluster.password
         )
 
