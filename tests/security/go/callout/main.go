@@ -4,10 +4,11 @@
 // callout claims), then nats.go clients log in through it. It prints one JSON object with what they saw,
 // for tests/security/test_auth_callout_go.py to compare between servers.
 //
-// Usage: callout <url> <issuer account seed> [<xkey seed>]
-//
-// The service connects as auth/pwd (the callout's auth user). alice/secret gets into APP, publishing and
-// subscribing on allowed.> and _INBOX.> only; anyone else is refused with a reason.
+// Usage: callout -url URL -issuer SEED [-xkey SEED] [-signer SEED -placement ACCOUNT] [-service-creds FILE
+// -client-creds FILE] (config mode: the service connects as auth/pwd, the callout's auth user; operator mode:
+// with its credentials, and the clients present theirs, a sentinel, with their user and password).
+// alice/secret gets into the placement account, publishing and subscribing on allowed.> and _INBOX.> only;
+// anyone else is refused with a reason.
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -33,9 +35,10 @@ const (
 	calloutSubject = "$SYS.REQ.USER.AUTH"
 	xkeyHeader     = "Nats-Server-Xkey"
 	xkeyVersion    = "xkv1"
-	placement      = "APP"
 	wait           = 10 * time.Second
 )
+
+var placement = "APP" // the audience of the user JWTs: config mode names the account, operator mode its key
 
 func fail(err error) {
 	fmt.Println(`{"error":` + strconv.Quote(err.Error()) + `}`)
@@ -171,8 +174,10 @@ type request struct {
 			Pass string `json:"pass"`
 		} `json:"connect_opts"`
 		ClientInfo struct {
-			User string `json:"user"`
-			Kind string `json:"kind"`
+			User    string   `json:"user"`
+			Kind    string   `json:"kind"`
+			NameTag string   `json:"name_tag"`
+			Tags    []string `json:"tags"`
 		} `json:"client_info"`
 	} `json:"nats"`
 }
@@ -218,6 +223,8 @@ type seen struct {
 	Kind       string   `json:"kind"`
 	Sealed     bool     `json:"sealed"`
 	ServerXKey bool     `json:"server_xkey"`
+	NameTag    string   `json:"name_tag,omitempty"` // a JWT client's: its user JWT's name
+	Tags       []string `json:"tags,omitempty"`     // and its tags
 	Shape      []string `json:"shape"`
 }
 
@@ -243,8 +250,9 @@ func shape(value any, path string, out []string) []string {
 }
 
 type service struct {
-	issuer  nkeys.KeyPair
-	private *[32]byte // the service's xkey, nil for plain requests
+	issuer  nkeys.KeyPair // signs the responses
+	signer  nkeys.KeyPair // signs the user JWTs (operator mode: an account the callout may place users in)
+	private *[32]byte     // the service's xkey, nil for plain requests
 	mu      sync.Mutex
 	seen    []seen
 	errs    []string
@@ -283,14 +291,15 @@ func (s *service) answer(msg *nats.Msg) error {
 	sort.Strings(keys)
 	s.mu.Lock()
 	s.seen = append(s.seen, seen{opts.User, req.Nats.ClientInfo.User, req.Nats.ClientInfo.Kind,
-		serverXKey != "", req.Nats.ServerID.XKey != "", keys})
+		serverXKey != "", req.Nats.ServerID.XKey != "", req.Nats.ClientInfo.NameTag,
+		req.Nats.ClientInfo.Tags, keys})
 	s.mu.Unlock()
 	answer := map[string]any{}
 	if opts.User == "alice" && opts.Pass == "secret" {
 		allowed := []string{"allowed.>", "_INBOX.>"}
 		permissions := map[string]any{"pub": map[string]any{"allow": allowed},
 			"sub": map[string]any{"allow": allowed}, "subs": -1, "data": -1, "payload": -1}
-		answer["jwt"] = issue(s.issuer, req.Nats.UserNkey, "user", permissions,
+		answer["jwt"] = issue(s.signer, req.Nats.UserNkey, "user", permissions,
 			map[string]any{"name": opts.User, "aud": placement})
 	} else {
 		answer["error"] = "no entry for " + opts.User
@@ -311,17 +320,18 @@ type login struct {
 	Request string   `json:"request"` // a request/reply on allowed.> through the user's inbox
 }
 
-func logIn(url, user, password string) login {
+func logIn(url, user, password string, presented ...nats.Option) login {
 	var out login
 	var mu sync.Mutex
 	got := make(chan struct{}, 8)
-	nc, err := nats.Connect(url, nats.UserInfo(user, password), nats.NoReconnect(), nats.Timeout(wait),
+	options := append([]nats.Option{nats.UserInfo(user, password), nats.NoReconnect(), nats.Timeout(wait),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			mu.Lock()
 			out.Errors = append(out.Errors, err.Error())
 			mu.Unlock()
 			got <- struct{}{}
-		}))
+		})}, presented...)
+	nc, err := nats.Connect(url, options...)
 	if err != nil {
 		out.Connect = err.Error()
 		return out
@@ -372,21 +382,36 @@ func logIn(url, user, password string) login {
 
 func main() {
 	go func() { time.Sleep(30 * time.Second); fail(errors.New("watchdog")) }()
-	if len(os.Args) < 3 {
-		fail(errors.New("usage: callout <url> <issuer seed> [<xkey seed>]"))
-	}
-	url := os.Args[1]
-	issuer, err := nkeys.FromSeed([]byte(os.Args[2]))
+	url := flag.String("url", "", "the server's URL")
+	issuerSeed := flag.String("issuer", "", "the seed of the account key signing the responses")
+	signerSeed := flag.String("signer", "", "the seed of the account key signing the user JWTs (default: -issuer)")
+	flag.StringVar(&placement, "placement", placement, "the account the user JWTs place their users in")
+	xkeySeed := flag.String("xkey", "", "the seed of the service's xkey (none: plain requests only)")
+	serviceCreds := flag.String("service-creds", "", "the service's credentials (default: user auth/pwd)")
+	clientCreds := flag.String("client-creds", "", "credentials the clients present with their user/password")
+	flag.Parse()
+	issuer, err := nkeys.FromSeed([]byte(*issuerSeed))
 	if err != nil {
 		fail(err)
 	}
-	svc := &service{issuer: issuer}
-	if len(os.Args) > 3 {
-		if svc.private, err = xkeyPrivate(os.Args[3]); err != nil {
+	svc := &service{issuer: issuer, signer: issuer}
+	if *signerSeed != "" {
+		if svc.signer, err = nkeys.FromSeed([]byte(*signerSeed)); err != nil {
 			fail(err)
 		}
 	}
-	nc, err := nats.Connect(url, nats.UserInfo("auth", "pwd"), nats.NoReconnect())
+	if *xkeySeed != "" {
+		if svc.private, err = xkeyPrivate(*xkeySeed); err != nil {
+			fail(err)
+		}
+	}
+	login := []nats.Option{nats.NoReconnect()}
+	if *serviceCreds != "" {
+		login = append(login, nats.UserCredentials(*serviceCreds))
+	} else {
+		login = append(login, nats.UserInfo("auth", "pwd"))
+	}
+	nc, err := nats.Connect(*url, login...)
 	if err != nil {
 		fail(err)
 	}
@@ -397,9 +422,13 @@ func main() {
 	if err := nc.Flush(); err != nil {
 		fail(err)
 	}
+	var presented []nats.Option
+	if *clientCreds != "" {
+		presented = append(presented, nats.UserCredentials(*clientCreds))
+	}
 	result := map[string]any{
-		"alice": logIn(url, "alice", "secret"),
-		"bob":   logIn(url, "bob", "wrong"),
+		"alice": logIn(*url, "alice", "secret", presented...),
+		"bob":   logIn(*url, "bob", "wrong", presented...),
 	}
 	svc.mu.Lock()
 	result["seen"], result["service_errors"] = svc.seen, svc.errs
