@@ -254,6 +254,18 @@ async def test_auth_users_bypass_the_callout(setup: Setup) -> None:
     assert len(setup.service.requests) == before
 
 
+async def test_a_token_client_is_named_redacted(setup: Setup) -> None:
+    """A client with a token only: the request's client_info names it "[REDACTED]" (nats-server's raw auth
+    user), the token is in connect_opts only; a token spelling an auth user's name bypasses nothing."""
+    nc = await nats.connect(setup.server.url, token="alice:secret", allow_reconnect=False)
+    await nc.close()
+    request = setup.service.requests[-1]["nats"]
+    assert request["client_info"]["user"] == "[REDACTED]"
+    assert request["connect_opts"]["auth_token"] == "alice:secret"
+    assert await _refused(setup.server.url, auth_token="auth") == VIOLATION
+    assert setup.service.requests[-1]["nats"]["connect_opts"]["auth_token"] == "auth"
+
+
 @pytest.mark.parametrize("user", BAD_ANSWERS)
 async def test_flawed_answers_are_refused(setup: Setup, user: str) -> None:
     assert await _refused(setup.server.url, user=user, **{"pass": "x"}) == VIOLATION
