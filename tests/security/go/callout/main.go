@@ -160,9 +160,11 @@ func issue(signer nkeys.KeyPair, subject, kind string, nats map[string]any, clai
 }
 
 type request struct {
-	raw    map[string]any
-	Issuer string `json:"iss"`
-	Nats   struct {
+	raw      map[string]any
+	Issuer   string `json:"iss"`
+	Audience string `json:"aud"`
+	Subject  string `json:"sub"`
+	Nats     struct {
 		Type     string `json:"type"`
 		UserNkey string `json:"user_nkey"`
 		ServerID struct {
@@ -285,6 +287,9 @@ func (s *service) answer(msg *nats.Msg) error {
 	req, err := verify(string(data))
 	if err != nil {
 		return err
+	}
+	if issuer, _ := s.issuer.PublicKey(); req.Subject != issuer || req.Audience != "nats-authorization-request" {
+		return fmt.Errorf("a request about %q for %q", req.Subject, req.Audience)
 	}
 	opts := req.Nats.ConnectOpts
 	keys := shape(req.raw, "", nil)
