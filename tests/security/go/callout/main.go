@@ -38,8 +38,6 @@ const (
 	wait           = 10 * time.Second
 )
 
-var placement = "APP" // the audience of the user JWTs: config mode names the account, operator mode its key
-
 func fail(err error) {
 	fmt.Println(`{"error":` + strconv.Quote(err.Error()) + `}`)
 	os.Exit(1)
@@ -252,12 +250,13 @@ func shape(value any, path string, out []string) []string {
 }
 
 type service struct {
-	issuer  nkeys.KeyPair // signs the responses
-	signer  nkeys.KeyPair // signs the user JWTs (operator mode: an account the callout may place users in)
-	private *[32]byte     // the service's xkey, nil for plain requests
-	mu      sync.Mutex
-	seen    []seen
-	errs    []string
+	issuer    nkeys.KeyPair // signs the responses
+	signer    nkeys.KeyPair // signs the user JWTs (operator mode: an account the callout may place users in)
+	private   *[32]byte     // the service's xkey, nil for plain requests
+	placement string        // the user JWTs' audience: config mode names the account, operator mode its key
+	mu        sync.Mutex
+	seen      []seen
+	errs      []string
 }
 
 func (s *service) handle(msg *nats.Msg) {
@@ -305,7 +304,7 @@ func (s *service) answer(msg *nats.Msg) error {
 		permissions := map[string]any{"pub": map[string]any{"allow": allowed},
 			"sub": map[string]any{"allow": allowed}, "subs": -1, "data": -1, "payload": -1}
 		answer["jwt"] = issue(s.signer, req.Nats.UserNkey, "user", permissions,
-			map[string]any{"name": opts.User, "aud": placement})
+			map[string]any{"name": opts.User, "aud": s.placement})
 	} else {
 		answer["error"] = "no entry for " + opts.User
 	}
@@ -390,7 +389,7 @@ func main() {
 	url := flag.String("url", "", "the server's URL")
 	issuerSeed := flag.String("issuer", "", "the seed of the account key signing the responses")
 	signerSeed := flag.String("signer", "", "the seed of the account key signing the user JWTs (default: -issuer)")
-	flag.StringVar(&placement, "placement", placement, "the account the user JWTs place their users in")
+	placement := flag.String("placement", "APP", "the account the user JWTs place their users in")
 	xkeySeed := flag.String("xkey", "", "the seed of the service's xkey (none: plain requests only)")
 	serviceCreds := flag.String("service-creds", "", "the service's credentials (default: user auth/pwd)")
 	clientCreds := flag.String("client-creds", "", "credentials the clients present with their user/password")
@@ -399,7 +398,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	svc := &service{issuer: issuer, signer: issuer}
+	svc := &service{issuer: issuer, signer: issuer, placement: *placement}
 	if *signerSeed != "" {
 		if svc.signer, err = nkeys.FromSeed([]byte(*signerSeed)); err != nil {
 			fail(err)
