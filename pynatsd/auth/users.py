@@ -65,12 +65,13 @@ class Connecting(Protocol):
 
 
 def raw_auth_user(opts: ConnectOptions, identity: tuple[str, str] | None) -> str:
-    """nats-server's getRawAuthUser: the nkey, else the user name, else a JWT's user key, else the token."""
+    """nats-server's getRawAuthUser: the nkey, else the user name, else a JWT's user key, else "[REDACTED]"
+    for a token (never the token: it goes into auth callout requests and is matched against auth_users)."""
     if opts.nkey or opts.user:
         return opts.nkey or opts.user
     if opts.jwt:
         return identity[0] if identity is not None else ""
-    return opts.auth_token
+    return "[REDACTED]" if opts.auth_token else ""
 
 
 def _same(a: str, b: str) -> bool:

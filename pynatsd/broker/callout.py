@@ -25,7 +25,7 @@ from pynatsd.auth.callout import (
     new_user_key,
     request_token,
 )
-from pynatsd.auth.jwt import MAX_ACCOUNT_CONNECTIONS
+from pynatsd.auth.jwt import MAX_ACCOUNT_CONNECTIONS, JwtError, decode
 from pynatsd.auth.nkeys import XKey
 from pynatsd.auth.users import Permissions, raw_auth_user
 from pynatsd.base.logging import get_logger
@@ -41,6 +41,19 @@ if TYPE_CHECKING:
 log = get_logger()
 
 Done = Callable[[tuple[str, str] | None], None]
+
+
+def _jwt_user_tags(opts: ConnectOptions, operator: OperatorCallout | None) -> dict[str, object]:
+    """A client that came with a user JWT (operator mode): its `tags` and `name_tag` (the JWT's name), as
+    nats-server describes it to the service."""
+    if operator is None or not opts.jwt:
+        return {}
+    try:
+        user = decode(opts.jwt, "user")  # verified already: the client got this far with it
+    except JwtError:
+        return {}
+    tags = user.nats.get("tags")
+    return {"tags": list(tags) if isinstance(tags, list) else [], "name_tag": user.name}
 
 
 def _client_type(conn: Connection) -> str:
@@ -144,7 +157,8 @@ class AuthCallout:
         timeout = self.server.options.effective_auth_timeout
         client_info: dict[str, object] = {"host": conn.ip, "id": conn.cid,
                                           "user": raw_auth_user(opts, identity), "name": opts.name,
-                                          "kind": "Client", "type": _client_type(conn)}  # fmt: skip
+                                          **_jwt_user_tags(opts, operator), "kind": "Client",
+                                          "type": _client_type(conn)}  # fmt: skip
         if opts.sig:
             client_info["nonce"] = conn.nonce
         xkey = self.xkey if service_xkey else None

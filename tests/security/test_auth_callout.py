@@ -254,6 +254,18 @@ async def test_auth_users_bypass_the_callout(setup: Setup) -> None:
     assert len(setup.service.requests) == before
 
 
+async def test_a_token_client_is_named_redacted(setup: Setup) -> None:
+    """A client with a token only: the request's client_info names it "[REDACTED]" (nats-server's raw auth
+    user), the token is in connect_opts only; a token spelling an auth user's name bypasses nothing."""
+    nc = await nats.connect(setup.server.url, token="alice:secret", allow_reconnect=False)
+    await nc.close()
+    request = setup.service.requests[-1]["nats"]
+    assert request["client_info"]["user"] == "[REDACTED]"
+    assert request["connect_opts"]["auth_token"] == "alice:secret"
+    assert await _refused(setup.server.url, auth_token="auth") == VIOLATION
+    assert setup.service.requests[-1]["nats"]["connect_opts"]["auth_token"] == "auth"
+
+
 @pytest.mark.parametrize("user", BAD_ANSWERS)
 async def test_flawed_answers_are_refused(setup: Setup, user: str) -> None:
     assert await _refused(setup.server.url, user=user, **{"pass": "x"}) == VIOLATION
@@ -329,6 +341,34 @@ def test_bad_blocks_are_refused_alike(
     assert expected in capsys.readouterr().err
 
 
+SENTINEL_TAGS = ["team:ops"]
+
+
+class OperatorCallout:
+    """Operator mode: account CALL's JWT delegates its users (`authorization`) but the service's, to a
+    service that may place them in APP (whose JWT allows one connection); the service's credentials and a
+    sentinel's (a bearer user JWT of CALL, named "sentinel", allowed nothing) are files in `folder`."""
+
+    def __init__(self, folder: Path, encrypted: bool) -> None:
+        self.world = World()
+        self.call, self.app, service_key, self.sentinel = Key("A"), Key("A"), Key("U"), Key("U")
+        self.xkey = XKey() if encrypted else None
+        external: dict[str, object] = {
+            "auth_users": [service_key.public],
+            "allowed_accounts": [self.app.public],
+        }
+        if self.xkey is not None:
+            external["xkey"] = self.xkey.public
+        operator = self.world.operator
+        self.world.accounts[self.call.public] = account_jwt(operator, self.call, authorization=external)
+        self.world.accounts[self.app.public] = account_jwt(operator, self.app, limits={"conn": 1})
+        self.service_creds = creds(folder / "service.creds", user_jwt(self.call, service_key), service_key)
+        deny_all = {"pub": {"deny": [">"]}, "sub": {"deny": [">"]}, "bearer_token": True}
+        sentinel = {"tags": SENTINEL_TAGS, "claims": {"name": "sentinel"}}
+        self.sentinel_jwt = user_jwt(self.call, self.sentinel, **deny_all, **sentinel)
+        self.sentinel_creds = creds(folder / "sentinel.creds", self.sentinel_jwt, self.sentinel)
+
+
 @pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "xkey"])
 @pytest.mark.parametrize("kind", KINDS)
 async def test_operator_mode_account_delegating_its_users(kind: str, encrypted: bool, tmp_path: Path) -> None:
@@ -337,18 +377,10 @@ async def test_operator_mode_account_delegating_its_users(kind: str, encrypted: 
     with a JWT); the service answers with a user JWT issued by APP (one of CALL's `allowed_accounts`),
     where the client then is, with those permissions and its connection limit. A user JWT from an account
     not allowed is refused."""
-    world = World()
-    call, app, service_key, sentinel = Key("A"), Key("A"), Key("U"), Key("U")
-    xkey = XKey() if encrypted else None
-    external: dict[str, object] = {"auth_users": [service_key.public], "allowed_accounts": [app.public]}
-    if xkey is not None:
-        external["xkey"] = xkey.public
-    world.accounts[call.public] = account_jwt(world.operator, call, authorization=external)
-    world.accounts[app.public] = account_jwt(world.operator, app, limits={"conn": 1})
+    ops = OperatorCallout(tmp_path, encrypted)
+    world, call, app, sentinel, xkey = ops.world, ops.call, ops.app, ops.sentinel, ops.xkey
     service = CalloutService(call, xkey, user_signer=app, placement=app.public)
-    service_creds = creds(tmp_path / "service.creds", user_jwt(call, service_key), service_key)
-    deny_all = {"pub": {"deny": [">"]}, "sub": {"deny": [">"]}, "bearer_token": True}
-    sentinel_creds = creds(tmp_path / "sentinel.creds", user_jwt(call, sentinel, **deny_all), sentinel)
+    service_creds, sentinel_creds = ops.service_creds, ops.sentinel_creds
     errors: list[Exception] = []
 
     async def on_error(err: Exception) -> None:
@@ -368,7 +400,7 @@ async def test_operator_mode_account_delegating_its_users(kind: str, encrypted: 
                 sub = await alice.subscribe("allowed.>")
                 await alice.publish("allowed.one", b"in")
                 assert (await sub.next_msg(timeout=5)).data == b"in"
-                sentinel_jwt = user_jwt(call, sentinel, **deny_all)
+                sentinel_jwt = ops.sentinel_jwt
                 # APP takes one connection: admitted by the service, refused by the account
                 full = await _refused(url, jwt=sentinel_jwt, auth_token="alice:secret")
                 assert full == "-ERR 'maximum account active connections exceeded'\r\n"
