@@ -21,6 +21,11 @@ from nats.js.object_store import ObjectStore
 
 from tests.jscluster.conftest import DOMAIN, JsCluster
 
+# The tests' own waits (up to 60 + 120 + 60 s in the failover test) fail before pytest-timeout does, with
+# the cluster's state in the report: pytest-timeout's signal leaves uvloop's loop unable to close, and a
+# run hung in the module's teardown until it was killed.
+pytestmark = pytest.mark.timeout(300)
+
 MESSAGES = 100
 WORK_ITEMS = 60
 WORKERS = 3
