@@ -16,6 +16,7 @@ import nats
 import pytest
 from nats.js import api
 
+from pynatsd.broker.internal import InternalClient
 from tests.jetstream.conftest import JsServer
 from tests.servers import ServerProcess, jetstream_pair
 
@@ -191,5 +192,27 @@ async def test_nothing_published_without_interest(tmp_path: Path) -> None:
         await js.delete_stream("Q")
         # 3 API answers, 1 publish ack, 2 deliveries and 2 ack replies: nothing on $JS.EVENT.
         assert account.client.in_msgs - before == 8
+    finally:
+        await server.stop()
+
+
+async def test_advisories_come_from_the_server(tmp_path: Path) -> None:
+    """An advisory is the server's own message (no confused deputy): a server-side subscriber sees it with
+    the server as its origin, which no API request handler or ack handler executes."""
+    server = JsServer(tmp_path / "store")
+    await server.start()
+    try:
+        assert server.server is not None
+        probe = InternalClient(server.server, "$G", "probe")
+        seen: list[tuple[bytes, bool]] = []
+        probe.subscribe(b"$JS.EVENT.>", lambda subject, *_: seen.append((subject, probe.origin_is_server)))
+        nc = await server.connect()
+        await nc.jetstream().add_stream(name="O", subjects=["o"])
+        for _ in range(100):
+            if len(seen) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert seen == [(b"$JS.EVENT.ADVISORY.STREAM.CREATED.O", True), (b"$JS.EVENT.ADVISORY.API", True)]
+        probe.close()
     finally:
         await server.stop()
