@@ -152,8 +152,11 @@ class Advisories:
         self._publish(API_AUDIT, _ADVISORY + "api_audit", fields)
 
     def requester(self, origin: Client | None, hdrs: bytes | None) -> dict[str, Any] | None:
-        """The client info an API audit names: the `Nats-Request-Info` a service import or another server
-        attached, else that of the client connected here (nats-server's ClientInfo without its JWT)."""
+        """The client info an API audit names: that of the client connected here in this account
+        (nats-server's ClientInfo without its JWT), else the `Nats-Request-Info` that the service import or
+        the other server set (never one a client of ours wrote into its own request)."""
+        if isinstance(origin, Connection) and origin.account == self.client.account:
+            return self._client_info(origin)
         shared = get_header(hdrs, _REQUEST_INFO)
         if shared is not None:
             try:
@@ -162,24 +165,25 @@ class Advisories:
                 values = []
             if values and isinstance(values[-1], dict):
                 return {k: v for k, v in values[-1].items() if k not in ("jwt", "alts")}
-        if not isinstance(origin, Connection):
-            return None
-        kind, user = _auth_user(origin.opts, origin.user)
+        return self._client_info(origin) if isinstance(origin, Connection) else None
+
+    def _client_info(self, conn: Connection) -> dict[str, Any]:
+        kind, user = _auth_user(conn.opts, conn.user)
         cluster = self.server.cluster
         info: dict[str, Any] = {
-            "start": rfc3339nano(origin.start),
-            "host": origin.ip,
-            "id": origin.cid,
-            "acc": origin.account,
+            "start": rfc3339nano(conn.start),
+            "host": conn.ip,
+            "id": conn.cid,
+            "acc": conn.account,
             "user": user if kind else "",
-            "name": origin.opts.name,
-            "lang": origin.opts.lang,
-            "ver": origin.opts.version,
-            "rtt": int(origin.rtt * 1e9) if origin.rtt else 0,
+            "name": conn.opts.name,
+            "lang": conn.opts.lang,
+            "ver": conn.opts.version,
+            "rtt": int(conn.rtt * 1e9) if conn.rtt else 0,
             "server": self.server.server_name,
             "cluster": cluster.name if cluster is not None else "",
             "kind": "Client",
-            "client_type": "websocket" if origin.is_websocket else "nats",
+            "client_type": "websocket" if conn.is_websocket else "nats",
         }
         return {k: v for k, v in info.items() if v not in ("", 0, None)}
 

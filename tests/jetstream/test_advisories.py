@@ -72,8 +72,9 @@ async def _scenario(url: str) -> tuple[list[Event], int]:
         (msg,) = await pull.fetch(1)
         await nc.request(msg.reply, b"+TERM done with it")
         await js.delete_consumer("S", "C")
-        with pytest.raises(nats.js.errors.NotFoundError):  # audited with its error
-            await js.consumer_info("S", "C")
+        # Audited with its error, and with who really asked: not who the request's header claims to be.
+        forged = {"Nats-Request-Info": '{"acc":"$G","name":"mallory","kind":"Client"}'}
+        await nc.request("$JS.API.CONSUMER.INFO.S.C", b"", headers=forged)
         # Given up on when its ack wait runs out, never acked.
         config = api.ConsumerConfig(
             durable_name="W", ack_policy=api.AckPolicy.EXPLICIT, max_deliver=1, ack_wait=0.3
@@ -152,6 +153,7 @@ async def test_same_events_as_nats_server(servers: dict[str, ServerProcess]) -> 
     assert len(_audits(ref[0])) == AUDITED
     for audit, expected in zip(_audits(ours[0]), _audits(ref[0]), strict=True):
         assert audit == expected
+    assert not [a for a in _audits(ours[0]) if a["client"]["name"] != "actor"]
     assert ours[1] == ref[1] == 1  # the terminated advisory, captured by a stream like any message
     subjects = [s for s, _ in ours[0]]
     for subject in (
