@@ -18,7 +18,7 @@ from nats.js import api
 
 from pynatsd.broker.internal import InternalClient
 from tests.jetstream.conftest import JsServer
-from tests.servers import ServerProcess, jetstream_pair
+from tests.servers import ServerProcess, jetstream_pair, require, server_with_config
 
 Event = tuple[str, dict[str, Any]]
 
@@ -218,3 +218,27 @@ async def test_advisories_come_from_the_server(tmp_path: Path) -> None:
         probe.close()
     finally:
         await server.stop()
+
+
+@pytest.mark.parametrize("kind", ["nats-server", "pynatsd"])
+async def test_domain_named(kind: str, tmp_path: Path) -> None:
+    """A server in a JetStream domain names it last in each advisory (and the audit)."""
+    require(kind)
+    text = f'jetstream {{ domain: hub, store_dir: "{tmp_path / "store"}" }}\n'
+    with server_with_config(kind, tmp_path / "js.conf", text) as server:
+        nc = await nats.connect(server.url, allow_reconnect=False)
+        try:
+            events: list[Event] = []
+
+            async def heard(msg: Any) -> None:
+                events.append((msg.subject, json.loads(msg.data)))
+
+            await nc.subscribe("$JS.EVENT.>", cb=heard)
+            await nc.jetstream().add_stream(name="D", subjects=["d"])
+            await _until(events, lambda subjects: len(subjects) == 2, "2 events")
+        finally:
+            await nc.close()
+    assert sorted((subject, list(doc)[-1], doc["domain"]) for subject, doc in events) == [
+        ("$JS.EVENT.ADVISORY.API", "domain", "hub"),
+        ("$JS.EVENT.ADVISORY.STREAM.CREATED.D", "domain", "hub"),
+    ]
