@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.internal import InternalClient
 from pynatsd.jetstream import errors
+from pynatsd.jetstream.advisories import Advisories
 from pynatsd.jetstream.consumer import Consumer, random_name
 from pynatsd.jetstream.stream import Stream, equivalent
 from pynatsd.jetstream.util import now_ns
@@ -35,6 +36,7 @@ class JsAccount:
         # usage counted against max_memory / max_storage as each message is stored (10002 past them)
         self.limited = limits is not None and (limits["max_memory"] >= 0 or limits["max_storage"] >= 0)
         self.client = InternalClient(js.server, name, "jetstream")
+        self.advisories = Advisories(self)
         self.streams: dict[str, Stream] = {}
         self.api_total = 0
         self.api_errors = 0
@@ -121,6 +123,7 @@ class JsAccount:
         stream.save_meta()
         self.streams[stream.name] = stream
         stream.start()
+        self.advisories.stream_action(stream.name, "create")
         return stream
 
     def _check_overlap(self, cfg: dict[str, Any], skip: str = "") -> None:
@@ -227,6 +230,7 @@ class JsAccount:
             if err.err_code == 10052:
                 raise errors.stream_invalid_config(err.description) from None
             raise
+        self.advisories.stream_action(stream.name, "modify")
         return stream
 
     def delete_stream(self, name: str) -> None:
@@ -240,6 +244,7 @@ class JsAccount:
         stream.store.delete()
         if stream.directory is not None:
             shutil.rmtree(stream.directory, ignore_errors=True)
+        self.advisories.stream_action(name, "delete")  # after its consumers', as nats-server
 
     # -- consumers ------------------------------------------------------------------------------------
     def add_consumer(self, stream: Stream, cfg: dict[str, Any], action: str) -> Consumer:
@@ -266,6 +271,7 @@ class JsAccount:
         consumer = Consumer(stream, name, cfg, now_ns())
         stream.consumers[name] = consumer
         consumer.save_soon()
+        self.advisories.consumer_action(stream.name, name, "create")
         return consumer
 
     def _update_consumer(self, consumer: Consumer, cfg: dict[str, Any]) -> Consumer:

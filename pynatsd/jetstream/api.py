@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -12,9 +11,11 @@ from pynatsd.base.logging import get_logger
 from pynatsd.broker.connection import Connection
 from pynatsd.jetstream import consumer as consumer_mod
 from pynatsd.jetstream import errors, requests
+from pynatsd.jetstream.advisories import API_AUDIT
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.stream import API_LEVEL, Stream, normalize_config
 from pynatsd.jetstream.util import (
+    encode,
     filters_regex,
     get_header,
     headers,
@@ -46,8 +47,6 @@ _QUEUED = frozenset(
 )  # fmt: skip
 # The replies of JetStream's own deliveries and flow-control requests: never a requester's inbox.
 _DELIVERY_REPLIES = (b"$JS.ACK.", b"$JS.FC.")
-# Go's encoding/json escapes these; clients never care, byte-level comparisons do.
-_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 Reply = dict[str, Any]
 _PAGED = {"total": 0, "offset": 0, "limit": 0}
@@ -62,10 +61,10 @@ _ERROR_FIELDS: dict[str, Reply] = {
 }
 # A request's handler: its answer, or a coroutine that works it out over several loop turns.
 Handler = Callable[[list[str], bytes], Reply | Coroutine[Any, Any, Reply]]
-
-
-def encode(body: Reply) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).translate(_GO_ESCAPES).encode()
+# The requester of a request no one audits (the audit advisory's `client` may be null: None is taken).
+_UNHEARD: Reply = {}
+# What an answer's audit names: the request's subject, its body, and who asked (or _UNHEARD).
+_Request = tuple[bytes, bytes, Reply | None]
 
 
 def _stream_config(payload: bytes) -> dict[str, Any]:
@@ -280,8 +279,14 @@ class Api:
                 break
         if not kind or not reply:
             return  # nats-server does not answer unknown API subjects either
+        advisories = self.account.advisories
+        # Who asked, for the audit advisory: taken now (a queued request is answered after its origin).
+        requester = advisories.requester(origin, hdrs) if advisories.wanted(API_AUDIT) else _UNHEARD
         if not self.account.enabled:
-            self.account.client.publish(reply, None, None, encode(_not_enabled(kind)))
+            answer = encode(_not_enabled(kind))
+            self.account.client.publish(reply, None, None, answer)
+            if requester is not _UNHEARD:
+                advisories.api_audit(subject, requester, payload, answer)
             return
         self.account.api_total += 1
         if kind in _QUEUED or self._queue:
@@ -296,12 +301,12 @@ class Api:
                         "JetStream API queue limit reached, dropping %s", subject.decode(errors="replace")
                     )
                 return
-            self._queue.append((kind, route, toks, reply, payload, subject))
+            self._queue.append((kind, route, toks, reply, payload, subject, requester))
             self._queued_bytes += len(payload)
             if self._worker is None:
                 self._worker = asyncio.get_running_loop().create_task(self._drain_queue())
             return
-        self._answer(kind, route, toks, reply, payload, subject)
+        self._answer(kind, route, toks, reply, payload, subject, requester)
 
     async def _drain_queue(self) -> None:
         try:
@@ -334,6 +339,7 @@ class Api:
         reply: bytes,
         payload: bytes,
         subject: bytes,
+        requester: Reply | None = _UNHEARD,
     ) -> Coroutine[Any, Any, None] | None:
         """Runs the handler and publishes its answer; a sliced handler's answer comes from the returned
         coroutine."""
@@ -342,23 +348,25 @@ class Api:
                 raise errors._e(501, 10003, f"{'.'.join(toks[:2]).lower()} is not supported by pynatsd")
             body = route(toks, payload)
             if not isinstance(body, dict):
-                return self._answer_later(kind, body, reply, subject)
-            self._publish_answer(kind, reply, subject, body, None)
+                return self._answer_later(kind, body, reply, (subject, payload, requester))
+            self._publish_answer(kind, reply, (subject, payload, requester), body, None)
         except Exception as exc:  # an answer is owed whatever happened: never leave a request hanging
-            self._publish_answer(kind, reply, subject, None, exc)
+            self._publish_answer(kind, reply, (subject, payload, requester), None, exc)
         return None
 
     async def _answer_later(
-        self, kind: str, body: Coroutine[Any, Any, Reply], reply: bytes, subject: bytes
+        self, kind: str, body: Coroutine[Any, Any, Reply], reply: bytes, request: _Request
     ) -> None:
         try:
-            self._publish_answer(kind, reply, subject, await body, None)
+            self._publish_answer(kind, reply, request, await body, None)
         except Exception as exc:
-            self._publish_answer(kind, reply, subject, None, exc)
+            self._publish_answer(kind, reply, request, None, exc)
 
     def _publish_answer(
-        self, kind: str, reply: bytes, subject: bytes, body: Reply | None, exc: Exception | None
+        self, kind: str, reply: bytes, request: _Request, body: Reply | None, exc: Exception | None
     ) -> None:
+        """Answers the request (`request`: its subject, body and requester) and audits the answer."""
+        subject, payload, requester = request
         if exc is None and body is not None:
             resp = {"type": _TYPE + kind, **body}
         else:
@@ -369,7 +377,10 @@ class Api:
             self.account.api_errors += 1
             resp = {"type": _TYPE + kind, "error": err.json()}
             resp.update(_ERROR_FIELDS.get(kind, {}))
-        self.account.client.publish(reply, None, None, encode(resp))
+        answer = encode(resp)
+        self.account.client.publish(reply, None, None, answer)
+        if requester is not _UNHEARD:
+            self.account.advisories.api_audit(subject, requester, payload, answer)
 
     def _stream(self, name: str) -> Stream:
         stream = self.account.streams.get(name)

@@ -303,7 +303,10 @@ class Consumer:
         self._max_ack_pending = -1
         self._deliver_subject = b""
         self._awaiting_interest = False  # a push consumer's notify_on_interest is registered
+        self._sample_freq = 0  # percent of acks reported on $JS.EVENT.METRIC.CONSUMER.ACK
         self.update(config)
+        self._names = (stream.name, name)
+        self._event_suffix = b".%s.%s" % (stream.name.encode(), name.encode())  # its advisories' subjects
         # `$JS.ACK.<stream>.<consumer>.`: the fixed start of every delivered message's reply subject.
         self._ack_prefix = b"$JS.ACK.%s.%s." % (stream.name.encode(), name.encode())
         self.ack_none = config["ack_policy"] == "none"
@@ -384,6 +387,7 @@ class Consumer:
         self._backoff = [int(b) for b in config.get("backoff") or ()]
         self._ack_wait_ns = int(config.get("ack_wait") or ACK_WAIT_DEFAULT)
         self._max_ack_pending = int(config.get("max_ack_pending", -1))
+        self._sample_freq = int(str(config.get("sample_freq") or "0").removesuffix("%"))
         deliver_subject = str(config.get("deliver_subject") or "").encode()
         if self._awaiting_interest and deliver_subject != self._deliver_subject:
             self._stop_awaiting_interest()  # the account kicks the consumer after an update: it waits anew
@@ -501,6 +505,8 @@ class Consumer:
             obs = self.stream.directory / "obs"
             shutil.rmtree(obs / self.name, ignore_errors=True)
             self._remove_legacy_state()
+        if deleted:
+            self.account.advisories.consumer_action(self.stream.name, self.name, "delete")
 
     # -- counts ---------------------------------------------------------------------------------------
     def num_pending(self) -> int:
@@ -610,6 +616,7 @@ class Consumer:
                     # A NAKed one delivered as often as allowed: nats-server drops it from pending, leaves
                     # the ack floor and num_redelivered as they are, and the stream keeps it.
                     del self.pending[seq]
+                    self._max_deliveries(seq)
                     self.save_soon()
                     continue
                 msg = st.load(seq)
@@ -884,6 +891,7 @@ class Consumer:
                 if max_deliver > 0 and self.rdc.get(seq, 1) >= max_deliver:
                     # Delivered as often as allowed: not sent again, but still counted as redelivered.
                     del self.pending[seq]
+                    self._max_deliveries(seq)
                     self._acks_done([seq], forget_deliveries=False)
                     given_up = True
                     continue
@@ -910,7 +918,7 @@ class Consumer:
         if kind in (b"", b"+ACK"):
             self._ack(sseq, dseq)
         elif kind == b"-NAK":
-            self._nak(sseq, payload[4:])
+            self._nak(sseq, dseq, int(parts[4]) if parts[4].isdigit() else 0, payload[4:])
         elif kind == b"+WPI":
             entry = self.pending.get(sseq)
             if entry is not None:
@@ -919,9 +927,20 @@ class Consumer:
             self._ack(sseq, dseq)
             if reply and not self.push:
                 self._add_request(reply, payload[4:].strip())
-        elif kind == b"+TER" and sseq in self.pending:
-            del self.pending[sseq]
-            self._acks_done([sseq])
+        elif kind == b"+TER":
+            if sseq in self.pending:
+                del self.pending[sseq]
+                self._acks_done([sseq])
+            # Told whether or not it was still pending, as nats-server tells it.
+            reason = payload[5:].strip().decode(errors="replace")
+            self.account.advisories.delivery(
+                b"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED" + self._event_suffix,
+                "terminated",
+                self._names,
+                (dseq, sseq),
+                int(parts[4]) if parts[4].isdigit() else 0,
+                reason,
+            )
         if reply and kind != b"+NXT":
             self.account.client.publish(reply, None, None, b"")
         self.kick()
@@ -934,8 +953,26 @@ class Consumer:
                     del self.pending[s]
                 self._acks_done(acked)
             return
-        if self.pending.pop(sseq, None) is not None:
+        entry = self.pending.pop(sseq, None)
+        if entry is not None:
+            if self._sample_freq and (self._sample_freq >= 100 or random.randrange(100) <= self._sample_freq):
+                self._sample_ack(sseq, dseq, entry[1])
             self._acks_done([sseq])
+
+    def _sample_ack(self, sseq: int, dseq: int, deadline: int) -> None:
+        """The ack metric: the ack's delay since the delivery (its deadline less the wait it was given)."""
+        deliveries = self.rdc.get(sseq, 1)
+        delay = now_ns() - (deadline - self._ack_wait(deliveries))
+        subject = b"$JS.EVENT.METRIC.CONSUMER.ACK" + self._event_suffix
+        self.account.advisories.ack_sample(subject, self._names, (dseq, sseq), delay, deliveries)
+
+    def _max_deliveries(self, sseq: int) -> None:
+        self.account.advisories.max_deliveries(
+            b"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES" + self._event_suffix,
+            self._names,
+            sseq,
+            self.rdc.get(sseq, 1),
+        )
 
     def _acks_done(self, seqs: list[int], forget_deliveries: bool = True) -> None:
         """`seqs` (out of `pending` already) will not be delivered again: move the ack floor once, tell the
@@ -962,10 +999,17 @@ class Consumer:
             stream.on_acked(sseq)
         self.save_soon()
 
-    def _nak(self, sseq: int, rest: bytes) -> None:
+    def _nak(self, sseq: int, dseq: int, deliveries: int, rest: bytes) -> None:
         entry = self.pending.get(sseq)
-        if entry is None:
+        if entry is None or not self.adflr < dseq <= self.dseq:
             return
+        self.account.advisories.delivery(
+            b"$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED" + self._event_suffix,
+            "nak",
+            self._names,
+            (dseq, sseq),
+            deliveries,
+        )
         delay = 0
         rest = rest.strip()
         if rest.startswith(b"{"):

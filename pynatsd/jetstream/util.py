@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from datetime import UTC, datetime
+from typing import Any
+
+# Go's encoding/json escapes these; clients never care, byte-level comparisons do.
+_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def encode(body: dict[str, Any]) -> bytes:
+    """A JSON document as nats-server's encoding/json writes it (compact, `<>&` escaped)."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).translate(_GO_ESCAPES).encode()
 
 
 def get_header(hdrs: bytes | None, key: bytes) -> bytes | None:
