@@ -776,11 +776,12 @@ class Stream:
     def _rebuild_ttls(self) -> None:
         """After a restart: the pending TTLs (and never-expiring messages), from the stored headers."""
         st = self.store
-        if not self._allow_ttl or not st.msgs:
+        candidates, st.with_ttl = st.with_ttl, []
+        if not self._allow_ttl:
             return
-        for seq in list(st.seqs_from(st.first_seq)):
+        for seq in candidates:  # only those the store saw a Nats-TTL header in: no read of every message
             msg = st.load(seq)
-            if msg is not None and msg.hdrs and msg.hdrs.find(b"\r\nNats-TTL:") >= 0:
+            if msg is not None and msg.hdrs:
                 raw = get_header(msg.hdrs, b"Nats-TTL")
                 try:
                     ttl = parse_msg_ttl(raw) if raw else 0
