@@ -102,6 +102,14 @@ def message_too_big() -> ApiError:
     return _e(400, 10054, "message size exceeds maximum allowed")
 
 
+def message_ttl_invalid() -> ApiError:
+    return _e(400, 10165, "invalid per-message TTL")
+
+
+def message_ttl_disabled() -> ApiError:
+    return _e(400, 10166, "per-message TTL is disabled")
+
+
 def rollup_failed(err: str) -> ApiError:
     return _e(500, 10111, err)
 

@@ -69,7 +69,7 @@ STREAM_CONFIG = Struct("StreamConfigRequest", {**STREAM_FIELDS, "pedantic": "boo
 # mirror and sources are left to normalize_config: nats-server's checks of their config come first there.
 STREAM_UNSUPPORTED = (
     "placement", "subject_transform", "republish", "consumer_limits",
-    "subject_delete_marker_ttl", "allow_msg_counter", "allow_atomic", "allow_msg_schedules", "persist_mode",
+    "allow_msg_counter", "allow_atomic", "allow_msg_schedules", "persist_mode",
     "allow_batched", "pedantic",
 )  # fmt: skip
 

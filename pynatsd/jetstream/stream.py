@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import heapq
 import json
 import re
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pynatsd import NATS_COMPAT_VERSION
+from pynatsd.base.formats import go_duration
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Subscription
 from pynatsd.jetstream import errors
@@ -23,6 +25,7 @@ from pynatsd.jetstream.util import (
     filters_regex,
     get_header,
     now_ns,
+    parse_msg_ttl,
     parse_rfc3339,
     rfc3339,
     rfc3339_bytes,
@@ -80,7 +83,7 @@ _FIELD_ORDER = [
     "max_msgs_per_subject", "max_msg_size", "discard", "storage", "num_replicas", "duplicate_window",
     "placement", "mirror", "sources", "compression", "allow_direct", "mirror_direct", "sealed",
     "deny_delete", "deny_purge", "allow_rollup_hdrs", "republish", "discard_new_per_subject",
-    "consumer_limits", "allow_msg_ttl", "metadata",
+    "consumer_limits", "allow_msg_ttl", "subject_delete_marker_ttl", "metadata",
 ]  # fmt: skip
 _ENUMS = {
     "retention": ("limits", "interest", "workqueue"),
@@ -169,6 +172,16 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
             )
         if cfg["max_msgs_per_subject"] <= 0:
             raise errors.stream_invalid_config("discard new per subject requires max msgs per subject > 0")
+    marker_ttl = cfg.get("subject_delete_marker_ttl") or 0
+    if marker_ttl > 0:
+        if marker_ttl < 1_000_000_000:
+            raise errors.stream_invalid_config("subject delete marker TTL must be at least 1 second")
+        # What markers need, switched on as nats-server does (pedantic, which would refuse, is refused).
+        cfg["allow_msg_ttl"] = True
+        if not cfg["allow_rollup_hdrs"]:
+            cfg["allow_rollup_hdrs"], cfg["deny_purge"] = True, False
+    elif marker_ttl < 0:
+        raise errors.stream_invalid_config("subject delete marker TTL must not be negative")
     if cfg.get("mirror"):  # nats-server's checks of a mirror's config first, then pynatsd's refusal
         if cfg.get("first_seq"):
             raise errors._e(400, 10143, "stream mirrors can not have first sequence configured")
@@ -176,6 +189,8 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
             raise errors._e(400, 10034, "stream mirrors can not contain subjects")
         if cfg.get("sources"):
             raise errors._e(400, 10031, "stream mirrors can not also contain other sources")
+        if marker_ttl > 0:
+            raise errors.stream_invalid_config("subject delete markers forbidden on mirrors")
     if cfg.get("mirror") or cfg.get("sources"):
         raise errors.stream_invalid_config("mirrors and sources are not supported by pynatsd")
     subjects = cfg.get("subjects") or []
@@ -291,6 +306,11 @@ class Stream:
             {"error": errors.too_many_requests().json(), "stream": self.name, "seq": 0}, separators=(",", ":")
         ).encode()
         self._age_timer: Any = None
+        # Per-message TTLs: (expiry in ns, sequence), soonest first; the messages max_age must not remove.
+        self._ttl_heap: list[tuple[int, int]] = []
+        self._ttl_timer: Any = None
+        self._ttl_timer_at = 0
+        self._ttl_never: set[int] = set()
         self._name_bytes = self.name.encode()
         self._dg_format = _DIRECT_BATCH_HEADERS.replace(b"<stream>", self._name_bytes.replace(b"%", b"%%"))
         domain = account.js.domain
@@ -303,6 +323,7 @@ class Stream:
             self.store.skip_to(first_seq - 1)
         self._derive()
         self._rebuild_dedupe()
+        self._rebuild_ttls()
 
     def _derive(self) -> None:
         """What each publish asks of the config, worked out once per config (the publish path is hot)."""
@@ -318,6 +339,16 @@ class Stream:
         self._dedupe_window = cfg["duplicate_window"]
         # No message id can leave the duplicate window before this time (ns): until then no expiry pass.
         self._dedupe_check_at = 0
+        self._allow_ttl = bool(cfg.get("allow_msg_ttl"))
+        marker_ttl: int = cfg.get("subject_delete_marker_ttl") or 0
+        self._marker_ttl_s = marker_ttl // 1_000_000_000
+        self._marker_hdrs = (
+            b"NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: %s\r\nNats-Rollup: sub\r\n\r\n"
+            % go_duration(self._marker_ttl_s).encode()
+        )
+        # A TTL shorter than the markers' is raised to theirs (a marker could be missed), unless a subject
+        # only ever holds one message.
+        self._min_ttl = self._marker_ttl_s if cfg["max_msgs_per_subject"] != 1 else 0
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -325,6 +356,7 @@ class Stream:
         for subject in self.config["subjects"]:
             self._subs.append(client.subscribe(subject.encode(), self._on_publish))
         self._schedule_age_check()
+        self._schedule_ttl()
 
     def stop(self) -> None:
         for sub in self._subs:
@@ -333,6 +365,9 @@ class Stream:
         if self._age_timer is not None:
             self._age_timer.cancel()
             self._age_timer = None
+        if self._ttl_timer is not None:
+            self._ttl_timer.cancel()
+            self._ttl_timer = None
         for consumer in list(self.consumers.values()):
             consumer.stop()
         self.store.close()
@@ -361,6 +396,8 @@ class Stream:
             )
         if old["deny_purge"] and not new["deny_purge"]:
             raise errors.stream_invalid_config("stream configuration update can not cancel deny purge")
+        if old.get("allow_msg_ttl") and not new.get("allow_msg_ttl"):
+            raise errors.stream_invalid_config("message TTL status can not be disabled")
         if new["sealed"]:  # what a sealed stream implies, as nats-server writes it into the config
             new.update(max_age=0, discard="new", deny_delete=True, deny_purge=True, allow_rollup_hdrs=False)
         for subject in self._subs:
@@ -511,6 +548,8 @@ class Stream:
         now = now_ns()
         msg_id = b""
         rollup = b""
+        ttl = 0  # seconds; -1: never expires
+        ttl_invalid = False
         if hdrs:
             # Most messages carry an id at most: look for the rarer headers only when their prefix is there
             # (with find: bytes' `in` first tries its operand as an int, and builds a TypeError to drop).
@@ -519,6 +558,15 @@ class Stream:
                 expected = get_header(hdrs, b"Nats-Expected-Stream")
                 if expected is not None and expected.decode() != self.name:
                     raise errors.stream_not_match()
+            if hdrs.find(b"\r\nNats-TTL:") >= 0:
+                ttl_raw = get_header(hdrs, b"Nats-TTL")
+                if ttl_raw:
+                    try:
+                        ttl = parse_msg_ttl(ttl_raw)
+                    except ValueError:
+                        ttl_invalid = True  # refused after the other checks, as nats-server does
+                    if ttl and not self._allow_ttl:
+                        raise errors.message_ttl_disabled()
             mid = get_header(hdrs, b"Nats-Msg-Id")
             if mid:
                 msg_id = mid
@@ -558,6 +606,11 @@ class Stream:
             js.check_capacity(cfg["storage"], st.msg_size(subject, hdrs, payload))
         if self.account.limited:
             self.account.check_usage(cfg["storage"], st.msg_size(subject, hdrs, payload))
+        if ttl_invalid:
+            raise errors.message_ttl_invalid()
+        if 0 < ttl < self._min_ttl:
+            ttl = self._min_ttl
+            hdrs = _with_ttl_header(hdrs or b"", ttl)
         if self._interest_only and not self._has_interest(subject):
             # Nobody would ever ack it: nats-server acknowledges and drops it at once.
             st.skip_to(st.last_seq + 1)
@@ -567,6 +620,8 @@ class Stream:
         seq = st.append(subject, hdrs, payload, ts)
         if msg_id:
             self._remember(msg_id, seq, ts)
+        if ttl:
+            self._track_ttl(seq, ts, ttl)
         if rollup == b"sub":
             self.remove([s for s in st.subjects.get(subject, ()) if s < seq])
         elif rollup == b"all":
@@ -619,6 +674,8 @@ class Stream:
         if not gone:
             return 0
         st.remove_many([seq for seq, _ in gone])
+        if self._ttl_never:
+            self._ttl_never.difference_update(seqs)
         for consumer in self.consumers.values():
             consumer.on_removed(gone)
         return len(gone)
@@ -638,28 +695,102 @@ class Stream:
                 self.remove([st.first_seq])
 
     # -- max_age --------------------------------------------------------------------------------------
-    def _schedule_age_check(self) -> None:
+    def _schedule_age_check(self, oldest: int = 0) -> None:
+        """The next max_age pass, when the message stored at `oldest` (ns; default the first) ages out."""
         max_age = self.config["max_age"]
         if not max_age or self.store.msgs == 0:
             return
         if self._age_timer is not None:
             self._age_timer.cancel()
-        due = (self.store.first_ts() + max_age - now_ns()) / 1e9
+        due = ((oldest or self.store.first_ts()) + max_age - now_ns()) / 1e9
         self._age_timer = self.account.js.loop.call_later(max(due, 0.0) + 0.001, self._expire_aged)
 
     def _expire_aged(self) -> None:
         self._age_timer = None
         cutoff = now_ns() - self.config["max_age"]
         st = self.store
+        never = self._ttl_never
         old = []
+        oldest = 0
         for s in st.seqs_from(st.first_seq):
             ts = st.ts_of(s)
             if ts is None or ts > cutoff:
+                oldest = ts or 0
                 break
-            old.append(s)
-        if old:
+            if s not in never:  # "Nats-TTL: never" outlives max_age
+                old.append(s)
+        if self._marker_ttl_s:
+            for s in old:
+                self._expire(s)
+        elif old:
             self.remove(old)
-        self._schedule_age_check()
+        if oldest or not never:
+            self._schedule_age_check(oldest)
+
+    # -- per-message TTL ------------------------------------------------------------------------------
+    def _track_ttl(self, seq: int, ts: int, ttl: int) -> None:
+        if ttl < 0:
+            self._ttl_never.add(seq)
+            return
+        expires = ts + ttl * 1_000_000_000
+        heapq.heappush(self._ttl_heap, (expires, seq))
+        if self._ttl_timer is None or expires < self._ttl_timer_at:
+            self._schedule_ttl()
+
+    def _schedule_ttl(self) -> None:
+        if self._ttl_timer is not None:
+            self._ttl_timer.cancel()
+            self._ttl_timer = None
+        if not self._ttl_heap:
+            return
+        self._ttl_timer_at = self._ttl_heap[0][0]
+        due = (self._ttl_timer_at - now_ns()) / 1e9
+        self._ttl_timer = self._js.loop.call_later(max(due, 0.0) + 0.001, self._expire_ttls)
+
+    def _expire_ttls(self) -> None:
+        self._ttl_timer = None
+        heap, now = self._ttl_heap, now_ns()
+        due = []
+        while heap and heap[0][0] <= now:
+            due.append(heapq.heappop(heap)[1])
+        for seq in sorted(due):
+            self._expire(seq)
+        self._schedule_ttl()
+
+    def _expire(self, seq: int) -> None:
+        """Remove a message whose time is up; with subject delete markers, the last one of its subject is
+        replaced by a marker (nats-server's headers, a rollup of the subject) unless it is a marker."""
+        st = self.store
+        subject = st.subject_of(seq)
+        if subject is None:
+            return
+        if self._marker_ttl_s and len(st.subjects.get(subject, ())) == 1:
+            msg = st.load(seq)
+            if msg is not None and not _is_marker(msg.hdrs):
+                try:
+                    self.process(subject, self._marker_hdrs, b"")  # its rollup removes the message
+                except (ApiError, OSError) as exc:  # not stored: the message goes without its marker
+                    log.warning("JetStream stream %s: delete marker not stored: %s", self.name, exc)
+        self.remove([seq])  # (none left when the marker's rollup took it)
+
+    def _rebuild_ttls(self) -> None:
+        """After a restart: the pending TTLs (and never-expiring messages), from the stored headers."""
+        st = self.store
+        candidates, st.with_ttl = st.with_ttl, []
+        if not self._allow_ttl:
+            return
+        for seq in candidates:  # only those the store saw a Nats-TTL header in: no read of every message
+            msg = st.load(seq)
+            if msg is not None and msg.hdrs:
+                raw = get_header(msg.hdrs, b"Nats-TTL")
+                try:
+                    ttl = parse_msg_ttl(raw) if raw else 0
+                except ValueError:
+                    continue
+                if ttl < 0:
+                    self._ttl_never.add(seq)
+                elif ttl:  # the timer starts with the stream (start)
+                    heapq.heappush(self._ttl_heap, (msg.ts + ttl * 1_000_000_000, seq))
 
     # -- dedupe ---------------------------------------------------------------------------------------
     def _remember(self, msg_id: bytes, seq: int, ts: int) -> None:
@@ -813,6 +944,8 @@ class Stream:
             pattern = filters_regex([filt.encode()])
             match = partial(_matches, pattern)
         n = self.store.purge(match, upto=seq, keep=keep)
+        if self._ttl_never:
+            self._ttl_never = {s for s in self._ttl_never if s in self.store}
         for consumer in self.consumers.values():
             consumer.on_purged(self.store.first_seq)
         return n
@@ -825,6 +958,18 @@ class Stream:
             out["data"] = base64.b64encode(msg.data).decode()
         out["time"] = rfc3339(msg.ts)
         return out
+
+
+def _is_marker(hdrs: bytes | None) -> bool:
+    """A delete marker: the server's own (Nats-Marker-Reason) or a KV purge."""
+    return bool(get_header(hdrs, b"Nats-Marker-Reason")) or get_header(hdrs, b"KV-Operation") == b"PURGE"
+
+
+def _with_ttl_header(hdrs: bytes, ttl: int) -> bytes:
+    """The headers with their Nats-TTL lines replaced by one at the end (nats-server's order)."""
+    lines = [ln for ln in hdrs.split(b"\r\n")[1:] if ln and not ln.startswith(b"Nats-TTL:")]
+    head = hdrs.split(b"\r\n", 1)[0] if hdrs else b"NATS/1.0"
+    return b"\r\n".join([head, *lines, b"Nats-TTL: %d" % ttl]) + b"\r\n\r\n"
 
 
 def _matches(pattern: re.Pattern[bytes], subject: bytes) -> bool:

@@ -30,6 +30,32 @@ def get_header(hdrs: bytes | None, key: bytes) -> bytes | None:
     return hdrs[start:end].strip()
 
 
+_GO_DURATION = re.compile(r"[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:ns|us|\u00b5s|\u03bcs|ms|s|m|h))+|[-+]?0")
+_GO_DURATION_PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_GO_UNIT_NS = {"ns": 1, "us": 1_000, "\u00b5s": 1_000, "\u03bcs": 1_000, "ms": 1_000_000, "s": 10**9}
+_GO_UNIT_NS.update(m=60 * 10**9, h=3600 * 10**9)
+
+
+def parse_msg_ttl(raw: bytes) -> int:
+    """A Nats-TTL header's value in whole seconds as nats-server reads it: "never" (-1), a Go duration of at
+    least 1s ("90s", "1h30m") or a number of seconds; ValueError (invalid per-message TTL) otherwise."""
+    text = raw.decode("utf-8", "replace")
+    if text.lower() == "never":
+        return -1
+    if _GO_DURATION.fullmatch(text):
+        ns = 0.0
+        for number, unit in _GO_DURATION_PART.findall(text):
+            ns += float(number) * _GO_UNIT_NS[unit]
+        if text.startswith("-"):
+            ns = -ns
+        if ns < 1e9:
+            raise ValueError("invalid per-message TTL")
+        return int(ns // 1e9)
+    if not text.isascii() or not text.isdigit():  # nats-server's parseInt64: digits only
+        raise ValueError("invalid per-message TTL")
+    return int(text)
+
+
 def headers(status: bytes = b"", pairs: list[tuple[bytes, bytes]] | None = None) -> bytes:
     """A raw header block: `NATS/1.0[ status]` and `key: value` lines."""
     parts = [b"NATS/1.0" + (b" " + status if status else b"") + b"\r\n"]

@@ -213,6 +213,7 @@ _STREAM_KEYS = [
     "subjects", "retention", "max_consumers", "max_msgs", "max_age", "max_msgs_per_subject",
     "max_msg_size", "discard", "storage", "num_replicas", "duplicate_window", "compression", "allow_direct",
     "sealed", "deny_delete", "deny_purge", "allow_rollup_hdrs", "metadata", "description", "no_ack",
+    "allow_msg_ttl", "subject_delete_marker_ttl",
     "unknown_field",
 ]  # fmt: skip
 _CONSUMER_KEYS = [

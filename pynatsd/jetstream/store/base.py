@@ -72,6 +72,8 @@ class Store:
         self._ids: dict[bytes, int] = {}
         self.subjects: dict[bytes, array[int]] = {}  # subject -> its live sequences, ascending
         self.failed: set[int] = set()  # sequences whose buffered write failed (see commit)
+        # Recovered messages whose headers carry Nats-TTL (their stream rebuilds its pending TTLs from them).
+        self.with_ttl: list[int] = []
 
     # -- backend --------------------------------------------------------------------------------------
     def _put(self, seq: int, subject: bytes, hdrs: bytes | None, data: bytes, ts: int) -> Locator:

@@ -267,6 +267,8 @@ class FileStore(Store):
                     size = _size(slen, max(hlen, 0), stop - at - slen - max(hlen, 0))
                     self._index(subject, seq, ts, size, (seg, pos))
                     self._live[seg] += 1
+                    if hlen > 0 and buf.find(b"\r\nNats-TTL:", at + slen, at + slen + hlen) >= 0:
+                        self.with_ttl.append(seq)
             elif kind == DEL:
                 loc = self._unindex(seq)
                 if loc is not None:
