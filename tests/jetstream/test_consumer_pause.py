@@ -1,0 +1,254 @@
+"""Consumer pause (`pause_until`, `CONSUMER.PAUSE`), `CONSUMER.RESET` and NAK delays, against nats-server -js:
+the same API answers (timestamps aside), and the same deliveries over time with nats-py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from tests.servers import ServerProcess, jetstream_pair, require, start_server
+
+FAR = "2999-01-01T02:00:00.5+02:00"  # paused for good (Go's time.Until saturates: pause_remaining = max)
+SCRIPT: list[tuple[str, Any]] = [
+    ("$JS.API.STREAM.CREATE.P", {"name": "P", "subjects": ["p.>"]}),
+    ("PUB p.a", b""),
+    ("PUB p.b", b""),
+    ("PUB p.c", b""),
+    ("$JS.API.CONSUMER.CREATE.P.c",
+     {"stream_name": "P", "config": {"durable_name": "c", "ack_policy": "explicit", "pause_until": FAR}}),
+    ("$JS.API.CONSUMER.INFO.P.c", b""),
+    # An update through CREATE keeps the pause (only CONSUMER.PAUSE changes it), in UTC from then on.
+    ("$JS.API.CONSUMER.CREATE.P.c",
+     {"stream_name": "P",
+      "config": {"durable_name": "c", "ack_policy": "explicit", "pause_until": "2998-01-01T00:00:00Z"}}),
+    ("$JS.API.CONSUMER.CREATE.P.c",
+     {"stream_name": "P", "config": {"durable_name": "c", "ack_policy": "explicit", "max_deliver": 4}}),
+    ("$JS.API.CONSUMER.PAUSE.P.c", {"pause_until": "2020-01-01T00:00:00Z"}),
+    ("$JS.API.CONSUMER.INFO.P.c", b""),
+    ("$JS.API.CONSUMER.PAUSE.P.c", b""),
+    ("$JS.API.CONSUMER.INFO.P.c", b""),
+    ("$JS.API.CONSUMER.PAUSE.P.c", {"bogus": 1}),
+    ("$JS.API.CONSUMER.PAUSE.P.c", {"pause_until": "garbage"}),
+    ("$JS.API.CONSUMER.PAUSE.P.c", b"not json"),
+    ("$JS.API.CONSUMER.PAUSE.P.c", {"pause_until": "0001-01-01T00:00:00Z"}),
+    ("$JS.API.CONSUMER.PAUSE.P.c", {"pause_until": "2999-01-01T00:00:00-01:00"}),
+    ("$JS.API.CONSUMER.PAUSE.P.nope", b""),
+    ("$JS.API.CONSUMER.PAUSE.NOPE.c", b""),
+    ("$JS.API.CONSUMER.LIST.P", b""),
+    ("$JS.API.CONSUMER.CREATE.P.z",
+     {"stream_name": "P", "config": {"name": "z", "pause_until": "0001-01-01T00:00:00Z"}}),
+    ("$JS.API.CONSUMER.CREATE.P.y",
+     {"stream_name": "P", "config": {"name": "y", "pause_until": "2020-01-01T00:00:00.123000Z"}}),
+    # RESET: to the ack floor (empty body) or a sequence, as the deliver policy allows it.
+    ("$JS.API.CONSUMER.RESET.P.c", b""),
+    ("$JS.API.CONSUMER.RESET.P.c", {"seq": 2}),
+    ("$JS.API.CONSUMER.RESET.P.c", {"seq": 2, "x": 1}),
+    ("$JS.API.CONSUMER.RESET.P.c", b"junk"),
+    ("$JS.API.CONSUMER.CREATE.P.n", {"stream_name": "P", "config": {"name": "n", "deliver_policy": "new"}}),
+    ("$JS.API.CONSUMER.RESET.P.n", {"seq": 2}),
+    ("$JS.API.CONSUMER.RESET.P.n", b""),
+    ("$JS.API.CONSUMER.CREATE.P.s",
+     {"stream_name": "P", "config": {"name": "s", "deliver_policy": "by_start_sequence", "opt_start_seq": 2}}),
+    ("$JS.API.CONSUMER.RESET.P.s", {"seq": 1}),
+    ("$JS.API.CONSUMER.RESET.P.s", {"seq": 3}),
+    ("$JS.API.CONSUMER.RESET.P.s", {"seq": 0}),
+    ("$JS.API.CONSUMER.RESET.P.nope", b""),  # nats-server: no answer at all
+]  # fmt: skip
+
+
+def _comparable(body: Any) -> Any:
+    """An API answer without what differs by design: times, the server's version and level."""
+    if isinstance(body, list):
+        return [_comparable(v) for v in body]
+    if not isinstance(body, dict):
+        return body
+    out = {}
+    for key, value in body.items():
+        if key in ("ts", "created", "last_active"):
+            continue
+        if key == "metadata":
+            value = {k: v for k, v in value.items() if k not in ("_nats.level", "_nats.ver")}
+        if key == "pause_remaining" and value != (1 << 63) - 1:
+            value = "remaining"
+        out[key] = _comparable(value)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    with jetstream_pair(tmp_path_factory.mktemp("pause")) as servers:
+        yield servers
+
+
+async def _run_script(url: str) -> list[Any]:
+    nc = await nats.connect(url)
+    out: list[Any] = []
+    try:
+        for subject, body in SCRIPT:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            if subject.startswith("PUB "):
+                await nc.request(subject[4:], b"x", timeout=2)
+                continue
+            try:
+                msg = await nc.request(subject, data, timeout=0.5 if "RESET.P.nope" in subject else 2)
+                out.append((subject, _comparable(json.loads(msg.data))))
+            except nats.errors.TimeoutError:
+                out.append((subject, "no answer"))
+    finally:
+        await nc.close()
+    return out
+
+
+async def test_pause_and_reset_api_match_nats_server(pair: tuple[ServerProcess, ServerProcess]) -> None:
+    ref, ours = pair
+    expected, got = await asyncio.gather(_run_script(ref.url), _run_script(ours.url))
+    diffs = [
+        f"{subject}:\n  nats-server {want}\n  pynatsd     {have}"
+        for (subject, want), (_, have) in zip(expected, got, strict=True)
+        if have != want
+    ]
+    assert not diffs, "\n".join(diffs)
+
+
+def _in(seconds: float) -> tuple[float, str]:
+    """A wall-clock time `seconds` from now, and its RFC 3339 text."""
+    at = time.time() + seconds
+    return at, datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+
+
+async def _create(nc: Client, stream: str, config: dict[str, Any]) -> dict[str, Any]:
+    body = json.dumps({"stream_name": stream, "config": config}).encode()
+    reply = await nc.request(f"$JS.API.CONSUMER.CREATE.{stream}.{config['name']}", body, timeout=2)
+    resp: dict[str, Any] = json.loads(reply.data)
+    assert "error" not in resp, resp
+    return resp
+
+
+async def _pull(nc: Client, stream: str, name: str, batch: int, expires: float) -> list[Any]:
+    """One pull request: the data of the messages it got, then the status that ended it (if any)."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    body = json.dumps({"batch": batch, "expires": int(expires * 1e9)}).encode()
+    await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", body, reply=inbox)
+    got: list[Any] = []
+    try:
+        while len(got) < batch:
+            msg = await sub.next_msg(expires + 3)
+            status = (msg.headers or {}).get("Status")
+            if status:
+                got.append(status)
+                break
+            got.append(msg.data)
+    finally:
+        await sub.unsubscribe()
+    return got
+
+
+async def _pause_flow(url: str) -> list[Any]:
+    nc = await nats.connect(url)
+    out: list[Any] = []
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="PF", subjects=["pf.*"])
+        for i in range(2):
+            await js.publish(f"pf.{i}", b"m%d" % i)
+        _, far = _in(3600)
+        pull = await _create(nc, "PF", {"name": "pl", "ack_policy": "explicit", "pause_until": far})
+        out.append((pull["paused"], pull["num_pending"]))
+        # Paused: the request waits, gets nothing, and expires.
+        out.append(await _pull(nc, "PF", "pl", 2, 0.4))
+        resumed = json.loads((await nc.request("$JS.API.CONSUMER.PAUSE.PF.pl", b"", timeout=2)).data)
+        out.append((resumed["paused"], resumed["pause_until"]))
+        out.append(await _pull(nc, "PF", "pl", 2, 2))
+        # A push consumer paused for a moment delivers when the pause ends, not before.
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        until, until_text = _in(1.0)
+        push = await _create(nc, "PF", {"name": "ps", "deliver_subject": inbox, "pause_until": until_text})
+        out.append(push["paused"])
+        first = await sub.next_msg(10)
+        arrived = time.time()
+        out.append((first.data, arrived >= until))
+        out.append((await sub.next_msg(2)).data)
+        info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.PF.ps", b"", timeout=2)).data)
+        out.append((info.get("paused"), info.get("pause_remaining"), info["delivered"]["stream_seq"]))
+    finally:
+        await nc.close()
+    return out
+
+
+async def test_paused_consumer_delivers_nothing_until_resumed(pair: tuple[ServerProcess, ServerProcess]) -> None:
+    ref, ours = pair
+    expected, got = await asyncio.gather(_pause_flow(ref.url), _pause_flow(ours.url))
+    assert got == expected
+    assert expected[1] == ["408"] and expected[3] == [b"m0", b"m1"]
+    assert expected[5] == (b"m0", True)
+
+
+async def _nak_flow(url: str) -> list[Any]:
+    nc = await nats.connect(url)
+    out: list[Any] = []
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="NK", subjects=["nk"])
+        await js.publish("nk", b"once")
+        sub = await js.pull_subscribe("nk", "nk", stream="NK")
+        [msg] = await sub.fetch(1, timeout=2)
+        sent = time.time()
+        await msg.nak(delay=0.8)
+        # Asked for at once, but not redelivered before the delay.
+        [again] = await sub.fetch(1, timeout=5)
+        waited = time.time() - sent
+        out.append((again.data, again.metadata.num_delivered, waited >= 0.8))
+        await again.ack_sync()
+        info = await sub.consumer_info()
+        out.append((info.num_ack_pending, info.num_redelivered, info.ack_floor.stream_seq))
+    finally:
+        await nc.close()
+    return out
+
+
+async def test_nak_delay_redelivers_after_the_delay(pair: tuple[ServerProcess, ServerProcess]) -> None:
+    ref, ours = pair
+    expected, got = await asyncio.gather(_nak_flow(ref.url), _nak_flow(ours.url))
+    assert got == expected
+    assert expected[0] == (b"once", 2, True)
+
+
+@pytest.mark.parametrize("kind", ["nats-server", "pynatsd"])
+async def test_paused_durable_consumer_survives_restart(kind: str, tmp_path: Path) -> None:
+    require(kind)
+    args = ["-js", "-sd", str(tmp_path)]
+    server = start_server(kind, args)
+    try:
+        nc = await nats.connect(server.url)
+        await nc.jetstream().add_stream(name="R", subjects=["r"])
+        await nc.jetstream().publish("r", b"kept")
+        _, far = _in(3600)
+        created = await _create(
+            nc, "R", {"name": "d", "durable_name": "d", "ack_policy": "explicit", "pause_until": far}
+        )
+        await nc.close()
+    finally:
+        server.stop()
+    server = start_server(kind, args, port=server.port)
+    try:
+        nc = await nats.connect(server.url)
+        info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.R.d", b"", timeout=2)).data)
+        assert info["paused"] is True
+        assert info["config"]["pause_until"] == created["config"]["pause_until"]
+        assert await _pull(nc, "R", "d", 1, 0.4) == ["408"]
+        await nc.request("$JS.API.CONSUMER.PAUSE.R.d", b"", timeout=2)
+        assert await _pull(nc, "R", "d", 1, 2) == [b"kept"]
+        await nc.close()
+    finally:
+        server.stop()
