@@ -389,8 +389,7 @@ class Consumer:
             self._set_start()
         if self.push and config.get("idle_heartbeat"):
             self._hb_timer = self.loop.call_later(config["idle_heartbeat"] / 1e9, self._heartbeat)
-        if config.get("inactive_threshold"):
-            self._idle_timer = self.loop.call_later(config["inactive_threshold"] / 1e9, self._check_inactive)
+        self.watch_inactivity()
         self.kick()
 
     # -- setup ----------------------------------------------------------------------------------------
@@ -1189,6 +1188,16 @@ class Consumer:
         self.account.client.publish(
             self.config["deliver_subject"].encode(), None, headers(b"100 Idle Heartbeat", pairs), b""
         )
+
+    def watch_inactivity(self) -> None:
+        """(Re)start the inactivity timer for the config's inactive_threshold (none: never deleted)."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        threshold = self.config.get("inactive_threshold", 0)
+        if threshold and not self._stopped:
+            self._inactive_since = now_ns()
+            self._idle_timer = self.loop.call_later(threshold / 1e9, self._check_inactive)
 
     def _check_inactive(self) -> None:
         threshold = self.config["inactive_threshold"]

@@ -57,11 +57,54 @@ SCRIPT: list[tuple[str, Any]] = [
     ("$JS.API.CONSUMER.RESET.P.n", {"seq": 2}),
     ("$JS.API.CONSUMER.RESET.P.n", b""),
     ("$JS.API.CONSUMER.CREATE.P.s",
-     {"stream_name": "P", "config": {"name": "s", "deliver_policy": "by_start_sequence", "opt_start_seq": 2}}),
+     {"stream_name": "P",
+      "config": {"name": "s", "deliver_policy": "by_start_sequence", "opt_start_seq": 2}}),
     ("$JS.API.CONSUMER.RESET.P.s", {"seq": 1}),
     ("$JS.API.CONSUMER.RESET.P.s", {"seq": 3}),
     ("$JS.API.CONSUMER.RESET.P.s", {"seq": 0}),
     ("$JS.API.CONSUMER.RESET.P.nope", b""),  # nats-server: no answer at all
+]  # fmt: skip
+
+
+U = "$JS.API.CONSUMER.CREATE.U."
+_BASE = {"durable_name": "u", "ack_policy": "explicit", "filter_subject": "u.a"}
+# Consumer updates through CREATE: what may change, and the errors for what may not.
+UPDATES: list[tuple[str, Any]] = [
+    ("$JS.API.STREAM.CREATE.U", {"name": "U", "subjects": ["u.*"]}),
+    ("PUB u.a", b""),
+    ("PUB u.b", b""),
+    (U + "u", {"stream_name": "U", "config": _BASE}),
+    (U + "u", {"stream_name": "U", "action": "update", "config": {
+        **_BASE, "description": "d", "ack_wait": 5_000_000_000, "max_deliver": 3, "max_ack_pending": 7,
+        "headers_only": True, "sample_freq": "50%", "metadata": {"k": "v"},
+        "inactive_threshold": 60_000_000_000,
+        "filter_subject": "", "filter_subjects": ["u.a", "u.b"]}}),
+    (U + "u", {"stream_name": "U", "config": {
+        **_BASE, "backoff": [1_000_000_000, 2_000_000_000], "max_deliver": 2, "inactive_threshold": 0}}),
+    (U + "u", {"stream_name": "U", "config": {**_BASE, "backoff": [1, 2, 3], "max_deliver": 2}}),
+    (U + "u", {"stream_name": "U", "config": {**_BASE, "deliver_policy": "new"}}),
+    (U + "u", {"stream_name": "U", "config": {**_BASE, "ack_policy": "all"}}),
+    (U + "u", {"stream_name": "U", "config": {**_BASE, "replay_policy": "original"}}),
+    (U + "u", {"stream_name": "U", "config": {**_BASE, "mem_storage": True}}),
+    (U + "u", {"stream_name": "U", "config": {**_BASE, "max_waiting": 5}}),
+    (U + "u", {"stream_name": "U", "config": {**_BASE, "deliver_subject": "to.u"}}),
+    (U + "u", {"stream_name": "U", "action": "create", "config": {**_BASE, "description": "other"}}),
+    (U + "v", {"stream_name": "U", "action": "update", "config": {"durable_name": "v"}}),
+    (U + "t", {"stream_name": "U", "config": {
+        "durable_name": "t", "deliver_policy": "by_start_time", "opt_start_time": "2020-01-01T00:00:00Z"}}),
+    (U + "t", {"stream_name": "U", "config": {
+        "durable_name": "t", "deliver_policy": "by_start_time",
+        "opt_start_time": "2020-01-01T01:00:00+01:00"}}),
+    (U + "t", {"stream_name": "U", "config": {
+        "durable_name": "t", "deliver_policy": "by_start_time", "opt_start_time": "2021-01-01T00:00:00Z"}}),
+    (U + "p", {"stream_name": "U", "config": {"durable_name": "p", "deliver_subject": "to.p"}}),
+    (U + "p", {"stream_name": "U", "config": {"durable_name": "p", "deliver_subject": "to.p2"}}),
+    (U + "p", {"stream_name": "U", "config": {"durable_name": "p", "deliver_subject": "to.p2",
+                                              "idle_heartbeat": 1_000_000_000}}),
+    (U + "p", {"stream_name": "U", "config": {"durable_name": "p", "deliver_subject": "to.p2",
+                                              "flow_control": True, "idle_heartbeat": 1_000_000_000}}),
+    (U + "p", {"stream_name": "U", "config": {"durable_name": "p"}}),
+    ("$JS.API.CONSUMER.INFO.U.u", b""),
 ]  # fmt: skip
 
 
@@ -89,11 +132,11 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProce
         yield servers
 
 
-async def _run_script(url: str) -> list[Any]:
+async def _run_script(url: str, script: list[tuple[str, Any]]) -> list[Any]:
     nc = await nats.connect(url)
     out: list[Any] = []
     try:
-        for subject, body in SCRIPT:
+        for subject, body in script:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             if subject.startswith("PUB "):
                 await nc.request(subject[4:], b"x", timeout=2)
@@ -108,9 +151,12 @@ async def _run_script(url: str) -> list[Any]:
     return out
 
 
-async def test_pause_and_reset_api_match_nats_server(pair: tuple[ServerProcess, ServerProcess]) -> None:
+@pytest.mark.parametrize("script", [SCRIPT, UPDATES], ids=["pause-reset", "updates"])
+async def test_consumer_api_matches_nats_server(
+    pair: tuple[ServerProcess, ServerProcess], script: list[tuple[str, Any]]
+) -> None:
     ref, ours = pair
-    expected, got = await asyncio.gather(_run_script(ref.url), _run_script(ours.url))
+    expected, got = await asyncio.gather(_run_script(ref.url, script), _run_script(ours.url, script))
     diffs = [
         f"{subject}:\n  nats-server {want}\n  pynatsd     {have}"
         for (subject, want), (_, have) in zip(expected, got, strict=True)
@@ -186,7 +232,10 @@ async def _pause_flow(url: str) -> list[Any]:
     return out
 
 
-async def test_paused_consumer_delivers_nothing_until_resumed(pair: tuple[ServerProcess, ServerProcess]) -> None:
+Pair = tuple[ServerProcess, ServerProcess]
+
+
+async def test_paused_consumer_delivers_nothing_until_resumed(pair: Pair) -> None:
     ref, ours = pair
     expected, got = await asyncio.gather(_pause_flow(ref.url), _pause_flow(ours.url))
     assert got == expected
@@ -211,7 +260,8 @@ async def _nak_flow(url: str) -> list[Any]:
         out.append((again.data, again.metadata.num_delivered, waited >= 0.8))
         await again.ack_sync()
         info = await sub.consumer_info()
-        out.append((info.num_ack_pending, info.num_redelivered, info.ack_floor.stream_seq))
+        floor = info.ack_floor.stream_seq if info.ack_floor else None
+        out.append((info.num_ack_pending, info.num_redelivered, floor))
     finally:
         await nc.close()
     return out
@@ -252,3 +302,31 @@ async def test_paused_durable_consumer_survives_restart(kind: str, tmp_path: Pat
         await nc.close()
     finally:
         server.stop()
+
+
+async def _inactive_after_update(url: str) -> list[Any]:
+    """A durable given an inactive_threshold by an update is deleted once idle that long."""
+    nc = await nats.connect(url)
+    out: list[Any] = []
+    try:
+        await nc.jetstream().add_stream(name="IT", subjects=["it"])
+        config = {"name": "i", "durable_name": "i", "ack_policy": "explicit"}
+        await _create(nc, "IT", config)
+        updated = await _create(nc, "IT", {**config, "inactive_threshold": 300_000_000})
+        out.append(updated["config"].get("inactive_threshold"))
+        for _ in range(100):  # bounded: 10 s
+            info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.IT.i", b"", timeout=2)).data)
+            if "error" in info:
+                out.append(info["error"]["err_code"])
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await nc.close()
+    return out
+
+
+async def test_updated_inactive_threshold_deletes_idle_durable(pair: Pair) -> None:
+    ref, ours = pair
+    expected, got = await asyncio.gather(_inactive_after_update(ref.url), _inactive_after_update(ours.url))
+    assert expected == [300_000_000, 10014]
+    assert got == expected
