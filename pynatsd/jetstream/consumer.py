@@ -1077,9 +1077,12 @@ class Consumer:
             except ConfigValueError:
                 delay = 0
         if delay > 0:
+            # nats-server dates the delivery back by ack_wait and forward by the delay, then checks it
+            # against the backoff step of its delivery count: with backoff, `delay - ack_wait + step`.
             now = now_ns()
-            self.pending[sseq] = (entry[0], now + delay)
-            self._schedule_ack_check(now + delay, now)
+            due = now + delay - self._ack_wait_ns + self._ack_wait(self.rdc.get(sseq, 1))
+            self.pending[sseq] = (entry[0], due)
+            self._schedule_ack_check(due, now)
         elif sseq not in self._redeliver_set:
             self.redeliver.append(sseq)
             self._redeliver_set.add(sseq)

@@ -262,6 +262,21 @@ async def _nak_flow(url: str) -> list[Any]:
         info = await sub.consumer_info()
         floor = info.ack_floor.stream_seq if info.ack_floor else None
         out.append((info.num_ack_pending, info.num_redelivered, floor))
+        # Under backoff nats-server redelivers a delayed NAK at `delay - ack_wait + the delivery's step`:
+        # after the second delivery, 0.2 - 0.1 + 1.0 s.
+        await js.publish("nk", b"backoff")
+        config = {"name": "b", "durable_name": "b", "ack_policy": "explicit", "max_deliver": 5,
+                  "deliver_policy": "last", "backoff": [100_000_000, 1_000_000_000]}  # fmt: skip
+        await _create(nc, "NK", config)
+        sub = await js.pull_subscribe_bind("b", "NK")
+        waits = []
+        [msg] = await sub.fetch(1, timeout=2)
+        for _ in range(2):
+            sent = time.time()
+            await msg.nak(delay=0.2)
+            [msg] = await sub.fetch(1, timeout=5)
+            waits.append(time.time() - sent)
+        out.append((msg.data, msg.metadata.num_delivered, waits[0] >= 0.2, waits[1] >= 1.1 - 0.002))
     finally:
         await nc.close()
     return out
@@ -272,6 +287,7 @@ async def test_nak_delay_redelivers_after_the_delay(pair: tuple[ServerProcess, S
     expected, got = await asyncio.gather(_nak_flow(ref.url), _nak_flow(ours.url))
     assert got == expected
     assert expected[0] == (b"once", 2, True)
+    assert expected[2] == (b"backoff", 3, True, True)
 
 
 @pytest.mark.parametrize("kind", ["nats-server", "pynatsd"])
