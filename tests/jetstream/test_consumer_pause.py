@@ -218,7 +218,7 @@ async def _pause_flow(url: str) -> list[Any]:
         # A push consumer paused for a moment delivers when the pause ends, not before.
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
-        until, until_text = _in(1.0)
+        until, until_text = _in(1.5)  # room for the create to land before it, on a loaded machine
         push = await _create(nc, "PF", {"name": "ps", "deliver_subject": inbox, "pause_until": until_text})
         out.append(push["paused"])
         first = await sub.next_msg(10)
