@@ -288,7 +288,7 @@ class JsAccount:
         if old.get("max_waiting") != cfg.get("max_waiting"):
             raise errors.consumer_create("max waiting can not be updated")
         threshold_changed = old.get("inactive_threshold") != cfg.get("inactive_threshold")
-        consumer.update(cfg)
+        consumer.reconfigure(cfg)
         if threshold_changed:
             consumer.watch_inactivity()
         consumer.on_removed()

@@ -416,6 +416,24 @@ class Consumer:
         self._deliver_subject = deliver_subject
         self._set_pause(config.get("pause_until") or "")
 
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """An update of a live consumer: `update`, and the messages awaiting an ack due by the new ack_wait or
+        backoff, from their delivery (nats-server checks them against the new wait)."""
+        delivered = {
+            seq: (dseq, due - self._ack_wait(self.rdc.get(seq, 1)))
+            for seq, (dseq, due) in self.pending.items()
+        }
+        self.update(config)
+        if not delivered:
+            return
+        now = now_ns()
+        soonest = 0
+        for seq, (dseq, at) in delivered.items():
+            due = at + self._ack_wait(self.rdc.get(seq, 1))
+            self.pending[seq] = (dseq, due)
+            soonest = due if soonest == 0 or due < soonest else soonest
+        self._schedule_ack_check(soonest, now)  # sooner: moved up; later: the early check reschedules
+
     def _set_pause(self, until: str) -> None:
         """Pause deliveries until `until` (RFC 3339; "" or a past time: deliver now); a timer resumes them."""
         if self._pause_timer is not None:

@@ -346,3 +346,30 @@ async def test_updated_inactive_threshold_deletes_idle_durable(pair: Pair) -> No
     expected, got = await asyncio.gather(_inactive_after_update(ref.url), _inactive_after_update(ours.url))
     assert expected == [300_000_000, 10014]
     assert got == expected
+
+
+async def _ack_wait_update(url: str) -> list[Any]:
+    """A message awaiting its ack is due by the updated ack_wait, not by the one it was delivered under."""
+    nc = await nats.connect(url)
+    out: list[Any] = []
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="AW", subjects=["aw"])
+        await js.publish("aw", b"slow")
+        config = {"name": "w", "durable_name": "w", "ack_policy": "explicit", "ack_wait": 30_000_000_000}
+        await _create(nc, "AW", config)
+        sub = await js.pull_subscribe_bind("w", "AW")
+        assert len(await sub.fetch(1, timeout=2)) == 1  # delivered, not acked
+        await _create(nc, "AW", {**config, "ack_wait": 500_000_000})
+        [again] = await sub.fetch(1, timeout=10)  # bounded; due about 0.5 s after the first delivery
+        out.append((again.data, again.metadata.num_delivered))
+    finally:
+        await nc.close()
+    return out
+
+
+async def test_updated_ack_wait_applies_to_pending_messages(pair: Pair) -> None:
+    ref, ours = pair
+    expected, got = await asyncio.gather(_ack_wait_update(ref.url), _ack_wait_update(ours.url))
+    assert expected == [(b"slow", 2)]
+    assert got == expected
