@@ -4,9 +4,10 @@ the same API answers (timestamps aside), and the same deliveries over time with 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from nats.aio.client import Client
 
 from tests.servers import ServerProcess, jetstream_pair, require, start_server
 
+Pair = tuple[ServerProcess, ServerProcess]  # (nats-server, pynatsd)
+Flow = Callable[[Client, list[Any]], Awaitable[None]]  # a run on one server, noting what it sees
 FAR = "2999-01-01T02:00:00.5+02:00"  # paused for good (Go's time.Until saturates: pause_remaining = max)
 SCRIPT: list[tuple[str, Any]] = [
     ("$JS.API.STREAM.CREATE.P", {"name": "P", "subjects": ["p.>"]}),
@@ -127,36 +130,43 @@ def _comparable(body: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     with jetstream_pair(tmp_path_factory.mktemp("pause")) as servers:
         yield servers
 
 
-async def _run_script(url: str, script: list[tuple[str, Any]]) -> list[Any]:
-    nc = await nats.connect(url)
-    out: list[Any] = []
-    try:
-        for subject, body in script:
-            data = body if isinstance(body, bytes) else json.dumps(body).encode()
-            if subject.startswith("PUB "):
-                await nc.request(subject[4:], b"x", timeout=2)
-                continue
-            try:
-                msg = await nc.request(subject, data, timeout=0.5 if "RESET.P.nope" in subject else 2)
-                out.append((subject, _comparable(json.loads(msg.data))))
-            except nats.errors.TimeoutError:
-                out.append((subject, "no answer"))
-    finally:
-        await nc.close()
-    return out
+async def _on_both(pair: Pair, flow: Flow) -> tuple[list[Any], list[Any]]:
+    """`flow` on both servers at once, each on its own connection: what it saw on nats-server, on pynatsd."""
+
+    async def run(url: str) -> list[Any]:
+        nc = await nats.connect(url)
+        out: list[Any] = []
+        try:
+            await flow(nc, out)
+        finally:
+            await nc.close()
+        return out
+
+    expected, got = await asyncio.gather(run(pair[0].url), run(pair[1].url))
+    return expected, got
+
+
+async def _run_script(nc: Client, out: list[Any], script: list[tuple[str, Any]]) -> None:
+    for subject, body in script:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        if subject.startswith("PUB "):
+            await nc.request(subject[4:], b"x", timeout=2)
+            continue
+        try:
+            msg = await nc.request(subject, data, timeout=0.5 if "RESET.P.nope" in subject else 2)
+            out.append((subject, _comparable(json.loads(msg.data))))
+        except nats.errors.TimeoutError:
+            out.append((subject, "no answer"))
 
 
 @pytest.mark.parametrize("script", [SCRIPT, UPDATES], ids=["pause-reset", "updates"])
-async def test_consumer_api_matches_nats_server(
-    pair: tuple[ServerProcess, ServerProcess], script: list[tuple[str, Any]]
-) -> None:
-    ref, ours = pair
-    expected, got = await asyncio.gather(_run_script(ref.url, script), _run_script(ours.url, script))
+async def test_consumer_api_matches_nats_server(pair: Pair, script: list[tuple[str, Any]]) -> None:
+    expected, got = await _on_both(pair, functools.partial(_run_script, script=script))
     diffs = [
         f"{subject}:\n  nats-server {want}\n  pynatsd     {have}"
         for (subject, want), (_, have) in zip(expected, got, strict=True)
@@ -199,92 +209,75 @@ async def _pull(nc: Client, stream: str, name: str, batch: int, expires: float) 
     return got
 
 
-async def _pause_flow(url: str) -> list[Any]:
-    nc = await nats.connect(url)
-    out: list[Any] = []
-    try:
-        js = nc.jetstream()
-        await js.add_stream(name="PF", subjects=["pf.*"])
-        for i in range(2):
-            await js.publish(f"pf.{i}", b"m%d" % i)
-        _, far = _in(3600)
-        pull = await _create(nc, "PF", {"name": "pl", "ack_policy": "explicit", "pause_until": far})
-        out.append((pull["paused"], pull["num_pending"]))
-        # Paused: the request waits, gets nothing, and expires.
-        out.append(await _pull(nc, "PF", "pl", 2, 0.4))
-        resumed = json.loads((await nc.request("$JS.API.CONSUMER.PAUSE.PF.pl", b"", timeout=2)).data)
-        out.append((resumed["paused"], resumed["pause_until"]))
-        out.append(await _pull(nc, "PF", "pl", 2, 2))
-        # A push consumer paused for a moment delivers when the pause ends, not before.
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
-        until, until_text = _in(1.5)  # room for the create to land before it, on a loaded machine
-        push = await _create(nc, "PF", {"name": "ps", "deliver_subject": inbox, "pause_until": until_text})
-        out.append(push["paused"])
-        first = await sub.next_msg(10)
-        arrived = time.time()
-        out.append((first.data, arrived >= until))
-        out.append((await sub.next_msg(2)).data)
-        info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.PF.ps", b"", timeout=2)).data)
-        out.append((info.get("paused"), info.get("pause_remaining"), info["delivered"]["stream_seq"]))
-    finally:
-        await nc.close()
-    return out
-
-
-Pair = tuple[ServerProcess, ServerProcess]
+async def _pause_flow(nc: Client, out: list[Any]) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="PF", subjects=["pf.*"])
+    for i in range(2):
+        await js.publish(f"pf.{i}", b"m%d" % i)
+    _, far = _in(3600)
+    pull = await _create(nc, "PF", {"name": "pl", "ack_policy": "explicit", "pause_until": far})
+    out.append((pull["paused"], pull["num_pending"]))
+    # Paused: the request waits, gets nothing, and expires.
+    out.append(await _pull(nc, "PF", "pl", 2, 0.4))
+    resumed = json.loads((await nc.request("$JS.API.CONSUMER.PAUSE.PF.pl", b"", timeout=2)).data)
+    out.append((resumed["paused"], resumed["pause_until"]))
+    out.append(await _pull(nc, "PF", "pl", 2, 2))
+    # A push consumer paused for a moment delivers when the pause ends, not before.
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    until, until_text = _in(1.5)  # room for the create to land before it, on a loaded machine
+    push = await _create(nc, "PF", {"name": "ps", "deliver_subject": inbox, "pause_until": until_text})
+    out.append(push["paused"])
+    first = await sub.next_msg(10)
+    arrived = time.time()
+    out.append((first.data, arrived >= until))
+    out.append((await sub.next_msg(2)).data)
+    info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.PF.ps", b"", timeout=2)).data)
+    out.append((info.get("paused"), info.get("pause_remaining"), info["delivered"]["stream_seq"]))
 
 
 async def test_paused_consumer_delivers_nothing_until_resumed(pair: Pair) -> None:
-    ref, ours = pair
-    expected, got = await asyncio.gather(_pause_flow(ref.url), _pause_flow(ours.url))
+    expected, got = await _on_both(pair, _pause_flow)
     assert got == expected
     assert expected[1] == ["408"] and expected[3] == [b"m0", b"m1"]
     assert expected[5] == (b"m0", True)
 
 
-async def _nak_flow(url: str) -> list[Any]:
-    nc = await nats.connect(url)
-    out: list[Any] = []
-    try:
-        js = nc.jetstream()
-        await js.add_stream(name="NK", subjects=["nk"])
-        await js.publish("nk", b"once")
-        sub = await js.pull_subscribe("nk", "nk", stream="NK")
-        [msg] = await sub.fetch(1, timeout=2)
+async def _nak_flow(nc: Client, out: list[Any]) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="NK", subjects=["nk"])
+    await js.publish("nk", b"once")
+    sub = await js.pull_subscribe("nk", "nk", stream="NK")
+    [msg] = await sub.fetch(1, timeout=2)
+    sent = time.time()
+    await msg.nak(delay=0.8)
+    # Asked for at once, but not redelivered before the delay.
+    [again] = await sub.fetch(1, timeout=5)
+    waited = time.time() - sent
+    out.append((again.data, again.metadata.num_delivered, waited >= 0.8))
+    await again.ack_sync()
+    info = await sub.consumer_info()
+    floor = info.ack_floor.stream_seq if info.ack_floor else None
+    out.append((info.num_ack_pending, info.num_redelivered, floor))
+    # Under backoff nats-server redelivers a delayed NAK at `delay - ack_wait + the delivery's step`:
+    # after the second delivery, 0.2 - 0.1 + 1.0 s.
+    await js.publish("nk", b"backoff")
+    config = {"name": "b", "durable_name": "b", "ack_policy": "explicit", "max_deliver": 5,
+              "deliver_policy": "last", "backoff": [100_000_000, 1_000_000_000]}  # fmt: skip
+    await _create(nc, "NK", config)
+    sub = await js.pull_subscribe_bind("b", "NK")
+    waits = []
+    [msg] = await sub.fetch(1, timeout=2)
+    for _ in range(2):
         sent = time.time()
-        await msg.nak(delay=0.8)
-        # Asked for at once, but not redelivered before the delay.
-        [again] = await sub.fetch(1, timeout=5)
-        waited = time.time() - sent
-        out.append((again.data, again.metadata.num_delivered, waited >= 0.8))
-        await again.ack_sync()
-        info = await sub.consumer_info()
-        floor = info.ack_floor.stream_seq if info.ack_floor else None
-        out.append((info.num_ack_pending, info.num_redelivered, floor))
-        # Under backoff nats-server redelivers a delayed NAK at `delay - ack_wait + the delivery's step`:
-        # after the second delivery, 0.2 - 0.1 + 1.0 s.
-        await js.publish("nk", b"backoff")
-        config = {"name": "b", "durable_name": "b", "ack_policy": "explicit", "max_deliver": 5,
-                  "deliver_policy": "last", "backoff": [100_000_000, 1_000_000_000]}  # fmt: skip
-        await _create(nc, "NK", config)
-        sub = await js.pull_subscribe_bind("b", "NK")
-        waits = []
-        [msg] = await sub.fetch(1, timeout=2)
-        for _ in range(2):
-            sent = time.time()
-            await msg.nak(delay=0.2)
-            [msg] = await sub.fetch(1, timeout=5)
-            waits.append(time.time() - sent)
-        out.append((msg.data, msg.metadata.num_delivered, waits[0] >= 0.2, waits[1] >= 1.1 - 0.002))
-    finally:
-        await nc.close()
-    return out
+        await msg.nak(delay=0.2)
+        [msg] = await sub.fetch(1, timeout=5)
+        waits.append(time.time() - sent)
+    out.append((msg.data, msg.metadata.num_delivered, waits[0] >= 0.2, waits[1] >= 1.1 - 0.002))
 
 
-async def test_nak_delay_redelivers_after_the_delay(pair: tuple[ServerProcess, ServerProcess]) -> None:
-    ref, ours = pair
-    expected, got = await asyncio.gather(_nak_flow(ref.url), _nak_flow(ours.url))
+async def test_nak_delay_redelivers_after_the_delay(pair: Pair) -> None:
+    expected, got = await _on_both(pair, _nak_flow)
     assert got == expected
     assert expected[0] == (b"once", 2, True)
     assert expected[2] == (b"backoff", 3, True, True)
@@ -320,56 +313,42 @@ async def test_paused_durable_consumer_survives_restart(kind: str, tmp_path: Pat
         server.stop()
 
 
-async def _inactive_after_update(url: str) -> list[Any]:
+async def _inactive_after_update(nc: Client, out: list[Any]) -> None:
     """A durable given an inactive_threshold by an update is deleted once idle that long."""
-    nc = await nats.connect(url)
-    out: list[Any] = []
-    try:
-        await nc.jetstream().add_stream(name="IT", subjects=["it"])
-        config = {"name": "i", "durable_name": "i", "ack_policy": "explicit"}
-        await _create(nc, "IT", config)
-        updated = await _create(nc, "IT", {**config, "inactive_threshold": 300_000_000})
-        out.append(updated["config"].get("inactive_threshold"))
-        for _ in range(100):  # bounded: 10 s
-            info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.IT.i", b"", timeout=2)).data)
-            if "error" in info:
-                out.append(info["error"]["err_code"])
-                break
-            await asyncio.sleep(0.1)
-    finally:
-        await nc.close()
-    return out
+    await nc.jetstream().add_stream(name="IT", subjects=["it"])
+    config = {"name": "i", "durable_name": "i", "ack_policy": "explicit"}
+    await _create(nc, "IT", config)
+    updated = await _create(nc, "IT", {**config, "inactive_threshold": 300_000_000})
+    out.append(updated["config"].get("inactive_threshold"))
+    for _ in range(100):  # bounded: 10 s
+        info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.IT.i", b"", timeout=2)).data)
+        if "error" in info:
+            out.append(info["error"]["err_code"])
+            break
+        await asyncio.sleep(0.1)
 
 
 async def test_updated_inactive_threshold_deletes_idle_durable(pair: Pair) -> None:
-    ref, ours = pair
-    expected, got = await asyncio.gather(_inactive_after_update(ref.url), _inactive_after_update(ours.url))
+    expected, got = await _on_both(pair, _inactive_after_update)
     assert expected == [300_000_000, 10014]
     assert got == expected
 
 
-async def _ack_wait_update(url: str) -> list[Any]:
+async def _ack_wait_update(nc: Client, out: list[Any]) -> None:
     """A message awaiting its ack is due by the updated ack_wait, not by the one it was delivered under."""
-    nc = await nats.connect(url)
-    out: list[Any] = []
-    try:
-        js = nc.jetstream()
-        await js.add_stream(name="AW", subjects=["aw"])
-        await js.publish("aw", b"slow")
-        config = {"name": "w", "durable_name": "w", "ack_policy": "explicit", "ack_wait": 30_000_000_000}
-        await _create(nc, "AW", config)
-        sub = await js.pull_subscribe_bind("w", "AW")
-        assert len(await sub.fetch(1, timeout=2)) == 1  # delivered, not acked
-        await _create(nc, "AW", {**config, "ack_wait": 500_000_000})
-        [again] = await sub.fetch(1, timeout=10)  # bounded; due about 0.5 s after the first delivery
-        out.append((again.data, again.metadata.num_delivered))
-    finally:
-        await nc.close()
-    return out
+    js = nc.jetstream()
+    await js.add_stream(name="AW", subjects=["aw"])
+    await js.publish("aw", b"slow")
+    config = {"name": "w", "durable_name": "w", "ack_policy": "explicit", "ack_wait": 30_000_000_000}
+    await _create(nc, "AW", config)
+    sub = await js.pull_subscribe_bind("w", "AW")
+    assert len(await sub.fetch(1, timeout=2)) == 1  # delivered, not acked
+    await _create(nc, "AW", {**config, "ack_wait": 500_000_000})
+    [again] = await sub.fetch(1, timeout=10)  # bounded; due about 0.5 s after the first delivery
+    out.append((again.data, again.metadata.num_delivered))
 
 
 async def test_updated_ack_wait_applies_to_pending_messages(pair: Pair) -> None:
-    ref, ours = pair
-    expected, got = await asyncio.gather(_ack_wait_update(ref.url), _ack_wait_update(ours.url))
+    expected, got = await _on_both(pair, _ack_wait_update)
     assert expected == [(b"slow", 2)]
     assert got == expected
