@@ -13,7 +13,7 @@ from pynatsd.jetstream import errors
 from pynatsd.jetstream.advisories import Advisories
 from pynatsd.jetstream.consumer import Consumer, random_name
 from pynatsd.jetstream.stream import Stream, equivalent
-from pynatsd.jetstream.util import now_ns
+from pynatsd.jetstream.util import now_ns, parse_rfc3339
 from pynatsd.protocol.subjects import overlap
 
 if TYPE_CHECKING:
@@ -278,7 +278,10 @@ class JsAccount:
         old = consumer.config
         # nats-server's checkNewConsumerConfig: its order and words
         for key, what in _NOT_UPDATABLE:
-            if old.get(key) != cfg.get(key):
+            before, after = old.get(key), cfg.get(key)
+            if key == "opt_start_time" and before and after:  # the same instant in any offset is no change
+                before, after = parse_rfc3339(before), parse_rfc3339(after)
+            if before != after:
                 raise errors.consumer_create(f"{what} can not be updated")
         if old.get("deliver_subject") != cfg.get("deliver_subject"):
             if not old.get("deliver_subject"):
@@ -290,7 +293,10 @@ class JsAccount:
                 raise errors._e(400, 10013, "consumer name already in use")
         if old.get("max_waiting") != cfg.get("max_waiting"):
             raise errors.consumer_create("max waiting can not be updated")
-        consumer.update(cfg)
+        threshold_changed = old.get("inactive_threshold") != cfg.get("inactive_threshold")
+        consumer.reconfigure(cfg)
+        if threshold_changed:
+            consumer.watch_inactivity()
         consumer.on_removed()
         consumer.save_soon()
         consumer.kick()

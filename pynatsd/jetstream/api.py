@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,10 @@ _DELIVERY_REPLIES = (b"$JS.ACK.", b"$JS.FC.")
 Reply = dict[str, Any]
 _PAGED = {"total": 0, "offset": 0, "limit": 0}
 # The fields nats-server's responses carry even with an error (no omitempty in its structs).
+_OFFSET = re.compile(r" at offset \d+$")
+_ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time.Time, as it marshals it
 _ERROR_FIELDS: dict[str, Reply] = {
+    "consumer_pause_response": {"paused": False, "pause_until": _ZERO_TIME},
     "stream_info_response": _PAGED,
     "stream_purge_response": {"purged": 0},
     "stream_names_response": {**_PAGED, "streams": None},
@@ -181,7 +185,6 @@ def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
 _NOT_ENABLED_EXTRAS: dict[str, Reply] = {
     **_ERROR_FIELDS,
     "stream_restore_response": {"deliver_subject": ""},
-    "consumer_pause_response": {"paused": False, "pause_until": "0001-01-01T00:00:00Z"},
 }
 _CLUSTERED_ONLY = frozenset(
     {"stream_leader_stepdown_response", "stream_remove_peer_response", "consumer_leader_stepdown_response"}
@@ -223,6 +226,7 @@ class Api:
             ("CONSUMER", "DELETE", "*", "*"): ("consumer_delete_response", self.consumer_delete),
             ("CONSUMER", "NAMES", "*"): ("consumer_names_response", self.consumer_names),
             ("CONSUMER", "LIST", "*"): ("consumer_list_response", self.consumer_list),
+            ("CONSUMER", "PAUSE", "*", "*"): ("consumer_pause_response", self.consumer_pause),
         }
         # Known to nats-server but not served here: answered with an error instead of silence.
         self._queue: deque[tuple[Any, ...]] = deque()  # (kind, route, toks, reply, payload, subject)
@@ -235,7 +239,6 @@ class Api:
             ("STREAM", "LEADER", "STEPDOWN", "*"): "stream_leader_stepdown_response",
             ("STREAM", "PEER", "REMOVE", "*"): "stream_remove_peer_response",
             ("CONSUMER", "LEADER", "STEPDOWN", "*", "*"): "consumer_leader_stepdown_response",
-            ("CONSUMER", "PAUSE", "*", "*"): "consumer_pause_response",
             ("CONSUMER", "UNPIN", "*", "*"): "consumer_unpin_response",
         }
 
@@ -262,6 +265,9 @@ class Api:
         toks = subject.decode(errors="replace").split(".")[2:]
         if toks[:2] == ["CONSUMER", "MSG"] and len(toks) == 5 and toks[2] == "NEXT":
             self.msg_next(toks[3], toks[4], reply, payload)
+            return
+        if toks[:2] == ["CONSUMER", "RESET"] and len(toks) == 4:
+            self.consumer_reset(toks[2], toks[3], reply, payload)
             return
         if toks[:2] == ["DIRECT", "GET"] and len(toks) >= 3:
             self.direct_get(toks, reply, hdrs, payload)
@@ -589,6 +595,10 @@ class Api:
             if (raw.get("filter_subject") or "") != filt:
                 raise errors.consumer_filter_mismatch()
         stream = self._stream(stream_name)
+        existing = stream.consumers.get(str(raw.get("name") or raw.get("durable_name") or ""))
+        if existing is not None:  # nats-server: only CONSUMER.PAUSE changes an existing one's pause_until
+            until = existing.config.get("pause_until")  # (an update stores it in UTC)
+            raw = {**raw, "pause_until": consumer_mod.utc_time(until) if until else None}
         cfg = consumer_mod.normalize_config(raw, stream)
         self.account.check_ack_pending(raw, cfg)
         consumer = self.account.add_consumer(stream, cfg, str(req.get("action") or ""))
@@ -614,6 +624,50 @@ class Api:
         stream = self._stream(toks[2])
         self.account.delete_consumer(stream, toks[3])
         return {"success": True}
+
+    def consumer_pause(self, toks: list[str], payload: bytes) -> Reply:
+        """Pause a consumer until `pause_until`, or resume it (no time, or a body that is no JSON object)."""
+        req: dict[str, Any] = {}
+        if payload.lstrip()[:1] in (b"{", b"["):  # nats-server's isJSONObjectOrArray
+            req = requests.parse(payload, requests.CONSUMER_PAUSE)
+        stream = self._stream(toks[2])
+        consumer = stream.consumers.get(toks[3])
+        if consumer is None:
+            raise errors.consumer_not_found()
+        until = consumer_mod.utc_time(req["pause_until"]) if req.get("pause_until") else _ZERO_TIME
+        cfg = {k: v for k, v in consumer.config.items() if k != "pause_until"}
+        cfg["metadata"] = dict(cfg.get("metadata") or {})
+        if until != _ZERO_TIME:
+            cfg["pause_until"] = until  # the last of the config's fields: its place in nats-server's JSON
+        consumer_mod.set_required_level(cfg)
+        consumer.update(cfg)
+        consumer.save_soon()
+        consumer.kick()
+        out: Reply = {"paused": consumer.paused(), "pause_until": until}
+        if out["paused"]:
+            out["pause_remaining"] = min(max(parse_rfc3339(until) - now_ns(), 0), consumer_mod.MAX_DURATION)
+        return out
+
+    def consumer_reset(self, stream_name: str, name: str, reply: bytes | None, payload: bytes) -> None:
+        """`$JS.API.CONSUMER.RESET.<stream>.<consumer>`: back to the ack floor, or to `seq`. The consumer's
+        own subscription in nats-server: outside the API's counts, and without the consumer nothing answers
+        (the API's `$JS.API.>` takes the request, so no "no responders" either)."""
+        stream = self.account.streams.get(stream_name)
+        consumer = stream.consumers.get(name) if stream is not None else None
+        if consumer is None or not reply:
+            return
+        resp: Reply = {"type": _TYPE + "consumer_reset_response"}
+        try:
+            try:
+                req = requests.parse(payload, requests.CONSUMER_RESET) if payload else {}
+            except ApiError as err:  # json.Unmarshal's words: without the decoder's offset
+                raise errors.invalid_json(_OFFSET.sub("", err.description[len("invalid JSON: ") :])) from None
+            seq = consumer.reset(int(req.get("seq") or 0))
+            resp.update({**consumer.info(), "ts": rfc3339(now_ns()), "reset_seq": seq})
+        except ApiError as err:
+            resp["error"] = err.json()
+            resp["reset_seq"] = 0
+        self.account.client.publish(reply, None, None, encode(resp))
 
     def consumer_names(self, toks: list[str], payload: bytes) -> Reply:
         req = requests.parse(payload, requests.CONSUMERS)

@@ -58,9 +58,12 @@ _ORDER = [
     "ack_policy", "ack_wait", "max_deliver", "backoff", "filter_subject", "filter_subjects",
     "replay_policy", "rate_limit_bps", "sample_freq", "max_waiting", "max_ack_pending", "flow_control",
     "headers_only", "max_batch", "max_expires", "max_bytes", "deliver_subject", "deliver_group",
-    "idle_heartbeat", "inactive_threshold", "num_replicas", "mem_storage", "metadata",
+    "idle_heartbeat", "inactive_threshold", "num_replicas", "mem_storage", "metadata", "pause_until",
 ]  # fmt: skip
 _ALWAYS = {"deliver_policy", "ack_policy", "replay_policy", "num_replicas"}
+
+MAX_DURATION = (1 << 63) - 1  # Go's time.Until saturates there
+_GO_ZERO_TIME_NS = -62_135_596_800_000_000_000  # 0001-01-01T00:00:00Z, Go's zero time.Time
 
 NO_MESSAGES = headers(b"404 No Messages")
 IDLE_HEARTBEAT = headers(b"100 Idle Heartbeat")
@@ -201,11 +204,33 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
             if any(overlap(a, b.encode()) for a in other.filters for b in filters):
                 raise errors.consumer_wq_not_unique()
     cfg.setdefault("num_replicas", 0)
-    meta = dict(cfg.get("metadata") or {})
-    meta["_nats.req.level"] = "0"
-    cfg["metadata"] = meta
+    if cfg.get("pause_until"):
+        cfg["pause_until"] = go_time(cfg["pause_until"])
+    cfg["metadata"] = dict(cfg.get("metadata") or {})
+    set_required_level(cfg)
     out = {k: cfg[k] for k in _ORDER if k in cfg and (k in _ALWAYS or cfg[k] not in (0, "", False, [], {}))}
     return out
+
+
+def set_required_level(cfg: dict[str, Any]) -> None:
+    """nats-server's `_nats.req.level` metadata: 1 with a pause_until (API level 1, 2.11), else 0."""
+    until = cfg.get("pause_until")
+    cfg["metadata"]["_nats.req.level"] = "1" if until and parse_rfc3339(until) > _GO_ZERO_TIME_NS else "0"
+
+
+def go_time(text: str) -> str:
+    """A time.Time as nats-server echoes one from a request: its offset kept ("Z" for none), the fraction
+    without trailing zeros."""
+    tz = "" if text[-1:] in "Zz" else text[-6:]
+    offset = 0 if tz in ("", "+00:00", "-00:00") else (int(tz[1:3]) * 60 + int(tz[4:6])) * 60
+    local = rfc3339(parse_rfc3339(text) + (offset if tz[:1] == "+" else -offset) * 1_000_000_000)
+    return local[:-1] + tz if offset else local
+
+
+def utc_time(text: str) -> str:
+    """A time.Time as nats-server keeps pause_until: in UTC, RFC 3339 with nanoseconds."""
+    ns = parse_rfc3339(text)
+    return rfc3339(ns) if ns > 0 else "0001-01-01T00:00:00Z"
 
 
 def _check_sample_freq(freq: str) -> None:
@@ -304,6 +329,9 @@ class Consumer:
         self._deliver_subject = b""
         self._awaiting_interest = False  # a push consumer's notify_on_interest is registered
         self._sample_freq = 0  # percent of acks reported on $JS.EVENT.METRIC.CONSUMER.ACK
+        self._pause_until = 0  # ns; nothing is delivered before (config pause_until)
+        self._pause_timer: asyncio.TimerHandle | None = None
+        self._stopped = False
         self.update(config)
         self._names = (stream.name, name)
         self._event_suffix = b".%s.%s" % (stream.name.encode(), name.encode())  # its advisories' subjects
@@ -343,7 +371,6 @@ class Consumer:
         self._fc_pending_bytes = 0  # delivered, not yet covered by an answered flow control request
         self._fc_size = 0  # `_fc_pending_bytes` when the outstanding request went out (grown past the window)
         self._delivered_since_hb = False
-        self._stopped = False
         # An ack none consumer listens for no acks (as nats-server): an ack request gets no responders.
         self._ack_sub: Subscription | None = (
             None
@@ -365,8 +392,7 @@ class Consumer:
             self._set_start()
         if self.push and config.get("idle_heartbeat"):
             self._hb_timer = self.loop.call_later(config["idle_heartbeat"] / 1e9, self._heartbeat)
-        if config.get("inactive_threshold"):
-            self._idle_timer = self.loop.call_later(config["inactive_threshold"] / 1e9, self._check_inactive)
+        self.watch_inactivity()
         self.kick()
 
     # -- setup ----------------------------------------------------------------------------------------
@@ -392,6 +418,50 @@ class Consumer:
         if self._awaiting_interest and deliver_subject != self._deliver_subject:
             self._stop_awaiting_interest()  # the account kicks the consumer after an update: it waits anew
         self._deliver_subject = deliver_subject
+        self._set_pause(config.get("pause_until") or "")
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """An update of a live consumer: `update`, and the messages awaiting an ack due by the new ack_wait or
+        backoff, from their delivery (nats-server checks them against the new wait)."""
+        delivered = {
+            seq: (dseq, due - self._ack_wait(self.rdc.get(seq, 1)))
+            for seq, (dseq, due) in self.pending.items()
+        }
+        self.update(config)
+        if not delivered:
+            return
+        now = now_ns()
+        soonest = 0
+        for seq, (dseq, at) in delivered.items():
+            due = at + self._ack_wait(self.rdc.get(seq, 1))
+            self.pending[seq] = (dseq, due)
+            soonest = due if soonest == 0 or due < soonest else soonest
+        self._schedule_ack_check(soonest, now)  # sooner: moved up; later: the early check reschedules
+
+    def _set_pause(self, until: str) -> None:
+        """Pause deliveries until `until` (RFC 3339; "" or a past time: deliver now); a timer resumes them."""
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        self._pause_until = parse_rfc3339(until) if until else 0
+        self._arm_pause()
+        # (hook) the consumer pause advisory goes out here when the pause changes (nats-server sends it
+        # on a change of pause_until, and again from _resume when the deadline passes).
+
+    def _arm_pause(self) -> None:
+        wait = self._pause_until - now_ns()
+        if wait > 0 and not self._stopped:
+            self._pause_timer = self.loop.call_later(wait / 1e9 + 0.001, self._resume)
+
+    def _resume(self) -> None:
+        self._pause_timer = None
+        if self.paused():  # the loop's clock ran ahead of the wall clock
+            self._arm_pause()
+            return
+        self.kick()
+
+    def paused(self) -> bool:
+        return self._pause_until > 0 and now_ns() < self._pause_until
 
     def wants(self, subject: bytes) -> bool:
         if not self.filters:
@@ -425,6 +495,46 @@ class Consumer:
         if self._lps:
             self.asflr = self._lps[0] - 1
         self.sseq = max(self.sseq, 1)
+
+    def reset(self, seq: int) -> int:
+        """CONSUMER.RESET: start over at stream sequence `seq` (0: just past the ack floor), nothing pending,
+        consumer sequences from 1; nats-server's limits on the deliver policy. Returns the sequence."""
+        cfg = self.config
+        policy = cfg["deliver_policy"]
+        if seq == 0:
+            seq = self.asflr + 1
+        elif policy == "by_start_sequence":
+            if seq < int(cfg["opt_start_seq"]):
+                raise errors._e(400, 10204, "invalid reset: below start seq")
+        elif policy == "by_start_time":
+            if seq < self.stream.store.seq_for_time(parse_rfc3339(cfg["opt_start_time"])):
+                raise errors._e(400, 10204, "invalid reset: below start time")
+        elif policy != "all":
+            raise errors._e(400, 10204, "invalid reset: not allowed")
+        seq = max(seq, 1)
+        self.pending.clear()
+        self.rdc.clear()
+        self.redeliver.clear()
+        self._redeliver_set.clear()
+        self._lps.clear()
+        self.sseq = self._scan_from = seq
+        self.dseq = self.adflr = 0
+        self.asflr = seq - 1
+        self.last_active = self.last_ack = 0
+        self._npending = None
+        self._replay_last = None
+        stream = self.stream
+        if stream.config["retention"] == "interest":  # what no consumer needs any longer goes (nats-server)
+            behind: list[int] = []
+            for s in stream.store.seqs_from(stream.store.first_seq):
+                if s >= seq:
+                    break
+                behind.append(s)
+            for s in behind:
+                stream.on_acked(s)
+        self.save_soon()
+        self.kick()
+        return seq
 
     # -- persistence ----------------------------------------------------------------------------------
     @property
@@ -483,7 +593,7 @@ class Consumer:
         if self._stopped:
             return
         self._stopped = True
-        timers = (self._ack_timer, self._hb_timer, self._idle_timer, self._replay_timer)
+        timers = (self._ack_timer, self._hb_timer, self._idle_timer, self._replay_timer, self._pause_timer)
         for t in (*timers, self._save_timer):
             if t is not None:
                 t.cancel()
@@ -557,6 +667,10 @@ class Consumer:
         }
         if self.bound():
             out["push_bound"] = True
+        remaining = self._pause_until - now_ns() if self._pause_until else 0
+        if remaining > 0:
+            out["paused"] = True
+            out["pause_remaining"] = min(remaining, MAX_DURATION)
         return out
 
     # -- stream events --------------------------------------------------------------------------------
@@ -657,7 +771,7 @@ class Consumer:
 
     def _deliver(self) -> None:
         self._scheduled = False
-        if self._stopped:
+        if self._stopped or self.paused():  # a pause's timer kicks the consumer when it ends
             return
         if self.push:
             self._deliver_push()
@@ -734,6 +848,8 @@ class Consumer:
 
     def _deliver_pull(self) -> None:
         now = now_ns()
+        if self._pause_until and now < self._pause_until:
+            return  # requests wait (or expire) while paused; the pause's timer kicks the consumer
         while self.waiting:
             req = self.waiting[0]
             if req.expires and now >= req.expires:
@@ -1023,9 +1139,12 @@ class Consumer:
             except ConfigValueError:
                 delay = 0
         if delay > 0:
+            # nats-server dates the delivery back by ack_wait and forward by the delay, then checks it
+            # against the backoff step of its delivery count: with backoff, `delay - ack_wait + step`.
             now = now_ns()
-            self.pending[sseq] = (entry[0], now + delay)
-            self._schedule_ack_check(now + delay, now)
+            due = now + delay - self._ack_wait_ns + self._ack_wait(self.rdc.get(sseq, 1))
+            self.pending[sseq] = (entry[0], due)
+            self._schedule_ack_check(due, now)
         elif sseq not in self._redeliver_set:
             self.redeliver.append(sseq)
             self._redeliver_set.add(sseq)
@@ -1134,6 +1253,16 @@ class Consumer:
         self.account.client.publish(
             self.config["deliver_subject"].encode(), None, headers(b"100 Idle Heartbeat", pairs), b""
         )
+
+    def watch_inactivity(self) -> None:
+        """(Re)start the inactivity timer for the config's inactive_threshold (none: never deleted)."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        threshold = self.config.get("inactive_threshold", 0)
+        if threshold and not self._stopped:
+            self._inactive_since = now_ns()
+            self._idle_timer = self.loop.call_later(threshold / 1e9, self._check_inactive)
 
     def _check_inactive(self) -> None:
         threshold = self.config["inactive_threshold"]

@@ -113,7 +113,7 @@ CONSUMER_FIELDS: dict[str, Any] = {
     "priority_timeout": "time.Duration",
 }
 CONSUMER_UNSUPPORTED = (
-    "rate_limit_bps", "direct", "sourcing", "pause_until", "priority_groups", "priority_policy",
+    "rate_limit_bps", "direct", "sourcing", "priority_groups", "priority_policy",
     "priority_timeout", "pedantic",
 )  # fmt: skip
 CONSUMER_CREATE = Struct(
@@ -125,6 +125,9 @@ CONSUMER_CREATE = Struct(
         "pedantic": "bool",
     },
 )
+CONSUMER_PAUSE = Struct("JSApiConsumerPauseRequest", {"pause_until": "time.Time"})
+# nats-server reads a reset request with a plain json.Unmarshal: unknown fields pass.
+CONSUMER_RESET = Struct("JSApiConsumerResetRequest", {"seq": "uint64"}, strict=False)
 
 _PAGED = {"offset": "int"}
 STREAM_INFO = Struct(
