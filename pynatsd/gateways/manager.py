@@ -85,6 +85,7 @@ class GatewayManager:
         # what our mapped replies start with: this cluster's hash and this server's
         self.reply_prefix = GW_REPLY_PREFIX + self.own_hash + b"." + gw_hash(server.server_id) + b"."
         self.gateway = None  # what the route machinery reads: no gateway hooks on gateway connections
+        self.permissions = None  # ... and no route permissions (the `cluster {}` block's are for routes)
         # what the route machinery reads for the connections' PINGs (pynatsd.routes.route)
         self.cluster = ClusterOptions(
             ping_interval=min(server.options.ping_interval, GATEWAY_MAX_PING_INTERVAL)
