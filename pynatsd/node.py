@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from pynatsd.accounts.links import AccountLinks
     from pynatsd.accounts.resolver import ResolverService
     from pynatsd.jetstream import JetStream
+    from pynatsd.leafnodes.leaf import LeafConnection
+    from pynatsd.leafnodes.manager import LeafManager
     from pynatsd.routes.jetstream import ClusterJetStream
     from pynatsd.routes.manager import RouteManager
     from pynatsd.routes.route import Route
@@ -61,6 +63,7 @@ class Node(Broker):
         self.cluster = copy.deepcopy(cluster_options(self.options))
         self.route_manager: RouteManager | None = None
         self.cluster_js: ClusterJetStream | None = None  # the cluster's JetStream, when not our own
+        self.leaf_manager: LeafManager | None = None  # pynatsd.leafnodes, with a `leafnodes {}` block
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -110,6 +113,11 @@ class Node(Broker):
         self.websocket = await start_websocket(self)
         if self.route_manager is not None:  # after the client port: route INFOs carry our client URLs
             await self.route_manager.start()
+        if self.options.leafnodes is not None:  # after the routes: its interest watcher comes second
+            from pynatsd.leafnodes.manager import LeafManager
+
+            self.leaf_manager = LeafManager(self, copy.deepcopy(self.options.leafnodes))
+            await self.leaf_manager.start()
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if self.tls_context is not None:
             log.info("TLS required for client connections")
@@ -215,6 +223,8 @@ class Node(Broker):
         its JWT says."""
         if self.route_manager is not None:
             self.route_manager.watch(account, sublist)
+        if self.leaf_manager is not None:
+            self.leaf_manager.watch(account, sublist)
         super().account_created(account, sublist)
         if self.jetstream is not None and self.auth.jwt is not None:
             self.jetstream.account_created(account)
@@ -238,6 +248,11 @@ class Node(Broker):
     def routes(self) -> list[Route]:
         """The registered routes (pynatsd.routes documents their fields); empty without clustering."""
         return [] if self.route_manager is None else self.route_manager.registered()
+
+    @property
+    def leafnodes(self) -> list[LeafConnection]:
+        """The registered leaf node connections (pynatsd.leafnodes documents their fields)."""
+        return [] if self.leaf_manager is None else self.leaf_manager.registered()
 
     @property
     def listening(self) -> bool:
@@ -265,6 +280,8 @@ class Node(Broker):
             conn.close(SERVER_SHUTDOWN)
         if self.route_manager is not None:
             await self.route_manager.stop()
+        if self.leaf_manager is not None:
+            await self.leaf_manager.stop()
         await self._listener.wait_closed()
         self._listener = None
         if self.websocket is not None:

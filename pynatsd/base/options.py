@@ -11,6 +11,7 @@ from typing import Any
 from pynatsd.base.blocks import (
     AccountConfig,
     ClusterOptions,
+    LeafNodeOptions,
     ResolverConfig,
     TrustedOperators,
     WebSocketOptions,
@@ -118,6 +119,7 @@ class Options:
     jetstream_store_dir: str = ""
     cluster: ClusterOptions | None = None  # the block and the cluster flags; see pynatsd.config.cluster
     websocket: WebSocketOptions | None = None  # see pynatsd.config.websocket
+    leafnodes: LeafNodeOptions | None = None  # see pynatsd.config.leafnodes
 
     @property
     def effective_auth_timeout(self) -> float:

@@ -26,6 +26,7 @@ from pynatsd.base.blocks import AccountConfig, ResolverConfig, TrustedOperators
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 from pynatsd.config import cluster as cluster_block
+from pynatsd.config import leafnodes as leafnodes_block
 from pynatsd.config import websocket as websocket_block
 from pynatsd.config.jetstream import account_js_limits
 from pynatsd.config.parser import ConfigMap, Where
@@ -208,6 +209,10 @@ def _cluster(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> Non
 
 
 register_block("cluster", _cluster)
+
+
+def _leafnodes(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    leafnodes_block.apply(opts, key, value)
 
 # The `jetstream {}` keys pynatsd.config.jetstream reads, and those it does not implement: encryption at
 # rest is refused by name (it protects data), the rest are unknown fields.
@@ -1125,7 +1130,7 @@ TOP_LEVEL: dict[str, Handler] = _table(
     (("proxies",), refuse("trusted proxies", access=True)),
     # Other features pynatsd does not have.
     (("gateway",), refuse("gateways")),
-    (("leaf", "leafnodes"), refuse("leaf nodes")),
+    (("leaf", "leafnodes"), _leafnodes),
     (("mqtt",), refuse("MQTT")),
     (("mappings", "maps"), refuse("subject mappings")),
     (("proxy_protocol",), refuse("the PROXY protocol")),

@@ -229,6 +229,7 @@ BOTH_START = {
     "bcrypt unquoted": f"authorization {{ user: u, password: {PASS_HASH} }}",
     "variables": "SECRET: pw\nauthorization { user: u, password: $SECRET }",
     "memory resolver": "resolver: MEMORY",
+    "leafnodes": "leafnodes { listen: 127.0.0.1:-1, reconnect: 2, authorization { user: a, password: b } }",
 }
 # nats-server runs these; pynatsd does not implement them and refuses to start rather than run open.
 PYNATSD_REFUSES = {
@@ -237,7 +238,7 @@ PYNATSD_REFUSES = {
         'accounts { A { users = [{user: a, password: a}], exports = [{service: "x", latency: "l"}] } }',
         "latency",
     ),
-    "leafnodes": ("leafnodes { listen: 127.0.0.1:-1 }", "leafnodes"),
+    "leafnode compression": ("leafnodes { listen: 127.0.0.1:-1, compression: s2_fast }", "compression"),
     "gateway": ("gateway { name: A, listen: 127.0.0.1:-1 }", "gateway"),
     "mqtt": ("mqtt { listen: 127.0.0.1:-1 }", "mqtt"),
 }  # fmt: skip
