@@ -41,7 +41,8 @@ class ClusterOptions:
         return bool(self.username)
 
 
-DEFAULT_LEAF_RECONNECT = 1.0  # seconds between a remote's connect attempts (nats-server's DEFAULT_LEAF_NODE_RECONNECT)
+# seconds between a remote's connect attempts (nats-server's DEFAULT_LEAF_NODE_RECONNECT)
+DEFAULT_LEAF_RECONNECT = 1.0
 
 
 @dataclass

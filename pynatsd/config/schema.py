@@ -214,6 +214,7 @@ register_block("cluster", _cluster)
 def _leafnodes(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
     leafnodes_block.apply(opts, key, value)
 
+
 # The `jetstream {}` keys pynatsd.config.jetstream reads, and those it does not implement: encryption at
 # rest is refused by name (it protects data), the rest are unknown fields.
 _JETSTREAM_KEYS = frozenset(

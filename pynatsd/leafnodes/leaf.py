@@ -253,6 +253,8 @@ class LeafConnection(SlicedReader):
 
     # -- ops (protocol.route.RouteOpHandler) ----------------------------------------------------------
     def on_ping(self) -> None:
+        if self.remote is None and not self._admitted():
+            return  # the accepting side takes nothing before CONNECT
         self.send(encoder.PONG)
 
     def on_pong(self) -> None:
