@@ -57,6 +57,7 @@ class LeafManager:
         self.server = server
         self.options = options
         self.connections: set[LeafConnection] = set()  # every open one, registered or not
+        server.stats.leafs = self.connections  # the server's message totals include the leafs'
         self.leafs: dict[int, LeafConnection] = {}  # registered connections by id
         self._by_account: dict[str, list[LeafConnection]] = {}
         self._loop_subjects: dict[str, bytes] = {}  # account -> its loop detection subject
@@ -248,7 +249,9 @@ class LeafManager:
         leaf.send(b"".join(frames))
 
     def closed(self, leaf: LeafConnection) -> None:
-        self.connections.discard(leaf)
+        if leaf in self.connections:
+            self.connections.discard(leaf)
+            self.server.stats.add_closed_route(leaf)
         if self.leafs.pop(leaf.cid, None) is not None:
             peers = self._by_account.get(leaf.account, [])
             if leaf in peers:

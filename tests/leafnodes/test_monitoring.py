@@ -4,6 +4,7 @@ part of loop detection subjects aside)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import urllib.request
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.leafnodes.conftest import hub_config, leaf_config
+from tests.leafnodes.conftest import collect, connect, hub_config, leaf_config, ready
 from tests.servers import ServerProcess, free_port, require, start_server
 
 KINDS = ("pynatsd", "nats-server")
@@ -96,3 +97,24 @@ def test_leafz_and_varz_as_nats_server(pairs: Pairs, side: int) -> None:
         detail = _get(server, "/accountz?acc=A")["account_detail"]
         assert detail["leafnode_connections"] == 1
     assert ours.extra["leaf_block"] == theirs.extra["leaf_block"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_message_totals_count_the_leaf_connections(pairs: Pairs, kind: str) -> None:
+    """/varz in_msgs and out_msgs count what crosses a leaf connection, as nats-server's totals do."""
+    hub, leaf = pairs[kind]
+    on_hub = await connect(hub)
+    on_leaf = await connect(leaf)
+    received = await collect(on_leaf, "count.x")
+    await ready(on_leaf, on_hub)
+    before = _get(hub, "/varz")
+    for _ in range(3):
+        await on_hub.publish("count.x", b"12345")
+    await on_hub.flush()
+    while len(received) < 3:
+        await asyncio.sleep(0.02)
+    after = _get(hub, "/varz")
+    assert (after["in_msgs"] - before["in_msgs"], after["out_msgs"] - before["out_msgs"]) == (3, 3)
+    assert after["out_bytes"] - before["out_bytes"] == 15
+    await on_hub.close()
+    await on_leaf.close()
