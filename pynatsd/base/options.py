@@ -188,7 +188,7 @@ RELOADABLE_LIMITS = ("max_payload", "max_control_line", "ping_interval", "ping_m
 # the resolver, the cluster or the system account is refused by `unreloadable_changes`, with its own message.
 RELOADABLE_BLOCKS = ("users", "default_permissions", "accounts", "system_account", "no_system_account",
                      "trusted_keys", "trusted", "resolver", "resolver_preload", "jetstream",
-                     "jetstream_store_dir", "cluster", "websocket")  # fmt: skip
+                     "jetstream_store_dir", "cluster", "websocket", "leafnodes")  # fmt: skip
 
 RELOADABLE = (
     *RELOADABLE_LIMITS,
@@ -222,6 +222,8 @@ def unreloadable_changes(old: Options, new: Options) -> list[str]:
         )
     if old.cluster != new.cluster:  # pynatsd.routes: routes start once
         changes.append("config reload not supported for cluster: the cluster block and flags changed")
+    if old.leafnodes != new.leafnodes:  # pynatsd.leafnodes start once (the block holds passwords: not shown)
+        changes.append("config reload not supported for leafnodes: the leafnodes block changed")
     systems = system_account_of(old), system_account_of(new)
     if systems[0] != systems[1]:  # the resolver's services live in the system account
         changes.append(f"config reload not supported for SystemAccount: old={systems[0]}, new={systems[1]}")
