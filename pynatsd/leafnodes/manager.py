@@ -7,11 +7,11 @@ nats-server's rules (server/leafnode.go):
   leafnode authorization, the server's client users, else the global account); a remote binds its local
   `account` (default `$G`). Interest and messages cross only in that account.
 - interest (per connection, `smap`): the hub side tells a leaf every subscription of the account but the
-  leaf's own (clients', the routes' remote interest, the other leafs'); a spoke tells its hub the local
-  ones only (clients', internal ones, those of the leafs it is the hub of), not what its routes or its
-  hub brought. A plain subject's first subscription sends `LS+ subject`, its last `LS- subject`; a queue
-  group sends `LS+ subject queue weight` whenever its weight changes. A spoke's `deny_imports` keep the
-  matching interest from its hub.
+  leaf's own (clients', the routes' remote interest, the other leafs', its service imports); a spoke
+  tells its hub the local ones only (clients', internal ones and service imports, those of the leafs it
+  is the hub of), not what its routes or its hub brought. A plain subject's first subscription sends
+  `LS+ subject`, its last `LS- subject`; a queue group sends `LS+ subject queue weight` whenever its
+  weight changes. A spoke's `deny_imports` keep the matching interest from its hub.
 - loops: each account has a loop detection subject, `$LDS.<random>`, subscribed on every leaf
   connection; a connection that hears its own back closes (`Loop detected ...`) and a remote then waits
   30 s before reconnecting.
@@ -31,7 +31,6 @@ from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.auth.users import DEFAULT_ACCOUNT
 from pynatsd.base.ids import new_server_id
 from pynatsd.base.logging import get_logger
-from pynatsd.broker.delivery import kept_local
 from pynatsd.leafnodes.leaf import LeafConnection, password_ok
 from pynatsd.matcher.leaf import weight_of
 from pynatsd.protocol import encoder
@@ -193,7 +192,7 @@ class LeafManager:
         }
         if server.cluster is not None:
             info["cluster"] = server.cluster.name
-        info["leafnode_urls"] = [] if options.no_advertise else [f"{host}:{port}"]
+        info["leafnode_urls"] = [f"{host}:{port}"]  # (no_advertise: others' URLs are not gossiped)
         info.update(extra)
         return encoder.encode_info(info)
 
@@ -289,8 +288,8 @@ class LeafManager:
     def _tells(self, leaf: LeafConnection, sub: Subscription) -> bool:
         """True if `sub` is interest `leaf` is told of (see the module docstring)."""
         conn = sub.conn
-        if conn is leaf or kept_local(sub):
-            return False
+        if conn is leaf:
+            return False  # (a service import's subscription is told: nats-server sends the imports)
         if leaf.spoke and not sub.subject.startswith(b"$LDS."):  # loop detection crosses every link
             return not conn.is_route or (conn.is_leaf and not conn.spoke)
         return True

@@ -31,8 +31,16 @@ _ACCOUNTS = """accounts {
 """
 
 
+# The hub's account A imports a service of its account S (a leaf's request reaches it through A's import).
+_HUB_ACCOUNTS = _ACCOUNTS.replace(
+    "A { users [ {user: a, password: a} ] }",
+    'A { users [ {user: a, password: a} ], imports [ {service: {account: S, subject: "time"}} ] }\n'
+    '  S { users [ {user: s, password: s} ], exports [ {service: "time"} ] }',
+)
+
+
 def hub_config(leaf_port: int) -> str:
-    return _ACCOUNTS + (
+    return _HUB_ACCOUNTS + (
         f"leafnodes {{\n  listen: 127.0.0.1:{leaf_port}\n"
         "  authorization { users [\n    {user: la, password: la, account: A}\n"
         "    {user: lb, password: lb, account: B}\n  ] }\n}\n"

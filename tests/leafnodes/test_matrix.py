@@ -55,6 +55,16 @@ async def test_request_reply_and_no_responders(pair: Pair) -> None:
     assert (await hub.request("svc.leaf", b"r", timeout=5)).data == b"leaf:r"
     with pytest.raises(nats.errors.NoRespondersError):
         await leaf.request("svc.nobody", b"q", timeout=5)
+    # a service the hub's account imports from another account: the hub tells the leaf its import
+    exporter = await connect(pair.hub, "s")
+
+    async def tell_time(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(b"noon")
+
+    await exporter.subscribe("time", cb=tell_time)
+    await exporter.flush()
+    assert (await leaf.request("time", b"", timeout=5)).data == b"noon"
+    await exporter.close()
     await hub.close()
     await leaf.close()
 
