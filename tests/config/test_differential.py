@@ -229,7 +229,7 @@ BOTH_START = {
     "bcrypt unquoted": f"authorization {{ user: u, password: {PASS_HASH} }}",
     "variables": "SECRET: pw\nauthorization { user: u, password: $SECRET }",
     "memory resolver": "resolver: MEMORY",
-    "leafnodes": "leafnodes { listen: 127.0.0.1:-1, reconnect: 2, authorization { user: a, password: b } }",
+    "leafnodes": 'leafnodes { port: -1, reconnect: "2s", authorization { user: a, password: b } }',
 }
 # nats-server runs these; pynatsd does not implement them and refuses to start rather than run open.
 PYNATSD_REFUSES = {

@@ -49,7 +49,7 @@ def hub_config(leaf_port: int) -> str:
 
 def leaf_config(leaf_port: int) -> str:
     return _ACCOUNTS + (
-        "leafnodes {\n  reconnect: 1\n  remotes [\n"
+        'leafnodes {\n  reconnect: "1s"\n  remotes [\n'
         f'    {{ url: "nats-leaf://la:la@127.0.0.1:{leaf_port}", account: A, '
         'deny_imports: ["in.denied.>"], deny_exports: ["out.denied.>"] }\n'
         f'    {{ url: "nats-leaf://lb:lb@127.0.0.1:{leaf_port}", account: B }}\n  ]\n}}\n'

@@ -29,7 +29,7 @@ def looped(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Serv
         for i, kind in enumerate(PAIRINGS[request.param]):
             conf = tmp_path / f"s{i}.conf"
             conf.write_text(
-                f"leafnodes {{ listen: 127.0.0.1:{ports[i]}, reconnect: 1\n"
+                f'leafnodes {{ listen: 127.0.0.1:{ports[i]}, reconnect: "1s"\n'
                 f'  remotes [ {{ url: "nats-leaf://127.0.0.1:{ports[1 - i]}" }} ] }}\n'
             )
             servers.append(start_server(kind, ["-c", str(conf)]))
