@@ -55,6 +55,7 @@ class LeafRemote:
     no_randomize: bool = False  # try the URLs in order rather than at random
     deny_imports: list[str] = field(default_factory=list)  # subjects the hub's messages may not bring
     deny_exports: list[str] = field(default_factory=list)  # subjects our messages may not take there
+    credentials: str = ""  # a creds file (user JWT and seed): its JWT and the hub's nonce signed in CONNECT
 
 
 @dataclass

@@ -2,13 +2,14 @@
 
 Keys as nats-server reads them (case-insensitive, its aliases): `listen` / `host` / `port`, `authorization
 { user, password, token, account, users [ {user, password, account} ], timeout }`, `remotes [ { url / urls,
-account, hub, no_randomize, deny_imports, deny_exports } ]`, `advertise`, `no_advertise`, `reconnect`.
-Fail closed: the leafnode keys nats-server has and pynatsd does not implement (TLS, credentials and nkeys,
+account, credentials, hub, no_randomize, deny_imports, deny_exports } ]`, `advertise`, `no_advertise`,
+`reconnect`. Fail closed: the leafnode keys nats-server has and pynatsd does not implement (TLS, nkeys,
 compression, WebSocket remotes, proxies, isolation, ...) are refused by name; unknown keys are errors.
 """
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 from typing import Any
 
@@ -21,8 +22,6 @@ from pynatsd.config.cluster import parse_listen
 _NOT_IMPLEMENTED = {
     "tls": "TLS for leaf node connections",
     "nkey": "nkey authentication of leaf nodes",
-    "creds": "credentials files for leaf node remotes",
-    "credentials": "credentials files for leaf node remotes",
     "seed": "nkey authentication of leaf nodes",
     "compression": "compressed leaf node connections",
     "min_version": "a minimum leaf node version",
@@ -47,7 +46,7 @@ _NOT_IMPLEMENTED = {
     "write_deadline": '"write_deadline" for leaf nodes',
     "write_timeout": '"write_timeout" for leaf nodes',
 }
-_ACCESS = frozenset({"tls", "nkey", "creds", "credentials", "seed", "proxy_required", "min_version"})
+_ACCESS = frozenset({"tls", "nkey", "seed", "proxy_required", "min_version"})
 
 
 def _refused(where: str, key: str) -> ConfigValueError:
@@ -161,6 +160,8 @@ def _remote(value: Any) -> LeafRemote:
             remote.urls = [leaf_url(to_str(f"leafnodes remote {key}", item)) for item in items]
         elif k in ("account", "local"):
             remote.account = to_str(f"leafnodes remote {key}", v)
+        elif k in ("creds", "credentials"):
+            remote.credentials = os.path.expanduser(to_str(f"leafnodes remote {key}", v))
         elif k == "hub":
             remote.hub = to_bool(f"leafnodes remote {key}", v)
         elif k in ("no_randomize", "dont_randomize"):

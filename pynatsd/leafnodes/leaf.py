@@ -186,7 +186,13 @@ class LeafConnection(SlicedReader):
             self.remote_cluster = str(info.get("cluster", ""))
             self.headers = self.server.options.headers and bool(info.get("headers"))
             self.nonce = str(info.get("nonce", ""))
-            self.send(encode_connect(self.manager.connect_options(self)))
+            try:
+                options = self.manager.connect_options(self)
+            except ValueError as exc:  # a remote's credentials file (nats-server logs and retries)
+                log.error("%r - %s", self, exc)
+                self.close("Authentication Failure")
+                return
+            self.send(encode_connect(options))
             if not info.get("info_on_connect"):
                 self._register()
             return

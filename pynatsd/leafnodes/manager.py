@@ -22,6 +22,7 @@ nats-server's rules (server/leafnode.go):
 from __future__ import annotations
 
 import asyncio
+import base64
 import random
 import urllib.parse
 from collections.abc import Callable
@@ -162,6 +163,10 @@ class LeafManager:
             options["deny_pub"] = list(remote.deny_imports)
         options["remote_account"] = leaf.account
         options["proto"] = 1
+        if remote.credentials:
+            token, seed = read_creds(remote.credentials)
+            options["jwt"] = token
+            options["sig"] = sign_nonce(seed, leaf.nonce)
         return options
 
     # -- the hub side ---------------------------------------------------------------------------------
@@ -330,3 +335,32 @@ class LeafManager:
 
 def _key(sub: Subscription) -> bytes:
     return sub.subject + b" " + sub.queue if sub.queue else sub.subject
+
+
+def read_creds(path: str) -> tuple[str, bytes]:
+    """(user JWT, seed) of a creds file as nsc writes it: each the one line inside its BEGIN/END markers.
+    Raises ValueError when unreadable or malformed (the path is not in the message)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = [line.strip() for line in file]
+    except OSError:
+        raise ValueError("credentials file cannot be read") from None
+    found: dict[str, str] = {}
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith("---") and "BEGIN" in line:
+            found["seed" if "SEED" in line else "jwt"] = lines[i + 1]
+    if not found.get("jwt") or not found.get("seed"):
+        raise ValueError("credentials file malformed")
+    return found["jwt"], found["seed"].encode()
+
+
+def sign_nonce(seed: bytes, nonce: str) -> str:
+    """The hub's nonce signed with the user's seed: base64url without padding, as a CONNECT carries it."""
+    import nkeys  # only remotes with credentials need it
+
+    try:
+        pair = nkeys.from_seed(seed)
+    except Exception:
+        raise ValueError("credentials file has malformed seed") from None
+    signature = bytes(pair.sign(nonce.encode()))
+    return base64.urlsafe_b64encode(signature).decode().rstrip("=")

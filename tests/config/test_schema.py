@@ -225,7 +225,7 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
         ("gateway { name: A }", "gateway"),
         ("leafnodes { port: 7422, tls { cert_file: x } }", "tls"),
         ("leaf { port: 7422, compression: s2_auto }", "compression"),
-        ('leafnodes { remotes [ { url: "nats://h:1", credentials: "/x.creds" } ] }', "credentials"),
+        ('leafnodes { remotes [ { url: "nats://h:1", seed: "SUAB" } ] }', "seed"),
         ("leafnodes { authorization { users [ {user: a, nkey: x} ] } }", "nkey"),
         ("mqtt { port: 1883 }", "mqtt"),
         ("mappings { a: b }", "mappings"),
