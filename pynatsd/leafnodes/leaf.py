@@ -22,6 +22,7 @@ from pynatsd.broker.connection import SLOW_CONSUMER_PENDING, SlicedReader
 from pynatsd.broker.delivery import Message, Subscription, enqueue, publish, size_fields
 from pynatsd.broker.outbound import Outbound
 from pynatsd.protocol import encoder, errors
+from pynatsd.protocol.connect import ConnectOptions
 from pynatsd.protocol.route import RouteParser, encode_connect, rmsg_head
 from pynatsd.protocol.subjects import is_literal_subject, matches, matches_wildcards_literally
 from pynatsd.routes.route import RemoteQueueSubscription
@@ -69,6 +70,12 @@ class LeafConnection(SlicedReader):
         self.registered = False
         self.no_reconnect = False
         self.nonce = ""
+        # What operator mode's authentication reads of a connection (auth.users.Connecting): the CONNECT,
+        # and `connected` set so that the account's client connection limit is not applied to a leaf.
+        self.opts = ConnectOptions()
+        self.user = ""
+        self.ip = ""
+        self.connected = True
         # What we told the other side: `subject` or `subject queue` -> subscriptions (a group's weight).
         self.smap: dict[bytes, int] = {}
         # The other side's interest: (subject, queue) -> its subscription in the bound account's sublist.
@@ -101,6 +108,14 @@ class LeafConnection(SlicedReader):
         """The other side's interest: `subject`, or `subject queue` for a queue group's."""
         return sorted((s + b" " + q if q else s).decode("utf-8", "replace") for s, q in self.remote_subs)
 
+    @property
+    def connection_type(self) -> str:
+        """nats-server's connection type, for a JWT user's `allowed_connection_types`."""
+        return "LEAFNODE"
+
+    def account_connections(self, account: str) -> int:
+        return 0  # (`connected`: never asked)
+
     def idle_for(self) -> timedelta:
         return datetime.now(UTC) - self.last_activity
 
@@ -114,6 +129,7 @@ class LeafConnection(SlicedReader):
         peer: object = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.host, self.port = str(peer[0]), int(peer[1])
+            self.ip = self.host
         server = self.server
         self.out = Outbound(transport, server.scheduler, server.options.max_pending)
         self.out.start(self._write_failed)
@@ -218,7 +234,7 @@ class LeafConnection(SlicedReader):
         if cluster and own is not None and cluster == own.name:
             self.close("Cluster Names Identical", "remote leafnode has same cluster name")
             return
-        account = self.manager.authorize(options)
+        account = self.manager.authorize(self, options)
         if account is None:
             self.server.stats.auth_failures += 1
             log.error("%r - authentication error", self)

@@ -4,7 +4,8 @@ nats-server's rules (server/leafnode.go):
 
 - binding: a connection carries one account. An accepted one takes the account of the user its CONNECT
   authenticates as (`authorization { user, account }` or `users [{user, password, account}]`; without a
-  leafnode authorization, the server's client users, else the global account); a remote binds its local
+  leafnode authorization, the server's client users, in operator mode the user JWT's account, else the
+  global account); a remote binds its local
   `account` (default `$G`). Interest and messages cross only in that account.
 - interest (per connection, `smap`): the hub side tells a leaf every subscription of the account but the
   leaf's own (clients', the routes' remote interest, the other leafs', its service imports); a spoke
@@ -35,6 +36,7 @@ from pynatsd.base.logging import get_logger
 from pynatsd.leafnodes.leaf import LeafConnection, password_ok
 from pynatsd.matcher.leaf import weight_of
 from pynatsd.protocol import encoder
+from pynatsd.protocol.connect import ConnectOptions
 from pynatsd.protocol.route import encode_rsub, encode_runsub
 
 if TYPE_CHECKING:
@@ -201,7 +203,7 @@ class LeafManager:
         info.update(extra)
         return encoder.encode_info(info)
 
-    def authorize(self, options: dict[str, object]) -> str | None:
+    def authorize(self, leaf: LeafConnection, options: dict[str, object]) -> str | None:
         """The account an accepted connection's CONNECT binds it to, None if it does not authenticate
         (nats-server's isLeafNodeAuthorized)."""
         config = self.options
@@ -220,7 +222,7 @@ class LeafManager:
             return None
         auth = self.server.auth
         if auth.jwt is not None:
-            return None  # operator mode: credentials, which pynatsd's leaf nodes do not take yet
+            return self._authorize_jwt(leaf, options)
         if auth.users:
             entry_user = auth.users.get(user)
             if entry_user is None or not password_ok(options.get("pass"), entry_user.password):
@@ -232,6 +234,31 @@ class LeafManager:
         if auth.token:
             return DEFAULT_ACCOUNT if password_ok(options.get("auth_token"), auth.token) else None
         return DEFAULT_ACCOUNT
+
+    def _authorize_jwt(self, leaf: LeafConnection, options: dict[str, object]) -> str | None:
+        """Operator mode: the account of the user JWT in CONNECT, its signature of our nonce checked as a
+        client's (`LEAFNODE` among its allowed connection types, if it names any). A user JWT that carries
+        permissions is refused: pynatsd does not apply them to leaf connections (fail closed)."""
+        server = self.server
+        jwt = server.auth.jwt
+        assert jwt is not None
+        # (a server's CONNECT, not a client's: only the credentials are read; its `protocol` is a server's)
+        leaf.opts = ConnectOptions(
+            jwt=str(options.get("jwt") or ""),
+            sig=str(options.get("sig") or ""),
+            name=str(options.get("name") or ""),
+            version=str(options.get("version") or ""),
+        )
+        identity = jwt.authenticate(leaf, leaf.opts, leaf.nonce)
+        if identity is None:
+            return None
+        grant = jwt.grants.get(identity[0])
+        if grant is not None and grant.permissions is not None:
+            log.error("%r - pynatsd does not support permissions on leaf node users; refused", leaf)
+            return None
+        if server.links is not None:
+            server.links.ensure(identity[1])  # its account's imports, as its JWT has them
+        return identity[1]
 
     # -- registration ---------------------------------------------------------------------------------
     def register(self, leaf: LeafConnection) -> None:

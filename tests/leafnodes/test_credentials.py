@@ -1,6 +1,6 @@
-"""A remote with `credentials`: a leaf binds its account to a hub in operator mode (a nats-server hub:
-pynatsd's hub does not take JWT leaf credentials yet and refuses them) by the creds file's user JWT and
-the hub's nonce signed with its seed; pynatsd as the leaf beside the reference nats-server leaf."""
+"""A remote with `credentials`: a leaf binds its account to a hub in operator mode by the creds file's user
+JWT and the hub's nonce signed with its seed; pynatsd as the leaf and as the hub, each beside nats-server,
+and the reference pair."""
 
 from __future__ import annotations
 
@@ -24,9 +24,18 @@ def _remote(port: int, credentials: Path) -> str:
     return f'leafnodes {{ remotes [ {{ url: "{url}", credentials: "{credentials}" }} ] }}\n'
 
 
-@pytest.fixture(scope="module", params=["pynatsd", "nats-server"])
+# (hub, leaf)
+PAIRS = {
+    "pynatsd-leaf": ("nats-server", "pynatsd"),
+    "pynatsd-hub": ("pynatsd", "nats-server"),
+    "pynatsd-both": ("pynatsd", "pynatsd"),
+    "nats-server": ("nats-server", "nats-server"),
+}
+
+
+@pytest.fixture(scope="module", params=list(PAIRS))
 def linked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    """A nats-server hub in operator mode and a leaf of `kind` dialling it with a creds file of account A."""
+    """A hub in operator mode and a leaf dialling it with a creds file of account A's user."""
     require("nats-server")
     directory = tmp_path_factory.mktemp("creds")
     world = World()
@@ -39,8 +48,9 @@ def linked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     client_creds = creds(directory / "client.creds", client_token, client_key)
     leaf_conf = directory / "leaf.conf"
     leaf_conf.write_text(_remote(leaf_port, leaf_creds))
-    hub = start_server("nats-server", ["-c", str(conf)])
-    leaf = start_server(request.param, ["-c", str(leaf_conf)])
+    hub_kind, leaf_kind = PAIRS[request.param]
+    hub = start_server(hub_kind, ["-c", str(conf)])
+    leaf = start_server(leaf_kind, ["-c", str(leaf_conf)])
     yield hub, leaf, client_creds
     leaf.stop()
     hub.stop()
@@ -80,6 +90,28 @@ def test_an_unreadable_creds_file_keeps_the_remote_down(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, leaf.log()
             time.sleep(0.05)
         assert str(missing) not in leaf.log()
+    finally:
+        leaf.stop()
+        hub.stop()
+
+
+def test_a_leaf_user_with_permissions_is_refused(tmp_path: Path) -> None:
+    """pynatsd does not apply a JWT user's permissions to a leaf connection: such a user is refused rather
+    than let in with none (fail closed)."""
+    world = World()
+    conf = world.config(tmp_path)
+    leaf_port = free_port()
+    conf.write_text(conf.read_text() + f"leafnodes {{ listen: 127.0.0.1:{leaf_port} }}\n")
+    token, key = world.user("limited", pub={"allow": ["only.this"]})
+    leaf_conf = tmp_path / "leaf.conf"
+    leaf_conf.write_text(_remote(leaf_port, creds(tmp_path / "limited.creds", token, key)))
+    hub = start_server("pynatsd", ["-c", str(conf)])
+    leaf = start_server("pynatsd", ["-c", str(leaf_conf)])
+    try:
+        deadline = time.monotonic() + 10
+        while "does not support permissions on leaf node users" not in hub.log():
+            assert time.monotonic() < deadline, hub.log()
+            time.sleep(0.05)
     finally:
         leaf.stop()
         hub.stop()
