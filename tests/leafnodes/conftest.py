@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,26 @@ def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     servers.hub.stop()
 
 
+_OPEN: list[nats.NATS] = []  # the clients a test opened: closed after it, failed or not
+
+
+def track(nc: nats.NATS) -> nats.NATS:
+    """Close `nc` after the test (a failed test's open clients kept the event loop from closing)."""
+    _OPEN.append(nc)
+    return nc
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients() -> AsyncIterator[None]:
+    yield
+    while _OPEN:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(_OPEN.pop().close(), 5)
+
+
 async def connect(server: ServerProcess, account: str = "a", **kwargs: Any) -> nats.NATS:
-    return await nats.connect(server.url, user=account, password=account, allow_reconnect=False, **kwargs)
+    nc = await nats.connect(server.url, user=account, password=account, allow_reconnect=False, **kwargs)
+    return track(nc)
 
 
 async def ready(sub: nats.NATS, pub: nats.NATS) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.leafnodes.conftest import collect, ready, settled
+from tests.leafnodes.conftest import collect, ready, settled, track
 from tests.routes.conftest import connect
 from tests.servers import ServerProcess, free_port, require, start_server
 
@@ -50,7 +50,7 @@ def servers(
 
 
 async def test_leaf_and_the_far_hub_member_reach_each_other(servers: list[ServerProcess]) -> None:
-    h1, h2, leaf = [await connect(server) for server in servers]
+    h1, h2, leaf = [track(await connect(server)) for server in servers]
     on_h2 = await collect(h2, "to.h2.>")
     on_leaf = await collect(leaf, "to.leaf.>")
     await ready(h2, leaf)
@@ -66,7 +66,7 @@ async def test_leaf_and_the_far_hub_member_reach_each_other(servers: list[Server
 
 
 async def test_queue_members_in_the_cluster_first(servers: list[ServerProcess]) -> None:
-    h1, h2, leaf = [await connect(server) for server in servers]
+    h1, h2, leaf = [track(await connect(server)) for server in servers]
     in_cluster = await collect(h2, "jobs", queue="q")
     on_leaf = await collect(leaf, "jobs", queue="q")
     h2_marks, leaf_marks = await collect(h2, "mark.h2"), await collect(leaf, "mark.leaf")

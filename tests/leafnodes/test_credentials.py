@@ -13,7 +13,7 @@ import pytest
 
 from tests.jwt.issuer import creds
 from tests.jwt.world import World
-from tests.leafnodes.conftest import collect, ready, settled
+from tests.leafnodes.conftest import collect, ready, settled, track
 from tests.servers import ServerProcess, free_port, require, start_server
 
 Servers = tuple[ServerProcess, ServerProcess, Path]
@@ -58,8 +58,8 @@ def linked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 async def test_the_creds_user_binds_the_account(linked: Servers) -> None:
     hub_server, leaf_server, client_creds = linked
-    hub = await nats.connect(hub_server.url, user_credentials=str(client_creds), allow_reconnect=False)
-    leaf = await nats.connect(leaf_server.url, allow_reconnect=False)
+    hub = track(await nats.connect(hub_server.url, user_credentials=str(client_creds), allow_reconnect=False))
+    leaf = track(await nats.connect(leaf_server.url, allow_reconnect=False))
     on_hub = await collect(hub, "creds.>")
     on_leaf = await collect(leaf, "down.>")
     await ready(hub, leaf)
