@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from pynatsd.base.blocks import GatewayOptions
     from pynatsd.gateways.manager import GatewayManager
     from pynatsd.jetstream import JetStream
+    from pynatsd.leafnodes.leaf import LeafConnection
+    from pynatsd.leafnodes.manager import LeafManager
     from pynatsd.routes.jetstream import ClusterJetStream
     from pynatsd.routes.manager import RouteManager
     from pynatsd.routes.route import Route
@@ -67,6 +69,7 @@ class Node(Broker):
         # Gateways (pynatsd.gateways): the `gateway {}` block's settings; its manager once started.
         self.gateway = copy.deepcopy(gateway_options(self.options))
         self.gateway_manager: GatewayManager | None = None
+        self.leaf_manager: LeafManager | None = None  # pynatsd.leafnodes, with a `leafnodes {}` block
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -121,6 +124,11 @@ class Node(Broker):
             await self.route_manager.start()
         if self.gateway_manager is not None:
             self.gateway_manager.start()
+        if self.options.leafnodes is not None:  # after the routes: its interest watcher comes second
+            from pynatsd.leafnodes.manager import LeafManager
+
+            self.leaf_manager = LeafManager(self, copy.deepcopy(self.options.leafnodes))
+            await self.leaf_manager.start()
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if self.tls_context is not None:
             log.info("TLS required for client connections")
@@ -245,6 +253,8 @@ class Node(Broker):
             self.route_manager.watch(account, sublist)
         if self.gateway_manager is not None:  # after the routes: its watcher wraps theirs
             self.gateway_manager.account_created(account, sublist)
+        if self.leaf_manager is not None:
+            self.leaf_manager.watch(account, sublist)
         super().account_created(account, sublist)
         if self.jetstream is not None and self.auth.jwt is not None:
             self.jetstream.account_created(account)
@@ -268,6 +278,11 @@ class Node(Broker):
     def routes(self) -> list[Route]:
         """The registered routes (pynatsd.routes documents their fields); empty without clustering."""
         return [] if self.route_manager is None else self.route_manager.registered()
+
+    @property
+    def leafnodes(self) -> list[LeafConnection]:
+        """The registered leaf node connections (pynatsd.leafnodes documents their fields)."""
+        return [] if self.leaf_manager is None else self.leaf_manager.registered()
 
     @property
     def listening(self) -> bool:
@@ -299,6 +314,8 @@ class Node(Broker):
             await self.gateway_manager.stop()
         if self.route_manager is not None:
             await self.route_manager.stop()
+        if self.leaf_manager is not None:
+            await self.leaf_manager.stop()
         await self._listener.wait_closed()
         self._listener = None
         if self.websocket is not None:

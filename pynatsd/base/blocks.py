@@ -72,6 +72,42 @@ class PythonAuthorizerOptions:
     target: Callable[..., object] | None = field(default=None, compare=False, repr=False)
 
 
+# seconds between a remote's connect attempts (nats-server's DEFAULT_LEAF_NODE_RECONNECT)
+DEFAULT_LEAF_RECONNECT = 1.0
+
+
+@dataclass
+class LeafRemote:
+    """One entry of `leafnodes { remotes [...] }`: a hub this server dials as a leaf node."""
+
+    urls: list[str] = field(default_factory=list)  # nats-leaf://[user:pass@]host:port (or nats://)
+    account: str = ""  # the local account bound to the hub's (empty: the global account $G)
+    hub: bool = False  # this side is the hub of the connection (the remote takes the spoke's role)
+    no_randomize: bool = False  # try the URLs in order rather than at random
+    deny_imports: list[str] = field(default_factory=list)  # subjects the hub's messages may not bring
+    deny_exports: list[str] = field(default_factory=list)  # subjects our messages may not take there
+    credentials: str = ""  # a creds file (user JWT and seed): its JWT and the hub's nonce signed in CONNECT
+
+
+@dataclass
+class LeafNodeOptions:
+    """Everything the `leafnodes {}` block configures (pynatsd.config.leafnodes). Durations in seconds."""
+
+    host: str = "0.0.0.0"
+    port: int = 0  # 0: no leafnode listener (remotes only); -1: a random port; after start, the bound one
+    advertise: str = ""
+    no_advertise: bool = False
+    reconnect: float = DEFAULT_LEAF_RECONNECT
+    # `authorization {}`: one user (or token) bound to `account`, or `users` each with its account
+    username: str = ""
+    password: str = ""
+    token: str = ""
+    account: str = ""
+    users: list[dict[str, str]] = field(default_factory=list)  # {"user", "password", "account"}
+    auth_timeout: float = 0.0  # 0: the server's
+    remotes: list[LeafRemote] = field(default_factory=list)
+
+
 @dataclass
 class WebSocketOptions:
     """Everything the `websocket {}` block configures. Durations in seconds."""

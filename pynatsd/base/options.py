@@ -13,6 +13,7 @@ from pynatsd.base.blocks import (
     AuthCalloutOptions,
     ClusterOptions,
     GatewayOptions,
+    LeafNodeOptions,
     PythonAuthorizerOptions,
     ResolverConfig,
     TrustedOperators,
@@ -125,6 +126,7 @@ class Options:
     cluster: ClusterOptions | None = None  # the block and the cluster flags; see pynatsd.config.cluster
     websocket: WebSocketOptions | None = None  # see pynatsd.config.websocket
     gateway: GatewayOptions | None = None  # see pynatsd.config.gateway
+    leafnodes: LeafNodeOptions | None = None  # see pynatsd.config.leafnodes
 
     @property
     def effective_auth_timeout(self) -> float:
@@ -195,7 +197,8 @@ RELOADABLE_LIMITS = ("max_payload", "max_control_line", "ping_interval", "ping_m
 # the resolver, the cluster or the system account is refused by `unreloadable_changes`, with its own message.
 RELOADABLE_BLOCKS = ("users", "default_permissions", "accounts", "system_account", "no_system_account",
                      "trusted_keys", "trusted", "resolver", "resolver_preload", "jetstream",
-                     "jetstream_store_dir", "cluster", "websocket", "gateway")  # fmt: skip
+                     "jetstream_store_dir", "cluster", "websocket", "gateway",
+                     "leafnodes")  # fmt: skip
 
 RELOADABLE = (
     *RELOADABLE_LIMITS,
@@ -232,6 +235,8 @@ def unreloadable_changes(old: Options, new: Options) -> list[str]:
         changes.append("config reload not supported for cluster: the cluster block and flags changed")
     if old.gateway != new.gateway:  # pynatsd.gateways: gateways start once
         changes.append("config reload not supported for gateway: the gateway block changed")
+    if old.leafnodes != new.leafnodes:  # pynatsd.leafnodes start once (the block holds passwords: not shown)
+        changes.append("config reload not supported for leafnodes: the leafnodes block changed")
     systems = system_account_of(old), system_account_of(new)
     if systems[0] != systems[1]:  # the resolver's services live in the system account
         changes.append(f"config reload not supported for SystemAccount: old={systems[0]}, new={systems[1]}")

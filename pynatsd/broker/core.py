@@ -115,6 +115,7 @@ class ServerStats:
         self.closed = ClosedTotals()
         self.closed_by_account: dict[str, ClosedTotals] = {}  # per account (accstatz, /metrics)
         self.routes: Collection[Counted] = ()  # the open route connections (the route manager's)
+        self.leafs: Collection[Counted] = ()  # the open leaf node connections (pynatsd.leafnodes), as routes
         self.closed_routes = ClosedTotals()
         self.slow_consumers = 0
         self.stale_connections = 0
@@ -132,7 +133,9 @@ class ServerStats:
         return int(getattr(self.closed, field)) + sum(int(getattr(c, field)) for c in self._clients.values())
 
     def _routed(self, field: str) -> int:
-        return int(getattr(self.closed_routes, field)) + sum(int(getattr(r, field)) for r in self.routes)
+        links = sum(int(getattr(r, field)) for r in self.routes)
+        links += sum(int(getattr(leaf, field)) for leaf in self.leafs)
+        return int(getattr(self.closed_routes, field)) + links
 
     def slow_consumer_stats(self) -> dict[str, int]:
         """nats-server's `slow_consumer_stats`: slow consumers by connection kind."""
@@ -177,7 +180,8 @@ class ServerStats:
         return self._total("out_bytes") + self._routed("out_bytes")
 
     def add_closed_route(self, route: Counted) -> None:
-        """Keep a closing route's counters in the totals (called once, as it leaves `routes`)."""
+        """Keep a closing route's (or leaf connection's) counters in the totals (called once, as it
+        leaves `routes` or `leafs`)."""
         closed = self.closed_routes
         closed.in_msgs += route.in_msgs
         closed.out_msgs += route.out_msgs

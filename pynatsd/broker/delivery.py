@@ -26,6 +26,12 @@ nats-server's processMsgResults: remote interest is collected while the local re
 then each route gets ONE routed message naming the queue groups it was chosen for (`Message.queues`), and
 a message that came from a route goes to local receivers only, to the queue groups it names.
 
+Leaf nodes (pynatsd.leafnodes): a leaf connection is a route-like `Client` too (`is_route` and `is_leaf`),
+bound to one account; `spoke` when it is this server's connection to its hub. As nats-server's: a message
+that came over one link goes on over another only as `forwards` says (from a leaf to the other leafs, and
+to the routes unless it came from our hub; from a route to the leafs connected here); in a queue group a
+leaf member takes the message only when no other member does (local members first).
+
 Accounts linked by imports (pynatsd.accounts.links): a `Link` subscription (a stream import's shadow, a
 service import, a response route) is not a receiver; its `forward` hook maps the message into the other
 account and hands it to this same policy there (`deliver` or `publish`).
@@ -70,6 +76,8 @@ class Client:
         self.out_msgs = 0
         self.out_bytes = 0
         self.is_route = False  # a route (pynatsd.routes): its subscriptions are a remote server's interest
+        self.is_leaf = False  # a leaf node connection (pynatsd.leafnodes; is_route too)
+        self.spoke = False  # a leaf connection to this server's hub (it solicited it, not as hub)
         # Auto-unsubscribe limits (UNSUB sid max) of its subscriptions: rare, so kept here rather than in
         # every subscription; None until the first.
         self.limits: dict[Subscription, int] | None = None
@@ -136,6 +144,23 @@ def kept_local(sub: Subscription) -> bool:
     """True for a service import's subscription: the importer's own way to the exporter, never advertised
     to routes as interest (nats-server subscribes it with noForward); the exporter's subscribers are."""
     return type(sub) is Link and sub.sid == SERVICE_IMPORT_SID
+
+
+def forwards(origin: Client, target: Client) -> bool:
+    """True if a message that came over the link `origin` (a route or a leaf connection) goes on over the
+    link `target`, as nats-server's processMsgResults: from a leaf connection to any other one, and to the
+    routes unless it came from our hub; from a route to the leaf connections whose hub we are."""
+    if target is origin:
+        return False
+    if origin.is_leaf:
+        return target.is_leaf or not origin.spoke
+    return target.is_leaf and not target.spoke
+
+
+def propagated(conn: Client) -> bool:
+    """True if `conn`'s subscriptions are interest the routes carry: a client's, and a leaf connection's
+    whose hub we are (a spoke's, our hub's interest, stays on this side; a route's goes no further)."""
+    return not conn.is_route or (conn.is_leaf and not conn.spoke)
 
 
 def sid_bytes(sub: Subscription) -> bytes:
@@ -330,29 +355,43 @@ def publish_matched(
     # The routes to send to: one remote interest of each, and the queue groups it was chosen for.
     routes: list[tuple[Subscription, list[bytes]]] | None = None
     for sub in plain:
-        if sub.conn.is_route:
-            if not from_route:  # a routed message is never forwarded to another route
+        conn = sub.conn
+        if conn.is_route:
+            # a routed message goes on over another link only as `forwards` says (never route to route)
+            if origin is None or not from_route or forwards(origin, conn):
                 routes = _route_target(routes, sub, None)
         elif deliver(sub, msg):
             delivered = True
     named = msg.queues if from_route else None
     for group in groups:
         # Exactly one member per queue group: from a random start, the first that takes it; a remote
-        # member (a route's interest) takes it through that route's one routed message.
+        # member (a route's interest) takes it through that route's one routed message. A leaf member, or
+        # any remote one for a message that came over a link, only when no local member takes it.
         if from_route and (named is None or group[0].queue not in named):
             continue  # a routed message reaches only the queue groups its sender chose this server for
         n = len(group)
         start = int(random.random() * n)
+        fallback: Subscription | None = None
+        taken = False
         for i in range(n):
             member = group[(start + i) % n]
-            if member.conn.is_route:
-                if from_route or member.conn.closed:
+            conn = member.conn
+            if conn.is_route:
+                if conn.closed:
+                    continue
+                if from_route or conn.is_leaf:
+                    if fallback is None and (origin is None or not from_route or forwards(origin, conn)):
+                        fallback = member
                     continue
                 routes = _route_target(routes, member, member.queue)
+                taken = True
                 break
             if deliver(member, msg):
                 delivered = True
+                taken = True
                 break
+        if not taken and fallback is not None:
+            routes = _route_target(routes, fallback, fallback.queue)
     if routes is not None:
         for sub, queues in routes:
             msg.queues = queues or None

@@ -33,6 +33,7 @@ from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 from pynatsd.config import cluster as cluster_block
 from pynatsd.config import gateway as gateway_block
+from pynatsd.config import leafnodes as leafnodes_block
 from pynatsd.config import websocket as websocket_block
 from pynatsd.config.jetstream import account_js_limits
 from pynatsd.config.parser import ConfigMap, Where
@@ -280,6 +281,10 @@ register_block("cluster", _cluster)
 
 def _gateway(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
     gateway_block.apply(opts, key, value)
+
+
+def _leafnodes(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    leafnodes_block.apply(opts, key, value)
 
 
 # The `jetstream {}` keys pynatsd.config.jetstream reads, and those it does not implement: encryption at
@@ -1305,7 +1310,7 @@ TOP_LEVEL: dict[str, Handler] = _table(
     (("proxies",), refuse("trusted proxies", access=True)),
     # Other features pynatsd does not have.
     (("gateway",), _gateway),
-    (("leaf", "leafnodes"), refuse("leaf nodes")),
+    (("leaf", "leafnodes"), _leafnodes),
     (("mqtt",), refuse("MQTT")),
     (("mappings", "maps"), refuse("subject mappings")),
     (("proxy_protocol",), refuse("the PROXY protocol")),

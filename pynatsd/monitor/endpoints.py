@@ -27,7 +27,7 @@ from pynatsd.base.formats import (
 from pynatsd.broker.delivery import sid_bytes
 from pynatsd.jetstream import monitor as js_monitor
 from pynatsd.matcher import combine_stats
-from pynatsd.monitor import cluster, gateways
+from pynatsd.monitor import cluster, gateways, leafnodes
 from pynatsd.monitor.details import subscription_detail
 from pynatsd.protocol.subjects import is_literal_subject
 
@@ -112,7 +112,7 @@ def varz(server: Node, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[st
             "max_pending": opts.max_pending,
             "cluster": cluster.varz_cluster(server),
             "gateway": gateways.varz_gateway(server),
-            "leaf": {},
+            "leaf": leafnodes.varz_leaf(server),
             "mqtt": {},
             "websocket": server.websocket.varz() if server.websocket is not None else {},
             "jetstream": {} if server.jetstream is None else js_monitor.varz_block(server.jetstream),
@@ -129,7 +129,7 @@ def varz(server: Node, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[st
             "total_connections": stats.total_connections,
             "routes": len(server.routes),
             "remotes": cluster.remotes(server),
-            "leafnodes": 0,
+            "leafnodes": len(server.leafnodes),
             "in_msgs": stats.in_msgs,  # routed messages included, as nats-server counts them
             "in_bytes": stats.in_bytes,
             "in_client_msgs": stats.in_client_msgs,
@@ -387,8 +387,10 @@ def gatewayz(server: Node, query: Mapping[str, str] | None = None) -> dict[str, 
     return gateways.gatewayz(server, _now(), accounts, subs)
 
 
-def leafz(server: Node) -> dict[str, Any]:
-    return {"server_id": server.server_id, "now": rfc3339nano(_now()), "leafnodes": 0, "leafs": []}
+def leafz(server: Node, query: Mapping[str, str] | None = None) -> dict[str, Any]:
+    query = query or {}
+    subs = _param(query, "subs", parse_bool, False)
+    return leafnodes.leafz(server, _now(), subs, query.get("acc", ""))
 
 
 def _accounts(server: Node) -> list[str]:
@@ -424,7 +426,7 @@ def account_info(server: Node, name: str) -> dict[str, Any]:
             "expired": False,
             "complete": True,
             "jetstream_enabled": server.jetstream is not None and name in server.jetstream.accounts,
-            "leafnode_connections": 0,
+            "leafnode_connections": sum(1 for leaf in server.leafnodes if leaf.account == name),
             "client_connections": sum(1 for c in server.clients.values() if c.account == name),
             "subscriptions": stats.num_subscriptions,
         }
@@ -487,7 +489,7 @@ def account_stat(server: Node, name: str, conns: list[Connection] | None = None)
         "acc": name,
         "name": account_name_tag(server, name),
         "conns": len(conns),
-        "leafnodes": 0,
+        "leafnodes": sum(1 for leaf in server.leafnodes if leaf.account == name),
         "total_conns": len(conns),
         "num_subscriptions": sublist.stats().num_subscriptions if sublist is not None else 0,
         "sent": {

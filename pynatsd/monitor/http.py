@@ -99,7 +99,7 @@ class Monitor:
             "/subscriptionsz": lambda r: endpoints.subsz(s, r.query),
             "/routez": lambda r: endpoints.routez(s, r.query),
             "/gatewayz": lambda r: endpoints.gatewayz(s, r.query),
-            "/leafz": lambda r: endpoints.leafz(s),
+            "/leafz": lambda r: endpoints.leafz(s, r.query),
             "/accountz": lambda r: endpoints.accountz(s, r.query),
             "/accstatz": lambda r: endpoints.accstatz_query(s, r.query),
             "/jsz": lambda r: endpoints.jsz(s, r.query),

@@ -13,6 +13,11 @@ groups get the message here. A route names the account in every op, except a rou
 account (nats-server's dedicated route, `route_account` in its INFO): there RS+/RS-/RMSG/HMSG carry no
 account, the pinned one is implied (`RouteParser.account`; the encoders omit an empty account).
 
+A leaf node connection (pynatsd.leafnodes) speaks the same grammar under other names, bound to one account
+that no op names: `LS+ <subject>[ <queue> <weight>]`, `LS- <subject>[ <queue>]`, `LMSG <subject> [reply
+forms] <size>` and, with headers, `HMSG <subject> [reply forms] <header size> <total size>`
+(`RouteParser(leaf=True)` with its `account` set; the encoders' `leaf=True`).
+
 `RouteParser.feed` calls a `RouteOpHandler` per complete op; without a handler it records typed op values
 (`RSub`, `RMsg`, ...). Malformed input raises a `protocol.errors.ProtocolError` (nats-server answers
 `-ERR 'Unknown Protocol Operation'` for an unknown op and closes on bad arguments); the parser is then
@@ -217,7 +222,12 @@ class RouteParser:
         handler: RouteOpHandler | None = None,
         max_control_line: int = 4096,
         max_payload: int = MAX_ROUTED_PAYLOAD,
+        leaf: bool = False,
     ) -> None:
+        # the op names: a route's, or a leaf node connection's (see the module docstring)
+        self._msg_op = b"LMSG" if leaf else b"RMSG"
+        self._sub_op = b"LS+" if leaf else b"RS+"
+        self._unsub_op = b"LS-" if leaf else b"RS-"
         self._recorder: RouteOpRecorder | None = None
         if handler is None:
             handler = self._recorder = RouteOpRecorder()
@@ -350,12 +360,12 @@ class RouteParser:
         if len(rest) > self.max_control_line:
             raise errors.MaxControlLineExceeded(errors.MAX_CONTROL_LINE)
         handler = self._handler
-        if op in (b"RMSG", b"HMSG"):
+        if op == self._msg_op or op == b"HMSG":
             parsed = parse_msg_args(self._args(rest), op == b"HMSG", line)
             if parsed[5] > self.max_payload:
                 raise errors.MaxPayloadExceeded(errors.MAX_PAYLOAD)
             return parsed
-        elif op == b"RS+":
+        elif op == self._sub_op:
             args = self._args(rest)
             if len(args) == 2:
                 handler.on_rsub(args[0], args[1], None, 1)
@@ -366,7 +376,7 @@ class RouteParser:
                 handler.on_rsub(args[0], args[1], args[2], weight)
             else:
                 raise _bad("RS+: wrong number of arguments", line)
-        elif op == b"RS-":
+        elif op == self._unsub_op:
             args = self._args(rest)
             if len(args) not in (2, 3):
                 raise _bad("RS-: wrong number of arguments", line)
@@ -406,20 +416,25 @@ class RouteParser:
 
 
 # -- encoding ----------------------------------------------------------------------------------------
-def encode_rsub(account: bytes, subject: bytes, queue: bytes | None = None, weight: int = 1) -> bytes:
-    """`RS+ account subject [queue weight]`; an empty `account` (a pinned route's) is left out."""
+def encode_rsub(
+    account: bytes, subject: bytes, queue: bytes | None = None, weight: int = 1, leaf: bool = False
+) -> bytes:
+    """`RS+ account subject [queue weight]` (`LS+` with `leaf`); an empty `account` (a pinned route's, a
+    leaf connection's) is left out."""
     named = account + b" " + subject if account else subject
+    op = b"LS+" if leaf else b"RS+"
     if queue:
-        return b"RS+ %s %s %d\r\n" % (named, queue, weight)
-    return b"RS+ %s\r\n" % named
+        return b"%s %s %s %d\r\n" % (op, named, queue, weight)
+    return b"%s %s\r\n" % (op, named)
 
 
-def encode_runsub(account: bytes, subject: bytes, queue: bytes | None = None) -> bytes:
-    """`RS- account subject [queue]`; an empty `account` (a pinned route's) is left out."""
+def encode_runsub(account: bytes, subject: bytes, queue: bytes | None = None, leaf: bool = False) -> bytes:
+    """`RS- account subject [queue]` (`LS-` with `leaf`); an empty `account` is left out."""
     named = account + b" " + subject if account else subject
+    op = b"LS-" if leaf else b"RS-"
     if queue:
-        return b"RS- %s %s\r\n" % (named, queue)
-    return b"RS- %s\r\n" % named
+        return b"%s %s %s\r\n" % (op, named, queue)
+    return b"%s %s\r\n" % (op, named)
 
 
 def rmsg_head(
@@ -428,10 +443,11 @@ def rmsg_head(
     reply: bytes | None,
     queues: list[bytes] | None,
     headers: bool,
+    leaf: bool = False,
 ) -> bytes:
-    """`RMSG account subject [reply | + reply q… | | q…] ` (or HMSG): the frame up to its size field(s);
-    an empty `account` (a pinned route's) is left out."""
-    parts = [b"HMSG " if headers else b"RMSG "]
+    """`RMSG account subject [reply | + reply q… | | q…] ` (or HMSG; LMSG with `leaf`): the frame up to its
+    size field(s); an empty `account` (a pinned route's, a leaf connection's) is left out."""
+    parts = [b"HMSG " if headers else (b"LMSG " if leaf else b"RMSG ")]
     if account:
         parts += [account, b" "]
     parts += [subject, b" "]

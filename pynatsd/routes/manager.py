@@ -39,7 +39,7 @@ from pynatsd.base.ids import new_server_id
 from pynatsd.base.listener import interface_addresses
 from pynatsd.base.logging import get_logger
 from pynatsd.base.tls import route_contexts
-from pynatsd.broker.delivery import kept_local
+from pynatsd.broker.delivery import kept_local, propagated
 from pynatsd.config.cluster import advertised_permissions
 from pynatsd.protocol import encoder
 from pynatsd.protocol.route import encode_rsub, encode_runsub
@@ -569,14 +569,14 @@ class RouteManager:
         acc = account.encode()
 
         def changed(sub: Subscription, added: bool) -> None:
-            if not (sub.conn.is_route or kept_local(sub)):
+            if propagated(sub.conn) and not kept_local(sub):
                 self._interest_changed(account, acc, sub, added)
 
         sublist.watcher = changed
         # what subscribed before the routes started (the system account's services, JetStream's):
         # counted as it stands, sent to each route as it registers
         for sub in sublist.subscriptions():
-            if not (sub.conn.is_route or kept_local(sub)):
+            if propagated(sub.conn) and not kept_local(sub):
                 key = (account, sub.subject, sub.queue)
                 self.interest[key] = self.interest.get(key, 0) + 1
 

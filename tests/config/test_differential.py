@@ -250,6 +250,7 @@ BOTH_START = {
     "variables": "SECRET: pw\nauthorization { user: u, password: $SECRET }",
     "memory resolver": "resolver: MEMORY",
     "account nkey": f"accounts {{ A {{ nkey: {ACCOUNT_NKEY}, users = [{{user: a, password: a}}] }} }}",
+    "leafnodes": 'leafnodes { port: -1, reconnect: "2s", authorization { user: a, password: b } }',
 }
 # nats-server runs these; pynatsd does not implement them and refuses to start rather than run open.
 PYNATSD_REFUSES = {
@@ -258,7 +259,7 @@ PYNATSD_REFUSES = {
         'accounts { A { users = [{user: a, password: a}], exports = [{service: "x", latency: "l"}] } }',
         "latency",
     ),
-    "leafnodes": ("leafnodes { listen: 127.0.0.1:-1 }", "leafnodes"),
+    "leafnode compression": ("leafnodes { listen: 127.0.0.1:-1, compression: s2_fast }", "compression"),
     "mqtt": ("mqtt { listen: 127.0.0.1:-1 }", "mqtt"),
 }  # fmt: skip
 

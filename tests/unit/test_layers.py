@@ -26,7 +26,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("config", ("pynatsd.config",)),
     ("broker", ("pynatsd.broker",)),
     ("accounts", ("pynatsd.accounts",)),
-    ("features", ("pynatsd.gateways", "pynatsd.jetstream", "pynatsd.routes", "pynatsd.websocket")),
+    (
+        "features",
+        ("pynatsd.gateways", "pynatsd.jetstream", "pynatsd.leafnodes", "pynatsd.routes", "pynatsd.websocket"),
+    ),
     ("lifecycle", ("pynatsd.lifecycle",)),  # signals, lame duck, reload: they see a server as a Daemon
     ("node", ("pynatsd.node",)),
     ("monitor", ("pynatsd.monitor",)),
@@ -78,6 +81,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("pynatsd.node", "pynatsd.routes.jetstream"): _CONFIGURED + " (a cluster with a system account)",
     ("pynatsd.node", "pynatsd.routes.manager"): _CONFIGURED + " (a cluster block)",
     ("pynatsd.node", "pynatsd.gateways.manager"): _CONFIGURED + " (a gateway block)",
+    ("pynatsd.node", "pynatsd.leafnodes.manager"): _CONFIGURED + " (a leafnodes block)",
     ("pynatsd.server", "pynatsd.monitor"): _CONFIGURED + " (a monitoring port: aiohttp, prometheus-client)",
     ("pynatsd.server", "pynatsd.monitor.system"): _CONFIGURED + " (a system account clients can reach)",
     ("pynatsd.websocket", "pynatsd.websocket.server"): _CONFIGURED + " (a websocket block)",

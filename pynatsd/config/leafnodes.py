@@ -1,0 +1,214 @@
+"""The `leafnodes {}` block: `LeafNodeOptions` (pynatsd.leafnodes runs it).
+
+Keys as nats-server reads them (case-insensitive, its aliases): `listen` / `host` / `port`, `authorization
+{ user, password, token, account, users [ {user, password, account} ], timeout }`, `remotes [ { url / urls,
+account, credentials, hub, no_randomize, deny_imports, deny_exports } ]`, `advertise`, `no_advertise`,
+`reconnect`. Fail closed: the leafnode keys nats-server has and pynatsd does not implement (TLS, nkeys,
+compression, WebSocket remotes, proxies, isolation, ...) are refused by name; unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from typing import Any
+
+from pynatsd.base.blocks import LeafNodeOptions, LeafRemote
+from pynatsd.base.options import Options
+from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
+from pynatsd.config.cluster import parse_listen
+
+# nats-server's leafnode keys pynatsd does not implement: refused by name, with what they are.
+_NOT_IMPLEMENTED = {
+    "tls": "TLS for leaf node connections",
+    "nkey": "nkey authentication of leaf nodes",
+    "seed": "nkey authentication of leaf nodes",
+    "compression": "compressed leaf node connections",
+    "min_version": "a minimum leaf node version",
+    "minimum_version": "a minimum leaf node version",
+    "isolate_leafnode_interest": "leaf node interest isolation",
+    "isolate": "leaf node interest isolation",
+    "request_isolation": "leaf node interest isolation",
+    "proxy": "proxies for leaf node remotes",
+    "proxy_required": "proxy-required leaf node users",
+    "ws_compress": "WebSocket leaf node remotes",
+    "ws_compression": "WebSocket leaf node remotes",
+    "websocket_compress": "WebSocket leaf node remotes",
+    "websocket_compression": "WebSocket leaf node remotes",
+    "ws_no_masking": "WebSocket leaf node remotes",
+    "websocket_no_masking": "WebSocket leaf node remotes",
+    "jetstream_cluster_migrate": "JetStream cluster migration of leaf nodes",
+    "js_cluster_migrate": "JetStream cluster migration of leaf nodes",
+    "first_info_timeout": '"first_info_timeout" for leaf nodes',
+    "dial_timeout": '"dial_timeout" for leaf nodes',
+    "disabled": "disabled leaf node remotes",
+    "ignore_discovered_servers": '"ignore_discovered_servers" for leaf nodes',
+    "write_deadline": '"write_deadline" for leaf nodes',
+    "write_timeout": '"write_timeout" for leaf nodes',
+}
+_ACCESS = frozenset({"tls", "nkey", "seed", "proxy_required", "min_version"})
+
+
+def _refused(where: str, key: str) -> ConfigValueError:
+    why = " (it controls who may connect)" if key.lower() in _ACCESS else ""
+    what = _NOT_IMPLEMENTED[key.lower()]
+    text = f'{where} "{key}": pynatsd does not support {what}{why}; remove it to run pynatsd'
+    return ConfigValueError(text)
+
+
+def _map(what: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigValueError(f"Expected {what} to be a map, got {type(value).__name__}")
+    return value
+
+
+def _timeout(key: str, value: Any) -> float:
+    if isinstance(value, str):
+        return parse_duration(f"leafnodes authorization {key}", value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigValueError(f"leafnodes authorization {key}: expected seconds, got {value!r}")
+    return float(value)
+
+
+def _users(value: Any) -> list[dict[str, str]]:
+    if not isinstance(value, list):
+        raise ConfigValueError(f"Expected users field to be an array, got {value!r}")
+    users: list[dict[str, str]] = []
+    for entry in value:
+        if not isinstance(entry, dict):
+            raise ConfigValueError(f"Expected user entry to be a map/struct, got {entry!r}")
+        user = {"user": "", "password": "", "account": ""}
+        for key, v in entry.items():
+            k = key.lower()
+            if k in ("user", "username"):
+                user["user"] = to_str(f"leafnodes user {key}", v)
+            elif k in ("pass", "password"):
+                user["password"] = to_str(f"leafnodes user {key}", v)
+            elif k == "account":
+                user["account"] = to_str(f"leafnodes user {key}", v)
+            elif k in _NOT_IMPLEMENTED:
+                raise _refused("leafnodes user", key)
+            else:
+                raise ConfigValueError(f'leafnodes authorization users: unknown field "{key}"')
+        users.append(user)
+    return users
+
+
+def _authorization(leaf: LeafNodeOptions, value: Any) -> None:
+    for key, v in _map("leafnodes authorization", value).items():
+        k = key.lower()
+        if k in ("user", "username"):
+            leaf.username = to_str(f"leafnodes authorization {key}", v)
+        elif k in ("pass", "password"):
+            leaf.password = to_str(f"leafnodes authorization {key}", v)
+        elif k == "token":
+            leaf.token = to_str(f"leafnodes authorization {key}", v)
+        elif k == "account":
+            leaf.account = to_str(f"leafnodes authorization {key}", v)
+        elif k == "timeout":
+            leaf.auth_timeout = _timeout(key, v)
+        elif k == "users":
+            leaf.users = _users(v)
+        elif k in _NOT_IMPLEMENTED:
+            raise _refused("leafnodes authorization", key)
+        else:
+            raise ConfigValueError(f'leafnodes authorization: unknown field "{key}"')
+    # nats-server's validateLeafNodeAuthOptions, its words
+    if leaf.users and (leaf.username or leaf.token):
+        raise ConfigValueError("can not have a single user/pass and a users array")
+    names = [u["user"] for u in leaf.users]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigValueError(f'duplicate user "{name}" detected in leafnode authorization')
+
+
+def leaf_url(text: str) -> str:
+    """A remote's URL (`nats-leaf://`, `nats://`, `tls://` with host and port): trimmed, or an error."""
+    url = urllib.parse.urlsplit(text.strip())
+    try:
+        port = url.port
+    except ValueError as exc:
+        raise ConfigValueError(f"error parsing leafnode remote url [{text!r}]: {exc}") from exc
+    if url.scheme in ("ws", "wss"):
+        raise ConfigValueError(
+            f'leafnodes remote url "{text}": pynatsd does not support WebSocket leaf node remotes; '
+            "remove it to run pynatsd"
+        )
+    if url.scheme == "tls":
+        raise ConfigValueError(
+            f'leafnodes remote url "{text}": pynatsd does not support TLS for leaf node connections (it '
+            "controls who may connect); remove it to run pynatsd"
+        )
+    if not url.hostname:
+        raise ConfigValueError(f"error parsing leafnode remote url [{text!r}]: a host is required")
+    if port is None:  # nats-server's default leafnode port
+        text = text.strip().replace(url.netloc, f"{url.netloc}:7422", 1)
+    return text.strip()
+
+
+def _subjects(key: str, value: Any) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    return [to_str(f"leafnodes remote {key}", item) for item in items]
+
+
+def _remote(value: Any) -> LeafRemote:
+    remote = LeafRemote()
+    for key, v in _map("remote leafnode entry", value).items():
+        k = key.lower()
+        if k in ("url", "urls"):
+            items = v if isinstance(v, list) else [v]
+            remote.urls = [leaf_url(to_str(f"leafnodes remote {key}", item)) for item in items]
+        elif k in ("account", "local"):
+            remote.account = to_str(f"leafnodes remote {key}", v)
+        elif k in ("creds", "credentials"):
+            remote.credentials = os.path.expanduser(to_str(f"leafnodes remote {key}", v))
+        elif k == "hub":
+            remote.hub = to_bool(f"leafnodes remote {key}", v)
+        elif k in ("no_randomize", "dont_randomize"):
+            remote.no_randomize = to_bool(f"leafnodes remote {key}", v)
+        elif k in ("deny_imports", "deny_import"):
+            remote.deny_imports = _subjects(key, v)
+        elif k in ("deny_exports", "deny_export"):
+            remote.deny_exports = _subjects(key, v)
+        elif k in _NOT_IMPLEMENTED:
+            raise _refused("leafnodes remote", key)
+        else:
+            raise ConfigValueError(f'leafnodes remote: unknown field "{key}"')
+    if not remote.urls:
+        raise ConfigValueError("leafnodes remote: a url is required")
+    return remote
+
+
+def parse_block(value: Any) -> LeafNodeOptions:
+    """A `leafnodes {}` block as nats-server reads it."""
+    leaf = LeafNodeOptions()
+    for key, v in _map("leafnode", value).items():
+        k = key.lower()
+        if k == "listen":
+            leaf.host, leaf.port = parse_listen(str(v), "leafnodes listen")
+        elif k == "port":
+            leaf.port = to_int(f"leafnodes {key}", v)
+        elif k in ("host", "net"):
+            leaf.host = to_str(f"leafnodes {key}", v)
+        elif k == "authorization":
+            _authorization(leaf, v)
+        elif k == "remotes":
+            if not isinstance(v, list):
+                raise ConfigValueError(f"Expected remotes field to be an array, got {type(v).__name__}")
+            leaf.remotes = [_remote(item) for item in v]
+        elif k in ("reconnect", "reconnect_delay", "reconnect_interval"):
+            leaf.reconnect = parse_duration(f"leafnodes {key}", v)
+        elif k in ("leafnode_advertise", "advertise"):
+            leaf.advertise = to_str(f"leafnodes {key}", v)
+        elif k == "no_advertise":
+            leaf.no_advertise = to_bool(f"leafnodes {key}", v)
+        elif k in _NOT_IMPLEMENTED:
+            raise _refused("leafnodes", key)
+        else:
+            raise ConfigValueError(f'leafnodes: unknown field "{key}"')
+    return leaf
+
+
+def apply(opts: Options, key: str, value: Any) -> None:
+    """The config-file hook: parse the block into `opts.leafnodes`."""
+    opts.leafnodes = parse_block(value)

@@ -1,0 +1,91 @@
+"""The `leafnodes {}` block: every key pynatsd implements parsed into `LeafNodeOptions`, the rest refused by
+name, and a reload that changes the block refused without showing its passwords."""
+
+from __future__ import annotations
+
+import pytest
+
+from pynatsd.base.blocks import LeafRemote
+from pynatsd.base.options import Options, unreloadable_changes
+from pynatsd.config.parser import parse
+from pynatsd.config.schema import ConfigErrors, apply_config
+
+
+def load(text: str) -> Options:
+    opts = Options()
+    apply_config(opts, parse(text, "t.conf"))
+    return opts
+
+
+def test_every_supported_key() -> None:
+    leaf = load(
+        """leafnodes {
+          listen: "127.0.0.1:7422"
+          advertise: "leaf.example.com:7422"
+          no_advertise: true
+          reconnect: "5s"
+          authorization {
+            timeout: 3
+            users [ {user: a, password: b, account: A}, {username: c, pass: d} ]
+          }
+          remotes [
+            { url: "nats-leaf://u:p@hub:7422", account: A, hub: true, no_randomize: true,
+              deny_imports: ["x.>"], deny_exports: "y" }
+            { urls: ["nats://h1:7422", "nats://h2"] }
+          ]
+        }"""
+    ).leafnodes
+    assert leaf is not None
+    assert (leaf.host, leaf.port, leaf.advertise, leaf.no_advertise, leaf.reconnect) == (
+        "127.0.0.1",
+        7422,
+        "leaf.example.com:7422",
+        True,
+        5.0,
+    )
+    assert leaf.auth_timeout == 3.0
+    assert leaf.users == [
+        {"user": "a", "password": "b", "account": "A"},
+        {"user": "c", "password": "d", "account": ""},
+    ]
+    assert leaf.remotes == [
+        LeafRemote(["nats-leaf://u:p@hub:7422"], "A", True, True, ["x.>"], ["y"]),
+        LeafRemote(["nats://h1:7422", "nats://h2:7422"]),
+    ]
+    single = load("leafnodes { port: -1, authorization { user: u, password: p, account: B } }").leafnodes
+    assert single is not None
+    assert (single.port, single.username, single.password, single.account) == (-1, "u", "p", "B")
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("leafnodes { compression: s2_auto }", '"compression": pynatsd does not support'),
+        ("leafnodes { isolate: true }", '"isolate": pynatsd does not support'),
+        ('leafnodes { remotes [ { url: "nats://h:1", tls { } } ] }', '"tls": pynatsd does not support'),
+        ('leafnodes { remotes [ { url: "ws://h:1" } ] }', "WebSocket leaf node remotes"),
+        ("leafnodes { remotes [ { account: A } ] }", "a url is required"),
+        ("leafnodes { bogus: 1 }", 'unknown field "bogus"'),
+        (
+            "leafnodes { authorization { user: a, users [ {user: b} ] } }",
+            "a single user/pass and a users array",
+        ),
+    ],
+)
+def test_refused(text: str, named: str) -> None:
+    with pytest.raises(ConfigErrors) as err:
+        load(text)
+    assert named in str(err.value)
+
+
+def test_a_reload_refuses_leafnodes_changes_without_showing_passwords() -> None:
+    old = load("leafnodes { port: 7422, authorization { user: u, password: secret1 } }")
+    new = load("leafnodes { port: 7422, authorization { user: u, password: secret2 } }")
+    changes = unreloadable_changes(old, new)
+    assert changes == ["config reload not supported for leafnodes: the leafnodes block changed"]
+    assert (
+        unreloadable_changes(
+            old, load("leafnodes { port: 7422, authorization { user: u, password: secret1 } }")
+        )
+        == []
+    )
