@@ -123,6 +123,15 @@ class Advisories:
                 fields["reason"] = reason
             self._publish(subject, _ADVISORY + kind, fields)
 
+    def consumer_pause(self, names: tuple[str, str], until: str, paused: bool) -> None:
+        """A consumer's pause_until changed by an update (CONSUMER.PAUSE too), or its pause ended; `until`
+        as its config has it (Go's zero time when none: nats-server's time.Time is never left out)."""
+        subject = b"$JS.EVENT.ADVISORY.CONSUMER.PAUSE.%s.%s" % (names[0].encode(), names[1].encode())
+        if self.wanted(subject):
+            fields = {"stream": names[0], "consumer": names[1], "paused": paused}
+            fields["pause_until"] = until or "0001-01-01T00:00:00Z"
+            self._publish(subject, _ADVISORY + "consumer_pause", fields)
+
     def max_deliveries(self, subject: bytes, names: tuple[str, str], seq: int, deliveries: int) -> None:
         """A message delivered max_deliver times without an ack: it will not be delivered again."""
         if self.wanted(subject):

@@ -332,7 +332,9 @@ class Consumer:
         self._pause_until = 0  # ns; nothing is delivered before (config pause_until)
         self._pause_timer: asyncio.TimerHandle | None = None
         self._stopped = False
+        self._announce_pause = False  # a pause set at creation is not announced (nats-server's)
         self.update(config)
+        self._announce_pause = True
         self._names = (stream.name, name)
         self._event_suffix = b".%s.%s" % (stream.name.encode(), name.encode())  # its advisories' subjects
         # `$JS.ACK.<stream>.<consumer>.`: the fixed start of every delivered message's reply subject.
@@ -443,10 +445,16 @@ class Consumer:
         if self._pause_timer is not None:
             self._pause_timer.cancel()
             self._pause_timer = None
+        before = self._pause_until
         self._pause_until = parse_rfc3339(until) if until else 0
         self._arm_pause()
-        # (hook) the consumer pause advisory goes out here when the pause changes (nats-server sends it
-        # on a change of pause_until, and again from _resume when the deadline passes).
+        if self._announce_pause and self._pause_until != before:
+            self._pause_advisory()
+
+    def _pause_advisory(self) -> None:
+        """nats-server's consumer_pause advisory: when an update changes pause_until, and when it passes."""
+        until = str(self.config.get("pause_until") or "")
+        self.account.advisories.consumer_pause(self._names, until, self.paused())
 
     def _arm_pause(self) -> None:
         wait = self._pause_until - now_ns()
@@ -458,6 +466,7 @@ class Consumer:
         if self.paused():  # the loop's clock ran ahead of the wall clock
             self._arm_pause()
             return
+        self._pause_advisory()
         self.kick()
 
     def paused(self) -> bool:

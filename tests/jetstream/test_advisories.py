@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -242,3 +243,58 @@ async def test_domain_named(kind: str, tmp_path: Path) -> None:
         ("$JS.EVENT.ADVISORY.API", "domain", "hub"),
         ("$JS.EVENT.ADVISORY.STREAM.CREATED.D", "domain", "hub"),
     ]
+
+
+async def _pause_scenario(url: str) -> list[dict[str, Any]]:
+    """A consumer created paused (not announced), paused anew through CONSUMER.PAUSE until a moment ahead
+    (announced, then again when that moment passes), paused far ahead and resumed (announced each)."""
+    watcher = await nats.connect(url, allow_reconnect=False)
+    events: list[Event] = []
+
+    async def heard(msg: Any) -> None:
+        events.append((msg.subject, json.loads(msg.data)))
+
+    await watcher.subscribe("$JS.EVENT.ADVISORY.CONSUMER.PAUSE.>", cb=heard)
+    await watcher.flush()
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="P", subjects=["p.>"])
+        soon = datetime.now(UTC) + timedelta(seconds=1)
+        later = datetime.now(UTC) + timedelta(hours=1)
+        create = {"stream_name": "P", "config": {"durable_name": "D", "ack_policy": "explicit"}}
+        create["config"]["pause_until"] = later.strftime("%Y-%m-%dT%H:%M:%SZ")
+        await nc.request("$JS.API.CONSUMER.CREATE.P.D", json.dumps(create).encode(), timeout=5)
+        for until in (soon, None, later, None):
+            body = json.dumps({"pause_until": until.strftime("%Y-%m-%dT%H:%M:%S.%fZ")} if until else {})
+            await nc.request("$JS.API.CONSUMER.PAUSE.P.D", body.encode(), timeout=5)
+            if until is soon:  # its end is announced too
+                await _until(events, lambda s: len(s) >= 2, "the end of a pause")
+        await _until(events, lambda s: len(s) >= 5, "every pause change")
+        await js.delete_stream("P")
+    finally:
+        await nc.close()
+        await watcher.close()
+    return [_normalized(s, d) | {"subject": s} for s, d in events]
+
+
+async def test_pause_advisories_as_nats_server(servers: dict[str, ServerProcess]) -> None:
+    """Each change of pause_until, and each pause's end, on both servers; pause_until Go's zero time when
+    none (its time.Time is never left out)."""
+    seen = {k: await _pause_scenario(s.url) for k, s in servers.items()}
+    for events in seen.values():
+        for event in events:
+            if event["pause_until"] != "0001-01-01T00:00:00Z":
+                assert _TIME.fullmatch(event["pause_until"]), event
+            event["pause_until"] = event["pause_until"].startswith("0001")  # a time, or Go's zero one
+    assert [(e["paused"], e["pause_until"]) for e in seen["pynatsd"]] == [
+        (True, False),  # paused until soon
+        (False, False),  # ...which passed
+        (False, True),  # resumed (already): the zero time
+        (True, False),  # paused until later
+        (False, True),  # resumed
+    ]
+    # The end's `paused`: nats-server compares the wall clock with the deadline when its timer (monotonic)
+    # fires, and says true here (3 runs of 3), as a wall clock slewed behind makes it; pynatsd says false.
+    seen["nats-server"][1]["paused"] = False
+    assert seen["pynatsd"] == seen["nats-server"]
