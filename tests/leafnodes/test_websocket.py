@@ -1,8 +1,8 @@
 """Leaf nodes over WebSocket: the leaf's remotes dial the hub's `websocket {}` listener (`ws://`, the
 `/leafnode` path), one masked and uncompressed, the other asking for `ws_compression` and
-`ws_no_masking`. The matrix's pub/sub and request/reply run on each topology (pynatsd leaf -> nats-server
-hub, nats-server leaf -> pynatsd hub, pynatsd -> pynatsd, the nats-server reference), and the hub's /leafz
-shows both connections. A server without a leafnode port closes a leaf's upgrade unanswered."""
+`ws_no_masking`. The matrix's pub/sub, request/reply and hub restart run on each topology (pynatsd leaf
+-> nats-server hub, nats-server leaf -> pynatsd hub, pynatsd -> pynatsd, the nats-server reference), and
+the hub's /leafz shows both connections. A server without a leafnode port closes a leaf's upgrade."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from pynatsd.websocket.client import leaf_upgrade_request
+from tests.leafnodes import test_matrix as matrix
 from tests.leafnodes.conftest import TOPOLOGIES, Pair, hub_config, leaf_config
 from tests.leafnodes.test_matrix import (
     test_pub_sub_both_ways_with_wildcards_and_headers,
@@ -27,7 +28,11 @@ from tests.leafnodes.test_matrix import (
 from tests.servers import ServerProcess, free_port, require, start_server
 from tests.websocket.servers import start_ws_server
 
-__all__ = ["test_pub_sub_both_ways_with_wildcards_and_headers", "test_request_reply_and_no_responders"]
+__all__ = [
+    "test_hub_restart_reconnects_and_resends_interest",
+    "test_pub_sub_both_ways_with_wildcards_and_headers",
+    "test_request_reply_and_no_responders",
+]
 
 
 def _leafz(server: ServerProcess) -> Any:
@@ -87,3 +92,7 @@ async def test_a_server_without_a_leafnode_port_closes_a_leaf_upgrade(kind: str,
         server.stop()
     assert answer.startswith(b"HTTP/1.1 101 ")
     assert answer.endswith(b"\r\n\r\n")
+
+
+# Last (it restarts the hub without its monitoring port): the remotes dial ws:// again and resend interest.
+test_hub_restart_reconnects_and_resends_interest = matrix.test_hub_restart_reconnects_and_resends_interest
