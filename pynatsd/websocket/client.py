@@ -23,6 +23,7 @@ from pynatsd.websocket.server import Framed, WebSocketProtocol, WebSocketTranspo
 
 log = get_logger()
 
+UPGRADE_WAIT = 1.0  # seconds for the hub's answer (nats-server's DEFAULT_LEAFNODE_INFO_WAIT, its deadline)
 _PMC_REQUEST = "permessage-deflate; server_no_context_takeover; client_no_context_takeover"
 
 
@@ -66,9 +67,13 @@ class LeafWebSocketDialer(WebSocketProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.raw = cast(asyncio.Transport, transport)
         self.raw.write(leaf_upgrade_request(self.url, self.key, self.want_compression, self.no_masking))
+        self._timer = self.leaf.server.loop.call_later(
+            UPGRADE_WAIT, self._fail, "timeout waiting for the upgrade"
+        )
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.conn is None:  # lost before the upgrade: the remote tries again
+            self._cancel_timer()
             self.failed()
             return
         super().connection_lost(exc)
@@ -85,6 +90,7 @@ class LeafWebSocketDialer(WebSocketProtocol):
         rest = bytes(self.head[end + 4 :])
         lines = bytes(self.head[:end]).decode("latin-1").split("\r\n")
         self.head = bytearray()
+        self._cancel_timer()
         headers: dict[str, str] = {}
         for line in lines[1:]:
             name, _, value = line.partition(":")
@@ -113,7 +119,7 @@ class LeafWebSocketDialer(WebSocketProtocol):
         log.debug("Leafnode compression=%s masking=%s", compress, self.mask)
         self.conn = self.leaf
         self.leaf.connection_made(WebSocketTransport(self, raw))
-        if rest:
+        if rest:  # (frames behind the answer)
             self.data_received(rest)
 
     def _fail(self, reason: str) -> None:

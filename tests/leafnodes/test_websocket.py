@@ -94,5 +94,32 @@ async def test_a_server_without_a_leafnode_port_closes_a_leaf_upgrade(kind: str,
     assert answer.endswith(b"\r\n\r\n")
 
 
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+async def test_a_remote_whose_upgrade_is_not_answered_dials_again(kind: str, tmp_path: Path) -> None:
+    """A `ws://` remote whose hub takes the socket and never answers the upgrade gives up after its wait
+    and dials again."""
+    require("nats-server")
+    dialed = asyncio.Event()
+    sockets: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sockets.append(writer)  # (kept open, never answered)
+        if len(sockets) == 2:
+            dialed.set()
+
+    hub = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = hub.sockets[0].getsockname()[1]
+    conf = tmp_path / "leaf.conf"
+    conf.write_text(f'leafnodes {{ reconnect: "1s", remotes [ {{ url: "ws://127.0.0.1:{port}" }} ] }}\n')
+    leaf = start_server(kind, ["-c", str(conf)])
+    try:
+        await asyncio.wait_for(dialed.wait(), 15)
+    finally:
+        leaf.stop()
+        for writer in sockets:
+            writer.close()
+        hub.close()
+
+
 # Last (it restarts the hub without its monitoring port): the remotes dial ws:// again and resend interest.
 test_hub_restart_reconnects_and_resends_interest = matrix.test_hub_restart_reconnects_and_resends_interest
