@@ -123,6 +123,7 @@ class LeafWebSocketDialer(WebSocketProtocol):
             self.data_received(rest)
 
     def _fail(self, reason: str) -> None:
-        log.error("Error trying to connect as leafnode to remote server %r: %s", self.url, reason)
+        where = urllib.parse.urlsplit(self.url).netloc.rpartition("@")[2]  # (not its credentials)
+        log.error("Error trying to connect as leafnode to remote server %r: %s", where, reason)
         assert self.raw is not None
         self.raw.close()  # (connection_lost then has the remote try again)
