@@ -87,6 +87,8 @@ class LeafRemote:
     deny_imports: list[str] = field(default_factory=list)  # subjects the hub's messages may not bring
     deny_exports: list[str] = field(default_factory=list)  # subjects our messages may not take there
     credentials: str = ""  # a creds file (user JWT and seed): its JWT and the hub's nonce signed in CONNECT
+    ws_compression: bool = False  # ws:// URLs: ask the hub for permessage-deflate
+    ws_no_masking: bool = False  # ws:// URLs: ask the hub to take our frames unmasked
 
 
 @dataclass

@@ -2,9 +2,10 @@
 
 Keys as nats-server reads them (case-insensitive, its aliases): `listen` / `host` / `port`, `authorization
 { user, password, token, account, users [ {user, password, account} ], timeout }`, `remotes [ { url / urls,
-account, credentials, hub, no_randomize, deny_imports, deny_exports } ]`, `advertise`, `no_advertise`,
-`reconnect`. Fail closed: the leafnode keys nats-server has and pynatsd does not implement (TLS, nkeys,
-compression, WebSocket remotes, proxies, isolation, ...) are refused by name; unknown keys are errors.
+account, credentials, hub, no_randomize, deny_imports, deny_exports, ws_compression, ws_no_masking } ]`,
+`advertise`, `no_advertise`, `reconnect`. Fail closed: the leafnode keys nats-server has and pynatsd does
+not implement (TLS, nkeys, compression, `wss://` remotes, proxies, isolation, ...) are refused by name;
+unknown keys are errors.
 """
 
 from __future__ import annotations
@@ -31,12 +32,6 @@ _NOT_IMPLEMENTED = {
     "request_isolation": "leaf node interest isolation",
     "proxy": "proxies for leaf node remotes",
     "proxy_required": "proxy-required leaf node users",
-    "ws_compress": "WebSocket leaf node remotes",
-    "ws_compression": "WebSocket leaf node remotes",
-    "websocket_compress": "WebSocket leaf node remotes",
-    "websocket_compression": "WebSocket leaf node remotes",
-    "ws_no_masking": "WebSocket leaf node remotes",
-    "websocket_no_masking": "WebSocket leaf node remotes",
     "jetstream_cluster_migrate": "JetStream cluster migration of leaf nodes",
     "js_cluster_migrate": "JetStream cluster migration of leaf nodes",
     "first_info_timeout": '"first_info_timeout" for leaf nodes',
@@ -123,18 +118,13 @@ def _authorization(leaf: LeafNodeOptions, value: Any) -> None:
 
 
 def leaf_url(text: str) -> str:
-    """A remote's URL (`nats-leaf://`, `nats://`, `tls://` with host and port): trimmed, or an error."""
+    """A remote's URL (`nats-leaf://`, `nats://`, `ws://` with host and port): trimmed, or an error."""
     url = urllib.parse.urlsplit(text.strip())
     try:
         port = url.port
     except ValueError as exc:
         raise ConfigValueError(f"error parsing leafnode remote url [{text!r}]: {exc}") from exc
-    if url.scheme in ("ws", "wss"):
-        raise ConfigValueError(
-            f'leafnodes remote url "{text}": pynatsd does not support WebSocket leaf node remotes; '
-            "remove it to run pynatsd"
-        )
-    if url.scheme == "tls":
+    if url.scheme in ("tls", "wss"):
         raise ConfigValueError(
             f'leafnodes remote url "{text}": pynatsd does not support TLS for leaf node connections (it '
             "controls who may connect); remove it to run pynatsd"
@@ -170,6 +160,10 @@ def _remote(value: Any) -> LeafRemote:
             remote.deny_imports = _subjects(key, v)
         elif k in ("deny_exports", "deny_export"):
             remote.deny_exports = _subjects(key, v)
+        elif k in ("ws_compress", "ws_compression", "websocket_compress", "websocket_compression"):
+            remote.ws_compression = to_bool(f"leafnodes remote {key}", v)
+        elif k in ("ws_no_masking", "websocket_no_masking"):
+            remote.ws_no_masking = to_bool(f"leafnodes remote {key}", v)
         elif k in _NOT_IMPLEMENTED:
             raise _refused("leafnodes remote", key)
         else:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import random
 import urllib.parse
 from collections.abc import Callable
@@ -132,7 +133,21 @@ class LeafManager:
             delay = self.options.reconnect
 
     def _dialer(self, remote: LeafRemote, url: str) -> Callable[[], asyncio.Protocol]:
+        if url.startswith("ws://"):
+            from pynatsd.websocket.client import LeafWebSocketDialer
+
+            def dial() -> asyncio.Protocol:
+                leaf = LeafConnection(self, remote, url)
+                failed = functools.partial(self.closed, leaf)  # (the remote tries again)
+                return LeafWebSocketDialer(leaf, failed, url, remote.ws_compression, remote.ws_no_masking)
+
+            return dial
         return lambda: cast(asyncio.Protocol, LeafConnection(self, remote, url))
+
+    def accept_websocket(self) -> LeafConnection | None:
+        """A connection the WebSocket listener accepted on the `/leafnode` path; None without a leafnode
+        port (nats-server takes leaf nodes there only when it has one)."""
+        return LeafConnection(self) if self.options.port else None
 
     def delay_reconnect(self, leaf: LeafConnection, delay: float) -> None:
         """The next attempt of `leaf`'s remote waits `delay` (a loop was detected)."""

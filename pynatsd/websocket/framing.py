@@ -10,6 +10,7 @@ Errors raise `WebSocketError`, carrying the close code and text nats-server send
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from dataclasses import dataclass
@@ -117,6 +118,14 @@ def frame_header(length: int, opcode: int = BINARY, fin: bool = True, compressed
     if length < 65536:
         return _H16.pack(b0, 126, length)
     return _H64.pack(b0, 127, length)
+
+
+def masked_frame(payload: bytes, opcode: int = BINARY, compressed: bool = False) -> bytes:
+    """A whole client-to-server frame: `payload` masked with a fresh random key (RFC 6455 5.3)."""
+    header = bytearray(frame_header(len(payload), opcode, compressed=compressed))
+    header[1] |= MASK
+    key = os.urandom(4)
+    return bytes(header) + key + bytes(unmask(payload, key))
 
 
 def close_payload(code: int, reason: str = "") -> bytes:

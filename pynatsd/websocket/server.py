@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pynatsd.auth.users import Authenticator, Connecting
 from pynatsd.base.listener import listener_urls
@@ -62,6 +62,29 @@ _CLOSE_CODES = {
     c.STALE_CONNECTION: framing.GOING_AWAY,
     c.SERVER_SHUTDOWN: framing.GOING_AWAY,
 }
+
+
+class Framed(Protocol):
+    """What the framing drives: a client's `WebSocketConnection`, or a leaf node's connection."""
+
+    server: Broker
+    closed: bool
+    close_reason: str
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None: ...
+    def data_received(self, data: bytes) -> None: ...
+    def connection_lost(self, exc: Exception | None) -> None: ...
+    def pause_writing(self) -> None: ...
+    def resume_writing(self) -> None: ...
+    def holds_input(self) -> bool: ...
+    def close(self, reason: str, err_text: str | None = None) -> None: ...
+
+
+class LeafAcceptor(Protocol):
+    """The leaf node manager, as the listener sees it (pynatsd.leafnodes names no WebSocket type)."""
+
+    def accept_websocket(self) -> Framed | None:
+        """A new accepted leaf node connection; None if this server takes none (no leafnode port)."""
 
 
 class WebSocketAuthenticator(Authenticator):
@@ -182,8 +205,11 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def __init__(self, listener: WebSocketListener) -> None:
         self.listener = listener
+        self._init_framing()
+
+    def _init_framing(self) -> None:
         self.raw: asyncio.Transport | None = None
-        self.conn: WebSocketConnection | None = None
+        self.conn: Framed | None = None
         self.read_failed = False  # a read error ends reading; the connection closes once its input is taken
         self.decoder: framing.Decoder | None = None
         self.head = bytearray()  # the request head as it arrives (appends are amortized O(1))
@@ -191,6 +217,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self.compress = False
         self.frame_limit = 0  # 0: one frame per message
         self.fragment_compressed = True
+        self.mask = False  # a client's frames are masked (a leaf node remote's, unless the hub waived it)
         self._timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------------------------
@@ -227,7 +254,7 @@ class WebSocketProtocol(asyncio.Protocol):
             return
         self._handle(conn, events)
 
-    def _close_when_taken(self, conn: WebSocketConnection) -> None:
+    def _close_when_taken(self, conn: Framed) -> None:
         """Close `conn` with a read error once the input it holds (a slice per turn) is processed."""
         if conn.closed:
             return
@@ -236,7 +263,7 @@ class WebSocketProtocol(asyncio.Protocol):
             return
         conn.close(c.READ_ERROR)
 
-    def _handle(self, conn: WebSocketConnection, events: list[framing.Data | framing.Control]) -> None:
+    def _handle(self, conn: Framed, events: list[framing.Data | framing.Control]) -> None:
         """Hand the NATS bytes among `events` to the connection, and handle its control frames, in order."""
         pending: list[framing.Data] = []
         for event in events:
@@ -290,20 +317,29 @@ class WebSocketProtocol(asyncio.Protocol):
             return
         self._cancel_timer()
         self.head = bytearray()
+        server = listener.server
+        self.raw.write(accepted.response)  # (nats-server answers the upgrade before it looks at the kind)
+        conn: Framed | None = None
         if req.path.split("?", 1)[0].endswith("/leafnode"):
-            log.error("Not configured to accept leaf node connections")
-            self.raw.close()
-            return
-        self.raw.write(accepted.response)
-        self.compress = accepted.compress
+            # A leaf node's connection (nats-server: the path names it), if this server takes leaf nodes.
+            manager = cast("LeafAcceptor | None", getattr(server, "leaf_manager", None))
+            conn = manager.accept_websocket() if manager is not None else None
+            if conn is None:
+                log.error("Not configured to accept leaf node connections")
+                self.raw.close()
+                return
         self.frame_limit = BROWSER_FRAME if accepted.browser else 0
         self.fragment_compressed = not accepted.no_compressed_fragments
-        server = listener.server
+        self.start_framing(server, accepted.compress, accepted.masked)
+        self.conn = conn or WebSocketConnection(server, listener, accepted)
+        self.conn.connection_made(WebSocketTransport(self, self.raw))
+
+    def start_framing(self, server: Broker, compress: bool, masked: bool) -> None:
+        """Frames from now on: deflated when `compress`, the peer's masked when `masked`."""
+        self.compress = compress
         max_payload = server.options.max_payload
         max_message = min(max_payload * _MAX_MESSAGE_MULTIPLE, _MAX_MESSAGE_LIMIT)
-        self.decoder = framing.Decoder(accepted.compress, accepted.masked, max_message, max_payload)
-        self.conn = WebSocketConnection(server, listener, accepted)
-        self.conn.connection_made(WebSocketTransport(self, self.raw))
+        self.decoder = framing.Decoder(compress, masked, max_message, max_payload)
 
     def _refuse(self, err: HandshakeError) -> None:
         assert self.raw is not None
@@ -342,7 +378,10 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def _write_control(self, opcode: int, payload: bytes) -> None:
         if self.raw is not None and not self.close_sent and not self.raw.is_closing():
-            self.raw.write(framing.control_frame(opcode, payload))
+            if self.mask:
+                self.raw.write(framing.masked_frame(payload, opcode))
+            else:
+                self.raw.write(framing.control_frame(opcode, payload))
 
     def send_close(self, code: int, reason: str) -> None:
         """Send a CLOSE frame once; nothing is written after it."""
@@ -359,7 +398,11 @@ class WebSocketProtocol(asyncio.Protocol):
         if not total:
             return
         limit = self.frame_limit
-        if self.compress and total > framing.COMPRESS_THRESHOLD:
+        if self.mask:  # (a leaf node remote: one frame per flush, no browser limit)
+            compressed = self.compress and total > framing.COMPRESS_THRESHOLD
+            payload = framing.deflate(pieces) if compressed else b"".join(pieces)
+            raw.write(framing.masked_frame(payload, compressed=compressed))
+        elif self.compress and total > framing.COMPRESS_THRESHOLD:
             payload = framing.deflate(pieces)
             if limit and self.fragment_compressed and len(payload) > limit:
                 raw.writelines(_fragments(payload, limit))

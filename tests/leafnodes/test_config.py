@@ -32,6 +32,7 @@ def test_every_supported_key() -> None:
             { url: "nats-leaf://u:p@hub:7422", account: A, hub: true, no_randomize: true,
               deny_imports: ["x.>"], deny_exports: "y" }
             { urls: ["nats://h1:7422", "nats://h2"] }
+            { url: "ws://hub:8080", ws_compression: true, websocket_no_masking: true }
           ]
         }"""
     ).leafnodes
@@ -51,6 +52,7 @@ def test_every_supported_key() -> None:
     assert leaf.remotes == [
         LeafRemote(["nats-leaf://u:p@hub:7422"], "A", True, True, ["x.>"], ["y"]),
         LeafRemote(["nats://h1:7422", "nats://h2:7422"]),
+        LeafRemote(["ws://hub:8080"], ws_compression=True, ws_no_masking=True),
     ]
     single = load("leafnodes { port: -1, authorization { user: u, password: p, account: B } }").leafnodes
     assert single is not None
@@ -63,7 +65,7 @@ def test_every_supported_key() -> None:
         ("leafnodes { compression: s2_auto }", '"compression": pynatsd does not support'),
         ("leafnodes { isolate: true }", '"isolate": pynatsd does not support'),
         ('leafnodes { remotes [ { url: "nats://h:1", tls { } } ] }', '"tls": pynatsd does not support'),
-        ('leafnodes { remotes [ { url: "ws://h:1" } ] }', "WebSocket leaf node remotes"),
+        ('leafnodes { remotes [ { url: "wss://h:1" } ] }', "TLS for leaf node connections"),
         ("leafnodes { remotes [ { account: A } ] }", "a url is required"),
         ("leafnodes { bogus: 1 }", 'unknown field "bogus"'),
         (

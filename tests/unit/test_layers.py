@@ -82,6 +82,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("pynatsd.node", "pynatsd.routes.manager"): _CONFIGURED + " (a cluster block)",
     ("pynatsd.node", "pynatsd.gateways.manager"): _CONFIGURED + " (a gateway block)",
     ("pynatsd.node", "pynatsd.leafnodes.manager"): _CONFIGURED + " (a leafnodes block)",
+    ("pynatsd.leafnodes.manager", "pynatsd.websocket.client"): _CONFIGURED + " (a ws:// leafnode remote)",
     ("pynatsd.server", "pynatsd.monitor"): _CONFIGURED + " (a monitoring port: aiohttp, prometheus-client)",
     ("pynatsd.server", "pynatsd.monitor.system"): _CONFIGURED + " (a system account clients can reach)",
     ("pynatsd.websocket", "pynatsd.websocket.server"): _CONFIGURED + " (a websocket block)",

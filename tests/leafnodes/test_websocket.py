@@ -1,0 +1,125 @@
+"""Leaf nodes over WebSocket: the leaf's remotes dial the hub's `websocket {}` listener (`ws://`, the
+`/leafnode` path), one masked and uncompressed, the other asking for `ws_compression` and
+`ws_no_masking`. The matrix's pub/sub, request/reply and hub restart run on each topology (pynatsd leaf
+-> nats-server hub, nats-server leaf -> pynatsd hub, pynatsd -> pynatsd, the nats-server reference), and
+the hub's /leafz shows both connections. A server without a leafnode port closes a leaf's upgrade."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pynatsd.websocket.client import leaf_upgrade_request
+from tests.leafnodes import test_matrix as matrix
+from tests.leafnodes.conftest import TOPOLOGIES, Pair, hub_config, leaf_config
+from tests.leafnodes.test_matrix import (
+    test_pub_sub_both_ways_with_wildcards_and_headers,
+    test_request_reply_and_no_responders,
+)
+from tests.servers import ServerProcess, free_port, require, start_server
+from tests.websocket.servers import start_ws_server
+
+__all__ = [
+    "test_hub_restart_reconnects_and_resends_interest",
+    "test_pub_sub_both_ways_with_wildcards_and_headers",
+    "test_request_reply_and_no_responders",
+]
+
+
+def _leafz(server: ServerProcess) -> Any:
+    url = f"http://127.0.0.1:{server.http_port}/leafz"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+@pytest.fixture(scope="module", params=list(TOPOLOGIES))
+def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    """The hub (leafnode port and WebSocket port) and a leaf whose two remotes dial its WebSocket port,
+    both links up."""
+    require("nats-server")
+    hub_kind, leaf_kind = TOPOLOGIES[request.param]
+    directory = tmp_path_factory.mktemp("leaf-ws")
+    leaf_port, ws_port = free_port(), free_port()
+    hub_conf, leaf_conf = directory / "hub.conf", directory / "leaf.conf"
+    hub_conf.write_text(
+        hub_config(leaf_port)
+        + f"websocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true, compression: true }}\n"
+    )
+    remotes = leaf_config(ws_port).replace("nats-leaf://", "ws://")
+    leaf_conf.write_text(
+        remotes.replace("account: B }", "account: B, ws_compression: true, ws_no_masking: true }")
+    )
+    hub = start_server(hub_kind, ["-c", str(hub_conf)], http_port=free_port())
+    leaf = start_server(leaf_kind, ["-c", str(leaf_conf)])
+    try:
+        deadline = time.monotonic() + 15
+        while _leafz(hub)["leafnodes"] < 2:
+            assert time.monotonic() < deadline, "the leaf never connected over WebSocket"
+            time.sleep(0.05)
+        yield Pair(hub, leaf, hub_conf, leaf_port)
+    finally:
+        leaf.stop()
+        hub.stop()
+
+
+def test_leafz_shows_the_websocket_links(pair: Pair) -> None:
+    leafs = sorted(_leafz(pair.hub)["leafs"], key=lambda entry: entry["account"])
+    assert [(entry["account"], entry["ip"]) for entry in leafs] == [("A", "127.0.0.1"), ("B", "127.0.0.1")]
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+async def test_a_server_without_a_leafnode_port_closes_a_leaf_upgrade(kind: str, tmp_path: Path) -> None:
+    """The `/leafnode` path on the WebSocket port of a server with no leafnode port: the upgrade is
+    answered (nats-server answers before it looks at the kind), then the socket closed, no INFO sent."""
+    require("nats-server")
+    server, ws_port = start_ws_server(kind, tmp_path)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", ws_port)
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write(leaf_upgrade_request(f"ws://127.0.0.1:{ws_port}", key, False, False))
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+    finally:
+        server.stop()
+    assert answer.startswith(b"HTTP/1.1 101 ")
+    assert answer.endswith(b"\r\n\r\n")
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+async def test_a_remote_whose_upgrade_is_not_answered_dials_again(kind: str, tmp_path: Path) -> None:
+    """A `ws://` remote whose hub takes the socket and never answers the upgrade gives up after its wait
+    and dials again."""
+    require("nats-server")
+    dialed = asyncio.Event()
+    sockets: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sockets.append(writer)  # (kept open, never answered)
+        if len(sockets) == 2:
+            dialed.set()
+
+    hub = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = hub.sockets[0].getsockname()[1]
+    conf = tmp_path / "leaf.conf"
+    conf.write_text(f'leafnodes {{ reconnect: "1s", remotes [ {{ url: "ws://127.0.0.1:{port}" }} ] }}\n')
+    leaf = start_server(kind, ["-c", str(conf)])
+    try:
+        await asyncio.wait_for(dialed.wait(), 15)
+    finally:
+        leaf.stop()
+        for writer in sockets:
+            writer.close()
+        hub.close()
+
+
+# Last (it restarts the hub without its monitoring port): the remotes dial ws:// again and resend interest.
+test_hub_restart_reconnects_and_resends_interest = matrix.test_hub_restart_reconnects_and_resends_interest
