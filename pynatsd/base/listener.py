@@ -9,6 +9,7 @@ import errno
 import ipaddress
 import resource
 import socket
+import urllib.parse
 from typing import Any
 
 
@@ -125,3 +126,12 @@ def peer_address(transport: asyncio.BaseTransport) -> tuple[str, int] | None:
     if not isinstance(peer, tuple) or len(peer) < 2:
         return None
     return unmapped_ip(str(peer[0])), int(peer[1])
+
+
+def redacted_url(url: str) -> str:
+    """`url` for a log line: a password in it shown as `xxxxx` (nats-server's redactURLString)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:xxxxx@{host}"))

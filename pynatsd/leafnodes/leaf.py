@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
 from pynatsd.auth.users import DEFAULT_ACCOUNT, password_ok
+from pynatsd.base.listener import redacted_url
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.connection import SLOW_CONSUMER_PENDING, SlicedReader
 from pynatsd.broker.delivery import Message, Subscription, enqueue, publish, size_fields
@@ -262,7 +263,7 @@ class LeafConnection(SlicedReader):
         self.parser.account = self.account.encode()
         self.sublist = self.server.sublist_for(self.account)
         if self.remote is not None:
-            log.info("%r - Leafnode connection to %s established", self, self.url)
+            log.info("%r - Leafnode connection to %s established", self, redacted_url(self.url))
         self.manager.register(self)
         self._ping_timer = self.server.loop.call_later(FIRST_PING, self._ping_tick)
 

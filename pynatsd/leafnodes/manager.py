@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.auth.users import DEFAULT_ACCOUNT
 from pynatsd.base.ids import new_server_id
+from pynatsd.base.listener import redacted_url
 from pynatsd.base.logging import get_logger
 from pynatsd.leafnodes.leaf import LeafConnection, connect_password_ok
 from pynatsd.matcher.leaf import weight_of
@@ -129,7 +130,8 @@ class LeafManager:
                 )
                 return
             except OSError as exc:
-                log.debug("Error trying to connect as leafnode to remote server %r: %s", url, exc)
+                remote = redacted_url(url)
+                log.debug("Error trying to connect as leafnode to remote server %r: %s", remote, exc)
             delay = self.options.reconnect
 
     def _dialer(self, remote: LeafRemote, url: str) -> Callable[[], asyncio.Protocol]:
@@ -306,7 +308,7 @@ class LeafManager:
         if remote is not None and not self._stopping and not leaf.no_reconnect:
             index = self._remote_index(leaf)
             delay = self._delays.get(index, self.options.reconnect)
-            log.info("Will reconnect leafnode %s in %.1fs", leaf.url, delay)
+            log.info("Will reconnect leafnode %s in %.1fs", redacted_url(leaf.url), delay)
             self._spawn(self._solicit(index, remote, delay))
 
     def _remote_index(self, leaf: LeafConnection) -> int:

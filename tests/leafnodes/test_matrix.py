@@ -148,3 +148,7 @@ async def test_hub_restart_reconnects_and_resends_interest(pair: Pair) -> None:
     assert on_leaf == [("after.restart", b"down")]
     assert on_hub == [("up.again", b"up")]
     await asyncio.gather(hub.close(), leaf.close())
+    if pair.leaf.kind == "pynatsd":  # the remotes' URLs carry passwords: logged as nats-server's, redacted
+        log = pair.leaf.log()
+        assert "Will reconnect leafnode" in log and "la:xxxxx@" in log
+        assert ":la@" not in log and ":lb@" not in log
