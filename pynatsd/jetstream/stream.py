@@ -8,6 +8,7 @@ import json
 import re
 import sys
 from array import array
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -53,6 +54,11 @@ _DIRECT_BATCH_HEADERS = (
     b"NATS/1.0\r\nNats-Stream: <stream>\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\n"
     b"Nats-Time-Stamp: %s\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n"
 )
+_NO_RESULTS = b"NATS/1.0 404 No Results\r\n\r\n"
+_MULTI_LAST_EOB = (
+    b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\nNats-UpTo-Sequence: %d\r\n\r\n"
+)
+_MULTI_LAST_MAX = 1024  # nats-server's most messages in one multi_last answer
 _NAME_BAD = re.compile(r"[.*>\s\x00]")
 
 STREAM_DEFAULTS: dict[str, Any] = {
@@ -862,6 +868,8 @@ class Stream:
         start_time = req.get("start_time")
         if start_time:
             req = {**req, "seq": st.seq_for_time(parse_rfc3339(start_time))}
+        if req.get("multi_last"):
+            return self._direct_multi_last(req, default_max_bytes)
         no_hdr = bool(req.get("no_hdr"))
         batch = req.get("batch") or 0
         if not batch:
@@ -900,6 +908,57 @@ class Stream:
             pending = st.count_from(seq, match)
         eob = b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n" % (pending, last)
         frames.append((eob, b""))
+        return frames
+
+    def _direct_multi_last(
+        self, req: dict[str, Any], default_max_bytes: int
+    ) -> list[tuple[bytes | None, bytes]]:
+        """A `multi_last` direct get, as nats-server answers it: the last message (at or before `up_to_seq`,
+        or before `up_to_time`) of each subject matching a filter, in sequence order, from `seq` on, at most
+        `batch` and about `max_bytes`, then an EOB naming the ceiling; statuses when there is nothing."""
+        st = self.store
+        up_to: int = req.get("up_to_seq") or 0
+        up_to_time = req.get("up_to_time")
+        if up_to_time:
+            up_to = st.seq_for_time(parse_rfc3339(up_to_time))
+            if up_to <= st.first_seq:  # nothing stored before that time
+                return [(_NO_RESULTS, b"")]
+            up_to -= 1
+        if not up_to:
+            up_to = st.last_seq
+        filters = [f.encode() for f in req["multi_last"]]
+        seqs: set[int] = set()
+        if st.msgs:
+            for subject, lst in st.subjects.items():
+                if lst and any(matches(f, subject) for f in filters):
+                    i = bisect_right(lst, up_to)
+                    if i:
+                        seqs.add(lst[i - 1])
+        if len(seqs) > _MULTI_LAST_MAX:  # nats-server's cap on one answer
+            return [(b"NATS/1.0 413 Too Many Results\r\n\r\n", b"")]
+        if not seqs:
+            return [(_NO_RESULTS, b"")]
+        min_seq: int = req.get("seq") or 0
+        batch: int = req.get("batch") or 0
+        max_bytes: int = req.get("max_bytes") or default_max_bytes
+        pending, last, sent, size = len(seqs), 0, 0, 0
+        frames: list[tuple[bytes | None, bytes]] = []
+        for seq in sorted(seqs):
+            pending -= 1
+            if seq < min_seq:
+                continue
+            msg = st.load(seq)
+            if msg is None:
+                return [(b"NATS/1.0 404 Message Not Found\r\n\r\n", b"")]
+            coords = self._dg_format % (msg.subject, msg.seq, rfc3339_bytes(msg.ts), pending, last)
+            hdrs = msg.hdrs
+            frames.append((hdrs[:-2] + coords[10:] if hdrs and len(hdrs) > 2 else coords, msg.data))
+            last = msg.seq
+            size += len(msg.subject) + len(msg.data) + (len(hdrs) if hdrs else 0)
+            sent += 1
+            if size >= max_bytes or (batch > 0 and sent >= batch):
+                break
+        frames.append((_MULTI_LAST_EOB % (pending, last, up_to), b""))
         return frames
 
     def _coordinates(self, msg: StoredMsg, tail: bytes) -> bytes:
