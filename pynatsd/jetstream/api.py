@@ -154,16 +154,24 @@ def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
         return b"408 Malformed Request"
     if not isinstance(req, dict) or not all(
         isinstance(req.get(k, 0), int) and not isinstance(req.get(k), bool)
-        for k in ("seq", "batch", "max_bytes")
+        for k in ("seq", "batch", "max_bytes", "up_to_seq")
     ):
         return b"408 Malformed Request"
-    if req.get("seq", 0) < 0 or not isinstance(req.get("start_time", ""), str):
+    if req.get("seq", 0) < 0 or req.get("up_to_seq", 0) < 0:
         return b"408 Malformed Request"
-    if req.get("start_time"):
-        try:
-            parse_rfc3339(req["start_time"])
-        except ValueError:
+    multi_last = req.get("multi_last")
+    if multi_last is not None and (
+        not isinstance(multi_last, list) or not all(isinstance(f, str) for f in multi_last)
+    ):
+        return b"408 Malformed Request"
+    for stamp in ("start_time", "up_to_time"):
+        if not isinstance(req.get(stamp, ""), str):
             return b"408 Malformed Request"
+        if req.get(stamp):
+            try:
+                parse_rfc3339(req[stamp])
+            except ValueError:
+                return b"408 Malformed Request"
     seq, last, nxt = req.get("seq") or 0, req.get("last_by_subj"), req.get("next_by_subj")
     multi, start, batch = req.get("multi_last"), req.get("start_time"), req.get("batch") or 0
     if not (seq or last or nxt or multi or start):
@@ -176,8 +184,6 @@ def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
         or (req.get("up_to_seq") and req.get("up_to_time"))
     ):
         return b"408 Bad Request"
-    if multi:
-        return b"408 Bad Request"  # multi_last is not served by pynatsd (see README "JetStream")
     return req
 
 

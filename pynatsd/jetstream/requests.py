@@ -43,8 +43,10 @@ STREAM_FIELDS: dict[str, Any] = {
     "sources": ("[]", Struct("StreamSource", {}, strict=False)),
     "compression": _COMPRESSION,
     "first_seq": "uint64",
-    "subject_transform": Struct("SubjectTransformConfig", {}, strict=False),
-    "republish": Struct("RePublish", {}, strict=False),
+    "subject_transform": Struct("SubjectTransformConfig", {"src": "string", "dest": "string"}, strict=False),
+    "republish": Struct(
+        "RePublish", {"src": "string", "dest": "string", "headers_only": "bool"}, strict=False
+    ),
     "allow_direct": "bool",
     "mirror_direct": "bool",
     "discard_new_per_subject": "bool",
@@ -68,7 +70,7 @@ STREAM_CONFIG = Struct("StreamConfigRequest", {**STREAM_FIELDS, "pedantic": "boo
 # nats-server's stream options pynatsd does not implement: refused by name when set, never ignored.
 # mirror and sources are left to normalize_config: nats-server's checks of their config come first there.
 STREAM_UNSUPPORTED = (
-    "placement", "subject_transform", "republish", "consumer_limits",
+    "placement", "consumer_limits",
     "allow_msg_counter", "allow_atomic", "allow_msg_schedules", "persist_mode",
     "allow_batched", "pedantic",
 )  # fmt: skip

@@ -8,6 +8,7 @@ import json
 import re
 import sys
 from array import array
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -21,6 +22,7 @@ from pynatsd.broker.delivery import Subscription
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
+from pynatsd.jetstream.transform import SubjectTransform, TransformError, validate_mapping
 from pynatsd.jetstream.util import (
     filters_regex,
     get_header,
@@ -30,7 +32,14 @@ from pynatsd.jetstream.util import (
     rfc3339,
     rfc3339_bytes,
 )
-from pynatsd.protocol.subjects import has_wildcard, is_valid_subject, matches, overlap, subset
+from pynatsd.protocol.subjects import (
+    has_wildcard,
+    is_literal_subject,
+    is_valid_subject,
+    matches,
+    overlap,
+    subset,
+)
 
 log = get_logger()
 
@@ -53,6 +62,11 @@ _DIRECT_BATCH_HEADERS = (
     b"NATS/1.0\r\nNats-Stream: <stream>\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\n"
     b"Nats-Time-Stamp: %s\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n"
 )
+_NO_RESULTS = b"NATS/1.0 404 No Results\r\n\r\n"
+_MULTI_LAST_EOB = (
+    b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\nNats-UpTo-Sequence: %d\r\n\r\n"
+)
+_MULTI_LAST_MAX = 1024  # nats-server's most messages in one multi_last answer
 _NAME_BAD = re.compile(r"[.*>\s\x00]")
 
 STREAM_DEFAULTS: dict[str, Any] = {
@@ -81,8 +95,8 @@ STREAM_DEFAULTS: dict[str, Any] = {
 _FIELD_ORDER = [
     "name", "description", "subjects", "retention", "max_consumers", "max_msgs", "max_bytes", "max_age",
     "max_msgs_per_subject", "max_msg_size", "discard", "storage", "num_replicas", "duplicate_window",
-    "placement", "mirror", "sources", "compression", "allow_direct", "mirror_direct", "sealed",
-    "deny_delete", "deny_purge", "allow_rollup_hdrs", "republish", "discard_new_per_subject",
+    "placement", "mirror", "sources", "compression", "subject_transform", "republish", "allow_direct",
+    "mirror_direct", "sealed", "deny_delete", "deny_purge", "allow_rollup_hdrs", "discard_new_per_subject",
     "consumer_limits", "allow_msg_ttl", "subject_delete_marker_ttl", "metadata",
 ]  # fmt: skip
 _ENUMS = {
@@ -200,12 +214,51 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
         raise errors.stream_invalid_config("invalid subject")
     _check_subjects(subjects, bool(cfg.get("no_ack")))
     cfg["subjects"] = subjects
+    _check_transforms(cfg)
     meta = dict(cfg.get("metadata") or {})
     meta.update({"_nats.req.level": "0"})
     cfg["metadata"] = meta
     return {k: cfg[k] for k in _FIELD_ORDER if k in cfg} | {
         k: v for k, v in cfg.items() if k not in _FIELD_ORDER
     }
+
+
+def _check_transforms(cfg: dict[str, Any]) -> None:
+    """nats-server's checks of `subject_transform` and `republish`, in its order and words; both written
+    back as it writes them (republish's empty source is `>`; `>` to `>` after a transform of the only
+    subject republishes the transformed subjects)."""
+    transform = cfg.get("subject_transform")
+    if transform is not None:
+        src, dest = transform.get("src") or "", transform.get("dest") or ""
+        if src and not is_valid_subject(src.encode()):
+            raise errors._e(400, 10155, f"stream transform source: invalid subject {src}")
+        try:
+            validate_mapping(src.encode(), dest.encode())
+        except TransformError as exc:
+            raise errors._e(400, 10156, f"stream transform: {exc}") from None
+        cfg["subject_transform"] = {"src": src, "dest": dest}
+    republish = cfg.get("republish")
+    if republish is not None:
+        src, dest = republish.get("src") or ">", republish.get("dest") or ""
+        subjects: list[str] = cfg["subjects"]
+        if (
+            src == dest == ">"
+            and transform is not None
+            and len(subjects) == 1
+            and cfg["subject_transform"]["src"] == subjects[0]
+        ):
+            src = dest = cfg["subject_transform"]["dest"]
+        if dest and any(overlap(dest.encode(), s.encode()) for s in subjects):
+            raise errors.stream_invalid_config("stream configuration for republish destination forms a cycle")
+        try:
+            SubjectTransform(src.encode(), dest.encode()) if dest else None
+        except TransformError:
+            raise errors.stream_invalid_config(
+                f"stream configuration for republish with transform from '{src}' to '{dest}' not valid"
+            ) from None
+        cfg["republish"] = {"src": src, "dest": dest} | (
+            {"headers_only": True} if republish.get("headers_only") else {}
+        )
 
 
 def _go_json_kind(value: Any) -> str:
@@ -349,6 +402,19 @@ class Stream:
         # A TTL shorter than the markers' is raised to theirs (a marker could be missed), unless a subject
         # only ever holds one message.
         self._min_ttl = self._marker_ttl_s if cfg["max_msgs_per_subject"] != 1 else 0
+        transform = cfg.get("subject_transform")
+        self._input_transform: SubjectTransform | None = (
+            SubjectTransform(transform["src"].encode(), transform["dest"].encode())
+            if transform and transform["dest"]
+            else None
+        )
+        republish = cfg.get("republish")
+        self._republish: SubjectTransform | None = (
+            SubjectTransform(republish["src"].encode(), republish["dest"].encode())
+            if republish and republish["dest"]
+            else None
+        )
+        self._republish_headers_only = bool(republish and republish.get("headers_only"))
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -539,6 +605,8 @@ class Stream:
         """Store one published message after nats-server's checks; returns (sequence, duplicate)."""
         if self._sealed:
             raise errors.stream_sealed()
+        if self._input_transform is not None:  # stored (and all the rest) under its transformed subject
+            subject = self._input_transform.match(subject) or subject
         cfg = self.config
         st = self.store
         js = self._js
@@ -615,6 +683,14 @@ class Stream:
             # Nobody would ever ack it: nats-server acknowledges and drops it at once.
             st.skip_to(st.last_seq + 1)
             return st.last_seq, False
+        republish_to: bytes | None = None
+        previous = 0  # the subject's last sequence before this message, for the republished copy
+        if self._republish is not None:
+            republish_to = self._republish.match(subject)
+            if republish_to is not None and is_literal_subject(republish_to):
+                previous = st.last_for(subject)
+            else:
+                republish_to = None  # nats-server suppresses a republish to an invalid subject
         # Strictly increasing, so by_start_time and max_age stay exact.
         ts = now if now > st.last_ts else st.last_ts + 1
         seq = st.append(subject, hdrs, payload, ts)
@@ -633,9 +709,37 @@ class Stream:
         if self.consumers:
             for consumer in self.consumers.values():
                 consumer.on_new_message(seq, subject)
+        if republish_to is not None:
+            self._republish_message(republish_to, subject, seq, ts, previous, hdrs, payload)
         js.stored_msgs += 1
         js.stored_bytes += size
         return seq, False
+
+    def _republish_message(
+        self,
+        target: bytes,
+        subject: bytes,
+        seq: int,
+        ts: int,
+        previous: int,
+        hdrs: bytes | None,
+        payload: bytes,
+    ) -> None:
+        """The stored message's copy on its republish subject, with nats-server's headers after its own
+        (`headers_only`: no payload, its size in Nats-Msg-Size). Published by the stream's internal client,
+        so it is never taken for an API request, whatever the destination."""
+        lines = b"Nats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %s\r\n" % (
+            self._name_bytes,
+            subject,
+            seq,
+            rfc3339_bytes(ts),
+        )
+        lines += b"Nats-Last-Sequence: %d\r\n" % previous
+        if self._republish_headers_only:
+            lines += b"Nats-Msg-Size: %d\r\n" % len(payload)
+            payload = b""
+        head = hdrs[:-2] if hdrs and len(hdrs) > 2 else b"NATS/1.0\r\n"
+        self.account.client.publish(target, None, head + lines + b"\r\n", payload)
 
     def _check_expected(self, subject: bytes, hdrs: bytes) -> None:
         """The Nats-Expected-Last-* conditions of a publish (nats-server's checks and errors)."""
@@ -862,6 +966,8 @@ class Stream:
         start_time = req.get("start_time")
         if start_time:
             req = {**req, "seq": st.seq_for_time(parse_rfc3339(start_time))}
+        if req.get("multi_last"):
+            return self._direct_multi_last(req, default_max_bytes)
         no_hdr = bool(req.get("no_hdr"))
         batch = req.get("batch") or 0
         if not batch:
@@ -900,6 +1006,57 @@ class Stream:
             pending = st.count_from(seq, match)
         eob = b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n" % (pending, last)
         frames.append((eob, b""))
+        return frames
+
+    def _direct_multi_last(
+        self, req: dict[str, Any], default_max_bytes: int
+    ) -> list[tuple[bytes | None, bytes]]:
+        """A `multi_last` direct get, as nats-server answers it: the last message (at or before `up_to_seq`,
+        or before `up_to_time`) of each subject matching a filter, in sequence order, from `seq` on, at most
+        `batch` and about `max_bytes`, then an EOB naming the ceiling; statuses when there is nothing."""
+        st = self.store
+        up_to: int = req.get("up_to_seq") or 0
+        up_to_time = req.get("up_to_time")
+        if up_to_time:
+            up_to = st.seq_for_time(parse_rfc3339(up_to_time))
+            if up_to <= st.first_seq:  # nothing stored before that time
+                return [(_NO_RESULTS, b"")]
+            up_to -= 1
+        if not up_to:
+            up_to = st.last_seq
+        filters = [f.encode() for f in req["multi_last"]]
+        seqs: set[int] = set()
+        if st.msgs:
+            for subject, lst in st.subjects.items():
+                if lst and any(matches(f, subject) for f in filters):
+                    i = bisect_right(lst, up_to)
+                    if i:
+                        seqs.add(lst[i - 1])
+        if len(seqs) > _MULTI_LAST_MAX:  # nats-server's cap on one answer
+            return [(b"NATS/1.0 413 Too Many Results\r\n\r\n", b"")]
+        if not seqs:
+            return [(_NO_RESULTS, b"")]
+        min_seq: int = req.get("seq") or 0
+        batch: int = req.get("batch") or 0
+        max_bytes: int = req.get("max_bytes") or default_max_bytes
+        pending, last, sent, size = len(seqs), 0, 0, 0
+        frames: list[tuple[bytes | None, bytes]] = []
+        for seq in sorted(seqs):
+            pending -= 1
+            if seq < min_seq:
+                continue
+            msg = st.load(seq)
+            if msg is None:
+                return [(b"NATS/1.0 404 Message Not Found\r\n\r\n", b"")]
+            coords = self._dg_format % (msg.subject, msg.seq, rfc3339_bytes(msg.ts), pending, last)
+            hdrs = msg.hdrs
+            frames.append((hdrs[:-2] + coords[10:] if hdrs and len(hdrs) > 2 else coords, msg.data))
+            last = msg.seq
+            size += len(msg.subject) + len(msg.data) + (len(hdrs) if hdrs else 0)
+            sent += 1
+            if size >= max_bytes or (batch > 0 and sent >= batch):
+                break
+        frames.append((_MULTI_LAST_EOB % (pending, last, up_to), b""))
         return frames
 
     def _coordinates(self, msg: StoredMsg, tail: bytes) -> bytes:

@@ -57,6 +57,24 @@ REQUESTS: list[tuple[str, bytes | None, Any]] = [
     ("DG.dg.b", None, {"seq": 1}),
     ("DG.dg.zzz", None, b""),
     ("NOPE", None, {"seq": 1, "batch": 2}),
+    # multi_last: the last message of each matching subject, in sequence order, then an EOB with the ceiling
+    ("DG", None, {"multi_last": ["dg.*"]}),
+    ("DG", None, {"multi_last": ["dg.a", "dg.c", "dg.zzz"]}),
+    ("DG", None, {"multi_last": ["dg.>"], "batch": 2}),
+    ("DG", None, {"multi_last": ["dg.*"], "max_bytes": 5}),
+    ("DG", None, {"multi_last": ["dg.*"], "seq": 4}),
+    ("DG", None, {"multi_last": ["dg.*"], "seq": 999}),
+    ("DG", None, {"multi_last": ["dg.*"], "up_to_seq": 3}),
+    ("DG", None, {"multi_last": ["dg.b"], "up_to_seq": 2, "batch": 1}),
+    ("DG", None, {"multi_last": ["dg.*"], "up_to_time": "2000-01-01T00:00:00Z"}),
+    ("DG", None, {"multi_last": ["dg.*"], "up_to_time": "2200-01-01T00:00:00Z"}),
+    ("DG", None, {"multi_last": ["nope.*"]}),
+    ("DG", None, {"multi_last": ["dg.a"], "up_to_seq": 1, "up_to_time": "2999-01-01T00:00:00Z"}),
+    ("DG", None, {"multi_last": ["dg.a"], "next_by_subj": "dg.a"}),
+    ("DG", None, {"multi_last": ["dg.a"], "last_by_subj": "dg.a"}),
+    ("DG", None, {"multi_last": "dg.a"}),
+    ("DG", None, {"multi_last": ["dg.a"], "up_to_time": "yesterday"}),
+    ("DG.dg.a", None, {"multi_last": ["dg.a"]}),
 ]
 
 
