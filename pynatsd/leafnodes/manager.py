@@ -130,8 +130,8 @@ class LeafManager:
                 )
                 return
             except OSError as exc:
-                remote = redacted_url(url)
-                log.debug("Error trying to connect as leafnode to remote server %r: %s", remote, exc)
+                shown = redacted_url(url)
+                log.debug("Error trying to connect as leafnode to remote server %r: %s", shown, exc)
             delay = self.options.reconnect
 
     def _dialer(self, remote: LeafRemote, url: str) -> Callable[[], asyncio.Protocol]:
