@@ -87,6 +87,8 @@ class LeafRemote:
     deny_imports: list[str] = field(default_factory=list)  # subjects the hub's messages may not bring
     deny_exports: list[str] = field(default_factory=list)  # subjects our messages may not take there
     credentials: str = ""  # a creds file (user JWT and seed): its JWT and the hub's nonce signed in CONNECT
+    # `tls {}` (cert_file, key_file, ca_file, timeout, insecure) or a `tls://` URL ({}): upgrade after INFO
+    tls: dict[str, Any] | None = None
 
 
 @dataclass
@@ -106,6 +108,7 @@ class LeafNodeOptions:
     users: list[dict[str, str]] = field(default_factory=list)  # {"user", "password", "account"}
     auth_timeout: float = 0.0  # 0: the server's
     remotes: list[LeafRemote] = field(default_factory=list)
+    tls: dict[str, Any] | None = None  # `tls {}` (cert_file, key_file, ca_file, verify, timeout)
 
 
 @dataclass

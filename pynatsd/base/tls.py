@@ -190,25 +190,37 @@ class StartedCoroutine(Generic[T]):
         return (yield from self._coro.__await__())
 
 
-def route_contexts(tls: dict[str, Any]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """(accepting side, soliciting side) contexts for a route `tls {}` block; ValueError when its files
-    cannot be used."""
-    cert, key, ca = tls["cert_file"], tls["key_file"], tls.get("ca_file", "")
+def peer_context(tls: dict[str, Any], server_side: bool, verify: bool) -> ssl.SSLContext:
+    """One side's context for a route, leafnode or gateway `tls {}` block (`cert_file`, `key_file`,
+    `ca_file`; a soliciting leaf may have no certificate). `verify`: the peer's certificate is required
+    and checked against `ca_file` (the system's CAs without one); without it a server asks for none and
+    a client (`insecure`) checks neither chain nor name. ValueError when the files cannot be used."""
+    cert, key, ca = tls.get("cert_file", ""), tls.get("key_file", ""), tls.get("ca_file", "")
     for path in (cert, key, ca):
         if path and not os.path.exists(path):  # nats-server's wording, with the path
             raise ValueError(
                 f"error parsing X509 certificate/key pair: open {path}: no such file or directory"
             )
-    contexts = (ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
-    for ctx, purpose in zip(contexts, (ssl.Purpose.CLIENT_AUTH, ssl.Purpose.SERVER_AUTH), strict=True):
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server_side else ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        if cert:
             ctx.load_cert_chain(cert, key)
-            if ca:
-                ctx.load_verify_locations(ca)
-            else:
-                ctx.load_default_certs(purpose)
-        except ssl.SSLError as exc:
-            raise ValueError(f"error parsing X509 certificate/key pair: {exc.reason or exc}") from None
-        ctx.verify_mode = ssl.CERT_REQUIRED  # routes always verify their peer
-    return contexts
+        if ca:
+            ctx.load_verify_locations(ca)
+        elif verify:
+            ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH if server_side else ssl.Purpose.SERVER_AUTH)
+    except ssl.SSLError as exc:
+        raise ValueError(f"error parsing X509 certificate/key pair: {exc.reason or exc}") from None
+    if verify:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    elif not server_side:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def route_contexts(tls: dict[str, Any]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(accepting side, soliciting side) contexts for a route `tls {}` block (routes always verify their
+    peer); ValueError when its files cannot be used."""
+    return peer_context(tls, True, True), peer_context(tls, False, True)

@@ -80,7 +80,7 @@ def route_urls(value: Any, key: str = "routes") -> list[str]:
     return urls
 
 
-_TLS_FILES = ("cert_file", "key_file", "ca_file")
+TLS_FILES = ("cert_file", "key_file", "ca_file")
 
 
 def _tls(value: Any) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def _tls(value: Any) -> dict[str, Any]:
     tls: dict[str, Any] = {"timeout": DEFAULT_TLS_TIMEOUT}
     for key, v in value.items():
         k = key.lower()
-        if k in _TLS_FILES:
+        if k in TLS_FILES:
             tls[k] = to_str(f"cluster tls {key}", v)
         elif k == "timeout":
             tls["timeout"] = parse_duration(f"cluster tls {key}", v)

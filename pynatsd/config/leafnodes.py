@@ -3,7 +3,8 @@
 Keys as nats-server reads them (case-insensitive, its aliases): `listen` / `host` / `port`, `authorization
 { user, password, token, account, users [ {user, password, account} ], timeout }`, `remotes [ { url / urls,
 account, credentials, hub, no_randomize, deny_imports, deny_exports } ]`, `advertise`, `no_advertise`,
-`reconnect`. Fail closed: the leafnode keys nats-server has and pynatsd does not implement (TLS, nkeys,
+`reconnect`, `tls {}` on both sides (a `tls://` URL). Fail closed: the leafnode keys nats-server has and
+pynatsd does not implement (TLS keys beyond files, verify, insecure and timeout, nkeys,
 compression, WebSocket remotes, proxies, isolation, ...) are refused by name; unknown keys are errors.
 """
 
@@ -15,12 +16,12 @@ from typing import Any
 
 from pynatsd.base.blocks import LeafNodeOptions, LeafRemote
 from pynatsd.base.options import Options
+from pynatsd.base.tls import peer_context
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
-from pynatsd.config.cluster import parse_listen
+from pynatsd.config.cluster import DEFAULT_TLS_TIMEOUT, TLS_FILES, parse_listen
 
 # nats-server's leafnode keys pynatsd does not implement: refused by name, with what they are.
 _NOT_IMPLEMENTED = {
-    "tls": "TLS for leaf node connections",
     "nkey": "nkey authentication of leaf nodes",
     "seed": "nkey authentication of leaf nodes",
     "compression": "compressed leaf node connections",
@@ -46,7 +47,7 @@ _NOT_IMPLEMENTED = {
     "write_deadline": '"write_deadline" for leaf nodes',
     "write_timeout": '"write_timeout" for leaf nodes',
 }
-_ACCESS = frozenset({"tls", "nkey", "seed", "proxy_required", "min_version"})
+_ACCESS = frozenset({"nkey", "seed", "proxy_required", "min_version"})
 
 
 def _refused(where: str, key: str) -> ConfigValueError:
@@ -134,11 +135,6 @@ def leaf_url(text: str) -> str:
             f'leafnodes remote url "{text}": pynatsd does not support WebSocket leaf node remotes; '
             "remove it to run pynatsd"
         )
-    if url.scheme == "tls":
-        raise ConfigValueError(
-            f'leafnodes remote url "{text}": pynatsd does not support TLS for leaf node connections (it '
-            "controls who may connect); remove it to run pynatsd"
-        )
     if not url.hostname:
         raise ConfigValueError(f"error parsing leafnode remote url [{text!r}]: a host is required")
     if port is None:  # nats-server's default leafnode port
@@ -170,13 +166,51 @@ def _remote(value: Any) -> LeafRemote:
             remote.deny_imports = _subjects(key, v)
         elif k in ("deny_exports", "deny_export"):
             remote.deny_exports = _subjects(key, v)
+        elif k == "tls":
+            remote.tls = tls_block("leafnodes remote tls", v, accepting=False)
         elif k in _NOT_IMPLEMENTED:
             raise _refused("leafnodes remote", key)
         else:
             raise ConfigValueError(f'leafnodes remote: unknown field "{key}"')
     if not remote.urls:
         raise ConfigValueError("leafnodes remote: a url is required")
+    if remote.tls is None and any(url.startswith("tls://") for url in remote.urls):
+        remote.tls = {"timeout": DEFAULT_TLS_TIMEOUT}  # as nats-server: TLS, the system's CAs
     return remote
+
+
+def tls_block(where: str, value: Any, accepting: bool) -> dict[str, Any]:
+    """A leafnode or gateway `tls {}` block: `cert_file`, `key_file`, `ca_file`, `timeout`; `verify`
+    (the accepting side asks for and checks the peer's certificate), `insecure` (the dialing side checks
+    neither the hub's chain nor its name). Every other TLS key of nats-server's (handshake_first,
+    pinned_certs, verify_and_map, ciphers, OCSP, ...) decides who is trusted or how: refused by name."""
+    if not isinstance(value, dict):
+        raise ConfigValueError(f"{where}: expected a block")
+    tls: dict[str, Any] = {"timeout": DEFAULT_TLS_TIMEOUT}
+    for key, v in value.items():
+        k = key.lower()
+        if k in TLS_FILES:
+            tls[k] = to_str(f"{where} {key}", v)
+        elif k == "timeout":
+            tls["timeout"] = parse_duration(f"{where} {key}", v)
+        elif k == ("verify" if accepting else "insecure"):
+            if not isinstance(v, bool):
+                raise ConfigValueError(f"error parsing tls config, expected '{key}' to be a boolean")
+            tls[k] = v
+        else:
+            raise ConfigValueError(
+                f'{where} "{key}": pynatsd does not support it (it decides which peers are trusted, or '
+                "how); remove it to run pynatsd"
+            )
+    if accepting and (not tls.get("cert_file") or not tls.get("key_file")):
+        raise ConfigValueError(f"{where}: cert_file and key_file are required")
+    if bool(tls.get("cert_file")) != bool(tls.get("key_file")):
+        raise ConfigValueError(f"{where}: cert_file and key_file go together")
+    try:  # unusable files stop the server now, not at its first connection
+        peer_context(tls, accepting, bool(tls.get("verify")) if accepting else not tls.get("insecure"))
+    except ValueError as exc:
+        raise ConfigValueError(f"{where}: {exc}") from None
+    return tls
 
 
 def parse_block(value: Any) -> LeafNodeOptions:
@@ -202,6 +236,8 @@ def parse_block(value: Any) -> LeafNodeOptions:
             leaf.advertise = to_str(f"leafnodes {key}", v)
         elif k == "no_advertise":
             leaf.no_advertise = to_bool(f"leafnodes {key}", v)
+        elif k == "tls":
+            leaf.tls = tls_block("leafnodes tls", v, accepting=True)
         elif k in _NOT_IMPLEMENTED:
             raise _refused("leafnodes", key)
         else:
