@@ -212,6 +212,7 @@ class RemoteGateway:
 
     name: str = ""
     urls: list[str] = field(default_factory=list)  # nats://[user:pass@]host:port
+    tls: dict[str, Any] | None = None  # its own `tls {}` (the gateway block's otherwise)
 
 
 @dataclass
@@ -229,6 +230,8 @@ class GatewayOptions:
     auth_timeout: float = 0.0  # 0: the server's
     reject_unknown_cluster: bool = False
     connect_retries: int = 0
+    # `tls {}` (cert_file, key_file, ca_file, verify, insecure, timeout): TLS first, both ways
+    tls: dict[str, Any] | None = None
 
     @property
     def auth_required(self) -> bool:

@@ -8,7 +8,7 @@ import os
 import socket
 import ssl
 import struct
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar, cast
 
 from pynatsd.base.options import Options
@@ -224,3 +224,58 @@ def route_contexts(tls: dict[str, Any]) -> tuple[ssl.SSLContext, ssl.SSLContext]
     """(accepting side, soliciting side) contexts for a route `tls {}` block (routes always verify their
     peer); ValueError when its files cannot be used."""
     return peer_context(tls, True, True), peer_context(tls, False, True)
+
+
+class AcceptTls(asyncio.Protocol):
+    """An accepted connection's protocol while its TLS handshake (TLS first: gateways) runs; then it
+    hands the TLS transport to `make()`'s protocol. Unlike `create_server(ssl=...)`, whose failed
+    handshakes go unlogged, a refused peer is logged as nats-server does (`TLS <kind> handshake error`)."""
+
+    def __init__(
+        self,
+        make: Callable[[], asyncio.Protocol],
+        ctx: ssl.SSLContext,
+        timeout: float,
+        kind: str,
+        log: Callable[..., None],
+    ) -> None:
+        self._make, self._ctx, self._timeout, self._kind, self._log = make, ctx, timeout, kind, log
+        self._early: list[bytes] = []  # what came in after the handshake, before the hand-over
+        self._task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        loop = asyncio.get_running_loop()
+        raw = cast(asyncio.Transport, transport)
+        started = StartedCoroutine(
+            loop.start_tls(raw, self, self._ctx, server_side=True, ssl_handshake_timeout=self._timeout)
+        )
+        abortive_close(socket_of(raw), True)  # a refused peer sees a reset, not a clean end
+        self._task = loop.create_task(self._finish(raw, started))
+
+    async def _finish(
+        self, raw: asyncio.Transport, started: StartedCoroutine[asyncio.Transport | None]
+    ) -> None:
+        peer = raw.get_extra_info("peername")
+        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "?"
+        try:
+            tls = await started
+        except (TimeoutError, OSError) as exc:
+            self._log("%s - TLS %s handshake error: %s", where, self._kind, exc)
+            raw.close()
+            return
+        if tls is None:
+            raw.close()
+            return
+        abortive_close(socket_of(tls), False)
+        protocol = self._make()
+        tls.set_protocol(protocol)
+        protocol.connection_made(tls)
+        for data in self._early:
+            protocol.data_received(data)
+        self._early = []
+
+    def data_received(self, data: bytes) -> None:
+        self._early.append(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        pass  # during the handshake its waiter fails too, and _finish logs why

@@ -16,9 +16,8 @@ from typing import Any
 
 from pynatsd.base.blocks import LeafNodeOptions, LeafRemote
 from pynatsd.base.options import Options
-from pynatsd.base.tls import peer_context
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
-from pynatsd.config.cluster import DEFAULT_TLS_TIMEOUT, TLS_FILES, parse_listen
+from pynatsd.config.cluster import DEFAULT_TLS_TIMEOUT, parse_listen, tls_block
 
 # nats-server's leafnode keys pynatsd does not implement: refused by name, with what they are.
 _NOT_IMPLEMENTED = {
@@ -167,7 +166,7 @@ def _remote(value: Any) -> LeafRemote:
         elif k in ("deny_exports", "deny_export"):
             remote.deny_exports = _subjects(key, v)
         elif k == "tls":
-            remote.tls = tls_block("leafnodes remote tls", v, accepting=False)
+            remote.tls = tls_block("leafnodes remote tls", v, ("insecure",), cert_required=False)
         elif k in _NOT_IMPLEMENTED:
             raise _refused("leafnodes remote", key)
         else:
@@ -177,40 +176,6 @@ def _remote(value: Any) -> LeafRemote:
     if remote.tls is None and any(url.startswith("tls://") for url in remote.urls):
         remote.tls = {"timeout": DEFAULT_TLS_TIMEOUT}  # as nats-server: TLS, the system's CAs
     return remote
-
-
-def tls_block(where: str, value: Any, accepting: bool) -> dict[str, Any]:
-    """A leafnode or gateway `tls {}` block: `cert_file`, `key_file`, `ca_file`, `timeout`; `verify`
-    (the accepting side asks for and checks the peer's certificate), `insecure` (the dialing side checks
-    neither the hub's chain nor its name). Every other TLS key of nats-server's (handshake_first,
-    pinned_certs, verify_and_map, ciphers, OCSP, ...) decides who is trusted or how: refused by name."""
-    if not isinstance(value, dict):
-        raise ConfigValueError(f"{where}: expected a block")
-    tls: dict[str, Any] = {"timeout": DEFAULT_TLS_TIMEOUT}
-    for key, v in value.items():
-        k = key.lower()
-        if k in TLS_FILES:
-            tls[k] = to_str(f"{where} {key}", v)
-        elif k == "timeout":
-            tls["timeout"] = parse_duration(f"{where} {key}", v)
-        elif k == ("verify" if accepting else "insecure"):
-            if not isinstance(v, bool):
-                raise ConfigValueError(f"error parsing tls config, expected '{key}' to be a boolean")
-            tls[k] = v
-        else:
-            raise ConfigValueError(
-                f'{where} "{key}": pynatsd does not support it (it decides which peers are trusted, or '
-                "how); remove it to run pynatsd"
-            )
-    if accepting and (not tls.get("cert_file") or not tls.get("key_file")):
-        raise ConfigValueError(f"{where}: cert_file and key_file are required")
-    if bool(tls.get("cert_file")) != bool(tls.get("key_file")):
-        raise ConfigValueError(f"{where}: cert_file and key_file go together")
-    try:  # unusable files stop the server now, not at its first connection
-        peer_context(tls, accepting, bool(tls.get("verify")) if accepting else not tls.get("insecure"))
-    except ValueError as exc:
-        raise ConfigValueError(f"{where}: {exc}") from None
-    return tls
 
 
 def parse_block(value: Any) -> LeafNodeOptions:
@@ -237,7 +202,7 @@ def parse_block(value: Any) -> LeafNodeOptions:
         elif k == "no_advertise":
             leaf.no_advertise = to_bool(f"leafnodes {key}", v)
         elif k == "tls":
-            leaf.tls = tls_block("leafnodes tls", v, accepting=True)
+            leaf.tls = tls_block("leafnodes tls", v, ("verify",), cert_required=True)
         elif k in _NOT_IMPLEMENTED:
             raise _refused("leafnodes", key)
         else:
