@@ -89,6 +89,8 @@ class LeafRemote:
     credentials: str = ""  # a creds file (user JWT and seed): its JWT and the hub's nonce signed in CONNECT
     ws_compression: bool = False  # ws:// URLs: ask the hub for permessage-deflate
     ws_no_masking: bool = False  # ws:// URLs: ask the hub to take our frames unmasked
+    # `tls {}` (cert_file, key_file, ca_file, timeout, insecure) or a `tls://` URL ({}): upgrade after INFO
+    tls: dict[str, Any] | None = None
 
 
 @dataclass
@@ -108,6 +110,7 @@ class LeafNodeOptions:
     users: list[dict[str, str]] = field(default_factory=list)  # {"user", "password", "account"}
     auth_timeout: float = 0.0  # 0: the server's
     remotes: list[LeafRemote] = field(default_factory=list)
+    tls: dict[str, Any] | None = None  # `tls {}` (cert_file, key_file, ca_file, verify, timeout)
 
 
 @dataclass
@@ -211,6 +214,7 @@ class RemoteGateway:
 
     name: str = ""
     urls: list[str] = field(default_factory=list)  # nats://[user:pass@]host:port
+    tls: dict[str, Any] | None = None  # its own `tls {}` (the gateway block's otherwise)
 
 
 @dataclass
@@ -228,6 +232,8 @@ class GatewayOptions:
     auth_timeout: float = 0.0  # 0: the server's
     reject_unknown_cluster: bool = False
     connect_retries: int = 0
+    # `tls {}` (cert_file, key_file, ca_file, verify, insecure, timeout): TLS first, both ways
+    tls: dict[str, Any] | None = None
 
     @property
     def auth_required(self) -> bool:

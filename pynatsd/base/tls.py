@@ -8,7 +8,7 @@ import os
 import socket
 import ssl
 import struct
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar, cast
 
 from pynatsd.base.options import Options
@@ -190,25 +190,92 @@ class StartedCoroutine(Generic[T]):
         return (yield from self._coro.__await__())
 
 
-def route_contexts(tls: dict[str, Any]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """(accepting side, soliciting side) contexts for a route `tls {}` block; ValueError when its files
-    cannot be used."""
-    cert, key, ca = tls["cert_file"], tls["key_file"], tls.get("ca_file", "")
+def peer_context(tls: dict[str, Any], server_side: bool, verify: bool) -> ssl.SSLContext:
+    """One side's context for a route, leafnode or gateway `tls {}` block (`cert_file`, `key_file`,
+    `ca_file`; a soliciting leaf may have no certificate). `verify`: the peer's certificate is required
+    and checked against `ca_file` (the system's CAs without one); without it a server asks for none and
+    a client (`insecure`) checks neither chain nor name. ValueError when the files cannot be used."""
+    cert, key, ca = tls.get("cert_file", ""), tls.get("key_file", ""), tls.get("ca_file", "")
     for path in (cert, key, ca):
         if path and not os.path.exists(path):  # nats-server's wording, with the path
             raise ValueError(
                 f"error parsing X509 certificate/key pair: open {path}: no such file or directory"
             )
-    contexts = (ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
-    for ctx, purpose in zip(contexts, (ssl.Purpose.CLIENT_AUTH, ssl.Purpose.SERVER_AUTH), strict=True):
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server_side else ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        if cert:
             ctx.load_cert_chain(cert, key)
-            if ca:
-                ctx.load_verify_locations(ca)
-            else:
-                ctx.load_default_certs(purpose)
-        except ssl.SSLError as exc:
-            raise ValueError(f"error parsing X509 certificate/key pair: {exc.reason or exc}") from None
-        ctx.verify_mode = ssl.CERT_REQUIRED  # routes always verify their peer
-    return contexts
+        if ca:
+            ctx.load_verify_locations(ca)
+        elif verify:
+            ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH if server_side else ssl.Purpose.SERVER_AUTH)
+    except ssl.SSLError as exc:
+        raise ValueError(f"error parsing X509 certificate/key pair: {exc.reason or exc}") from None
+    if verify:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    elif not server_side:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def route_contexts(tls: dict[str, Any]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(accepting side, soliciting side) contexts for a route `tls {}` block (routes always verify their
+    peer); ValueError when its files cannot be used."""
+    return peer_context(tls, True, True), peer_context(tls, False, True)
+
+
+class AcceptTls(asyncio.Protocol):
+    """An accepted connection's protocol while its TLS handshake (TLS first: gateways) runs; then it
+    hands the TLS transport to `make()`'s protocol. Unlike `create_server(ssl=...)`, whose failed
+    handshakes go unlogged, a refused peer is logged as nats-server does (`TLS <kind> handshake error`)."""
+
+    def __init__(
+        self,
+        make: Callable[[], asyncio.Protocol],
+        ctx: ssl.SSLContext,
+        timeout: float,
+        kind: str,
+        log: Callable[..., None],
+    ) -> None:
+        self._make, self._ctx, self._timeout, self._kind, self._log = make, ctx, timeout, kind, log
+        self._early: list[bytes] = []  # what came in after the handshake, before the hand-over
+        self._task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        loop = asyncio.get_running_loop()
+        raw = cast(asyncio.Transport, transport)
+        started = StartedCoroutine(
+            loop.start_tls(raw, self, self._ctx, server_side=True, ssl_handshake_timeout=self._timeout)
+        )
+        abortive_close(socket_of(raw), True)  # a refused peer sees a reset, not a clean end
+        self._task = loop.create_task(self._finish(raw, started))
+
+    async def _finish(
+        self, raw: asyncio.Transport, started: StartedCoroutine[asyncio.Transport | None]
+    ) -> None:
+        peer = raw.get_extra_info("peername")
+        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "?"
+        try:
+            tls = await started
+        except (TimeoutError, OSError) as exc:
+            self._log("%s - TLS %s handshake error: %s", where, self._kind, exc)
+            raw.close()
+            return
+        if tls is None:
+            raw.close()
+            return
+        abortive_close(socket_of(tls), False)
+        protocol = self._make()
+        tls.set_protocol(protocol)
+        protocol.connection_made(tls)
+        for data in self._early:
+            protocol.data_received(data)
+        self._early = []
+
+    def data_received(self, data: bytes) -> None:
+        self._early.append(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        pass  # during the handshake its waiter fails too, and _finish logs why

@@ -16,7 +16,7 @@ from typing import Any
 
 from pynatsd.base.blocks import ClusterOptions
 from pynatsd.base.options import Options
-from pynatsd.base.tls import route_contexts
+from pynatsd.base.tls import peer_context, route_contexts
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 
 DEFAULT_AUTH_TIMEOUT = 2.0
@@ -80,7 +80,44 @@ def route_urls(value: Any, key: str = "routes") -> list[str]:
     return urls
 
 
-_TLS_FILES = ("cert_file", "key_file", "ca_file")
+TLS_FILES = ("cert_file", "key_file", "ca_file")
+
+
+def tls_block(where: str, value: Any, flags: tuple[str, ...], cert_required: bool) -> dict[str, Any]:
+    """A leafnode or gateway `tls {}` block: `cert_file`, `key_file`, `ca_file`, `timeout`, and those
+    of `flags` the side(s) it is for take: `verify` (the accepting side asks for and checks the peer's
+    certificate), `insecure` (the dialing side checks neither the peer's chain nor its name). Every other
+    TLS key of nats-server's (handshake_first, pinned_certs, verify_and_map, ciphers, OCSP, ...) decides
+    who is trusted or how: refused by name."""
+    if not isinstance(value, dict):
+        raise ConfigValueError(f"{where}: expected a block")
+    tls: dict[str, Any] = {"timeout": DEFAULT_TLS_TIMEOUT}
+    for key, v in value.items():
+        k = key.lower()
+        if k in TLS_FILES:
+            tls[k] = to_str(f"{where} {key}", v)
+        elif k == "timeout":
+            tls["timeout"] = parse_duration(f"{where} {key}", v)
+        elif k in flags:
+            if not isinstance(v, bool):
+                raise ConfigValueError(f"error parsing tls config, expected '{key}' to be a boolean")
+            tls[k] = v
+        else:
+            raise ConfigValueError(
+                f'{where} "{key}": pynatsd does not support it (it decides which peers are trusted, or '
+                "how); remove it to run pynatsd"
+            )
+    if cert_required and (not tls.get("cert_file") or not tls.get("key_file")):
+        raise ConfigValueError(f"{where}: cert_file and key_file are required")
+    if bool(tls.get("cert_file")) != bool(tls.get("key_file")):
+        raise ConfigValueError(f"{where}: cert_file and key_file go together")
+    try:  # unusable files stop the server now, not at its first connection
+        if cert_required:
+            peer_context(tls, True, bool(tls.get("verify")))
+        peer_context(tls, False, not tls.get("insecure"))
+    except ValueError as exc:
+        raise ConfigValueError(f"{where}: {exc}") from None
+    return tls
 
 
 def _tls(value: Any) -> dict[str, Any]:
@@ -93,7 +130,7 @@ def _tls(value: Any) -> dict[str, Any]:
     tls: dict[str, Any] = {"timeout": DEFAULT_TLS_TIMEOUT}
     for key, v in value.items():
         k = key.lower()
-        if k in _TLS_FILES:
+        if k in TLS_FILES:
             tls[k] = to_str(f"cluster tls {key}", v)
         elif k == "timeout":
             tls["timeout"] = parse_duration(f"cluster tls {key}", v)

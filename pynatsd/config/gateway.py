@@ -2,9 +2,10 @@
 
 As nats-server reads it: `name`, `listen` (or `host`/`port`), `advertise`, `connect_retries`,
 `reject_unknown_cluster` (`reject_unknown`), `authorization { user, password, timeout }` and
-`gateways [ { name, url or urls } ]`. Fail closed: what pynatsd does not implement for gateways (TLS,
-tokens, permissions, connect backoff, write deadlines, a remote's `tls`) stops the server with an error
-naming the key; unknown keys are errors, as in nats-server.
+`gateways [ { name, url or urls, tls } ]`, `tls {}` (cert, key, CA, verify, insecure, timeout; a remote's
+own `tls` for its connections). Fail closed: what pynatsd does not implement for gateways (other TLS keys,
+tokens, permissions, connect backoff, write deadlines) stops the server with an error naming the key;
+unknown keys are errors, as in nats-server.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from typing import Any
 from pynatsd.base.blocks import GatewayOptions, RemoteGateway
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, to_bool, to_int, to_str
-from pynatsd.config.cluster import check_route_url, parse_listen
+from pynatsd.config.cluster import check_route_url, parse_listen, tls_block
 
 _UNSUPPORTED = {
-    "tls": "TLS between gateways",
     "connect_backoff": '"connect_backoff" for gateways',
     "write_deadline": '"write_deadline" for gateways',
     "write_timeout": '"write_timeout" for gateways',
@@ -73,9 +73,7 @@ def _remote(index: int, value: Any) -> RemoteGateway:
                 raise ConfigValueError(f"gateway {key}: expected a list of URLs, got {v!r}")
             remote.urls += [_url(to_str(f"gateway {key}", item)) for item in v]
         elif k == "tls":
-            raise ConfigValueError(
-                f'gateway "{key}": pynatsd does not support TLS between gateways; remove it to run pynatsd'
-            )
+            remote.tls = tls_block("gateway remote tls", v, ("insecure",), cert_required=False)
         else:
             raise ConfigValueError(f'gateway: unknown field "{key}"')
     if not remote.name:
@@ -118,6 +116,8 @@ def parse_block(value: Any) -> GatewayOptions:
             gateway.connect_retries = to_int(f"gateway {key}", v)
         elif k in ("reject_unknown", "reject_unknown_cluster"):
             gateway.reject_unknown_cluster = to_bool(f"gateway {key}", v)
+        elif k == "tls":
+            gateway.tls = tls_block("gateway tls", v, ("verify", "insecure"), cert_required=True)
         elif k == "gateways":
             if not isinstance(v, list):
                 raise ConfigValueError(f"gateway {key}: expected a list")

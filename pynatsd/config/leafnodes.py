@@ -3,9 +3,9 @@
 Keys as nats-server reads them (case-insensitive, its aliases): `listen` / `host` / `port`, `authorization
 { user, password, token, account, users [ {user, password, account} ], timeout }`, `remotes [ { url / urls,
 account, credentials, hub, no_randomize, deny_imports, deny_exports, ws_compression, ws_no_masking } ]`,
-`advertise`, `no_advertise`, `reconnect`. Fail closed: the leafnode keys nats-server has and pynatsd does
-not implement (TLS, nkeys, compression, `wss://` remotes, proxies, isolation, ...) are refused by name;
-unknown keys are errors.
+`advertise`, `no_advertise`, `reconnect`, `tls {}` on both sides (a `tls://` URL). Fail closed: the leafnode
+keys nats-server has and pynatsd does not implement (TLS keys beyond files, verify, insecure and timeout,
+nkeys, compression, `wss://` remotes, proxies, isolation, ...) are refused by name; unknown keys are errors.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from typing import Any
 from pynatsd.base.blocks import LeafNodeOptions, LeafRemote
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
-from pynatsd.config.cluster import parse_listen
+from pynatsd.config.cluster import DEFAULT_TLS_TIMEOUT, parse_listen, tls_block
 
 # nats-server's leafnode keys pynatsd does not implement: refused by name, with what they are.
 _NOT_IMPLEMENTED = {
-    "tls": "TLS for leaf node connections",
     "nkey": "nkey authentication of leaf nodes",
     "seed": "nkey authentication of leaf nodes",
     "compression": "compressed leaf node connections",
@@ -41,7 +40,7 @@ _NOT_IMPLEMENTED = {
     "write_deadline": '"write_deadline" for leaf nodes',
     "write_timeout": '"write_timeout" for leaf nodes',
 }
-_ACCESS = frozenset({"tls", "nkey", "seed", "proxy_required", "min_version"})
+_ACCESS = frozenset({"nkey", "seed", "proxy_required", "min_version"})
 
 
 def _refused(where: str, key: str) -> ConfigValueError:
@@ -124,10 +123,10 @@ def leaf_url(text: str) -> str:
         port = url.port
     except ValueError as exc:
         raise ConfigValueError(f"error parsing leafnode remote url [{text!r}]: {exc}") from exc
-    if url.scheme in ("tls", "wss"):
+    if url.scheme == "wss":
         raise ConfigValueError(
-            f'leafnodes remote url "{text}": pynatsd does not support TLS for leaf node connections (it '
-            "controls who may connect); remove it to run pynatsd"
+            f'leafnodes remote url "{text}": pynatsd does not support TLS over WebSocket for leaf node '
+            "connections; remove it to run pynatsd"
         )
     if not url.hostname:
         raise ConfigValueError(f"error parsing leafnode remote url [{text!r}]: a host is required")
@@ -164,12 +163,21 @@ def _remote(value: Any) -> LeafRemote:
             remote.ws_compression = to_bool(f"leafnodes remote {key}", v)
         elif k in ("ws_no_masking", "websocket_no_masking"):
             remote.ws_no_masking = to_bool(f"leafnodes remote {key}", v)
+        elif k == "tls":
+            remote.tls = tls_block("leafnodes remote tls", v, ("insecure",), cert_required=False)
         elif k in _NOT_IMPLEMENTED:
             raise _refused("leafnodes remote", key)
         else:
             raise ConfigValueError(f'leafnodes remote: unknown field "{key}"')
     if not remote.urls:
         raise ConfigValueError("leafnodes remote: a url is required")
+    if remote.tls is not None and any(url.startswith("ws://") for url in remote.urls):
+        raise ConfigValueError(
+            "leafnodes remote tls: pynatsd does not support TLS over WebSocket for leaf node connections; "
+            "remove it to run pynatsd"
+        )
+    if remote.tls is None and any(url.startswith("tls://") for url in remote.urls):
+        remote.tls = {"timeout": DEFAULT_TLS_TIMEOUT}  # as nats-server: TLS, the system's CAs
     return remote
 
 
@@ -196,6 +204,8 @@ def parse_block(value: Any) -> LeafNodeOptions:
             leaf.advertise = to_str(f"leafnodes {key}", v)
         elif k == "no_advertise":
             leaf.no_advertise = to_bool(f"leafnodes {key}", v)
+        elif k == "tls":
+            leaf.tls = tls_block("leafnodes tls", v, ("verify",), cert_required=True)
         elif k in _NOT_IMPLEMENTED:
             raise _refused("leafnodes", key)
         else:

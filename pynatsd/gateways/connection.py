@@ -175,7 +175,7 @@ class Gateway(Route):
             return
         if first:
             self.remote_iom = bool(info.get("gateway_iom"))
-            self.send(encode_connect(manager.connect_options(self.url)) + manager.gateway_info())
+            self.send(encode_connect(manager.connect_options(self.name, self.url)) + manager.gateway_info())
             if not manager.register_outbound(self):
                 self.no_reconnect = True
                 self.close("Wrong Gateway")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.base.blocks import ClusterOptions
 from pynatsd.base.logging import get_logger
+from pynatsd.base.tls import AcceptTls, peer_context
 from pynatsd.broker.delivery import kept_local
 from pynatsd.gateways.connection import (
     CMD_GOSSIP,
@@ -68,10 +69,13 @@ class GatewayListenError(Exception):
 class RemoteCluster:
     """A remote cluster we keep an outbound connection to: its URLs, configured or gossiped."""
 
-    def __init__(self, name: str, urls: list[str], implicit: bool) -> None:
+    def __init__(self, name: str, urls: list[str], implicit: bool, tls: dict[str, Any] | None) -> None:
         self.name = name
         self.urls = list(urls)
         self.implicit = implicit
+        # TLS first, checked as its `tls {}` (or the gateway block's) says; None: plaintext
+        self.tls_context = peer_context(tls, False, not tls.get("insecure")) if tls is not None else None
+        self.tls_timeout = float(tls["timeout"]) if tls is not None else None
 
 
 class GatewayManager:
@@ -91,7 +95,7 @@ class GatewayManager:
             ping_interval=min(server.options.ping_interval, GATEWAY_MAX_PING_INTERVAL)
         )
         self.remotes: dict[str, RemoteCluster] = {
-            r.name: RemoteCluster(r.name, r.urls, implicit=False)
+            r.name: RemoteCluster(r.name, r.urls, implicit=False, tls=r.tls or options.tls)
             for r in options.gateways
             if r.name != self.name
         }
@@ -145,9 +149,18 @@ class GatewayManager:
         """Bind the gateway port (before the routes start: their INFO carries our gateway URL)."""
         opts = self.options
         server = self.server
+        tls = opts.tls
+
+        def accept() -> asyncio.Protocol:
+            return cast(asyncio.Protocol, Gateway(self, outbound=False))
+
+        factory = accept
+        if tls is not None:  # TLS first: the connection is the gateway's once the handshake is done
+            ctx, timeout = peer_context(tls, True, bool(tls.get("verify"))), float(tls["timeout"])
+            factory = functools.partial(AcceptTls, accept, ctx, timeout, "gateway", log.error)
         try:
             self._listener = await server.loop.create_server(
-                lambda: cast(asyncio.Protocol, Gateway(self, outbound=False)),
+                factory,
                 host=opts.host or None,
                 port=0 if opts.port == -1 else opts.port,
                 reuse_address=True,
@@ -209,6 +222,8 @@ class GatewayManager:
         }
         if opts.auth_required:
             info["auth_required"] = True
+        if opts.tls is not None:
+            info["tls_required"] = True
         info |= {
             "max_payload": server.options.max_payload,
             "gateway": self.name,
@@ -227,9 +242,10 @@ class GatewayManager:
         info = {"server_id": self.server.server_id, "gateway": self.name, "gateway_cmd": command}
         return encoder.encode_info(info | {"gateway_cmd_payload": payload})
 
-    def connect_options(self, url: str) -> dict[str, object]:
+    def connect_options(self, name: str, url: str) -> dict[str, object]:
         """The CONNECT of an outbound connection (credentials from its URL, else the block's)."""
         parts = urllib.parse.urlsplit(url)
+        remote = self.remotes.get(name)
         options: dict[str, object] = {"echo": False, "verbose": False, "pedantic": False}
         if parts.username:
             options["user"] = urllib.parse.unquote(parts.username)
@@ -237,7 +253,7 @@ class GatewayManager:
         elif self.options.username:
             options["user"], options["pass"] = self.options.username, self.options.password
         options |= {
-            "tls_required": False,
+            "tls_required": remote is not None and remote.tls_context is not None,
             "name": self.server.server_id,
             "gateway": self.name,
             "headers": self.server.options.headers,
@@ -266,6 +282,9 @@ class GatewayManager:
                         functools.partial(self._outbound, remote.name, url),
                         parts.hostname or "",
                         parts.port or 0,
+                        ssl=remote.tls_context,
+                        server_hostname=parts.hostname if remote.tls_context else None,
+                        ssl_handshake_timeout=remote.tls_timeout,
                     )
                     return
                 except (OSError, ValueError) as exc:
@@ -342,7 +361,7 @@ class GatewayManager:
             return
         if self.options.reject_unknown_cluster or not found:
             return
-        remote = self.remotes[name] = RemoteCluster(name, found, implicit=True)
+        remote = self.remotes[name] = RemoteCluster(name, found, implicit=True, tls=self.options.tls)
         self._solicit(remote)
 
     def _gossip_to_inbound(self, conn: Gateway) -> None:

@@ -12,16 +12,20 @@ naming the account. PINGs measure the RTT and detect a stale peer.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
+import urllib.parse
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
 from pynatsd.auth.users import DEFAULT_ACCOUNT, password_ok
 from pynatsd.base.listener import redacted_url
 from pynatsd.base.logging import get_logger
-from pynatsd.broker.connection import SLOW_CONSUMER_PENDING, SlicedReader
+from pynatsd.base.tls import StartedCoroutine, abortive_close, peer_context, session_info, socket_of
+from pynatsd.broker.connection import SLOW_CONSUMER_PENDING, TLS_HANDSHAKE_FAILURE, SlicedReader
 from pynatsd.broker.delivery import Message, Subscription, enqueue, publish, size_fields
 from pynatsd.broker.outbound import Outbound
+from pynatsd.config.cluster import DEFAULT_TLS_TIMEOUT
 from pynatsd.protocol import encoder, errors
 from pynatsd.protocol.connect import ConnectOptions
 from pynatsd.protocol.route import RouteParser, encode_connect, rmsg_head
@@ -89,12 +93,15 @@ class LeafConnection(SlicedReader):
         self.parser = RouteParser(self, max_control_line=server.options.max_control_line, leaf=True)
         self.parser.account = _UNBOUND
         self._info_received = False
+        self._register_on_connect = False  # a hub without `info_on_connect`: registered once CONNECT is sent
         self._msg = Message(self)
         self._fanout = server.fanout.counts
         self._pings_out = 0
         self._ping_sent = 0.0
         self._ping_timer: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
+        self._tls_task: asyncio.Task[None] | None = None  # the upgrade after INFO, while it runs
+        self.tls_version = self.tls_cipher = ""
 
     # -- what monitoring reads ------------------------------------------------------------------------
     @property
@@ -143,6 +150,63 @@ class LeafConnection(SlicedReader):
             self.send(manager.leaf_info({"nonce": self.nonce, "client_id": self.cid}))
             timeout = manager.options.auth_timeout or server.options.effective_auth_timeout
             self._auth_timer = server.loop.call_later(timeout, self._auth_timeout)
+            tls = manager.options.tls
+            if manager.tls_context is not None and tls is not None:
+                self._upgrade(manager.tls_context, None, float(tls["timeout"]), bool(tls.get("verify")))
+
+    # -- TLS after the INFO (nats-server's leafnode handshake, both ways) ---------------------------------
+    def _upgrade(self, ctx: ssl.SSLContext, hostname: str | None, timeout: float, abort: bool) -> None:
+        """Upgrade to TLS now (the hub after its INFO, the leaf on it; `hostname` on the dialing side);
+        nothing more is written until the handshake is done. `abort`: a refused handshake resets the
+        socket (the peer sees an error, not a clean end, as nats-server's alert)."""
+        transport = cast(asyncio.Transport, self.transport)
+        out = self.out
+        assert out is not None
+        out.flush()
+        out.pause()
+        loop = self.server.loop
+        try:  # start_tls takes the transport over now, before a byte of the handshake is read as ours
+            started = StartedCoroutine(
+                loop.start_tls(
+                    transport,
+                    cast(asyncio.BaseProtocol, self),
+                    ctx,
+                    server_side=hostname is None,
+                    server_hostname=hostname,
+                    ssl_handshake_timeout=timeout,
+                )
+            )
+        except (OSError, RuntimeError, TypeError) as exc:
+            log.error("%r - cannot start TLS: %s", self, exc)
+            self.close(TLS_HANDSHAKE_FAILURE)
+            return
+        if abort:
+            abortive_close(socket_of(transport), True)
+        self._tls_task = loop.create_task(self._finish_tls(started, abort))
+
+    async def _finish_tls(self, started: StartedCoroutine[asyncio.Transport | None], abort: bool) -> None:
+        try:
+            tls = await started
+        except (TimeoutError, OSError) as exc:  # ssl.SSLError and resets included
+            self._tls_task = None
+            if not self.closed:
+                log.error("%r - TLS leafnode handshake error: %s", self, exc)
+                self.close(TLS_HANDSHAKE_FAILURE)
+            return
+        self._tls_task = None
+        if self.closed or tls is None or self.out is None:
+            if tls is not None:
+                tls.close()
+            return
+        log.debug("%r - TLS handshake complete", self)
+        if abort:
+            abortive_close(socket_of(tls), False)
+        self.tls_version, self.tls_cipher = session_info(tls)
+        self.transport = tls
+        self.out.transport = tls
+        self.out.resume()
+        if self.remote is not None:  # the dialing side answers the hub's INFO now
+            self._send_connect()
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -203,20 +267,38 @@ class LeafConnection(SlicedReader):
             self.remote_cluster = str(info.get("cluster", ""))
             self.headers = self.server.options.headers and bool(info.get("headers"))
             self.nonce = str(info.get("nonce", ""))
-            try:
-                options = self.manager.connect_options(self)
-            except ValueError as exc:  # a remote's credentials file (nats-server logs and retries)
-                log.error("%r - %s", self, exc)
-                self.close("Authentication Failure")
+            self._register_on_connect = not info.get("info_on_connect")
+            tls = self.remote.tls
+            if tls is not None or info.get("tls_required"):
+                # As nats-server: a hub that requires TLS gets it even from a remote without `tls {}`
+                # (verified against the system's CAs).
+                tls = tls if tls is not None else {"timeout": DEFAULT_TLS_TIMEOUT}
+                try:
+                    ctx = peer_context(tls, False, not tls.get("insecure"))
+                except ValueError as exc:
+                    log.error("%r - %s", self, exc)
+                    self.close(TLS_HANDSHAKE_FAILURE)
+                    return
+                hostname = urllib.parse.urlsplit(self.url).hostname or ""
+                self._upgrade(ctx, hostname, float(tls["timeout"]), False)
                 return
-            self.send(encode_connect(options))
-            if not info.get("info_on_connect"):
-                self._register()
+            self._send_connect()
             return
         account = info.get("remote_account")
         if isinstance(account, str) and account:
             self.remote_account = account
         if info.get("connect_info") and not self.registered:
+            self._register()
+
+    def _send_connect(self) -> None:
+        try:
+            options = self.manager.connect_options(self)
+        except ValueError as exc:  # a remote's credentials file (nats-server logs and retries)
+            log.error("%r - %s", self, exc)
+            self.close("Authentication Failure")
+            return
+        self.send(encode_connect(options))
+        if self._register_on_connect:
             self._register()
 
     def on_connect(self, options: dict[str, object]) -> None:
@@ -437,6 +519,9 @@ class LeafConnection(SlicedReader):
             if timer is not None:
                 timer.cancel()
         self._ping_timer = self._auth_timer = None
+        if self._tls_task is not None:
+            self._tls_task.cancel()
+            self._tls_task = None
         if self.sublist is not None:
             for sub in self.remote_subs.values():
                 self.sublist.remove(sub)

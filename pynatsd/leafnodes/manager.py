@@ -35,6 +35,7 @@ from pynatsd.auth.users import DEFAULT_ACCOUNT
 from pynatsd.base.ids import new_server_id
 from pynatsd.base.listener import redacted_url
 from pynatsd.base.logging import get_logger
+from pynatsd.base.tls import peer_context
 from pynatsd.leafnodes.leaf import LeafConnection, connect_password_ok
 from pynatsd.matcher.leaf import weight_of
 from pynatsd.protocol import encoder
@@ -69,6 +70,9 @@ class LeafManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._delays: dict[int, float] = {}  # remote index -> the delay before its next attempt
         self._stopping = False
+        # `tls {}`: the accepting side's context (remotes build theirs as they dial)
+        tls = options.tls
+        self.tls_context = peer_context(tls, True, bool(tls.get("verify"))) if tls is not None else None
 
     # -- start / stop ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -214,6 +218,9 @@ class LeafManager:
             "headers": opts.headers,
             "info_on_connect": True,
         }
+        if options.tls is not None:  # the leaf upgrades after this INFO
+            info["tls_required"] = True
+            info["tls_verify"] = bool(options.tls.get("verify"))
         if server.cluster is not None:
             info["cluster"] = server.cluster.name
         info["leafnode_urls"] = [f"{host}:{port}"]  # (no_advertise: others' URLs are not gossiped)

@@ -40,3 +40,19 @@ def test_invalid_gateway_stops_the_server(kind: str, case: str, tmp_path: Path) 
 def test_invalid_gateway_is_refused_at_parse_time(case: str) -> None:
     text, words = INVALID[case]
     assert words.lower() in errors_of(text).lower()
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("tls { handshake_first: true }", '"handshake_first": pynatsd does not support'),
+        ("tls { pinned_certs: [] }", '"pinned_certs": pynatsd does not support'),
+        ("tls { verify: true }", "gateway tls: cert_file and key_file are required"),
+        (
+            'gateways: [{name: B, url: "nats://127.0.0.1:1", tls { verify: true }}]',
+            '"verify": pynatsd does not support',
+        ),
+    ],
+)
+def test_tls_keys_not_implemented_are_refused_by_name(text: str, words: str) -> None:
+    assert words in errors_of(f"gateway {{ name: A, listen: 127.0.0.1:-1, {text} }}")

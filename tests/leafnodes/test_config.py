@@ -64,8 +64,16 @@ def test_every_supported_key() -> None:
     [
         ("leafnodes { compression: s2_auto }", '"compression": pynatsd does not support'),
         ("leafnodes { isolate: true }", '"isolate": pynatsd does not support'),
-        ('leafnodes { remotes [ { url: "nats://h:1", tls { } } ] }', '"tls": pynatsd does not support'),
-        ('leafnodes { remotes [ { url: "wss://h:1" } ] }', "TLS for leaf node connections"),
+        (
+            'leafnodes { remotes [ { url: "nats://h:1", tls { handshake_first: true } } ] }',
+            '"handshake_first": pynatsd does not support',
+        ),
+        ("leafnodes { tls { pinned_certs: [] } }", '"pinned_certs": pynatsd does not support'),
+        ("leafnodes { tls { verify: true } }", "leafnodes tls: cert_file and key_file are required"),
+        ('leafnodes { remotes [ { url: "nats://h:1", tls { verify: true } } ] }', '"verify": pynatsd'),
+        ("leafnodes { tls { insecure: true } }", '"insecure": pynatsd does not support'),
+        ('leafnodes { remotes [ { url: "wss://h:1" } ] }', "TLS over WebSocket for leaf node"),
+        ('leafnodes { remotes [ { url: "ws://h:1", tls { timeout: 2 } } ] }', "TLS over WebSocket for leaf"),
         ("leafnodes { remotes [ { account: A } ] }", "a url is required"),
         ("leafnodes { bogus: 1 }", 'unknown field "bogus"'),
         (
@@ -78,6 +86,16 @@ def test_refused(text: str, named: str) -> None:
     with pytest.raises(ConfigErrors) as err:
         load(text)
     assert named in str(err.value)
+
+
+def test_a_tls_url_or_block_makes_a_remote_upgrade() -> None:
+    """A `tls://` URL alone asks for TLS (the system's CAs, nats-server's default timeout); a `tls {}`
+    block with `insecure` checks neither the hub's chain nor its name."""
+    options = load(
+        'leafnodes { remotes [ { url: "tls://hub:7422" }, { url: "nats://h:1", tls { insecure: true } } ] }'
+    ).leafnodes
+    assert options is not None
+    assert [r.tls for r in options.remotes] == [{"timeout": 2.0}, {"timeout": 2.0, "insecure": True}]
 
 
 def test_a_reload_refuses_leafnodes_changes_without_showing_passwords() -> None:
