@@ -11,7 +11,7 @@ BENCH_SIZES ?= 16,128,1024
 
 BENCH_CLUSTER_REPS ?= 3
 
-.PHONY: bench bench-smoke bench-starvation bench-cluster
+.PHONY: bench bench-smoke bench-starvation bench-cluster bench-leaf
 
 ## bench: the full broker benchmark (about 8 minutes on 2 cores): tables, JSON and PNG chart in bench/results/
 bench: venv compile
@@ -23,10 +23,15 @@ bench: venv compile
 bench-cluster: venv compile
 	$(PY) bench/broker/cluster.py --reps $(BENCH_CLUSTER_REPS)
 
+## bench-leaf: leaf -> hub rows (publisher on a leaf, subscribers on its hub; pynatsd pair vs nats-server pair)
+bench-leaf: venv compile
+	$(PY) bench/broker/cluster.py --leaf --reps $(BENCH_CLUSTER_REPS)
+
 ## bench-smoke: seconds-long run of every row with tiny counts, both generators (keeps the harness alive)
 bench-smoke: venv compile
 	$(PY) bench/broker/run.py --smoke --out /tmp/pynatsd-bench-smoke
 	$(PY) bench/broker/cluster.py --smoke --out /tmp/pynatsd-bench-smoke
+	$(PY) bench/broker/cluster.py --leaf --smoke --out /tmp/pynatsd-bench-smoke
 
 ## bench-starvation: issue 16 item 3: 4 nats.go publishers join a 1,000-subject flood; connect times, probes
 bench-starvation: venv compile

@@ -5,8 +5,9 @@ IMAGE ?= pynatsd:latest
 BASE_IMAGE ?= python:3.11-slim
 
 CLUSTER_FILE := docker/docker-compose.cluster.yml
+LEAF_FILE := docker/docker-compose.leaf.yml
 
-.PHONY: docker-image compose-up compose-down cluster-up cluster-down test-deploy
+.PHONY: docker-image compose-up compose-down cluster-up cluster-down leaf-up leaf-down test-deploy
 
 ## docker-image: build docker/Dockerfile as $(IMAGE) on $(BASE_IMAGE)
 docker-image:
@@ -29,6 +30,15 @@ cluster-up:
 ## cluster-down: stop the cluster (add VOLUMES=1 to delete the Prometheus data too)
 cluster-down:
 	$(COMPOSE) -f $(CLUSTER_FILE) down $(if $(VOLUMES),--volumes)
+
+## leaf-up: a hub cluster (pynatsd and a nats-server from PyPI) and a pynatsd leaf node dialing it
+leaf-up:
+	COMPOSE_DOCKER_CLI_BUILD=1 DOCKER_BUILDKIT=1 PYNATSD_IMAGE=$(IMAGE) PYNATSD_BASE_IMAGE=$(BASE_IMAGE) \
+		$(COMPOSE) -f $(LEAF_FILE) up -d --build
+
+## leaf-down: stop the hub cluster and its leaf
+leaf-down:
+	$(COMPOSE) -f $(LEAF_FILE) down
 
 ## test-deploy: static checks plus the real image and compose tests (root, docker.io, debootstrap)
 test-deploy: venv

@@ -80,6 +80,8 @@ class LeafConnection(SlicedReader):
         self.opts = ConnectOptions()
         self.user = ""
         self.ip = ""
+        self.auth_user = ""  # the user and version its CONNECT named (the disconnect advisory's)
+        self.version = ""
         self.connected = True
         # What we told the other side: `subject` or `subject queue` -> subscriptions (a group's weight).
         self.smap: dict[bytes, int] = {}
@@ -329,6 +331,8 @@ class LeafConnection(SlicedReader):
         self.account = account
         self.remote_id = str(options.get("server_id", ""))
         self.remote_name = str(options.get("name", "") or self.remote_id)
+        self.auth_user = str(options.get("user", "") or "")
+        self.version = str(options.get("version", "") or "")
         self.remote_cluster = cluster
         self.remote_account = str(options.get("remote_account", ""))
         self.headers = self.server.options.headers and bool(options.get("headers"))

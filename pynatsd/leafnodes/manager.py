@@ -302,6 +302,8 @@ class LeafManager:
             if leaf.allowed_interest(subject):
                 frames.append(self._frame(leaf, subject, queue or None, n))
         leaf.send(b"".join(frames))
+        if self.server.system is not None:
+            self.server.system.leaf_changed(leaf, connected=True)
 
     def closed(self, leaf: LeafConnection) -> None:
         if leaf in self.connections:
@@ -311,6 +313,8 @@ class LeafManager:
             peers = self._by_account.get(leaf.account, [])
             if leaf in peers:
                 peers.remove(leaf)
+            if self.server.system is not None:
+                self.server.system.leaf_changed(leaf, connected=False)
         remote = leaf.remote
         if remote is not None and not self._stopping and not leaf.no_reconnect:
             index = self._remote_index(leaf)

@@ -485,12 +485,13 @@ def account_stat(server: Node, name: str, conns: list[Connection] | None = None)
     sent_bytes = sum(c.out_bytes for c in conns) + (closed.out_bytes if closed else 0)
     recv_msgs = sum(c.in_msgs for c in conns) + (closed.in_msgs if closed else 0)
     recv_bytes = sum(c.in_bytes for c in conns) + (closed.in_bytes if closed else 0)
+    leafnodes = sum(1 for leaf in server.leafnodes if leaf.account == name)
     return {
         "acc": name,
         "name": account_name_tag(server, name),
         "conns": len(conns),
-        "leafnodes": sum(1 for leaf in server.leafnodes if leaf.account == name),
-        "total_conns": len(conns),
+        "leafnodes": leafnodes,
+        "total_conns": len(conns) + leafnodes,  # nats-server counts its leaf nodes in
         "num_subscriptions": sublist.stats().num_subscriptions if sublist is not None else 0,
         "sent": {
             "msgs": sent_msgs,

@@ -110,6 +110,7 @@ class PynatsdCollector(Collector):
             FLUSH_BUCKETS,
         )
         yield from self._routes()
+        yield from self._leafnodes()
         yield from self._accounts()
         if server.jetstream is not None:
             for kind, name, doc, value in js_monitor.metrics(server.jetstream):
@@ -122,57 +123,60 @@ class PynatsdCollector(Collector):
         """Route counts, and each route's traffic labelled with its peer (one series per route)."""
         server = self.server
         routes = sorted(server.routes, key=lambda r: r.rid)
-        sid = [server.server_id]
         num = GaugeMetricFamily(
             "pynatsd_routes", "Route connections to other cluster members.", labels=["server_id"]
         )
-        num.add_metric(sid, len(routes))
+        num.add_metric([server.server_id], len(routes))
         yield num
-        labels = ["server_id", "remote_id", "remote_name"]
+        peers = [((route.remote_id, route.remote_name), route) for route in routes]
+        yield from self._links("route", "the route", ["remote_id", "remote_name"], peers)
+
+    def _leafnodes(self) -> Iterator[Metric]:
+        """Leaf node connections per account, and their traffic per account and other side's server name:
+        the series stay as many as the configured links (its server id, new at each restart, is no label;
+        leafs of one name in one account are summed)."""
+        server = self.server
+        leafs = sorted(server.leafnodes, key=lambda leaf: leaf.cid)
+        num = GaugeMetricFamily(
+            "pynatsd_leafnode_connections",
+            "Leaf node connections (either side: solicited or accepted).",
+            labels=["server_id", "account"],
+        )
+        per_account: dict[str, int] = {}
+        for leaf in leafs:
+            per_account[leaf.account] = per_account.get(leaf.account, 0) + 1
+        for account, count in sorted(per_account.items()):
+            num.add_metric([server.server_id, account], count)
+        yield num
+        peers = [((leaf.account, leaf.remote_name), leaf) for leaf in leafs]
+        yield from self._links("leafnode", "leaf node connections", ["account", "remote_name"], peers)
+
+    def _links(
+        self, kind: str, what: str, labels: list[str], links: list[tuple[tuple[str, str], Any]]
+    ) -> Iterator[Metric]:
+        """`pynatsd_<kind>_*`: traffic, queue and interest of server links (routes, leaf nodes), each
+        labelled with the server id and its `labels` (values summed over links of the same labels)."""
         families = [
-            (
-                CounterMetricFamily,
-                "pynatsd_route_messages_in",
-                "Messages received over the route.",
-                "in_msgs",
-            ),
-            (CounterMetricFamily, "pynatsd_route_messages_out", "Messages sent over the route.", "out_msgs"),
-            (
-                CounterMetricFamily,
-                "pynatsd_route_bytes_in",
-                "Payload bytes received over the route.",
-                "in_bytes",
-            ),
-            (
-                CounterMetricFamily,
-                "pynatsd_route_bytes_out",
-                "Payload bytes sent over the route.",
-                "out_bytes",
-            ),
-            (
-                GaugeMetricFamily,
-                "pynatsd_route_pending_bytes",
-                "Bytes queued for the route.",
-                "pending_bytes",
-            ),
-            (
-                GaugeMetricFamily,
-                "pynatsd_route_subscriptions",
-                "Remote interest the peer announced.",
-                "num_subs",
-            ),
+            (CounterMetricFamily, "messages_in", f"Messages received over {what}.", "in_msgs"),
+            (CounterMetricFamily, "messages_out", f"Messages sent over {what}.", "out_msgs"),
+            (CounterMetricFamily, "bytes_in", f"Payload bytes received over {what}.", "in_bytes"),
+            (CounterMetricFamily, "bytes_out", f"Payload bytes sent over {what}.", "out_bytes"),
+            (GaugeMetricFamily, "pending_bytes", f"Bytes queued for {what}.", "pending_bytes"),
+            (GaugeMetricFamily, "subscriptions", "Remote interest the peer announced.", "num_subs"),
         ]
-        for family, name, doc, attr in families:
-            metric = family(name, doc, labels=labels)
-            for route in routes:
-                metric.add_metric([*sid, route.remote_id, route.remote_name], getattr(route, attr))
+        sid = self.server.server_id
+        for family, suffix, doc, attr in families:
+            metric = family(f"pynatsd_{kind}_{suffix}", doc, labels=["server_id", *labels])
+            for key, value in _summed(links, attr).items():
+                metric.add_metric([sid, *key], value)
             yield metric
         rtt = GaugeMetricFamily(
-            "pynatsd_route_rtt_seconds", "Last measured round trip to the peer.", labels=labels
+            f"pynatsd_{kind}_rtt_seconds",
+            "Last measured round trip to the peer.",
+            labels=["server_id", *labels],
         )
-        for route in routes:
-            if route.rtt is not None:
-                rtt.add_metric([*sid, route.remote_id, route.remote_name], route.rtt)
+        for key, seconds in {key: link.rtt for key, link in links if link.rtt is not None}.items():
+            rtt.add_metric([sid, *key], seconds)
         yield rtt
 
     def _accounts(self) -> Iterator[Metric]:
@@ -194,6 +198,14 @@ class PynatsdCollector(Collector):
         h = HistogramMetricFamily(name, doc, labels=["server_id"])
         h.add_metric([self.server.server_id], counts.buckets(bounds), float(counts.total))
         return h
+
+
+def _summed(links: list[tuple[tuple[str, str], Any]], attr: str) -> dict[tuple[str, str], float]:
+    """`attr` of each link, summed per label values (in first-seen order)."""
+    sums: dict[tuple[str, str], float] = {}
+    for key, link in links:
+        sums[key] = sums.get(key, 0) + getattr(link, attr)
+    return sums
 
 
 def exporter_families(varz: dict[str, Any], num_routes: int) -> Iterator[Metric]:

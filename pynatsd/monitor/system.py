@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from pynatsd.auth.users import Permissions, Rule
+    from pynatsd.leafnodes.leaf import LeafConnection
     from pynatsd.monitor import Monitor
     from pynatsd.node import Node
 
@@ -112,6 +113,7 @@ def _routez_query(options: Mapping[str, Any]) -> dict[str, str]:
     return query
 
 
+_LEAFZ_NAMES = {"subscriptions": "subs", "account": "acc"}  # nats-server's LeafzOptions
 _SUBSZ_NAMES = {
     "offset": "offset",
     "limit": "limit",
@@ -321,7 +323,7 @@ class SystemService:
             "SUBSZ": endpoint(lambda o: ep.subsz(s, _query(o, _SUBSZ_NAMES))),
             "ROUTEZ": endpoint(lambda o: ep.routez(s, _routez_query(o))),
             "GATEWAYZ": endpoint(lambda o: ep.gatewayz(s)),
-            "LEAFZ": endpoint(lambda o: ep.leafz(s)),
+            "LEAFZ": endpoint(lambda o: ep.leafz(s, _query(o, _LEAFZ_NAMES))),
             "ACCOUNTZ": endpoint(lambda o: ep.accountz(s, _query(o, {"account": "acc"}))),
             "JSZ": endpoint(
                 lambda o: ep.jsz(
@@ -496,7 +498,7 @@ class SystemService:
             if name == "SUBSZ":
                 return ep.subsz(s, {**_query(options, _SUBSZ_NAMES), "subs": "true", "acc": account})
             if name == "LEAFZ":
-                return ep.leafz(s)
+                return ep.leafz(s, {**_query(options, _LEAFZ_NAMES), "acc": account})
             if name == "JSZ":
                 return ep.jsz(s, {"acc": account})
             if name == "INFO":
@@ -544,14 +546,7 @@ class SystemService:
         self._account_conns_changed(conn.account)
         subject = f"$SYS.ACCOUNT.{conn.account}.CONNECT"
         if self._interest(subject):
-            event = {
-                "type": CONNECT_TYPE,
-                "id": event_id(),
-                "timestamp": now_text(),
-                "server": self.server_info(),
-                "client": self._client_info(conn),
-            }
-            self._send(subject, event)
+            self._connect_event(subject, self._client_info(conn))
 
     def client_closed(self, conn: Connection, auth_failed: bool) -> None:
         """A client closed: the authentication error advisory when that was why, then DISCONNECT."""
@@ -571,21 +566,65 @@ class SystemService:
             for subject in wanted:  # one event, each message with its own server block (sequence)
                 self._send(subject, {**event, "server": self.server_info()})
 
+    def leaf_changed(self, leaf: LeafConnection, connected: bool) -> None:
+        """A leaf node connection registered or closed: its account's connection counts, then CONNECT (from
+        the soliciting side only: nats-server's accepting side announces none) or DISCONNECT, whose client
+        is of kind `Leafnode`."""
+        self._account_conns_changed(leaf.account)
+        subject = f"$SYS.ACCOUNT.{leaf.account}.{'CONNECT' if connected else 'DISCONNECT'}"
+        if (connected and leaf.remote is None) or not self._interest(subject):
+            return
+        accepted = leaf.remote is None  # its CONNECT named the other side's user, server and version
+        info: dict[str, Any] = {
+            "start": rfc3339nano(leaf.start),
+            "host": leaf.host,
+            "id": leaf.cid,
+            "acc": leaf.account,
+            "user": leaf.auth_user if accepted else "",
+            "name": leaf.remote_name if accepted else "",
+            "ver": leaf.version if accepted else "",
+            "rtt": int(leaf.rtt * 1e9) if leaf.rtt and not connected else 0,
+            "stop": "" if connected else now_text(),
+            "name_tag": ep.account_name_tag(self.server, leaf.account),
+            "kind": "Leafnode",
+        }
+        info = {k: v for k, v in info.items() if v not in ("", 0)}
+        if connected:
+            self._connect_event(subject, info)
+        else:
+            counts = (leaf.in_msgs, leaf.in_bytes, leaf.out_msgs, leaf.out_bytes)
+            self._send(subject, self._disconnect_body(info, counts, leaf.close_reason))
+
+    def _connect_event(self, subject: str, client: dict[str, Any]) -> None:
+        event = {
+            "type": CONNECT_TYPE,
+            "id": event_id(),
+            "timestamp": now_text(),
+            "server": self.server_info(),
+            "client": client,
+        }
+        self._send(subject, event)
+
     def _disconnect_event(self, subject: str, conn: Connection) -> None:
         if not self._interest(subject):
             return
-        info = self._client_info(conn)
-        event = {
+        counts = (conn.in_msgs, conn.in_bytes, conn.out_msgs, conn.out_bytes)
+        self._send(subject, self._disconnect_body(self._client_info(conn), counts, conn.close_reason))
+
+    def _disconnect_body(
+        self, info: dict[str, Any], counts: tuple[int, int, int, int], reason: str
+    ) -> dict[str, Any]:
+        """nats-server's DisconnectEventMsg; `counts`: messages and bytes in, then out."""
+        return {
             "type": DISCONNECT_TYPE,
             "id": event_id(),
             "timestamp": info.get("stop", now_text()),
             "server": self.server_info(),
             "client": info,
-            "sent": {"msgs": conn.in_msgs, "bytes": conn.in_bytes},
-            "received": {"msgs": conn.out_msgs, "bytes": conn.out_bytes},
-            "reason": conn.close_reason,
+            "sent": {"msgs": counts[0], "bytes": counts[1]},
+            "received": {"msgs": counts[2], "bytes": counts[3]},
+            "reason": reason,
         }
-        self._send(subject, event)
 
     def _client_info(self, conn: Connection) -> dict[str, Any]:
         """nats-server's ClientInfo for an advisory (empty fields left out, as its omitempty does)."""

@@ -1,6 +1,8 @@
 """The compose cluster (docker/docker-compose.cluster.yml) for real: two pynatsd nodes and nats-server built
 from docker/Dockerfile.nats-server, the exporter and Prometheus, brought up with docker-compose on the
-private engine. Messages cross nodes both ways and Prometheus scrapes all three nodes.
+private engine. Messages cross nodes both ways and Prometheus scrapes all three nodes. The leaf stack
+(docker/docker-compose.leaf.yml: a pynatsd and nats-server hub cluster, a pynatsd leaf) the same way: clients
+on the leaf and on each hub member exchange messages both ways.
 
 CI's dockerd has no bridge, so every service joins the host network: the resolved compose config gets free
 ports for each node (the same environment variables docker/cluster/node.conf reads), routes to 127.0.0.1,
@@ -17,7 +19,8 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,29 +171,35 @@ async def across(pub_port: int, sub_port: int, subject: str, count: int = 10) ->
         await pub_nc.close()
 
 
-@pytest.fixture
-def cluster(engine: Engine, images: None, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    ports = {n: Ports(free_port(), free_port(), free_port()) for n in NODES}
-    exporter, prom = free_port(), free_port()
-    env = {**engine.env, "PYNATSD_IMAGE": IMAGE, "NATS_SERVER_IMAGE": NATS_SERVER_IMAGE}
+def compose_env(engine: Engine) -> dict[str, str]:
+    return {**engine.env, "PYNATSD_IMAGE": IMAGE, "NATS_SERVER_IMAGE": NATS_SERVER_IMAGE}
+
+
+def resolved_config(engine: Engine, compose_file: Path) -> dict[str, Any]:
+    """The compose file as docker-compose resolves it, with the test images."""
     resolved = subprocess.run(
-        ["docker-compose", "-f", str(COMPOSE_FILE), "config"],
-        env=env,
+        ["docker-compose", "-f", str(compose_file), "config"],
+        env=compose_env(engine),
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     )
-    prom_conf = tmp_path / "prometheus.yml"
-    prom_conf.write_text(prometheus_config(ports, exporter, prom))
-    prom_conf.chmod(0o644)
-    tmp_path.chmod(0o755)
-    config = yaml.safe_load(resolved.stdout)
-    host_network(config, ports, exporter, prom, prom_conf)
+    config: dict[str, Any] = yaml.safe_load(resolved.stdout)
+    return config
+
+
+@contextmanager
+def compose_up(
+    engine: Engine, config: dict[str, Any], tmp_path: Path, prefix: str, services: Sequence[str]
+) -> Iterator[Callable[..., subprocess.CompletedProcess[str]]]:
+    """`config` up as a project of its own until `services` are healthy; yields its docker-compose runner;
+    everything down (and checked gone) on exit."""
     hostnet = tmp_path / "docker-compose.yml"
     hostnet.write_text(yaml.safe_dump(config))
-    project = f"pynatsdcluster{uuid.uuid4().hex[:6]}"
+    project = f"{prefix}{uuid.uuid4().hex[:6]}"
     compose = ["docker-compose", "-p", project, "-f", str(hostnet)]
+    env = compose_env(engine)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         out = subprocess.run([*compose, *args], env=env, capture_output=True, text=True, timeout=300)
@@ -199,13 +208,27 @@ def cluster(engine: Engine, images: None, tmp_path: Path) -> Iterator[dict[str, 
 
     run("up", "-d", "--no-build")
     try:
-        for name in NODES:
+        for name in services:
             wait_healthy(engine, run("ps", "-q", name).stdout.strip())
-        yield {"ports": ports, "prometheus": prom, "run": run}
+        yield run
     finally:
         run("down", "--volumes", "--timeout", "20")
     leftovers = engine.run("ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}")
     assert leftovers.stdout == ""
+
+
+@pytest.fixture
+def cluster(engine: Engine, images: None, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    ports = {n: Ports(free_port(), free_port(), free_port()) for n in NODES}
+    exporter, prom = free_port(), free_port()
+    config = resolved_config(engine, COMPOSE_FILE)
+    prom_conf = tmp_path / "prometheus.yml"
+    prom_conf.write_text(prometheus_config(ports, exporter, prom))
+    prom_conf.chmod(0o644)
+    tmp_path.chmod(0o755)
+    host_network(config, ports, exporter, prom, prom_conf)
+    with compose_up(engine, config, tmp_path, "pynatsdcluster", NODES) as run:
+        yield {"ports": ports, "prometheus": prom, "run": run}
 
 
 async def test_compose_cluster_routes_messages_and_is_scraped(cluster: dict[str, Any]) -> None:
@@ -241,3 +264,52 @@ async def test_compose_cluster_routes_messages_and_is_scraped(cluster: dict[str,
 
     # every node, nats-server included (through the exporter), reports the two others under one name
     eventually(remotes, "gnatsd_varz_remotes == 2 for the three nodes")
+
+
+LEAF_FILE = REPO_ROOT / "docker" / "docker-compose.leaf.yml"
+HUBS = ("hub-pynatsd", "hub-nats-server")
+
+
+@pytest.fixture
+def leaf_stack(engine: Engine, images: None, tmp_path: Path) -> Iterator[dict[str, Ports]]:
+    """docker/docker-compose.leaf.yml on the host network: the hub cluster (each node's `cluster` port
+    field is its leafnode port too, as a second free port) and the leaf dialing both hub members."""
+    ports = {n: Ports(free_port(), free_port(), free_port()) for n in (*HUBS, "leaf")}
+    leaf_ports = {n: free_port() for n in HUBS}
+    config = resolved_config(engine, LEAF_FILE)
+    for name, service in config["services"].items():
+        service.pop("ports")
+        service["network_mode"] = "host"
+        service["healthcheck"]["interval"] = "1s"
+        service["environment"].update(
+            CLIENT_PORT=str(ports[name].client),
+            HTTP_PORT=str(ports[name].http),
+            PYNATSD_HEALTH_URL=f"http://127.0.0.1:{ports[name].http}/healthz",
+            NATS_HEALTH_URL=f"http://127.0.0.1:{ports[name].http}/healthz",
+        )
+        if name in HUBS:
+            other = HUBS[1 - HUBS.index(name)]
+            service["environment"].update(
+                CLUSTER_PORT=str(ports[name].cluster),
+                LEAF_PORT=str(leaf_ports[name]),
+                ROUTE_1=f"nats-route://127.0.0.1:{ports[other].cluster}",
+            )
+        else:
+            service["environment"].update(
+                HUB_1=f"nats-leaf://127.0.0.1:{leaf_ports[HUBS[0]]}",
+                HUB_2=f"nats-leaf://127.0.0.1:{leaf_ports[HUBS[1]]}",
+            )
+    with compose_up(engine, config, tmp_path, "pynatsdleaf", list(ports)):
+        yield ports
+
+
+async def test_compose_leaf_exchanges_messages_with_the_hub_cluster(leaf_stack: dict[str, Ports]) -> None:
+    """The leaf's one link reaches the hub cluster: a client on the leaf and clients on either hub member
+    exchange messages both ways."""
+    ports = leaf_stack
+    eventually(
+        lambda: http_json(f"http://127.0.0.1:{ports['leaf'].http}/leafz")["leafnodes"] == 1, "the leaf's link"
+    )
+    for hub in HUBS:
+        await across(ports["leaf"].client, ports[hub].client, f"compose.leaf-to-{hub}")
+        await across(ports[hub].client, ports["leaf"].client, f"compose.{hub}-to-leaf")

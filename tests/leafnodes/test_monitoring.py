@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from selenium import webdriver
 
 from tests.leafnodes.conftest import collect, connect, hub_config, leaf_config, ready
+from tests.monitor.test_dashboard import browser, column, eventually, text_of  # noqa: F401 (a fixture)
 from tests.servers import ServerProcess, free_port, require, start_server
 
 KINDS = ("pynatsd", "nats-server")
@@ -118,3 +121,57 @@ async def test_message_totals_count_the_leaf_connections(pairs: Pairs, kind: str
     assert after["out_bytes"] - before["out_bytes"] == 15
     await on_hub.close()
     await on_leaf.close()
+
+
+def _metrics(server: ServerProcess) -> dict[tuple[str, str], float]:
+    """/metrics' `pynatsd_leafnode_*` samples: (name without that prefix, account) -> value."""
+    url = f"http://127.0.0.1:{server.http_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    samples: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("pynatsd_leafnode_"):
+                samples[sample.name.removeprefix("pynatsd_leafnode_"), sample.labels["account"]] = (
+                    sample.value
+                )
+    return samples
+
+
+async def test_leafnode_metrics_follow_leafz(pairs: Pairs) -> None:
+    """`pynatsd_leafnode_*`: the connections of each account, and the traffic /leafz shows, per account and
+    other side's server (a hub's and a leaf's)."""
+    hub, leaf = pairs["pynatsd"]
+    on_hub = await connect(hub)
+    on_leaf = await connect(leaf)
+    received = await collect(on_leaf, "metrics.x")
+    await ready(on_leaf, on_hub)
+    before = _metrics(hub)
+    for _ in range(4):
+        await on_hub.publish("metrics.x", b"123")
+    await on_hub.flush()
+    while len(received) < 4:
+        await asyncio.sleep(0.02)
+    for server in (hub, leaf):
+        samples = _metrics(server)
+        assert [samples["connections", account] for account in ("A", "B")] == [1, 1]
+        for entry in _get(server, "/leafz")["leafs"]:
+            account = entry["account"]
+            for field, name in (("in_msgs", "messages_in"), ("out_msgs", "messages_out")):
+                assert samples[f"{name}_total", account] == entry[field]
+            assert samples["subscriptions", account] == entry["subscriptions"]
+    after = _metrics(hub)
+    sent = [after[name, "A"] - before[name, "A"] for name in ("messages_out_total", "bytes_out_total")]
+    assert sent == [4, 12]
+
+
+async def test_dashboard_shows_the_leaf_connections(pairs: Pairs, browser: webdriver.Chrome) -> None:  # noqa: F811
+    """The dashboard's leaf node table (a hub's accepted connections): one row per connection, from /leafz."""
+    hub, _ = pairs["pynatsd"]
+    browser.get(f"http://127.0.0.1:{hub.http_port}/")
+    assert await eventually(lambda: text_of(browser, "status") == "live")
+    assert await eventually(lambda: sorted(column(browser, "leaf-rows", 2)) == ["A", "B"])
+    assert column(browser, "leaf-rows", 4) == ["from a leaf", "from a leaf"]
+    assert "2 connection(s)" in text_of(browser, "leafs-caption")
+    errors = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert errors == []
