@@ -60,15 +60,16 @@ def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     )
     hub = start_server(hub_kind, ["-c", str(hub_conf)], http_port=free_port())
     leaf = start_server(leaf_kind, ["-c", str(leaf_conf)])
+    servers = Pair(hub, leaf, hub_conf, leaf_port)
     try:
         deadline = time.monotonic() + 15
         while _leafz(hub)["leafnodes"] < 2:
             assert time.monotonic() < deadline, "the leaf never connected over WebSocket"
             time.sleep(0.05)
-        yield Pair(hub, leaf, hub_conf, leaf_port)
-    finally:
-        leaf.stop()
-        hub.stop()
+        yield servers
+    finally:  # the pair's servers: the restart test replaces its hub (the one started here left running)
+        servers.leaf.stop()
+        servers.hub.stop()
 
 
 def test_leafz_shows_the_websocket_links(pair: Pair) -> None:
