@@ -10,6 +10,10 @@ graph (what the closing notes of issue 31 show before and after)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
+import functools
+import json
+import subprocess
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -127,8 +131,20 @@ def _function_bodies(tree: ast.Module) -> set[int]:
     return inside
 
 
+@functools.cache
 def edges() -> list[Edge]:
-    """Every import of a pynatsd module by a pynatsd module; `from pkg import module` names the module."""
+    """Every import of a pynatsd module by a pynatsd module; `from pkg import module` names the module.
+    Parsed in an interpreter of its own: in the suite's long process, CPython 3.11.7's ast module can be
+    left in a state where every later parse fails (`SystemError: AST constructor recursion depth
+    mismatch`, seen once in CI here after 2,800 other tests)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--edges"], capture_output=True, text=True, check=True, timeout=120
+    )
+    return [Edge(*fields) for fields in json.loads(out.stdout)]
+
+
+def parse_edges() -> list[Edge]:
+    """`edges`, in this process."""
     modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
     found: list[Edge] = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -251,7 +267,10 @@ def test_the_checks_see_a_violation() -> None:
 
 
 def main() -> None:
-    graph = package_graph(edges())
+    if sys.argv[1:] == ["--edges"]:
+        print(json.dumps([dataclasses.astuple(edge) for edge in parse_edges()]))
+        sys.exit(0)
+    graph = package_graph(parse_edges())
     for package in sorted(graph):
         print(f"{package} ({layer_of(package)}) -> {', '.join(sorted(graph[package]))}")
     for circle in circles(graph):
