@@ -8,9 +8,9 @@ loads the same modules as before they were named here (pathlib, re, no asyncio, 
 Packages, lowest layer first (README "The code"; tests/unit/test_layers.py keeps imports running down):
 `protocol` and `matcher` (pure), `base` (options, values, logging, listeners, TLS), `auth`, `config`,
 `broker` (the core: Broker, connections, delivery, outbound), `accounts`, the features `jetstream`,
-`routes`, `gateways`, `leafnodes` and `websocket`, `lifecycle`, `node` (the broker with its listeners and features), `monitor`,
-`server` (the composition root), `testing` (pynatsd inside tests), `cli`; and `spark` (the PySpark
-connector, an extra, over the wire only).
+`routes`, `gateways`, `leafnodes` and `websocket`, `lifecycle`, `node` (the broker with its listeners and
+features), `monitor`, `server` (the composition root), `testing` (pynatsd inside tests), `cli`; and `spark`
+(the PySpark connector, an extra, over the wire only).
 """
 
 from pynatsd import extensions
