@@ -22,7 +22,7 @@ from pynatsd.auth.users import DEFAULT_ACCOUNT, password_ok
 from pynatsd.base.listener import redacted_url
 from pynatsd.base.logging import get_logger
 from pynatsd.base.tls import StartedCoroutine, abortive_close, peer_context, session_info, socket_of
-from pynatsd.broker.connection import SLOW_CONSUMER_PENDING, TLS_HANDSHAKE_FAILURE, SlicedReader
+from pynatsd.broker.connection import SLOW_CONSUMER_PENDING, TLS_HANDSHAKE_FAILURE
 from pynatsd.broker.delivery import Message, Subscription, enqueue, publish, size_fields
 from pynatsd.broker.outbound import Outbound
 from pynatsd.config.cluster import DEFAULT_TLS_TIMEOUT
@@ -30,7 +30,7 @@ from pynatsd.protocol import encoder, errors
 from pynatsd.protocol.connect import ConnectOptions
 from pynatsd.protocol.route import RouteParser, encode_connect, rmsg_head
 from pynatsd.protocol.subjects import is_literal_subject, matches, matches_wildcards_literally
-from pynatsd.routes.route import RemoteQueueSubscription
+from pynatsd.routes.route import LinkReader, RemoteQueueSubscription
 
 if TYPE_CHECKING:
     from pynatsd.base.blocks import LeafRemote
@@ -45,7 +45,7 @@ WRONG_PORT = "attempted to connect to leaf node port"  # a client's CONNECT on t
 _UNBOUND = b"-"  # the parser's implied account before the connection is bound (ops then are refused)
 
 
-class LeafConnection(SlicedReader):
+class LeafConnection(LinkReader):
     """A leaf node connection: a `delivery.Client` (`is_route`, `is_leaf`) whose subscriptions are the
     other side's interest in the bound account, and the asyncio protocol of its socket."""
 
@@ -210,49 +210,8 @@ class LeafConnection(SlicedReader):
         if self.remote is not None:  # the dialing side answers the hub's INFO now
             self._send_connect()
 
-    def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
-        if self._input:
-            self._input.append(data)
-            return
-        self.last_activity = datetime.now(UTC)
-        self._take_slice(data)
-
-    def _parse_slice(self, data: bytes, start: int, budget: int) -> int:
-        scheduler = self.server.scheduler
-        scheduler.reading = True
-        stop = len(data)
-        try:
-            stop = self.parser.take(data, start, budget)
-        except errors.ProtocolError as err:
-            if not self.closed:
-                log.error("%r - Leafnode parser ERROR: %s", self, err)
-                text = errors.UNKNOWN_OPERATION if isinstance(err, errors.UnknownOperation) else None
-                self.close("Protocol Violation", text)
-        except Exception:
-            log.exception("%r - unexpected error while processing leafnode data", self)
-            self.close("Protocol Violation")
-        finally:
-            scheduler.reading = False
-            scheduler.flush_touched()
-            scheduler.stall.after_read(self)
-        return stop
-
-    def eof_received(self) -> bool | None:
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed:
-            self.close("Read Error" if exc is not None else "Client Closed")
-
-    def pause_writing(self) -> None:
-        if self.out is not None:
-            self.out.pause()
-
-    def resume_writing(self) -> None:
-        if self.out is not None:
-            self.out.resume()
+    def _link_names(self) -> tuple[str, str]:
+        return "Leafnode", "leafnode"
 
     # -- handshake ------------------------------------------------------------------------------------
     def on_info(self, info: dict[str, object]) -> None:
@@ -478,12 +437,6 @@ class LeafConnection(SlicedReader):
         log.warning("%r - Slow Consumer Detected", self)
         self.close(reason)
 
-    def send(self, data: bytes) -> None:
-        """Queue a frame (LS+, INFO, ...) and flush it."""
-        if self.out is not None and not self.closed:
-            self.out.push(data)
-            self.out.flush()
-
     # -- timers, closing ------------------------------------------------------------------------------
     def _ping_tick(self) -> None:
         self._ping_timer = None
@@ -503,10 +456,6 @@ class LeafConnection(SlicedReader):
         self._auth_timer = None
         if not self.registered and not self.closed:
             self.close("Authentication Timeout", errors.AUTHENTICATION_TIMEOUT)
-
-    def _write_failed(self, exc: BaseException) -> None:
-        log.debug("%r - write error: %s", self, exc)
-        self.close("Write Error")
 
     def close(self, reason: str, err_text: str | None = None) -> None:
         """Close with `reason` (after `-ERR '<err_text>'` if given); drops the other side's interest."""

@@ -18,6 +18,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
+from mypy_extensions import mypyc_attr
+
 from pynatsd.auth.certs import admits_route, peer_certificate
 from pynatsd.auth.users import password_ok
 from pynatsd.base.logging import TRACE, get_logger
@@ -71,7 +73,78 @@ class RemoteQueueSubscription(Subscription):
         self.weight = weight
 
 
-class Route(SlicedReader):
+@mypyc_attr(allow_interpreted_subclasses=True)  # pynatsd.leafnodes' connection is one
+class LinkReader(SlicedReader):
+    """What a route and a leaf node connection read alike (nats-server's ROUTER and LEAF clients): the
+    route grammar under the per-turn budget, a parser error closing with nats-server's words, the
+    transport's callbacks, frames sent. Gateways are routes."""
+
+    parser: RouteParser
+    cid: int  # the stall gate's producer id
+
+    def _link_names(self) -> tuple[str, str]:
+        """How its log lines name it: nats-server's parser-error word, and the data's."""
+        return "Router", "route"
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self._input:  # earlier input still waits for its turn: this comes after it
+            self._input.append(data)
+            return
+        self.last_activity = datetime.now(UTC)
+        self._take_slice(data)
+
+    def _parse_slice(self, data: bytes, start: int, budget: int) -> int:
+        scheduler = self.server.scheduler
+        scheduler.reading = True
+        stop = len(data)
+        try:
+            stop = self.parser.take(data, start, budget)
+        except errors.ProtocolError as err:
+            if not self.closed:
+                log.error("%r - %s parser ERROR: %s", self, self._link_names()[0], err)
+                text = errors.UNKNOWN_OPERATION if isinstance(err, errors.UnknownOperation) else None
+                self.close("Protocol Violation", text)
+        except Exception:
+            log.exception("%r - unexpected error while processing %s data", self, self._link_names()[1])
+            self.close("Protocol Violation")
+        finally:
+            scheduler.reading = False
+            scheduler.flush_touched()
+            scheduler.stall.after_read(self)
+        return stop
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.close("Read Error" if exc is not None else "Client Closed")
+
+    def pause_writing(self) -> None:
+        if self.out is not None:
+            self.out.pause()
+
+    def resume_writing(self) -> None:
+        if self.out is not None:
+            self.out.resume()
+
+    def send(self, data: bytes) -> None:
+        """Queue a frame (INFO, interest, PING, ...) and flush it."""
+        if self.out is not None and not self.closed:
+            self.out.push(data)
+            self.out.flush()
+
+    def _write_failed(self, exc: BaseException) -> None:
+        log.debug("%r - write error: %s", self, exc)
+        self.close("Write Error")
+
+    def close(self, reason: str, err_text: str | None = None) -> None:
+        raise NotImplementedError
+
+
+class Route(LinkReader):
     """A route: a `delivery.Client` whose subscriptions are the remote server's interest, and the
     asyncio protocol of its socket (duck-typed, as broker.connection.Connection), reading under the
     same per-turn budget as a client connection (connection.SlicedReader)."""
@@ -201,50 +274,6 @@ class Route(SlicedReader):
         if self.account:
             return {"route_account": self.account.decode()}
         return {"route_pool_idx": self.pool_idx} if self.pool_idx else {}
-
-    def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
-        if self._input:  # earlier input still waits for its turn: this comes after it
-            self._input.append(data)
-            return
-        self.last_activity = datetime.now(UTC)
-        self._take_slice(data)
-
-    def _parse_slice(self, data: bytes, start: int, budget: int) -> int:
-        scheduler = self.server.scheduler
-        scheduler.reading = True
-        stop = len(data)
-        try:
-            stop = self.parser.take(data, start, budget)
-        except errors.ProtocolError as err:
-            if not self.closed:
-                log.error("%r - Router parser ERROR: %s", self, err)
-                text = errors.UNKNOWN_OPERATION if isinstance(err, errors.UnknownOperation) else None
-                self.close("Protocol Violation", text)
-        except Exception:
-            log.exception("%r - unexpected error while processing route data", self)
-            self.close("Protocol Violation")
-        finally:
-            scheduler.reading = False
-            scheduler.flush_touched()
-            scheduler.stall.after_read(self)
-        return stop
-
-    def eof_received(self) -> bool | None:
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed:
-            self.close("Read Error" if exc is not None else "Client Closed")
-
-    def pause_writing(self) -> None:
-        if self.out is not None:
-            self.out.pause()
-
-    def resume_writing(self) -> None:
-        if self.out is not None:
-            self.out.resume()
 
     # -- route ops (protocol.route.RouteOpHandler) ----------------------------------------------------
     def _admitted(self) -> bool:
@@ -555,12 +584,6 @@ class Route(SlicedReader):
         log.warning("%r - Slow Consumer Detected", self)
         self.close(reason)
 
-    def send(self, data: bytes) -> None:
-        """Queue a frame (RS+, INFO, ...) and flush it."""
-        if self.out is not None and not self.closed:
-            self.out.push(data)
-            self.out.flush()
-
     def _send(self, data: bytes) -> None:
         if self.out is not None:
             self.out.push(data)
@@ -589,10 +612,6 @@ class Route(SlicedReader):
         self._auth_timer = None
         if not self._connect_received and not self.closed:
             self.close("Authentication Timeout", errors.AUTHENTICATION_TIMEOUT)
-
-    def _write_failed(self, exc: BaseException) -> None:
-        log.debug("%r - write error: %s", self, exc)
-        self.close("Write Error")
 
     def close(self, reason: str, err_text: str | None = None) -> None:
         """Close with `reason` (after `-ERR '<err_text>'` if given); drops the remote interest. Idempotent."""
