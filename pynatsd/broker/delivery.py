@@ -78,6 +78,9 @@ class Client:
         self.is_route = False  # a route (pynatsd.routes): its subscriptions are a remote server's interest
         self.is_leaf = False  # a leaf node connection (pynatsd.leafnodes; is_route too)
         self.spoke = False  # a leaf connection to this server's hub (it solicited it, not as hub)
+        # an outbound gateway (pynatsd.gateways): its one `>` subscription per account takes every local
+        # message for the gateway to filter; it is no interest of anyone's (leaf nodes, JetStream)
+        self.is_gateway = False
         # Auto-unsubscribe limits (UNSUB sid max) of its subscriptions: rare, so kept here rather than in
         # every subscription; None until the first.
         self.limits: dict[Subscription, int] | None = None

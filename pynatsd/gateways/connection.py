@@ -73,6 +73,7 @@ class Gateway(Route):
         self.gateways = manager
         self.outbound = outbound
         self.is_route = outbound  # an outbound's `>` subscriptions are remote interest to the policy
+        self.is_gateway = outbound
         self.name = name  # the remote cluster's gateway name (an inbound learns it from CONNECT)
         self.remote_hash = manager.hash_of(name) if name else b""
         self.remote_iom = False  # the remote switches every account to interest-only mode at once
@@ -202,7 +203,7 @@ class Gateway(Route):
 
     def watch_account(self, account: str) -> None:
         """Receive every message published here in `account` (an outbound's `>` subscription)."""
-        if not self.outbound or self.closed or account == self.server.auth.system_account:
+        if not self.outbound or self.closed or not self.gateways.carries(account):
             return
         acc = account.encode()
         key = (acc, b">", None)
@@ -360,8 +361,9 @@ class Gateway(Route):
             if subject[5 : 5 + GW_HASH_LEN] != self.gateways.own_hash or len(subject) <= GW_SUBJECT_OFFSET:
                 return
             subject = subject[GW_SUBJECT_OFFSET:]
-        sublist = self.server.account_sublists.get(account.decode("utf-8", "replace"))
-        if sublist is None:
+        name = account.decode("utf-8", "replace")
+        sublist = self.server.account_sublists.get(name)
+        if sublist is None or not self.gateways.carries(name):
             return
         if reply is not None and reply.startswith(GW_REPLY_PREFIX) and len(reply) > GW_SUBJECT_OFFSET:
             self.gateways.track_reply(account, reply)

@@ -318,9 +318,8 @@ class GatewayManager:
         self.inbound[conn.rid] = conn
         conn.registered = True
         log.info('%r - Inbound gateway connection from "%s" (%s) registered', conn, conn.name, conn.remote_id)
-        system = self.server.auth.system_account
         for account in list(self.server.account_sublists):
-            if account != system:
+            if self.carries(account):
                 conn.send_all_subs(account, self._interest_frames(account))
         self.implicit_gateway(info)
         self._gossip_to_inbound(conn)
@@ -414,9 +413,14 @@ class GatewayManager:
             self.implicit_gateway(info)
 
     # -- interest -------------------------------------------------------------------------------------
+    def carries(self, account: str) -> bool:
+        """An account's interest and messages cross gateways: every one but the system account's (its
+        requests are answered with the server's rights: none from another cluster, either way)."""
+        return account != self.server.auth.system_account
+
     def account_created(self, account: str, sublist: Sublist[Subscription]) -> None:
         self.watch(account, sublist)
-        if account == self.server.auth.system_account:
+        if not self.carries(account):
             return
         for conn in list(self.outbound.values()):
             conn.watch_account(account)
@@ -426,7 +430,7 @@ class GatewayManager:
 
     def watch(self, account: str, sublist: Sublist[Subscription]) -> None:
         """Count the cluster's interest in `account` (after the routes', whose watcher is kept)."""
-        if account == self.server.auth.system_account:
+        if not self.carries(account):
             return
         acc = account.encode()
         if account in self._watched:

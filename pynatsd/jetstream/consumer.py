@@ -723,7 +723,7 @@ class Consumer:
         if self.config.get("deliver_group"):
             q = self.config["deliver_group"].encode()
             return any(g and g[0].queue == q for g in res.groups)
-        return bool(res.plain or res.groups)
+        return bool(res.groups) or _interested(res.plain)
 
     def _next(self) -> StoredMsg | None:
         """The next message to hand out: a due redelivery first (even at max_ack_pending, as nats-server:
@@ -929,7 +929,7 @@ class Consumer:
 
     def _reply_has_interest(self, reply: bytes) -> bool:
         res = self.account.client.sublist.match(reply)
-        return bool(res.plain or res.groups)
+        return bool(res.groups) or _interested(res.plain)
 
     def _finish(self, req: PullRequest, status: bytes | None) -> None:
         for t in req.timers:
@@ -1295,3 +1295,9 @@ def _go_duration(ns: int) -> str:
         m, sec = divmod(rest, 60)
         return (f"{h}h" if h else "") + (f"{m}m" if h or m else "") + f"{sec}s"
     return f"{ns / 1e6:g}ms" if ns < 1_000_000_000 else f"{ns / 1e9:g}s"
+
+
+def _interested(plain: tuple[Subscription, ...]) -> bool:
+    """Someone subscribes among `plain`: an outbound gateway's catch-all `>` (it takes every message of the
+    account to filter them) is nobody's interest; interest in another cluster is not seen here."""
+    return any(not sub.conn.is_gateway for sub in plain)

@@ -348,7 +348,7 @@ class LeafManager:
     def _tells(self, leaf: LeafConnection, sub: Subscription) -> bool:
         """True if `sub` is interest `leaf` is told of (see the module docstring)."""
         conn = sub.conn
-        if conn is leaf:
+        if conn is leaf or conn.is_gateway:  # (a gateway's catch-all is nobody's interest)
             return False  # (a service import's subscription is told: nats-server sends the imports)
         if leaf.spoke and not sub.subject.startswith(b"$LDS."):  # loop detection crosses every link
             return not conn.is_route or (conn.is_leaf and not conn.spoke)

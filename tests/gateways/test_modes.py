@@ -11,11 +11,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pynatsd.base.blocks import GatewayOptions
+from pynatsd.base.blocks import GatewayOptions, LeafNodeOptions
 from pynatsd.base.options import Options
 from pynatsd.broker.delivery import Client, Message, Subscription, publish, size_fields
 from pynatsd.gateways.connection import Gateway
 from pynatsd.gateways.manager import GatewayManager, gw_hash
+from pynatsd.jetstream.consumer import _interested as consumer_interest
+from pynatsd.leafnodes.leaf import LeafConnection
+from pynatsd.leafnodes.manager import LeafManager
 from pynatsd.server import Server
 from tests.unit.test_read_slices import FakeTransport
 
@@ -103,3 +106,46 @@ async def test_mapped_replies(outbound: Gateway) -> None:
     outbound.out.flush()
     written = bytes(outbound.transport.data)  # type: ignore[union-attr]
     assert b"RMSG $G _GR_.b2oh2L.abcdef._INBOX.y 1\r\nx\r\n" in written
+
+
+class Taker(Client):
+    """A local subscriber recording what it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.got: list[bytes] = []
+
+    def take(self, sub: Subscription, msg: Message) -> bool:
+        self.got.append(msg.subject)
+        return True
+
+
+async def test_the_system_account_crosses_no_gateway(outbound: Gateway) -> None:
+    """Neither way: no `>` taken for it outbound, and what an inbound names in it is dropped (a peer's
+    `$SYS.REQ.…` would be answered with this server's rights); an ordinary account's message is delivered.
+    The outbound's catch-all is nobody's interest (`is_gateway`: leaf nodes and JetStream skip it)."""
+    server = outbound.server
+    system = server.auth.system_account
+    assert system and not outbound.gateways.carries(system) and outbound.gateways.carries("$G")
+    outbound.watch_account(system)
+    outbound.watch_account("$G")
+    catch_alls = [sub for sub in server.sublist_for("$G").match(b"any").plain if sub.conn is outbound]
+    assert len(catch_alls) == 1 and catch_alls[0].conn.is_gateway
+    assert not [s for s in server.sublist_for(system).match(b"any").plain if s.conn is outbound]
+    inbound = Gateway(outbound.gateways, outbound=False, name="B")
+    inbound.connection_made(FakeTransport())  # type: ignore[arg-type]
+    inbound.registered = inbound._connect_received = True  # (its CONNECT taken)
+    taker = Taker()
+    for account in (system, "$G"):
+        server.sublist_for(account).insert(Subscription(taker, b"x.>", None, b"1"))
+        inbound.on_rmsg(account.encode(), b"x.y", None, None, None, b"hi")
+    assert taker.got == [b"x.y"]  # the `$G` one only
+    inbound.close("test over")
+    # A hub's leaf is told the account's interest: not the gateway's catch-all (it asked for everything)
+    leafs = LeafManager(server, LeafNodeOptions())
+    hub_side = LeafConnection(leafs)
+    assert leafs._tells(hub_side, catch_alls[0]) is False
+    assert leafs._tells(hub_side, Subscription(taker, b"x.>", None, b"1")) is True
+    # ... nor does it bind a push consumer or keep a pull request's requester alive
+    assert not consumer_interest((catch_alls[0],))
+    assert consumer_interest((catch_alls[0], Subscription(taker, b"x.>", None, b"1")))
