@@ -247,17 +247,32 @@ class LeafManager:
         auth = self.server.auth
         if auth.jwt is not None:
             return self._authorize_jwt(leaf, options)
-        if auth.users:
-            entry_user = auth.users.get(user)
-            if entry_user is None or not connect_password_ok(options.get("pass"), entry_user.password):
-                return None
-            return entry_user.account
-        if auth.username:
-            ok = user == auth.username and connect_password_ok(options.get("pass"), auth.password)
-            return DEFAULT_ACCOUNT if ok else None
-        if auth.token:
-            return DEFAULT_ACCOUNT if connect_password_ok(options.get("auth_token"), auth.token) else None
-        return DEFAULT_ACCOUNT
+        return self._authorize_as_client(leaf, options)
+
+    def _authorize_as_client(self, leaf: LeafConnection, options: dict[str, object]) -> str | None:
+        """No `authorization` in the block: the server's own users decide, as a client's CONNECT is decided
+        (nats-server's isClientAuthorized: nkeys, tokens, no_auth_user, allowed connection types), by the
+        one authenticator. Fail closed where pynatsd cannot keep a rule on a leaf connection: a user with
+        permissions (not applied to leaf connections), a Python authorizer, an auth callout."""
+        auth = self.server.auth
+        if auth.python is not None or auth.callout is not None:
+            log.error("%r - pynatsd does not authorize leaf nodes through a Python authorizer or an auth "
+                      "callout; refused", leaf)  # fmt: skip
+            return None
+        leaf.opts = ConnectOptions(
+            user=str(options.get("user") or ""),
+            password=str(options.get("pass") or ""),
+            auth_token=str(options.get("auth_token") or ""),
+            nkey=str(options.get("nkey") or ""),
+            sig=str(options.get("sig") or ""),
+        )
+        identity = auth.authenticate(leaf, leaf.opts)
+        if identity is None:
+            return None
+        if auth.permissions(identity[0]) is not None:
+            log.error("%r - pynatsd does not support permissions on leaf node users; refused", leaf)
+            return None
+        return identity[1]
 
     def _authorize_jwt(self, leaf: LeafConnection, options: dict[str, object]) -> str | None:
         """Operator mode: the account of the user JWT in CONNECT, its signature of our nonce checked as a

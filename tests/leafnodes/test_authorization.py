@@ -1,0 +1,77 @@
+"""A leafnode port without its own `authorization` takes the server's users as a client's CONNECT is
+decided (nats-server's isClientAuthorized), beside nats-server 2.15.1: an anonymous leaf of a server with
+nkey users only, a user allowed only STANDARD connections, and (pynatsd, which does not apply them on
+leaf connections: fail closed) a user with permissions are refused; a plain user is admitted."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import nkeys
+import pytest
+
+from tests.servers import free_port, require, start_server, wait_for_port
+from tests.wire import WireClient
+
+_NKEY = nkeys.from_seed(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)).public_key.decode()
+CONFIGS = {
+    "nkeys only": f"authorization {{ users [ {{nkey: {_NKEY}}} ] }}\n",
+    "users": (
+        "authorization { users [\n"
+        '  {user: std, password: std, allowed_connection_types: ["STANDARD"]}\n'
+        "  {user: ok, password: ok}\n"
+        "] }\n"
+    ),
+}
+CASES = [
+    ("nkeys only", {}, False),
+    ("users", {}, False),
+    ("users", {"user": "std", "pass": "std"}, False),
+    ("users", {"user": "ok", "pass": "wrong"}, False),
+    ("users", {"user": "ok", "pass": "ok"}, True),
+]
+VIOLATION = b"-ERR 'Authorization Violation'"
+
+
+def _admitted(leaf_port: int, credentials: dict[str, str]) -> bool:
+    with WireClient(leaf_port) as wire:
+        data, closed = wire.exchange(b"CONNECT " + json.dumps(credentials).encode() + b"\r\n")
+    return VIOLATION not in data and not closed
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_leafnode_port_takes_the_servers_users(kind: str, tmp_path: Path) -> None:
+    require("nats-server")
+    seen: list[bool] = []
+    for name, config in CONFIGS.items():
+        leaf_port = free_port()
+        conf = tmp_path / f"{name.replace(' ', '_')}.conf"
+        conf.write_text(config + f"leafnodes {{ listen: 127.0.0.1:{leaf_port} }}\n")
+        server = start_server(kind, ["-c", str(conf)])
+        try:
+            assert server.proc is not None
+            wait_for_port(leaf_port, server.proc)
+            seen += [_admitted(leaf_port, creds) for case, creds, _ in CASES if case == name]
+        finally:
+            server.stop()
+    assert seen == [admitted for _, _, admitted in CASES]
+
+
+def test_a_leaf_user_with_permissions_is_refused(tmp_path: Path) -> None:
+    """pynatsd does not apply user permissions on leaf connections: such a user is refused, not let in
+    with all rights (nats-server applies them)."""
+    leaf_port = free_port()
+    conf = tmp_path / "perm.conf"
+    conf.write_text(
+        'authorization { users [ {user: perm, password: perm, permissions: {publish: "only.this"}} ] }\n'
+        f"leafnodes {{ listen: 127.0.0.1:{leaf_port} }}\n"
+    )
+    server = start_server("pynatsd", ["-c", str(conf)])
+    try:
+        assert server.proc is not None
+        wait_for_port(leaf_port, server.proc)
+        assert not _admitted(leaf_port, {"user": "perm", "pass": "perm"})
+    finally:
+        server.stop()
