@@ -92,7 +92,11 @@ class LeafConnection(LinkReader):
         # and that ours may not take there (deny_exports, and a spoke's `deny_pub` on the hub).
         self.import_deny: list[bytes] = [s.encode() for s in remote.deny_imports] if remote else []
         self.export_deny: list[bytes] = [s.encode() for s in remote.deny_exports] if remote else []
-        self.parser = RouteParser(self, max_control_line=server.options.max_control_line, leaf=True)
+        # the server's max_payload binds a leaf's messages (nats-server's), not the routes' 64 MiB
+        limits = server.options
+        self.parser = RouteParser(
+            self, max_control_line=limits.max_control_line, max_payload=limits.max_payload, leaf=True
+        )
         self.parser.account = _UNBOUND
         self._info_received = False
         self._register_on_connect = False  # a hub without `info_on_connect`: registered once CONNECT is sent

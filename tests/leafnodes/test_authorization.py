@@ -75,3 +75,24 @@ def test_a_leaf_user_with_permissions_is_refused(tmp_path: Path) -> None:
         assert not _admitted(leaf_port, {"user": "perm", "pass": "perm"})
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_a_leaf_message_past_max_payload_closes_the_link(kind: str, tmp_path: Path) -> None:
+    """The server's max_payload binds what a leaf sends (a route's is 64 MiB): past it, the link closes."""
+    require("nats-server")
+    leaf_port = free_port()
+    conf = tmp_path / "payload.conf"
+    conf.write_text(f"max_payload: 1024\nleafnodes {{ listen: 127.0.0.1:{leaf_port} }}\n")
+    server = start_server(kind, ["-c", str(conf)])
+    try:
+        assert server.proc is not None
+        wait_for_port(leaf_port, server.proc)
+        with WireClient(leaf_port) as wire:
+            _, closed = wire.exchange(b"CONNECT {}\r\n")
+            assert not closed
+            wire.send(b"LMSG foo 2000\r\n" + b"x" * 2000 + b"\r\n")
+            _, closed = wire.read_until(b"\r\n\r\n", timeout=10)  # nothing more: read to the close
+        assert closed
+    finally:
+        server.stop()
