@@ -98,6 +98,7 @@ class LeafConnection(LinkReader):
             self, max_control_line=limits.max_control_line, max_payload=limits.max_payload, leaf=True
         )
         self.parser.account = _UNBOUND
+        self.websocket = False  # over the WebSocket listener or a ws:// remote: no leafnode TLS
         self._info_received = False
         self._register_on_connect = False  # a hub without `info_on_connect`: registered once CONNECT is sent
         self._msg = Message(self)
@@ -157,7 +158,7 @@ class LeafConnection(LinkReader):
             timeout = manager.options.auth_timeout or server.options.effective_auth_timeout
             self._auth_timer = server.loop.call_later(timeout, self._auth_timeout)
             tls = manager.options.tls
-            if manager.tls_context is not None and tls is not None:
+            if manager.tls_context is not None and tls is not None and not self.websocket:
                 self._upgrade(manager.tls_context, None, float(tls["timeout"]), bool(tls.get("verify")))
 
     # -- TLS after the INFO (nats-server's leafnode handshake, both ways) ---------------------------------
@@ -234,7 +235,8 @@ class LeafConnection(LinkReader):
             self.nonce = str(info.get("nonce", ""))
             self._register_on_connect = not info.get("info_on_connect")
             tls = self.remote.tls
-            if tls is not None or info.get("tls_required"):
+            # (over WebSocket, as nats-server: no leafnode TLS; a `wss://` remote is refused by name)
+            if (tls is not None or info.get("tls_required")) and not self.websocket:
                 # As nats-server: a hub that requires TLS gets it even from a remote without `tls {}`
                 # (verified against the system's CAs).
                 tls = tls if tls is not None else {"timeout": DEFAULT_TLS_TIMEOUT}

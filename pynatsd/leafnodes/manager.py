@@ -144,6 +144,7 @@ class LeafManager:
 
             def dial() -> asyncio.Protocol:
                 leaf = LeafConnection(self, remote, url)
+                leaf.websocket = True
                 failed = functools.partial(self.closed, leaf)  # (the remote tries again)
                 return LeafWebSocketDialer(leaf, failed, url, remote.ws_compression, remote.ws_no_masking)
 
@@ -153,7 +154,11 @@ class LeafManager:
     def accept_websocket(self) -> LeafConnection | None:
         """A connection the WebSocket listener accepted on the `/leafnode` path; None without a leafnode
         port (nats-server takes leaf nodes there only when it has one)."""
-        return LeafConnection(self) if self.options.port else None
+        if not self.options.port:
+            return None
+        leaf = LeafConnection(self)
+        leaf.websocket = True
+        return leaf
 
     def delay_reconnect(self, leaf: LeafConnection, delay: float) -> None:
         """The next attempt of `leaf`'s remote waits `delay` (a loop was detected)."""

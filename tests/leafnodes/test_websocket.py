@@ -25,6 +25,7 @@ from tests.leafnodes.test_matrix import (
     test_pub_sub_both_ways_with_wildcards_and_headers,
     test_request_reply_and_no_responders,
 )
+from tests.routes.test_tls import route_certs
 from tests.servers import ServerProcess, free_port, require, start_server
 from tests.websocket.servers import start_ws_server
 
@@ -124,3 +125,33 @@ async def test_a_remote_whose_upgrade_is_not_answered_dials_again(kind: str, tmp
 
 # Last (it restarts the hub without its monitoring port): the remotes dial ws:// again and resend interest.
 test_hub_restart_reconnects_and_resends_interest = matrix.test_hub_restart_reconnects_and_resends_interest
+
+
+@pytest.mark.parametrize("topology", list(TOPOLOGIES))
+def test_a_hub_with_leafnode_tls_takes_websocket_leafs_in_the_clear(topology: str, tmp_path: Path) -> None:
+    """As nats-server: leafnode TLS is not negotiated over a WebSocket (the hub's INFO there asks for none,
+    and a ws:// remote asks none of it); before, a pynatsd hub tried a TLS upgrade inside the WebSocket."""
+    require("nats-server")
+    hub_kind, leaf_kind = TOPOLOGIES[topology]
+    (tmp_path / "certs").mkdir()
+    certs = route_certs(tmp_path / "certs")
+    leaf_port, ws_port = free_port(), free_port()
+    hub_conf, leaf_conf = tmp_path / "hub.conf", tmp_path / "leaf.conf"
+    tls = f'tls {{ cert_file: "{certs["cert"]}", key_file: "{certs["key"]}", ca_file: "{certs["ca"]}" }}'
+    hub_conf.write_text(
+        hub_config(leaf_port).replace(
+            f"listen: 127.0.0.1:{leaf_port}", f"listen: 127.0.0.1:{leaf_port}\n  {tls}"
+        )
+        + f"websocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true }}\n"
+    )
+    leaf_conf.write_text(leaf_config(ws_port).replace("nats-leaf://", "ws://"))
+    hub = start_server(hub_kind, ["-c", str(hub_conf)], http_port=free_port())
+    leaf = start_server(leaf_kind, ["-c", str(leaf_conf)])
+    try:
+        deadline = time.monotonic() + 15
+        while _leafz(hub)["leafnodes"] < 2:
+            assert time.monotonic() < deadline, "the leaf never connected over WebSocket"
+            time.sleep(0.05)
+    finally:
+        leaf.stop()
+        hub.stop()
