@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pynatsd.auth.nkeys import valid_public_nkey
-from pynatsd.auth.users import ResponsePermission
+from pynatsd.auth.users import DEFAULT_ACCOUNT, ResponsePermission
 from pynatsd.base import tls
 from pynatsd.base.blocks import (
     AccountConfig,
@@ -29,7 +29,7 @@ from pynatsd.base.blocks import (
     ResolverConfig,
     TrustedOperators,
 )
-from pynatsd.base.options import Options
+from pynatsd.base.options import Options, system_account_of
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
 from pynatsd.config import cluster as cluster_block
 from pynatsd.config import gateway as gateway_block
@@ -1021,6 +1021,25 @@ def _check_auth_callout(ctx: Ctx, opts: Options) -> None:
             ctx.error(_NOWHERE, f'auth_callout allowed account "{name}" not found in configured accounts')
 
 
+def _check_leafnodes(ctx: Ctx, opts: Options) -> None:
+    """The accounts a `leafnodes {}` block binds exist (nats-server's validateLeafNode: a typo would
+    make an empty account of its own); operator mode binds leafs by their JWTs, not configured users."""
+    leafnodes = opts.leafnodes
+    if leafnodes is None:
+        return
+    if opts.trusted is not None:
+        if leafnodes.users:
+            ctx.error(_NOWHERE, "operator mode does not allow specifying users in leafnode config")
+        return
+    known = {*opts.accounts, DEFAULT_ACCOUNT, "", system_account_of(opts)}
+    named = [(leafnodes.account, "authorization")]
+    named += [(user.get("account") or "", "authorization") for user in leafnodes.users]
+    named += [(remote.account, "remote") for remote in leafnodes.remotes]
+    for account, where in named:
+        if account not in known:
+            ctx.error(_NOWHERE, f'cannot find local account "{account}" specified in leafnode {where}')
+
+
 # -- tls ------------------------------------------------------------------------------------------------
 # Go's cipher suite names (crypto/tls CipherSuites and InsecureCipherSuites) -> OpenSSL's. TLS 1.3
 # suites are not configurable (in Go either): they are accepted and always on.
@@ -1349,6 +1368,7 @@ def apply_config(opts: Options, config: dict[str, Any]) -> list[ConfigWarning]:
     _check_links(ctx, opts)
     _check_operator_mode(ctx, opts)
     _check_auth_callout(ctx, opts)
+    _check_leafnodes(ctx, opts)
     if ctx.errors:
         raise ConfigErrors(ctx.errors)
     return ctx.warnings

@@ -19,7 +19,8 @@ def load(text: str) -> Options:
 
 def test_every_supported_key() -> None:
     leaf = load(
-        """leafnodes {
+        """accounts { A {} }
+        leafnodes {
           listen: "127.0.0.1:7422"
           advertise: "leaf.example.com:7422"
           no_advertise: true
@@ -54,7 +55,9 @@ def test_every_supported_key() -> None:
         LeafRemote(["nats://h1:7422", "nats://h2:7422"]),
         LeafRemote(["ws://hub:8080"], ws_compression=True, ws_no_masking=True),
     ]
-    single = load("leafnodes { port: -1, authorization { user: u, password: p, account: B } }").leafnodes
+    single = load(
+        "accounts { B {} }\nleafnodes { port: -1, authorization { user: u, password: p, account: B } }"
+    ).leafnodes
     assert single is not None
     assert (single.port, single.username, single.password, single.account) == (-1, "u", "p", "B")
 
@@ -109,3 +112,23 @@ def test_a_reload_refuses_leafnodes_changes_without_showing_passwords() -> None:
         )
         == []
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (
+            "leafnodes { authorization { users [ {user: a, password: a, account: NOPE} ] } }",
+            'cannot find local account "NOPE" specified in leafnode authorization',
+        ),
+        (
+            'leafnodes { remotes [ { url: "nats-leaf://h:1", account: TYPO } ] }',
+            'cannot find local account "TYPO" specified in leafnode remote',
+        ),
+    ],
+)
+def test_accounts_a_leaf_binds_exist(text: str, error: str) -> None:
+    """nats-server's words (it stops at start: a typo would have made an empty account of its own)."""
+    with pytest.raises(ConfigErrors, match=error):
+        load("accounts { A {} }\n" + text)
+    load("accounts { A {} }\n" + text.replace("NOPE", "A").replace("TYPO", "A"))
