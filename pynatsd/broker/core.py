@@ -117,6 +117,7 @@ class ServerStats:
         self.closed_by_account: dict[str, ClosedTotals] = {}  # per account (accstatz, /metrics)
         self.routes: Collection[Counted] = ()  # the open route connections (the route manager's)
         self.leafs: Collection[Counted] = ()  # the open leaf node connections (pynatsd.leafnodes), as routes
+        self.gateways: Collection[Counted] = ()  # the open gateway connections (pynatsd.gateways), as routes
         self.closed_routes = ClosedTotals()
         self.slow_consumers = 0
         self.stale_connections = 0
@@ -136,6 +137,7 @@ class ServerStats:
     def _routed(self, field: str) -> int:
         links = sum(int(getattr(r, field)) for r in self.routes)
         links += sum(int(getattr(leaf, field)) for leaf in self.leafs)
+        links += sum(int(getattr(gateway, field)) for gateway in self.gateways)
         return int(getattr(self.closed_routes, field)) + links
 
     def slow_consumer_stats(self) -> dict[str, int]:

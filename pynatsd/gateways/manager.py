@@ -102,6 +102,7 @@ class GatewayManager:
         self.outbound: dict[str, Gateway] = {}  # remote gateway name -> its registered connection
         self.inbound: dict[int, Gateway] = {}  # gid -> registered inbound connection
         self.connections: set[Gateway] = set()
+        server.stats.gateways = self.connections  # the server's message totals include the gateways'
         self.interest: dict[tuple[str, bytes, bytes | None], int] = {}  # our cluster's, per account
         self.url = ""  # this server's gateway URL (host:port)
         self.urls: list[str] = []  # our cluster's gateway URLs (ours and the routes')
@@ -327,7 +328,9 @@ class GatewayManager:
     def route_closed(self, conn: Route) -> None:
         """A gateway connection closed (the route machinery's name for it): unregistered, reconnected."""
         gateway = cast(Gateway, conn)
-        self.connections.discard(gateway)
+        if gateway in self.connections:
+            self.connections.discard(gateway)
+            self.server.stats.add_closed_route(gateway)
         if self.inbound.get(gateway.rid) is gateway:
             del self.inbound[gateway.rid]
         if not gateway.outbound or self.outbound.get(gateway.name, gateway) is not gateway:

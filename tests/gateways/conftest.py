@@ -33,8 +33,10 @@ class Member:
         return f"nats://127.0.0.1:{self.port}"
 
     def gatewayz(self, query: str = "") -> dict[str, Any]:
-        url = f"http://127.0.0.1:{self.http_port}/gatewayz{query}"
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        return self.monitor(f"/gatewayz{query}")
+
+    def monitor(self, path: str) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=5) as resp:
             data: dict[str, Any] = json.load(resp)
             return data
 

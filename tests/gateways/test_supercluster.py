@@ -124,12 +124,15 @@ async def test_interest_only_sends_nothing_without_interest(sc: Supercluster) ->
         await nc_sub.flush()
         sc.wait_interest(publisher, "B", "wanted")
         before = sc.out_msgs(publisher, "B")
+        received_before = subscriber.monitor("/varz")["in_msgs"]
         for _ in range(20):
             await nc_pub.publish("nobody.wants.this", b"x")
         await nc_pub.publish("wanted", b"y")
         await nc_pub.flush()
         assert await _collect(sub, 1) == [b"y"]
         assert sc.out_msgs(publisher, "B") - before == 1
+        # the server's totals count what came over its gateway (nats-server counts every connection's)
+        assert subscriber.monitor("/varz")["in_msgs"] - received_before == 1
     finally:
         await nc_sub.close()
         await nc_pub.close()
