@@ -15,7 +15,7 @@ import base64
 import hmac
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pynatsd.auth.certs import DN, PeerCertificate, dn_equal, dn_rdns_match, parse_dn, peer_certificate
@@ -518,6 +518,16 @@ class Authenticator:
     def _maps(self, conn: Connecting) -> bool:
         """verify_and_map decides who `conn` is: users are configured and it came to the client port."""
         return self.tls_map and bool(self.users) and self.jwt is None and conn.connection_type == "STANDARD"
+
+    def identified(
+        self, conn: Connecting, opts: ConnectOptions, identity: tuple[str, str] | None
+    ) -> ConnectOptions:
+        """`opts` as the server knows the client: with verify_and_map, the user its certificate named in
+        place of the one it claimed (nats-server overwrites the CONNECT's user name), so the auth callout
+        and its `auth_users` see who the client is, not who it says it is."""
+        if identity is None or not self._maps(conn) or opts.user == identity[0]:
+            return opts
+        return replace(opts, user=identity[0])
 
     def _mapped(self, conn: Connecting) -> tuple[str, str] | None:
         """The user the client's certificate names, in nats-server's order: its emails, DNS names and
