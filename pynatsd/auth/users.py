@@ -335,8 +335,8 @@ class Authenticator:
         self.tls_map = options.tls_map  # verify_and_map: client certificates name their users
         self._dns: list[tuple[_User, DN]] | None = None
         self.callout = options.auth_callout
-        # What the auth callout granted each user it admitted (its nkey -> grant), while connected; a reload
-        # hands the dict to the new authenticator (pynatsd.broker.callout fills and empties it).
+        # What the auth callout granted each user it admitted (its nkey -> grant), while connected: the
+        # callout's own dict (pynatsd.broker.callout), handed to every authenticator (reload, WebSocket).
         self.callout_grants: dict[str, UserGrant] = {}
         self.jwt: JwtAuthenticator | None = None
         if options.trusted is not None:  # operator mode: every client needs a user JWT
