@@ -241,6 +241,8 @@ class AuthCallout:
             return None
         if conn.closed:
             return None
+        # A CONNECT again: the grant of the user key the connection had goes with it (one per connection).
+        self.grants.pop(conn.user, None)
         self.grants[user_key] = admission.grant
         return user_key, admission.account
 
