@@ -497,7 +497,7 @@ class Authenticator:
             ok = entry is not None and (entry.name == self.no_auth_user or self._nkey_ok(conn, opts))
             return self._identity(conn, entry) if ok else None
         if self._maps(conn) and not (self._anonymous(opts) and self.no_auth_user in self.nkeys):
-            return self._mapped(conn)
+            return self._mapped(conn, opts)
         if self.users or self.nkeys:
             if self._anonymous(opts):
                 return self._identity(conn, self._no_auth_entry())
@@ -529,15 +529,15 @@ class Authenticator:
             return opts
         return replace(opts, user=identity[0])
 
-    def _mapped(self, conn: Connecting) -> tuple[str, str] | None:
+    def _mapped(self, conn: Connecting, opts: ConnectOptions) -> tuple[str, str] | None:
         """The user the client's certificate names, in nats-server's order: its emails, DNS names and
         URIs, its subject as a DN (same order of RDNs, then any), its subject as Go prints it."""
         cert = peer_certificate(conn.transport)
         entry = self._user_of(cert, conn.connection_type) if cert is not None else None
         if entry is None:
             return None
-        if conn.opts.user:
-            log.warning('User "%s" found in connect proto, but user required from cert', conn.opts.user)
+        if opts.user:  # this CONNECT's (conn.opts: the previous one's, if any)
+            log.warning('User "%s" found in connect proto, but user required from cert', opts.user)
         return entry.name, entry.account
 
     def _certificate_only(self, entry: _User) -> bool:

@@ -261,6 +261,19 @@ def connz_user(srv: ServerProcess, name: str) -> dict[str, str]:
     return {k: c.get(k, "") for c in conns if c.get("name") == name for k in ("authorized_user", "account")}
 
 
+def test_a_user_claimed_beside_the_certificate_is_warned_about(
+    server: ServerProcess, certs: dict[str, tuple[str, str]]
+) -> None:
+    """The certificate decides; the user this CONNECT claims is named in nats-server's warning."""
+    with tls_session(server.port, certs["dns"], user="claimed") as tls:
+        assert roundtrip(tls, b"") == (b"PONG\r\n", False)
+    warning = 'User "claimed" found in connect proto, but user required from cert'
+    deadline = time.monotonic() + 10  # the log line may reach the file after the PONG
+    while warning not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert warning in server.log()
+
+
 @pytest.mark.parametrize("role", list(USERS))
 def test_certificate_names_the_user(
     server: ServerProcess, certs: dict[str, tuple[str, str]], role: str
