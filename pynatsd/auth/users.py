@@ -15,7 +15,7 @@ import base64
 import hmac
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pynatsd.auth.certs import DN, PeerCertificate, dn_equal, dn_rdns_match, parse_dn, peer_certificate
@@ -335,8 +335,8 @@ class Authenticator:
         self.tls_map = options.tls_map  # verify_and_map: client certificates name their users
         self._dns: list[tuple[_User, DN]] | None = None
         self.callout = options.auth_callout
-        # What the auth callout granted each user it admitted (its nkey -> grant), while connected; a reload
-        # hands the dict to the new authenticator (pynatsd.broker.callout fills and empties it).
+        # What the auth callout granted each user it admitted (its nkey -> grant), while connected: the
+        # callout's own dict (pynatsd.broker.callout), handed to every authenticator (reload, WebSocket).
         self.callout_grants: dict[str, UserGrant] = {}
         self.jwt: JwtAuthenticator | None = None
         if options.trusted is not None:  # operator mode: every client needs a user JWT
@@ -497,7 +497,7 @@ class Authenticator:
             ok = entry is not None and (entry.name == self.no_auth_user or self._nkey_ok(conn, opts))
             return self._identity(conn, entry) if ok else None
         if self._maps(conn) and not (self._anonymous(opts) and self.no_auth_user in self.nkeys):
-            return self._mapped(conn)
+            return self._mapped(conn, opts)
         if self.users or self.nkeys:
             if self._anonymous(opts):
                 return self._identity(conn, self._no_auth_entry())
@@ -519,15 +519,25 @@ class Authenticator:
         """verify_and_map decides who `conn` is: users are configured and it came to the client port."""
         return self.tls_map and bool(self.users) and self.jwt is None and conn.connection_type == "STANDARD"
 
-    def _mapped(self, conn: Connecting) -> tuple[str, str] | None:
+    def identified(
+        self, conn: Connecting, opts: ConnectOptions, identity: tuple[str, str] | None
+    ) -> ConnectOptions:
+        """`opts` as the server knows the client: with verify_and_map, the user its certificate named in
+        place of the one it claimed (nats-server overwrites the CONNECT's user name), so the auth callout
+        and its `auth_users` see who the client is, not who it says it is."""
+        if identity is None or not self._maps(conn) or opts.user == identity[0]:
+            return opts
+        return replace(opts, user=identity[0])
+
+    def _mapped(self, conn: Connecting, opts: ConnectOptions) -> tuple[str, str] | None:
         """The user the client's certificate names, in nats-server's order: its emails, DNS names and
         URIs, its subject as a DN (same order of RDNs, then any), its subject as Go prints it."""
         cert = peer_certificate(conn.transport)
         entry = self._user_of(cert, conn.connection_type) if cert is not None else None
         if entry is None:
             return None
-        if conn.opts.user:
-            log.warning('User "%s" found in connect proto, but user required from cert', conn.opts.user)
+        if opts.user:  # this CONNECT's (conn.opts: the previous one's, if any)
+            log.warning('User "%s" found in connect proto, but user required from cert', opts.user)
         return entry.name, entry.account
 
     def _certificate_only(self, entry: _User) -> bool:

@@ -91,6 +91,10 @@ class AuthCallout:
         # The server's xkey, made once; only used (and shown) with a service that has one.
         self.xkey = XKey()
         self._clients: dict[str, InternalClient] = {}
+        # What it granted each user it admitted (user key -> grant), while connected. The callout outlives
+        # reloads, so the dict is its own: every authenticator (the server's, after a reload too, and a
+        # WebSocket listener's) looks grants up in this one.
+        self.grants = server.auth.callout_grants
         # nats-server's reply inboxes: `$SYS._INBOX.<hash of the server name>.<8 random characters>`
         name_hash = base64.urlsafe_b64encode(hashlib.sha256(server.server_name.encode()).digest())[:8]
         self._inbox = b"$SYS._INBOX." + name_hash + b"."
@@ -237,7 +241,9 @@ class AuthCallout:
             return None
         if conn.closed:
             return None
-        conn.authenticator().callout_grants[user_key] = admission.grant
+        # A CONNECT again: the grant of the user key the connection had goes with it (one per connection).
+        self.grants.pop(conn.user, None)
+        self.grants[user_key] = admission.grant
         return user_key, admission.account
 
     def admitted(self, conn: Connection, callout_account: str) -> None:
@@ -258,7 +264,7 @@ class AuthCallout:
         conn.perms.deny_publish(AUTH_CALLOUT_SUBJECT)
 
     def forget(self, conn: Connection) -> None:
-        conn.authenticator().callout_grants.pop(conn.user, None)
+        self.grants.pop(conn.user, None)
 
     def stop(self) -> None:
         for client in self._clients.values():

@@ -552,7 +552,9 @@ class Connection(SlicedReader):
         """The configured users' verdict on a CONNECT; the auth callout has the last word on the clients
         it decides about (then this client's next ops wait for its answer, as for a bcrypt check)."""
         callout = self.server.callout
-        role = self.authenticator().callout_role(opts, identity) if callout is not None else ""
+        auth = self.authenticator()
+        opts = auth.identified(self, opts, identity)
+        role = auth.callout_role(opts, identity) if callout is not None else ""
         if callout is None or role != "ask":
             self._connected(opts, identity)
             if callout is not None and role and not self.closed:

@@ -486,6 +486,11 @@ def _authorization(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) 
         ctx.error(where, "Can not have a token and a users array")
     if opts.python_authorizer is not None and (opts.username or opts.authorization or "users" in auth):
         ctx.error(where, "Can not have a python authorizer and a user/pass, token or users array")
+    # Fail closed: the callable decides every client and gives its permissions; nothing else would run.
+    if opts.python_authorizer is not None and opts.auth_callout is not None:
+        ctx.error(where, "Can not have a python authorizer and an auth_callout")
+    if opts.python_authorizer is not None and "default_permissions" in auth:
+        ctx.error(where, "Can not have a python authorizer and default_permissions")
     opts.users = auth.get("users")
     opts.default_permissions = auth.get("default_permissions")
     ctx.places["authorization"] = where
@@ -977,6 +982,25 @@ def _check_operator_mode(ctx: Ctx, opts: Options) -> None:
         opts.system_account = named[0]
 
 
+def _check_websocket_python(ctx: Ctx, opts: Options) -> None:
+    """A Python authorizer decides WebSocket clients too, from their CONNECT: credentials of the
+    `websocket` block's own (its authorization, no_auth_user, cookies) would never be looked at."""
+    ws = opts.websocket
+    if opts.python_authorizer is None or ws is None:
+        return
+    own = {
+        "authorization": ws.username or ws.password or ws.token,
+        "no_auth_user": ws.no_auth_user,
+        "user_cookie": ws.user_cookie,
+        "pass_cookie": ws.pass_cookie,
+        "token_cookie": ws.token_cookie,
+    }
+    where = ctx.places.get("websocket") or ctx.places.get("ws") or _NOWHERE
+    for key, value in own.items():
+        if value:
+            ctx.error(where, f"Can not have a python authorizer and a websocket {key}")
+
+
 def _check_users(ctx: Ctx, opts: Options) -> None:
     """Rules across blocks (nats-server checks them in whichever order the blocks come)."""
     seen: set[str] = set()
@@ -1365,6 +1389,7 @@ def apply_config(opts: Options, config: dict[str, Any]) -> list[ConfigWarning]:
         with ctx.at(where):
             handler(ctx, opts, key, value, where)
     _check_users(ctx, opts)
+    _check_websocket_python(ctx, opts)
     _check_links(ctx, opts)
     _check_operator_mode(ctx, opts)
     _check_auth_callout(ctx, opts)

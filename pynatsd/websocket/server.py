@@ -496,9 +496,12 @@ class WebSocketListener:
         if self._auth is None or self._auth_base is not base:
             ws = self.ws
             cookies = ws.user_cookie or ws.pass_cookie or ws.token_cookie
-            self._auth = (
-                WebSocketAuthenticator(self.server.options, ws) if ws.auth_override or cookies else base
-            )
+            if ws.auth_override or cookies:
+                self._auth = WebSocketAuthenticator(self.server.options, ws)
+                # The auth callout's grants are the server's, not this block's: a reload keeps them.
+                self._auth.callout_grants = base.callout_grants
+            else:
+                self._auth = base
             self._auth_base = base
         return self._auth
 

@@ -26,6 +26,7 @@ from tests.security.certs import make_certs
 
 # A valid public user nkey (made for these tests with nkeys.from_seed of a fixed seed).
 USER_NKEY = "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4"
+ACCOUNT_NKEY = "AAB2CB576PHBBPQ5ODORRZ2LYCMWPZGWGCN2KDK7DXOIMZASKUY3QPZV"  # from a fixed seed too
 
 
 def load(text: str) -> tuple[Options, list[str]]:
@@ -564,6 +565,24 @@ def test_python_authorizer_block_takes_a_path_and_a_timeout() -> None:
         ('authorization { python: "json" }', "no entry point of that name in group pynatsd.authorizers"),
         ('authorization { python: "json:nothing" }', "json has no nothing"),
         ('authorization { python: "json:__name__" }', "__name__ is not callable"),
+        (
+            'authorization { python: "json:dumps", auth_callout { issuer: '
+            f"{ACCOUNT_NKEY}, account: A, auth_users: [x] }} }}\naccounts {{ A {{}} }}",
+            "Can not have a python authorizer and an auth_callout",
+        ),
+        (
+            'authorization { python: "json:dumps", default_permissions: { publish: "a" } }',
+            "Can not have a python authorizer and default_permissions",
+        ),
+        (
+            "websocket { port: -1, no_tls: true, authorization { token: t } }\n"
+            'authorization { python: "json:dumps" }',
+            "Can not have a python authorizer and a websocket authorization",
+        ),
+        (
+            'authorization { python: "json:dumps" }\nws { port: -1, no_tls: true, user_cookie: u }',
+            "Can not have a python authorizer and a websocket user_cookie",
+        ),
     ],
 )
 def test_python_authorizer_refusals(text: str, error: str) -> None:

@@ -12,15 +12,24 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import nats
+import nkeys
 import pytest
 from nats.aio.msg import Msg
 
 from pynatsd.auth.jwt import decode_generic
 from pynatsd.auth.nkeys import XKey
+from pynatsd.auth.users import Authenticator
+from pynatsd.base.options import Options
+from pynatsd.broker.callout import AuthCallout
+from pynatsd.broker.connection import Connection
+from pynatsd.broker.core import Broker
 from pynatsd.cli import main
+from pynatsd.config.parser import parse
+from pynatsd.config.schema import apply_config
 from tests.config.test_differential import _run
 from tests.jwt.issuer import Key, account_jwt, creds, user_jwt
 from tests.jwt.world import World, running
@@ -479,3 +488,28 @@ async def test_an_encrypted_request_may_get_a_plain_answer(setup: Setup) -> None
     nc = await nats.connect(setup.server.url, user="plainspoken", password="secret", allow_reconnect=False)
     await nc.close()
     assert setup.service.requests[-1]["nats"]["connect_opts"]["user"] == "plainspoken"
+
+
+def test_a_connect_again_replaces_the_grant_it_had() -> None:
+    """A connected client the callout admits again (a second CONNECT) keeps one grant, not one per CONNECT."""
+    issuer = Key("A")
+    server_seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_SERVER)
+    server_id = nkeys.from_seed(server_seed).public_key.decode()
+    options = Options()
+    apply_config(options, parse(_config(issuer, None), "t.conf"))
+    server = SimpleNamespace(options=options, auth=Authenticator(options), server_id=server_id,
+                             server_name="n")  # fmt: skip
+    callout = AuthCallout(cast(Broker, server), options.auth_callout)
+    service = CalloutService(issuer, None)
+    conn = SimpleNamespace(connection_type="STANDARD", closed=False, user="")
+    for _connect in range(3):
+        user_key = Key("U").public
+        request = {"nats": {"connect_opts": {"user": "alice", "pass": "secret"}, "user_nkey": user_key}}
+        answer = service.response(request, server_id)
+        assert answer is not None
+        identity = callout._admit(cast(Connection, conn), answer, user_key, ("AUTH", issuer.public, ""), None)
+        assert identity == (user_key, "APP")
+        conn.user = user_key
+    assert list(callout.grants) == [conn.user]
+    callout.forget(cast(Connection, conn))
+    assert not callout.grants

@@ -215,8 +215,9 @@ def server(
     srv.stop()
 
 
-def tls_session(port: int, cert: tuple[str, str], name: str = "") -> ssl.SSLSocket:
-    """A client connection upgraded to TLS after INFO, presenting `cert`, CONNECT sent (no verbose)."""
+def tls_session(port: int, cert: tuple[str, str], name: str = "", **claims: str) -> ssl.SSLSocket:
+    """A client connection upgraded to TLS after INFO, presenting `cert`, CONNECT sent (no verbose;
+    `claims`: credentials it carries too)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     ctx.load_cert_chain(*cert)
@@ -226,7 +227,9 @@ def tls_session(port: int, cert: tuple[str, str], name: str = "") -> ssl.SSLSock
         info += raw.recv(4096)
     tls = ctx.wrap_socket(raw)
     tls.sendall(
-        b"CONNECT " + json.dumps({"verbose": False, "pedantic": False, "name": name}).encode() + b"\r\n"
+        b"CONNECT "
+        + json.dumps({"verbose": False, "pedantic": False, "name": name, **claims}).encode()
+        + b"\r\n"
     )
     return tls
 
@@ -256,6 +259,19 @@ def connz_user(srv: ServerProcess, name: str) -> dict[str, str]:
     with urllib.request.urlopen(f"http://127.0.0.1:{srv.http_port}/connz?auth=true", timeout=10) as resp:
         conns = json.loads(resp.read())["connections"]
     return {k: c.get(k, "") for c in conns if c.get("name") == name for k in ("authorized_user", "account")}
+
+
+def test_a_user_claimed_beside_the_certificate_is_warned_about(
+    server: ServerProcess, certs: dict[str, tuple[str, str]]
+) -> None:
+    """The certificate decides; the user this CONNECT claims is named in nats-server's warning."""
+    with tls_session(server.port, certs["dns"], user="claimed") as tls:
+        assert roundtrip(tls, b"") == (b"PONG\r\n", False)
+    warning = 'User "claimed" found in connect proto, but user required from cert'
+    deadline = time.monotonic() + 10  # the log line may reach the file after the PONG
+    while warning not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert warning in server.log()
 
 
 @pytest.mark.parametrize("role", list(USERS))
@@ -355,6 +371,38 @@ def test_a_certificate_user_is_not_claimed_by_name_elsewhere() -> None:
     assert login(False, "CN=dave") == ("CN=dave", "$G")
     assert login(True, "CN=dave") is None
     assert login(True, "nopass-ws") == ("nopass-ws", "$G")  # the client port can never map it
+
+
+CALLOUT = """
+tls {{ cert_file: "{server}", key_file: "{server_key}", ca_file: "{ca}", verify_and_map: true }}
+accounts {{ AUTH {{ users: [ {{user: auth, password: pwd}} ] }} }}
+authorization {{
+  timeout: 0.5
+  users = [ {{user: "bob.example.com"}} ]
+  auth_callout {{ issuer: {issuer}, account: AUTH, auth_users: [ auth ] }}
+}}
+"""
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_a_mapped_client_claiming_an_auth_user_is_still_called_out(
+    kind: str, certs: dict[str, tuple[str, str]], tmp_path: Path
+) -> None:
+    """The certificate, not the CONNECT, says who the client is: one mapped to bob that claims to be the
+    callout's `auth` user is delegated to the callout (no service answers here: refused), as by
+    nats-server; it never bypasses the callout under bob's identity."""
+    require(kind)
+    from tests.jwt.issuer import Key
+
+    paths = {"server": certs["server"][0], "server_key": certs["server"][1], "ca": certs["ca"][0]}
+    conf = tmp_path / "callout.conf"
+    conf.write_text(CALLOUT.format(**paths, issuer=Key("A").public))
+    srv = start_server(kind, ["-c", str(conf)])
+    try:
+        with tls_session(srv.port, certs["dns"], user="auth") as tls:
+            assert roundtrip(tls, b"") == (b"-ERR 'Authorization Violation'\r\n", True)
+    finally:
+        srv.stop()
 
 
 RELOAD = """

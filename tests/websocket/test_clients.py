@@ -12,16 +12,21 @@ import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import aiohttp
 import nats
 import pytest
 import trustme
 
+from pynatsd.auth.jwt import UserGrant
+from pynatsd.auth.users import Authenticator, Permissions
 from pynatsd.base.options import Options
+from pynatsd.broker.core import Broker
 from pynatsd.config.websocket import WebSocketOptions
 from pynatsd.server import Server
+from pynatsd.websocket.server import WebSocketListener
 from tests.servers import free_port
 
 Start = Callable[..., Any]
@@ -358,3 +363,19 @@ async def test_request_head_byte_by_byte_and_too_large() -> None:
         writer.close()
         huge = upgrade_request("X-Filler: " + "x" * 20_000 + "\r\n")
         assert (await http_exchange(s.websocket.port, huge)).startswith(b"HTTP/1.1 431 ")
+
+
+def test_a_websocket_block_reads_the_auth_callout_grants_across_reloads() -> None:
+    """A listener with credentials of its own (here a cookie) builds its own authenticator, again after a
+    reload: what the auth callout granted a client stays looked up there, never an empty table that
+    would leave the client unrestricted."""
+    options = Options(users=[{"user": "auth", "password": "pwd"}])
+    server = SimpleNamespace(options=options, auth=Authenticator(options))
+    listener = WebSocketListener(cast(Broker, server), WebSocketOptions(port=-1, user_cookie="user"))
+    grants = server.auth.callout_grants  # the auth callout's (pynatsd.broker.callout)
+    grants["UKEY"] = UserGrant(Permissions({"publish": ["granted"]}), -1, -1, 0.0)
+    for _reload in range(2):
+        perms = listener.authenticator().permissions("UKEY")
+        assert perms is not None and perms.can_publish(b"granted") and not perms.can_publish(b"other")
+        before, server.auth = server.auth, Authenticator(options)  # as lifecycle.reload does
+        server.auth.callout_grants = before.callout_grants
