@@ -37,6 +37,7 @@ from pynatsd.broker.trace import TracedTransport
 from pynatsd.matcher import Sublist
 from pynatsd.protocol import errors
 from pynatsd.protocol.route import encode_connect, rmsg_head
+from pynatsd.protocol.subjects import matches
 from pynatsd.routes.route import Route
 
 if TYPE_CHECKING:
@@ -225,7 +226,7 @@ class Gateway(Route):
         if queue is None and state.mode == OPTIMISTIC:
             text = subject.decode("utf-8", "replace")
             if "*" in text or ">" in text:
-                state.no_interest = {s for s in state.no_interest if not _subset(s, subject)}
+                state.no_interest = {s for s in state.no_interest if not matches(subject, s)}
             else:
                 state.no_interest.discard(subject)
             return
@@ -409,14 +410,3 @@ def _command_account(info: dict[str, object]) -> bytes | None:
         return base64.b64decode(payload)
     except ValueError:
         return None
-
-
-def _subset(subject: bytes, wildcard: bytes) -> bool:
-    """True if the literal `subject` matches `wildcard`."""
-    tokens, pattern = subject.split(b"."), wildcard.split(b".")
-    for i, token in enumerate(pattern):
-        if token == b">":
-            return len(tokens) > i
-        if i >= len(tokens) or (token != b"*" and token != tokens[i]):
-            return False
-    return len(tokens) == len(pattern)
