@@ -88,15 +88,20 @@ def remote_detail(account: bytes, shadows: list[Subscription], rid: int) -> dict
     return detail
 
 
+def link_timeouts(tls: dict[str, Any] | None, auth_timeout: float) -> tuple[float, float]:
+    """A route's, gateway's or leafnode listener's (auth_timeout, tls_timeout) as /varz shows them:
+    nats-server's default auth timeout is the TLS handshake limit plus a second under TLS, else 2 s."""
+    tls_timeout = float(tls["timeout"]) if tls else DEFAULT_TLS_TIMEOUT
+    return auth_timeout or (tls_timeout + 1.0 if tls else DEFAULT_AUTH_TIMEOUT), tls_timeout
+
+
 def varz_cluster(server: Node) -> dict[str, Any]:
     """/varz `cluster`: empty without clustering, as nats-server's omitempty fields leave it."""
     cluster = server.cluster
     if cluster is None:
         return {}
     tls = cluster.tls
-    tls_timeout = float(tls["timeout"]) if tls else DEFAULT_TLS_TIMEOUT
-    # nats-server's default: the TLS handshake limit plus a second under TLS, else 2 s
-    auth_timeout = cluster.auth_timeout or (tls_timeout + 1.0 if tls else DEFAULT_AUTH_TIMEOUT)
+    auth_timeout, tls_timeout = link_timeouts(tls, cluster.auth_timeout)
     block: dict[str, Any] = {
         "name": cluster.name,
         "addr": cluster.host,

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pynatsd.base.formats import go_duration, rfc3339nano, uptime
-from pynatsd.config.cluster import DEFAULT_AUTH_TIMEOUT, DEFAULT_TLS_TIMEOUT
 from pynatsd.gateways.connection import INTEREST_ONLY
+from pynatsd.monitor.cluster import link_timeouts
 
 if TYPE_CHECKING:
     from pynatsd.gateways.connection import Gateway
@@ -94,9 +94,7 @@ def varz_gateway(server: Node) -> dict[str, Any]:
         return {}
     opts = manager.options
     block: dict[str, Any] = {"name": manager.name, "host": opts.host, "port": opts.port}
-    # nats-server's defaults shown as it shows them (pynatsd has no gateway TLS: its timeout is the default)
-    block["auth_timeout"] = opts.auth_timeout or DEFAULT_AUTH_TIMEOUT
-    block["tls_timeout"] = DEFAULT_TLS_TIMEOUT
+    block["auth_timeout"], block["tls_timeout"] = link_timeouts(opts.tls, opts.auth_timeout)
     if opts.advertise:
         block["advertise"] = opts.advertise
     if opts.connect_retries:

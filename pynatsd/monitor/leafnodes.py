@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pynatsd.base.formats import go_duration, rfc3339nano
+from pynatsd.monitor.cluster import link_timeouts
 
 if TYPE_CHECKING:
     from pynatsd.leafnodes.leaf import LeafConnection
     from pynatsd.node import Node
-
-DEFAULT_AUTH_TIMEOUT = 2.0  # nats-server's leafnode auth timeout without TLS
 
 
 def leafz(server: Node, now: datetime, subs: bool, account: str) -> dict[str, Any]:
@@ -55,8 +54,7 @@ def varz_leaf(server: Node) -> dict[str, Any]:
     if port:  # the listener's settings (a leaf without one shows its remotes only)
         block["host"] = options.host
         block["port"] = port
-        block["auth_timeout"] = options.auth_timeout or DEFAULT_AUTH_TIMEOUT
-        block["tls_timeout"] = DEFAULT_AUTH_TIMEOUT
+        block["auth_timeout"], block["tls_timeout"] = link_timeouts(options.tls, options.auth_timeout)
     remotes: list[dict[str, Any]] = []
     for remote in options.remotes:
         entry: dict[str, Any] = {"local_account": remote.account or "$G"}

@@ -94,3 +94,12 @@ async def test_a_leaf_of_another_ca_never_connects(tls_pair: TlsPair) -> None:
     leafz = _leafz(tls_pair.hub)
     assert leafz["leafnodes"] == 1
     assert [leaf["account"] for leaf in leafz["leafs"]] == ["A"]
+
+
+async def test_varz_shows_the_leafnode_tls_timeouts(tls_pair: TlsPair) -> None:
+    """A TLS listener's /varz `leaf` block: its TLS timeout, and (nats-server's default) the auth timeout a
+    second more; both hubs of the layout are compared with nats-server's own defaults (2 s and 3 s)."""
+    url = f"http://127.0.0.1:{tls_pair.hub.http_port}/varz"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        leaf = json.load(response)["leaf"]
+    assert (leaf["tls_timeout"], leaf["auth_timeout"]) == (2, 3)
