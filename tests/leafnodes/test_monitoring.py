@@ -114,8 +114,7 @@ async def test_message_totals_count_the_leaf_connections(pairs: Pairs, kind: str
     for _ in range(3):
         await on_hub.publish("count.x", b"12345")
     await on_hub.flush()
-    while len(received) < 3:
-        await asyncio.sleep(0.02)
+    await _until_received(received, 3)
     after = _get(hub, "/varz")
     assert (after["in_msgs"] - before["in_msgs"], after["out_msgs"] - before["out_msgs"]) == (3, 3)
     assert after["out_bytes"] - before["out_bytes"] == 15
@@ -150,8 +149,7 @@ async def test_leafnode_metrics_follow_leafz(pairs: Pairs) -> None:
     for _ in range(4):
         await on_hub.publish("metrics.x", b"123")
     await on_hub.flush()
-    while len(received) < 4:
-        await asyncio.sleep(0.02)
+    await _until_received(received, 4)
     for server in (hub, leaf):
         samples = _metrics(server)
         assert [samples["connections", account] for account in ("A", "B")] == [1, 1]
@@ -175,3 +173,11 @@ async def test_dashboard_shows_the_leaf_connections(pairs: Pairs, browser: webdr
     assert "2 connection(s)" in text_of(browser, "leafs-caption")
     errors = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
     assert errors == []
+
+
+async def _until_received(received: list[object], count: int, timeout: float = 15.0) -> None:
+    """Until `count` messages came (a failure within `timeout`, not a hang to the suite's limit)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while len(received) < count:
+        assert asyncio.get_running_loop().time() < deadline, f"only {len(received)} of {count} came"
+        await asyncio.sleep(0.02)
