@@ -57,9 +57,11 @@ class Listener:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, dict[str, Any]]] = []
+        self.nc: nats.NATS | None = None
 
     async def start(self, server: ServerProcess) -> nats.NATS:
         nc = track(await nats.connect(server.url, user="sys", password="sys", allow_reconnect=False))
+        self.nc = nc
 
         async def take(msg: Any) -> None:
             self.events.append((msg.subject, json.loads(msg.data)))
@@ -67,6 +69,21 @@ class Listener:
         await nc.subscribe("$SYS.ACCOUNT.A.>", cb=take)
         await nc.flush()
         return nc
+
+    async def linked(self, what: str) -> None:
+        """Until the server says its leaf link is up (LEAFZ on this connection: the events its registration
+        sent came before the answer), then from here on only: a link that registers after the listener
+        subscribed would otherwise add its counts and CONNECT to what the next steps count."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while True:
+            assert self.nc is not None
+            reply = await self.nc.request("$SYS.REQ.SERVER.PING.LEAFZ", b"", timeout=5)
+            if json.loads(reply.data)["data"]["leafnodes"] == 1:
+                break
+            assert loop.time() < deadline, f"{what}: the leaf link never came up"
+            await asyncio.sleep(0.05)
+        self.events.clear()
 
     async def until(self, count: int, what: str) -> None:
         loop = asyncio.get_running_loop()
@@ -103,14 +120,14 @@ async def _scenario(hub_kind: str, leaf_kind: str, directory: Path) -> Events:
             1, "the hub's counts"
         )  # the hub's counts: one leaf node in A (the accepting side has no CONNECT)
         leaf_nc = await on_leaf.start(leaf)
+        await on_leaf.linked("the leaf's first link")
         await hub_nc.close()
         hub.stop()
         await on_leaf.until(2, "the leaf's loss")  # the leaf lost its hub: counts, DISCONNECT
         hub = start_server(hub_kind, ["-c", str(hub_conf)], port=hub.port)
         await on_leaf.until(4, "the leaf's reconnect")  # reconnected: counts, CONNECT
         await on_hub_again.start(hub)
-        # (the hub's counts on the reconnect may come before or after this listener subscribed)
-        on_hub_again.events.clear()
+        await on_hub_again.linked("the hub's second link")
         await leaf_nc.close()
         leaf.stop()
         await on_hub_again.until(2, "the hub's leaf stopped")  # the leaf stopped: counts, DISCONNECT
