@@ -308,14 +308,7 @@ class Node(Broker):
             if conn.out is not None:
                 conn.out.flush()
             conn.close(SERVER_SHUTDOWN)
-        if self.callout is not None:
-            self.callout.stop()
-        if self.gateway_manager is not None:
-            await self.gateway_manager.stop()
-        if self.route_manager is not None:
-            await self.route_manager.stop()
-        if self.leaf_manager is not None:
-            await self.leaf_manager.stop()
+        await self.stop_links()
         await self._listener.wait_closed()
         self._listener = None
         if self.websocket is not None:
@@ -324,6 +317,18 @@ class Node(Broker):
         log.info("Server Exiting..")
         if self._stopped is not None:
             self._stopped.set()
+
+    async def stop_links(self) -> None:
+        """Stop the auth callout and the gateways, routes and leaf nodes (shutdown, and what undoes a start
+        that failed part way)."""
+        if self.callout is not None:
+            self.callout.stop()
+        if self.gateway_manager is not None:
+            await self.gateway_manager.stop()
+        if self.route_manager is not None:
+            await self.route_manager.stop()
+        if self.leaf_manager is not None:
+            await self.leaf_manager.stop()
 
     async def stop_services(self) -> None:
         """Stop the features, the monitoring port and the workers, remove the pid and ports files: the end

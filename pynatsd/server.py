@@ -84,8 +84,7 @@ class Server(Node):
                 self._listener = None
             if self.websocket is not None:
                 self.websocket.close()
-            if self.route_manager is not None:
-                await self.route_manager.stop()
+            await self.stop_links()
             await self.stop_services()
             raise
 

@@ -16,6 +16,7 @@ from nats.aio.msg import Msg
 
 import pynatsd
 from pynatsd.cli import main
+from pynatsd.leafnodes.manager import LeafListenError
 from pynatsd.server import Server
 from tests.servers import REPO_ROOT, free_port
 
@@ -152,3 +153,23 @@ async def test_reload_rereads_the_configuration_file(tmp_path: Path) -> None:
         conf.write_text("max_payload: 4096\n")
         server.reload()
         assert server.options.max_payload == 4096
+
+
+async def test_a_start_failing_at_its_leafnode_port_closes_its_gateway_port(tmp_path: Path) -> None:
+    """The gateway listener opens before the leafnode port: when that one cannot be bound, the start's
+    undo closes the gateway port too (it stayed open in the embedding process)."""
+    gateway_port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        leaf_port = taken.getsockname()[1]
+        conf = tmp_path / "server.conf"
+        conf.write_text(
+            f"gateway {{ name: A, listen: 127.0.0.1:{gateway_port} }}\n"
+            f"leafnodes {{ listen: 127.0.0.1:{leaf_port} }}\n"
+        )
+        server = Server.from_config(conf, host="127.0.0.1", port=0)
+        with pytest.raises(LeafListenError, match="Error listening on leafnode port"):
+            await server.start()
+    assert refuses_connections(gateway_port)
+    assert not server.listening
