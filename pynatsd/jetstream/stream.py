@@ -10,8 +10,9 @@ import sys
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -1027,13 +1028,21 @@ class Stream:
         filters = [f.encode() for f in req["multi_last"]]
         seqs: set[int] = set()
         if st.msgs:
-            for subject, lst in st.subjects.items():
-                if lst and any(matches(f, subject) for f in filters):
+            # Literal filters are looked up, the wildcard ones scanned with one regex; the answer is refused
+            # (nats-server's cap) as soon as it would pass the cap, not after collecting every subject.
+            subjects = st.subjects
+            wildcards = [f for f in filters if has_wildcard(f)]
+            lists: Iterable[array[int] | None] = [subjects.get(f) for f in filters if not has_wildcard(f)]
+            if wildcards:
+                match = filters_regex(wildcards).fullmatch
+                lists = chain(lists, (lst for s, lst in subjects.items() if match(s)))
+            for lst in lists:
+                if lst:
                     i = bisect_right(lst, up_to)
                     if i:
                         seqs.add(lst[i - 1])
-        if len(seqs) > _MULTI_LAST_MAX:  # nats-server's cap on one answer
-            return [(b"NATS/1.0 413 Too Many Results\r\n\r\n", b"")]
+                        if len(seqs) > _MULTI_LAST_MAX:  # nats-server's cap on one answer
+                            return [(b"NATS/1.0 413 Too Many Results\r\n\r\n", b"")]
         if not seqs:
             return [(_NO_RESULTS, b"")]
         min_seq: int = req.get("seq") or 0
