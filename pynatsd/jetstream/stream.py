@@ -838,7 +838,14 @@ class Stream:
             self._ttl_never.add(seq)
             return
         expires = ts + ttl * 1_000_000_000
-        heapq.heappush(self._ttl_heap, (expires, seq))
+        heap, st = self._ttl_heap, self.store
+        # Removals (deletes, purges, rollups, per-subject limits) leave their entries behind until due; a KV
+        # key overwritten often would grow the heap by every update within its TTL. Past twice the live
+        # messages it is rebuilt from those still stored: amortised O(1) a push.
+        if len(heap) > 2 * st.msgs + 64:
+            heap[:] = [entry for entry in heap if entry[1] in st]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (expires, seq))
         if self._ttl_timer is None or expires < self._ttl_timer_at:
             self._schedule_ttl()
 

@@ -20,6 +20,7 @@ from nats.js import api
 from nats.js.errors import KeyNotFoundError
 
 from tests.jetstream import test_differential
+from tests.jetstream.conftest import JsServer
 from tests.jetstream.test_api_errors import ask
 from tests.servers import ServerProcess, jetstream_pair, require, start_server
 
@@ -215,3 +216,25 @@ async def test_pending_ttls_expire_after_kill_9(tmp_path: Path, kind: str) -> No
         await nc.close()
     finally:
         srv.stop()
+
+
+async def test_ttl_heap_bounded_when_a_key_is_overwritten(tmp_path: Path) -> None:
+    """Overwrites of one key (one message per subject) with an hour's TTL: the expiry heap stays about the
+    size of the live messages instead of keeping an entry per overwritten message until its hour is up."""
+    server = JsServer(tmp_path / "store")
+    await server.start()
+    try:
+        nc = await server.connect()
+        config = {"name": "KVT", "subjects": ["kvt.>"], "allow_msg_ttl": True, "max_msgs_per_subject": 1}
+        await nc.request(CREATE + "KVT", json.dumps(config).encode(), timeout=5)
+        for n in range(1000):
+            await nc.publish("kvt.key", b"%d" % n, headers={"Nats-TTL": "1h"})
+        await nc.flush()
+        assert server.server is not None and server.server.jetstream is not None
+        stream = server.server.jetstream.accounts["$G"].streams["KVT"]
+        reply = await nc.request(CREATE + "KVT", json.dumps(config).encode(), timeout=5)
+        assert json.loads(reply.data)["state"]["messages"] == 1
+        assert stream.store.msgs == 1
+        assert len(stream._ttl_heap) <= 2 * 1 + 64 + 1
+    finally:
+        await server.stop()
