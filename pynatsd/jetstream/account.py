@@ -309,8 +309,7 @@ class JsAccount:
         consumer.stop(deleted=True)
         if stream.config["retention"] != "limits":
             # Messages only this consumer still held may go now.
-            for seq in list(stream.store.seqs_from(stream.store.first_seq)):
-                stream.on_acked(seq)
+            stream.on_released(consumer.asflr, stream.store.last_seq + 1)
 
     # -- monitoring -----------------------------------------------------------------------------------
     def usage(self) -> dict[str, int]:

@@ -772,6 +772,18 @@ class Stream:
             return
         self.remove([seq])
 
+    def on_released(self, after: int, before: int) -> None:
+        """A consumer let go of the messages in (after, before) without acking them (a reset past them, its
+        deletion): each may go now as if acked. Those at or below its ack floor it had acked already."""
+        st = self.store
+        released: list[int] = []
+        for seq in st.seqs_from(after + 1):
+            if seq >= before:
+                break
+            released.append(seq)
+        for seq in released:
+            self.on_acked(seq)
+
     def remove(self, seqs: list[int]) -> int:
         """Remove messages and tell the consumers (their pending counts); returns how many went."""
         st = self.store
