@@ -307,8 +307,9 @@ class JsAccount:
         if consumer is None:
             raise errors.consumer_not_found()
         consumer.stop(deleted=True)
-        if stream.config["retention"] != "limits":
-            # Messages only this consumer still held may go now.
+        if stream.config["retention"] == "interest":
+            # Messages only this consumer still held may go now (a work queue keeps its messages for the
+            # next consumer, as nats-server does).
             stream.on_released(consumer.asflr, stream.store.last_seq + 1)
 
     # -- monitoring -----------------------------------------------------------------------------------
