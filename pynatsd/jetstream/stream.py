@@ -217,7 +217,8 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
     cfg["subjects"] = subjects
     _check_transforms(cfg)
     meta = dict(cfg.get("metadata") or {})
-    meta.update({"_nats.req.level": "0"})
+    # nats-server's API level the config needs: 1 for per-message TTLs (2.11), which delete markers switch on.
+    meta.update({"_nats.req.level": "1" if cfg.get("allow_msg_ttl") else "0"})
     cfg["metadata"] = meta
     return {k: cfg[k] for k in _FIELD_ORDER if k in cfg} | {
         k: v for k, v in cfg.items() if k not in _FIELD_ORDER

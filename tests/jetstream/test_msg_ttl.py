@@ -57,6 +57,25 @@ async def test_ttl_config_answered_as_nats_server(clients: tuple[Client, Client]
         assert await ask(ours, subject, body) == await ask(ref, subject, body), (subject, body)
 
 
+async def test_required_api_level_as_nats_server(clients: tuple[Client, Client]) -> None:
+    """The `_nats.req.level` metadata (dropped as volatile by the comparisons above): 1 once TTLs are on."""
+    cases: list[tuple[str, Any]] = [
+        (CREATE + "L0", {"name": "L0"}),
+        (CREATE + "L1", {"name": "L1", "allow_msg_ttl": True}),
+        (CREATE + "L2", {"name": "L2", "subject_delete_marker_ttl": 5 * SEC}),
+        (UPDATE + "L0", {"name": "L0", "allow_msg_ttl": True}),
+        ("$JS.API.STREAM.INFO.L2", b""),
+    ]
+    levels: list[list[str]] = [[], []]
+    for subject, body in cases:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        for nc, seen in zip(clients, levels, strict=True):
+            answer = json.loads((await nc.request(subject, data, timeout=5)).data)
+            seen.append(answer["config"]["metadata"]["_nats.req.level"])
+    assert levels[0] == ["0", "1", "1", "1", "1"]
+    assert levels[1] == levels[0]
+
+
 async def publish_answers(nc: Client) -> list[Any]:
     """PubAcks (or errors) for Nats-TTL values on streams with and without TTLs, and what was stored."""
     for cfg in (
