@@ -628,15 +628,14 @@ class Stream:
                 expected = get_header(hdrs, b"Nats-Expected-Stream")
                 if expected is not None and expected.decode() != self.name:
                     raise errors.stream_not_match()
-            if hdrs.find(b"\r\nNats-TTL:") >= 0:
-                ttl_raw = get_header(hdrs, b"Nats-TTL")
-                if ttl_raw:
-                    try:
-                        ttl = parse_msg_ttl(ttl_raw)
-                    except ValueError:
-                        ttl_invalid = True  # refused after the other checks, as nats-server does
-                    if ttl and not self._allow_ttl:
-                        raise errors.message_ttl_disabled()
+            ttl_raw = get_header(hdrs, b"Nats-TTL")
+            if ttl_raw:
+                try:
+                    ttl = parse_msg_ttl(ttl_raw)
+                except ValueError:
+                    ttl_invalid = True  # refused after the other checks, as nats-server does
+                if ttl and not self._allow_ttl:
+                    raise errors.message_ttl_disabled()
             mid = get_header(hdrs, b"Nats-Msg-Id")
             if mid:
                 msg_id = mid
