@@ -10,9 +10,8 @@ import sys
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from functools import partial
-from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +67,7 @@ _MULTI_LAST_EOB = (
     b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\nNats-UpTo-Sequence: %d\r\n\r\n"
 )
 _MULTI_LAST_MAX = 1024  # nats-server's most messages in one multi_last answer
+_TOO_MANY_RESULTS = b"NATS/1.0 413 Too Many Results\r\n\r\n"
 _NAME_BAD = re.compile(r"[.*>\s\x00]")
 
 STREAM_DEFAULTS: dict[str, Any] = {
@@ -1050,18 +1050,15 @@ class Stream:
             # Literal filters are looked up, the wildcard ones scanned with one regex; the answer is refused
             # (nats-server's cap) as soon as it would pass the cap, not after collecting every subject.
             subjects = st.subjects
+            for f in filters:
+                if not has_wildcard(f) and _take_last(subjects.get(f), up_to, seqs):
+                    return [(_TOO_MANY_RESULTS, b"")]
             wildcards = [f for f in filters if has_wildcard(f)]
-            lists: Iterable[array[int] | None] = [subjects.get(f) for f in filters if not has_wildcard(f)]
             if wildcards:
                 match = filters_regex(wildcards).fullmatch
-                lists = chain(lists, (lst for s, lst in subjects.items() if match(s)))
-            for lst in lists:
-                if lst:
-                    i = bisect_right(lst, up_to)
-                    if i:
-                        seqs.add(lst[i - 1])
-                        if len(seqs) > _MULTI_LAST_MAX:  # nats-server's cap on one answer
-                            return [(b"NATS/1.0 413 Too Many Results\r\n\r\n", b"")]
+                for subject, lst in subjects.items():
+                    if match(subject) and _take_last(lst, up_to, seqs):
+                        return [(_TOO_MANY_RESULTS, b"")]
         if not seqs:
             return [(_NO_RESULTS, b"")]
         min_seq: int = req.get("seq") or 0
@@ -1155,6 +1152,17 @@ def _with_ttl_header(hdrs: bytes, ttl: int) -> bytes:
     lines = [ln for ln in hdrs.split(b"\r\n")[1:] if ln and not ln.startswith(b"Nats-TTL:")]
     head = hdrs.split(b"\r\n", 1)[0] if hdrs else b"NATS/1.0"
     return b"\r\n".join([head, *lines, b"Nats-TTL: %d" % ttl]) + b"\r\n\r\n"
+
+
+def _take_last(lst: array[int] | None, up_to: int, seqs: set[int]) -> bool:
+    """Adds a subject's last sequence at or before `up_to` (if any) to a `multi_last` answer's; True once
+    the answer passes nats-server's cap."""
+    if lst:
+        i = bisect_right(lst, up_to)
+        if i:
+            seqs.add(lst[i - 1])
+            return len(seqs) > _MULTI_LAST_MAX
+    return False
 
 
 def _matches(pattern: re.Pattern[bytes], subject: bytes) -> bool:
