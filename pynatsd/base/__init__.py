@@ -1,1 +1,1 @@
-"""The base layer: typed options, values and formats, logging, listeners, TLS, ids."""
+"""The base layer: typed options, values and formats, logging, listeners, TLS, ids, hashes."""

@@ -307,10 +307,10 @@ class JsAccount:
         if consumer is None:
             raise errors.consumer_not_found()
         consumer.stop(deleted=True)
-        if stream.config["retention"] != "limits":
-            # Messages only this consumer still held may go now.
-            for seq in list(stream.store.seqs_from(stream.store.first_seq)):
-                stream.on_acked(seq)
+        if stream.config["retention"] == "interest":
+            # Messages only this consumer still held may go now (a work queue keeps its messages for the
+            # next consumer, as nats-server does).
+            stream.on_released(consumer.asflr, stream.store.last_seq + 1)
 
     # -- monitoring -----------------------------------------------------------------------------------
     def usage(self) -> dict[str, int]:

@@ -17,10 +17,10 @@ subscribers (`InternalClient.origin_is_server`), whatever subject space a stream
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from pynatsd.base.formats import rfc3339nano
+from pynatsd.base.ids import event_id
 from pynatsd.broker.connection import Connection, _auth_user
 from pynatsd.jetstream.util import encode, get_header, now_ns, rfc3339
 from pynatsd.protocol import gojson
@@ -35,39 +35,6 @@ _ADVISORY = "io.nats.jetstream.advisory.v1."
 _STREAM_SUBJECTS = {"create": "CREATED", "modify": "UPDATED", "delete": "DELETED"}
 _CONSUMER_SUBJECTS = {"create": "CREATED", "delete": "DELETED"}
 _REQUEST_INFO = b"Nats-Request-Info"
-_BASE62 = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
-
-class Nuid:
-    """NATS unique ids (22 base-62 characters, as nats-server's `nuid.Next()`): a random 12-character
-    prefix and a 10-character sequence moved on by a random step, the prefix renewed when it runs out."""
-
-    _MAX_SEQ = 62**10
-
-    def __init__(self) -> None:
-        self._prefix = b""
-        self._seq = 0
-        self._step = 0
-        self._renew()
-
-    def _renew(self) -> None:
-        self._prefix = bytes(_BASE62[b % 62] for b in os.urandom(12))
-        rand = int.from_bytes(os.urandom(8), "big")
-        self._seq = rand % (self._MAX_SEQ // 2)
-        self._step = 33 + rand % 300
-
-    def next(self) -> str:
-        self._seq += self._step
-        if self._seq >= self._MAX_SEQ:
-            self._renew()
-        n, digits = self._seq, bytearray(10)
-        for i in range(9, -1, -1):
-            n, digits[i] = divmod(n, 62)
-            digits[i] = _BASE62[digits[i]]
-        return (self._prefix + bytes(digits)).decode()
-
-
-_nuid = Nuid()
 
 
 class Advisories:
@@ -84,7 +51,7 @@ class Advisories:
         return bool(result.plain or result.groups)
 
     def _publish(self, subject: bytes, kind: str, fields: dict[str, Any]) -> None:
-        event: dict[str, Any] = {"type": kind, "id": _nuid.next(), "timestamp": rfc3339(now_ns()), **fields}
+        event: dict[str, Any] = {"type": kind, "id": event_id(), "timestamp": rfc3339(now_ns()), **fields}
         if self.domain:
             event["domain"] = self.domain
         self.client.publish(subject, None, None, encode(event))

@@ -521,6 +521,7 @@ class Consumer:
         elif policy != "all":
             raise errors._e(400, 10204, "invalid reset: not allowed")
         seq = max(seq, 1)
+        old_floor = self.asflr
         self.pending.clear()
         self.rdc.clear()
         self.redeliver.clear()
@@ -532,15 +533,8 @@ class Consumer:
         self.last_active = self.last_ack = 0
         self._npending = None
         self._replay_last = None
-        stream = self.stream
-        if stream.config["retention"] == "interest":  # what no consumer needs any longer goes (nats-server)
-            behind: list[int] = []
-            for s in stream.store.seqs_from(stream.store.first_seq):
-                if s >= seq:
-                    break
-                behind.append(s)
-            for s in behind:
-                stream.on_acked(s)
+        if self.stream.config["retention"] == "interest":  # what nobody needs now goes (nats-server)
+            self.stream.on_released(old_floor, seq)
         self.save_soon()
         self.kick()
         return seq

@@ -67,6 +67,7 @@ _MULTI_LAST_EOB = (
     b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\nNats-UpTo-Sequence: %d\r\n\r\n"
 )
 _MULTI_LAST_MAX = 1024  # nats-server's most messages in one multi_last answer
+_TOO_MANY_RESULTS = b"NATS/1.0 413 Too Many Results\r\n\r\n"
 _NAME_BAD = re.compile(r"[.*>\s\x00]")
 
 STREAM_DEFAULTS: dict[str, Any] = {
@@ -216,7 +217,8 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
     cfg["subjects"] = subjects
     _check_transforms(cfg)
     meta = dict(cfg.get("metadata") or {})
-    meta.update({"_nats.req.level": "0"})
+    # nats-server's API level the config needs: 1 for per-message TTLs (2.11), which delete markers switch on.
+    meta.update({"_nats.req.level": "1" if cfg.get("allow_msg_ttl") else "0"})
     cfg["metadata"] = meta
     return {k: cfg[k] for k in _FIELD_ORDER if k in cfg} | {
         k: v for k, v in cfg.items() if k not in _FIELD_ORDER
@@ -626,15 +628,14 @@ class Stream:
                 expected = get_header(hdrs, b"Nats-Expected-Stream")
                 if expected is not None and expected.decode() != self.name:
                     raise errors.stream_not_match()
-            if hdrs.find(b"\r\nNats-TTL:") >= 0:
-                ttl_raw = get_header(hdrs, b"Nats-TTL")
-                if ttl_raw:
-                    try:
-                        ttl = parse_msg_ttl(ttl_raw)
-                    except ValueError:
-                        ttl_invalid = True  # refused after the other checks, as nats-server does
-                    if ttl and not self._allow_ttl:
-                        raise errors.message_ttl_disabled()
+            ttl_raw = get_header(hdrs, b"Nats-TTL")
+            if ttl_raw:
+                try:
+                    ttl = parse_msg_ttl(ttl_raw)
+                except ValueError:
+                    ttl_invalid = True  # refused after the other checks, as nats-server does
+                if ttl and not self._allow_ttl:
+                    raise errors.message_ttl_disabled()
             mid = get_header(hdrs, b"Nats-Msg-Id")
             if mid:
                 msg_id = mid
@@ -771,6 +772,18 @@ class Stream:
             return
         self.remove([seq])
 
+    def on_released(self, after: int, before: int) -> None:
+        """A consumer let go of the messages in (after, before) without acking them (a reset past them, its
+        deletion): each may go now as if acked. Those at or below its ack floor it had acked already."""
+        st = self.store
+        released: list[int] = []
+        for seq in st.seqs_from(after + 1):
+            if seq >= before:
+                break
+            released.append(seq)
+        for seq in released:
+            self.on_acked(seq)
+
     def remove(self, seqs: list[int]) -> int:
         """Remove messages and tell the consumers (their pending counts); returns how many went."""
         st = self.store
@@ -837,7 +850,14 @@ class Stream:
             self._ttl_never.add(seq)
             return
         expires = ts + ttl * 1_000_000_000
-        heapq.heappush(self._ttl_heap, (expires, seq))
+        heap, st = self._ttl_heap, self.store
+        # Removals (deletes, purges, rollups, per-subject limits) leave their entries behind until due; a KV
+        # key overwritten often would grow the heap by every update within its TTL. Past twice the live
+        # messages it is rebuilt from those still stored: amortised O(1) a push.
+        if len(heap) > 2 * st.msgs + 64:
+            heap[:] = [entry for entry in heap if entry[1] in st]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (expires, seq))
         if self._ttl_timer is None or expires < self._ttl_timer_at:
             self._schedule_ttl()
 
@@ -1027,13 +1047,18 @@ class Stream:
         filters = [f.encode() for f in req["multi_last"]]
         seqs: set[int] = set()
         if st.msgs:
-            for subject, lst in st.subjects.items():
-                if lst and any(matches(f, subject) for f in filters):
-                    i = bisect_right(lst, up_to)
-                    if i:
-                        seqs.add(lst[i - 1])
-        if len(seqs) > _MULTI_LAST_MAX:  # nats-server's cap on one answer
-            return [(b"NATS/1.0 413 Too Many Results\r\n\r\n", b"")]
+            # Literal filters are looked up, the wildcard ones scanned with one regex; the answer is refused
+            # (nats-server's cap) as soon as it would pass the cap, not after collecting every subject.
+            subjects = st.subjects
+            for f in filters:
+                if not has_wildcard(f) and _take_last(subjects.get(f), up_to, seqs):
+                    return [(_TOO_MANY_RESULTS, b"")]
+            wildcards = [f for f in filters if has_wildcard(f)]
+            if wildcards:
+                match = filters_regex(wildcards).fullmatch
+                for subject, lst in subjects.items():
+                    if match(subject) and _take_last(lst, up_to, seqs):
+                        return [(_TOO_MANY_RESULTS, b"")]
         if not seqs:
             return [(_NO_RESULTS, b"")]
         min_seq: int = req.get("seq") or 0
@@ -1127,6 +1152,17 @@ def _with_ttl_header(hdrs: bytes, ttl: int) -> bytes:
     lines = [ln for ln in hdrs.split(b"\r\n")[1:] if ln and not ln.startswith(b"Nats-TTL:")]
     head = hdrs.split(b"\r\n", 1)[0] if hdrs else b"NATS/1.0"
     return b"\r\n".join([head, *lines, b"Nats-TTL: %d" % ttl]) + b"\r\n\r\n"
+
+
+def _take_last(lst: array[int] | None, up_to: int, seqs: set[int]) -> bool:
+    """Adds a subject's last sequence at or before `up_to` (if any) to a `multi_last` answer's; True once
+    the answer passes nats-server's cap."""
+    if lst:
+        i = bisect_right(lst, up_to)
+        if i:
+            seqs.add(lst[i - 1])
+            return len(seqs) > _MULTI_LAST_MAX
+    return False
 
 
 def _matches(pattern: re.Pattern[bytes], subject: bytes) -> bool:

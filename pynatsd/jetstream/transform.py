@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import re
 
+from pynatsd.base.hashing import fnv1a32
 from pynatsd.protocol.subjects import is_literal_subject, matches
 
 _INVALID = "invalid mapping destination"
@@ -139,13 +140,6 @@ def _subject_info(subject: bytes) -> tuple[bool, list[bytes], int, bool]:
     return True, tokens, stars, tail
 
 
-def _fnv32a(data: bytes) -> int:
-    h = 0x811C9DC5
-    for byte in data:
-        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
-    return h
-
-
 class SubjectTransform:
     """A transform from `source` (a filter; empty: `>`) to `destination`; TransformError if nats-server
     would not build it."""
@@ -207,7 +201,7 @@ class SubjectTransform:
     def _function(kind: int, indexes: list[int], number: int, text: bytes, tokens: list[bytes]) -> bytes:
         if kind == PARTITION:
             key = b"".join(tokens[i] for i in indexes) if indexes else b".".join(tokens)
-            return b"%d" % (_fnv32a(key) % number) if number else b"0"
+            return b"%d" % (fnv1a32(key) % number) if number else b"0"
         if kind == RANDOM:
             return b"%d" % (random.getrandbits(31) % abs(number)) if number else b"0"
         if kind == WILDCARD:

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import string
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -31,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pynatsd.auth.jwt import payload_of
 from pynatsd.auth.users import DEFAULT_ACCOUNT
 from pynatsd.base.formats import rfc3339nano
+from pynatsd.base.ids import event_id
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.connection import KICKED, Connection
 from pynatsd.broker.internal import InternalClient
@@ -54,17 +53,11 @@ ACCOUNT_CONNS_TYPE = "io.nats.server.advisory.v1.account_connections"
 STATSZ_FIRST, STATSZ_EVERY = 0.25, 10.0
 _HTTP_BAD_REQUEST, _HTTP_ERROR = 400, 500
 USER_INFO = b"$SYS.REQ.USER.INFO"
-_ID_ALPHABET = string.digits + string.ascii_letters
 _CONNZ_STATES = {0: "open", 1: "closed", 2: "all"}
 
 
 class Skip(Exception):
     """A request this server does not answer (filtered out, or nothing to report)."""
-
-
-def event_id() -> str:
-    """A unique event id of nats-server's shape (22 base-62 characters, as a NUID)."""
-    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(22))
 
 
 def now_text() -> str:

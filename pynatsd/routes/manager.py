@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.auth.users import Permissions
+from pynatsd.base.hashing import fnv1a32
 from pynatsd.base.ids import new_server_id
 from pynatsd.base.listener import interface_addresses
 from pynatsd.base.logging import get_logger
@@ -701,10 +702,7 @@ def _export_rule(shown: dict[str, list[str]] | None) -> Permissions:
 def pool_index(account: str, pool_size: int) -> int:
     """The pool connection an account's traffic takes, as nats-server places it: FNV-1a (32 bits) of
     its name modulo the pool size."""
-    digest = 0x811C9DC5
-    for byte in account.encode():
-        digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
-    return digest % pool_size if pool_size > 1 else 0
+    return fnv1a32(account.encode()) % pool_size if pool_size > 1 else 0
 
 
 def _duplicate(known: Route | None, route: Route) -> bool:

@@ -352,3 +352,48 @@ async def test_updated_ack_wait_applies_to_pending_messages(pair: Pair) -> None:
     expected, got = await _on_both(pair, _ack_wait_update)
     assert expected == [(b"slow", 2)]
     assert got == expected
+
+
+async def _released_flow(nc: Client, out: list[Any]) -> None:
+    """Interest retention: a consumer reset past its unacked messages lets them go, one reset back keeps what
+    is left, and a deleted consumer lets go of what it still held (another consumer acked everything); the
+    deletion of a work queue's consumer removes nothing."""
+    js = nc.jetstream()
+    await js.add_stream(name="IR", subjects=["ir"], retention="interest")
+    for name in ("a", "b"):
+        await _create(nc, "IR", {"name": name, "durable_name": name, "ack_policy": "explicit"})
+    for i in range(6):
+        await js.publish("ir", b"%d" % i)
+    a = await js.pull_subscribe_bind("a", "IR")
+    b = await js.pull_subscribe_bind("b", "IR")
+    for msg in (await a.fetch(6, timeout=2))[:2]:  # a's ack floor: 2
+        await msg.ack_sync()
+    for msg in await b.fetch(6, timeout=2):
+        await msg.ack_sync()
+
+    async def state(step: str) -> None:
+        info = json.loads((await nc.request("$JS.API.STREAM.INFO.IR", b"", timeout=2)).data)
+        out.append((step, info["state"]["messages"], info["state"]["first_seq"]))
+
+    await state("acked")
+    for seq in (5, 2):
+        reply = await nc.request("$JS.API.CONSUMER.RESET.IR.a", json.dumps({"seq": seq}).encode(), timeout=2)
+        out.append(json.loads(reply.data).get("reset_seq"))
+        await state(f"reset {seq}")
+    await nc.request("$JS.API.CONSUMER.DELETE.IR.a", b"", timeout=2)
+    await state("deleted")
+    # A work queue's messages stay when its consumer goes, delivered or not.
+    await js.add_stream(name="WQ", subjects=["wq"], retention="workqueue")
+    for i in range(3):
+        await js.publish("wq", b"%d" % i)
+    await _create(nc, "WQ", {"name": "w", "durable_name": "w", "ack_policy": "explicit"})
+    await (await js.pull_subscribe_bind("w", "WQ")).fetch(1, timeout=2)
+    await nc.request("$JS.API.CONSUMER.DELETE.WQ.w", b"", timeout=2)
+    info = json.loads((await nc.request("$JS.API.STREAM.INFO.WQ", b"", timeout=2)).data)
+    out.append(("work queue", info["state"]["messages"]))
+
+
+async def test_reset_and_delete_release_messages_as_nats_server(pair: Pair) -> None:
+    expected, got = await _on_both(pair, _released_flow)
+    assert expected[0] == ("acked", 4, 3) and expected[-1] == ("work queue", 3)
+    assert got == expected

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 
 from tests.conftest import need_tool
@@ -189,3 +190,48 @@ def test_direct_get_frames_match_nats_server(servers: tuple[ServerProcess, Serve
     # The script exercises what it claims: batches end with an EOB, cut ones included.
     eobs = [frames[-1][2] for _, frames in expected if frames and b"204 EOB" in frames[-1][2]]
     assert len(eobs) >= 7
+
+
+async def _multi_last_answers(port: int) -> list[tuple[str, int]]:
+    """Per request, the status of its last frame and how many frames it got, on a stream of 1025 subjects:
+    one past the cap of one `multi_last` answer."""
+    nc = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
+    try:
+        config = {"name": "CAP", "subjects": ["cap.>"], "allow_direct": True, "storage": "memory"}
+        await nc.request("$JS.API.STREAM.CREATE.CAP", json.dumps(config).encode(), timeout=5)
+        for n in range(1025):
+            await nc.publish(f"cap.{n}", b"x")
+        await nc.flush()
+        info: dict[str, Any] = {}
+        while info.get("state", {}).get("messages") != 1025:
+            info = json.loads((await nc.request("$JS.API.STREAM.INFO.CAP", b"", timeout=5)).data)
+        answers = []
+        steps = (["cap.*"], ["cap.1", "cap.>"], ["cap.1", "cap.2", "cap.1", "nope"], "purge", ["cap.*"])
+        for filters in steps:
+            if filters == "purge":  # one subject fewer: exactly at the cap
+                await nc.request("$JS.API.STREAM.PURGE.CAP", b'{"filter":"cap.0"}', timeout=5)
+                continue
+            inbox = nc.new_inbox()
+            sub = await nc.subscribe(inbox)
+            request = json.dumps({"multi_last": filters}).encode()
+            await nc.publish("$JS.API.DIRECT.GET.CAP", request, reply=inbox)
+            frames = 0
+            while True:
+                msg = await sub.next_msg(timeout=10)
+                frames += 1
+                status = (msg.headers or {}).get("Status", "")
+                if status:
+                    answers.append((status, frames))
+                    break
+            await sub.unsubscribe()
+        return answers
+    finally:
+        await nc.close()
+
+
+async def test_multi_last_cap_as_nats_server(servers: tuple[ServerProcess, ServerProcess]) -> None:
+    """Past 1024 subjects a `multi_last` answer is one 413; at the cap, every message and the EOB."""
+    ref, ours = servers
+    expected = await _multi_last_answers(ref.port)
+    assert expected == [("413", 1), ("413", 1), ("204", 3), ("204", 1025)]
+    assert await _multi_last_answers(ours.port) == expected

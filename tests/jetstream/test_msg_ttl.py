@@ -20,6 +20,7 @@ from nats.js import api
 from nats.js.errors import KeyNotFoundError
 
 from tests.jetstream import test_differential
+from tests.jetstream.conftest import JsServer
 from tests.jetstream.test_api_errors import ask
 from tests.servers import ServerProcess, jetstream_pair, require, start_server
 
@@ -54,6 +55,25 @@ async def test_ttl_config_answered_as_nats_server(clients: tuple[Client, Client]
     ref, ours = clients
     for subject, body in CONFIG_CASES:
         assert await ask(ours, subject, body) == await ask(ref, subject, body), (subject, body)
+
+
+async def test_required_api_level_as_nats_server(clients: tuple[Client, Client]) -> None:
+    """The `_nats.req.level` metadata (dropped as volatile by the comparisons above): 1 once TTLs are on."""
+    cases: list[tuple[str, Any]] = [
+        (CREATE + "L0", {"name": "L0"}),
+        (CREATE + "L1", {"name": "L1", "allow_msg_ttl": True}),
+        (CREATE + "L2", {"name": "L2", "subject_delete_marker_ttl": 5 * SEC}),
+        (UPDATE + "L0", {"name": "L0", "allow_msg_ttl": True}),
+        ("$JS.API.STREAM.INFO.L2", b""),
+    ]
+    levels: list[list[str]] = [[], []]
+    for subject, body in cases:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        for nc, seen in zip(clients, levels, strict=True):
+            answer = json.loads((await nc.request(subject, data, timeout=5)).data)
+            seen.append(answer["config"]["metadata"]["_nats.req.level"])
+    assert levels[0] == ["0", "1", "1", "1", "1"]
+    assert levels[1] == levels[0]
 
 
 async def publish_answers(nc: Client) -> list[Any]:
@@ -215,3 +235,25 @@ async def test_pending_ttls_expire_after_kill_9(tmp_path: Path, kind: str) -> No
         await nc.close()
     finally:
         srv.stop()
+
+
+async def test_ttl_heap_bounded_when_a_key_is_overwritten(tmp_path: Path) -> None:
+    """Overwrites of one key (one message per subject) with an hour's TTL: the expiry heap stays about the
+    size of the live messages instead of keeping an entry per overwritten message until its hour is up."""
+    server = JsServer(tmp_path / "store")
+    await server.start()
+    try:
+        nc = await server.connect()
+        config = {"name": "KVT", "subjects": ["kvt.>"], "allow_msg_ttl": True, "max_msgs_per_subject": 1}
+        await nc.request(CREATE + "KVT", json.dumps(config).encode(), timeout=5)
+        for n in range(1000):
+            await nc.publish("kvt.key", b"%d" % n, headers={"Nats-TTL": "1h"})
+        await nc.flush()
+        assert server.server is not None and server.server.jetstream is not None
+        stream = server.server.jetstream.accounts["$G"].streams["KVT"]
+        reply = await nc.request(CREATE + "KVT", json.dumps(config).encode(), timeout=5)
+        assert json.loads(reply.data)["state"]["messages"] == 1
+        assert stream.store.msgs == 1
+        assert len(stream._ttl_heap) <= 2 * 1 + 64 + 1
+    finally:
+        await server.stop()

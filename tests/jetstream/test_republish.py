@@ -163,10 +163,12 @@ async def test_transformed_and_republished_messages_match_nats_server(clients: t
     ]
 
 
-async def test_republish_into_the_api_is_not_a_request(clients: tuple[Client, Client]) -> None:
-    """A republished message is the server's own: one landing on `$JS.API.STREAM.DELETE.<x>` deletes nothing.
-    pynatsd only, on purpose: nats-server 2.15.1 executes it (the stream is deleted by whoever may publish to
-    the stream), a confused deputy pynatsd does not copy."""
+async def test_republish_is_not_a_request_nor_an_ack(clients: tuple[Client, Client]) -> None:
+    """A republished message is the server's own: one landing on `$JS.API.STREAM.DELETE.<x>` deletes nothing,
+    one landing on a consumer's ack subject acks nothing (the work-queue message stays). The API ignores a
+    message without a reply anyway; the ack subject needs none, so that half fails without the origin check.
+    pynatsd only, on purpose: nats-server 2.15.1 executes both (whoever may publish to the stream acts with
+    the server's rights), a confused deputy pynatsd does not copy."""
     nc = clients[1]
     assert "config" in await ask(nc, CREATE + "VICTIM", {"name": "VICTIM", "subjects": ["victim"]})
     cfg = {
@@ -179,3 +181,17 @@ async def test_republish_into_the_api_is_not_a_request(clients: tuple[Client, Cl
     await nc.flush()
     info = json.loads((await nc.request("$JS.API.STREAM.INFO.VICTIM", b"", timeout=5)).data)
     assert "error" not in info, info
+    js = nc.jetstream(timeout=5)
+    queue = {"name": "WQ", "subjects": ["wq"], "retention": "workqueue"}
+    assert "config" in await ask(nc, CREATE + "WQ", queue)
+    await js.publish("wq", b"one")
+    await js.publish("wq", b"two")
+    sub = await js.pull_subscribe("wq", "C", stream="WQ")
+    first, second = await sub.fetch(2, timeout=5)
+    assert first.reply is not None and first.reply.startswith("$JS.ACK.WQ.C.")
+    cfg = {"name": "ACKER", "subjects": ["acker"], "republish": {"src": "acker", "dest": first.reply}}
+    assert "config" in await ask(nc, CREATE + "ACKER", cfg)
+    await nc.request("acker", b"", timeout=5)  # its republish (an ack of `first` if run as one) went out
+    await second.ack_sync(timeout=5)  # a real ack after it: the work queue drops `second`
+    info = json.loads((await nc.request("$JS.API.STREAM.INFO.WQ", b"", timeout=5)).data)
+    assert info["state"]["messages"] == 1 and info["state"]["first_seq"] == 1, info["state"]
