@@ -127,7 +127,8 @@ class Node(Broker):
         if self.options.leafnodes is not None:  # after the routes: its interest watcher comes second
             from pynatsd.leafnodes.manager import LeafManager
 
-            self.leaf_manager = LeafManager(self, copy.deepcopy(self.options.leafnodes))
+            domain = self.jetstream.domain if self.jetstream is not None else None
+            self.leaf_manager = LeafManager(self, copy.deepcopy(self.options.leafnodes), domain)
             await self.leaf_manager.start()
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if self.tls_context is not None:

@@ -1371,7 +1371,8 @@ TOP_LEVEL: dict[str, Handler] = _table(
     (("max_sub_tokens", "max_subscription_tokens"), ignore(_max_sub_tokens)),
     (("write_timeout",), ignore(_write_timeout)),
     (("server_tags",), ignore(to_strings)),
-    (("server_metadata", "feature_flags", "default_js_domain"), ignore()),
+    (("server_metadata", "feature_flags"), ignore()),
+    (("default_js_domain",), refuse("default JetStream domains (which domain an account's $JS.API reaches)")),
 )  # fmt: skip
 
 

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 log = get_logger()
 
+# What a JetStream domain's prefix serves of the API (nats-server's domain mapping table)
+_DOMAIN_API = (b"INFO", b"STREAM.>", b"CONSUMER.>", b"DIRECT.>", b"META.>", b"SERVER.>", b"ACCOUNT.>")
+
 
 class JsAccount:
     """`limits`: nats-server's JetStream limits of the account (account info reports them); None for an
@@ -51,16 +54,28 @@ class JsAccount:
         if not (self.js.domain and self.js.server.cluster is not None):  # in a cluster: the cluster's
             self.client.subscribe(b"$JS.API.>", self.api.handle)
         if self.js.domain:
-            # Clients that name the domain use $JS.<domain>.API.>: the same API under another prefix.
-            prefix = b"$JS.%s.API." % self.js.domain.encode()
-
-            def in_domain(subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
-                self.api.handle(b"$JS.API." + subject[len(prefix) :], reply, hdrs, payload)
-
-            self.client.subscribe(prefix + b">", in_domain)
+            self._serve_domain(b"$JS.%s.API." % self.js.domain.encode())
         if self.enabled and self.dir.is_dir():
             for sdir in sorted(self.dir.iterdir()):
                 self._load_stream(sdir)
+
+    def _serve_domain(self, prefix: bytes) -> None:
+        """Clients that name the domain (from this server or across a leaf node link) use `$JS.<domain>.API`:
+        the API's subjects under that prefix, and `$KV.`/`$OBJ.` publishes under it (a key-value put in a
+        domain), as nats-server maps them. Nothing else under the prefix is answered (no responders)."""
+
+        def api(subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
+            self.api.handle(b"$JS.API." + subject[len(prefix) :], reply, hdrs, payload)
+
+        def store(subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
+            if self.client.origin_is_server:
+                return  # a delivery or answer of ours, not a client's put: nobody's request to relay
+            self.client.publish(subject[len(prefix) :], reply, hdrs, payload)
+
+        for suffix in _DOMAIN_API:
+            self.client.subscribe(prefix + suffix, api)
+        for suffix in (b"$KV.>", b"$OBJ.>"):
+            self.client.subscribe(prefix + suffix, store)
 
     def _load_stream(self, sdir: Path) -> None:
         try:

@@ -30,7 +30,7 @@ from pynatsd.protocol import encoder, errors
 from pynatsd.protocol.connect import ConnectOptions
 from pynatsd.protocol.route import RouteParser, encode_connect, rmsg_head
 from pynatsd.protocol.subjects import is_literal_subject, matches, matches_wildcards_literally
-from pynatsd.routes.route import LinkReader, RemoteQueueSubscription
+from pynatsd.routes.route import LinkReader, RemoteQueueSubscription, routed_reply, shown_delivery
 
 if TYPE_CHECKING:
     from pynatsd.base.blocks import LeafRemote
@@ -64,6 +64,7 @@ class LeafConnection(LinkReader):
         self.remote_name = ""
         self.remote_cluster = ""
         self.remote_account = ""  # the account the other side bound us to (its INFO says)
+        self.remote_domain = ""  # the other side's JetStream domain (its INFO or CONNECT says)
         self.host = ""
         self.port = 0
         self.start = datetime.now(UTC)
@@ -231,6 +232,7 @@ class LeafConnection(LinkReader):
             self.remote_id = str(info.get("server_id", ""))
             self.remote_name = str(info.get("server_name", "") or self.remote_id)
             self.remote_cluster = str(info.get("cluster", ""))
+            self.remote_domain = str(info.get("domain", "") or "")
             self.headers = self.server.options.headers and bool(info.get("headers"))
             self.nonce = str(info.get("nonce", ""))
             self._register_on_connect = not info.get("info_on_connect")
@@ -300,6 +302,7 @@ class LeafConnection(LinkReader):
         self.version = str(options.get("version", "") or "")
         self.remote_cluster = cluster
         self.remote_account = str(options.get("remote_account", ""))
+        self.remote_domain = str(options.get("domain", "") or "")
         self.headers = self.server.options.headers and bool(options.get("headers"))
         self.spoke = bool(options.get("is_hub"))  # the other side declared itself the hub
         deny = options.get("deny_pub")
@@ -401,8 +404,11 @@ class LeafConnection(LinkReader):
             return  # deny_imports: dropped, as nats-server's spoke drops it
         sublist = self.sublist
         assert sublist is not None
+        head = b"MSG " + subject + b" "
+        if reply is not None and reply.startswith(b"$JS.ACK."):
+            head, reply = shown_delivery(head, reply)
         msg = self._msg
-        msg.set(subject, reply, size_fields(headers, payload), headers, payload, b"MSG " + subject + b" ")
+        msg.set(subject, reply, size_fields(headers, payload), headers, payload, head)
         msg.queues = queues
         publish(sublist, msg, self._fanout)
 
@@ -423,7 +429,7 @@ class LeafConnection(LinkReader):
         if self.export_deny and _denied(self.export_deny, msg.subject):
             return False
         with_headers = msg.headers is not None and self.headers
-        head = rmsg_head(b"", msg.subject, msg.reply, msg.queues, with_headers, leaf=True)
+        head = rmsg_head(b"", msg.subject, routed_reply(msg), msg.queues, with_headers, leaf=True)
         if with_headers:
             tail = b"%d %d\r\n%s%s\r\n" % (len(msg.headers or b""), msg.size, msg.headers, msg.payload)
             return enqueue(self, out, head, b"", tail, msg.size)

@@ -18,6 +18,12 @@ nats-server's rules (server/leafnode.go):
   30 s before reconnecting.
 - reconnect: a remote whose connection fails or closes dials again after `reconnect` (1 s by default),
   the next URL of its list (in order with `no_randomize`, else shuffled); its interest is sent anew.
+- JetStream: each side's JetStream serves its own clients. `$JS.API.>`, `$KV.>` and `$OBJ.>` (for the
+  system account also `$JSC.>` and `$NRG.>`) cross no leaf link either way, nor their interest; a JetStream
+  with a domain is reached across it as `$JS.<domain>.API` (pynatsd.jetstream serves that prefix), and a
+  server whose domain differs from the other side's keeps requests for its own domain from leaving. A
+  system account link with the same domain would extend a JetStream cluster in nats-server; pynatsd does
+  not (its JetStream is one server's), so that link keeps JetStream apart too.
 """
 
 from __future__ import annotations
@@ -50,6 +56,11 @@ if TYPE_CHECKING:
 
 log = get_logger()
 
+# What crosses no leaf link (nats-server's denyAllClientJs; its denyAllJs adds the cluster's own subjects
+# for a system account link): each side's JetStream answers its own clients, a domain reaches the other's.
+JETSTREAM_CLIENT_SUBJECTS = (b"$JS.API.>", b"$KV.>", b"$OBJ.>")
+JETSTREAM_SYSTEM_SUBJECTS = (b"$JSC.>", b"$NRG.>", *JETSTREAM_CLIENT_SUBJECTS)
+
 
 class LeafListenError(Exception):
     """The leafnode port cannot be bound (the server stops, as nats-server does)."""
@@ -58,9 +69,10 @@ class LeafListenError(Exception):
 class LeafManager:
     """Every leaf node connection of one server, and the interest each is told."""
 
-    def __init__(self, server: Broker, options: LeafNodeOptions) -> None:
+    def __init__(self, server: Broker, options: LeafNodeOptions, jetstream_domain: str | None = None) -> None:
         self.server = server
         self.options = options
+        self.jetstream_domain = jetstream_domain  # None: no JetStream here; "": one without a domain
         self.connections: set[LeafConnection] = set()  # every open one, registered or not
         server.stats.leafs = self.connections  # the server's message totals include the leafs'
         self.leafs: dict[int, LeafConnection] = {}  # registered connections by id
@@ -190,6 +202,8 @@ class LeafManager:
         if remote.deny_imports:
             options["deny_pub"] = list(remote.deny_imports)
         options["remote_account"] = leaf.account
+        if self.jetstream_domain:
+            options["domain"] = self.jetstream_domain
         options["proto"] = 1
         if remote.credentials:
             token, seed = read_creds(remote.credentials)
@@ -228,6 +242,8 @@ class LeafManager:
             info["tls_verify"] = bool(options.tls.get("verify"))
         if server.cluster is not None:
             info["cluster"] = server.cluster.name
+        if self.jetstream_domain:
+            info["domain"] = self.jetstream_domain
         info["leafnode_urls"] = [f"{host}:{port}"]  # (no_advertise: others' URLs are not gossiped)
         info.update(extra)
         return encoder.encode_info(info)
@@ -307,6 +323,7 @@ class LeafManager:
     # -- registration ---------------------------------------------------------------------------------
     def register(self, leaf: LeafConnection) -> None:
         """A connection whose handshake is done: it joins its account and is told the interest."""
+        self._keep_jetstream_apart(leaf)
         self.leafs[leaf.cid] = leaf
         self._by_account.setdefault(leaf.account, []).append(leaf)
         self._delays.pop(self._remote_index(leaf), None)
@@ -324,6 +341,24 @@ class LeafManager:
         leaf.send(b"".join(frames))
         if self.server.system is not None:
             self.server.system.leaf_changed(leaf, connected=True)
+
+    def _keep_jetstream_apart(self, leaf: LeafConnection) -> None:
+        """Deny the JetStream subjects that must not cross `leaf` (see the module docstring), both ways, as
+        nats-server's addLeafNodeConnection does once the handshake is done."""
+        system = leaf.account == self.server.auth.system_account
+        subjects = JETSTREAM_SYSTEM_SUBJECTS if system else JETSTREAM_CLIENT_SUBJECTS
+        leaf.import_deny += subjects
+        leaf.export_deny += subjects
+        domain = self.jetstream_domain
+        if domain and leaf.remote_domain != domain:
+            leaf.export_deny.append(b"$JS.%s.API.>" % domain.encode())
+        if system:
+            log.info(
+                "%r - JetStream not extended over the system account (domains: local %r, remote %r)",
+                leaf,
+                domain or "",
+                leaf.remote_domain,
+            )
 
     def closed(self, leaf: LeafConnection) -> None:
         if leaf in self.connections:

@@ -525,10 +525,7 @@ class Route(LinkReader):
         if head is None:
             head = new_head(self._heads, subject)
         if reply is not None and reply.startswith(b"$JS.ACK."):
-            at = js_ack_shown_at(reply)
-            if at > 0:  # a JetStream delivery: matched on its deliver subject, shown with its own
-                head = b"MSG " + reply[at + 1 :] + b" "
-                reply = reply[:at]
+            head, reply = shown_delivery(head, reply)
         msg = self._msg
         msg.set(subject, reply, size_fields(headers, payload), headers, payload, head)
         msg.queues = queues
@@ -547,8 +544,9 @@ class Route(LinkReader):
         account = sub.sid  # a route's subscription: the account RMSG names as its sid (none if pinned)
         assert isinstance(account, bytes)
         cached: bytes | None = None
-        if queues:
-            head = rmsg_head(account, msg.subject, msg.reply, queues, with_headers)
+        reply = routed_reply(msg)
+        if queues or reply is not msg.reply:
+            head = rmsg_head(account, msg.subject, reply, queues, with_headers)
             if with_headers:
                 tail = b"%d %d\r\n%s%s\r\n" % (len(msg.headers or b""), msg.size, msg.headers, msg.payload)
             else:
@@ -724,6 +722,29 @@ def _shown_permission(value: object) -> dict[str, list[str]] | None:
         if isinstance(subjects, list):
             shown[kind] = [str(s) for s in subjects]
     return shown
+
+
+def routed_reply(msg: Message) -> bytes | None:
+    """The reply `msg` crosses a route, leaf node or gateway with: a JetStream delivery (matched on its
+    deliver subject, shown with its own) carries its own subject after `@` in its `$JS.ACK.` reply, as
+    nats-server sends it (see `js_ack_shown_at`); any other message, its reply as is."""
+    reply = msg.reply
+    if reply is None or not reply.startswith(b"$JS.ACK."):
+        return reply
+    shown = msg.head[4:-1]  # `MSG subject `
+    if shown == msg.subject or js_ack_shown_at(reply) > 0:
+        return reply
+    return reply + b"@" + shown
+
+
+def shown_delivery(head: bytes, reply: bytes) -> tuple[bytes, bytes]:
+    """The `MSG subject ` head and reply of a message that crossed a link with a `$JS.ACK.` reply: a
+    JetStream delivery (matched on its deliver subject) is shown with the subject after `@` and answered
+    without it (see `routed_reply`)."""
+    at = js_ack_shown_at(reply)
+    if at > 0:
+        return b"MSG " + reply[at + 1 :] + b" ", reply[:at]
+    return head, reply
 
 
 def js_ack_shown_at(reply: bytes) -> int:

@@ -237,6 +237,7 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
         ("leafnodes { authorization { users [ {user: a, nkey: x} ] } }", "nkey"),
         ("mqtt { port: 1883 }", "mqtt"),
         ("mappings { a: b }", "mappings"),
+        ("default_js_domain { A: hub }", "default_js_domain"),
         ("proxy_protocol: true", "proxy_protocol"),
         ("ocsp: true", "ocsp"),
         ("cluster { port: 6222, tls { cert_file: x, key_file: y, insecure: true } }", "insecure"),
