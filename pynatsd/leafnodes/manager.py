@@ -347,11 +347,11 @@ class LeafManager:
         nats-server's addLeafNodeConnection does once the handshake is done."""
         system = leaf.account == self.server.auth.system_account
         subjects = JETSTREAM_SYSTEM_SUBJECTS if system else JETSTREAM_CLIENT_SUBJECTS
-        leaf.import_deny += subjects
-        leaf.export_deny += subjects
+        leaf.import_deny.add(subjects)
+        leaf.export_deny.add(subjects)
         domain = self.jetstream_domain
         if domain and leaf.remote_domain != domain:
-            leaf.export_deny.append(b"$JS.%s.API.>" % domain.encode())
+            leaf.export_deny.add([b"$JS.%s.API.>" % domain.encode()])
         if system:
             log.info(
                 "%r - JetStream not extended over the system account (domains: local %r, remote %r)",
