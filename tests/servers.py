@@ -6,6 +6,7 @@ Both are started as subprocesses with the same nats-server-style flags, so any t
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import shutil
@@ -49,10 +50,20 @@ def jetstream_pair(store: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]
         ours.stop()
 
 
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=512)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free local port, none of the last ones this process handed out: the kernel may give a port just
+    released again, and a server started with `-p P -m P` (two calls in a row) failed to start."""
+    for _ in range(20):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            break
+    _HANDED_OUT.append(port)
+    return port
 
 
 def nats_server_binary() -> str | None:
