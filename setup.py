@@ -17,6 +17,8 @@ from setuptools.command.build_ext import build_ext
 # The modules every message passes through, compiled together (calls between them are native); routed
 # messages too: a route's parser and connection (interpreted, a 2-node cluster moved 0.3x nats-server's
 # rate across nodes, the receiving node's route parser the bottleneck; see bench/broker/cluster.py).
+# A leaf node connection as well: interpreted, leaf -> hub 1 -> 1 at 16 B ran at 0.24-0.36x nats-server's
+# (1 -> 4: 0.48-0.58x), compiled at 0.51-0.60x (0.93-1.00x), same loaded machine (make bench-leaf).
 COMPILED = [
     "pynatsd/protocol/parser.py",
     "pynatsd/protocol/encoder.py",
@@ -33,6 +35,7 @@ COMPILED = [
     "pynatsd/broker/sids.py",
     "pynatsd/routes/route.py",
     "pynatsd/gateways/connection.py",
+    "pynatsd/leafnodes/leaf.py",
     "pynatsd/jetstream/store/base.py",
     "pynatsd/jetstream/store/file.py",
     "pynatsd/jetstream/store/memory.py",
