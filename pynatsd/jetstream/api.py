@@ -499,7 +499,9 @@ class Api:
         subj = req.get("subject")
         if subj:
             sb = str(subj).encode()
-            streams = [s for s in streams if any(overlap(sb, x.encode()) for x in s.config.get("subjects") or ())]
+            streams = [
+                s for s in streams if any(overlap(sb, x.encode()) for x in s.config.get("subjects") or ())
+            ]
         return streams
 
     def stream_names(self, toks: list[str], payload: bytes) -> Reply:

@@ -75,8 +75,6 @@ def normalize_sourcing(cfg: dict[str, Any], first_seq: int, marker_ttl: int) -> 
                     raise errors._e(400, 10152, "mirror subject filters can not overlap")
         if not _valid_name(mirror.get("name")):
             raise errors._e(400, 10142, "mirrored stream name is invalid")
-        if mirror.get("opt_start_seq") and mirror.get("opt_start_time"):
-            raise errors._e(400, 10032, "stream mirrors can not have both start seq and start time configured")
         cfg["mirror"] = _written(mirror)
     sources = cfg.get("sources")
     if sources:
@@ -135,7 +133,9 @@ def _written(source: dict[str, Any]) -> dict[str, Any]:
             out[key] = source[key]
     transforms = source.get("subject_transforms")
     if transforms:
-        out["subject_transforms"] = [{"src": t.get("src") or "", "dest": t.get("dest") or ""} for t in transforms]
+        out["subject_transforms"] = [
+            {"src": t.get("src") or "", "dest": t.get("dest") or ""} for t in transforms
+        ]
     return out
 
 
@@ -205,7 +205,7 @@ class SourceLink:
         self.is_mirror = is_mirror
         self.name: str = spec["name"]
         self.iname = index_name(spec)
-        head, filters, dests = self.iname.split(" ")
+        _, filters, dests = self.iname.split(" ")
         self._header_mid = f"{filters} {dests}"
         self.filter: str = spec.get("filter_subject") or ""
         # (filter, transform or None) per subject transform: the first whose filter matches applies.
@@ -226,10 +226,15 @@ class SourceLink:
         self.last_heard = 0  # ns: when the origin was last read (nats-server: its last message or heartbeat)
         self._scheduled = False
         self._stopped = False
+        self.tried = False  # copying was attempted at least once
         self._timer: Any = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, updated: bool = False) -> None:
+        """Copying starts in a coming turn of the loop; after an update (`updated`), a missing origin is
+        reported at once, as nats-server's update answer has it."""
+        if updated and self.name not in self.stream.account.streams:
+            self.error = errors.stream_not_found().json()
         self.kick()
         self._timer = self.stream.account.js.loop.call_later(HEARTBEAT, self._heartbeat)
 
@@ -318,6 +323,7 @@ class SourceLink:
         self._scheduled = False
         if self._stopped:
             return
+        self.tried = True
         account = self.stream.account
         origin = account.streams.get(self.name)
         if origin is None:
@@ -352,7 +358,7 @@ class SourceLink:
             self.kick()
 
     def _transformed(self, subject: bytes) -> bytes:
-        for filt, transform in self.transforms:
+        for _, transform in self.transforms:
             if transform is not None:
                 out = transform.match(subject)
                 if out is not None:
@@ -387,7 +393,8 @@ class SourceLink:
         out["active"] = now_ns() - self.last_heard if self.last_heard else -1
         if self.error is not None:
             out["error"] = self.error
-        if self.filter:
+        # nats-server shows a mirror's filter from its first attempt to reach the origin on
+        if self.filter and (self.tried or not self.is_mirror):
             out["filter_subject"] = self.filter
         if self.transforms:
             out["subject_transforms"] = self.spec["subject_transforms"]

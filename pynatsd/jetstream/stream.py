@@ -426,11 +426,11 @@ class Stream:
         self._schedule_age_check()
         self._schedule_ttl()
 
-    def start_links(self) -> None:
+    def start_links(self, updated: bool = False) -> None:
         """Start copying from its mirror or sources (once every stream of the account is there)."""
         self.links = links_of(self)
         for link in self.links:
-            link.start()
+            link.start(updated)
 
     def stop_links(self) -> None:
         for link in self.links:
@@ -493,7 +493,7 @@ class Stream:
         self._enforce_limits()
         if relink:
             self.stop_links()
-            self.start_links()
+            self.start_links(True)
 
     # -- info -----------------------------------------------------------------------------------------
     def state(self, subjects_filter: str | None = None, deleted_details: bool = False) -> dict[str, Any]:
@@ -532,7 +532,7 @@ class Stream:
         return {s.decode(): len(v) for s, v in self.store.subjects.items() if match(s)}
 
     def info(self, **kwargs: Any) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "config": with_server_metadata(self.config),
             "created": rfc3339(self.created),
             "state": self.state(**kwargs),
