@@ -227,6 +227,7 @@ class SourceLink:
         self._scheduled = False
         self._stopped = False
         self.tried = False  # copying was attempted at least once
+        self.caught_up = False  # has copied all the origin held once (mirror_direct answers from then on)
         self._timer: Any = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -356,6 +357,8 @@ class SourceLink:
                 log.error("JetStream stream %s: storing failed: %s", self.stream.name, exc)
         if len(msgs) == BATCH:
             self.kick()
+        else:
+            self.caught_up = True
 
     def _transformed(self, subject: bytes) -> bytes:
         for _, transform in self.transforms:
@@ -432,3 +435,15 @@ def origin_created(account: JsAccount, name: str) -> None:
         for link in stream.links:
             if link.name == name:
                 link.kick()
+
+
+def direct_mirror(account: JsAccount, origin: str) -> Stream | None:
+    """A mirror of `origin` with `mirror_direct` that has caught up with it (nats-server's mirror joins the
+    origin's direct get queue group then): it answers direct gets addressed to the origin."""
+    for stream in account.streams.values():
+        mirror = stream.config.get("mirror")
+        if mirror and mirror["name"] == origin and stream.config.get("mirror_direct"):
+            link = stream.links[0] if stream.links else None
+            if link is not None and link.tried and link.caught_up:
+                return stream
+    return None

@@ -166,6 +166,17 @@ async def sourcing_flow(nc: Client) -> list[Any]:
     await req("$JS.API.STREAM.UPDATE.S", {"name": "S", "subjects": ["s.>"], "sources": [{"name": "LATE"}]})
     await req("$JS.API.STREAM.UPDATE.MF", {"name": "MF", "subjects": ["mf"]})
     await req("$JS.API.STREAM.NAMES", {"subject": "o.1"})
+    # mirror_direct: inherited from the origin's allow_direct; the caught-up mirror answers the origin's
+    # direct gets (here once the origin is gone, so only the mirror can).
+    await req("$JS.API.STREAM.CREATE.OD", {"name": "OD", "subjects": ["od"], "allow_direct": True})
+    for i in range(2):
+        await nc.request("od", b"d%d" % i, timeout=2)
+    await req("$JS.API.STREAM.CREATE.MD", {"name": "MD", "mirror": {"name": "OD"}})
+    await _wait_for(nc, "MD", 2)
+    await req("$JS.API.STREAM.DELETE.OD")
+    direct = await nc.request("$JS.API.DIRECT.GET.OD", b'{"seq": 2}', timeout=2)
+    headers = {k: v for k, v in (direct.headers or {}).items() if k != "Nats-Time-Stamp"}
+    out.append(("direct get of a mirrored stream", (headers, direct.data)))
     return out
 
 
