@@ -337,6 +337,7 @@ class SourceLink:
         self.error = None
         self.last_heard = now_ns()
         msgs = origin.store.load_from(self.position + 1, BATCH, 1 << 62, self._match)
+        release = origin.config["retention"] != "limits"
         for msg in msgs:
             try:
                 self._copy(msg.subject, msg.seq, msg.hdrs, msg.data, msg.ts)
@@ -350,6 +351,8 @@ class SourceLink:
                     exc,
                 )
             self.position = msg.seq
+            if release:  # copied: as acked by nats-server's sourcing consumer (on delivery, AckNone)
+                origin.on_acked(msg.seq)
         if msgs:
             try:  # written now: nobody publishes into this stream, so no PubAck would have it written
                 self.stream.store.commit()
@@ -359,6 +362,10 @@ class SourceLink:
             self.kick()
         else:
             self.caught_up = True
+
+    def wants(self, subject: bytes) -> bool:
+        """Whether its filters take a message of `subject` (for an origin's interest retention)."""
+        return self._match is None or self._match(subject)
 
     def _transformed(self, subject: bytes) -> bytes:
         for _, transform in self.transforms:

@@ -522,7 +522,9 @@ class Stream:
             counts = {s.decode(): len(v) for s, v in st.subjects.items() if matches(f, s)}
             if counts:
                 state["subjects"] = counts
-        state["consumer_count"] = len(self.consumers)
+        # nats-server counts the consumers of its mirrors and sources on an interest or work queue stream
+        followers = len(self.followers) if not self._limits_retention else 0
+        state["consumer_count"] = len(self.consumers) + followers
         return state
 
     def subject_counts(self, subjects_filter: str) -> dict[str, int]:
@@ -814,7 +816,10 @@ class Stream:
                 raise errors.wrong_last_sequence(last)
 
     def _has_interest(self, subject: bytes) -> bool:
-        return any(c.wants(subject) for c in self.consumers.values())
+        # A mirror or source copying from it is interest too (nats-server's sourcing consumer).
+        return any(c.wants(subject) for c in self.consumers.values()) or any(
+            f.wants(subject) for f in self.followers
+        )
 
     def on_acked(self, seq: int) -> None:
         """A consumer is done with `seq`: under interest or workqueue retention it may go now."""
@@ -824,7 +829,10 @@ class Stream:
         subject = self.store.subject_of(seq)
         if subject is None:
             return
-        if retention == "interest" and any(c.needs(seq, subject) for c in self.consumers.values()):
+        if retention == "interest" and (
+            any(c.needs(seq, subject) for c in self.consumers.values())
+            or any(f.position < seq and f.wants(subject) for f in self.followers)
+        ):
             return
         self.remove([seq])
 

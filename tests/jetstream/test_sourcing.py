@@ -83,14 +83,16 @@ async def _request(nc: Client, subject: str, body: Any = b"") -> Any:
     return json.loads(msg.data)
 
 
-async def _wait_for(nc: Client, stream: str, last_seq: int) -> dict[str, Any]:
-    """The stream's info once its last sequence reached `last_seq` (a failure after 10 s, never a hang)."""
+async def _wait_for(nc: Client, stream: str, last_seq: int = 0, **state: int) -> None:
+    """Until the stream's last sequence reached `last_seq` and its state has the values of `state` (a
+    failure after 10 s, never a hang)."""
     for _ in range(200):
         info = await _request(nc, f"$JS.API.STREAM.INFO.{stream}")
-        if info.get("state", {}).get("last_seq", 0) >= last_seq:
-            return dict(info)
+        now = info.get("state", {})
+        if now.get("last_seq", 0) >= last_seq and all(now.get(k) == v for k, v in state.items()):
+            return
         await asyncio.sleep(0.05)
-    raise AssertionError(f"{stream} never reached sequence {last_seq}: {info}")
+    raise AssertionError(f"{stream} never reached sequence {last_seq} and {state}: {info}")
 
 
 async def sourcing_flow(nc: Client) -> list[Any]:
@@ -177,6 +179,25 @@ async def sourcing_flow(nc: Client) -> list[Any]:
     direct = await nc.request("$JS.API.DIRECT.GET.OD", b'{"seq": 2}', timeout=2)
     headers = {k: v for k, v in (direct.headers or {}).items() if k != "Nats-Time-Stamp"}
     out.append(("direct get of a mirrored stream", (headers, direct.data)))
+    # An interest or work queue origin: its mirrors and sources are consumers that take each message; a
+    # chain (a source of a source, a mirror of a mirror) keeps one source header, the last.
+    await req("$JS.API.STREAM.CREATE.I", {"name": "I", "subjects": ["i"], "retention": "interest"})
+    await req("$JS.API.STREAM.CREATE.W", {"name": "W", "subjects": ["w"], "retention": "workqueue"})
+    await req("$JS.API.STREAM.CREATE.IM", {"name": "IM", "mirror": {"name": "I"}})
+    await req("$JS.API.STREAM.CREATE.WS", {"name": "WS", "sources": [{"name": "W"}]})
+    await req("$JS.API.STREAM.CREATE.S2", {"name": "S2", "sources": [{"name": "S", "filter_subject": "s.>"}]})
+    await req("$JS.API.STREAM.CREATE.MM", {"name": "MM", "mirror": {"name": "M"}})
+    await _wait_for(nc, "I", consumer_count=1)  # (the copying has begun: each origin has its consumer)
+    await _wait_for(nc, "W", consumer_count=1)
+    await req("i", b"x")
+    await req("w", b"x")
+    for stream, last in (("IM", 1), ("WS", 1), ("S2", 1), ("MM", 5)):
+        await _wait_for(nc, stream, last)
+    await _wait_for(nc, "I", messages=0)  # (taken by their consumers)
+    await _wait_for(nc, "W", messages=0)
+    for stream in ("I", "W", "IM", "WS", "S2", "MM"):
+        await req(f"$JS.API.STREAM.INFO.{stream}")
+    await messages("S2", range(1, 2))
     return out
 
 
