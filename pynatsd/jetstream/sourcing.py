@@ -11,15 +11,17 @@ source), so it survives any stop, kill -9 included, exactly as far as the copies
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pynatsd.accounts.links import AccountLinks
 from pynatsd.base.logging import get_logger
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.transform import SubjectTransform, TransformError, validate_mapping
 from pynatsd.jetstream.util import filters_regex, get_header, now_ns, parse_rfc3339, rfc3339
-from pynatsd.protocol.subjects import is_valid_subject, overlap, subset
+from pynatsd.protocol.subjects import is_literal_subject, is_valid_subject, matches, overlap, subset
 
 if TYPE_CHECKING:
     from pynatsd.jetstream.account import JsAccount
@@ -32,7 +34,7 @@ BATCH = 1024  # messages copied per loop turn, so a long catch-up does not hold 
 SOURCE_HEADER = b"Nats-Stream-Source"
 _HASH_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 # The source options pynatsd does not implement: refused by name (fail closed), never ignored.
-_UNSUPPORTED = ("external", "consumer")
+_UNSUPPORTED = ("consumer",)
 
 
 def server_hash(text: str) -> str:
@@ -101,6 +103,30 @@ def normalize_sourcing(cfg: dict[str, Any], first_seq: int, marker_ttl: int) -> 
                         raise errors._e(400, 10147, "source filters can not overlap")
             _refuse_unsupported(source)
         cfg["sources"] = [_written(s) for s in sources]
+    _check_prefixes([mirror] if mirror is not None else sources or [])
+
+
+def _check_prefixes(sources: list[dict[str, Any]]) -> None:
+    """nats-server's checks of the `external` prefixes: every deliver prefix first, then the API ones."""
+    externals = [s["external"] for s in sources if s.get("external")]
+    for ext in externals:
+        deliver = ext.get("deliver") or ""
+        if deliver and not _publishable(deliver):
+            raise errors._e(
+                400, 10024, f"stream external delivery prefix {deliver} must not contain wildcards"
+            )
+    for ext in externals:
+        api = ext.get("api") or ""
+        if api and not _publishable(api):
+            raise errors.stream_invalid_config(
+                f"stream external api prefix {json.dumps(api)} must be a valid subject without wildcards"
+            )
+        if api and overlap(api.encode(), b"$JS.API"):
+            raise errors._e(400, 10021, f"stream external api prefix {api} must not overlap with $JS.API")
+
+
+def _publishable(subject: str) -> bool:
+    return is_valid_subject(subject.encode()) and is_literal_subject(subject.encode())
 
 
 def _refuse_unsupported(source: dict[str, Any]) -> None:
@@ -136,6 +162,9 @@ def _written(source: dict[str, Any]) -> dict[str, Any]:
         out["subject_transforms"] = [
             {"src": t.get("src") or "", "dest": t.get("dest") or ""} for t in transforms
         ]
+    external = source.get("external")
+    if external:
+        out["external"] = {"api": external.get("api") or "", "deliver": external.get("deliver") or ""}
     return out
 
 
@@ -147,7 +176,11 @@ def index_name(source: dict[str, Any]) -> str:
         dests = "\f".join(t.get("dest") or ">" for t in transforms)
     else:
         filters, dests = source.get("filter_subject") or ">", ">"
-    return f"{source['name']} {filters} {dests}"
+    name = source["name"]
+    external = source.get("external")
+    if external:  # the same stream name may be in several accounts or domains
+        name += ":" + server_hash(external.get("api") or "")
+    return f"{name} {filters} {dests}"
 
 
 def check_origins(account: JsAccount, cfg: dict[str, Any]) -> None:
@@ -155,7 +188,7 @@ def check_origins(account: JsAccount, cfg: dict[str, Any]) -> None:
     a missing origin is allowed, copied from once it appears): message sizes, and cycles."""
     max_size = cfg["max_msg_size"]
     mirror = cfg.get("mirror")
-    if mirror is not None:
+    if mirror is not None and not mirror.get("external"):
         origin = account.streams.get(mirror["name"])
         if origin is not None:
             theirs = origin.config["max_msg_size"]
@@ -163,7 +196,7 @@ def check_origins(account: JsAccount, cfg: dict[str, Any]) -> None:
                 raise errors._e(400, 10030, "stream mirror must have max message size >= source")
             cfg["mirror_direct"] = bool(origin.config["allow_direct"])
     for source in cfg.get("sources") or []:
-        origin = account.streams.get(source["name"])
+        origin = None if source.get("external") else account.streams.get(source["name"])
         if origin is not None:
             theirs = origin.config["max_msg_size"]
             if max_size > 0 and theirs > 0 and max_size < theirs:
@@ -180,6 +213,8 @@ def _check_cycles(account: JsAccount, cfg: dict[str, Any]) -> None:
         current = to_visit.pop(0)
         visited.add(current["name"])
         for src in current.get("sources") or []:
+            if src.get("external"):
+                continue
             if src["name"] in visited:
                 filt = src.get("filter_subject") or ""
                 subjects = current.get("subjects") or []
@@ -188,7 +223,7 @@ def _check_cycles(account: JsAccount, cfg: dict[str, Any]) -> None:
             elif (other := account.streams.get(src["name"])) is not None:
                 to_visit.append(other.config)
         mirror = current.get("mirror")
-        if mirror is not None:
+        if mirror is not None and not mirror.get("external"):
             if mirror["name"] in visited:
                 raise errors.stream_invalid_config("detected cycle")
             if (other := account.streams.get(mirror["name"])) is not None:
@@ -205,8 +240,9 @@ class SourceLink:
         self.is_mirror = is_mirror
         self.name: str = spec["name"]
         self.iname = index_name(spec)
-        _, filters, dests = self.iname.split(" ")
+        self._header_name, filters, dests = self.iname.split(" ")
         self._header_mid = f"{filters} {dests}"
+        self.external: dict[str, str] | None = spec.get("external")
         self.filter: str = spec.get("filter_subject") or ""
         # (filter, transform or None) per subject transform: the first whose filter matches applies.
         self.transforms: list[tuple[bytes, SubjectTransform | None]] = []
@@ -326,10 +362,12 @@ class SourceLink:
             return
         self.tried = True
         account = self.stream.account
-        origin = account.streams.get(self.name)
+        home = account if self.external is None else self._external_account()
+        origin = home.streams.get(self.name) if home is not None else None
         if origin is None:
             self._detach()
-            self.error = errors.stream_not_found().json()
+            # An API nobody answers (an external prefix leading nowhere): no answer, hence no error.
+            self.error = errors.stream_not_found().json() if home is not None else None
             self.last_heard = 0
             return
         if origin is not self.origin:
@@ -363,6 +401,42 @@ class SourceLink:
         else:
             self.caught_up = True
 
+    def _external_account(self) -> JsAccount | None:
+        """The account whose stream an `external` mirror or source reads: where the consumer create request
+        nats-server sends through the API prefix would be answered (its own JetStream domain, or the
+        exporter of a service import of `$JS.API`), if its deliveries would come back (the account's own,
+        or a stream import of the deliver subject from there). None: no answer, as from nowhere."""
+        assert self.external is not None
+        account = self.stream.account
+        js = account.js
+        api = self.external.get("api") or ""
+        deliver = self.external.get("deliver") or "$JS"
+        deliver_subject = f"{deliver}.{'M' if self.is_mirror else 'S'}.x".encode()
+        if js.domain and api == f"$JS.{js.domain}.API":
+            return account
+        links = js.server.links
+        if not isinstance(links, AccountLinks):
+            return None
+        tail = f"CONSUMER.CREATE.{self.name}"
+        request = f"{api}.{tail}".encode()
+        answered_at = {f"$JS.API.{tail}".encode()}
+        if js.domain:
+            answered_at.add(f"$JS.{js.domain}.API.{tail}".encode())
+        for service, _ in links.services:
+            if service.importer != account.name or not matches(service.local, request):
+                continue
+            exporter = js.accounts.get(service.exporter)
+            if exporter is None or service.remote_subject(request) not in answered_at:
+                continue
+            for imported in links.streams.get(account.name, ()):
+                if (
+                    imported.exporter == exporter.name
+                    and matches(imported.source, deliver_subject)
+                    and imported.local_subject(deliver_subject) == deliver_subject
+                ):
+                    return exporter
+        return None
+
     def wants(self, subject: bytes) -> bool:
         """Whether its filters take a message of `subject` (for an origin's interest retention)."""
         return self._match is None or self._match(subject)
@@ -381,7 +455,7 @@ class SourceLink:
             return
         line = b"%s: %s %d %s %s %s\r\n" % (
             SOURCE_HEADER,
-            self.name.encode(),
+            self._header_name.encode(),
             seq,
             self._header_mid.encode(),
             subject,
@@ -397,7 +471,10 @@ class SourceLink:
         lag = 0
         if origin is not None and self.error is None:
             lag = origin.store.count_from(self.position + 1, self._match)
-        out: dict[str, Any] = {"name": self.name, "lag": lag}
+        out: dict[str, Any] = {"name": self.name}
+        if self.external is not None:
+            out["external"] = self.spec["external"]
+        out["lag"] = lag
         if not self.is_mirror and self.position and origin is not None:
             out["seq"] = self.position
         out["active"] = now_ns() - self.last_heard if self.last_heard else -1
