@@ -283,9 +283,12 @@ class SourceLink:
         self._detach()
 
     def _heartbeat(self) -> None:
-        """Once a second, as nats-server's idle heartbeats: an origin that appeared or went is noticed."""
+        """Once a second, as nats-server's idle heartbeats: an origin that appeared or went is noticed; the
+        sources' positions are saved (see save_positions)."""
         self._timer = self.stream.account.js.loop.call_later(HEARTBEAT, self._heartbeat)
         self.kick()
+        if self.stream.links and self.stream.links[0] is self:
+            save_positions(self.stream)
 
     def kick(self) -> None:
         """Copy what is new in the origin, in a coming turn of the loop (called on every stored message)."""
@@ -320,13 +323,27 @@ class SourceLink:
 
     def _recover(self) -> None:
         """Where the copy stands, from the stream's own content (a mirror: its last sequence; a source: the
-        last message with its header), as nats-server works it out at every start."""
+        last message with its header), as nats-server works it out at every start; for a source, or the
+        saved position if further on (its copies may have been purged since)."""
         self.recovered = True
         st = self.stream.store
         if self.is_mirror:
             if st.msgs or st.first_seq > 1 or st.last_seq:
                 self.position = st.last_seq
             return
+        saved = _saved_positions(self.stream).get(self.iname)
+        self._scan()
+        if (
+            isinstance(saved, list)
+            and len(saved) == 2
+            and isinstance(saved[0], int)
+            and saved[0] > self.position
+        ):
+            self.position, self.ident = saved[0], str(saved[1])
+
+    def _scan(self) -> None:
+        """The position the last copy of this source in the stream tells (newest first, until found)."""
+        st = self.stream.store
         seq = st.last_seq
         while seq >= st.first_seq and seq > 0:
             msg = st.load(seq) if seq in st else None
@@ -503,6 +520,42 @@ def _without_copied_headers(hdrs: bytes | None) -> bytes:
         and not ln.startswith(b"Nats-Batch-")
     ]
     return b"\r\n".join([lines[0], *kept, b""]) + b"\r\n"
+
+
+_POSITIONS = "sources.json"
+
+
+def save_positions(stream: Stream) -> None:
+    """Write where each source of a file stream stands (`sources.json` beside its messages), when it
+    changed: the copies that tell it at a start may be gone by then (purged, or aged out), as nats-server
+    keeps them in its store's state. Written once a second, before a purge and at a stop."""
+    if stream.directory is None or stream.config.get("mirror"):
+        return
+    positions = {link.iname: [link.position, link.ident] for link in stream.links if link.position}
+    if not positions or positions == _written_positions.get(stream.directory):
+        return
+    path = stream.directory / _POSITIONS
+    try:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(positions))
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("JetStream stream %s: source positions not saved: %s", stream.name, exc)
+        return
+    _written_positions[stream.directory] = positions
+
+
+_written_positions: dict[Any, dict[str, list[Any]]] = {}
+
+
+def _saved_positions(stream: Stream) -> dict[str, Any]:
+    if stream.directory is None:
+        return {}
+    try:
+        saved = json.loads((stream.directory / _POSITIONS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) else {}
 
 
 def links_of(stream: Stream) -> list[SourceLink]:

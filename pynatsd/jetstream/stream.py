@@ -21,7 +21,7 @@ from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Subscription
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
-from pynatsd.jetstream.sourcing import SourceLink, links_of, normalize_sourcing
+from pynatsd.jetstream.sourcing import SourceLink, links_of, normalize_sourcing, save_positions
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
 from pynatsd.jetstream.transform import SubjectTransform, TransformError, validate_mapping
 from pynatsd.jetstream.util import (
@@ -433,6 +433,7 @@ class Stream:
             link.start(updated)
 
     def stop_links(self) -> None:
+        save_positions(self)
         for link in self.links:
             link.stop()
         self.links = []
@@ -1187,6 +1188,8 @@ class Stream:
         keep = req.get("keep") or 0
         if seq and keep:
             raise errors.bad_request()
+        if self.links:  # the copies that tell the sources' positions may go now
+            save_positions(self)
         match: Callable[[bytes], bool] | None = None
         if filt:  # one outside the stream's subjects purges nothing, as from nats-server
             pattern = filters_regex([filt.encode()])

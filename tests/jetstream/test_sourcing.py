@@ -414,6 +414,18 @@ async def test_kill_9_keeps_the_copy_position(tmp_path: Path) -> None:
         sub = await js.pull_subscribe("orig.1", "reader", stream="MIRROR")
         first = (await sub.fetch(1))[0]
         assert (first.data, first.metadata.sequence.stream) == (b"a1", 2)
+        # Purged, the copies no longer tell where the source stands: the saved position does.
+        await js.purge_stream("AGG")
+        srv.stop(signal.SIGKILL)
+        await nc.close()
+        srv = start_server("pynatsd", ["-js", "-sd", str(store)])
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        js = nc.jetstream(timeout=5)
+        await js.publish("orig.1", b"after purge")
+        await _until_copied(js, "AGG", 1)
+        assert [(int(h.split(" ")[1]), data) for _, h, data in await _copies(js, "AGG")] == [
+            (2101, b"after purge")
+        ]
         await nc.close()
     finally:
         srv.stop()
