@@ -1,11 +1,14 @@
-"""Mirrors and sources: a stream that copies the messages of other streams of its account.
+"""Mirrors and sources: a stream that copies the messages of other streams.
 
 nats-server does it with an internal push consumer on each origin (flow control, heartbeats); on one server
 pynatsd reads the origin's store directly, which is observably the same: a mirror keeps the origin's
 sequences and timestamps (skipping what its filter leaves out), a source appends with new sequences and a
 `Nats-Stream-Source: <name> <origin seq> <filter> <destination> <subject> <origin identity>` header. The
-position in each origin is the stream's own content (a mirror's last sequence; the last source header per
-source), so it survives any stop, kill -9 included, exactly as far as the copies did.
+origin is a stream of the same account, or with `external`, of the account whose JetStream API the prefix
+reaches (its own domain, or a service import of another account's `$JS.API` with the deliver prefix
+imported back). The position in each origin is the stream's own content (a mirror's last sequence; the
+last source header per source, or the positions saved beside it if further on), so it survives any stop,
+kill -9 included, exactly as far as the copies did.
 """
 
 from __future__ import annotations
