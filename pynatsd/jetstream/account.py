@@ -12,6 +12,7 @@ from pynatsd.broker.internal import InternalClient
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.advisories import Advisories
 from pynatsd.jetstream.consumer import Consumer, random_name
+from pynatsd.jetstream.sourcing import check_origins, origin_created
 from pynatsd.jetstream.stream import Stream, equivalent
 from pynatsd.jetstream.util import now_ns, parse_rfc3339
 from pynatsd.protocol.subjects import overlap
@@ -58,6 +59,8 @@ class JsAccount:
         if self.enabled and self.dir.is_dir():
             for sdir in sorted(self.dir.iterdir()):
                 self._load_stream(sdir)
+            for stream in self.streams.values():  # every origin is there now
+                stream.start_links()
 
     def _serve_domain(self, prefix: bytes) -> None:
         """Clients that name the domain (from this server or across a leaf node link) use `$JS.<domain>.API`:
@@ -126,6 +129,7 @@ class JsAccount:
     def create_stream(self, cfg: dict[str, Any]) -> Stream:
         """A new stream with this config, or the existing one if its config is the same."""
         existing = self.streams.get(cfg["name"])
+        check_origins(self, cfg)
         if existing is not None:
             if equivalent(existing.config, cfg):
                 return existing
@@ -138,6 +142,8 @@ class JsAccount:
         stream.save_meta()
         self.streams[stream.name] = stream
         stream.start()
+        stream.start_links()
+        origin_created(self, stream.name)
         self.advisories.stream_action(stream.name, "create")
         return stream
 
@@ -145,8 +151,8 @@ class JsAccount:
         for other in self.streams.values():
             if other.name == skip:
                 continue
-            for a in cfg["subjects"]:
-                for b in other.config["subjects"]:
+            for a in cfg.get("subjects") or ():
+                for b in other.config.get("subjects") or ():
                     if overlap(a.encode(), b.encode()):
                         raise errors.subject_overlap()
 
@@ -237,6 +243,7 @@ class JsAccount:
         stream = self.streams.get(cfg["name"])
         if stream is None:
             raise errors.stream_not_found()
+        check_origins(self, cfg)
         self._check_account_limits(cfg, stream.config)
         self._check_overlap(cfg, skip=stream.name)
         try:

@@ -14,6 +14,7 @@ from pynatsd.jetstream import consumer as consumer_mod
 from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.advisories import API_AUDIT
 from pynatsd.jetstream.errors import ApiError
+from pynatsd.jetstream.sourcing import direct_mirror
 from pynatsd.jetstream.stream import API_LEVEL, Stream, normalize_config
 from pynatsd.jetstream.util import (
     encode,
@@ -499,7 +500,9 @@ class Api:
         subj = req.get("subject")
         if subj:
             sb = str(subj).encode()
-            streams = [s for s in streams if any(overlap(sb, x.encode()) for x in s.config["subjects"])]
+            streams = [
+                s for s in streams if any(overlap(sb, x.encode()) for x in s.config.get("subjects") or ())
+            ]
         return streams
 
     def stream_names(self, toks: list[str], payload: bytes) -> Reply:
@@ -551,7 +554,9 @@ class Api:
         `batch`, up to that many from `seq` on (or `start_time`, or matching `next_by_subj`), then a `204 EOB`
         status. Problems are status headers, as nats-server answers them (in its order of checks)."""
         stream = self.account.streams.get(toks[2])
-        if stream is None or not stream.config["allow_direct"] or not reply:
+        if stream is None or not stream.config["allow_direct"]:
+            stream = direct_mirror(self.account, toks[2])  # a mirror of it with mirror_direct answers too
+        if stream is None or not reply:
             # nats-server only listens for streams that allow direct gets: "no responders".
             if reply:
                 self._no_responders(".".join(["$JS.API", *toks]).encode(), reply)

@@ -21,6 +21,20 @@ _COMPRESSION = Enum({'"none"': "none", '"s2"': "s2"}, "unknown compression algor
 _ANY_OBJECT = Struct("map", {}, strict=False)  # options refused by name after decoding (not implemented)
 _STRINGS = ("[]", "string")
 _META = ("map", "string")
+_TRANSFORM = Struct("SubjectTransformConfig", {"src": "string", "dest": "string"})
+# A mirror's or source's origin, as nats-server types it (StreamSource).
+_STREAM_SOURCE = Struct(
+    "StreamSource",
+    {
+        "name": "string",
+        "opt_start_seq": "uint64",
+        "opt_start_time": "time.Time",
+        "filter_subject": "string",
+        "subject_transforms": ("[]", _TRANSFORM),
+        "external": Struct("ExternalStream", {"api": "string", "deliver": "string"}),
+        "consumer": Struct("StreamConsumerSource", {"name": "string", "deliver_subject": "string"}),
+    },
+)
 
 STREAM_FIELDS: dict[str, Any] = {
     "name": "string",
@@ -39,8 +53,8 @@ STREAM_FIELDS: dict[str, Any] = {
     "no_ack": "bool",
     "duplicate_window": "time.Duration",
     "placement": Struct("Placement", {}, strict=False),
-    "mirror": Struct("StreamSource", {}, strict=False),
-    "sources": ("[]", Struct("StreamSource", {}, strict=False)),
+    "mirror": _STREAM_SOURCE,
+    "sources": ("[]", _STREAM_SOURCE),
     "compression": _COMPRESSION,
     "first_seq": "uint64",
     "subject_transform": Struct("SubjectTransformConfig", {"src": "string", "dest": "string"}, strict=False),

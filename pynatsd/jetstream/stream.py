@@ -21,6 +21,7 @@ from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Subscription
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
+from pynatsd.jetstream.sourcing import SourceLink, links_of, normalize_sourcing, save_positions
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
 from pynatsd.jetstream.transform import SubjectTransform, TransformError, validate_mapping
 from pynatsd.jetstream.util import (
@@ -168,15 +169,18 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
         raise errors.stream_invalid_config("max age can not be negative")
     if 0 < cfg["max_age"] < 100_000_000:
         raise errors.stream_invalid_config("max age needs to be >= 100ms")
-    if not raw.get("duplicate_window"):
+    if raw.get("mirror") or raw.get("sources"):  # no default window: copies are not deduplicated
+        if not raw.get("duplicate_window"):
+            del cfg["duplicate_window"]
+    elif not raw.get("duplicate_window"):
         cfg["duplicate_window"] = DEFAULT_DUPLICATE_WINDOW
         if cfg["max_age"] and cfg["max_age"] < DEFAULT_DUPLICATE_WINDOW:
             cfg["duplicate_window"] = cfg["max_age"]
-    if cfg["duplicate_window"] < 0:
+    if cfg.get("duplicate_window", 0) < 0:
         raise errors.stream_invalid_config("duplicates window can not be negative")
-    if cfg["max_age"] and cfg["duplicate_window"] > cfg["max_age"]:
+    if cfg["max_age"] and cfg.get("duplicate_window", 0) > cfg["max_age"]:
         raise errors.stream_invalid_config("duplicates window can not be larger then max age")
-    if 0 < cfg["duplicate_window"] < 100_000_000:
+    if 0 < cfg.get("duplicate_window", 0) < 100_000_000:
         raise errors.stream_invalid_config("duplicates window needs to be >= 100ms")
     if cfg["deny_purge"] and cfg["allow_rollup_hdrs"]:
         raise errors.stream_invalid_config("roll-ups require the purge permission")
@@ -197,24 +201,18 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
             cfg["allow_rollup_hdrs"], cfg["deny_purge"] = True, False
     elif marker_ttl < 0:
         raise errors.stream_invalid_config("subject delete marker TTL must not be negative")
-    if cfg.get("mirror"):  # nats-server's checks of a mirror's config first, then pynatsd's refusal
-        if cfg.get("first_seq"):
-            raise errors._e(400, 10143, "stream mirrors can not have first sequence configured")
-        if cfg.get("subjects"):
-            raise errors._e(400, 10034, "stream mirrors can not contain subjects")
-        if cfg.get("sources"):
-            raise errors._e(400, 10031, "stream mirrors can not also contain other sources")
-        if marker_ttl > 0:
-            raise errors.stream_invalid_config("subject delete markers forbidden on mirrors")
-    if cfg.get("mirror") or cfg.get("sources"):
-        raise errors.stream_invalid_config("mirrors and sources are not supported by pynatsd")
+    normalize_sourcing(cfg, cfg.get("first_seq") or 0, marker_ttl)
+    sourcing = bool(cfg.get("mirror") or cfg.get("sources"))
     subjects = cfg.get("subjects") or []
-    if not subjects:
+    if not subjects and not sourcing:  # a mirror or a stream with sources has none unless given
         subjects = [name]
     if not isinstance(subjects, list) or not all(isinstance(s, str) and s for s in subjects):
         raise errors.stream_invalid_config("invalid subject")
     _check_subjects(subjects, bool(cfg.get("no_ack")))
-    cfg["subjects"] = subjects
+    if subjects:
+        cfg["subjects"] = subjects
+    else:
+        cfg.pop("subjects", None)
     _check_transforms(cfg)
     meta = dict(cfg.get("metadata") or {})
     # nats-server's API level the config needs: 1 for per-message TTLs (2.11), which delete markers switch on.
@@ -242,7 +240,7 @@ def _check_transforms(cfg: dict[str, Any]) -> None:
     republish = cfg.get("republish")
     if republish is not None:
         src, dest = republish.get("src") or ">", republish.get("dest") or ""
-        subjects: list[str] = cfg["subjects"]
+        subjects: list[str] = cfg.get("subjects") or []
         if (
             src == dest == ">"
             and transform is not None
@@ -340,6 +338,8 @@ class Stream:
             self.store = FileStore(directory / "msgs", account.js.sync_interval, account.js.sync_always)
         self.consumers: dict[str, Consumer] = {}
         self._subs: list[Subscription] = []
+        self.links: list[SourceLink] = []  # its mirror or sources (sourcing.py), copying into it
+        self.followers: list[SourceLink] = []  # the mirrors and sources copying from it, told of each message
         # Nats-Msg-Id -> sequence, within the duplicate window; the same ids oldest first, with their
         # sequences and timestamps (ns) for expiry (three deques: no tuple per message).
         self._dedupe: dict[bytes, int] = {}
@@ -391,7 +391,7 @@ class Stream:
         self._no_ack = bool(cfg.get("no_ack"))
         self._has_limits = cfg["max_msgs_per_subject"] > 0 or cfg["max_msgs"] > 0 or cfg["max_bytes"] > 0
         self._max_age = cfg["max_age"]
-        self._dedupe_window = cfg["duplicate_window"]
+        self._dedupe_window: int = cfg.get("duplicate_window", 0)
         # No message id can leave the duplicate window before this time (ns): until then no expiry pass.
         self._dedupe_check_at = 0
         self._allow_ttl = bool(cfg.get("allow_msg_ttl"))
@@ -421,15 +421,28 @@ class Stream:
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
         client = self.account.client
-        for subject in self.config["subjects"]:
+        for subject in self.config.get("subjects") or ():
             self._subs.append(client.subscribe(subject.encode(), self._on_publish))
         self._schedule_age_check()
         self._schedule_ttl()
+
+    def start_links(self, updated: bool = False) -> None:
+        """Start copying from its mirror or sources (once every stream of the account is there)."""
+        self.links = links_of(self)
+        for link in self.links:
+            link.start(updated)
+
+    def stop_links(self) -> None:
+        save_positions(self)
+        for link in self.links:
+            link.stop()
+        self.links = []
 
     def stop(self) -> None:
         for sub in self._subs:
             self.account.client.unsubscribe(sub)
         self._subs.clear()
+        self.stop_links()
         if self._age_timer is not None:
             self._age_timer.cancel()
             self._age_timer = None
@@ -466,16 +479,22 @@ class Stream:
             raise errors.stream_invalid_config("stream configuration update can not cancel deny purge")
         if old.get("allow_msg_ttl") and not new.get("allow_msg_ttl"):
             raise errors.stream_invalid_config("message TTL status can not be disabled")
+        if new.get("mirror") and new["mirror"] != old.get("mirror"):  # removing it promotes the mirror
+            raise errors._e(400, 10055, "stream mirror configuration can not be updated")
         if new["sealed"]:  # what a sealed stream implies, as nats-server writes it into the config
             new.update(max_age=0, discard="new", deny_delete=True, deny_purge=True, allow_rollup_hdrs=False)
         for subject in self._subs:
             self.account.client.unsubscribe(subject)
         self._subs.clear()
+        relink = new.get("mirror") != old.get("mirror") or new.get("sources") != old.get("sources")
         self.config = new
         self._derive()
         self.start()
         self.save_meta()
         self._enforce_limits()
+        if relink:
+            self.stop_links()
+            self.start_links(True)
 
     # -- info -----------------------------------------------------------------------------------------
     def state(self, subjects_filter: str | None = None, deleted_details: bool = False) -> dict[str, Any]:
@@ -504,7 +523,9 @@ class Stream:
             counts = {s.decode(): len(v) for s, v in st.subjects.items() if matches(f, s)}
             if counts:
                 state["subjects"] = counts
-        state["consumer_count"] = len(self.consumers)
+        # nats-server counts the consumers of its mirrors and sources on an interest or work queue stream
+        followers = len(self.followers) if not self._limits_retention else 0
+        state["consumer_count"] = len(self.consumers) + followers
         return state
 
     def subject_counts(self, subjects_filter: str) -> dict[str, int]:
@@ -514,11 +535,16 @@ class Stream:
         return {s.decode(): len(v) for s, v in self.store.subjects.items() if match(s)}
 
     def info(self, **kwargs: Any) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "config": with_server_metadata(self.config),
             "created": rfc3339(self.created),
             "state": self.state(**kwargs),
         }
+        if self.config.get("mirror"):
+            out["mirror"] = self.links[0].info() if self.links else {"name": self.config["mirror"]["name"]}
+        elif self.config.get("sources"):
+            out["sources"] = [link.info() for link in self.links]
+        return out
 
     # -- publish --------------------------------------------------------------------------------------
     def _on_publish(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
@@ -603,8 +629,11 @@ class Stream:
             body = json.dumps({"error": err.json(), "stream": self.name, "seq": 0}, separators=(",", ":"))
             self._answer(reply, 0, body.encode())
 
-    def process(self, subject: bytes, hdrs: bytes | None, payload: bytes) -> tuple[int, bool]:
-        """Store one published message after nats-server's checks; returns (sequence, duplicate)."""
+    def process(
+        self, subject: bytes, hdrs: bytes | None, payload: bytes, sourced: bool = False
+    ) -> tuple[int, bool]:
+        """Store one published message after nats-server's checks (`sourced`: a source's copy, checked by
+        its origin already); returns (sequence, duplicate)."""
         if self._sealed:
             raise errors.stream_sealed()
         if self._input_transform is not None:  # stored (and all the rest) under its transformed subject
@@ -634,8 +663,10 @@ class Stream:
                     ttl = parse_msg_ttl(ttl_raw)
                 except ValueError:
                     ttl_invalid = True  # refused after the other checks, as nats-server does
-                if ttl and not self._allow_ttl:
+                if ttl and not self._allow_ttl and not sourced:
                     raise errors.message_ttl_disabled()
+            if not sourced and hdrs.find(b"\r\nNats-Stream-Source:") >= 0:
+                raise errors._e(400, 10227, "message stream source header is not allowed")
             mid = get_header(hdrs, b"Nats-Msg-Id")
             if mid:
                 msg_id = mid
@@ -695,7 +726,7 @@ class Stream:
         # Strictly increasing, so by_start_time and max_age stay exact.
         ts = now if now > st.last_ts else st.last_ts + 1
         seq = st.append(subject, hdrs, payload, ts)
-        if msg_id:
+        if msg_id and self._dedupe_window:
             self._remember(msg_id, seq, ts)
         if ttl:
             self._track_ttl(seq, ts, ttl)
@@ -712,9 +743,37 @@ class Stream:
                 consumer.on_new_message(seq, subject)
         if republish_to is not None:
             self._republish_message(republish_to, subject, seq, ts, previous, hdrs, payload)
+        if self.followers:
+            for follower in self.followers:
+                follower.kick()
         js.stored_msgs += 1
         js.stored_bytes += size
         return seq, False
+
+    def store_mirrored(self, subject: bytes, seq: int, hdrs: bytes | None, payload: bytes, ts: int) -> None:
+        """A mirror's copy of its origin's message `seq`, stored under that sequence with the origin's time
+        (the sequences its filter left out, or the origin removed, skipped as nats-server skips them)."""
+        st = self.store
+        if seq <= st.last_seq:
+            return
+        js = self._js
+        size = st.msg_size(subject, hdrs, payload)
+        if js.limited:
+            js.check_capacity(self.config["storage"], size)
+        if self.account.limited:
+            self.account.check_usage(self.config["storage"], size)
+        st.skip_to(seq - 1)
+        st.append(subject, hdrs, payload, ts)
+        if self._has_limits:
+            self._enforce_limits(subject)
+        if self._max_age and (st.msgs == 1 or self._age_timer is None):
+            self._schedule_age_check()
+        for consumer in self.consumers.values():
+            consumer.on_new_message(seq, subject)
+        for follower in self.followers:
+            follower.kick()
+        js.stored_msgs += 1
+        js.stored_bytes += len(payload) + (len(hdrs) if hdrs else 0)
 
     def _republish_message(
         self,
@@ -758,7 +817,10 @@ class Stream:
                 raise errors.wrong_last_sequence(last)
 
     def _has_interest(self, subject: bytes) -> bool:
-        return any(c.wants(subject) for c in self.consumers.values())
+        # A mirror or source copying from it is interest too (nats-server's sourcing consumer).
+        return any(c.wants(subject) for c in self.consumers.values()) or any(
+            f.wants(subject) for f in self.followers
+        )
 
     def on_acked(self, seq: int) -> None:
         """A consumer is done with `seq`: under interest or workqueue retention it may go now."""
@@ -768,7 +830,10 @@ class Stream:
         subject = self.store.subject_of(seq)
         if subject is None:
             return
-        if retention == "interest" and any(c.needs(seq, subject) for c in self.consumers.values()):
+        if retention == "interest" and (
+            any(c.needs(seq, subject) for c in self.consumers.values())
+            or any(f.position < seq and f.wants(subject) for f in self.followers)
+        ):
             return
         self.remove([seq])
 
@@ -942,7 +1007,9 @@ class Stream:
     def _rebuild_dedupe(self) -> None:
         """After a restart: the message ids still inside the duplicate window, from the stored headers."""
         st = self.store
-        cutoff = now_ns() - self.config["duplicate_window"]
+        if not self._dedupe_window:
+            return
+        cutoff = now_ns() - self._dedupe_window
         start = st.seq_for_time(cutoff) if st.msgs else st.last_seq + 1
         for seq in st.seqs_from(start):
             msg = st.load(seq)
@@ -1121,6 +1188,8 @@ class Stream:
         keep = req.get("keep") or 0
         if seq and keep:
             raise errors.bad_request()
+        if self.links:  # the copies that tell the sources' positions may go now
+            save_positions(self)
         match: Callable[[bytes], bool] | None = None
         if filt:  # one outside the stream's subjects purges nothing, as from nats-server
             pattern = filters_regex([filt.encode()])
