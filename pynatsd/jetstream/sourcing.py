@@ -268,6 +268,7 @@ class SourceLink:
         self.tried = False  # copying was attempted at least once
         self.caught_up = False  # has copied all the origin held once (mirror_direct answers from then on)
         self._timer: Any = None
+        self._warned = False  # the log line of an origin on another server was written
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self, updated: bool = False) -> None:
@@ -387,7 +388,7 @@ class SourceLink:
         if origin is None:
             self._detach()
             # An API nobody answers (an external prefix leading nowhere): no answer, hence no error.
-            self.error = errors.stream_not_found().json() if home is not None else None
+            self.error = errors.stream_not_found().json() if home is not None else self._elsewhere()
             self.last_heard = 0
             return
         if origin is not self.origin:
@@ -420,6 +421,24 @@ class SourceLink:
             self.kick()
         else:
             self.caught_up = True
+
+    def _elsewhere(self) -> dict[str, Any] | None:
+        """The error shown when an `external` prefix no account here answers is answered across a route,
+        leaf node or gateway: another server's JetStream, which pynatsd does not source from (it reads
+        origins in-process). Fail closed: said in the info block and logged once, not silently idle."""
+        assert self.external is not None
+        api = self.external.get("api") or ""
+        account = self.stream.account
+        request = f"{api}.CONSUMER.CREATE.{self.name}".encode()
+        found = account.js.server.sublist_for(account.name).match(request)
+        members = [*found.plain, *(sub for group in found.groups for sub in group)]
+        if not any(sub.conn.is_route for sub in members):
+            return None
+        text = f"pynatsd does not source from another server's JetStream (external api prefix {api})"
+        if not self._warned:
+            self._warned = True
+            log.warning("JetStream stream '%s > %s': %s", account.name, self.stream.name, text)
+        return {"code": 501, "description": text}
 
     def _external_account(self) -> JsAccount | None:
         """The account whose stream an `external` mirror or source reads: where the consumer create request
