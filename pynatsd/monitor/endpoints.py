@@ -113,7 +113,7 @@ def varz(server: Node, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[st
             "cluster": cluster.varz_cluster(server),
             "gateway": gateways.varz_gateway(server),
             "leaf": leafnodes.varz_leaf(server),
-            "mqtt": {},
+            "mqtt": server.mqtt.varz() if server.mqtt is not None else {},
             "websocket": server.websocket.varz() if server.websocket is not None else {},
             "jetstream": {} if server.jetstream is None else js_monitor.varz_block(server.jetstream),
             "tls_timeout": opts.tls_timeout,

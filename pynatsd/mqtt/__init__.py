@@ -1,0 +1,39 @@
+"""MQTT 3.1.1 clients (nats-server's `mqtt {}` listener): a feature that takes the Broker.
+
+`packets` is sans-IO (framing, fields, topic <-> subject); `connection` is one client (an asyncio
+protocol and a delivery Client whose frames are PUBLISH packets); `listener` holds the port.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pynatsd.base.logging import get_logger
+from pynatsd.base.values import ConfigValueError
+from pynatsd.config.mqtt import mqtt_options
+
+if TYPE_CHECKING:
+    from pynatsd.broker.core import Broker
+    from pynatsd.mqtt.listener import MQTTListener
+
+__all__ = ["start_mqtt"]
+
+
+async def start_mqtt(server: Broker, jetstream: bool) -> MQTTListener | None:
+    """Start the server's MQTT listener when its options configure one (`jetstream`: this server has
+    JetStream, which nats-server requires of a standalone MQTT server)."""
+    mqtt = mqtt_options(server.options)
+    if mqtt is None:
+        return None
+    from pynatsd.mqtt.listener import MQTTListener
+
+    listener = MQTTListener(server, mqtt)
+    try:
+        await listener.start(jetstream)
+    except ConfigValueError as exc:
+        get_logger().critical("nats-server: %s", exc)
+        raise SystemExit(1) from None
+    except OSError as exc:
+        get_logger().critical("Unable to listen for MQTT connections: %s", exc)
+        raise SystemExit(1) from None
+    return listener

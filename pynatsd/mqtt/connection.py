@@ -1,0 +1,419 @@
+"""One MQTT client: an asyncio protocol (duck-typed, as pynatsd.broker.connection's) and a delivery
+`Client` whose frames are MQTT PUBLISH packets.
+
+What it does as nats-server's MQTT client does: CONNECT with its checks and return codes (the server's
+users, with this listener's single user/token/no_auth_user in their place when it sets any; their
+permissions), keep-alive (1.5 times the client's period with nothing read closes it), PINGREQ,
+DISCONNECT, SUBSCRIBE and UNSUBSCRIBE (a `#` filter also takes its parent level, as nats-server's extra
+subscription), QoS 0 PUBLISH both ways, with nats-server's `Nmqtt-Pub` header on what NATS subscribers
+get, and a QoS 0 will. Every message it publishes goes through the broker's policy
+(pynatsd.broker.delivery.publish), and every message it receives comes through `deliver` to `take`.
+
+What it refuses (pynatsd does not have them yet), clearly: a persistent session (clean session 0: CONNACK
+3, server unavailable), a QoS 1 or 2 subscription (SUBACK failure 0x80), a QoS 1 or 2 PUBLISH, a retained
+PUBLISH and a will with QoS > 0 or retain (the connection is closed with an error in the log). A
+malformed packet closes this connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, cast
+
+from pynatsd.auth.users import DEFAULT_ACCOUNT, Authenticator
+from pynatsd.base.ids import event_id
+from pynatsd.base.listener import peer_address
+from pynatsd.base.logging import get_logger
+from pynatsd.broker.delivery import Client, Message, Subscription, new_head, publish, size_fields
+from pynatsd.mqtt import packets
+from pynatsd.mqtt.packets import PacketError
+from pynatsd.protocol.connect import ConnectOptions
+
+if TYPE_CHECKING:
+    from pynatsd.broker.core import Broker
+    from pynatsd.matcher import Sublist
+    from pynatsd.mqtt.listener import MQTTListener
+
+log = get_logger()
+
+#: The header nats-server puts on a message an MQTT client published (its QoS), seen by NATS subscribers.
+QOS0_HEADERS = b"NATS/1.0\r\nNmqtt-Pub:0\r\n\r\n"
+# A CONNECT's bound is max_payload (nats-server's); later packets may be a max_payload PUBLISH and its
+# header, topic and nats-server's `Nmqtt-Pub` header, so anything much longer is refused at its header.
+_PACKET_SLACK = 70_000
+
+
+class MQTTConnection(Client):
+    """An MQTT client connection (see the module docstring)."""
+
+    def __init__(self, server: Broker, listener: MQTTListener) -> None:
+        super().__init__()
+        self.server = server
+        self.listener = listener
+        self.cid = server.next_cid()
+        self.transport: asyncio.Transport | None = None
+        self.ip = ""
+        self.port = 0
+        self.nonce = ""
+        self.opts = ConnectOptions()
+        self.user = ""
+        self.account = DEFAULT_ACCOUNT
+        self.connected = False
+        self.client_id = ""
+        self.close_reason = ""
+        self.in_msgs = 0
+        self.in_bytes = 0
+        self.sublist: Sublist[Subscription] = server.sublist
+        self.subs: dict[bytes, Subscription] = {}  # sid (the filter's subject, or `subject fwc`) -> sub
+        self.reserved: set[Subscription] = set()  # filters starting with a wildcard: no `$` subjects
+        self.will: packets.Will | None = None
+        self._buf = bytearray()
+        self._pending: list[bytes] = []  # packets written at the end of this turn of the loop
+        self._flush_handle: asyncio.Handle | None = None
+        self._keep_alive = 0.0  # seconds without input that close the connection (0: none)
+        self._last_in = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+        self._authenticating = False
+        self._heads: dict[bytes, bytes] = server.msg_heads
+        self._msg = Message(self)
+        self._fanout = server.fanout.counts
+        self.pub_topic = b""  # the topic of the PUBLISH being delivered (its own receivers see it as sent)
+        self.pub_subject = b""
+
+    @property
+    def connection_type(self) -> str:
+        """nats-server's connection type, for users' `allowed_connection_types`."""
+        return "MQTT"
+
+    def __repr__(self) -> str:
+        tag = f"{self.ip}:{self.port} - mid:{self.cid}"
+        return f'{tag} - "{self.client_id}"' if self.client_id else tag
+
+    def authenticator(self) -> Authenticator:
+        return self.listener.authenticator()
+
+    def account_connections(self, account: str) -> int:
+        return self.listener.account_connections(account)
+
+    # -- asyncio protocol -----------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = peer_address(self.transport)
+        if peer is not None:
+            self.ip, self.port = peer
+        self.out = None  # deliveries come to `take`
+        self.headers = False
+        self.listener.clients.add(self)
+        log.debug("%r - Client connection created", self)
+        if self.authenticator().required:
+            timeout = self.listener.mqtt.auth_timeout or self.server.options.effective_auth_timeout
+            self._timer = self.server.loop.call_later(timeout, self._auth_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._last_in = time.monotonic()
+        buf = self._buf
+        buf += data
+        start = 0
+        max_payload = self.server.options.max_payload
+        try:
+            while not self.closed and not self._authenticating:
+                if not self.connected and start < len(buf):
+                    packets.check_first(buf, start)
+                limit = max_payload + _PACKET_SLACK if self.connected else max_payload
+                packet = packets.split_packet(buf, start, limit)
+                if packet is None:
+                    break
+                first, body_start, end = packet
+                start = end
+                self._packet(first, bytes(buf[body_start:end]))
+        except packets.ConnectRefused as exc:
+            log.error("%r - %s", self, exc)
+            self._write(packets.connack(exc.code))
+            self.close("Protocol Violation")
+            return
+        except PacketError as exc:
+            log.error("%r - %s", self, exc)
+            self.close("Protocol Violation")
+            return
+        del buf[:start]
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.close("Read Error" if exc is not None else "Client Closed")
+
+    def pause_writing(self) -> None:
+        """(The transport's buffer is checked against max_pending at each delivery.)"""
+
+    def resume_writing(self) -> None:
+        """(See pause_writing.)"""
+
+    # -- packets ---------------------------------------------------------------------------------------
+    def _packet(self, first: int, body: bytes) -> None:
+        kind = first & 0xF0
+        if not self.connected:
+            self._connect(packets.parse_connect(body))
+        elif kind == packets.PUBLISH:
+            self._publish(packets.parse_publish(first, body))
+        elif kind == packets.SUBSCRIBE:
+            self._subscribe(body)
+        elif kind == packets.UNSUBSCRIBE:
+            self._unsubscribe(body)
+        elif kind == packets.PINGREQ:
+            self._write(packets.PINGRESP_PACKET)
+        elif kind == packets.DISCONNECT:
+            self.will = None  # a normal disconnect discards the will [MQTT-3.1.2-8]
+            self.close("Client Closed")
+        elif kind == packets.CONNECT:
+            raise PacketError("received a second CONNECT packet")
+        elif kind in (packets.PUBACK, packets.PUBREC, packets.PUBREL, packets.PUBCOMP):
+            # Only with QoS 1/2 deliveries and publishes, which this server does not make or take.
+            raise PacketError(f"pynatsd does not support MQTT QoS 1 and 2 yet (packet type {kind >> 4})")
+        else:
+            raise PacketError(f"received unknown packet type {kind >> 4}")
+
+    def _connect(self, connect: packets.Connect) -> None:
+        self.client_id = connect.client_id or event_id()  # a NUID, as nats-server names it
+        if not connect.clean:
+            log.error("%r - pynatsd does not support persistent MQTT sessions (clean session 0) yet", self)
+            self._write(packets.connack(packets.SERVER_UNAVAILABLE))
+            self.close("Protocol Violation")
+            return
+        will = connect.will
+        if will is not None and (will.qos or will.retain):
+            raise PacketError("pynatsd does not support MQTT wills with QoS 1 or 2, or retained, yet")
+        password = connect.password or ""
+        self.opts = ConnectOptions(
+            verbose=False, pedantic=False, user=connect.username or "", password=password, auth_token=password
+        )
+        self._keep_alive = connect.keep_alive * 1.5
+        self.will = will
+        auth = self.authenticator()
+        if not auth.is_slow(self.opts):
+            self._authenticated(auth.authenticate(self, self.opts))
+            return
+        # bcrypt: off the loop, as client connections do; packets behind the CONNECT wait for it.
+        self._authenticating = True
+        checking = self.server.loop.run_in_executor(
+            self.server.auth_workers, auth.authenticate, self, self.opts
+        )
+        checking.add_done_callback(self._checked)
+
+    def _checked(self, done: asyncio.Future[tuple[str, str] | None]) -> None:
+        self._authenticating = False
+        if self.closed:
+            return
+        try:
+            identity = done.result()
+        except Exception as exc:  # (a broken hash): refused
+            log.error("%r - authentication check failed: %s", self, exc)
+            identity = None
+        self._authenticated(identity)
+        if not self.closed and self._buf:
+            self.data_received(b"")
+
+    def _authenticated(self, identity: tuple[str, str] | None) -> None:
+        server = self.server
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if identity is None:
+            server.stats.auth_failures += 1
+            log.error("%r - authentication error", self)
+            self._write(packets.connack(packets.NOT_AUTHORIZED))
+            self.close("Authentication Failure")
+            return
+        self.user, self.account = identity
+        self.perms = self.authenticator().permissions(self.user)
+        self.sublist = server.sublist_for(self.account)
+        self.listener.take_over(self)
+        self.connected = True
+        log.debug("%r - Client connected", self)
+        self._write(packets.connack(packets.ACCEPTED))
+        if self._keep_alive:
+            self._timer = server.loop.call_later(self._keep_alive, self._keep_alive_tick)
+
+    def _publish(self, pub: packets.Publish) -> None:
+        if pub.qos:
+            raise PacketError(f"pynatsd does not support MQTT QoS {pub.qos} PUBLISH yet")
+        if pub.retain:
+            raise PacketError("pynatsd does not support MQTT retained messages yet")
+        self._deliver(pub.topic, pub.subject, pub.payload)
+
+    def _deliver(self, topic: bytes, subject: bytes, payload: bytes) -> None:
+        """Publish an MQTT message to the account as nats-server does: a NATS message with its
+        `Nmqtt-Pub` header, under the client's publish permissions (a denied one is dropped, logged)."""
+        size = len(QOS0_HEADERS) + len(payload)
+        self.in_msgs += 1
+        self.in_bytes += size
+        max_payload = self.server.options.max_payload
+        if size > max_payload:
+            log.error("%r - maximum payload exceeded: %d vs %d", self, size, max_payload)
+            self.close("Maximum Payload Exceeded")
+            return
+        if self.perms is not None and not self.perms.can_publish(subject):
+            log.error('%r - Publish Violation - User "%s", Subject "%s"', self, self.user, subject.decode())
+            return
+        head = self._heads.get(subject) or new_head(self._heads, subject)
+        msg = self._msg
+        msg.set(subject, None, size_fields(QOS0_HEADERS, payload), QOS0_HEADERS, payload, head)
+        self.pub_topic, self.pub_subject = topic, subject
+        publish(self.sublist, msg, self._fanout)
+
+    def _subscribe(self, body: bytes) -> None:
+        packet_id, filters = packets.parse_filters(body, subscribe=True)
+        granted = [self._add_filter(subject, qos) for _topic, subject, qos in filters]
+        self._write(packets.suback(packet_id, granted))
+
+    def _add_filter(self, subject: bytes | None, qos: int) -> int:
+        """Subscribe one filter; the QoS granted, or SUBACK_FAILURE."""
+        if subject is None or subject.startswith(packets.NATS_PREFIX.encode()):
+            return packets.SUBACK_FAILURE
+        if qos:
+            log.error(
+                "%r - pynatsd does not support MQTT QoS %d subscriptions yet: %s refused",
+                self,
+                qos,
+                subject.decode(),
+            )
+            return packets.SUBACK_FAILURE
+        sids = [(subject, subject)]
+        if len(subject) > 2 and subject.endswith(b".>"):  # `foo/#` takes `foo` too
+            sids.append((subject[:-2], subject[:-2] + b" fwc"))
+        added: list[Subscription] = []
+        for sub_subject, sid in sids:
+            if sid in self.subs:
+                continue
+            sub = self._add_sub(sub_subject, sid, packets.is_reserved_filter(subject))
+            if sub is None:  # refused as a whole, as nats-server's cleanupFailedSub
+                for done in added:
+                    self.remove_sub(done)
+                return packets.SUBACK_FAILURE
+            added.append(sub)
+        return qos
+
+    def _add_sub(self, subject: bytes, sid: bytes, reserved: bool) -> Subscription | None:
+        """One NATS subscription of a filter under the client's permissions; None if refused."""
+        if self.perms is not None and not self.perms.can_subscribe(subject, None):
+            log.error("%r - subscription violation for %s", self, subject.decode())
+            return None
+        sub = Subscription(self, subject, None, sid)
+        try:
+            self.sublist.insert(sub)
+        except ValueError:  # an invalid subject
+            return None
+        self.subs[sid] = sub
+        if reserved:
+            self.reserved.add(sub)
+        links = self.server.links
+        if links is not None:
+            links.subscribed(self.account, sub)
+        return sub
+
+    def _unsubscribe(self, body: bytes) -> None:
+        packet_id, filters = packets.parse_filters(body, subscribe=False)
+        for _topic, subject, _qos in filters:
+            if subject is None:
+                continue
+            self._drop(subject)
+            if len(subject) > 2 and subject.endswith(b".>"):
+                self._drop(subject[:-2] + b" fwc")
+        self._write(packets.unsuback(packet_id))
+
+    def _drop(self, sid: bytes) -> None:
+        sub = self.subs.pop(sid, None)
+        if sub is not None:
+            self.remove_sub(sub)
+
+    def remove_sub(self, sub: Subscription) -> None:
+        self.subs.pop(sub.sid if isinstance(sub.sid, bytes) else b"%d" % sub.sid, None)
+        self.reserved.discard(sub)
+        self.sublist.remove(sub)
+        links = self.server.links
+        if links is not None:
+            links.unsubscribed(sub)
+
+    # -- deliveries (pynatsd.broker.delivery.deliver) --------------------------------------------------
+    def take(self, sub: Subscription, msg: Message) -> bool:
+        """A message for one of this client's subscriptions, written as a QoS 0 PUBLISH: the topic as its
+        MQTT publisher sent it, else the subject converted back (nats-server's mqttDeliverMsgCbQoS0)."""
+        subject = msg.subject
+        if subject[:1] == b"$" and sub in self.reserved:
+            return False
+        origin = msg.origin
+        if isinstance(origin, MQTTConnection) and origin.pub_subject == subject:
+            topic = origin.pub_topic
+        else:
+            topic = packets.subject_to_topic(subject)
+        payload = msg.payload
+        self.out_msgs += 1
+        self.out_bytes += len(payload)
+        self._write(packets.publish_header(topic, len(payload)))
+        self._write(payload)
+        transport = self.transport
+        if transport is not None and transport.get_write_buffer_size() > self.server.options.max_pending:
+            log.error(
+                "%r - Slow Consumer Detected: MaxPending of %d Exceeded",
+                self,
+                self.server.options.max_pending,
+            )
+            self.server.stats.slow_consumers += 1
+            self.close("Slow Consumer (Pending Bytes)")
+        return True
+
+    # -- writing, timers, closing ------------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        if self.closed or self.transport is None:
+            return
+        self._pending.append(data)
+        if self._flush_handle is None:
+            self._flush_handle = self.server.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        pending, self._pending = self._pending, []
+        if pending and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(pending))
+
+    def _auth_timeout(self) -> None:
+        self._timer = None
+        if not self.connected and not self.closed:
+            log.error("%r - Authentication Timeout", self)
+            self.close("Authentication Timeout")
+
+    def _keep_alive_tick(self) -> None:
+        idle = time.monotonic() - self._last_in
+        if idle >= self._keep_alive:
+            self._timer = None
+            log.debug("%r - keep-alive expired, closing", self)
+            self.close("Read Error")
+            return
+        self._timer = self.server.loop.call_later(self._keep_alive - idle, self._keep_alive_tick)
+
+    def close(self, reason: str, err_text: str | None = None) -> None:
+        """Close (idempotent): what is written so far goes out first; the will is published unless the
+        client said DISCONNECT; its subscriptions go."""
+        if self.closed:
+            return
+        will, self.will = self.will, None
+        if will is not None and self.connected:
+            self._deliver(will.topic, will.subject, will.message)
+        self.closed = True
+        self.close_reason = reason
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for sub in list(self.subs.values()):
+            self.remove_sub(sub)
+        self.listener.forget(self)
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()
+        log.debug("%r - Client connection closed: %s", self, reason)

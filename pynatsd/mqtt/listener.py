@@ -1,0 +1,132 @@
+"""The `mqtt {}` port of a server: its asyncio listener, its authenticator, its clients by client ID."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING, Any, cast
+
+from pynatsd.auth.users import Authenticator
+from pynatsd.base.blocks import MQTTOptions
+from pynatsd.base.listener import listener_urls
+from pynatsd.base.logging import get_logger
+from pynatsd.config.mqtt import validate
+from pynatsd.mqtt.connection import MQTTConnection
+
+if TYPE_CHECKING:
+    from pynatsd.broker.core import Broker
+
+log = get_logger()
+
+
+class MQTTListener:
+    """The `mqtt {}` port (see pynatsd.mqtt)."""
+
+    def __init__(self, server: Broker, mqtt: MQTTOptions) -> None:
+        self.server = server
+        self.mqtt = mqtt
+        self.port = mqtt.port
+        self.clients: set[MQTTConnection] = set()
+        self.by_client_id: dict[tuple[str, str], MQTTConnection] = {}  # (account, client ID) -> client
+        self._listener: asyncio.base_events.Server | None = None
+        self._auth: Authenticator | None = None
+        self._auth_base: Authenticator | None = None
+
+    async def start(self, jetstream: bool) -> None:
+        """Validate the block against the rest of the configuration and bind the port."""
+        validate(self.mqtt, self.server.options, jetstream)
+        mqtt = self.mqtt
+        self._listener = await self.server.loop.create_server(
+            lambda: cast(asyncio.Protocol, MQTTConnection(self.server, self)),
+            host=mqtt.host or None,
+            port=0 if mqtt.port == -1 else mqtt.port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        sockets = self._listener.sockets
+        self.port = int(sockets[0].getsockname()[1]) if sockets else mqtt.port
+        log.info("Listening for MQTT clients on mqtt://%s:%d", mqtt.host, self.port)
+
+    def authenticator(self) -> Authenticator:
+        """The server's users, with this block's single user, token or no_auth_user in place of the
+        server's when it sets any (nats-server's authOverride); rebuilt when the server's is (a reload)."""
+        base = self.server.auth
+        if self._auth is None or self._auth_base is not base:
+            mqtt = self.mqtt
+            if mqtt.auth_override:
+                options = dataclasses.replace(
+                    self.server.options,
+                    username=mqtt.username,
+                    password=mqtt.password,
+                    authorization=mqtt.token,
+                    no_auth_user=mqtt.no_auth_user,
+                )
+                self._auth = Authenticator(options)
+            else:
+                self._auth = base
+            self._auth_base = base
+        return self._auth
+
+    def take_over(self, conn: MQTTConnection) -> None:
+        """`conn` connected: a client already connected with its client ID is closed, without its will
+        [MQTT-3.1.4-2]."""
+        key = (conn.account, conn.client_id)
+        before = self.by_client_id.get(key)
+        self.by_client_id[key] = conn
+        if before is not None and before is not conn:
+            log.warning(
+                "%r - Replacing old client %r since both have the same client ID %r",
+                conn,
+                before,
+                conn.client_id,
+            )
+            before.will = None
+            before.close("Duplicate Client ID")
+
+    def forget(self, conn: MQTTConnection) -> None:
+        self.clients.discard(conn)
+        key = (conn.account, conn.client_id)
+        if self.by_client_id.get(key) is conn:
+            del self.by_client_id[key]
+        stats = self.server.stats
+        stats.closed.in_msgs += conn.in_msgs
+        stats.closed.in_bytes += conn.in_bytes
+        stats.closed.out_msgs += conn.out_msgs
+        stats.closed.out_bytes += conn.out_bytes
+
+    def account_connections(self, account: str) -> int:
+        return sum(1 for c in self.clients if c.connected and not c.closed and c.account == account)
+
+    def close(self) -> None:
+        """Stop accepting (lame duck mode, shutdown)."""
+        if self._listener is not None:
+            self._listener.close()
+
+    def close_clients(self) -> None:
+        """Close the MQTT clients (shutdown): they are this listener's, not in the server's clients."""
+        for conn in list(self.clients):
+            conn.close("Server Shutdown")
+
+    async def wait_closed(self) -> None:
+        if self._listener is not None:
+            await self._listener.wait_closed()
+            self._listener = None
+
+    def urls(self) -> list[str]:
+        """`mqtt://` URLs of the listener's sockets."""
+        return [] if self._listener is None else listener_urls("mqtt", self._listener)
+
+    def varz(self) -> dict[str, Any]:
+        """/varz `mqtt`: nats-server's MQTTOptsVarz (empty fields left out, as its omitempty)."""
+        mqtt = self.mqtt
+        fields: dict[str, Any] = {
+            "host": mqtt.host,
+            "port": self.port,
+            "no_auth_user": mqtt.no_auth_user,
+            "auth_timeout": mqtt.auth_timeout,
+            "tls_timeout": 2,  # nats-server's default, shown without TLS too
+            "js_domain": mqtt.js_domain,
+            "ack_wait": int(mqtt.ack_wait * 1e9),
+            "max_ack_pending": mqtt.max_ack_pending,
+        }
+        return {k: v for k, v in fields.items() if v}

@@ -1,0 +1,348 @@
+"""MQTT 3.1.1 against pynatsd and nats-server with the same `mqtt {}` block: the same CONNACK and SUBACK
+codes, the same deliveries (topics and payloads) MQTT to MQTT, MQTT to NATS and NATS to MQTT, the same
+permissions, and a malformed packet closing only its own connection."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import subprocess
+import threading
+import time
+import urllib.request
+import uuid
+
+import nats
+import paho.mqtt.client as paho
+
+from tests.mqtt.conftest import (
+    MQTTServer,
+    RawClient,
+    connect_packet,
+    packet,
+    publish_packet,
+    subscribe_packet,
+    unsubscribe_packet,
+)
+
+
+def connack(server: MQTTServer, **kwargs: object) -> int | None:
+    client = RawClient(server.mqtt_port)
+    try:
+        return client.connect(**kwargs)
+    finally:
+        client.close()
+
+
+def test_connack_return_codes(mqtt_server: MQTTServer) -> None:
+    codes = {
+        "alice": connack(mqtt_server, client_id=b"c-alice", user=b"alice", password=b"pw"),
+        "anonymous is the no_auth_user": connack(mqtt_server, client_id=b"c-anon"),
+        "no client id, clean": connack(mqtt_server),
+        "bad password": connack(mqtt_server, client_id=b"c-bad", user=b"alice", password=b"nope"),
+        "unknown user": connack(mqtt_server, client_id=b"c-who", user=b"mallory", password=b"pw"),
+        "protocol level 3": connack(mqtt_server, client_id=b"c-old", level=3),
+        "no client id, not clean": connack(mqtt_server, clean=False),
+        "dot in client id": connack(mqtt_server, client_id=b"a.b"),
+        "space in client id": connack(mqtt_server, client_id=b"a b"),
+        "empty user name": connack(mqtt_server, client_id=b"c-empty", user=b""),
+    }
+    assert codes == {
+        "alice": 0,
+        "anonymous is the no_auth_user": 0,
+        "no client id, clean": 0,
+        "bad password": 5,
+        "unknown user": 5,
+        "protocol level 3": 1,
+        "no client id, not clean": 2,
+        "dot in client id": 2,
+        "space in client id": 2,
+        "empty user name": 4,
+    }
+
+
+def test_suback_codes_ping_and_second_connect(mqtt_server: MQTTServer) -> None:
+    bob = RawClient(mqtt_server.mqtt_port)
+    assert bob.connect(client_id=b"sub-bob", user=b"bob", password=b"pw") == 0
+    filters = [
+        (b"open/x", 0),
+        (b"open/#", 0),  # its parent level `open` is not permitted to bob: refused as a whole
+        (b"secret/x", 0),  # not permitted to bob
+        (b"$MQTT/sub/x", 0),  # nats-server's own subjects
+        (b"with space", 0),  # no NATS subject for it
+        (b"open/+/y", 0),
+    ]
+    bob.send(subscribe_packet(7, filters))
+    assert bob.read() == (0x90, struct.pack(">H", 7) + bytes((0, 0x80, 0x80, 0x80, 0x80, 0)))
+    bob.send(unsubscribe_packet(8, [b"open/x", b"never/subscribed"]))
+    assert bob.read() == (0xB0, struct.pack(">H", 8))
+    bob.send(packet(0xC0, b""))
+    assert bob.read() == (0xD0, b"")
+    bob.send(connect_packet(client_id=b"sub-bob", user=b"bob", password=b"pw"))  # a second CONNECT
+    assert bob.closed()
+
+
+def test_malformed_packets_close_only_their_connection(mqtt_server: MQTTServer) -> None:
+    watcher = RawClient(mqtt_server.mqtt_port)
+    assert watcher.connect(client_id=b"watcher") == 0
+    watcher.send(subscribe_packet(1, [(b"still/here", 0)]))
+    assert watcher.read() is not None
+    malformed = [
+        b"\x30\x05\x00\x01a",  # PUBLISH before CONNECT
+        b"\x10\xff\xff\xff\xff\x7f",  # a remaining length of five bytes
+        b"\x10\xff\xff\xff\x7f",  # a CONNECT longer than max_payload
+        packet(0x10, b"\x00\x04MQTT\x04\x02\x00\x1e\x00\x05ab"),  # a client ID longer than the packet
+        b"\x10\x02\x00\x04",  # CONNECT too short for its protocol name
+        packet(0x10, b"\x00\x04MQTT\x04\x03\x00\x1e\x00\x02m2"),  # reserved connect flag set
+        b"GET / HTTP/1.1\r\n\r\n",
+    ]
+    for data in malformed:
+        bad = RawClient(mqtt_server.mqtt_port)
+        bad.send(data)
+        assert bad.closed(), data
+    after_connect = [
+        b"\xf0\x00",  # packet type 15
+        b"\x82\x02\x00\x01",  # SUBSCRIBE without filters
+        b"\x80\x05\x00\x01\x00\x01a",  # SUBSCRIBE with reserved flags 0
+        b"\x32\x05\x00\x01a\x00\x00",  # QoS 1 PUBLISH with packet id 0 (malformed for both)
+        publish_packet(b"wild/+", b"x"),  # a wildcard in a PUBLISH topic
+        b"\xc0\x01\x00",  # PINGREQ with a remaining length
+    ]
+    for data in after_connect:
+        bad = RawClient(mqtt_server.mqtt_port)
+        assert bad.connect(client_id=b"malformed-" + uuid.uuid4().hex[:8].encode()) == 0
+        bad.send(data)
+        assert bad.closed(), data
+    publisher = RawClient(mqtt_server.mqtt_port)
+    assert publisher.connect(client_id=b"publisher") == 0
+    publisher.send(publish_packet(b"still/here", b"alive"))
+    delivered = watcher.read()
+    assert delivered is not None and delivered[0] == 0x30
+    assert delivered[1] == struct.pack(">H", 10) + b"still/here" + b"alive"
+
+
+class Paho:
+    """A paho-mqtt MQTTv311 client that records what it receives."""
+
+    def __init__(self, server: MQTTServer, client_id: str, user: str | None = None) -> None:
+        self.received: list[tuple[str, bytes]] = []
+        self.suback: list[int] = []
+        self._got = threading.Condition()
+        self.client = paho.Client(
+            paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=paho.MQTTv311
+        )
+        if user is not None:
+            self.client.username_pw_set(user, "pw")
+        self.client.on_message = self._on_message
+        self.client.on_subscribe = self._on_subscribe
+        self.client.connect("127.0.0.1", server.mqtt_port, keepalive=30)
+        self.client.loop_start()
+
+    def _on_message(self, client: object, userdata: object, message: paho.MQTTMessage) -> None:
+        with self._got:
+            self.received.append((message.topic, message.payload))
+            self._got.notify_all()
+
+    def _on_subscribe(
+        self, client: object, userdata: object, mid: int, codes: list[object], props: object
+    ) -> None:
+        with self._got:
+            self.suback.extend(int(getattr(c, "value", c)) for c in codes)
+            self._got.notify_all()
+
+    def subscribe(self, *topics: str) -> list[int]:
+        with self._got:
+            before = len(self.suback)
+            self.client.subscribe([(t, 0) for t in topics])
+            assert self._got.wait_for(lambda: len(self.suback) >= before + len(topics), timeout=10)
+            return self.suback[before:]
+
+    def wait(self, count: int) -> list[tuple[str, bytes]]:
+        with self._got:
+            assert self._got.wait_for(lambda: len(self.received) >= count, timeout=10), self.received
+            return list(self.received)
+
+    def publish(self, topic: str, payload: bytes) -> None:
+        self.client.publish(topic, payload, qos=0).wait_for_publish(10)
+
+    def stop(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+async def _nats_side(
+    server: MQTTServer, mqtt_publishes: list[tuple[str, bytes]]
+) -> list[tuple[str, bytes, dict[str, str] | None]]:
+    """A NATS subscriber on `t.>` and `$sys-like.>` while an MQTT client publishes `mqtt_publishes`."""
+    nc = await nats.connect(server.nats_url)
+    got: list[tuple[str, bytes, dict[str, str] | None]] = []
+    done = asyncio.Event()
+
+    async def on_msg(msg: nats.aio.msg.Msg) -> None:
+        got.append((msg.subject, msg.data, msg.headers))
+        if len(got) == len(mqtt_publishes):
+            done.set()
+
+    await nc.subscribe("t.>", cb=on_msg)
+    await nc.flush()
+    publisher = Paho(server, "nats-side-publisher")
+    for topic, payload in mqtt_publishes:
+        publisher.publish(topic, payload)
+    await asyncio.wait_for(done.wait(), 10)
+    publisher.stop()
+    await nc.close()
+    return got
+
+
+def test_mqtt_to_nats_subjects_and_header(mqtt_server: MQTTServer) -> None:
+    publishes = [("t/a", b"1"), ("t/a.b", b"2"), ("t//x", b"3"), ("t/x/", b"4"), ("t/ä", b"5")]
+    got = asyncio.run(_nats_side(mqtt_server, publishes))
+    assert got == [
+        ("t.a", b"1", {"Nmqtt-Pub": "0"}),
+        ("t.a//b", b"2", {"Nmqtt-Pub": "0"}),
+        ("t./.x", b"3", {"Nmqtt-Pub": "0"}),
+        ("t.x./", b"4", {"Nmqtt-Pub": "0"}),
+        ("t.ä", b"5", {"Nmqtt-Pub": "0"}),
+    ]
+
+
+async def _nats_publish(server: MQTTServer, messages: list[tuple[str, bytes]]) -> None:
+    nc = await nats.connect(server.nats_url)
+    for subject, payload in messages:
+        await nc.publish(subject, payload)
+    await nc.flush()
+    await nc.close()
+
+
+def test_deliveries_mqtt_and_nats_to_mqtt(mqtt_server: MQTTServer) -> None:
+    sub = Paho(mqtt_server, "deliveries-sub")
+    try:
+        assert sub.subscribe("d/#", "+/plus", "#", "$own/#") == [0, 0, 0, 0]
+        pub = Paho(mqtt_server, "deliveries-pub")
+        pub.publish("d", b"parent level")  # `d/#` takes `d` too, and `#`
+        pub.publish("d/a.b", b"dotted")
+        pub.stop()
+        asyncio.run(
+            _nats_publish(
+                mqtt_server,
+                [
+                    ("x.plus", b"from nats"),
+                    ("d.a//b", b"escaped"),
+                    ("$own.x", b"dollar"),
+                    ("$other.x", b"none"),
+                ],
+            )
+        )
+        got = sub.wait(9)
+        time.sleep(0.2)  # (nothing more must come: `#` takes no `$` topic)
+        got = sorted(sub.received)
+    finally:
+        sub.stop()
+    assert got == sorted(
+        [
+            ("d", b"parent level"),
+            ("d", b"parent level"),
+            ("d/a.b", b"dotted"),
+            ("d/a.b", b"dotted"),
+            ("x/plus", b"from nats"),
+            ("x/plus", b"from nats"),
+            ("d/a.b", b"escaped"),
+            ("d/a.b", b"escaped"),
+            ("$own/x", b"dollar"),
+        ]
+    )
+
+
+def test_permissions_apply_to_mqtt_clients(mqtt_server: MQTTServer) -> None:
+    watcher = Paho(mqtt_server, "perm-watcher")
+    bob = Paho(mqtt_server, "perm-bob", user="bob")
+    try:
+        watcher.subscribe("secret/#", "open/#")
+        assert bob.subscribe("secret/x", "open/x") == [0x80, 0]
+        bob.publish("secret/x", b"denied")
+        bob.publish("open/x", b"allowed")
+        assert watcher.wait(1) == [("open/x", b"allowed")]
+        assert bob.wait(1) == [("open/x", b"allowed")]
+    finally:
+        watcher.stop()
+        bob.stop()
+
+
+def test_will_and_client_id_takeover(mqtt_server: MQTTServer) -> None:
+    watcher = Paho(mqtt_server, "will-watcher")
+    try:
+        watcher.subscribe("will/#")
+        first = RawClient(mqtt_server.mqtt_port)
+        assert first.connect(client_id=b"dup", will=(b"will/first", b"first gone")) == 0
+        second = RawClient(mqtt_server.mqtt_port)
+        assert second.connect(client_id=b"dup", will=(b"will/second", b"second gone")) == 0
+        assert first.closed()  # replaced, without its will
+        clean = RawClient(mqtt_server.mqtt_port)
+        assert clean.connect(client_id=b"clean", will=(b"will/clean", b"never")) == 0
+        clean.send(packet(0xE0, b""))  # DISCONNECT discards the will
+        assert clean.closed()
+        second.close()  # dropped: its will goes out
+        assert watcher.wait(1) == [("will/second", b"second gone")]
+        time.sleep(0.2)
+        assert watcher.received == [("will/second", b"second gone")]
+    finally:
+        watcher.stop()
+
+
+def mosquitto_sub(port: int, *args: str) -> subprocess.Popen[bytes]:
+    """mosquitto_sub on `m/#` for 3 messages (20 s at most), line-buffered: with -d its debug lines say
+    when the SUBACK came."""
+    where = ["-h", "127.0.0.1", "-p", str(port), "-V", "mqttv311", "-i", "mosq-sub"]
+    command = ["stdbuf", "-oL", "mosquitto_sub", *where, "-t", "m/#", "-v", "-C", "3", "-W", "20", *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_mosquitto_clients(mqtt_server: MQTTServer) -> None:
+    port = str(mqtt_server.mqtt_port)
+    # bob may not subscribe to m/#: the SUBACK refuses it and mosquitto_sub says so. Then alice's.
+    out, err = mosquitto_sub(mqtt_server.mqtt_port, "-u", "bob", "-P", "pw").communicate(timeout=30)
+    assert b"All subscription requests were denied" in out + err, (out, err)
+    sub = mosquitto_sub(mqtt_server.mqtt_port, "-d")
+    assert sub.stdout is not None
+    lines = []
+    for line in sub.stdout:
+        lines.append(line)
+        if b"received SUBACK" in line:
+            break
+    assert b"received SUBACK" in lines[-1], lines
+    for topic, message in (("m/one", "1"), ("m/two/three", "2 3"), ("m", "top")):
+        subprocess.run(
+            ["mosquitto_pub", "-h", "127.0.0.1", "-p", port, "-V", "mqttv311", "-t", topic, "-m", message],
+            check=True,
+            timeout=20,
+        )
+    out, err = sub.communicate(timeout=30)
+    assert sub.returncode == 0, err
+    received = [line for line in out.decode().splitlines() if not line.startswith(("Client ", "Subscribed "))]
+    assert received == ["m/one 1", "m/two/three 2 3", "m top"]
+
+
+def _varz_mqtt(server: MQTTServer) -> dict[str, object]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.server.http_port}/varz", timeout=10) as answer:
+        return dict(json.load(answer)["mqtt"])
+
+
+def test_varz_mqtt_block(mqtt_server: MQTTServer) -> None:
+    assert _varz_mqtt(mqtt_server) == {
+        "host": "127.0.0.1",
+        "port": mqtt_server.mqtt_port,
+        "no_auth_user": "alice",
+        "tls_timeout": 2,
+    }
+
+
+def test_qos1_subscription_refused_by_pynatsd(mqtt_server: MQTTServer) -> None:
+    """nats-server grants QoS 1 and 2 (JetStream consumers); pynatsd does not have them yet and says so in
+    the SUBACK (0x80) rather than grant what it would not honour."""
+    client = RawClient(mqtt_server.mqtt_port)
+    assert client.connect(client_id=b"qos1") == 0
+    client.send(subscribe_packet(3, [(b"q/1", 1), (b"q/0", 0), (b"q/2", 2)]))
+    granted = (1, 0, 2) if mqtt_server.kind == "nats-server" else (0x80, 0, 0x80)
+    assert client.read() == (0x90, b"\x00\x03" + bytes(granted))
+    client.close()
