@@ -121,7 +121,7 @@ class Node(Broker):
                 await self.stop_monitoring()
                 raise
         self.websocket = await start_websocket(self)
-        self.mqtt = await start_mqtt(self, jetstream=self.jetstream is not None)
+        self.mqtt = await start_mqtt(self, self.jetstream)
         if self.gateway is not None:  # before the routes: their INFO carries our gateway URL
             await self._listen_gateways(self.gateway)
         if self.route_manager is not None:  # after the client port: route INFOs carry our client URLs

@@ -14,22 +14,23 @@ from pynatsd.config.mqtt import mqtt_options
 
 if TYPE_CHECKING:
     from pynatsd.broker.core import Broker
+    from pynatsd.jetstream import JetStream
     from pynatsd.mqtt.listener import MQTTListener
 
 __all__ = ["start_mqtt"]
 
 
-async def start_mqtt(server: Broker, jetstream: bool) -> MQTTListener | None:
-    """Start the server's MQTT listener when its options configure one (`jetstream`: this server has
-    JetStream, which nats-server requires of a standalone MQTT server)."""
+async def start_mqtt(server: Broker, jetstream: JetStream | None) -> MQTTListener | None:
+    """Start the server's MQTT listener when its options configure one (`jetstream`: this server's own,
+    which nats-server requires of a standalone MQTT server, and where QoS 1 messages are stored)."""
     mqtt = mqtt_options(server.options)
     if mqtt is None:
         return None
     from pynatsd.mqtt.listener import MQTTListener
 
-    listener = MQTTListener(server, mqtt)
+    listener = MQTTListener(server, mqtt, jetstream)
     try:
-        await listener.start(jetstream)
+        await listener.start()
     except ConfigValueError as exc:
         get_logger().critical("nats-server: %s", exc)
         raise SystemExit(1) from None

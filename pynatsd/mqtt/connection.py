@@ -5,14 +5,15 @@ What it does as nats-server's MQTT client does: CONNECT with its checks and retu
 users, with this listener's single user/token/no_auth_user in their place when it sets any; their
 permissions), keep-alive (1.5 times the client's period with nothing read closes it), PINGREQ,
 DISCONNECT, SUBSCRIBE and UNSUBSCRIBE (a `#` filter also takes its parent level, as nats-server's extra
-subscription), QoS 0 PUBLISH both ways, with nats-server's `Nmqtt-Pub` header on what NATS subscribers
-get, and a QoS 0 will. Every message it publishes goes through the broker's policy
+subscription), PUBLISH both ways with nats-server's `Nmqtt-Pub` header on what NATS subscribers get: QoS
+0, and QoS 1 from the client (delivered, stored in the account's `$MQTT_msgs` stream as nats-server
+stores it, then PUBACK), and a QoS 0 will. Every message it publishes goes through the broker's policy
 (pynatsd.broker.delivery.publish), and every message it receives comes through `deliver` to `take`.
 
 What it refuses (pynatsd does not have them yet), clearly: a persistent session (clean session 0: CONNACK
-3, server unavailable), a QoS 1 or 2 subscription (SUBACK failure 0x80), a QoS 1 or 2 PUBLISH, a retained
-PUBLISH and a will with QoS > 0 or retain (the connection is closed with an error in the log). A
-malformed packet closes this connection only.
+3, server unavailable), a QoS 1 or 2 subscription (SUBACK failure 0x80), a QoS 2 PUBLISH (and PUBREC),
+a retained PUBLISH and a will with QoS > 0 or retain (the connection is closed with an error in the
+log). A malformed packet closes this connection only.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from pynatsd.base.ids import event_id
 from pynatsd.base.listener import peer_address
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Client, Message, Subscription, new_head, publish, size_fields
+from pynatsd.jetstream.errors import ApiError
 from pynatsd.mqtt import packets
 from pynatsd.mqtt.packets import PacketError
+from pynatsd.mqtt.store import MSGS_PREFIX, ensure_msgs_stream
 from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ log = get_logger()
 
 #: The header nats-server puts on a message an MQTT client published (its QoS), seen by NATS subscribers.
 QOS0_HEADERS = b"NATS/1.0\r\nNmqtt-Pub:0\r\n\r\n"
+QOS1_HEADERS = b"NATS/1.0\r\nNmqtt-Pub:1\r\n\r\n"
 # A CONNECT's bound is max_payload (nats-server's); later packets may be a max_payload PUBLISH and its
 # header, topic and nats-server's `Nmqtt-Pub` header, so anything much longer is refused at its header.
 _PACKET_SLACK = 70_000
@@ -171,9 +175,13 @@ class MQTTConnection(Client):
             self.close("Client Closed")
         elif kind == packets.CONNECT:
             raise PacketError("received a second CONNECT packet")
-        elif kind in (packets.PUBACK, packets.PUBREC, packets.PUBREL, packets.PUBCOMP):
-            # Only with QoS 1/2 deliveries and publishes, which this server does not make or take.
-            raise PacketError(f"pynatsd does not support MQTT QoS 1 and 2 yet (packet type {kind >> 4})")
+        elif kind in (packets.PUBACK, packets.PUBCOMP):
+            packets.packet_id(body)  # this server sends no QoS 1/2 message: none is pending, as ignored
+        elif kind == packets.PUBREL:
+            # No QoS 2 message is held for it (none is taken): nats-server's PUBCOMP all the same.
+            self._write(packets.pubcomp(packets.packet_id(body)))
+        elif kind == packets.PUBREC:
+            raise PacketError("pynatsd does not support MQTT QoS 2 yet (PUBREC)")
         else:
             raise PacketError(f"received unknown packet type {kind >> 4}")
 
@@ -231,6 +239,23 @@ class MQTTConnection(Client):
         self.user, self.account = identity
         self.perms = self.authenticator().permissions(self.user)
         self.sublist = server.sublist_for(self.account)
+        js = self.listener.jetstream
+        if js is not None:
+            try:
+                stored = ensure_msgs_stream(js, self.account, self.listener.mqtt.stream_replicas)
+            except ApiError as exc:
+                log.error(
+                    "%r - unable to connect: create messages stream for account %r: %s",
+                    self,
+                    self.account,
+                    exc,
+                )
+                self.close("Protocol Violation")
+                return
+            if not stored:  # nats-server keeps every MQTT session's state in JetStream
+                log.error("%r - unable to connect: JetStream not enabled for account %r", self, self.account)
+                self.close("Protocol Violation")
+                return
         self.listener.take_over(self)
         self.connected = True
         log.debug("%r - Client connected", self)
@@ -239,31 +264,42 @@ class MQTTConnection(Client):
             self._timer = server.loop.call_later(self._keep_alive, self._keep_alive_tick)
 
     def _publish(self, pub: packets.Publish) -> None:
-        if pub.qos:
-            raise PacketError(f"pynatsd does not support MQTT QoS {pub.qos} PUBLISH yet")
+        if pub.qos == 2:
+            raise PacketError("pynatsd does not support MQTT QoS 2 PUBLISH yet")
         if pub.retain:
             raise PacketError("pynatsd does not support MQTT retained messages yet")
-        self._deliver(pub.topic, pub.subject, pub.payload)
+        if pub.qos == 1 and self.listener.jetstream is None:
+            raise PacketError("pynatsd stores MQTT QoS 1 messages in its own JetStream, which it has not")
+        if self._deliver(pub.topic, pub.subject, pub.payload, pub.qos) and pub.qos == 1:
+            self._write(packets.puback(pub.packet_id))
 
-    def _deliver(self, topic: bytes, subject: bytes, payload: bytes) -> None:
+    def _deliver(self, topic: bytes, subject: bytes, payload: bytes, qos: int = 0) -> bool:
         """Publish an MQTT message to the account as nats-server does: a NATS message with its
-        `Nmqtt-Pub` header, under the client's publish permissions (a denied one is dropped, logged)."""
-        size = len(QOS0_HEADERS) + len(payload)
+        `Nmqtt-Pub` header, under the client's publish permissions (a denied one is dropped, logged); a QoS
+        1 one is then stored in `$MQTT_msgs` (pynatsd.mqtt.store). False if refused."""
+        headers = QOS1_HEADERS if qos else QOS0_HEADERS
+        size = len(headers) + len(payload)
         self.in_msgs += 1
         self.in_bytes += size
         max_payload = self.server.options.max_payload
         if size > max_payload:
             log.error("%r - maximum payload exceeded: %d vs %d", self, size, max_payload)
             self.close("Maximum Payload Exceeded")
-            return
+            return False
         if self.perms is not None and not self.perms.can_publish(subject):
             log.error('%r - Publish Violation - User "%s", Subject "%s"', self, self.user, subject.decode())
-            return
+            return True  # (as nats-server: dropped, yet acknowledged)
+        sizes = size_fields(headers, payload)
         head = self._heads.get(subject) or new_head(self._heads, subject)
         msg = self._msg
-        msg.set(subject, None, size_fields(QOS0_HEADERS, payload), QOS0_HEADERS, payload, head)
+        msg.set(subject, None, sizes, headers, payload, head)
         self.pub_topic, self.pub_subject = topic, subject
         publish(self.sublist, msg, self._fanout)
+        if qos:
+            stored = MSGS_PREFIX + subject
+            msg.set(stored, None, sizes, headers, payload, b"MSG " + stored + b" ")
+            publish(self.sublist, msg, self._fanout)
+        return True
 
     def _subscribe(self, body: bytes) -> None:
         packet_id, filters = packets.parse_filters(body, subscribe=True)

@@ -15,6 +15,7 @@ from pynatsd.mqtt.connection import MQTTConnection
 
 if TYPE_CHECKING:
     from pynatsd.broker.core import Broker
+    from pynatsd.jetstream import JetStream
 
 log = get_logger()
 
@@ -22,9 +23,10 @@ log = get_logger()
 class MQTTListener:
     """The `mqtt {}` port (see pynatsd.mqtt)."""
 
-    def __init__(self, server: Broker, mqtt: MQTTOptions) -> None:
+    def __init__(self, server: Broker, mqtt: MQTTOptions, jetstream: JetStream | None) -> None:
         self.server = server
         self.mqtt = mqtt
+        self.jetstream = jetstream  # this server's own (a clustered one may serve its cluster's instead)
         self.port = mqtt.port
         self.clients: set[MQTTConnection] = set()
         self.by_client_id: dict[tuple[str, str], MQTTConnection] = {}  # (account, client ID) -> client
@@ -32,9 +34,9 @@ class MQTTListener:
         self._auth: Authenticator | None = None
         self._auth_base: Authenticator | None = None
 
-    async def start(self, jetstream: bool) -> None:
+    async def start(self) -> None:
         """Validate the block against the rest of the configuration and bind the port."""
-        validate(self.mqtt, self.server.options, jetstream)
+        validate(self.mqtt, self.server.options, self.jetstream is not None)
         mqtt = self.mqtt
         self._listener = await self.server.loop.create_server(
             lambda: cast(asyncio.Protocol, MQTTConnection(self.server, self)),

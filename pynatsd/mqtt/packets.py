@@ -385,8 +385,20 @@ def unsuback(packet_id: int) -> bytes:
     return bytes((UNSUBACK, 2)) + struct.pack(">H", packet_id)
 
 
-def puback(packet_id: int) -> bytes:
-    return bytes((PUBACK, 2)) + struct.pack(">H", packet_id)
+def packet_id(body: bytes) -> int:
+    """The packet identifier of a PUBACK, PUBREC, PUBREL or PUBCOMP (nats-server's mqttParsePIPacket)."""
+    pid = Reader(body).uint16("packet identifier")
+    if pid == 0:
+        raise PacketError("packet identifier cannot be 0")
+    return pid
+
+
+def puback(pid: int) -> bytes:
+    return bytes((PUBACK, 2)) + struct.pack(">H", pid)
+
+
+def pubcomp(pid: int) -> bytes:
+    return bytes((PUBCOMP, 2)) + struct.pack(">H", pid)
 
 
 PINGRESP_PACKET = bytes((PINGRESP, 0))

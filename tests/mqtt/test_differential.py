@@ -346,3 +346,51 @@ def test_qos1_subscription_refused_by_pynatsd(mqtt_server: MQTTServer) -> None:
     granted = (1, 0, 2) if mqtt_server.kind == "nats-server" else (0x80, 0, 0x80)
     assert client.read() == (0x90, b"\x00\x03" + bytes(granted))
     client.close()
+
+
+async def _qos1(
+    server: MQTTServer,
+) -> tuple[list[tuple[str, bytes, dict[str, str] | None]], dict[str, object]]:
+    nc = await nats.connect(server.nats_url)
+    got: list[tuple[str, bytes, dict[str, str] | None]] = []
+    arrived = asyncio.Event()
+
+    async def on_msg(msg: nats.aio.msg.Msg) -> None:
+        got.append((msg.subject, msg.data, msg.headers))
+        arrived.set()
+
+    await nc.subscribe("q1.>", cb=on_msg)
+    await nc.flush()
+    subscriber = RawClient(server.mqtt_port)
+    assert subscriber.connect(client_id=b"qos1-sub") == 0
+    subscriber.send(subscribe_packet(1, [(b"q1/#", 0)]))
+    assert subscriber.read() == (0x90, b"\x00\x01\x00")
+    publisher = RawClient(server.mqtt_port)
+    assert publisher.connect(client_id=b"qos1-pub") == 0
+    publisher.send(packet(0x32, b"\x00\x04q1/x\x00\x05" + b"at least once"))
+    assert publisher.read() == (0x40, b"\x00\x05")  # PUBACK
+    assert subscriber.read() == (0x30, b"\x00\x04q1/x" + b"at least once")  # to a QoS 0 subscriber as QoS 0
+    publisher.send(packet(0x40, b"\x00\x09"))  # a PUBACK for nothing pending: ignored
+    publisher.send(packet(0x62, b"\x00\x07"))  # a PUBREL for nothing held: PUBCOMP all the same
+    assert publisher.read() == (0x70, b"\x00\x07")
+    publisher.send(packet(0xC0, b""))
+    assert publisher.read() == (0xD0, b"")
+    await asyncio.wait_for(arrived.wait(), 10)
+    info = await nc.jetstream().stream_info("$MQTT_msgs")
+    await nc.close()
+    publisher.close()
+    subscriber.close()
+    config = info.config
+    described = {
+        "subjects": config.subjects,
+        "retention": config.retention,
+        "storage": config.storage,
+        "replicas": config.num_replicas,
+    }
+    return got, described
+
+
+def test_qos1_publish_acknowledged_and_stored(mqtt_server: MQTTServer) -> None:
+    got, stream = asyncio.run(_qos1(mqtt_server))
+    assert got == [("q1.x", b"at least once", {"Nmqtt-Pub": "1"})]
+    assert stream == {"subjects": ["$MQTT.msgs.>"], "retention": "interest", "storage": "file", "replicas": 1}
