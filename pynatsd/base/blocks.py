@@ -134,6 +134,9 @@ class MQTTOptions:
     consumer_inactive_threshold: float = 0.0
     reject_qos2_publish: bool = False
     downgrade_qos2_subscribe: bool = False
+    tls: dict[str, Any] | None = (
+        None  # the raw `tls {}` block (cert_file, key_file, ca_file, verify, timeout)
+    )
 
     @property
     def auth_override(self) -> bool:

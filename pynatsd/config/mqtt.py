@@ -2,8 +2,8 @@
 
 `parse_block` reads the block, reporting each problem through callbacks so the schema can place it
 (`file:line:col`); `validate` runs the checks that need the whole configuration, at the listener's start,
-with nats-server's texts. Fails closed: `tls {}` (not implemented yet for MQTT) and any unknown key are
-errors naming the key.
+with nats-server's texts. Fails closed: `tls {}` keys pynatsd does not implement (pinned certificates,
+certificate mapping, OCSP…) and any unknown key are errors naming the key.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pynatsd.base.blocks import MQTTOptions
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration
 from pynatsd.config.cluster import parse_listen
+from pynatsd.config.websocket import check_tls_keys
 
 #: (the map holding the key, the key as written, the message): an error or a warning at that key.
 Report = Callable[[Mapping[str, Any], str, str], None]
@@ -102,12 +103,10 @@ def parse_block(value: Any, error: Report, warn: Report) -> MQTTOptions:
             elif k == "downgrade_qos2_subscribe":
                 mqtt.downgrade_qos2_subscribe = _typed(key, v, bool, "a boolean")
             elif k == "tls":
-                # Fail closed: clients asking for TLS must not get a plaintext port.
-                error(
-                    value,
-                    key,
-                    '"tls": pynatsd does not support TLS for MQTT clients yet; remove it to run pynatsd',
-                )
+                if not isinstance(v, Mapping):
+                    raise ConfigValueError("mqtt tls: expected a block")
+                check_tls_keys(dict(v), "mqtt")
+                mqtt.tls = dict(v)
             else:
                 error(value, key, f'unknown field "{key}"')
         except ConfigValueError as exc:

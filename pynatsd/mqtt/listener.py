@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ssl
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd.auth.users import Authenticator
 from pynatsd.base.blocks import MQTTOptions
 from pynatsd.base.listener import listener_urls
 from pynatsd.base.logging import get_logger
+from pynatsd.base.tls import server_context
 from pynatsd.config.mqtt import validate
+from pynatsd.config.websocket import block_tls_options
 from pynatsd.mqtt.connection import MQTTConnection
 
 if TYPE_CHECKING:
@@ -18,6 +22,19 @@ if TYPE_CHECKING:
     from pynatsd.jetstream import JetStream
 
 log = get_logger()
+
+DEFAULT_TLS_TIMEOUT = 2  # seconds, nats-server's TLS_TIMEOUT
+
+
+def cert_not_after(path: str) -> str:
+    """When the PEM certificate at `path` expires, as nats-server's /varz says it (RFC 3339, UTC); empty if
+    it cannot be read. (The standard library reads certificates only through this private helper.)"""
+    try:
+        decoded = ssl._ssl._test_decode_cert(path)  # type: ignore[attr-defined]
+        seconds = ssl.cert_time_to_seconds(decoded["notAfter"])
+    except (AttributeError, KeyError, OSError, ValueError):
+        return ""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class MQTTListener:
@@ -28,6 +45,9 @@ class MQTTListener:
         self.mqtt = mqtt
         self.jetstream = jetstream  # this server's own (a clustered one may serve its cluster's instead)
         self.port = mqtt.port
+        self.scheme = "mqtt"
+        self.tls_timeout: float = DEFAULT_TLS_TIMEOUT  # (nats-server shows its default without TLS too)
+        self.cert_not_after = ""  # the TLS certificate's expiry (RFC 3339), for /varz
         self.clients: set[MQTTConnection] = set()
         self.by_client_id: dict[tuple[str, str], MQTTConnection] = {}  # (account, client ID) -> client
         self._listener: asyncio.base_events.Server | None = None
@@ -36,18 +56,27 @@ class MQTTListener:
 
     async def start(self) -> None:
         """Validate the block against the rest of the configuration and bind the port."""
-        validate(self.mqtt, self.server.options, self.jetstream is not None)
+        opts = self.server.options
+        validate(self.mqtt, opts, self.jetstream is not None)
         mqtt = self.mqtt
+        tls = block_tls_options(mqtt.tls, opts, "mqtt") if mqtt.tls is not None else None
+        ctx = server_context(tls, verify_clients=True) if tls is not None else None
+        if tls is not None:
+            self.tls_timeout = tls.tls_timeout
+            self.cert_not_after = cert_not_after(tls.tls_cert)
         self._listener = await self.server.loop.create_server(
             lambda: cast(asyncio.Protocol, MQTTConnection(self.server, self)),
             host=mqtt.host or None,
             port=0 if mqtt.port == -1 else mqtt.port,
             reuse_address=True,
             backlog=1024,
+            ssl=ctx,
+            ssl_handshake_timeout=self.tls_timeout if ctx is not None else None,
         )
         sockets = self._listener.sockets
         self.port = int(sockets[0].getsockname()[1]) if sockets else mqtt.port
-        log.info("Listening for MQTT clients on mqtt://%s:%d", mqtt.host, self.port)
+        self.scheme = "tls" if ctx is not None else "mqtt"
+        log.info("Listening for MQTT clients on %s://%s:%d", self.scheme, mqtt.host, self.port)
 
     def authenticator(self) -> Authenticator:
         """The server's users, with this block's single user, token or no_auth_user in place of the
@@ -116,7 +145,7 @@ class MQTTListener:
 
     def urls(self) -> list[str]:
         """`mqtt://` URLs of the listener's sockets."""
-        return [] if self._listener is None else listener_urls("mqtt", self._listener)
+        return [] if self._listener is None else listener_urls(self.scheme, self._listener)
 
     def varz(self) -> dict[str, Any]:
         """/varz `mqtt`: nats-server's MQTTOptsVarz (empty fields left out, as its omitempty)."""
@@ -126,9 +155,10 @@ class MQTTListener:
             "port": self.port,
             "no_auth_user": mqtt.no_auth_user,
             "auth_timeout": mqtt.auth_timeout,
-            "tls_timeout": 2,  # nats-server's default, shown without TLS too
+            "tls_timeout": self.tls_timeout,
             "js_domain": mqtt.js_domain,
             "ack_wait": int(mqtt.ack_wait * 1e9),
             "max_ack_pending": mqtt.max_ack_pending,
+            "tls_cert_not_after": self.cert_not_after,
         }
         return {k: v for k, v in fields.items() if v}

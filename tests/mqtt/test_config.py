@@ -66,12 +66,3 @@ def test_single_user_with_users_refused_at_start(kind: str, tmp_path: Path) -> N
         "mqtt authentication username not compatible with presence of users/nkeys"
         in result.stdout + result.stderr
     )
-
-
-def test_tls_refused_by_name(tmp_path: Path) -> None:
-    """pynatsd has no TLS for MQTT yet: a `tls {}` block stops it (never a plaintext port instead)."""
-    js = f"jetstream {{ store_dir: '{tmp_path / 'js'}' }}\n"
-    text = js + "mqtt { port: -1, tls { cert_file: x, key_file: y } }\n"
-    result = run("pynatsd", tmp_path / "tls.conf", text, "-t")
-    assert result.returncode == 1
-    assert '"tls": pynatsd does not support TLS for MQTT clients yet' in result.stdout + result.stderr
