@@ -7,13 +7,14 @@ permissions), keep-alive (1.5 times the client's period with nothing read closes
 DISCONNECT, SUBSCRIBE and UNSUBSCRIBE (a `#` filter also takes its parent level, as nats-server's extra
 subscription), PUBLISH both ways with nats-server's `Nmqtt-Pub` header on what NATS subscribers get: QoS
 0, and QoS 1 from the client (delivered, stored in the account's `$MQTT_msgs` stream as nats-server
-stores it, then PUBACK), and a QoS 0 will. Every message it publishes goes through the broker's policy
+stores it, then PUBACK), retained messages (kept in `$MQTT_rmsgs`, sent with RETAIN to each new
+subscription they match), and a QoS 0 will. Every message it publishes goes through the broker's policy
 (pynatsd.broker.delivery.publish), and every message it receives comes through `deliver` to `take`.
 
 What it refuses (pynatsd does not have them yet), clearly: a persistent session (clean session 0: CONNACK
-3, server unavailable), a QoS 1 or 2 subscription (SUBACK failure 0x80), a QoS 2 PUBLISH (and PUBREC),
-a retained PUBLISH and a will with QoS > 0 or retain (the connection is closed with an error in the
-log). A malformed packet closes this connection only.
+3, server unavailable), a QoS 1 or 2 subscription (SUBACK failure 0x80), a QoS 2 PUBLISH (and PUBREC)
+and a will with QoS > 0 or retain (the connection is closed with an error in the log). A malformed
+packet closes this connection only.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from pynatsd.broker.delivery import Client, Message, Subscription, new_head, pub
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.mqtt import packets
 from pynatsd.mqtt.packets import PacketError
-from pynatsd.mqtt.store import MSGS_PREFIX, ensure_msgs_stream
+from pynatsd.mqtt.store import MSGS_PREFIX, RETAINED_PREFIX, ensure_streams, retained, retained_headers
 from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
     from pynatsd.broker.core import Broker
+    from pynatsd.jetstream import JetStream
     from pynatsd.matcher import Sublist
     from pynatsd.mqtt.listener import MQTTListener
 
@@ -242,10 +244,10 @@ class MQTTConnection(Client):
         js = self.listener.jetstream
         if js is not None:
             try:
-                stored = ensure_msgs_stream(js, self.account, self.listener.mqtt.stream_replicas)
+                stored = ensure_streams(js, self.account, self.listener.mqtt.stream_replicas)
             except ApiError as exc:
                 log.error(
-                    "%r - unable to connect: create messages stream for account %r: %s",
+                    "%r - unable to connect: create MQTT streams for account %r: %s",
                     self,
                     self.account,
                     exc,
@@ -266,17 +268,20 @@ class MQTTConnection(Client):
     def _publish(self, pub: packets.Publish) -> None:
         if pub.qos == 2:
             raise PacketError("pynatsd does not support MQTT QoS 2 PUBLISH yet")
-        if pub.retain:
-            raise PacketError("pynatsd does not support MQTT retained messages yet")
-        if pub.qos == 1 and self.listener.jetstream is None:
-            raise PacketError("pynatsd stores MQTT QoS 1 messages in its own JetStream, which it has not")
-        if self._deliver(pub.topic, pub.subject, pub.payload, pub.qos) and pub.qos == 1:
+        if (pub.qos or pub.retain) and self.listener.jetstream is None:
+            raise PacketError(
+                "pynatsd keeps MQTT QoS 1 and retained messages in its own JetStream: none here"
+            )
+        if self._deliver(pub.topic, pub.subject, pub.payload, pub.qos, pub.retain) and pub.qos == 1:
             self._write(packets.puback(pub.packet_id))
 
-    def _deliver(self, topic: bytes, subject: bytes, payload: bytes, qos: int = 0) -> bool:
+    def _deliver(
+        self, topic: bytes, subject: bytes, payload: bytes, qos: int = 0, retain: bool = False
+    ) -> bool:
         """Publish an MQTT message to the account as nats-server does: a NATS message with its
-        `Nmqtt-Pub` header, under the client's publish permissions (a denied one is dropped, logged); a QoS
-        1 one is then stored in `$MQTT_msgs` (pynatsd.mqtt.store). False if refused."""
+        `Nmqtt-Pub` header, under the client's publish permissions (a denied one is dropped, logged); a
+        retained one is first stored in `$MQTT_rmsgs` (an empty one removes it), a QoS 1 one then in
+        `$MQTT_msgs` (pynatsd.mqtt.store). False if refused."""
         headers = QOS1_HEADERS if qos else QOS0_HEADERS
         size = len(headers) + len(payload)
         self.in_msgs += 1
@@ -289,9 +294,15 @@ class MQTTConnection(Client):
         if self.perms is not None and not self.perms.can_publish(subject):
             log.error('%r - Publish Violation - User "%s", Subject "%s"', self, self.user, subject.decode())
             return True  # (as nats-server: dropped, yet acknowledged)
+        msg = self._msg
+        if retain:
+            flags = (qos << 1) | 0x01
+            kept = retained_headers(topic, flags, not payload, self.server.server_id, self.user)
+            where = RETAINED_PREFIX + subject
+            msg.set(where, None, size_fields(kept, payload), kept, payload, b"MSG " + where + b" ")
+            publish(self.sublist, msg, self._fanout)
         sizes = size_fields(headers, payload)
         head = self._heads.get(subject) or new_head(self._heads, subject)
-        msg = self._msg
         msg.set(subject, None, sizes, headers, payload, head)
         self.pub_topic, self.pub_subject = topic, subject
         publish(self.sublist, msg, self._fanout)
@@ -305,6 +316,25 @@ class MQTTConnection(Client):
         packet_id, filters = packets.parse_filters(body, subscribe=True)
         granted = [self._add_filter(subject, qos) for _topic, subject, qos in filters]
         self._write(packets.suback(packet_id, granted))
+        js = self.listener.jetstream
+        if js is None:
+            return
+        for (_topic, subject, _qos), code in zip(filters, granted, strict=True):
+            if subject is not None and code != packets.SUBACK_FAILURE:
+                self._send_retained(js, subject)
+
+    def _send_retained(self, js: JetStream, subject: bytes) -> None:
+        """The retained messages a new subscription on `subject` matches (with `foo/#`, `foo`'s too), with
+        the RETAIN flag [MQTT-3.3.1-8], but those its subscribe-deny permissions keep from it."""
+        found = retained(js, self.account, subject)
+        if len(subject) > 2 and subject.endswith(b".>"):
+            found += retained(js, self.account, subject[:-2])
+        perms = self.perms
+        for stored_subject, topic, payload in found:
+            if perms is not None and perms.sub_deny and perms.delivery_denied(stored_subject):
+                continue
+            self._write(packets.publish_header(topic, len(payload), retain=True))
+            self._write(payload)
 
     def _add_filter(self, subject: bytes | None, qos: int) -> int:
         """Subscribe one filter; the QoS granted, or SUBACK_FAILURE."""

@@ -404,6 +404,7 @@ def pubcomp(pid: int) -> bytes:
 PINGRESP_PACKET = bytes((PINGRESP, 0))
 
 
-def publish_header(topic: bytes, size: int) -> bytes:
+def publish_header(topic: bytes, size: int, retain: bool = False) -> bytes:
     """The header of a QoS 0 PUBLISH of `size` payload bytes on `topic` (the payload follows)."""
-    return bytes((PUBLISH,)) + _length(2 + len(topic) + size) + struct.pack(">H", len(topic)) + topic
+    first = PUBLISH | 0x01 if retain else PUBLISH
+    return bytes((first,)) + _length(2 + len(topic) + size) + struct.pack(">H", len(topic)) + topic

@@ -394,3 +394,63 @@ def test_qos1_publish_acknowledged_and_stored(mqtt_server: MQTTServer) -> None:
     got, stream = asyncio.run(_qos1(mqtt_server))
     assert got == [("q1.x", b"at least once", {"Nmqtt-Pub": "1"})]
     assert stream == {"subjects": ["$MQTT.msgs.>"], "retention": "interest", "storage": "file", "replicas": 1}
+
+
+def _until_pong(client: RawClient) -> list[tuple[int, bytes]]:
+    """The packets before the PINGRESP to a PINGREQ sent now (the server answers in order)."""
+    client.send(packet(0xC0, b""))
+    got = []
+    while (reply := client.read()) != (0xD0, b""):
+        assert reply is not None
+        got.append(reply)
+    return got
+
+
+async def _retained_stream(server: MQTTServer) -> dict[str, object]:
+    nc = await nats.connect(server.nats_url)
+    config = (await nc.jetstream().stream_info("$MQTT_rmsgs")).config
+    await nc.close()
+    return {
+        "subjects": config.subjects,
+        "retention": config.retention,
+        "storage": config.storage,
+        "max_msgs_per_subject": config.max_msgs_per_subject,
+    }
+
+
+def test_retained_messages(mqtt_server: MQTTServer) -> None:
+    publisher = RawClient(mqtt_server.mqtt_port)
+    assert publisher.connect(client_id=b"retain-pub") == 0
+    publisher.send(packet(0x31, b"\x00\x03r/a" + b"kept"))  # retained
+    publisher.send(packet(0x31, b"\x00\x05r/b/c" + b"also"))
+    publisher.send(packet(0x30, b"\x00\x03r/n" + b"not kept"))
+    publisher.send(packet(0x31, b"\x00\x03r/d" + b"old"))
+    publisher.send(packet(0x31, b"\x00\x03r/d" + b"new"))  # replaces the one before
+    assert _until_pong(publisher) == []
+    first = RawClient(mqtt_server.mqtt_port)
+    assert first.connect(client_id=b"retain-first") == 0
+    first.send(subscribe_packet(1, [(b"r/#", 0)]))
+    assert first.read() == (0x90, b"\x00\x01\x00")
+    assert sorted(_until_pong(first)) == sorted(
+        [
+            (0x31, b"\x00\x03r/a" + b"kept"),
+            (0x31, b"\x00\x05r/b/c" + b"also"),
+            (0x31, b"\x00\x03r/d" + b"new"),
+        ]
+    )
+    publisher.send(packet(0x31, b"\x00\x03r/a"))  # empty: removes it; subscribers get it as it is
+    assert _until_pong(publisher) == []
+    assert _until_pong(first) == [(0x30, b"\x00\x03r/a")]
+    second = RawClient(mqtt_server.mqtt_port)
+    assert second.connect(client_id=b"retain-second") == 0
+    second.send(subscribe_packet(2, [(b"r/b/+", 0), (b"r", 0)]))
+    assert second.read() == (0x90, b"\x00\x02\x00\x00")
+    assert _until_pong(second) == [(0x31, b"\x00\x05r/b/c" + b"also")]
+    for client in (publisher, first, second):
+        client.close()
+    assert asyncio.run(_retained_stream(mqtt_server)) == {
+        "subjects": ["$MQTT.rmsgs.>"],
+        "retention": "limits",
+        "storage": "file",
+        "max_msgs_per_subject": 1,
+    }
