@@ -17,14 +17,18 @@ from tests.websocket.servers import wait_listening
 KINDS = ["pynatsd", "nats-server"]
 
 # alice may do anything; bob only under `open.>`; anonymous MQTT clients are alice (the block's
-# no_auth_user). NATS clients connect as alice.
+# no_auth_user). NATS clients connect as alice. carol's account has no JetStream.
 CONFIG = """
 jetstream {{ store_dir: "{store}" }}
-authorization {{
-  users = [
-    {{ user: alice, password: pw }}
-    {{ user: bob, password: pw, permissions: {{ publish: "open.>", subscribe: "open.>" }} }}
-  ]
+accounts {{
+  A {{
+    jetstream: enabled
+    users = [
+      {{ user: alice, password: pw }}
+      {{ user: bob, password: pw, permissions: {{ publish: "open.>", subscribe: "open.>" }} }}
+    ]
+  }}
+  NOJS {{ users = [ {{ user: carol, password: pw }} ] }}
 }}
 mqtt {{ host: 127.0.0.1, port: {mqtt_port}, no_auth_user: alice }}
 """

@@ -47,6 +47,9 @@ def test_connack_return_codes(mqtt_server: MQTTServer) -> None:
         "dot in client id": connack(mqtt_server, client_id=b"a.b"),
         "space in client id": connack(mqtt_server, client_id=b"a b"),
         "empty user name": connack(mqtt_server, client_id=b"c-empty", user=b""),
+        "an account without JetStream": connack(
+            mqtt_server, client_id=b"c-carol", user=b"carol", password=b"pw"
+        ),
     }
     assert codes == {
         "alice": 0,
@@ -59,7 +62,14 @@ def test_connack_return_codes(mqtt_server: MQTTServer) -> None:
         "dot in client id": 2,
         "space in client id": 2,
         "empty user name": 4,
+        "an account without JetStream": None,  # closed: the MQTT state lives in JetStream
     }
+
+
+def test_keep_alive_closes_a_silent_client(mqtt_server: MQTTServer) -> None:
+    silent = RawClient(mqtt_server.mqtt_port)
+    assert silent.connect(client_id=b"silent", keep_alive=1) == 0
+    assert silent.closed()  # 1.5 times its keep-alive later
 
 
 def test_suback_codes_ping_and_second_connect(mqtt_server: MQTTServer) -> None:
