@@ -8,13 +8,16 @@ DISCONNECT, SUBSCRIBE and UNSUBSCRIBE (a `#` filter also takes its parent level,
 subscription), PUBLISH both ways with nats-server's `Nmqtt-Pub` header on what NATS subscribers get: QoS
 0, and QoS 1 from the client (delivered, stored in the account's `$MQTT_msgs` stream as nats-server
 stores it, then PUBACK), retained messages (kept in `$MQTT_rmsgs`, sent with RETAIN to each new
-subscription they match), and a QoS 0 will. Every message it publishes goes through the broker's policy
-(pynatsd.broker.delivery.publish), and every message it receives comes through `deliver` to `take`.
+subscription they match), a QoS 0 will, and sessions: a record per client ID in `$MQTT_sess` (a clean
+session's removed when it ends), a persistent one's subscriptions back on its next CONNECT (session
+present). Every message it publishes goes through the broker's policy (pynatsd.broker.delivery.publish),
+and every message it receives comes through `deliver` to `take`.
 
-What it refuses (pynatsd does not have them yet), clearly: a persistent session (clean session 0: CONNACK
-3, server unavailable), a QoS 1 or 2 subscription (SUBACK failure 0x80), a QoS 2 PUBLISH (and PUBREC)
-and a will with QoS > 0 or retain (the connection is closed with an error in the log). A malformed
-packet closes this connection only.
+What it refuses (pynatsd does not have them yet), clearly: a QoS 1 or 2 subscription (SUBACK failure
+0x80), a QoS 2 PUBLISH (and PUBREC) and a will with QoS > 0 or retain (the connection is closed with an
+error in the log); without JetStream of its own (a clustered server serving its cluster's), persistent
+sessions (CONNACK 3, server unavailable), QoS 1 and retained PUBLISH. A malformed packet closes this
+connection only.
 """
 
 from __future__ import annotations
@@ -31,7 +34,17 @@ from pynatsd.broker.delivery import Client, Message, Subscription, new_head, pub
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.mqtt import packets
 from pynatsd.mqtt.packets import PacketError
-from pynatsd.mqtt.store import MSGS_PREFIX, RETAINED_PREFIX, ensure_streams, retained, retained_headers
+from pynatsd.mqtt.store import (
+    MSGS_PREFIX,
+    RETAINED_PREFIX,
+    delete_session,
+    ensure_streams,
+    load_session,
+    retained,
+    retained_headers,
+    session_record,
+    session_subject,
+)
 from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
@@ -74,6 +87,9 @@ class MQTTConnection(Client):
         self.subs: dict[bytes, Subscription] = {}  # sid (the filter's subject, or `subject fwc`) -> sub
         self.reserved: set[Subscription] = set()  # filters starting with a wildcard: no `$` subjects
         self.will: packets.Will | None = None
+        self.clean = True
+        self.session_subject = b""  # where its session record is kept (pynatsd.mqtt.store)
+        self.session_subs: dict[str, int] = {}  # the record's filters (NATS subjects) and their QoS
         self._buf = bytearray()
         self._pending: list[bytes] = []  # packets written at the end of this turn of the loop
         self._flush_handle: asyncio.Handle | None = None
@@ -189,11 +205,12 @@ class MQTTConnection(Client):
 
     def _connect(self, connect: packets.Connect) -> None:
         self.client_id = connect.client_id or event_id()  # a NUID, as nats-server names it
-        if not connect.clean:
-            log.error("%r - pynatsd does not support persistent MQTT sessions (clean session 0) yet", self)
+        if not connect.clean and self.listener.jetstream is None:
+            log.error("%r - pynatsd keeps persistent MQTT sessions in its own JetStream: none here", self)
             self._write(packets.connack(packets.SERVER_UNAVAILABLE))
             self.close("Protocol Violation")
             return
+        self.clean = connect.clean
         will = connect.will
         if will is not None and (will.qos or will.retain):
             raise PacketError("pynatsd does not support MQTT wills with QoS 1 or 2, or retained, yet")
@@ -244,7 +261,9 @@ class MQTTConnection(Client):
         js = self.listener.jetstream
         if js is not None:
             try:
-                stored = ensure_streams(js, self.account, self.listener.mqtt.stream_replicas)
+                stored = ensure_streams(
+                    js, self.account, self.listener.mqtt.stream_replicas, self.listener.domain
+                )
             except ApiError as exc:
                 log.error(
                     "%r - unable to connect: create MQTT streams for account %r: %s",
@@ -259,11 +278,43 @@ class MQTTConnection(Client):
                 self.close("Protocol Violation")
                 return
         self.listener.take_over(self)
+        restored: dict[str, int] = {}
+        present = False  # a stored session taken up again [MQTT-3.2.2-2]
+        if js is not None:
+            self.session_subject = session_subject(self.listener.domain, self.client_id)
+            found = load_session(js, self.account, self.session_subject)
+            if found is not None:
+                seq, record = found
+                if record.get("id") != self.client_id:
+                    log.error("%r - unable to connect: stored session does not match client ID", self)
+                    self._write(packets.connack(packets.IDENTIFIER_REJECTED))
+                    self.close("Protocol Violation")
+                    return
+                if self.clean or record.get("clean"):  # [MQTT-3.1.2-6]: a clean session starts anew
+                    delete_session(js, self.account, seq)
+                else:
+                    subs = record.get("subs")
+                    restored = subs if isinstance(subs, dict) else {}
+                    present = True
+            for subject, qos in restored.items():
+                if qos or self._add_filter(subject.encode(), 0) == packets.SUBACK_FAILURE:
+                    log.error("%r - subscription %r of the stored session not restored", self, subject)
+                else:
+                    self.session_subs[subject] = 0
+            self._save_session()
         self.connected = True
         log.debug("%r - Client connected", self)
-        self._write(packets.connack(packets.ACCEPTED))
+        self._write(packets.connack(packets.ACCEPTED, session_present=present))
         if self._keep_alive:
             self._timer = server.loop.call_later(self._keep_alive, self._keep_alive_tick)
+
+    def _save_session(self) -> None:
+        """Store this session's record (nats-server keeps one for clean sessions too, while they last)."""
+        record = session_record(self.server.server_id, self.client_id, self.clean, self.session_subs)
+        subject = self.session_subject
+        msg = self._msg
+        msg.set(subject, None, size_fields(None, record), None, record, b"MSG " + subject + b" ")
+        publish(self.sublist, msg, self._fanout)
 
     def _publish(self, pub: packets.Publish) -> None:
         if pub.qos == 2:
@@ -319,6 +370,13 @@ class MQTTConnection(Client):
         js = self.listener.jetstream
         if js is None:
             return
+        changed = False
+        for (_topic, subject, _qos), code in zip(filters, granted, strict=True):
+            if subject is not None and code != packets.SUBACK_FAILURE:
+                changed |= self.session_subs.get(subject.decode()) != code
+                self.session_subs[subject.decode()] = code
+        if changed:
+            self._save_session()
         for (_topic, subject, _qos), code in zip(filters, granted, strict=True):
             if subject is not None and code != packets.SUBACK_FAILURE:
                 self._send_retained(js, subject)
@@ -383,13 +441,17 @@ class MQTTConnection(Client):
 
     def _unsubscribe(self, body: bytes) -> None:
         packet_id, filters = packets.parse_filters(body, subscribe=False)
+        changed = False
         for _topic, subject, _qos in filters:
             if subject is None:
                 continue
             self._drop(subject)
             if len(subject) > 2 and subject.endswith(b".>"):
                 self._drop(subject[:-2] + b" fwc")
+            changed |= self.session_subs.pop(subject.decode(), None) is not None
         self._write(packets.unsuback(packet_id))
+        if changed and self.listener.jetstream is not None:
+            self._save_session()
 
     def _drop(self, sid: bytes) -> None:
         sub = self.subs.pop(sid, None)
@@ -476,6 +538,11 @@ class MQTTConnection(Client):
             self._timer = None
         for sub in list(self.subs.values()):
             self.remove_sub(sub)
+        js = self.listener.jetstream
+        if self.connected and self.clean and js is not None:  # a clean session ends with its connection
+            found = load_session(js, self.account, self.session_subject)
+            if found is not None and found[1].get("id") == self.client_id:
+                delete_session(js, self.account, found[0])
         self.listener.forget(self)
         if self._flush_handle is not None:
             self._flush_handle.cancel()

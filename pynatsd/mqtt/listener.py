@@ -13,6 +13,7 @@ from pynatsd.base.blocks import MQTTOptions
 from pynatsd.base.listener import listener_urls
 from pynatsd.base.logging import get_logger
 from pynatsd.base.tls import server_context
+from pynatsd.base.values import ConfigValueError
 from pynatsd.config.mqtt import validate
 from pynatsd.config.websocket import block_tls_options
 from pynatsd.mqtt.connection import MQTTConnection
@@ -46,6 +47,7 @@ class MQTTListener:
         self.jetstream = jetstream  # this server's own (a clustered one may serve its cluster's instead)
         self.port = mqtt.port
         self.scheme = "mqtt"
+        self.domain = ""
         self.tls_timeout: float = DEFAULT_TLS_TIMEOUT  # (nats-server shows its default without TLS too)
         self.cert_not_after = ""  # the TLS certificate's expiry (RFC 3339), for /varz
         self.clients: set[MQTTConnection] = set()
@@ -58,6 +60,14 @@ class MQTTListener:
         """Validate the block against the rest of the configuration and bind the port."""
         opts = self.server.options
         validate(self.mqtt, opts, self.jetstream is not None)
+        own = self.jetstream.domain or "" if self.jetstream is not None else ""
+        if self.mqtt.js_domain and self.mqtt.js_domain != own:
+            # Fail closed: nats-server would keep the MQTT state in that domain's JetStream (a hub's).
+            raise ConfigValueError(
+                f"mqtt js_domain: pynatsd keeps MQTT state in its own JetStream (domain {own!r}), not in "
+                f"domain {self.mqtt.js_domain!r}"
+            )
+        self.domain = own  # the session records' subject token (nats-server's domainTk)
         mqtt = self.mqtt
         tls = block_tls_options(mqtt.tls, opts, "mqtt") if mqtt.tls is not None else None
         ctx = server_context(tls, verify_clients=True) if tls is not None else None

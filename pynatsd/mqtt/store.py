@@ -3,10 +3,12 @@ nats-server's configurations at an account's first MQTT client: the `$MQTT_msgs`
 retention, `$MQTT.msgs.>`) that a QoS 1 PUBLISH is stored in under `$MQTT.msgs.<subject>`, and the
 `$MQTT_rmsgs` stream (one message per subject) of retained messages, each under `$MQTT.rmsgs.<subject>`
 with nats-server's `Nmqtt-R*` headers (its topic, its flags, `-` before them for a deletion, the
-publishing user)."""
+publishing user), and the `$MQTT_sess` stream of session records (one per client ID, at
+`$MQTT.sess.[<domain>.]<hash>`, JSON: origin, id, clean, subs) that persistent sessions come back from."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -25,13 +27,28 @@ RETAINED_PREFIX = b"$MQTT.rmsgs."
 _DELETE_MARKER = "-"
 
 
-def ensure_streams(js: JetStream, account: str, replicas: int) -> bool:
-    """The account's `$MQTT_msgs` and `$MQTT_rmsgs` streams, created if missing; False when the account
-    has no JetStream."""
+SESSIONS_STREAM = "$MQTT_sess"
+SESSIONS_PREFIX = "$MQTT.sess."
+_HASH_DIGITS = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def session_subject(domain: str, client_id: str) -> bytes:
+    """Where a client ID's session record is kept: `$MQTT.sess.[<domain>.]<hash>`, nats-server's getHash
+    (8 characters of base 62 from its SHA-256)."""
+    digest = hashlib.sha256(client_id.encode()).digest()
+    token = bytes(_HASH_DIGITS[b % 62] for b in digest[:8]).decode()
+    return f"{SESSIONS_PREFIX}{domain + '.' if domain else ''}{token}".encode()
+
+
+def ensure_streams(js: JetStream, account: str, replicas: int, domain: str) -> bool:
+    """The account's `$MQTT_sess`, `$MQTT_msgs` and `$MQTT_rmsgs` streams, created if missing; False when
+    the account has no JetStream."""
     acc = js.accounts.get(account)
     if acc is None:
         return False
+    sessions = f"{SESSIONS_PREFIX}{domain + '.' if domain else ''}>"
     wanted: list[dict[str, Any]] = [
+        {"name": SESSIONS_STREAM, "subjects": [sessions], "max_msgs_per_subject": 1},
         {"name": MSGS_STREAM, "subjects": [MSGS_PREFIX.decode() + ">"], "retention": "interest"},
         {"name": RETAINED_STREAM, "subjects": [RETAINED_PREFIX.decode() + ">"], "max_msgs_per_subject": 1},
     ]
@@ -76,3 +93,36 @@ def retained(js: JetStream, account: str, subject_filter: bytes) -> list[tuple[b
         subject = stored_subject.encode()[len(RETAINED_PREFIX) :]
         found.append((subject, fields.get("Nmqtt-RTopic", "").encode(), msg.data))
     return found
+
+
+def load_session(js: JetStream, account: str, subject: bytes) -> tuple[int, dict[str, Any]] | None:
+    """(sequence, record) of the session record at `subject`; None if there is none (or it is not JSON)."""
+    acc = js.accounts.get(account)
+    stream = acc.streams.get(SESSIONS_STREAM) if acc is not None else None
+    seq = stream.store.last_for(subject) if stream is not None else 0
+    msg = stream.store.load(seq) if stream is not None and seq else None
+    if msg is None:
+        return None
+    try:
+        record = json.loads(msg.data)
+    except ValueError:
+        return None
+    return (seq, record) if isinstance(record, dict) else None
+
+
+def session_record(origin: str, client_id: str, clean: bool, subs: dict[str, int]) -> bytes:
+    """nats-server's mqttPersistedSession as its json.Marshal writes it (empty fields left out)."""
+    record: dict[str, Any] = {"origin": origin, "id": client_id}
+    if clean:
+        record["clean"] = True
+    if subs:
+        record["subs"] = dict(sorted(subs.items()))
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def delete_session(js: JetStream, account: str, seq: int) -> None:
+    """Remove the session record at `seq` (a clean session's, when it ends or is cleared)."""
+    acc = js.accounts.get(account)
+    stream = acc.streams.get(SESSIONS_STREAM) if acc is not None else None
+    if stream is not None and seq in stream.store:
+        stream.delete_message(seq)

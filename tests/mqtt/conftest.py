@@ -125,6 +125,7 @@ class RawClient:
     def __init__(self, port: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.buf = b""
+        self.session_present = 0  # of the last CONNACK
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -166,6 +167,7 @@ class RawClient:
         if reply is None:
             return None
         assert reply[0] == 0x20, reply
+        self.session_present = reply[1][0]
         return reply[1][1]
 
     def closed(self) -> bool:

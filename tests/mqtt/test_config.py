@@ -66,3 +66,12 @@ def test_single_user_with_users_refused_at_start(kind: str, tmp_path: Path) -> N
         "mqtt authentication username not compatible with presence of users/nkeys"
         in result.stdout + result.stderr
     )
+
+
+def test_js_domain_of_another_jetstream_refused(tmp_path: Path) -> None:
+    """nats-server would keep the MQTT state in that domain's JetStream (a hub's); pynatsd keeps it in
+    its own, so another domain is refused rather than ignored."""
+    text = f"jetstream {{ store_dir: '{tmp_path / 'js'}' }}\nmqtt {{ port: -1, js_domain: hub }}\n"
+    result = run("pynatsd", tmp_path / "domain.conf", text)
+    assert result.returncode == 1
+    assert "mqtt js_domain: pynatsd keeps MQTT state in its own JetStream" in result.stdout + result.stderr

@@ -16,6 +16,7 @@ import uuid
 import nats
 import paho.mqtt.client as paho
 
+from pynatsd.mqtt.store import session_subject
 from tests.mqtt.conftest import (
     MQTTServer,
     RawClient,
@@ -464,3 +465,55 @@ def test_retained_messages(mqtt_server: MQTTServer) -> None:
         "storage": "file",
         "max_msgs_per_subject": 1,
     }
+
+
+async def _session_record(server: MQTTServer, client_id: str) -> dict[str, object] | None:
+    nc = await nats.connect(server.nats_url)
+    js = nc.jetstream()
+    config = (await js.stream_info("$MQTT_sess")).config
+    assert (config.subjects, config.max_msgs_per_subject) == (["$MQTT.sess.>"], 1)
+    try:
+        stored = await js.get_last_msg("$MQTT_sess", session_subject("", client_id).decode())
+    except nats.js.errors.NotFoundError:
+        return None
+    finally:
+        await nc.close()
+    record = json.loads(stored.data or b"")
+    assert isinstance(record.pop("origin"), str)
+    return dict(record)
+
+
+def test_persistent_session(mqtt_server: MQTTServer) -> None:
+    def connect(clean: bool) -> tuple[RawClient, int]:
+        client = RawClient(mqtt_server.mqtt_port)
+        assert client.connect(client_id=b"persist", clean=clean) == 0
+        return client, client.session_present
+
+    def leave(client: RawClient) -> None:
+        client.send(packet(0xE0, b""))
+        assert client.closed()
+
+    client, present = connect(clean=False)
+    assert present == 0
+    client.send(subscribe_packet(1, [(b"p/x", 0), (b"p/y", 0)]))
+    assert client.read() == (0x90, b"\x00\x01\x00\x00")
+    client.send(unsubscribe_packet(2, [b"p/y"]))
+    assert client.read() == (0xB0, b"\x00\x02")
+    leave(client)
+    assert asyncio.run(_session_record(mqtt_server, "persist")) == {"id": "persist", "subs": {"p.x": 0}}
+    client, present = connect(clean=False)
+    assert present == 1  # its subscription is back without a SUBSCRIBE
+    publisher = RawClient(mqtt_server.mqtt_port)
+    assert publisher.connect(client_id=b"session-pub") == 0
+    publisher.send(publish_packet(b"p/x", b"back"))
+    assert client.read() == (0x30, b"\x00\x03p/x" + b"back")
+    publisher.close()
+    leave(client)
+    client, present = connect(clean=True)  # a clean session discards the stored one
+    assert present == 0
+    assert asyncio.run(_session_record(mqtt_server, "persist")) == {"id": "persist", "clean": True}
+    leave(client)
+    assert asyncio.run(_session_record(mqtt_server, "persist")) is None  # and leaves none behind
+    client, present = connect(clean=False)
+    assert present == 0
+    leave(client)
