@@ -8,15 +8,16 @@ DISCONNECT, SUBSCRIBE and UNSUBSCRIBE (a `#` filter also takes its parent level,
 subscription), PUBLISH both ways with nats-server's `Nmqtt-Pub` header on what NATS subscribers get: QoS
 0, and QoS 1 from the client (delivered, stored in the account's `$MQTT_msgs` stream as nats-server
 stores it, then PUBACK), retained messages (kept in `$MQTT_rmsgs`, sent with RETAIN to each new
-subscription they match), a QoS 0 will, and sessions: a record per client ID in `$MQTT_sess` (a clean
-session's removed when it ends), a persistent one's subscriptions back on its next CONNECT (session
-present). Every message it publishes goes through the broker's policy (pynatsd.broker.delivery.publish),
-and every message it receives comes through `deliver` to `take`.
+subscription they match), a will (with its QoS and RETAIN, as a PUBLISH), and sessions: a record per
+client ID in `$MQTT_sess` (a clean session's removed when it ends), a persistent one's subscriptions
+back on its next CONNECT (session present). Every message it publishes goes through the broker's
+policy (pynatsd.broker.delivery.publish), and every message it receives comes through `deliver` to
+`take`.
 
 What it refuses (pynatsd does not have them yet), clearly: a QoS 1 or 2 subscription (SUBACK failure
-0x80), a QoS 2 PUBLISH (and PUBREC) and a will with QoS > 0 or retain (the connection is closed with an
-error in the log); without JetStream of its own (a clustered server serving its cluster's), persistent
-sessions (CONNACK 3, server unavailable), QoS 1 and retained PUBLISH. A malformed packet closes this
+0x80) and a QoS 2 PUBLISH (and PUBREC) (the connection is closed with an error in the log); without
+JetStream of its own (a clustered server serving its cluster's), persistent sessions (CONNACK 3, server
+unavailable), QoS 1 and retained PUBLISH and wills. A malformed packet closes this
 connection only.
 """
 
@@ -56,8 +57,7 @@ if TYPE_CHECKING:
 log = get_logger()
 
 #: The header nats-server puts on a message an MQTT client published (its QoS), seen by NATS subscribers.
-QOS0_HEADERS = b"NATS/1.0\r\nNmqtt-Pub:0\r\n\r\n"
-QOS1_HEADERS = b"NATS/1.0\r\nNmqtt-Pub:1\r\n\r\n"
+PUB_HEADERS = [b"NATS/1.0\r\nNmqtt-Pub:%d\r\n\r\n" % qos for qos in range(3)]  # by QoS (2: a will's)
 # A CONNECT's bound is max_payload (nats-server's); later packets may be a max_payload PUBLISH and its
 # header, topic and nats-server's `Nmqtt-Pub` header, so anything much longer is refused at its header.
 _PACKET_SLACK = 70_000
@@ -212,8 +212,8 @@ class MQTTConnection(Client):
             return
         self.clean = connect.clean
         will = connect.will
-        if will is not None and (will.qos or will.retain):
-            raise PacketError("pynatsd does not support MQTT wills with QoS 1 or 2, or retained, yet")
+        if will is not None and (will.qos or will.retain) and self.listener.jetstream is None:
+            raise PacketError("pynatsd keeps MQTT QoS 1/2 and retained wills in its own JetStream: none here")
         password = connect.password or ""
         self.opts = ConnectOptions(
             verbose=False, pedantic=False, user=connect.username or "", password=password, auth_token=password
@@ -333,7 +333,7 @@ class MQTTConnection(Client):
         `Nmqtt-Pub` header, under the client's publish permissions (a denied one is dropped, logged); a
         retained one is first stored in `$MQTT_rmsgs` (an empty one removes it), a QoS 1 one then in
         `$MQTT_msgs` (pynatsd.mqtt.store). False if refused."""
-        headers = QOS1_HEADERS if qos else QOS0_HEADERS
+        headers = PUB_HEADERS[qos]
         size = len(headers) + len(payload)
         self.in_msgs += 1
         self.in_bytes += size
@@ -530,7 +530,7 @@ class MQTTConnection(Client):
             return
         will, self.will = self.will, None
         if will is not None and self.connected:
-            self._deliver(will.topic, will.subject, will.message)
+            self._deliver(will.topic, will.subject, will.message, will.qos, will.retain)
         self.closed = True
         self.close_reason = reason
         if self._timer is not None:

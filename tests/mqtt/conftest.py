@@ -91,11 +91,13 @@ def connect_packet(
     keep_alive: int = 30,
     level: int = 4,
     will: tuple[bytes, bytes] | None = None,
+    will_qos: int = 0,
+    will_retain: bool = False,
 ) -> bytes:
     flags = 0x02 if clean else 0
     payload = _string(client_id)
     if will is not None:
-        flags |= 0x04
+        flags |= 0x04 | will_qos << 3 | (0x20 if will_retain else 0)
         payload += _string(will[0]) + _string(will[1])
     if user is not None:
         flags |= 0x80

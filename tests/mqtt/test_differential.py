@@ -295,8 +295,19 @@ def test_will_and_client_id_takeover(mqtt_server: MQTTServer) -> None:
         assert clean.closed()
         second.close()  # dropped: its will goes out
         assert watcher.wait(1) == [("will/second", b"second gone")]
+        kept = RawClient(mqtt_server.mqtt_port)
+        will = (b"will/kept", b"kept gone")
+        assert kept.connect(client_id=b"kept", will=will, will_qos=1, will_retain=True) == 0
+        kept.close()  # a QoS 1 retained will: published as such
+        assert watcher.wait(2) == [("will/second", b"second gone"), ("will/kept", b"kept gone")]
         time.sleep(0.2)
-        assert watcher.received == [("will/second", b"second gone")]
+        assert watcher.received == [("will/second", b"second gone"), ("will/kept", b"kept gone")]
+        late = RawClient(mqtt_server.mqtt_port)
+        assert late.connect(client_id=b"late") == 0
+        late.send(subscribe_packet(1, [(b"will/+", 0)]))
+        assert late.read() == (0x90, b"\x00\x01\x00")
+        assert late.read() == (0x31, b"\x00\x09will/kept" + b"kept gone")  # retained
+        late.close()
     finally:
         watcher.stop()
 
