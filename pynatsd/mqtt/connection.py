@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 log = get_logger()
 
 #: The header nats-server puts on a message an MQTT client published (its QoS), seen by NATS subscribers.
+# Subjects no client may publish to, MQTT clients included (as pynatsd.broker.connection's, nats-server's
+# processInboundClientMsg): gateway-routed replies and JetStream clustering's.
+RESERVED_PUBLISH = (b"_GR_.", b"$NRG.")
 PUB_HEADERS = [b"NATS/1.0\r\nNmqtt-Pub:%d\r\n\r\n" % qos for qos in range(3)]  # by QoS (2: a will's)
 # A CONNECT's bound is max_payload (nats-server's); later packets may be a max_payload PUBLISH and its
 # header, topic and nats-server's `Nmqtt-Pub` header, so anything much longer is refused at its header.
@@ -342,7 +345,9 @@ class MQTTConnection(Client):
             log.error("%r - maximum payload exceeded: %d vs %d", self, size, max_payload)
             self.close("Maximum Payload Exceeded")
             return False
-        if self.perms is not None and not self.perms.can_publish(subject):
+        if subject.startswith(RESERVED_PUBLISH) or (
+            self.perms is not None and not self.perms.can_publish(subject)
+        ):
             log.error('%r - Publish Violation - User "%s", Subject "%s"', self, self.user, subject.decode())
             return True  # (as nats-server: dropped, yet acknowledged)
         msg = self._msg

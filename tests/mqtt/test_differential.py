@@ -269,9 +269,11 @@ def test_permissions_apply_to_mqtt_clients(mqtt_server: MQTTServer) -> None:
     watcher = Paho(mqtt_server, "perm-watcher")
     bob = Paho(mqtt_server, "perm-bob", user="bob")
     try:
-        watcher.subscribe("secret/#", "open/#")
+        watcher.subscribe("secret/#", "open/#", "_GR_/#", "$NRG/#")
         assert bob.subscribe("secret/x", "open/x") == [0x80, 0]
         bob.publish("secret/x", b"denied")
+        for reserved in ("_GR_/x/y", "$NRG/x"):  # no client may publish there
+            watcher.publish(reserved, b"reserved")
         bob.publish("open/x", b"allowed")
         assert watcher.wait(1) == [("open/x", b"allowed")]
         assert bob.wait(1) == [("open/x", b"allowed")]
