@@ -530,3 +530,18 @@ def test_persistent_session(mqtt_server: MQTTServer) -> None:
     client, present = connect(clean=False)
     assert present == 0
     leave(client)
+
+
+def test_publish_past_max_payload_closes_its_connection(mqtt_server: MQTTServer) -> None:
+    big = RawClient(mqtt_server.mqtt_port)
+    assert big.connect(client_id=b"big") == 0
+    big.send(publish_packet(b"big", b"x" * (1024 * 1024 - 10)))  # with the Nmqtt-Pub header: past 1 MiB
+    assert big.closed()
+    fits = RawClient(mqtt_server.mqtt_port)
+    assert fits.connect(client_id=b"fits") == 0
+    fits.send(subscribe_packet(1, [(b"fits", 0)]))
+    assert fits.read() == (0x90, b"\x00\x01\x00")
+    fits.send(publish_packet(b"fits", b"y" * (1024 * 1024 - 100)))
+    delivered = fits.read()
+    assert delivered is not None and delivered[1] == b"\x00\x04fits" + b"y" * (1024 * 1024 - 100)
+    fits.close()
