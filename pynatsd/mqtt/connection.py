@@ -14,10 +14,12 @@ back on its next CONNECT (session present). Every message it publishes goes thro
 policy (pynatsd.broker.delivery.publish), and every message it receives comes through `deliver` to
 `take`.
 
+QoS 2 from the client too: held in `$MQTT_qos2in` (PUBREC) until its PUBREL delivers it once (PUBCOMP).
+
 What it refuses (pynatsd does not have them yet), clearly: a QoS 1 or 2 subscription (SUBACK failure
-0x80) and a QoS 2 PUBLISH (and PUBREC) (the connection is closed with an error in the log); without
-JetStream of its own (a clustered server serving its cluster's), persistent sessions (CONNACK 3, server
-unavailable), QoS 1 and retained PUBLISH and wills. A malformed packet closes this
+0x80), hence a PUBREC (never due: the connection is closed with an error in the log); without JetStream
+of its own (a clustered server serving its cluster's), persistent sessions (CONNACK 3, server
+unavailable), QoS 1/2 and retained PUBLISH and wills. A malformed packet closes this
 connection only.
 """
 
@@ -41,10 +43,13 @@ from pynatsd.mqtt.store import (
     delete_session,
     ensure_streams,
     load_session,
+    qos2_headers,
+    qos2_subject,
     retained,
     retained_headers,
     session_record,
     session_subject,
+    take_qos2,
 )
 from pynatsd.protocol.connect import ConnectOptions
 
@@ -199,8 +204,7 @@ class MQTTConnection(Client):
         elif kind in (packets.PUBACK, packets.PUBCOMP):
             packets.packet_id(body)  # this server sends no QoS 1/2 message: none is pending, as ignored
         elif kind == packets.PUBREL:
-            # No QoS 2 message is held for it (none is taken): nats-server's PUBCOMP all the same.
-            self._write(packets.pubcomp(packets.packet_id(body)))
+            self._release(packets.packet_id(body))
         elif kind == packets.PUBREC:
             raise PacketError("pynatsd does not support MQTT QoS 2 yet (PUBREC)")
         else:
@@ -320,14 +324,46 @@ class MQTTConnection(Client):
         publish(self.sublist, msg, self._fanout)
 
     def _publish(self, pub: packets.Publish) -> None:
-        if pub.qos == 2:
-            raise PacketError("pynatsd does not support MQTT QoS 2 PUBLISH yet")
         if (pub.qos or pub.retain) and self.listener.jetstream is None:
             raise PacketError(
                 "pynatsd keeps MQTT QoS 1 and retained messages in its own JetStream: none here"
             )
-        if self._deliver(pub.topic, pub.subject, pub.payload, pub.qos, pub.retain) and pub.qos == 1:
+        if pub.qos == 2:
+            self._hold_qos2(pub)
+        elif self._deliver(pub.topic, pub.subject, pub.payload, pub.qos, pub.retain) and pub.qos == 1:
             self._write(packets.puback(pub.packet_id))
+
+    def _hold_qos2(self, pub: packets.Publish) -> None:
+        """A QoS 2 PUBLISH, as nats-server's mqttStoreQoS2MsgOnce: held in `$MQTT_qos2in` under its packet
+        id (a duplicate is dropped by the stream) until its PUBREL delivers it; PUBREC."""
+        flags = 0x04 | (0x01 if pub.retain else 0) | (0x08 if pub.dup else 0)
+        headers = qos2_headers(pub.subject, flags)
+        size = len(headers) + len(pub.payload)
+        if size > self.server.options.max_payload:
+            log.error("%r - maximum payload exceeded: %d vs %d", self, size, self.server.options.max_payload)
+            self.close("Maximum Payload Exceeded")
+            return
+        held = qos2_subject(self.client_id, pub.packet_id)
+        msg = self._msg
+        msg.set(held, None, size_fields(headers, pub.payload), headers, pub.payload, b"MSG " + held + b" ")
+        publish(self.sublist, msg, self._fanout)
+        self._write(packets.pubrec(pub.packet_id))
+
+    def _release(self, packet_id: int) -> None:
+        """PUBREL: the QoS 2 message held for `packet_id`, if any, is delivered (nats-server's
+        mqttProcessPubRel); PUBCOMP either way."""
+        js = self.listener.jetstream
+        try:
+            held = (
+                None if js is None else take_qos2(js, self.account, qos2_subject(self.client_id, packet_id))
+            )
+        except ValueError as exc:
+            self._write(packets.pubcomp(packet_id))
+            raise PacketError(str(exc)) from None
+        if held is not None:
+            subject, retain, payload = held
+            self._deliver(packets.subject_to_topic(subject), subject, payload, 2, retain)
+        self._write(packets.pubcomp(packet_id))
 
     def _deliver(
         self, topic: bytes, subject: bytes, payload: bytes, qos: int = 0, retain: bool = False

@@ -397,6 +397,10 @@ def puback(pid: int) -> bytes:
     return bytes((PUBACK, 2)) + struct.pack(">H", pid)
 
 
+def pubrec(pid: int) -> bytes:
+    return bytes((PUBREC, 2)) + struct.pack(">H", pid)
+
+
 def pubcomp(pid: int) -> bytes:
     return bytes((PUBCOMP, 2)) + struct.pack(">H", pid)
 

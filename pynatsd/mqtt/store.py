@@ -27,6 +27,8 @@ RETAINED_PREFIX = b"$MQTT.rmsgs."
 _DELETE_MARKER = "-"
 
 
+QOS2_STREAM = "$MQTT_qos2in"
+QOS2_PREFIX = b"$MQTT.qos2.in."
 SESSIONS_STREAM = "$MQTT_sess"
 SESSIONS_PREFIX = "$MQTT.sess."
 _HASH_DIGITS = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -47,9 +49,12 @@ def ensure_streams(js: JetStream, account: str, replicas: int, domain: str) -> b
     if acc is None:
         return False
     sessions = f"{SESSIONS_PREFIX}{domain + '.' if domain else ''}>"
+    once = {"discard": "new", "max_msgs_per_subject": 1, "discard_new_per_subject": True}
     wanted: list[dict[str, Any]] = [
         {"name": SESSIONS_STREAM, "subjects": [sessions], "max_msgs_per_subject": 1},
         {"name": MSGS_STREAM, "subjects": [MSGS_PREFIX.decode() + ">"], "retention": "interest"},
+        {"name": QOS2_STREAM, "subjects": [QOS2_PREFIX.decode() + ">"], **once},
+        {"name": "$MQTT_out", "subjects": ["$MQTT.out.>"], "retention": "interest"},  # (PUBRELs we send)
         {"name": RETAINED_STREAM, "subjects": [RETAINED_PREFIX.decode() + ">"], "max_msgs_per_subject": 1},
     ]
     for request in wanted:
@@ -126,3 +131,32 @@ def delete_session(js: JetStream, account: str, seq: int) -> None:
     stream = acc.streams.get(SESSIONS_STREAM) if acc is not None else None
     if stream is not None and seq in stream.store:
         stream.delete_message(seq)
+
+
+def qos2_subject(client_id: str, packet_id: int) -> bytes:
+    """Where a QoS 2 PUBLISH waits for its PUBREL: `$MQTT.qos2.in.<client ID>.<packet id>`."""
+    return QOS2_PREFIX + b"%s.%d" % (client_id.encode(), packet_id)
+
+
+def qos2_headers(subject: bytes, flags: int) -> bytes:
+    """nats-server's headers of a QoS 2 message held until its PUBREL: its QoS and PUBLISH flags, and its
+    subject."""
+    return b"NATS/1.0\r\nNmqtt-Pub:2%x\r\nNmqtt-Subject:%s\r\n\r\n" % (flags & 0x0F, subject)
+
+
+def take_qos2(js: JetStream, account: str, subject: bytes) -> tuple[bytes, bool, bytes] | None:
+    """The QoS 2 message held at `subject`, removed: (its subject, RETAIN, payload); None if none is held.
+    ValueError for a message that is not one."""
+    acc = js.accounts.get(account)
+    stream = acc.streams.get(QOS2_STREAM) if acc is not None else None
+    seq = stream.store.last_for(subject) if stream is not None else 0
+    msg = stream.store.load(seq) if stream is not None and seq else None
+    if stream is None or msg is None:
+        return None
+    stream.delete_message(seq)
+    fields = dict(line.split(b":", 1) for line in (msg.hdrs or b"").split(b"\r\n")[1:] if b":" in line)
+    pub, target = fields.get(b"Nmqtt-Pub", b""), fields.get(b"Nmqtt-Subject", b"")
+    if not pub.startswith(b"2") or not target:
+        raise ValueError("invalid message in QoS2 PUBREL stream")
+    flags = int(pub[1:2], 16) if pub[1:2] else 0
+    return target, bool(flags & 0x01), msg.data

@@ -545,3 +545,56 @@ def test_publish_past_max_payload_closes_its_connection(mqtt_server: MQTTServer)
     delivered = fits.read()
     assert delivered is not None and delivered[1] == b"\x00\x04fits" + b"y" * (1024 * 1024 - 100)
     fits.close()
+
+
+async def _qos2(
+    server: MQTTServer,
+) -> tuple[list[tuple[str, bytes, dict[str, str] | None]], dict[str, object]]:
+    nc = await nats.connect(server.nats_url)
+    got: list[tuple[str, bytes, dict[str, str] | None]] = []
+
+    async def on_msg(msg: nats.aio.msg.Msg) -> None:
+        got.append((msg.subject, msg.data, msg.headers))
+
+    await nc.subscribe("q2.>", cb=on_msg)
+    await nc.flush()
+    subscriber = RawClient(server.mqtt_port)
+    assert subscriber.connect(client_id=b"qos2-sub") == 0
+    subscriber.send(subscribe_packet(1, [(b"q2/#", 0)]))
+    assert subscriber.read() == (0x90, b"\x00\x01\x00")
+    publisher = RawClient(server.mqtt_port)
+    assert publisher.connect(client_id=b"qos2-pub") == 0
+    publisher.send(packet(0x34, b"\x00\x04q2/x\x00\x09" + b"exactly once"))
+    assert publisher.read() == (0x50, b"\x00\x09")  # PUBREC: held, not delivered yet
+    assert _until_pong(subscriber) == []
+    publisher.send(packet(0x3C, b"\x00\x04q2/x\x00\x09" + b"exactly once"))  # the same again (DUP)
+    assert publisher.read() == (0x50, b"\x00\x09")
+    publisher.send(packet(0x62, b"\x00\x09"))  # PUBREL: delivered, once
+    assert publisher.read() == (0x70, b"\x00\x09")
+    assert _until_pong(subscriber) == [(0x30, b"\x00\x04q2/x" + b"exactly once")]
+    publisher.send(packet(0x62, b"\x00\x09"))  # released already: PUBCOMP, nothing more
+    assert publisher.read() == (0x70, b"\x00\x09")
+    assert _until_pong(subscriber) == []
+    await nc.flush()
+    config = (await nc.jetstream().stream_info("$MQTT_qos2in")).config
+    await nc.close()
+    publisher.close()
+    subscriber.close()
+    described = {
+        "subjects": config.subjects,
+        "discard": config.discard,
+        "max_msgs_per_subject": config.max_msgs_per_subject,
+        "discard_new_per_subject": config.discard_new_per_subject,
+    }
+    return got, described
+
+
+def test_qos2_publish_delivered_once(mqtt_server: MQTTServer) -> None:
+    got, stream = asyncio.run(_qos2(mqtt_server))
+    assert [m for m in got if m[0] == "q2.x"] == [("q2.x", b"exactly once", {"Nmqtt-Pub": "2"})]
+    assert stream == {
+        "subjects": ["$MQTT.qos2.in.>"],
+        "discard": "new",
+        "max_msgs_per_subject": 1,
+        "discard_new_per_subject": True,
+    }
