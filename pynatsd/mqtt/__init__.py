@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pynatsd.base.logging import get_logger
-from pynatsd.base.values import ConfigValueError
+from pynatsd.base.listener import start_or_exit
 from pynatsd.config.mqtt import mqtt_options
 
 if TYPE_CHECKING:
@@ -29,12 +28,5 @@ async def start_mqtt(server: Broker, jetstream: JetStream | None) -> MQTTListene
     from pynatsd.mqtt.listener import MQTTListener
 
     listener = MQTTListener(server, mqtt, jetstream)
-    try:
-        await listener.start()
-    except ConfigValueError as exc:
-        get_logger().critical("nats-server: %s", exc)
-        raise SystemExit(1) from None
-    except OSError as exc:
-        get_logger().critical("Unable to listen for MQTT connections: %s", exc)
-        raise SystemExit(1) from None
+    await start_or_exit(listener.start(), "MQTT")
     return listener

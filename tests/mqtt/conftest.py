@@ -180,3 +180,12 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def subscribed(port: int, client_id: bytes, *filters: bytes) -> RawClient:
+    """A raw client connected as `client_id` and subscribed (QoS 0) to `filters`."""
+    client = RawClient(port)
+    assert client.connect(client_id=client_id) == 0
+    client.send(subscribe_packet(1, [(f, 0) for f in filters]))
+    assert client.read() == (0x90, b"\x00\x01" + bytes(len(filters)))
+    return client

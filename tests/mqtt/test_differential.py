@@ -24,6 +24,7 @@ from tests.mqtt.conftest import (
     packet,
     publish_packet,
     subscribe_packet,
+    subscribed,
     unsubscribe_packet,
 )
 
@@ -372,9 +373,7 @@ def test_qos1_subscription_refused_by_pynatsd(mqtt_server: MQTTServer) -> None:
     client.close()
 
 
-async def _qos1(
-    server: MQTTServer,
-) -> tuple[list[tuple[str, bytes, dict[str, str] | None]], dict[str, object]]:
+async def _qos1(server: MQTTServer) -> list[tuple[str, bytes, dict[str, str] | None]]:
     nc = await nats.connect(server.nats_url)
     got: list[tuple[str, bytes, dict[str, str] | None]] = []
     arrived = asyncio.Event()
@@ -385,10 +384,7 @@ async def _qos1(
 
     await nc.subscribe("q1.>", cb=on_msg)
     await nc.flush()
-    subscriber = RawClient(server.mqtt_port)
-    assert subscriber.connect(client_id=b"qos1-sub") == 0
-    subscriber.send(subscribe_packet(1, [(b"q1/#", 0)]))
-    assert subscriber.read() == (0x90, b"\x00\x01\x00")
+    subscriber = subscribed(server.mqtt_port, b"qos1-sub", b"q1/#")
     publisher = RawClient(server.mqtt_port)
     assert publisher.connect(client_id=b"qos1-pub") == 0
     publisher.send(packet(0x32, b"\x00\x04q1/x\x00\x05" + b"at least once"))
@@ -400,24 +396,31 @@ async def _qos1(
     publisher.send(packet(0xC0, b""))
     assert publisher.read() == (0xD0, b"")
     await asyncio.wait_for(arrived.wait(), 10)
-    info = await nc.jetstream().stream_info("$MQTT_msgs")
     await nc.close()
     publisher.close()
     subscriber.close()
-    config = info.config
-    described = {
-        "subjects": config.subjects,
-        "retention": config.retention,
-        "storage": config.storage,
-        "replicas": config.num_replicas,
-    }
-    return got, described
+    return got
+
+
+async def _stream_config(server: MQTTServer, name: str, *fields: str) -> dict[str, object]:
+    """The named fields of the stream's configuration, as the JetStream API gives it."""
+    nc = await nats.connect(server.nats_url)
+    config = (await nc.jetstream().stream_info(name)).config
+    await nc.close()
+    return {field: getattr(config, field) for field in fields}
 
 
 def test_qos1_publish_acknowledged_and_stored(mqtt_server: MQTTServer) -> None:
-    got, stream = asyncio.run(_qos1(mqtt_server))
-    assert got == [("q1.x", b"at least once", {"Nmqtt-Pub": "1"})]
-    assert stream == {"subjects": ["$MQTT.msgs.>"], "retention": "interest", "storage": "file", "replicas": 1}
+    assert asyncio.run(_qos1(mqtt_server)) == [("q1.x", b"at least once", {"Nmqtt-Pub": "1"})]
+    stream = asyncio.run(
+        _stream_config(mqtt_server, "$MQTT_msgs", "subjects", "retention", "storage", "num_replicas")
+    )
+    assert stream == {
+        "subjects": ["$MQTT.msgs.>"],
+        "retention": "interest",
+        "storage": "file",
+        "num_replicas": 1,
+    }
 
 
 def _until_pong(client: RawClient) -> list[tuple[int, bytes]]:
@@ -428,18 +431,6 @@ def _until_pong(client: RawClient) -> list[tuple[int, bytes]]:
         assert reply is not None
         got.append(reply)
     return got
-
-
-async def _retained_stream(server: MQTTServer) -> dict[str, object]:
-    nc = await nats.connect(server.nats_url)
-    config = (await nc.jetstream().stream_info("$MQTT_rmsgs")).config
-    await nc.close()
-    return {
-        "subjects": config.subjects,
-        "retention": config.retention,
-        "storage": config.storage,
-        "max_msgs_per_subject": config.max_msgs_per_subject,
-    }
 
 
 def test_retained_messages(mqtt_server: MQTTServer) -> None:
@@ -472,7 +463,8 @@ def test_retained_messages(mqtt_server: MQTTServer) -> None:
     assert _until_pong(second) == [(0x31, b"\x00\x05r/b/c" + b"also")]
     for client in (publisher, first, second):
         client.close()
-    assert asyncio.run(_retained_stream(mqtt_server)) == {
+    fields = ("subjects", "retention", "storage", "max_msgs_per_subject")
+    assert asyncio.run(_stream_config(mqtt_server, "$MQTT_rmsgs", *fields)) == {
         "subjects": ["$MQTT.rmsgs.>"],
         "retention": "limits",
         "storage": "file",
@@ -547,9 +539,7 @@ def test_publish_past_max_payload_closes_its_connection(mqtt_server: MQTTServer)
     fits.close()
 
 
-async def _qos2(
-    server: MQTTServer,
-) -> tuple[list[tuple[str, bytes, dict[str, str] | None]], dict[str, object]]:
+async def _qos2(server: MQTTServer) -> list[tuple[str, bytes, dict[str, str] | None]]:
     nc = await nats.connect(server.nats_url)
     got: list[tuple[str, bytes, dict[str, str] | None]] = []
 
@@ -558,10 +548,7 @@ async def _qos2(
 
     await nc.subscribe("q2.>", cb=on_msg)
     await nc.flush()
-    subscriber = RawClient(server.mqtt_port)
-    assert subscriber.connect(client_id=b"qos2-sub") == 0
-    subscriber.send(subscribe_packet(1, [(b"q2/#", 0)]))
-    assert subscriber.read() == (0x90, b"\x00\x01\x00")
+    subscriber = subscribed(server.mqtt_port, b"qos2-sub", b"q2/#")
     publisher = RawClient(server.mqtt_port)
     assert publisher.connect(client_id=b"qos2-pub") == 0
     publisher.send(packet(0x34, b"\x00\x04q2/x\x00\x09" + b"exactly once"))
@@ -576,23 +563,17 @@ async def _qos2(
     assert publisher.read() == (0x70, b"\x00\x09")
     assert _until_pong(subscriber) == []
     await nc.flush()
-    config = (await nc.jetstream().stream_info("$MQTT_qos2in")).config
     await nc.close()
     publisher.close()
     subscriber.close()
-    described = {
-        "subjects": config.subjects,
-        "discard": config.discard,
-        "max_msgs_per_subject": config.max_msgs_per_subject,
-        "discard_new_per_subject": config.discard_new_per_subject,
-    }
-    return got, described
+    return got
 
 
 def test_qos2_publish_delivered_once(mqtt_server: MQTTServer) -> None:
-    got, stream = asyncio.run(_qos2(mqtt_server))
+    got = asyncio.run(_qos2(mqtt_server))
     assert [m for m in got if m[0] == "q2.x"] == [("q2.x", b"exactly once", {"Nmqtt-Pub": "2"})]
-    assert stream == {
+    fields = ("subjects", "discard", "max_msgs_per_subject", "discard_new_per_subject")
+    assert asyncio.run(_stream_config(mqtt_server, "$MQTT_qos2in", *fields)) == {
         "subjects": ["$MQTT.qos2.in.>"],
         "discard": "new",
         "max_msgs_per_subject": 1,
