@@ -168,6 +168,10 @@ class MQTTConnection(Client):
             log.error("%r - %s", self, exc)
             self.close("Protocol Violation")
             return
+        except Exception:  # a fault of ours: this connection goes, never the server (nor a replay of it)
+            log.exception("%r - unexpected error while processing MQTT data", self)
+            self.close("Protocol Violation")
+            return
         del buf[:start]
 
     def eof_received(self) -> bool | None:
