@@ -573,11 +573,11 @@ class MQTTConnection(Client):
         client said DISCONNECT; its subscriptions go."""
         if self.closed:
             return
+        self.closed = True  # first: the will's publish (a payload past the limit, say) cannot close it again
+        self.close_reason = reason
         will, self.will = self.will, None
         if will is not None and self.connected:
             self._deliver(will.topic, will.subject, will.message, will.qos, will.retain)
-        self.closed = True
-        self.close_reason = reason
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
