@@ -125,7 +125,7 @@ def varz(server: Node, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[st
             "cores": os.cpu_count() or 1,
             "gomaxprocs": os.cpu_count() or 1,
             "cpu": cpu.sample(),
-            "connections": len(server.clients),
+            "connections": len(server.clients) + (len(server.mqtt.clients) if server.mqtt is not None else 0),
             "total_connections": stats.total_connections,
             "routes": len(server.routes),
             "remotes": cluster.remotes(server),

@@ -135,6 +135,7 @@ class MQTTConnection(Client):
         self.out = None  # deliveries come to `take`
         self.headers = False
         self.listener.clients.add(self)
+        self.server.stats.total_connections += 1  # (nats-server counts MQTT clients among its clients)
         log.debug("%r - Client connection created", self)
         if self.authenticator().required:
             timeout = self.listener.mqtt.auth_timeout or self.server.options.effective_auth_timeout

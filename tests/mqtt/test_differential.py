@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from typing import Any
 
 import nats
 import paho.mqtt.client as paho
@@ -579,3 +580,19 @@ def test_qos2_publish_delivered_once(mqtt_server: MQTTServer) -> None:
         "max_msgs_per_subject": 1,
         "discard_new_per_subject": True,
     }
+
+
+def _varz(server: MQTTServer) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.server.http_port}/varz", timeout=10) as answer:
+        return dict(json.load(answer))
+
+
+def test_varz_counts_mqtt_clients(mqtt_server: MQTTServer) -> None:
+    before = _varz(mqtt_server)
+    client = RawClient(mqtt_server.mqtt_port)
+    assert client.connect(client_id=b"counted") == 0
+    during = _varz(mqtt_server)
+    client.send(packet(0xE0, b""))
+    assert client.closed()
+    assert during["connections"] == before["connections"] + 1
+    assert during["total_connections"] == before["total_connections"] + 1
