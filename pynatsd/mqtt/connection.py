@@ -134,8 +134,14 @@ class MQTTConnection(Client):
             self.ip, self.port = peer
         self.out = None  # deliveries come to `take`
         self.headers = False
+        server = self.server
+        limit = server.options.max_connections  # MQTT clients count among the clients, as nats-server's
+        if limit < 0 or (limit > 0 and len(server.clients) + len(self.listener.clients) >= limit):
+            log.error("%r - maximum connections exceeded", self)
+            self.close("Maximum Connections Exceeded")
+            return
         self.listener.clients.add(self)
-        self.server.stats.total_connections += 1  # (nats-server counts MQTT clients among its clients)
+        server.stats.total_connections += 1
         log.debug("%r - Client connection created", self)
         if self.authenticator().required:
             timeout = self.listener.mqtt.auth_timeout or self.server.options.effective_auth_timeout

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.mqtt.conftest import KINDS
+from tests.mqtt.conftest import KINDS, RawClient, start_mqtt_server
 from tests.servers import REPO_ROOT, nats_server_binary, pynatsd_command, require
 
 
@@ -75,3 +76,32 @@ def test_js_domain_of_another_jetstream_refused(tmp_path: Path) -> None:
     result = run("pynatsd", tmp_path / "domain.conf", text)
     assert result.returncode == 1
     assert "mqtt js_domain: pynatsd keeps MQTT state in its own JetStream" in result.stdout + result.stderr
+
+
+LIMITED = """
+max_connections: 2
+jetstream {{ store_dir: "{store}" }}
+mqtt {{ host: 127.0.0.1, port: {mqtt_port} }}
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_mqtt_clients_count_against_max_connections(kind: str, tmp_path: Path) -> None:
+    started = start_mqtt_server(kind, tmp_path, LIMITED)
+    try:
+
+        def admitted(client_id: bytes) -> RawClient:
+            for _ in range(50):  # (the start-up probes' sockets may not be reaped yet)
+                client = RawClient(started.mqtt_port)
+                if client.connect(client_id=client_id) == 0:
+                    return client
+                time.sleep(0.05)
+            raise AssertionError("never admitted")
+
+        first, second = admitted(b"one"), admitted(b"two")
+        third = RawClient(started.mqtt_port)
+        assert third.connect(client_id=b"three") is None  # closed at once, as nats-server does
+        for client in (first, second, third):
+            client.close()
+    finally:
+        started.server.stop()
