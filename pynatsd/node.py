@@ -27,6 +27,7 @@ from pynatsd.config.gateway import gateway_options
 from pynatsd.lifecycle import lame_duck, reload, signals
 from pynatsd.lifecycle.files import LifecycleFiles, PidFileError
 from pynatsd.matcher import Sublist
+from pynatsd.mqtt import start_mqtt
 from pynatsd.websocket import start_websocket
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from pynatsd.jetstream import JetStream
     from pynatsd.leafnodes.leaf import LeafConnection
     from pynatsd.leafnodes.manager import LeafManager
+    from pynatsd.mqtt.listener import MQTTListener
     from pynatsd.routes.jetstream import ClusterJetStream
     from pynatsd.routes.manager import RouteManager
     from pynatsd.routes.route import Route
@@ -54,6 +56,7 @@ class Node(Broker):
         self.reloader: Callable[[], Options] | None = None  # set by the CLI when a config file is used
         self.links: AccountLinks | None = None  # imports between accounts; set by start() when any
         self.websocket: WebSocketListener | None = None  # the `websocket {}` port (pynatsd.websocket)
+        self.mqtt: MQTTListener | None = None  # the `mqtt {}` port (pynatsd.mqtt)
         self.jetstream: JetStream | None = None  # set by start() when -js / a jetstream block is given
         self.resolver: ResolverService | None = None  # set by start() with a `full` account resolver
         self.http_port = 0  # the monitoring port, when the composition root starts one
@@ -118,6 +121,7 @@ class Node(Broker):
                 await self.stop_monitoring()
                 raise
         self.websocket = await start_websocket(self)
+        self.mqtt = await start_mqtt(self, self.jetstream)
         if self.gateway is not None:  # before the routes: their INFO carries our gateway URL
             await self._listen_gateways(self.gateway)
         if self.route_manager is not None:  # after the client port: route INFOs carry our client URLs
@@ -305,6 +309,9 @@ class Node(Broker):
         self._listener.close()
         if self.websocket is not None:
             self.websocket.close()
+        if self.mqtt is not None:
+            self.mqtt.close()
+            self.mqtt.close_clients()
         for conn in list(self.clients.values()):
             if conn.out is not None:
                 conn.out.flush()
@@ -314,6 +321,8 @@ class Node(Broker):
         self._listener = None
         if self.websocket is not None:
             await self.websocket.wait_closed()
+        if self.mqtt is not None:
+            await self.mqtt.wait_closed()
         await self.stop_services()
         log.info("Server Exiting..")
         if self._stopped is not None:
@@ -366,6 +375,8 @@ class Node(Broker):
             self._listener.close()
         if self.websocket is not None:
             self.websocket.close()
+        if self.mqtt is not None:
+            self.mqtt.close()
 
     def reload(self) -> None:
         """Re-read the configuration file (SIGHUP); see lifecycle.reload."""

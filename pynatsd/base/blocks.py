@@ -114,6 +114,38 @@ class LeafNodeOptions:
 
 
 @dataclass
+class MQTTOptions:
+    """Everything the `mqtt {}` block configures (pynatsd.config.mqtt). Durations in seconds."""
+
+    host: str = "0.0.0.0"
+    port: int = 0  # 0 = no listener; -1 = a random port
+    username: str = ""
+    password: str = ""
+    token: str = ""
+    auth_timeout: float = 0.0  # 0: the server's
+    no_auth_user: str = ""
+    # JetStream tuning of MQTT's QoS 1/2 state, checked and shown in /varz as nats-server's
+    ack_wait: float = 0.0
+    js_api_timeout: float = 0.0
+    max_ack_pending: int = 0
+    js_domain: str = ""
+    stream_replicas: int = 0
+    consumer_memory_storage: bool = False
+    consumer_inactive_threshold: float = 0.0
+    reject_qos2_publish: bool = False
+    downgrade_qos2_subscribe: bool = False
+    tls: dict[str, Any] | None = (
+        None  # the raw `tls {}` block (cert_file, key_file, ca_file, verify, timeout)
+    )
+
+    @property
+    def auth_override(self) -> bool:
+        """True when the block sets credentials of its own (they replace the server's single user, token
+        and no_auth_user for MQTT clients, as nats-server's authOverride)."""
+        return bool(self.username or self.token or self.no_auth_user)
+
+
+@dataclass
 class WebSocketOptions:
     """Everything the `websocket {}` block configures. Durations in seconds."""
 

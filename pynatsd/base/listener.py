@@ -10,7 +10,11 @@ import ipaddress
 import resource
 import socket
 import urllib.parse
+from collections.abc import Coroutine
 from typing import Any
+
+from pynatsd.base.logging import get_logger
+from pynatsd.base.values import ConfigValueError
 
 
 def dual_stack_socket(host: str, port: int) -> socket.socket | None:
@@ -135,3 +139,17 @@ def redacted_url(url: str) -> str:
         return url
     host = parts.netloc.rpartition("@")[2]
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:xxxxx@{host}"))
+
+
+async def start_or_exit(start: Coroutine[Any, Any, None], what: str) -> None:
+    """Start a feature's listener (WebSocket, MQTT) or stop the server as nats-server does: a check that
+    needed the whole configuration fails with `nats-server: <why>`, a port that cannot be bound with
+    `Unable to listen for <what> connections: <why>`."""
+    try:
+        await start
+    except ConfigValueError as exc:
+        get_logger().critical("nats-server: %s", exc)
+        raise SystemExit(1) from None
+    except OSError as exc:
+        get_logger().critical("Unable to listen for %s connections: %s", what, exc)
+        raise SystemExit(1) from None

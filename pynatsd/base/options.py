@@ -14,6 +14,7 @@ from pynatsd.base.blocks import (
     ClusterOptions,
     GatewayOptions,
     LeafNodeOptions,
+    MQTTOptions,
     PythonAuthorizerOptions,
     ResolverConfig,
     TrustedOperators,
@@ -127,6 +128,7 @@ class Options:
     websocket: WebSocketOptions | None = None  # see pynatsd.config.websocket
     gateway: GatewayOptions | None = None  # see pynatsd.config.gateway
     leafnodes: LeafNodeOptions | None = None  # see pynatsd.config.leafnodes
+    mqtt: MQTTOptions | None = None  # see pynatsd.config.mqtt
 
     @property
     def effective_auth_timeout(self) -> float:
@@ -198,7 +200,7 @@ RELOADABLE_LIMITS = ("max_payload", "max_control_line", "ping_interval", "ping_m
 RELOADABLE_BLOCKS = ("users", "default_permissions", "accounts", "system_account", "no_system_account",
                      "trusted_keys", "trusted", "resolver", "resolver_preload", "jetstream",
                      "jetstream_store_dir", "cluster", "websocket", "gateway",
-                     "leafnodes")  # fmt: skip
+                     "leafnodes", "mqtt")  # fmt: skip
 
 RELOADABLE = (
     *RELOADABLE_LIMITS,
@@ -237,6 +239,8 @@ def unreloadable_changes(old: Options, new: Options) -> list[str]:
         changes.append("config reload not supported for gateway: the gateway block changed")
     if old.leafnodes != new.leafnodes:  # pynatsd.leafnodes start once (the block holds passwords: not shown)
         changes.append("config reload not supported for leafnodes: the leafnodes block changed")
+    if old.mqtt != new.mqtt:  # pynatsd.mqtt starts once (the block may hold a password: not shown)
+        changes.append("config reload not supported for mqtt: the mqtt block changed")
     systems = system_account_of(old), system_account_of(new)
     if systems[0] != systems[1]:  # the resolver's services live in the system account
         changes.append(f"config reload not supported for SystemAccount: old={systems[0]}, new={systems[1]}")

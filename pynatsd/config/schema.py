@@ -34,6 +34,7 @@ from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_in
 from pynatsd.config import cluster as cluster_block
 from pynatsd.config import gateway as gateway_block
 from pynatsd.config import leafnodes as leafnodes_block
+from pynatsd.config import mqtt as mqtt_block
 from pynatsd.config import websocket as websocket_block
 from pynatsd.config.jetstream import account_js_limits
 from pynatsd.config.parser import ConfigMap, Where
@@ -285,6 +286,17 @@ def _gateway(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> Non
 
 def _leafnodes(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
     leafnodes_block.apply(opts, key, value)
+
+
+def _mqtt(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
+    def place(block: Any, name: str) -> Where:
+        return block.position(name, where) if isinstance(block, ConfigMap) else where
+
+    opts.mqtt = mqtt_block.parse_block(
+        value,
+        lambda block, name, message: ctx.error(place(block, name), message),
+        lambda block, name, message: ctx.warn(place(block, name), message),
+    )
 
 
 # The `jetstream {}` keys pynatsd.config.jetstream reads, and those it does not implement: encryption at
@@ -1354,7 +1366,7 @@ TOP_LEVEL: dict[str, Handler] = _table(
     # Other features pynatsd does not have.
     (("gateway",), _gateway),
     (("leaf", "leafnodes"), _leafnodes),
-    (("mqtt",), refuse("MQTT")),
+    (("mqtt",), _mqtt),
     (("mappings", "maps"), refuse("subject mappings")),
     (("proxy_protocol",), refuse("the PROXY protocol")),
     (("ocsp", "ocsp_cache"), refuse("OCSP stapling")),

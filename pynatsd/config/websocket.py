@@ -147,10 +147,7 @@ def check_block(ws: WebSocketOptions) -> None:
         return
     if ws.tls is None and not ws.no_tls:
         raise ConfigValueError("websocket requires TLS configuration")
-    unknown = {k.lower() for k in ws.tls or {}} - _TLS_KEYS
-    if unknown:
-        # Fail closed: pinned certificates, cert mapping, OCSP… would restrict who gets in.
-        raise ConfigValueError(f"websocket tls: unsupported field(s) {', '.join(sorted(unknown))}")
+    check_tls_keys(ws.tls or {}, "websocket")
     for origin in ws.allowed_origins:
         try:
             _origin(origin)
@@ -203,11 +200,22 @@ def apply(opts: Options, key: str, value: Any) -> None:
     opts.websocket = ws
 
 
+def check_tls_keys(block: dict[str, Any], what: str) -> None:
+    """A listener's `tls {}` (WebSocket, MQTT) with the keys pynatsd implements for it, or an error."""
+    unknown = {k.lower() for k in block} - _TLS_KEYS
+    if unknown:
+        # Fail closed: pinned certificates, cert mapping, OCSP… would restrict who gets in.
+        raise ConfigValueError(f"{what} tls: unsupported field(s) {', '.join(sorted(unknown))}")
+
+
 def tls_options(ws: WebSocketOptions, opts: Options) -> Options | None:
     """Options carrying the block's `tls {}` in the server's TLS fields, for pynatsd.base.tls."""
-    if ws.tls is None:
-        return None
-    tls = {k.lower(): v for k, v in ws.tls.items()}
+    return None if ws.tls is None else block_tls_options(ws.tls, opts, "websocket")
+
+
+def block_tls_options(block: dict[str, Any], opts: Options, what: str) -> Options:
+    """Options carrying a listener's `tls {}` (WebSocket, MQTT) in the server's TLS fields."""
+    tls = {k.lower(): v for k, v in block.items()}
     return dataclasses.replace(
         opts,
         tls=True,
@@ -215,5 +223,5 @@ def tls_options(ws: WebSocketOptions, opts: Options) -> Options | None:
         tls_key=str(tls.get("key_file", "")),
         tls_ca_cert=str(tls.get("ca_file", "")),
         tls_verify=bool(tls.get("verify", False)),
-        tls_timeout=parse_duration("websocket tls timeout", tls.get("timeout", opts.tls_timeout)),
+        tls_timeout=parse_duration(f"{what} tls timeout", tls.get("timeout", opts.tls_timeout)),
     )

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pynatsd.base.logging import get_logger
-from pynatsd.base.values import ConfigValueError
+from pynatsd.base.listener import start_or_exit
 from pynatsd.config.websocket import WebSocketOptions, websocket_options
 
 if TYPE_CHECKING:
@@ -27,13 +26,5 @@ async def start_websocket(server: Broker) -> WebSocketListener | None:
     from pynatsd.websocket.server import WebSocketListener
 
     listener = WebSocketListener(server, ws)
-    try:
-        await listener.start()
-    except ConfigValueError as exc:
-        # Checks that needed the whole file (see config.apply): stop as nats-server does on bad options.
-        get_logger().critical("nats-server: %s", exc)
-        raise SystemExit(1) from None
-    except OSError as exc:
-        get_logger().critical("Unable to listen for websocket connections: %s", exc)
-        raise SystemExit(1) from None
+    await start_or_exit(listener.start(), "websocket")
     return listener

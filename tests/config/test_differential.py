@@ -260,7 +260,6 @@ PYNATSD_REFUSES = {
         "latency",
     ),
     "leafnode compression": ("leafnodes { listen: 127.0.0.1:-1, compression: s2_fast }", "compression"),
-    "mqtt": ("mqtt { listen: 127.0.0.1:-1 }", "mqtt"),
 }  # fmt: skip
 
 

@@ -32,7 +32,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("accounts", ("pynatsd.accounts",)),
     (
         "features",
-        ("pynatsd.gateways", "pynatsd.jetstream", "pynatsd.leafnodes", "pynatsd.routes", "pynatsd.websocket"),
+        (
+            "pynatsd.gateways",
+            "pynatsd.jetstream",
+            "pynatsd.leafnodes",
+            "pynatsd.mqtt",
+            "pynatsd.routes",
+            "pynatsd.websocket",
+        ),
     ),
     ("lifecycle", ("pynatsd.lifecycle",)),  # signals, lame duck, reload: they see a server as a Daemon
     ("node", ("pynatsd.node",)),
@@ -90,6 +97,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("pynatsd.server", "pynatsd.monitor"): _CONFIGURED + " (a monitoring port: aiohttp, prometheus-client)",
     ("pynatsd.server", "pynatsd.monitor.system"): _CONFIGURED + " (a system account clients can reach)",
     ("pynatsd.websocket", "pynatsd.websocket.server"): _CONFIGURED + " (a websocket block)",
+    ("pynatsd.mqtt", "pynatsd.mqtt.listener"): _CONFIGURED + " (an mqtt block)",
     ("pynatsd.jetstream", "pynatsd.jetstream.account"): "monitoring reads pynatsd.jetstream without -js",
     ("pynatsd.jetstream", "pynatsd.jetstream.monitor"): "monitoring reads pynatsd.jetstream without -js",
     ("pynatsd.jetstream", "pynatsd.jetstream.stream"): "monitoring reads pynatsd.jetstream without -js",

@@ -1,0 +1,604 @@
+"""One MQTT client: an asyncio protocol (duck-typed, as pynatsd.broker.connection's) and a delivery
+`Client` whose frames are MQTT PUBLISH packets.
+
+What it does as nats-server's MQTT client does: CONNECT with its checks and return codes (the server's
+users, with this listener's single user/token/no_auth_user in their place when it sets any; their
+permissions), keep-alive (1.5 times the client's period with nothing read closes it), PINGREQ,
+DISCONNECT, SUBSCRIBE and UNSUBSCRIBE (a `#` filter also takes its parent level, as nats-server's extra
+subscription), PUBLISH both ways with nats-server's `Nmqtt-Pub` header on what NATS subscribers get: QoS
+0, and QoS 1 from the client (delivered, stored in the account's `$MQTT_msgs` stream as nats-server
+stores it, then PUBACK), retained messages (kept in `$MQTT_rmsgs`, sent with RETAIN to each new
+subscription they match), a will (with its QoS and RETAIN, as a PUBLISH), and sessions: a record per
+client ID in `$MQTT_sess` (a clean session's removed when it ends), a persistent one's subscriptions
+back on its next CONNECT (session present). Every message it publishes goes through the broker's
+policy (pynatsd.broker.delivery.publish), and every message it receives comes through `deliver` to
+`take`.
+
+QoS 2 from the client too: held in `$MQTT_qos2in` (PUBREC) until its PUBREL delivers it once (PUBCOMP).
+
+What it refuses (pynatsd does not have them yet), clearly: a QoS 1 or 2 subscription (SUBACK failure
+0x80), hence a PUBREC (never due: the connection is closed with an error in the log); without JetStream
+of its own (a clustered server serving its cluster's), persistent sessions (CONNACK 3, server
+unavailable), QoS 1/2 and retained PUBLISH and wills. A malformed packet closes this
+connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, cast
+
+from pynatsd.auth.users import DEFAULT_ACCOUNT, Authenticator
+from pynatsd.base.ids import event_id
+from pynatsd.base.listener import peer_address
+from pynatsd.base.logging import get_logger
+from pynatsd.broker.delivery import Client, Message, Subscription, new_head, publish, size_fields
+from pynatsd.jetstream.errors import ApiError
+from pynatsd.mqtt import packets
+from pynatsd.mqtt.packets import PacketError
+from pynatsd.mqtt.store import (
+    MSGS_PREFIX,
+    RETAINED_PREFIX,
+    delete_session,
+    ensure_streams,
+    load_session,
+    qos2_headers,
+    qos2_subject,
+    retained,
+    retained_headers,
+    session_record,
+    session_subject,
+    take_qos2,
+)
+from pynatsd.protocol.connect import ConnectOptions
+
+if TYPE_CHECKING:
+    from pynatsd.broker.core import Broker
+    from pynatsd.jetstream import JetStream
+    from pynatsd.matcher import Sublist
+    from pynatsd.mqtt.listener import MQTTListener
+
+log = get_logger()
+
+#: The header nats-server puts on a message an MQTT client published (its QoS), seen by NATS subscribers.
+# Subjects no client may publish to, MQTT clients included (as pynatsd.broker.connection's, nats-server's
+# processInboundClientMsg): gateway-routed replies and JetStream clustering's.
+RESERVED_PUBLISH = (b"_GR_.", b"$NRG.")
+PUB_HEADERS = [b"NATS/1.0\r\nNmqtt-Pub:%d\r\n\r\n" % qos for qos in range(3)]  # by QoS (2: a will's)
+# A CONNECT's bound is max_payload (nats-server's); later packets may be a max_payload PUBLISH and its
+# header, topic and nats-server's `Nmqtt-Pub` header, so anything much longer is refused at its header.
+_PACKET_SLACK = 70_000
+
+
+class MQTTConnection(Client):
+    """An MQTT client connection (see the module docstring)."""
+
+    def __init__(self, server: Broker, listener: MQTTListener) -> None:
+        super().__init__()
+        self.server = server
+        self.listener = listener
+        self.cid = server.next_cid()
+        self.transport: asyncio.Transport | None = None
+        self.ip = ""
+        self.port = 0
+        self.nonce = ""
+        self.opts = ConnectOptions()
+        self.user = ""
+        self.account = DEFAULT_ACCOUNT
+        self.connected = False
+        self.client_id = ""
+        self.close_reason = ""
+        self.in_msgs = 0
+        self.in_bytes = 0
+        self.sublist: Sublist[Subscription] = server.sublist
+        self.subs: dict[bytes, Subscription] = {}  # sid (the filter's subject, or `subject fwc`) -> sub
+        self.reserved: set[Subscription] = set()  # filters starting with a wildcard: no `$` subjects
+        self.will: packets.Will | None = None
+        self.clean = True
+        self.session_subject = b""  # where its session record is kept (pynatsd.mqtt.store)
+        self.session_subs: dict[str, int] = {}  # the record's filters (NATS subjects) and their QoS
+        self._buf = bytearray()
+        self._pending: list[bytes] = []  # packets written at the end of this turn of the loop
+        self._flush_handle: asyncio.Handle | None = None
+        self._keep_alive = 0.0  # seconds without input that close the connection (0: none)
+        self._last_in = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+        self._authenticating = False
+        self._heads: dict[bytes, bytes] = server.msg_heads
+        self._msg = Message(self)
+        self._fanout = server.fanout.counts
+        self.pub_topic = b""  # the topic of the PUBLISH being delivered (its own receivers see it as sent)
+        self.pub_subject = b""
+
+    @property
+    def connection_type(self) -> str:
+        """nats-server's connection type, for users' `allowed_connection_types`."""
+        return "MQTT"
+
+    def __repr__(self) -> str:
+        tag = f"{self.ip}:{self.port} - mid:{self.cid}"
+        return f'{tag} - "{self.client_id}"' if self.client_id else tag
+
+    def authenticator(self) -> Authenticator:
+        return self.listener.authenticator()
+
+    def account_connections(self, account: str) -> int:
+        return self.listener.account_connections(account)
+
+    # -- asyncio protocol -----------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = peer_address(self.transport)
+        if peer is not None:
+            self.ip, self.port = peer
+        self.out = None  # deliveries come to `take`
+        self.headers = False
+        server = self.server
+        limit = server.options.max_connections  # MQTT clients count among the clients, as nats-server's
+        if limit < 0 or (limit > 0 and len(server.clients) + len(self.listener.clients) >= limit):
+            log.error("%r - maximum connections exceeded", self)
+            self.close("Maximum Connections Exceeded")
+            return
+        self.listener.clients.add(self)
+        server.stats.total_connections += 1
+        log.debug("%r - Client connection created", self)
+        if self.authenticator().required:
+            timeout = self.listener.mqtt.auth_timeout or self.server.options.effective_auth_timeout
+            self._timer = self.server.loop.call_later(timeout, self._auth_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._last_in = time.monotonic()
+        buf = self._buf
+        buf += data
+        start = 0
+        max_payload = self.server.options.max_payload
+        try:
+            while not self.closed and not self._authenticating:
+                if not self.connected and start < len(buf):
+                    packets.check_first(buf, start)
+                limit = max_payload + _PACKET_SLACK if self.connected else max_payload
+                packet = packets.split_packet(buf, start, limit)
+                if packet is None:
+                    break
+                first, body_start, end = packet
+                start = end
+                self._packet(first, bytes(buf[body_start:end]))
+        except packets.ConnectRefused as exc:
+            log.error("%r - %s", self, exc)
+            self._write(packets.connack(exc.code))
+            self.close("Protocol Violation")
+            return
+        except PacketError as exc:
+            log.error("%r - %s", self, exc)
+            self.close("Protocol Violation")
+            return
+        except Exception:  # a fault of ours: this connection goes, never the server (nor a replay of it)
+            log.exception("%r - unexpected error while processing MQTT data", self)
+            self.close("Protocol Violation")
+            return
+        del buf[:start]
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.close("Read Error" if exc is not None else "Client Closed")
+
+    def pause_writing(self) -> None:
+        """(The transport's buffer is checked against max_pending at each delivery.)"""
+
+    def resume_writing(self) -> None:
+        """(See pause_writing.)"""
+
+    # -- packets ---------------------------------------------------------------------------------------
+    def _packet(self, first: int, body: bytes) -> None:
+        kind = first & 0xF0
+        if not self.connected:
+            self._connect(packets.parse_connect(body))
+        elif kind == packets.PUBLISH:
+            self._publish(packets.parse_publish(first, body))
+        elif kind == packets.SUBSCRIBE:
+            self._subscribe(body)
+        elif kind == packets.UNSUBSCRIBE:
+            self._unsubscribe(body)
+        elif kind == packets.PINGREQ:
+            self._write(packets.PINGRESP_PACKET)
+        elif kind == packets.DISCONNECT:
+            self.will = None  # a normal disconnect discards the will [MQTT-3.1.2-8]
+            self.close("Client Closed")
+        elif kind == packets.CONNECT:
+            raise PacketError("received a second CONNECT packet")
+        elif kind in (packets.PUBACK, packets.PUBCOMP):
+            packets.packet_id(body)  # this server sends no QoS 1/2 message: none is pending, as ignored
+        elif kind == packets.PUBREL:
+            self._release(packets.packet_id(body))
+        elif kind == packets.PUBREC:
+            raise PacketError("pynatsd does not support MQTT QoS 2 yet (PUBREC)")
+        else:
+            raise PacketError(f"received unknown packet type {kind >> 4}")
+
+    def _connect(self, connect: packets.Connect) -> None:
+        self.client_id = connect.client_id or event_id()  # a NUID, as nats-server names it
+        if not connect.clean and self.listener.jetstream is None:
+            log.error("%r - pynatsd keeps persistent MQTT sessions in its own JetStream: none here", self)
+            self._write(packets.connack(packets.SERVER_UNAVAILABLE))
+            self.close("Protocol Violation")
+            return
+        self.clean = connect.clean
+        will = connect.will
+        if will is not None and (will.qos or will.retain) and self.listener.jetstream is None:
+            raise PacketError("pynatsd keeps MQTT QoS 1/2 and retained wills in its own JetStream: none here")
+        password = connect.password or ""
+        self.opts = ConnectOptions(
+            verbose=False, pedantic=False, user=connect.username or "", password=password, auth_token=password
+        )
+        self._keep_alive = connect.keep_alive * 1.5
+        self.will = will
+        auth = self.authenticator()
+        if not auth.is_slow(self.opts):
+            self._authenticated(auth.authenticate(self, self.opts))
+            return
+        # bcrypt: off the loop, as client connections do; packets behind the CONNECT wait for it.
+        self._authenticating = True
+        checking = self.server.loop.run_in_executor(
+            self.server.auth_workers, auth.authenticate, self, self.opts
+        )
+        checking.add_done_callback(self._checked)
+
+    def _checked(self, done: asyncio.Future[tuple[str, str] | None]) -> None:
+        self._authenticating = False
+        if self.closed:
+            return
+        try:
+            identity = done.result()
+        except Exception as exc:  # (a broken hash): refused
+            log.error("%r - authentication check failed: %s", self, exc)
+            identity = None
+        self._authenticated(identity)
+        if not self.closed and self._buf:
+            self.data_received(b"")
+
+    def _authenticated(self, identity: tuple[str, str] | None) -> None:
+        server = self.server
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if identity is None:
+            server.stats.auth_failures += 1
+            log.error("%r - authentication error", self)
+            self._write(packets.connack(packets.NOT_AUTHORIZED))
+            self.close("Authentication Failure")
+            return
+        self.user, self.account = identity
+        self.perms = self.authenticator().permissions(self.user)
+        self.sublist = server.sublist_for(self.account)
+        js = self.listener.jetstream
+        if js is not None:
+            try:
+                stored = ensure_streams(
+                    js, self.account, self.listener.mqtt.stream_replicas, self.listener.domain
+                )
+            except ApiError as exc:
+                log.error(
+                    "%r - unable to connect: create MQTT streams for account %r: %s",
+                    self,
+                    self.account,
+                    exc,
+                )
+                self.close("Protocol Violation")
+                return
+            if not stored:  # nats-server keeps every MQTT session's state in JetStream
+                log.error("%r - unable to connect: JetStream not enabled for account %r", self, self.account)
+                self.close("Protocol Violation")
+                return
+        self.listener.take_over(self)
+        restored: dict[str, int] = {}
+        present = False  # a stored session taken up again [MQTT-3.2.2-2]
+        if js is not None:
+            self.session_subject = session_subject(self.listener.domain, self.client_id)
+            found = load_session(js, self.account, self.session_subject)
+            if found is not None:
+                seq, record = found
+                if record.get("id") != self.client_id:
+                    log.error("%r - unable to connect: stored session does not match client ID", self)
+                    self._write(packets.connack(packets.IDENTIFIER_REJECTED))
+                    self.close("Protocol Violation")
+                    return
+                if self.clean or record.get("clean"):  # [MQTT-3.1.2-6]: a clean session starts anew
+                    delete_session(js, self.account, seq)
+                else:
+                    subs = record.get("subs")
+                    restored = subs if isinstance(subs, dict) else {}
+                    present = True
+            for subject, qos in restored.items():
+                if qos or self._add_filter(subject.encode(), 0) == packets.SUBACK_FAILURE:
+                    log.error("%r - subscription %r of the stored session not restored", self, subject)
+                else:
+                    self.session_subs[subject] = 0
+            self._save_session()
+        self.connected = True
+        log.debug("%r - Client connected", self)
+        self._write(packets.connack(packets.ACCEPTED, session_present=present))
+        if self._keep_alive:
+            self._timer = server.loop.call_later(self._keep_alive, self._keep_alive_tick)
+
+    def _save_session(self) -> None:
+        """Store this session's record (nats-server keeps one for clean sessions too, while they last)."""
+        record = session_record(self.server.server_id, self.client_id, self.clean, self.session_subs)
+        subject = self.session_subject
+        msg = self._msg
+        msg.set(subject, None, size_fields(None, record), None, record, b"MSG " + subject + b" ")
+        publish(self.sublist, msg, self._fanout)
+
+    def _publish(self, pub: packets.Publish) -> None:
+        if (pub.qos or pub.retain) and self.listener.jetstream is None:
+            raise PacketError(
+                "pynatsd keeps MQTT QoS 1 and retained messages in its own JetStream: none here"
+            )
+        if pub.qos == 2:
+            self._hold_qos2(pub)
+        elif self._deliver(pub.topic, pub.subject, pub.payload, pub.qos, pub.retain) and pub.qos == 1:
+            self._write(packets.puback(pub.packet_id))
+
+    def _hold_qos2(self, pub: packets.Publish) -> None:
+        """A QoS 2 PUBLISH, as nats-server's mqttStoreQoS2MsgOnce: held in `$MQTT_qos2in` under its packet
+        id (a duplicate is dropped by the stream) until its PUBREL delivers it; PUBREC."""
+        flags = 0x04 | (0x01 if pub.retain else 0) | (0x08 if pub.dup else 0)
+        headers = qos2_headers(pub.subject, flags)
+        size = len(headers) + len(pub.payload)
+        if size > self.server.options.max_payload:
+            log.error("%r - maximum payload exceeded: %d vs %d", self, size, self.server.options.max_payload)
+            self.close("Maximum Payload Exceeded")
+            return
+        held = qos2_subject(self.client_id, pub.packet_id)
+        msg = self._msg
+        msg.set(held, None, size_fields(headers, pub.payload), headers, pub.payload, b"MSG " + held + b" ")
+        publish(self.sublist, msg, self._fanout)
+        self._write(packets.pubrec(pub.packet_id))
+
+    def _release(self, packet_id: int) -> None:
+        """PUBREL: the QoS 2 message held for `packet_id`, if any, is delivered (nats-server's
+        mqttProcessPubRel); PUBCOMP either way."""
+        js = self.listener.jetstream
+        try:
+            held = (
+                None if js is None else take_qos2(js, self.account, qos2_subject(self.client_id, packet_id))
+            )
+        except ValueError as exc:
+            self._write(packets.pubcomp(packet_id))
+            raise PacketError(str(exc)) from None
+        if held is not None:
+            subject, retain, payload = held
+            self._deliver(packets.subject_to_topic(subject), subject, payload, 2, retain)
+        self._write(packets.pubcomp(packet_id))
+
+    def _deliver(
+        self, topic: bytes, subject: bytes, payload: bytes, qos: int = 0, retain: bool = False
+    ) -> bool:
+        """Publish an MQTT message to the account as nats-server does: a NATS message with its
+        `Nmqtt-Pub` header, under the client's publish permissions (a denied one is dropped, logged); a
+        retained one is first stored in `$MQTT_rmsgs` (an empty one removes it), a QoS 1 one then in
+        `$MQTT_msgs` (pynatsd.mqtt.store). False if refused."""
+        headers = PUB_HEADERS[qos]
+        size = len(headers) + len(payload)
+        self.in_msgs += 1
+        self.in_bytes += size
+        max_payload = self.server.options.max_payload
+        if size > max_payload:
+            log.error("%r - maximum payload exceeded: %d vs %d", self, size, max_payload)
+            self.close("Maximum Payload Exceeded")
+            return False
+        if subject.startswith(RESERVED_PUBLISH) or (
+            self.perms is not None and not self.perms.can_publish(subject)
+        ):
+            log.error('%r - Publish Violation - User "%s", Subject "%s"', self, self.user, subject.decode())
+            return True  # (as nats-server: dropped, yet acknowledged)
+        msg = self._msg
+        if retain:
+            flags = (qos << 1) | 0x01
+            kept = retained_headers(topic, flags, not payload, self.server.server_id, self.user)
+            where = RETAINED_PREFIX + subject
+            msg.set(where, None, size_fields(kept, payload), kept, payload, b"MSG " + where + b" ")
+            publish(self.sublist, msg, self._fanout)
+        sizes = size_fields(headers, payload)
+        head = self._heads.get(subject) or new_head(self._heads, subject)
+        msg.set(subject, None, sizes, headers, payload, head)
+        self.pub_topic, self.pub_subject = topic, subject
+        publish(self.sublist, msg, self._fanout)
+        if qos:
+            stored = MSGS_PREFIX + subject
+            msg.set(stored, None, sizes, headers, payload, b"MSG " + stored + b" ")
+            publish(self.sublist, msg, self._fanout)
+        return True
+
+    def _subscribe(self, body: bytes) -> None:
+        packet_id, filters = packets.parse_filters(body, subscribe=True)
+        granted = [self._add_filter(subject, qos) for _topic, subject, qos in filters]
+        self._write(packets.suback(packet_id, granted))
+        js = self.listener.jetstream
+        if js is None:
+            return
+        changed = False
+        for (_topic, subject, _qos), code in zip(filters, granted, strict=True):
+            if subject is not None and code != packets.SUBACK_FAILURE:
+                changed |= self.session_subs.get(subject.decode()) != code
+                self.session_subs[subject.decode()] = code
+        if changed:
+            self._save_session()
+        for (_topic, subject, _qos), code in zip(filters, granted, strict=True):
+            if subject is not None and code != packets.SUBACK_FAILURE:
+                self._send_retained(js, subject)
+
+    def _send_retained(self, js: JetStream, subject: bytes) -> None:
+        """The retained messages a new subscription on `subject` matches (with `foo/#`, `foo`'s too), with
+        the RETAIN flag [MQTT-3.3.1-8], but those its subscribe-deny permissions keep from it."""
+        found = retained(js, self.account, subject)
+        if len(subject) > 2 and subject.endswith(b".>"):
+            found += retained(js, self.account, subject[:-2])
+        perms = self.perms
+        for stored_subject, topic, payload in found:
+            if perms is not None and perms.sub_deny and perms.delivery_denied(stored_subject):
+                continue
+            self._write(packets.publish_header(topic, len(payload), retain=True))
+            self._write(payload)
+
+    def _add_filter(self, subject: bytes | None, qos: int) -> int:
+        """Subscribe one filter; the QoS granted, or SUBACK_FAILURE."""
+        if subject is None or subject.startswith(packets.NATS_PREFIX.encode()):
+            return packets.SUBACK_FAILURE
+        if qos:
+            log.error(
+                "%r - pynatsd does not support MQTT QoS %d subscriptions yet: %s refused",
+                self,
+                qos,
+                subject.decode(),
+            )
+            return packets.SUBACK_FAILURE
+        sids = [(subject, subject)]
+        if len(subject) > 2 and subject.endswith(b".>"):  # `foo/#` takes `foo` too
+            sids.append((subject[:-2], subject[:-2] + b" fwc"))
+        added: list[Subscription] = []
+        for sub_subject, sid in sids:
+            if sid in self.subs:
+                continue
+            sub = self._add_sub(sub_subject, sid, packets.is_reserved_filter(subject))
+            if sub is None:  # refused as a whole, as nats-server's cleanupFailedSub
+                for done in added:
+                    self.remove_sub(done)
+                return packets.SUBACK_FAILURE
+            added.append(sub)
+        return qos
+
+    def _add_sub(self, subject: bytes, sid: bytes, reserved: bool) -> Subscription | None:
+        """One NATS subscription of a filter under the client's permissions; None if refused."""
+        if self.perms is not None and not self.perms.can_subscribe(subject, None):
+            log.error("%r - subscription violation for %s", self, subject.decode())
+            return None
+        sub = Subscription(self, subject, None, sid)
+        try:
+            self.sublist.insert(sub)
+        except ValueError:  # an invalid subject
+            return None
+        self.subs[sid] = sub
+        if reserved:
+            self.reserved.add(sub)
+        links = self.server.links
+        if links is not None:
+            links.subscribed(self.account, sub)
+        return sub
+
+    def _unsubscribe(self, body: bytes) -> None:
+        packet_id, filters = packets.parse_filters(body, subscribe=False)
+        changed = False
+        for _topic, subject, _qos in filters:
+            if subject is None:
+                continue
+            self._drop(subject)
+            if len(subject) > 2 and subject.endswith(b".>"):
+                self._drop(subject[:-2] + b" fwc")
+            changed |= self.session_subs.pop(subject.decode(), None) is not None
+        self._write(packets.unsuback(packet_id))
+        if changed and self.listener.jetstream is not None:
+            self._save_session()
+
+    def _drop(self, sid: bytes) -> None:
+        sub = self.subs.pop(sid, None)
+        if sub is not None:
+            self.remove_sub(sub)
+
+    def remove_sub(self, sub: Subscription) -> None:
+        self.subs.pop(sub.sid if isinstance(sub.sid, bytes) else b"%d" % sub.sid, None)
+        self.reserved.discard(sub)
+        self.sublist.remove(sub)
+        links = self.server.links
+        if links is not None:
+            links.unsubscribed(sub)
+
+    # -- deliveries (pynatsd.broker.delivery.deliver) --------------------------------------------------
+    def take(self, sub: Subscription, msg: Message) -> bool:
+        """A message for one of this client's subscriptions, written as a QoS 0 PUBLISH: the topic as its
+        MQTT publisher sent it, else the subject converted back (nats-server's mqttDeliverMsgCbQoS0)."""
+        subject = msg.subject
+        if subject[:1] == b"$" and sub in self.reserved:
+            return False
+        origin = msg.origin
+        if isinstance(origin, MQTTConnection) and origin.pub_subject == subject:
+            topic = origin.pub_topic
+        else:
+            topic = packets.subject_to_topic(subject)
+        payload = msg.payload
+        self.out_msgs += 1
+        self.out_bytes += len(payload)
+        self._write(packets.publish_header(topic, len(payload)))
+        self._write(payload)
+        transport = self.transport
+        if transport is not None and transport.get_write_buffer_size() > self.server.options.max_pending:
+            log.error(
+                "%r - Slow Consumer Detected: MaxPending of %d Exceeded",
+                self,
+                self.server.options.max_pending,
+            )
+            self.server.stats.slow_consumers += 1
+            self.close("Slow Consumer (Pending Bytes)")
+        return True
+
+    # -- writing, timers, closing ------------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        if self.closed or self.transport is None:
+            return
+        self._pending.append(data)
+        if self._flush_handle is None:
+            self._flush_handle = self.server.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        pending, self._pending = self._pending, []
+        if pending and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(pending))
+
+    def _auth_timeout(self) -> None:
+        self._timer = None
+        if not self.connected and not self.closed:
+            log.error("%r - Authentication Timeout", self)
+            self.close("Authentication Timeout")
+
+    def _keep_alive_tick(self) -> None:
+        idle = time.monotonic() - self._last_in
+        if idle >= self._keep_alive:
+            self._timer = None
+            log.debug("%r - keep-alive expired, closing", self)
+            self.close("Read Error")
+            return
+        self._timer = self.server.loop.call_later(self._keep_alive - idle, self._keep_alive_tick)
+
+    def close(self, reason: str, err_text: str | None = None) -> None:
+        """Close (idempotent): what is written so far goes out first; the will is published unless the
+        client said DISCONNECT; its subscriptions go."""
+        if self.closed:
+            return
+        self.closed = True  # first: the will's publish (a payload past the limit, say) cannot close it again
+        self.close_reason = reason
+        will, self.will = self.will, None
+        if will is not None and self.connected:
+            self._deliver(will.topic, will.subject, will.message, will.qos, will.retain)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for sub in list(self.subs.values()):
+            self.remove_sub(sub)
+        js = self.listener.jetstream
+        if self.connected and self.clean and js is not None:  # a clean session ends with its connection
+            found = load_session(js, self.account, self.session_subject)
+            if found is not None and found[1].get("id") == self.client_id:
+                delete_session(js, self.account, found[0])
+        self.listener.forget(self)
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()
+        log.debug("%r - Client connection closed: %s", self, reason)
