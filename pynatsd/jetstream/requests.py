@@ -114,10 +114,7 @@ CONSUMER_FIELDS: dict[str, Any] = {
     ),
     "priority_timeout": "time.Duration",
 }
-CONSUMER_UNSUPPORTED = (
-    "rate_limit_bps", "direct", "sourcing", "priority_groups", "priority_policy",
-    "priority_timeout", "pedantic",
-)  # fmt: skip
+CONSUMER_UNSUPPORTED = ("rate_limit_bps", "direct", "sourcing", "pedantic")
 CONSUMER_CREATE = Struct(
     "CreateConsumerRequest",
     {
@@ -127,6 +124,8 @@ CONSUMER_CREATE = Struct(
         "pedantic": "bool",
     },
 )
+# nats-server reads an unpin request with a plain json.Unmarshal: unknown fields pass.
+CONSUMER_UNPIN = Struct("JSApiConsumerUnpinRequest", {"group": "string"}, strict=False)
 CONSUMER_PAUSE = Struct("JSApiConsumerPauseRequest", {"pause_until": "time.Time"})
 # nats-server reads a reset request with a plain json.Unmarshal: unknown fields pass.
 CONSUMER_RESET = Struct("JSApiConsumerResetRequest", {"seq": "uint64"}, strict=False)
