@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd.base.ids import Nuid
 from pynatsd.base.values import ConfigValueError, parse_duration
-from pynatsd.jetstream import errors
+from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.store import StoredMsg
 from pynatsd.jetstream.util import (
     filters_regex,
@@ -390,6 +390,7 @@ class Consumer:
         self._pin_id = ""  # the pinned client's id (pinned_client policy), "" while none is pinned
         self._pinned_ts = 0  # ns: when it was pinned
         self._pin_timer: asyncio.TimerHandle | None = None
+        self._pin_fresh = False  # the pin was given to the request the message in hand goes to
         self._announce_pause = False  # a pause set at creation is not announced (nats-server's)
         self.update(config)
         self._announce_pause = True
@@ -956,6 +957,8 @@ class Consumer:
                 size += self._ack_reply_size(msg)
                 if req.sent_bytes + size > req.max_bytes:
                     self._unnext(msg)
+                    if self._pin_fresh:  # a pin given for this message only goes with it (no advisory)
+                        self._release_pin()
                     self._finish(req, b"409 Message Size Exceeds MaxBytes")
                     continue
             self._send(req.reply, msg)
@@ -1267,17 +1270,16 @@ class Consumer:
         batch, max_bytes, no_wait, expires, hb = 1, 0, False, 0, 0
         group: dict[str, Any] | None = None
         if body.startswith(b"{"):
-            try:
-                req = gojson.loads(body)[-1]  # bounded depth: a deep body is a bad request, not a traceback
-                batch = int(req.get("batch") or 1)
-                max_bytes = int(req.get("max_bytes") or 0)
-                no_wait = bool(req.get("no_wait"))
-                expires = int(req.get("expires") or 0)
-                hb = int(req.get("idle_heartbeat") or 0)
-                group = _priority_fields(req)
-            except (ValueError, TypeError, AttributeError, IndexError):
-                self._status(reply, b"400 Bad Request")
+            req = _pull_request(body)
+            if isinstance(req, str):
+                self._status(reply, b"400 Bad Request - " + req.encode())
                 return
+            batch = int(req.get("batch") or 1)
+            max_bytes = int(req.get("max_bytes") or 0)
+            no_wait = bool(req.get("no_wait"))
+            expires = int(req.get("expires") or 0)
+            hb = int(req.get("idle_heartbeat") or 0)
+            group = {k: req.get(k) or zero for k, zero in _PRIORITY_ZEROS.items()}
         elif body:
             try:
                 batch = int(body)
@@ -1375,6 +1377,7 @@ class Consumer:
         waiting = self.waiting
         cycled = 0
         now = now_ns()
+        self._pin_fresh = False
         while waiting:
             req = waiting[0]
             if self._drop_if_done(req, now):
@@ -1413,6 +1416,7 @@ class Consumer:
             return
         self._pin_id = _pin_ids.next()
         self._pinned_ts = now_ns()
+        self._pin_fresh = True
         req.pin_id = self._pin_id
         self._set_pin_timer(req.group)
         self.account.advisories.consumer_pin(self._names, req.group, pinned_id=self._pin_id)
@@ -1433,13 +1437,16 @@ class Consumer:
     def unpin(self, group: str, reason: str) -> None:
         """The pin let go (`reason`: "admin" for CONSUMER.UNPIN, "timeout"): the next request without an id
         takes it."""
+        self._release_pin()
+        self.account.advisories.consumer_pin(self._names, group, reason=reason)
+        self.kick()
+
+    def _release_pin(self) -> None:
         self._pin_id = ""
         self._pinned_ts = 0
         if self._pin_timer is not None:
             self._pin_timer.cancel()
             self._pin_timer = None
-        self.account.advisories.consumer_pin(self._names, group, reason=reason)
-        self.kick()
 
     def _expire(self, req: PullRequest) -> None:
         if req in self.waiting:
@@ -1498,25 +1505,40 @@ class Consumer:
 
 
 _pin_ids = Nuid()  # pins are NUIDs, as nats-server's
-_PRIORITY_STRINGS = ("group", "id")
-_PRIORITY_NUMBERS = ("min_pending", "min_ack_pending", "priority")
+# A pull request's fields and their JSON types (bool apart from int, as Go has them); its priority group
+# fields with their zero values.
+_PULL_TYPES: dict[str, type] = {
+    "expires": int, "batch": int, "max_bytes": int, "no_wait": bool, "idle_heartbeat": int,
+    "group": str, "min_pending": int, "min_ack_pending": int, "id": str, "priority": int,
+}  # fmt: skip
+_PRIORITY_ZEROS: dict[str, Any] = {
+    "group": "", "id": "", "min_pending": 0, "min_ack_pending": 0, "priority": 0,
+}  # fmt: skip
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def _priority_fields(req: dict[str, Any]) -> dict[str, Any]:
-    """A pull request's priority group fields (nats-server's PriorityGroup, zero values for the missing
-    ones); TypeError for a value of the wrong type."""
-    out: dict[str, Any] = {}
-    for key in _PRIORITY_STRINGS:
-        value = req.get(key)
-        if value is not None and not isinstance(value, str):
-            raise TypeError(key)
-        out[key] = value or ""
-    for key in _PRIORITY_NUMBERS:
-        value = req.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise TypeError(key)
-        out[key] = value or 0
-    return out
+def _typed(value: Any, kind: type) -> bool:
+    if value is None:
+        return True  # JSON null: Go leaves the field as it was
+    if kind is int:
+        return type(value) is int and _INT64[0] <= value <= _INT64[1]
+    return type(value) is kind
+
+
+def _pull_request(body: bytes) -> dict[str, Any] | str:
+    """A JSON pull request's fields, or nats-server's json.Unmarshal error for it (its words, one line)."""
+    try:
+        values = gojson.loads(body)  # bounded depth: a deep body is a bad request, not a traceback
+    except gojson.GoJsonError:
+        values = []
+    req: dict[str, Any] = values[0] if len(values) == 1 and isinstance(values[0], dict) else {}
+    if req and all(_typed(req.get(k), kind) for k, kind in _PULL_TYPES.items()):
+        return req
+    try:  # the slow way, for Go's words
+        gojson.unmarshal(body, requests.PULL_REQUEST)
+    except gojson.GoJsonError as exc:
+        return " ".join(str(exc).split())
+    return {k: v for k, v in req.items() if _typed(v, _PULL_TYPES.get(k, type(v)))}
 
 
 def _go_duration(ns: int) -> str:

@@ -83,8 +83,27 @@ SCRIPT: list[tuple[str, Any]] = [
     ("$JS.API.CONSUMER.INFO.PG.pin", b""),
     (UNPIN + "pin", {"group": "b/c=_-9"}),
     ("$JS.API.CONSUMER.INFO.PG.pin", b""),
-    ("NEXT pin", {"batch": 1, "group": "A"}),  # a bare request: no pin taken, the header empty
+    ("NEXT pin", {"batch": 1, "group": "A"}),
+    # Malformed requests: json.Unmarshal's words (the group fields, embedded, named without their type).
+    ("NEXT pin", {"batch": 1, "group": 5}),
+    ("NEXT pin", {"group": "A", "priority": "x"}),
+    ("NEXT pin", {"group": "A", "min_pending": 1.5}),
+    ("NEXT pin", {"group": "A", "min_ack_pending": 1 << 63}),
+    ("NEXT pin", {"group": "A", "id": ["x"]}),
+    ("NEXT pin", {"batch": "x", "group": "A"}),
+    ("NEXT pin", {"group": "A", "no_wait": "yes"}),
+    ("NEXT pin", {"group": "A", "expires": 1.5}),
+    ("NEXT pin", b'{"batch": 1, "group": "A"} {"batch": 2}'),
+    ("NEXT pin", b'{"batch": 1, "group": '),
+    ("NEXT pin", {"group": None, "batch": None}),
+    ("PUB pg.c", b""),
+    # A pin given for a message too big for the request goes with it; a bare request then takes the
+    # message with an empty Nats-Pin-Id (it pins nobody).
+    (UNPIN + "pin", {"group": "A"}),
+    ("NEXT pin", {"batch": 1, "group": "A", "max_bytes": 1, "no_wait": True}),
+    ("$JS.API.CONSUMER.INFO.PG.pin", b""),
     ("NEXT pin", b"1"),
+    ("$JS.API.CONSUMER.INFO.PG.pin", b""),
 ]  # fmt: skip
 
 
@@ -104,7 +123,8 @@ async def _run_script(nc: Client, out: list[Any]) -> None:
         elif subject.startswith("NEXT "):
             await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.PG.{subject[5:]}", data, reply=f"{inbox}.{n}")
             # Read until the batch came or a status: a status for an earlier step shows that step.
-            batch = body.get("batch", 1) if isinstance(body, dict) else 1
+            batch = body.get("batch") if isinstance(body, dict) else None
+            batch = batch if isinstance(batch, int) else 1
             got: list[Any] = []
             while len(got) < batch:
                 try:
