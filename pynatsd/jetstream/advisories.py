@@ -10,6 +10,7 @@ subscribers (`InternalClient.origin_is_server`), whatever subject space a stream
     API audit               $JS.EVENT.ADVISORY.API                                   api_audit
     stream action           $JS.EVENT.ADVISORY.STREAM.{CREATED,UPDATED,DELETED}.<stream>
     consumer action         $JS.EVENT.ADVISORY.CONSUMER.{CREATED,DELETED}.<stream>.<consumer>
+    priority group pin      $JS.EVENT.ADVISORY.CONSUMER.{PINNED,UNPINNED}.<stream>.<consumer>
     max deliveries          $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>
     nak, terminated         $JS.EVENT.ADVISORY.CONSUMER.{MSG_NAKED,MSG_TERMINATED}.<stream>.<consumer>
     ack sample (metric)     $JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>
@@ -44,6 +45,7 @@ class Advisories:
         self.client = account.client
         self.server = account.js.server
         self.domain = account.js.domain
+        self.account_name = account.name
 
     def wanted(self, subject: bytes) -> bool:
         """Someone in the account (or importing from it, or across a route) listens on `subject`."""
@@ -98,6 +100,20 @@ class Advisories:
             fields = {"stream": names[0], "consumer": names[1], "paused": paused}
             fields["pause_until"] = until or "0001-01-01T00:00:00Z"
             self._publish(subject, _ADVISORY + "consumer_pause", fields)
+
+    def consumer_pin(self, names: tuple[str, str], group: str, pinned_id: str = "", reason: str = "") -> None:
+        """A priority group's client pinned (`pinned_id`: what its requests carry from then on), or the pin
+        let go (`reason` "admin" for CONSUMER.UNPIN, "timeout" without requests for priority_timeout)."""
+        kind = "UNPINNED" if reason else "PINNED"
+        stream, consumer = names[0].encode(), names[1].encode()
+        subject = b"$JS.EVENT.ADVISORY.CONSUMER.%s.%s.%s" % (kind.encode(), stream, consumer)
+        if self.wanted(subject):
+            fields = {"account": self.account_name, "stream": names[0], "consumer": names[1], "group": group}
+            if reason:
+                fields["reason"] = reason
+            else:
+                fields["pinned_id"] = pinned_id
+            self._publish(subject, _ADVISORY + "consumer_group_" + kind.lower(), fields)
 
     def max_deliveries(self, subject: bytes, names: tuple[str, str], seq: int, deliveries: int) -> None:
         """A message delivered max_deliver times without an ack: it will not be delivered again."""

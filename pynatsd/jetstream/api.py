@@ -234,6 +234,7 @@ class Api:
             ("CONSUMER", "NAMES", "*"): ("consumer_names_response", self.consumer_names),
             ("CONSUMER", "LIST", "*"): ("consumer_list_response", self.consumer_list),
             ("CONSUMER", "PAUSE", "*", "*"): ("consumer_pause_response", self.consumer_pause),
+            ("CONSUMER", "UNPIN", "*", "*"): ("consumer_unpin_response", self.consumer_unpin),
         }
         # Known to nats-server but not served here: answered with an error instead of silence.
         self._queue: deque[tuple[Any, ...]] = deque()  # (kind, route, toks, reply, payload, subject)
@@ -246,7 +247,6 @@ class Api:
             ("STREAM", "LEADER", "STEPDOWN", "*"): "stream_leader_stepdown_response",
             ("STREAM", "PEER", "REMOVE", "*"): "stream_remove_peer_response",
             ("CONSUMER", "LEADER", "STEPDOWN", "*", "*"): "consumer_leader_stepdown_response",
-            ("CONSUMER", "UNPIN", "*", "*"): "consumer_unpin_response",
         }
 
     # -- dispatch -------------------------------------------------------------------------------------
@@ -658,6 +658,29 @@ class Api:
         if out["paused"]:
             out["pause_remaining"] = min(max(parse_rfc3339(until) - now_ns(), 0), consumer_mod.MAX_DURATION)
         return out
+
+    def consumer_unpin(self, toks: list[str], payload: bytes) -> Reply:
+        """Let go of a priority group's pinned client (nats-server's checks, in its order): the next request
+        without a pin id takes the pin."""
+        if not payload.strip():
+            raise errors.invalid_json("unexpected end of JSON input")
+        try:
+            req = requests.parse(payload, requests.CONSUMER_UNPIN)
+        except ApiError as err:  # json.Unmarshal's words: without the decoder's offset
+            raise errors.invalid_json(_OFFSET.sub("", err.description[len("invalid JSON: ") :])) from None
+        group = str(req.get("group") or "")
+        if not group:
+            raise errors.invalid_json("consumer group not specified")
+        if not consumer_mod.valid_group_name(group):
+            raise errors.consumer_invalid_group_name()
+        stream = self._stream(toks[2])
+        consumer = stream.consumers.get(toks[3])
+        if consumer is None:
+            raise errors.consumer_not_found()
+        if group not in (consumer.config.get("priority_groups") or ()):
+            raise errors.consumer_invalid_priority_group()
+        consumer.unpin(group, "admin")
+        return {}
 
     def consumer_reset(self, stream_name: str, name: str, reply: bytes | None, payload: bytes) -> None:
         """`$JS.API.CONSUMER.RESET.<stream>.<consumer>`: back to the ack floor, or to `seq`. The consumer's

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import string
 from bisect import bisect_left
@@ -18,8 +19,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pynatsd.base.ids import Nuid
 from pynatsd.base.values import ConfigValueError, parse_duration
-from pynatsd.jetstream import errors
+from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.store import StoredMsg
 from pynatsd.jetstream.util import (
     filters_regex,
@@ -59,9 +61,13 @@ _ORDER = [
     "replay_policy", "rate_limit_bps", "sample_freq", "max_waiting", "max_ack_pending", "flow_control",
     "headers_only", "max_batch", "max_expires", "max_bytes", "deliver_subject", "deliver_group",
     "idle_heartbeat", "inactive_threshold", "num_replicas", "mem_storage", "metadata", "pause_until",
+    "priority_groups", "priority_policy", "priority_timeout",
 ]  # fmt: skip
 _ALWAYS = {"deliver_policy", "ack_policy", "replay_policy", "num_replicas"}
 
+PINNED_TTL_DEFAULT = 120_000_000_000  # nats-server's JsDefaultPinnedTTL: a pin lasts 2 min without requests
+_GROUP_NAME = re.compile(r"[a-zA-Z0-9/_=-]{1,16}")  # nats-server's validGroupName
+PRIORITY_LAST = (1 << 31) - 1  # a request without priority fields comes after every prioritized one
 MAX_DURATION = (1 << 63) - 1  # Go's time.Until saturates there
 _GO_ZERO_TIME_NS = -62_135_596_800_000_000_000  # 0001-01-01T00:00:00Z, Go's zero time.Time
 
@@ -186,6 +192,11 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     _check_sample_freq(str(cfg.get("sample_freq") or ""))
     if push and cfg.get("flow_control") and not cfg.get("idle_heartbeat"):
         raise errors.flow_control_needs_heartbeats()
+    # nats-server's required API level counts the priority fields as given, before its defaults.
+    asks_priority = cfg.get("priority_policy", "none") != "none" or any(
+        cfg.get(k) for k in ("priority_groups", "priority_timeout")
+    )
+    _check_priority(cfg, push)
     retention = stream.config["retention"]
     if retention == "workqueue":
         if cfg["ack_policy"] != "explicit":
@@ -207,15 +218,52 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     if cfg.get("pause_until"):
         cfg["pause_until"] = go_time(cfg["pause_until"])
     cfg["metadata"] = dict(cfg.get("metadata") or {})
-    set_required_level(cfg)
+    set_required_level(cfg, asks_priority)
     out = {k: cfg[k] for k in _ORDER if k in cfg and (k in _ALWAYS or cfg[k] not in (0, "", False, [], {}))}
     return out
 
 
-def set_required_level(cfg: dict[str, Any]) -> None:
-    """nats-server's `_nats.req.level` metadata: 1 with a pause_until (API level 1, 2.11), else 0."""
+def _check_priority(cfg: dict[str, Any], push: bool) -> None:
+    """Priority groups: nats-server's defaults and checks, in its order. The policy `none` is its zero value
+    (left out of the config); a pinned_client policy gets a 2 min priority_timeout unless given one."""
+    if cfg.get("priority_timeout", 0) < 0:
+        cfg["priority_timeout"] = 0
+    policy = cfg.get("priority_policy") or "none"
+    if policy == "none":
+        cfg.pop("priority_policy", None)
+        if cfg.get("priority_groups"):
+            raise errors._e(400, 10196, "consumer can not have priority groups when policy is none")
+        if cfg.get("priority_timeout"):
+            raise errors._e(400, 10197, "PinnedTTL cannot be set when PriorityPolicy is none")
+        return
+    if policy == "pinned_client" and not cfg.get("priority_timeout"):
+        cfg["priority_timeout"] = PINNED_TTL_DEFAULT
+    if push:
+        raise errors._e(400, 10178, "priority groups can not be used with push consumers")
+    groups = cfg.get("priority_groups") or []
+    if not groups:
+        raise errors._e(400, 10159, "Setting PriorityPolicy requires at least one PriorityGroup to be set")
+    for group in groups:
+        if not group:
+            raise errors._e(400, 10161, "Group name cannot be an empty string")
+        if not valid_group_name(group):
+            raise errors.consumer_invalid_group_name()
+
+
+def valid_group_name(group: str) -> bool:
+    """nats-server's validGroupName: 1 to 16 of A-Z, a-z, 0-9, -_/=."""
+    return _GROUP_NAME.fullmatch(group) is not None
+
+
+def set_required_level(cfg: dict[str, Any], asks_priority: bool = False) -> None:
+    """nats-server's `_nats.req.level` metadata: 1 with a pause_until or priority groups (API level 1, 2.11),
+    else 0."""
     until = cfg.get("pause_until")
-    cfg["metadata"]["_nats.req.level"] = "1" if until and parse_rfc3339(until) > _GO_ZERO_TIME_NS else "0"
+    paused = bool(until and parse_rfc3339(until) > _GO_ZERO_TIME_NS)
+    prioritized = asks_priority or any(
+        cfg.get(k) for k in ("priority_policy", "priority_groups", "priority_timeout")
+    )
+    cfg["metadata"]["_nats.req.level"] = "1" if paused or prioritized else "0"
 
 
 def go_time(text: str) -> str:
@@ -296,6 +344,12 @@ class PullRequest:
     sent_bytes: int = 0
     last_sent: int = 0  # ns; heartbeats only fill silences
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    # Its priority group fields (a JSON request's; `group` None for a bare batch size, as nats-server has it).
+    group: str | None = None
+    pin_id: str = ""
+    min_pending: int = 0
+    min_ack_pending: int = 0
+    priority: int = PRIORITY_LAST
 
 
 class Consumer:
@@ -332,6 +386,11 @@ class Consumer:
         self._pause_until = 0  # ns; nothing is delivered before (config pause_until)
         self._pause_timer: asyncio.TimerHandle | None = None
         self._stopped = False
+        self._policy = "none"  # priority_policy
+        self._pin_id = ""  # the pinned client's id (pinned_client policy), "" while none is pinned
+        self._pinned_ts = 0  # ns: when it was pinned
+        self._pin_timer: asyncio.TimerHandle | None = None
+        self._pin_fresh = False  # the pin was given to the request the message in hand goes to
         self._announce_pause = False  # a pause set at creation is not announced (nats-server's)
         self.update(config)
         self._announce_pause = True
@@ -420,6 +479,7 @@ class Consumer:
         if self._awaiting_interest and deliver_subject != self._deliver_subject:
             self._stop_awaiting_interest()  # the account kicks the consumer after an update: it waits anew
         self._deliver_subject = deliver_subject
+        self._policy = str(config.get("priority_policy") or "none")
         self._set_pause(config.get("pause_until") or "")
 
     def reconfigure(self, config: dict[str, Any]) -> None:
@@ -596,7 +656,14 @@ class Consumer:
         if self._stopped:
             return
         self._stopped = True
-        timers = (self._ack_timer, self._hb_timer, self._idle_timer, self._replay_timer, self._pause_timer)
+        timers = (
+            self._ack_timer,
+            self._hb_timer,
+            self._idle_timer,
+            self._replay_timer,
+            self._pause_timer,
+            self._pin_timer,
+        )
         for t in (*timers, self._save_timer):
             if t is not None:
                 t.cancel()
@@ -674,6 +741,13 @@ class Consumer:
         if remaining > 0:
             out["paused"] = True
             out["pause_remaining"] = min(remaining, MAX_DURATION)
+        groups = self.config.get("priority_groups")
+        if groups:  # nats-server shows the first group's state only (one pin per consumer)
+            state: dict[str, Any] = {"group": groups[0]}
+            if self._pin_id:
+                state["pinned_client_id"] = self._pin_id
+            state["pinned_ts"] = rfc3339(self._pinned_ts) if self._pinned_ts else "0001-01-01T00:00:00Z"
+            out["priority_groups"] = [state]
         return out
 
     # -- stream events --------------------------------------------------------------------------------
@@ -868,6 +942,13 @@ class Consumer:
                 if not self._blocked():
                     self._answer_no_wait()
                 return
+            if self._policy != "none":
+                chosen = self._priority_request()
+                if chosen is None:  # as at the end of the stream for the no_wait requests (nats-server)
+                    self._unnext(msg)
+                    self._answer_no_wait()
+                    return
+                req = chosen
             if self._replay_later(msg):
                 return
             size = 0
@@ -876,6 +957,8 @@ class Consumer:
                 size += self._ack_reply_size(msg)
                 if req.sent_bytes + size > req.max_bytes:
                     self._unnext(msg)
+                    if self._pin_fresh:  # a pin given for this message only goes with it (no advisory)
+                        self._release_pin()
                     self._finish(req, b"409 Message Size Exceeds MaxBytes")
                     continue
             self._send(req.reply, msg)
@@ -885,16 +968,29 @@ class Consumer:
             if req.sent >= req.batch or (req.max_bytes and req.sent_bytes == req.max_bytes):
                 self._finish(req, None)
             elif len(self.waiting) > 1:
-                self.waiting.rotate(-1)  # waiting requests take turns, one message each, as in nats-server
+                # Waiting requests take turns, one message each, as in nats-server (prioritized: among the
+                # requests of the same priority).
+                if self._policy == "prioritized":
+                    self.waiting.popleft()
+                    self._queue_by_priority(req)
+                else:
+                    self.waiting.rotate(-1)
 
     def _prune_waiting(self) -> None:
         """Drop the pull requests that expired (408) or whose requester stopped listening (no answer)."""
         now = now_ns()
         for req in list(self.waiting):
-            if req.expires and now >= req.expires:
-                self._finish(req, b"408 Request Timeout")
-            elif not self._reply_has_interest(req.reply):
-                self._finish(req, None)
+            self._drop_if_done(req, now)
+
+    def _drop_if_done(self, req: PullRequest, now: int) -> bool:
+        """Finish `req` if it expired (408) or its requester stopped listening (no answer): True if so."""
+        if req.expires and now >= req.expires:
+            self._finish(req, b"408 Request Timeout")
+            return True
+        if not self._reply_has_interest(req.reply):
+            self._finish(req, None)
+            return True
+        return False
 
     def _answer_no_wait(self) -> None:
         """At the end of the stream: a no_wait request that got messages, or has no expiry, is answered 404
@@ -968,6 +1064,9 @@ class Consumer:
             size = b"Nats-Msg-Size: %d\r\n\r\n" % len(data)
             hdrs = (hdrs[:-2] if hdrs else b"NATS/1.0\r\n") + size
             data = b""
+        if self._policy == "pinned_client":  # every message tells the pinned client its pin
+            pin = b"Nats-Pin-Id: %s\r\n\r\n" % self._pin_id.encode()
+            hdrs = (hdrs[:-2] if hdrs else b"NATS/1.0\r\n") + pin
         self._client.publish(subject, reply, hdrs, data, shown_as=msg.subject)
         if self.ack_none:
             self.stream.on_acked(seq)  # nothing to wait for: interest/workqueue retention may drop it
@@ -1169,23 +1268,24 @@ class Consumer:
 
     def _add_request(self, reply: bytes, body: bytes) -> None:
         batch, max_bytes, no_wait, expires, hb = 1, 0, False, 0, 0
+        group: dict[str, Any] | None = None
         if body.startswith(b"{"):
-            try:
-                req = gojson.loads(body)[-1]  # bounded depth: a deep body is a bad request, not a traceback
-                batch = int(req.get("batch") or 1)
-                max_bytes = int(req.get("max_bytes") or 0)
-                no_wait = bool(req.get("no_wait"))
-                expires = int(req.get("expires") or 0)
-                hb = int(req.get("idle_heartbeat") or 0)
-            except (ValueError, TypeError, AttributeError, IndexError):
-                self._status(reply, b"400 Bad Request")
+            req = _pull_request(body)
+            if isinstance(req, str):
+                self._status(reply, b"400 Bad Request - " + req.encode())
                 return
+            batch = int(req.get("batch") or 1)
+            max_bytes = int(req.get("max_bytes") or 0)
+            no_wait = bool(req.get("no_wait"))
+            expires = int(req.get("expires") or 0)
+            hb = int(req.get("idle_heartbeat") or 0)
+            group = {k: req.get(k) or zero for k, zero in _PRIORITY_ZEROS.items()}
         elif body:
             try:
                 batch = int(body)
             except ValueError:
                 batch = 1
-        refusal = self._refuse_request(batch, max_bytes, expires, hb)
+        refusal = self._refuse_request(batch, max_bytes, expires, hb) or self._refuse_priority(group)
         if refusal:
             self._status(reply, refusal)
             return
@@ -1203,7 +1303,14 @@ class Consumer:
         now = now_ns()
         self._inactive_since = now
         req_ = PullRequest(reply, batch, max_bytes, no_wait, now + expires if expires else 0, hb)
-        self.waiting.append(req_)
+        if group is not None:
+            req_.group, req_.pin_id = group["group"], group["id"]
+            req_.min_pending, req_.min_ack_pending = group["min_pending"], group["min_ack_pending"]
+            req_.priority = group["priority"]
+        if self._policy == "prioritized":
+            self._queue_by_priority(req_)
+        else:
+            self.waiting.append(req_)
         if expires:
             req_.timers.append(self.loop.call_later(expires / 1e9, self._expire, req_))
         if hb:
@@ -1224,6 +1331,122 @@ class Consumer:
         if cfg.get("max_bytes") and max_bytes > cfg["max_bytes"]:
             return b"409 Exceeded MaxRequestMaxBytes of %d" % cfg["max_bytes"]
         return b""
+
+    def _refuse_priority(self, group: dict[str, Any] | None) -> bytes:
+        """The status refusing a request's priority group fields (nats-server's checks, in its order), or
+        b"". A request of the pinned client keeps its pin: the pin's timeout starts over."""
+        if group is None:
+            return b""
+        policy = self._policy
+        if (group["min_pending"] or group["min_ack_pending"]) and policy != "overflow":
+            return b"400 Bad Request - Not a Overflow Priority consumer"
+        if group["id"] and policy != "pinned_client":
+            return b"400 Bad Request - Not a Pinned Client Priority consumer"
+        if not 0 <= group["priority"] <= 9:
+            return b"400 Bad Request - Priority must be between 0 and 9"
+        if policy == "none":
+            return b""
+        if not group["group"]:
+            return b"400 Bad Request - Priority Group missing"
+        if group["group"] not in (self.config.get("priority_groups") or ()):
+            return b"400 Bad Request - Invalid Priority Group"
+        if self._pin_id:
+            if group["id"] == self._pin_id:
+                self._set_pin_timer(group["group"])
+            elif group["id"]:
+                return b"423 Nats-Pin-Id mismatch"
+        return b""
+
+    def _queue_by_priority(self, req: PullRequest) -> None:
+        """Into `waiting` after every request of the same or a lower priority number (prioritized policy)."""
+        waiting = self.waiting
+        at = len(waiting)
+        for i, other in enumerate(waiting):
+            if other.priority > req.priority:
+                at = i
+                break
+        waiting.insert(at, req)
+
+    # -- priority groups: the pinned client -----------------------------------------------------------
+    def _priority_request(self) -> PullRequest | None:
+        """The request the next message goes to under a priority policy, brought to the front of `waiting`
+        (None: no request may take it now). nats-server's choice: the pinned client's requests only (the
+        first request without an id gets the pin when there is none; one with another id is told 423), and
+        with overflow, a request with min_pending/min_ack_pending only once the consumer is that far
+        behind."""
+        waiting = self.waiting
+        cycled = 0
+        now = now_ns()
+        self._pin_fresh = False
+        while waiting:
+            req = waiting[0]
+            if self._drop_if_done(req, now):
+                continue
+            if not self._pin_id and self._policy == "pinned_client":
+                if req.pin_id:
+                    self._finish(req, b"423 Nats-Wrong-Pin-Id")
+                    continue
+                self._assign_pin(req)
+            elif self._pin_id and req.pin_id != self._pin_id:
+                if req.pin_id:
+                    self._finish(req, b"423 Nats-Wrong-Pin-Id")
+                    continue
+                waiting.rotate(-1)
+                cycled += 1
+                if cycled >= len(waiting):
+                    return None
+                continue
+            if self._policy == "overflow" and (req.min_pending > 0 or req.min_ack_pending > 0):
+                # The message in hand is counted in (nats-server's `npc+1`: it takes it out first).
+                behind = (0 < req.min_pending <= self.num_pending() + 1) or (
+                    0 < req.min_ack_pending <= len(self.pending)
+                )
+                if not behind:
+                    waiting.rotate(-1)
+                    cycled += 1
+                    if cycled >= len(waiting):
+                        return None
+                    continue
+            return req
+        return None
+
+    def _assign_pin(self, req: PullRequest) -> None:
+        """Pin the consumer's group to the client of `req` (a request without priority fields pins none)."""
+        if not req.group:
+            return
+        self._pin_id = _pin_ids.next()
+        self._pinned_ts = now_ns()
+        self._pin_fresh = True
+        req.pin_id = self._pin_id
+        self._set_pin_timer(req.group)
+        self.account.advisories.consumer_pin(self._names, req.group, pinned_id=self._pin_id)
+
+    def _set_pin_timer(self, group: str) -> None:
+        """The pin ends priority_timeout after it was given or its client's last request."""
+        if self._pin_timer is not None:
+            self._pin_timer.cancel()
+        if not self._stopped:
+            timeout = int(self.config.get("priority_timeout") or PINNED_TTL_DEFAULT)
+            self._pin_timer = self.loop.call_later(timeout / 1e9, self._pin_timed_out, group)
+
+    def _pin_timed_out(self, group: str) -> None:
+        self._pin_timer = None
+        if self._pin_id:
+            self.unpin(group, "timeout")
+
+    def unpin(self, group: str, reason: str) -> None:
+        """The pin let go (`reason`: "admin" for CONSUMER.UNPIN, "timeout"): the next request without an id
+        takes it."""
+        self._release_pin()
+        self.account.advisories.consumer_pin(self._names, group, reason=reason)
+        self.kick()
+
+    def _release_pin(self) -> None:
+        self._pin_id = ""
+        self._pinned_ts = 0
+        if self._pin_timer is not None:
+            self._pin_timer.cancel()
+            self._pin_timer = None
 
     def _expire(self, req: PullRequest) -> None:
         if req in self.waiting:
@@ -1279,6 +1502,43 @@ class Consumer:
             return
         wait = max(threshold - (now - self._inactive_since), threshold // 4, 50_000_000)
         self._idle_timer = self.loop.call_later(wait / 1e9, self._check_inactive)
+
+
+_pin_ids = Nuid()  # pins are NUIDs, as nats-server's
+# A pull request's fields and their JSON types (bool apart from int, as Go has them); its priority group
+# fields with their zero values.
+_PULL_TYPES: dict[str, type] = {
+    "expires": int, "batch": int, "max_bytes": int, "no_wait": bool, "idle_heartbeat": int,
+    "group": str, "min_pending": int, "min_ack_pending": int, "id": str, "priority": int,
+}  # fmt: skip
+_PRIORITY_ZEROS: dict[str, Any] = {
+    "group": "", "id": "", "min_pending": 0, "min_ack_pending": 0, "priority": 0,
+}  # fmt: skip
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _typed(value: Any, kind: type) -> bool:
+    if value is None:
+        return True  # JSON null: Go leaves the field as it was
+    if kind is int:
+        return type(value) is int and _INT64[0] <= value <= _INT64[1]
+    return type(value) is kind
+
+
+def _pull_request(body: bytes) -> dict[str, Any] | str:
+    """A JSON pull request's fields, or nats-server's json.Unmarshal error for it (its words, one line)."""
+    try:
+        values = gojson.loads(body)  # bounded depth: a deep body is a bad request, not a traceback
+    except gojson.GoJsonError:
+        values = []
+    req: dict[str, Any] = values[0] if len(values) == 1 and isinstance(values[0], dict) else {}
+    if req and all(_typed(req.get(k), kind) for k, kind in _PULL_TYPES.items()):
+        return req
+    try:  # the slow way, for Go's words
+        gojson.unmarshal(body, requests.PULL_REQUEST)
+    except gojson.GoJsonError as exc:
+        return " ".join(str(exc).split())
+    return {k: v for k, v in req.items() if _typed(v, _PULL_TYPES.get(k, type(v)))}
 
 
 def _go_duration(ns: int) -> str:

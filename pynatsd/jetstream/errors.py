@@ -204,3 +204,15 @@ def consumer_wq_not_unique() -> ApiError:
 
 def consumer_wq_not_deliver_all() -> ApiError:
     return _e(400, 10101, "consumer must be deliver all on workqueue stream")
+
+
+def consumer_invalid_group_name() -> ApiError:
+    return _e(
+        400,
+        10162,
+        "Valid priority group name must match A-Z, a-z, 0-9, -_/=)+ and may not exceed 16 characters",
+    )
+
+
+def consumer_invalid_priority_group() -> ApiError:
+    return _e(400, 10160, "Provided priority group does not exist for this consumer")

@@ -128,10 +128,7 @@ CONSUMER_FIELDS: dict[str, Any] = {
     ),
     "priority_timeout": "time.Duration",
 }
-CONSUMER_UNSUPPORTED = (
-    "rate_limit_bps", "direct", "sourcing", "priority_groups", "priority_policy",
-    "priority_timeout", "pedantic",
-)  # fmt: skip
+CONSUMER_UNSUPPORTED = ("rate_limit_bps", "direct", "sourcing", "pedantic")
 CONSUMER_CREATE = Struct(
     "CreateConsumerRequest",
     {
@@ -141,6 +138,26 @@ CONSUMER_CREATE = Struct(
         "pedantic": "bool",
     },
 )
+# A pull request (`CONSUMER.MSG.NEXT`), read with a plain json.Unmarshal: unknown fields pass. nats-server
+# decodes it through a pointer to a pointer, so its errors name the fields without a type (`.batch`).
+PULL_REQUEST = Struct(
+    "",
+    {
+        "expires": "time.Duration",
+        "batch": "int",
+        "max_bytes": "int",
+        "no_wait": "bool",
+        "idle_heartbeat": "time.Duration",
+        "group": "string",
+        "min_pending": "int64",
+        "min_ack_pending": "int64",
+        "id": "string",
+        "priority": "int",
+    },
+    strict=False,
+)
+# nats-server reads an unpin request with a plain json.Unmarshal: unknown fields pass.
+CONSUMER_UNPIN = Struct("JSApiConsumerUnpinRequest", {"group": "string"}, strict=False)
 CONSUMER_PAUSE = Struct("JSApiConsumerPauseRequest", {"pause_until": "time.Time"})
 # nats-server reads a reset request with a plain json.Unmarshal: unknown fields pass.
 CONSUMER_RESET = Struct("JSApiConsumerResetRequest", {"seq": "uint64"}, strict=False)

@@ -173,8 +173,8 @@ async def test_unimplemented_stream_options_refused_by_name(clients: tuple[Clien
     for option, value in (("placement", {"cluster": "c"}), ("allow_msg_schedules", True)):
         got = await ask(ours, SUBJ + "U", {"name": "U", option: value})
         assert got["err_code"] == 10052 and option in got["description"], got
-    got = await ask(ours, CC + ".u", {"stream_name": "E", "config": {"priority_groups": ["g"]}})
-    assert got["err_code"] == 10012 and "priority_groups" in got["description"], got
+    got = await ask(ours, CC + ".u", {"stream_name": "E", "config": {"rate_limit_bps": 1000}})
+    assert got["err_code"] == 10012 and "rate_limit_bps" in got["description"], got
 
 
 async def test_255_byte_durable_survives_restart(js_server: JsServer) -> None:

@@ -49,3 +49,5 @@ def test_nats_go_jetstream_and_kv(jsdriver: Path, both: dict[str, ServerProcess]
     ours = run(jsdriver, both["pynatsd"].url)
     assert ours == ref
     assert {"ev": "kv_keys", "keys": ["k1"]} in ours
+    assert {"ev": "obj_get_link", "same": True} in ours
+    assert {"ev": "obj_list", "names": ["lnk", "renamed"]} in ours

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -150,5 +151,60 @@ func main() {
 		fail("kv_watch_live", fmt.Errorf("timeout"))
 	}
 	w.Stop()
+	objectStore(js)
 	emit("done")
+}
+
+// objectStore: a multi-MiB object put and read back, a link to it, a rename, list, delete and status.
+func objectStore(js nats.JetStreamContext) {
+	obs, err := js.CreateObjectStore(&nats.ObjectStoreConfig{Bucket: "GOOBJ"})
+	if err != nil {
+		fail("create_obj", err)
+	}
+	data := make([]byte, 2*1024*1024+5)
+	for i := range data {
+		data[i] = byte(i * 7 % 251)
+	}
+	info, err := obs.PutBytes("big", data)
+	if err != nil {
+		fail("obj_put", err)
+	}
+	emit("obj_put", "size", info.Size, "chunks", info.Chunks, "digest", info.Digest)
+	back, err := obs.GetBytes("big")
+	if err != nil {
+		fail("obj_get", err)
+	}
+	emit("obj_get", "same", bytes.Equal(back, data))
+	if _, err := obs.AddLink("lnk", info); err != nil {
+		fail("obj_link", err)
+	}
+	linked, err := obs.GetBytes("lnk")
+	if err != nil {
+		fail("obj_get_link", err)
+	}
+	emit("obj_get_link", "same", bytes.Equal(linked, data))
+	if err := obs.UpdateMeta("big", &nats.ObjectMeta{Name: "renamed", Description: "r"}); err != nil {
+		fail("obj_rename", err)
+	}
+	list, err := obs.List()
+	if err != nil {
+		fail("obj_list", err)
+	}
+	names := []string{}
+	for _, o := range list {
+		names = append(names, o.Name)
+	}
+	sort.Strings(names)
+	emit("obj_list", "names", names)
+	if err := obs.Delete("renamed"); err != nil {
+		fail("obj_delete", err)
+	}
+	if _, err := obs.GetBytes("renamed"); err != nats.ErrObjectNotFound {
+		fail("obj_get_deleted", fmt.Errorf("got %v", err))
+	}
+	st, err := obs.Status()
+	if err != nil {
+		fail("obj_status", err)
+	}
+	emit("obj_status", "size", st.Size(), "sealed", st.Sealed())
 }
