@@ -1,11 +1,17 @@
 """The private Docker engine of the deploy tests, started once per session with the Debian base image and
-the pynatsd image built (about 75 s here; the image and cluster tests share it)."""
+the pynatsd image built (debootstrap and the image's mypyc build: most of the 225 s setup of the first
+deploy test in CI, 352 s on a loaded machine; the image and cluster tests share it).
+
+When a session collects tests that need it, the engine is prepared on a background thread at the lowest
+CPU and I/O priority from the end of collection, and those tests run last: the preparation overlaps the
+rest of the suite instead of adding to it (a session of the deploy tests alone waits for it, as before)."""
 
 from __future__ import annotations
 
 import atexit
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import pytest
 
@@ -14,18 +20,61 @@ from tests.deploy.engine import Engine, build_base_image, build_image, engine_av
 from tests.servers import REPO_ROOT
 
 IMAGE = "pynatsd:test"
+_prepared: list[Future[Engine]] = []  # the background preparation, once started
+_preparing: list[Engine] = []  # its engine, as soon as dockerd runs
+
+
+def prepare_engine(niced: bool = False) -> Engine:
+    """dockerd started, the base image and the pynatsd image built; `niced`: at background priority."""
+    engine = start_engine(niced=niced)
+    if niced:
+        _preparing.append(engine)
+    try:
+        engine.base = build_base_image(engine, niced=niced)
+        build_image(engine, REPO_ROOT, IMAGE, engine.base)
+    except BaseException:
+        stop(engine)
+        raise
+    return engine
+
+
+def stop(engine: Engine) -> None:
+    """Whoever stops the engine pays for that under its own timeout: the state folder (gigabytes of vfs
+    layers) is deleted when the interpreter exits instead."""
+    engine.stop(remove=False)
+    atexit.register(shutil.rmtree, engine.root, ignore_errors=True)
+
+
+@pytest.hookimpl(trylast=True)  # after -m/-k deselection: only the tests that will run count
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    needing = [item for item in items if "engine" in getattr(item, "fixturenames", ())]
+    if not needing or config.option.collectonly or not engine_available():
+        return
+    moved = set(map(id, needing))
+    items[:] = [item for item in items if id(item) not in moved] + needing
+    executor = ThreadPoolExecutor(1, thread_name_prefix="deploy-engine")
+    _prepared.append(executor.submit(prepare_engine, niced=True))
+    executor.shutdown(wait=False)
+
+
+def pytest_sessionfinish() -> None:
+    """An engine prepared for tests that never ran (an interrupted session) is stopped, not left behind:
+    stopping it ends the preparation's step under way, so the session ends at once."""
+    for future in _prepared:
+        future.cancel()
+        for engine in _preparing:
+            stop(engine)
+        wait([future])
+    _prepared.clear()
 
 
 @pytest.fixture(scope="session")
 def engine() -> Iterator[Engine]:
     need_tool(engine_available(), "dockerd, debootstrap and docker-compose as root (Debian docker.io etc.)")
-    engine = start_engine()
+    engine = _prepared[0].result() if _prepared else prepare_engine()
+    _prepared.clear()  # stopped below, by this fixture
+    _preparing.clear()
     try:
-        engine.base = build_base_image(engine)
-        build_image(engine, REPO_ROOT, IMAGE, engine.base)
         yield engine
     finally:
-        # The session's last test, whichever it is, pays for this teardown under its own timeout: the
-        # state folder (gigabytes of vfs layers) is deleted when the interpreter exits instead.
-        engine.stop(remove=False)
-        atexit.register(shutil.rmtree, engine.root, ignore_errors=True)
+        stop(engine)  # by the session's last test, whichever it is
