@@ -1,19 +1,22 @@
 """The `leafnodes {}` block: `LeafNodeOptions` (pynatsd.leafnodes runs it).
 
 Keys as nats-server reads them (case-insensitive, its aliases): `listen` / `host` / `port`, `authorization
-{ user, password, token, account, users [ {user, password, account} ], timeout }`, `remotes [ { url / urls,
-account, credentials, hub, no_randomize, deny_imports, deny_exports, ws_compression, ws_no_masking } ]`,
-`advertise`, `no_advertise`, `reconnect`, `tls {}` on both sides (a `tls://` URL). Fail closed: the leafnode
-keys nats-server has and pynatsd does not implement (TLS keys beyond files, verify, insecure and timeout,
-nkeys, compression, `wss://` remotes, proxies, isolation, ...) are refused by name; unknown keys are errors.
+{ user, password, token, nkey, account, users [ {user, password, account} ], timeout }`, `remotes [ { url /
+urls, account, credentials, nkey / seed, hub, no_randomize, deny_imports, deny_exports, ws_compression,
+ws_no_masking } ]`, `advertise`, `no_advertise`, `reconnect`, `tls {}` on both sides (a `tls://` URL).
+Fail closed: the leafnode keys nats-server has and pynatsd does not implement (TLS keys beyond files,
+verify, insecure and timeout, compression, `wss://` remotes, proxies, isolation, ...) are refused by name;
+unknown keys are errors.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.parse
 from typing import Any
 
+from pynatsd.auth.nkeys import valid_public_nkey, valid_user_seed
 from pynatsd.base.blocks import LeafNodeOptions, LeafRemote
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
@@ -21,8 +24,6 @@ from pynatsd.config.cluster import DEFAULT_TLS_TIMEOUT, parse_listen, tls_block
 
 # nats-server's leafnode keys pynatsd does not implement: refused by name, with what they are.
 _NOT_IMPLEMENTED = {
-    "nkey": "nkey authentication of leaf nodes",
-    "seed": "nkey authentication of leaf nodes",
     "compression": "compressed leaf node connections",
     "min_version": "a minimum leaf node version",
     "minimum_version": "a minimum leaf node version",
@@ -40,7 +41,8 @@ _NOT_IMPLEMENTED = {
     "write_deadline": '"write_deadline" for leaf nodes',
     "write_timeout": '"write_timeout" for leaf nodes',
 }
-_ACCESS = frozenset({"nkey", "seed", "proxy_required", "min_version"})
+_CREDS_AND_NKEY = "Remote leafnode can not have both creds and nkey defined"
+_ACCESS = frozenset({"proxy_required", "min_version"})
 
 
 def _refused(where: str, key: str) -> ConfigValueError:
@@ -99,6 +101,10 @@ def _authorization(leaf: LeafNodeOptions, value: Any) -> None:
             leaf.token = to_str(f"leafnodes authorization {key}", v)
         elif k == "account":
             leaf.account = to_str(f"leafnodes authorization {key}", v)
+        elif k == "nkey":
+            leaf.nkey = to_str(f"leafnodes authorization {key}", v)
+            if not valid_public_nkey(leaf.nkey, "U"):
+                raise ConfigValueError("Not a valid public nkey for leafnode authorization")
         elif k == "timeout":
             leaf.auth_timeout = _timeout(key, v)
         elif k == "users":
@@ -110,6 +116,8 @@ def _authorization(leaf: LeafNodeOptions, value: Any) -> None:
     # nats-server's validateLeafNodeAuthOptions, its words
     if leaf.users and (leaf.username or leaf.token):
         raise ConfigValueError("can not have a single user/pass and a users array")
+    if leaf.users and leaf.nkey:
+        raise ConfigValueError("can not have a single nkey and a users array")
     names = [u["user"] for u in leaf.users]
     for i, name in enumerate(names):
         if name in names[:i]:
@@ -151,6 +159,15 @@ def _remote(value: Any) -> LeafRemote:
             remote.account = to_str(f"leafnodes remote {key}", v)
         elif k in ("creds", "credentials"):
             remote.credentials = os.path.expanduser(to_str(f"leafnodes remote {key}", v))
+            if remote.seed:
+                raise ConfigValueError(_CREDS_AND_NKEY)
+        elif k in ("nkey", "seed"):
+            seed = to_str(f"leafnodes remote {key}", v)
+            if not valid_user_seed(seed):
+                raise ConfigValueError(f"Remote leafnode nkey is not a valid seed: {json.dumps(seed)}")
+            if remote.credentials:
+                raise ConfigValueError(_CREDS_AND_NKEY)
+            remote.seed = seed
         elif k == "hub":
             remote.hub = to_bool(f"leafnodes remote {key}", v)
         elif k in ("no_randomize", "dont_randomize"):

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd import NATS_COMPAT_VERSION
-from pynatsd.auth.users import DEFAULT_ACCOUNT
+from pynatsd.auth.users import DEFAULT_ACCOUNT, nonce_signed
 from pynatsd.base.ids import new_server_id
 from pynatsd.base.listener import redacted_url
 from pynatsd.base.logging import get_logger
@@ -209,6 +209,9 @@ class LeafManager:
             token, seed = read_creds(remote.credentials)
             options["jwt"] = token
             options["sig"] = sign_nonce(seed, leaf.nonce)
+        elif remote.seed:  # `nkey`/`seed`: the user's public key and its signature of the nonce
+            options["nkey"] = user_public_key(remote.seed.encode())
+            options["sig"] = sign_nonce(remote.seed.encode(), leaf.nonce)
         return options
 
     # -- the hub side ---------------------------------------------------------------------------------
@@ -255,6 +258,11 @@ class LeafManager:
         user = str(options.get("user", "") or "")
         if config.username:
             ok = user == config.username and connect_password_ok(options.get("pass"), config.password)
+            return (config.account or DEFAULT_ACCOUNT) if ok else None
+        if config.nkey:  # the nonce signed by the one user key the block names
+            ok = options.get("nkey") == config.nkey and nonce_signed(
+                leaf.nonce, config.nkey, _text(options, "sig")
+            )
             return (config.account or DEFAULT_ACCOUNT) if ok else None
         if config.token:
             ok = connect_password_ok(options.get("auth_token"), config.token)
@@ -462,6 +470,18 @@ def read_creds(path: str) -> tuple[str, bytes]:
     if not found.get("jwt") or not found.get("seed"):
         raise ValueError("credentials file malformed")
     return found["jwt"], found["seed"].encode()
+
+
+def _text(options: dict[str, object], key: str) -> str:
+    value = options.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def user_public_key(seed: bytes) -> str:
+    """The public key (`U...`) of a user seed the configuration checked."""
+    import nkeys
+
+    return str(nkeys.from_seed(seed).public_key.decode())
 
 
 def sign_nonce(seed: bytes, nonce: str) -> str:

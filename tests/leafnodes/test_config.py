@@ -3,12 +3,19 @@ name, and a reload that changes the block refused without showing its passwords.
 
 from __future__ import annotations
 
+import re
+import subprocess
+from pathlib import Path
+
+import nkeys
 import pytest
 
 from pynatsd.base.blocks import LeafRemote
 from pynatsd.base.options import Options, unreloadable_changes
 from pynatsd.config.parser import parse
 from pynatsd.config.schema import ConfigErrors, apply_config
+from tests.conftest import need_tool
+from tests.servers import nats_server_binary
 
 
 def load(text: str) -> Options:
@@ -132,3 +139,55 @@ def test_accounts_a_leaf_binds_exist(text: str, error: str) -> None:
     with pytest.raises(ConfigErrors, match=error):
         load("accounts { A {} }\n" + text)
     load("accounts { A {} }\n" + text.replace("NOPE", "A").replace("TYPO", "A"))
+
+
+_SEED = nkeys.encode_seed(bytes(32), nkeys.PREFIX_BYTE_USER).decode()
+_KEY = nkeys.from_seed(_SEED.encode()).public_key.decode()
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("leafnodes { authorization { nkey: UABC } }", "Not a valid public nkey for leafnode authorization"),
+        (
+            f"leafnodes {{ authorization {{ nkey: {_KEY}, users [ {{user: a, password: b}} ] }} }}",
+            "can not have a single nkey and a users array",
+        ),
+        (f"leafnodes {{ authorization {{ users [ {{nkey: {_KEY}}} ] }} }}", 'unknown field "nkey"'),
+        (
+            f'leafnodes {{ remotes [ {{ url: "nats://h:1", nkey: {_KEY} }} ] }}',
+            f'Remote leafnode nkey is not a valid seed: "{_KEY}"',
+        ),
+        (
+            f'leafnodes {{ remotes [ {{ url: "nats://h:1", seed: {_SEED}, credentials: "x.creds" }} ] }}',
+            "Remote leafnode can not have both creds and nkey defined",
+        ),
+        (
+            f'leafnodes {{ remotes [ {{ url: "nats://h:1", credentials: "x.creds", nkey: {_SEED} }} ] }}',
+            "Remote leafnode can not have both creds and nkey defined",
+        ),
+    ],
+)
+def test_nkey_errors_are_nats_servers(text: str, error: str, tmp_path: Path) -> None:
+    """The nkey keys' errors in nats-server's words (its `-t` says the same)."""
+    with pytest.raises(ConfigErrors, match=re.escape(error)):
+        load(text)
+    binary = nats_server_binary()
+    need_tool(binary is not None, "nats-server")
+    conf = tmp_path / "t.conf"
+    conf.write_text(text + "\n")
+    result = subprocess.run([str(binary), "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30)
+    assert error in result.stderr
+
+
+def test_nkey_keys_are_read() -> None:
+    leaf = load(
+        f"""accounts {{ A {{}} }}
+        leafnodes {{
+          authorization {{ nkey: {_KEY}, account: A }}
+          remotes [ {{ url: "nats://h:1", seed: {_SEED} }}, {{ url: "nats://h:2", nkey: {_SEED} }} ]
+        }}"""
+    ).leafnodes
+    assert leaf is not None
+    assert (leaf.nkey, leaf.account) == (_KEY, "A")
+    assert [r.seed for r in leaf.remotes] == [_SEED, _SEED]
