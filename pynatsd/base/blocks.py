@@ -103,6 +103,7 @@ class LeafNodeOptions:
     advertise: str = ""
     no_advertise: bool = False
     reconnect: float = DEFAULT_LEAF_RECONNECT
+    min_version: str = ""  # `min_version`: a CONNECT naming a lower version is refused
     # `authorization {}`: one user (or token) bound to `account`, or `users` each with its account
     username: str = ""
     password: str = ""

@@ -3,16 +3,17 @@
 Keys as nats-server reads them (case-insensitive, its aliases): `listen` / `host` / `port`, `authorization
 { user, password, token, nkey, account, users [ {user, password, account} ], timeout }`, `remotes [ { url /
 urls, account, credentials, nkey / seed, hub, no_randomize, deny_imports, deny_exports, ws_compression,
-ws_no_masking } ]`, `advertise`, `no_advertise`, `reconnect`, `tls {}` on both sides (a `tls://` URL).
-Fail closed: the leafnode keys nats-server has and pynatsd does not implement (TLS keys beyond files,
-verify, insecure and timeout, compression, `wss://` remotes, proxies, isolation, ...) are refused by name;
-unknown keys are errors.
+ws_no_masking } ]`, `advertise`, `no_advertise`, `reconnect`, `min_version`, `tls {}` on both sides (a
+`tls://` URL). Fail closed: the leafnode keys nats-server has and pynatsd does not implement (TLS keys
+beyond files, verify, insecure and timeout, compression, `wss://` remotes, proxies, isolation, ...) are
+refused by name; unknown keys are errors.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.parse
 from typing import Any
 
@@ -25,8 +26,6 @@ from pynatsd.config.cluster import DEFAULT_TLS_TIMEOUT, parse_listen, tls_block
 # nats-server's leafnode keys pynatsd does not implement: refused by name, with what they are.
 _NOT_IMPLEMENTED = {
     "compression": "compressed leaf node connections",
-    "min_version": "a minimum leaf node version",
-    "minimum_version": "a minimum leaf node version",
     "isolate_leafnode_interest": "leaf node interest isolation",
     "isolate": "leaf node interest isolation",
     "request_isolation": "leaf node interest isolation",
@@ -42,7 +41,14 @@ _NOT_IMPLEMENTED = {
     "write_timeout": '"write_timeout" for leaf nodes',
 }
 _CREDS_AND_NKEY = "Remote leafnode can not have both creds and nkey defined"
-_ACCESS = frozenset({"proxy_required", "min_version"})
+_ACCESS = frozenset({"proxy_required"})
+# nats-server's semVerRe: major.minor.patch, an optional pre-release and build metadata
+_SEMVER = re.compile(
+    r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+    r"(?:-((?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?"
+)
+LOWEST_MIN_VERSION = (2, 8, 0)  # nats-server refuses a leafnode minimum version below it
 
 
 def _refused(where: str, key: str) -> ConfigValueError:
@@ -50,6 +56,25 @@ def _refused(where: str, key: str) -> ConfigValueError:
     what = _NOT_IMPLEMENTED[key.lower()]
     text = f'{where} "{key}": pynatsd does not support {what}{why}; remove it to run pynatsd'
     return ConfigValueError(text)
+
+
+def version_components(version: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a semver, None if it is not one (nats-server's versionComponents)."""
+    match = _SEMVER.fullmatch(version)
+    if match is None:
+        return None
+    return int(match[1]), int(match[2]), int(match[3])
+
+
+def min_version(value: Any) -> str:
+    """`min_version`: a semver of at least 2.8.0 (nats-server's checkLeafMinVersionConfig, its words)."""
+    version = to_str("leafnodes min_version", value)
+    components = version_components(version)
+    if components is None:
+        raise ConfigValueError("invalid leafnode's minimum version: invalid semver")
+    if components < LOWEST_MIN_VERSION:
+        raise ConfigValueError("the minimum version should be at least 2.8.0")
+    return version
 
 
 def _map(what: str, value: Any) -> dict[str, Any]:
@@ -221,6 +246,8 @@ def parse_block(value: Any) -> LeafNodeOptions:
             leaf.advertise = to_str(f"leafnodes {key}", v)
         elif k == "no_advertise":
             leaf.no_advertise = to_bool(f"leafnodes {key}", v)
+        elif k in ("min_version", "minimum_version"):
+            leaf.min_version = min_version(v)
         elif k == "tls":
             leaf.tls = tls_block("leafnodes tls", v, ("verify",), cert_required=True)
         elif k in _NOT_IMPLEMENTED:

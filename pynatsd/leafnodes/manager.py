@@ -42,6 +42,7 @@ from pynatsd.base.ids import new_server_id
 from pynatsd.base.listener import redacted_url
 from pynatsd.base.logging import get_logger
 from pynatsd.base.tls import peer_context
+from pynatsd.config.leafnodes import version_components
 from pynatsd.leafnodes.leaf import LeafConnection, connect_password_ok
 from pynatsd.matcher.leaf import weight_of
 from pynatsd.protocol import encoder
@@ -176,6 +177,12 @@ class LeafManager:
         """The next attempt of `leaf`'s remote waits `delay` (a loop was detected)."""
         if leaf.remote is not None:
             self._delays[self.options.remotes.index(leaf.remote)] = delay
+
+    def below_min_version(self, version: str) -> bool:
+        """True if a CONNECT's `version` is below the block's `min_version` (not a semver: below too)."""
+        have = version_components(version)
+        wanted = version_components(self.options.min_version)
+        return wanted is not None and (have is None or have < wanted)
 
     def connect_options(self, leaf: LeafConnection) -> dict[str, object]:
         """The CONNECT a remote sends its hub (nats-server's leafConnectInfo; credentials from its URL)."""

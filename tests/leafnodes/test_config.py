@@ -166,10 +166,17 @@ _KEY = nkeys.from_seed(_SEED.encode()).public_key.decode()
             f'leafnodes {{ remotes [ {{ url: "nats://h:1", credentials: "x.creds", nkey: {_SEED} }} ] }}',
             "Remote leafnode can not have both creds and nkey defined",
         ),
+        ('leafnodes { min_version: "2.7.9" }', "the minimum version should be at least 2.8.0"),
+        ('leafnodes { minimum_version: "v2.9.0" }', "invalid leafnode's minimum version: invalid semver"),
+        ('leafnodes { min_version: "2.8" }', "invalid leafnode's minimum version: invalid semver"),
+        (
+            'leafnodes { remotes [ { url: "nats://h:1", min_version: "2.9.0" } ] }',
+            'unknown field "min_version"',
+        ),
     ],
 )
-def test_nkey_errors_are_nats_servers(text: str, error: str, tmp_path: Path) -> None:
-    """The nkey keys' errors in nats-server's words (its `-t` says the same)."""
+def test_errors_are_nats_servers(text: str, error: str, tmp_path: Path) -> None:
+    """The nkey and min_version keys' errors in nats-server's words (its `-t` says the same)."""
     with pytest.raises(ConfigErrors, match=re.escape(error)):
         load(text)
     binary = nats_server_binary()
@@ -180,14 +187,15 @@ def test_nkey_errors_are_nats_servers(text: str, error: str, tmp_path: Path) -> 
     assert error in result.stderr
 
 
-def test_nkey_keys_are_read() -> None:
+def test_nkey_and_min_version_keys_are_read() -> None:
     leaf = load(
         f"""accounts {{ A {{}} }}
         leafnodes {{
           authorization {{ nkey: {_KEY}, account: A }}
           remotes [ {{ url: "nats://h:1", seed: {_SEED} }}, {{ url: "nats://h:2", nkey: {_SEED} }} ]
+          min_version: "2.10.0-rc.1"
         }}"""
     ).leafnodes
     assert leaf is not None
-    assert (leaf.nkey, leaf.account) == (_KEY, "A")
+    assert (leaf.nkey, leaf.account, leaf.min_version) == (_KEY, "A", "2.10.0-rc.1")
     assert [r.seed for r in leaf.remotes] == [_SEED, _SEED]
