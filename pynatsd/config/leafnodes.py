@@ -5,7 +5,7 @@ Keys as nats-server reads them (case-insensitive, its aliases): `listen` / `host
 urls, account, credentials, nkey / seed, hub, no_randomize, deny_imports, deny_exports, ws_compression,
 ws_no_masking } ]`, `advertise`, `no_advertise`, `reconnect`, `min_version`, `tls {}` on both sides (a
 `tls://` URL). Fail closed: the leafnode keys nats-server has and pynatsd does not implement (TLS keys
-beyond files, verify, insecure and timeout, compression, `wss://` remotes, proxies, isolation, ...) are
+beyond files, verify, insecure and timeout, compression, proxies, isolation, ...) are
 refused by name; unknown keys are errors.
 """
 
@@ -150,17 +150,13 @@ def _authorization(leaf: LeafNodeOptions, value: Any) -> None:
 
 
 def leaf_url(text: str) -> str:
-    """A remote's URL (`nats-leaf://`, `nats://`, `ws://` with host and port): trimmed, or an error."""
+    """A remote's URL (`nats-leaf://`, `nats://`, `tls://`, `ws://`, `wss://` with host and port): trimmed,
+    or an error."""
     url = urllib.parse.urlsplit(text.strip())
     try:
         port = url.port
     except ValueError as exc:
         raise ConfigValueError(f"error parsing leafnode remote url [{text!r}]: {exc}") from exc
-    if url.scheme == "wss":
-        raise ConfigValueError(
-            f'leafnodes remote url "{text}": pynatsd does not support TLS over WebSocket for leaf node '
-            "connections; remove it to run pynatsd"
-        )
     if not url.hostname:
         raise ConfigValueError(f"error parsing leafnode remote url [{text!r}]: a host is required")
     if port is None:  # nats-server's default leafnode port
@@ -213,12 +209,7 @@ def _remote(value: Any) -> LeafRemote:
             raise ConfigValueError(f'leafnodes remote: unknown field "{key}"')
     if not remote.urls:
         raise ConfigValueError("leafnodes remote: a url is required")
-    if remote.tls is not None and any(url.startswith("ws://") for url in remote.urls):
-        raise ConfigValueError(
-            "leafnodes remote tls: pynatsd does not support TLS over WebSocket for leaf node connections; "
-            "remove it to run pynatsd"
-        )
-    if remote.tls is None and any(url.startswith("tls://") for url in remote.urls):
+    if remote.tls is None and any(url.startswith(("tls://", "wss://")) for url in remote.urls):
         remote.tls = {"timeout": DEFAULT_TLS_TIMEOUT}  # as nats-server: TLS, the system's CAs
     return remote
 

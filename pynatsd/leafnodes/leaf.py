@@ -252,7 +252,7 @@ class LeafConnection(LinkReader):
             self.nonce = str(info.get("nonce", ""))
             self._register_on_connect = not info.get("info_on_connect")
             tls = self.remote.tls
-            # (over WebSocket, as nats-server: no leafnode TLS; a `wss://` remote is refused by name)
+            # (over WebSocket, as nats-server: no leafnode TLS; a `wss://` remote did TLS before the upgrade)
             if (tls is not None or info.get("tls_required")) and not self.websocket:
                 # As nats-server: a hub that requires TLS gets it even from a remote without `tls {}`
                 # (verified against the system's CAs).

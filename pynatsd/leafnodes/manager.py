@@ -143,16 +143,23 @@ class LeafManager:
             parts = urllib.parse.urlsplit(url)
             try:
                 await self.server.loop.create_connection(
-                    self._dialer(remote, url), parts.hostname or "", parts.port or 7422
+                    self._dialer(remote, url),
+                    parts.hostname or "",
+                    parts.port or 7422,
+                    **_websocket_tls(remote, url),
                 )
                 return
+            except ValueError as exc:  # the remote's `tls {}` files
+                log.error(
+                    "Error trying to connect as leafnode to remote server %r: %s", redacted_url(url), exc
+                )
             except OSError as exc:
                 shown = redacted_url(url)
                 log.debug("Error trying to connect as leafnode to remote server %r: %s", shown, exc)
             delay = self.options.reconnect
 
     def _dialer(self, remote: LeafRemote, url: str) -> Callable[[], asyncio.Protocol]:
-        if url.startswith("ws://"):
+        if url.startswith(("ws://", "wss://")):
             from pynatsd.websocket.client import LeafWebSocketDialer
 
             def dial() -> asyncio.Protocol:
@@ -456,6 +463,20 @@ class LeafManager:
     # -- monitoring -----------------------------------------------------------------------------------
     def registered(self) -> list[LeafConnection]:
         return list(self.leafs.values())
+
+
+def _websocket_tls(remote: LeafRemote, url: str) -> dict[str, Any]:
+    """create_connection's TLS arguments for a WebSocket remote with TLS (`wss://`, or `ws://` with a
+    `tls {}` block: nats-server's, the handshake before the HTTP upgrade); none for the others, whose TLS
+    comes after the hub's INFO. ValueError when the `tls {}` files cannot be used."""
+    tls = remote.tls
+    if tls is None or not url.startswith(("ws://", "wss://")):
+        return {}
+    return {
+        "ssl": peer_context(tls, False, not tls.get("insecure")),
+        "server_hostname": urllib.parse.urlsplit(url).hostname or "",
+        "ssl_handshake_timeout": float(tls["timeout"]),
+    }
 
 
 def _key(sub: Subscription) -> bytes:

@@ -82,8 +82,6 @@ def test_every_supported_key() -> None:
         ("leafnodes { tls { verify: true } }", "leafnodes tls: cert_file and key_file are required"),
         ('leafnodes { remotes [ { url: "nats://h:1", tls { verify: true } } ] }', '"verify": pynatsd'),
         ("leafnodes { tls { insecure: true } }", '"insecure": pynatsd does not support'),
-        ('leafnodes { remotes [ { url: "wss://h:1" } ] }', "TLS over WebSocket for leaf node"),
-        ('leafnodes { remotes [ { url: "ws://h:1", tls { timeout: 2 } } ] }', "TLS over WebSocket for leaf"),
         ("leafnodes { remotes [ { account: A } ] }", "a url is required"),
         ("leafnodes { bogus: 1 }", 'unknown field "bogus"'),
         (
@@ -99,13 +97,20 @@ def test_refused(text: str, named: str) -> None:
 
 
 def test_a_tls_url_or_block_makes_a_remote_upgrade() -> None:
-    """A `tls://` URL alone asks for TLS (the system's CAs, nats-server's default timeout); a `tls {}`
-    block with `insecure` checks neither the hub's chain nor its name."""
+    """A `tls://` or `wss://` URL alone asks for TLS (the system's CAs, nats-server's default timeout); a
+    `tls {}` block with `insecure` checks neither the hub's chain nor its name; a `ws://` URL with one
+    does TLS too, before the upgrade (nats-server's)."""
     options = load(
-        'leafnodes { remotes [ { url: "tls://hub:7422" }, { url: "nats://h:1", tls { insecure: true } } ] }'
+        'leafnodes { remotes [ { url: "tls://hub:7422" }, { url: "nats://h:1", tls { insecure: true } },'
+        ' { url: "wss://hub:443" }, { url: "ws://h:1", tls { timeout: 3 } } ] }'
     ).leafnodes
     assert options is not None
-    assert [r.tls for r in options.remotes] == [{"timeout": 2.0}, {"timeout": 2.0, "insecure": True}]
+    assert [r.tls for r in options.remotes] == [
+        {"timeout": 2.0},
+        {"timeout": 2.0, "insecure": True},
+        {"timeout": 2.0},
+        {"timeout": 3.0},
+    ]
 
 
 def test_a_reload_refuses_leafnodes_changes_without_showing_passwords() -> None:
