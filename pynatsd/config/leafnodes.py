@@ -3,10 +3,11 @@
 Keys as nats-server reads them (case-insensitive, its aliases): `listen` / `host` / `port`, `authorization
 { user, password, token, nkey, account, users [ {user, password, account} ], timeout }`, `remotes [ { url /
 urls, account, credentials, nkey / seed, hub, no_randomize, deny_imports, deny_exports, ws_compression,
-ws_no_masking } ]`, `advertise`, `no_advertise`, `reconnect`, `min_version`, `tls {}` on both sides (a
-`tls://` URL). Fail closed: the leafnode keys nats-server has and pynatsd does not implement (TLS keys
-beyond files, verify, insecure and timeout, compression, proxies, isolation, ...) are
-refused by name; unknown keys are errors.
+ws_no_masking, compression } ]`, `advertise`, `no_advertise`, `reconnect`, `min_version`, `compression`
+(`off` or `accept`: pynatsd compresses nothing), `tls {}` on both sides (a `tls://` or `wss://` URL). Fail
+closed: the leafnode keys nats-server has and pynatsd does not implement (TLS keys beyond files, verify,
+insecure and timeout, the compressing `compression` modes, proxies, isolation, ...) are refused by name;
+unknown keys are errors.
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ from pynatsd.auth.nkeys import valid_public_nkey, valid_user_seed
 from pynatsd.base.blocks import LeafNodeOptions, LeafRemote
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
-from pynatsd.config.cluster import DEFAULT_TLS_TIMEOUT, parse_listen, tls_block
+from pynatsd.config.cluster import DEFAULT_TLS_TIMEOUT, parse_listen, tls_block, uncompressed
 
 # nats-server's leafnode keys pynatsd does not implement: refused by name, with what they are.
 _NOT_IMPLEMENTED = {
-    "compression": "compressed leaf node connections",
     "isolate_leafnode_interest": "leaf node interest isolation",
     "isolate": "leaf node interest isolation",
     "request_isolation": "leaf node interest isolation",
@@ -40,6 +40,7 @@ _NOT_IMPLEMENTED = {
     "write_deadline": '"write_deadline" for leaf nodes',
     "write_timeout": '"write_timeout" for leaf nodes',
 }
+_COMPRESSED_LEAFS = "compressed leaf node connections"
 _CREDS_AND_NKEY = "Remote leafnode can not have both creds and nkey defined"
 _ACCESS = frozenset({"proxy_required"})
 # nats-server's semVerRe: major.minor.patch, an optional pre-release and build metadata
@@ -201,6 +202,8 @@ def _remote(value: Any) -> LeafRemote:
             remote.ws_compression = to_bool(f"leafnodes remote {key}", v)
         elif k in ("ws_no_masking", "websocket_no_masking"):
             remote.ws_no_masking = to_bool(f"leafnodes remote {key}", v)
+        elif k == "compression":
+            uncompressed("leafnodes remote", key, v, _COMPRESSED_LEAFS)
         elif k == "tls":
             remote.tls = tls_block("leafnodes remote tls", v, ("insecure",), cert_required=False)
         elif k in _NOT_IMPLEMENTED:
@@ -239,6 +242,8 @@ def parse_block(value: Any) -> LeafNodeOptions:
             leaf.no_advertise = to_bool(f"leafnodes {key}", v)
         elif k in ("min_version", "minimum_version"):
             leaf.min_version = min_version(v)
+        elif k == "compression":
+            uncompressed("leafnodes", key, v, _COMPRESSED_LEAFS)
         elif k == "tls":
             leaf.tls = tls_block("leafnodes tls", v, ("verify",), cert_required=True)
         elif k in _NOT_IMPLEMENTED:
