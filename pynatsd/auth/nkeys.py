@@ -21,6 +21,17 @@ def valid_public_nkey(key: str, prefix: str) -> bool:
     return bool(nkeys.crc16(raw[:-2]) == int.from_bytes(raw[-2:], "little"))
 
 
+def valid_user_seed(seed: str) -> bool:
+    """A user's seed (`SU...`), as a leaf node remote's `nkey` must be."""
+    import nkeys
+
+    try:
+        prefix, _ = nkeys.decode_seed(seed.encode())
+    except Exception:  # any malformed seed (nkeys raises its own errors and binascii's)
+        return False
+    return bool(prefix == nkeys.PREFIX_BYTE_USER)
+
+
 CURVE_PREFIX = 23 << 3  # nkeys PrefixByteCurve: an x25519 public key ("xkey"), encodes to a leading "X"
 _SEED_PREFIX = 18 << 3  # nkeys PrefixByteSeed: encodes to a leading "S"
 XKEY_VERSION = b"xkv1"  # what nkeys puts before the nonce of a sealed message

@@ -356,20 +356,7 @@ class Authenticator:
         return base64.urlsafe_b64encode(secrets.token_bytes(11)).decode().rstrip("=")
 
     def _nkey_ok(self, conn: Connecting, opts: ConnectOptions) -> bool:
-        import nacl.signing  # only configurations with nkey users need it (comes with `nkeys`)
-
-        if not conn.nonce or not opts.sig:
-            return False
-        try:
-            sig = base64.urlsafe_b64decode(opts.sig + "=" * (-len(opts.sig) % 4))
-            # A user public key is base32(prefix byte 'U' + 32-byte ed25519 key + CRC16).
-            raw = base64.b32decode(opts.nkey + "=" * (-len(opts.nkey) % 8))
-            if len(raw) != 35 or not opts.nkey.startswith("U"):
-                return False
-            nacl.signing.VerifyKey(raw[1:33]).verify(conn.nonce.encode(), sig)
-        except Exception:  # any malformed key or signature is simply a failed login
-            return False
-        return True
+        return nonce_signed(conn.nonce, opts.nkey, opts.sig)
 
     def _add_users(self, specs: list[dict[str, Any]], account: str, default_perms: Any) -> None:
         for spec in specs:
@@ -623,3 +610,21 @@ class Authenticator:
         if entry.connection_types is not None and kind not in entry.connection_types:
             return None
         return entry.name, entry.account
+
+
+def nonce_signed(nonce: str, nkey: str, sig: str) -> bool:
+    """True if `sig` (base64url, as a CONNECT carries it) is the user `nkey`'s signature of `nonce`."""
+    import nacl.signing  # only configurations with nkey users need it (comes with `nkeys`)
+
+    if not nonce or not sig:
+        return False
+    try:
+        signature = base64.urlsafe_b64decode(sig + "=" * (-len(sig) % 4))
+        # A user public key is base32(prefix byte 'U' + 32-byte ed25519 key + CRC16).
+        raw = base64.b32decode(nkey + "=" * (-len(nkey) % 8))
+        if len(raw) != 35 or not nkey.startswith("U"):
+            return False
+        nacl.signing.VerifyKey(raw[1:33]).verify(nonce.encode(), signature)
+    except Exception:  # any malformed key or signature is simply a failed login
+        return False
+    return True

@@ -87,6 +87,7 @@ class LeafRemote:
     deny_imports: list[str] = field(default_factory=list)  # subjects the hub's messages may not bring
     deny_exports: list[str] = field(default_factory=list)  # subjects our messages may not take there
     credentials: str = ""  # a creds file (user JWT and seed): its JWT and the hub's nonce signed in CONNECT
+    seed: str = ""  # `nkey`/`seed`: a user seed; its public key and the hub's nonce signed in CONNECT
     ws_compression: bool = False  # ws:// URLs: ask the hub for permessage-deflate
     ws_no_masking: bool = False  # ws:// URLs: ask the hub to take our frames unmasked
     # `tls {}` (cert_file, key_file, ca_file, timeout, insecure) or a `tls://` URL ({}): upgrade after INFO
@@ -102,11 +103,13 @@ class LeafNodeOptions:
     advertise: str = ""
     no_advertise: bool = False
     reconnect: float = DEFAULT_LEAF_RECONNECT
+    min_version: str = ""  # `min_version`: a CONNECT naming a lower version is refused
     # `authorization {}`: one user (or token) bound to `account`, or `users` each with its account
     username: str = ""
     password: str = ""
     token: str = ""
     account: str = ""
+    nkey: str = ""  # a user's public nkey: a CONNECT with it and the nonce signed binds `account`
     users: list[dict[str, str]] = field(default_factory=list)  # {"user", "password", "account"}
     auth_timeout: float = 0.0  # 0: the server's
     remotes: list[LeafRemote] = field(default_factory=list)

@@ -32,10 +32,24 @@ def cluster_options(opts: Options) -> ClusterOptions | None:
 # -- the `cluster {}` block ---------------------------------------------------------------------------
 # Compression modes nats-server accepts; pynatsd compresses nothing, so only those that let a route run
 # uncompressed are taken (`accept`: compress only if the peer asks, and pynatsd answers "off").
-_UNCOMPRESSED = frozenset({"off", "disabled", "false", "accept", "not_supported"})
+_UNCOMPRESSED = frozenset({"off", "disabled", "false", "accept", "not_supported", "not supported"})
 _COMPRESSED = frozenset(
-    {"on", "enabled", "true", "s2_auto", "s2_fast", "s2_better", "s2_best", "s2_uncompressed"}
+    {"on", "enabled", "true", "s2_auto", "auto", "s2_fast", "fast", "s2_better", "better", "s2_best", "best"}
+    | {"s2_uncompressed"}
 )
+
+
+def uncompressed(where: str, key: str, value: Any, what: str) -> None:
+    """A `compression` value that lets the link run uncompressed, else an error: a compressing mode (or a
+    `{mode, rtt_thresholds}` map) refused by name, `what` pynatsd does not support; an unknown one in
+    nats-server's words."""
+    mode = str(value).lower() if isinstance(value, bool | str) else ""
+    if isinstance(value, dict) or mode in _COMPRESSED:
+        raise ConfigValueError(
+            f'{where} "{key}": pynatsd does not support {what}; use "off" (or "accept") to run pynatsd'
+        )
+    if mode not in _UNCOMPRESSED:
+        raise ConfigValueError(f'{where} {key}: unsupported compression mode "{value}"')
 
 
 def parse_listen(text: str, what: str = "cluster listen") -> tuple[str, int]:
@@ -213,14 +227,7 @@ def parse_block(value: Any) -> ClusterOptions:
         elif k == "pool_size":
             cluster.pool_size = to_int(f"cluster {key}", v)
         elif k == "compression":
-            mode = str(v).lower() if isinstance(v, bool | str) else ""
-            if isinstance(v, dict) or mode in _COMPRESSED:
-                raise ConfigValueError(
-                    f'cluster "{key}": pynatsd does not support compressed routes; use "off" (or '
-                    '"accept") to run pynatsd'
-                )
-            if mode not in _UNCOMPRESSED:
-                raise ConfigValueError(f'cluster {key}: unknown compression mode "{v}"')
+            uncompressed("cluster", key, v, "compressed routes")
         elif k == "ping_interval":
             cluster.ping_interval = parse_duration(f"cluster {key}", v)
         elif k == "ping_max":

@@ -1,31 +1,31 @@
 """The `leafnodes {}` block: `LeafNodeOptions` (pynatsd.leafnodes runs it).
 
 Keys as nats-server reads them (case-insensitive, its aliases): `listen` / `host` / `port`, `authorization
-{ user, password, token, account, users [ {user, password, account} ], timeout }`, `remotes [ { url / urls,
-account, credentials, hub, no_randomize, deny_imports, deny_exports, ws_compression, ws_no_masking } ]`,
-`advertise`, `no_advertise`, `reconnect`, `tls {}` on both sides (a `tls://` URL). Fail closed: the leafnode
-keys nats-server has and pynatsd does not implement (TLS keys beyond files, verify, insecure and timeout,
-nkeys, compression, `wss://` remotes, proxies, isolation, ...) are refused by name; unknown keys are errors.
+{ user, password, token, nkey, account, users [ {user, password, account} ], timeout }`, `remotes [ { url /
+urls, account, credentials, nkey / seed, hub, no_randomize, deny_imports, deny_exports, ws_compression,
+ws_no_masking, compression } ]`, `advertise`, `no_advertise`, `reconnect`, `min_version`, `compression`
+(`off` or `accept`: pynatsd compresses nothing), `tls {}` on both sides (a `tls://` or `wss://` URL). Fail
+closed: the leafnode keys nats-server has and pynatsd does not implement (TLS keys beyond files, verify,
+insecure and timeout, the compressing `compression` modes, proxies, isolation, ...) are refused by name;
+unknown keys are errors.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import urllib.parse
 from typing import Any
 
+from pynatsd.auth.nkeys import valid_public_nkey, valid_user_seed
 from pynatsd.base.blocks import LeafNodeOptions, LeafRemote
 from pynatsd.base.options import Options
 from pynatsd.base.values import ConfigValueError, parse_duration, to_bool, to_int, to_str
-from pynatsd.config.cluster import DEFAULT_TLS_TIMEOUT, parse_listen, tls_block
+from pynatsd.config.cluster import DEFAULT_TLS_TIMEOUT, parse_listen, tls_block, uncompressed
 
 # nats-server's leafnode keys pynatsd does not implement: refused by name, with what they are.
 _NOT_IMPLEMENTED = {
-    "nkey": "nkey authentication of leaf nodes",
-    "seed": "nkey authentication of leaf nodes",
-    "compression": "compressed leaf node connections",
-    "min_version": "a minimum leaf node version",
-    "minimum_version": "a minimum leaf node version",
     "isolate_leafnode_interest": "leaf node interest isolation",
     "isolate": "leaf node interest isolation",
     "request_isolation": "leaf node interest isolation",
@@ -40,7 +40,16 @@ _NOT_IMPLEMENTED = {
     "write_deadline": '"write_deadline" for leaf nodes',
     "write_timeout": '"write_timeout" for leaf nodes',
 }
-_ACCESS = frozenset({"nkey", "seed", "proxy_required", "min_version"})
+_COMPRESSED_LEAFS = "compressed leaf node connections"
+_CREDS_AND_NKEY = "Remote leafnode can not have both creds and nkey defined"
+_ACCESS = frozenset({"proxy_required"})
+# nats-server's semVerRe: major.minor.patch, an optional pre-release and build metadata
+_SEMVER = re.compile(
+    r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+    r"(?:-((?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?"
+)
+LOWEST_MIN_VERSION = (2, 8, 0)  # nats-server refuses a leafnode minimum version below it
 
 
 def _refused(where: str, key: str) -> ConfigValueError:
@@ -48,6 +57,25 @@ def _refused(where: str, key: str) -> ConfigValueError:
     what = _NOT_IMPLEMENTED[key.lower()]
     text = f'{where} "{key}": pynatsd does not support {what}{why}; remove it to run pynatsd'
     return ConfigValueError(text)
+
+
+def version_components(version: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a semver, None if it is not one (nats-server's versionComponents)."""
+    match = _SEMVER.fullmatch(version)
+    if match is None:
+        return None
+    return int(match[1]), int(match[2]), int(match[3])
+
+
+def min_version(value: Any) -> str:
+    """`min_version`: a semver of at least 2.8.0 (nats-server's checkLeafMinVersionConfig, its words)."""
+    version = to_str("leafnodes min_version", value)
+    components = version_components(version)
+    if components is None:
+        raise ConfigValueError("invalid leafnode's minimum version: invalid semver")
+    if components < LOWEST_MIN_VERSION:
+        raise ConfigValueError("the minimum version should be at least 2.8.0")
+    return version
 
 
 def _map(what: str, value: Any) -> dict[str, Any]:
@@ -99,6 +127,10 @@ def _authorization(leaf: LeafNodeOptions, value: Any) -> None:
             leaf.token = to_str(f"leafnodes authorization {key}", v)
         elif k == "account":
             leaf.account = to_str(f"leafnodes authorization {key}", v)
+        elif k == "nkey":
+            leaf.nkey = to_str(f"leafnodes authorization {key}", v)
+            if not valid_public_nkey(leaf.nkey, "U"):
+                raise ConfigValueError("Not a valid public nkey for leafnode authorization")
         elif k == "timeout":
             leaf.auth_timeout = _timeout(key, v)
         elif k == "users":
@@ -110,6 +142,8 @@ def _authorization(leaf: LeafNodeOptions, value: Any) -> None:
     # nats-server's validateLeafNodeAuthOptions, its words
     if leaf.users and (leaf.username or leaf.token):
         raise ConfigValueError("can not have a single user/pass and a users array")
+    if leaf.users and leaf.nkey:
+        raise ConfigValueError("can not have a single nkey and a users array")
     names = [u["user"] for u in leaf.users]
     for i, name in enumerate(names):
         if name in names[:i]:
@@ -117,17 +151,13 @@ def _authorization(leaf: LeafNodeOptions, value: Any) -> None:
 
 
 def leaf_url(text: str) -> str:
-    """A remote's URL (`nats-leaf://`, `nats://`, `ws://` with host and port): trimmed, or an error."""
+    """A remote's URL (`nats-leaf://`, `nats://`, `tls://`, `ws://`, `wss://` with host and port): trimmed,
+    or an error."""
     url = urllib.parse.urlsplit(text.strip())
     try:
         port = url.port
     except ValueError as exc:
         raise ConfigValueError(f"error parsing leafnode remote url [{text!r}]: {exc}") from exc
-    if url.scheme == "wss":
-        raise ConfigValueError(
-            f'leafnodes remote url "{text}": pynatsd does not support TLS over WebSocket for leaf node '
-            "connections; remove it to run pynatsd"
-        )
     if not url.hostname:
         raise ConfigValueError(f"error parsing leafnode remote url [{text!r}]: a host is required")
     if port is None:  # nats-server's default leafnode port
@@ -151,6 +181,15 @@ def _remote(value: Any) -> LeafRemote:
             remote.account = to_str(f"leafnodes remote {key}", v)
         elif k in ("creds", "credentials"):
             remote.credentials = os.path.expanduser(to_str(f"leafnodes remote {key}", v))
+            if remote.seed:
+                raise ConfigValueError(_CREDS_AND_NKEY)
+        elif k in ("nkey", "seed"):
+            seed = to_str(f"leafnodes remote {key}", v)
+            if not valid_user_seed(seed):
+                raise ConfigValueError(f"Remote leafnode nkey is not a valid seed: {json.dumps(seed)}")
+            if remote.credentials:
+                raise ConfigValueError(_CREDS_AND_NKEY)
+            remote.seed = seed
         elif k == "hub":
             remote.hub = to_bool(f"leafnodes remote {key}", v)
         elif k in ("no_randomize", "dont_randomize"):
@@ -163,6 +202,8 @@ def _remote(value: Any) -> LeafRemote:
             remote.ws_compression = to_bool(f"leafnodes remote {key}", v)
         elif k in ("ws_no_masking", "websocket_no_masking"):
             remote.ws_no_masking = to_bool(f"leafnodes remote {key}", v)
+        elif k == "compression":
+            uncompressed("leafnodes remote", key, v, _COMPRESSED_LEAFS)
         elif k == "tls":
             remote.tls = tls_block("leafnodes remote tls", v, ("insecure",), cert_required=False)
         elif k in _NOT_IMPLEMENTED:
@@ -171,12 +212,7 @@ def _remote(value: Any) -> LeafRemote:
             raise ConfigValueError(f'leafnodes remote: unknown field "{key}"')
     if not remote.urls:
         raise ConfigValueError("leafnodes remote: a url is required")
-    if remote.tls is not None and any(url.startswith("ws://") for url in remote.urls):
-        raise ConfigValueError(
-            "leafnodes remote tls: pynatsd does not support TLS over WebSocket for leaf node connections; "
-            "remove it to run pynatsd"
-        )
-    if remote.tls is None and any(url.startswith("tls://") for url in remote.urls):
+    if remote.tls is None and any(url.startswith(("tls://", "wss://")) for url in remote.urls):
         remote.tls = {"timeout": DEFAULT_TLS_TIMEOUT}  # as nats-server: TLS, the system's CAs
     return remote
 
@@ -204,6 +240,10 @@ def parse_block(value: Any) -> LeafNodeOptions:
             leaf.advertise = to_str(f"leafnodes {key}", v)
         elif k == "no_advertise":
             leaf.no_advertise = to_bool(f"leafnodes {key}", v)
+        elif k in ("min_version", "minimum_version"):
+            leaf.min_version = min_version(v)
+        elif k == "compression":
+            uncompressed("leafnodes", key, v, _COMPRESSED_LEAFS)
         elif k == "tls":
             leaf.tls = tls_block("leafnodes tls", v, ("verify",), cert_required=True)
         elif k in _NOT_IMPLEMENTED:

@@ -12,6 +12,7 @@ naming the account. PINGs measure the RTT and detect a stale peer.
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 import time
 import urllib.parse
@@ -50,6 +51,8 @@ log = get_logger()
 
 FIRST_PING = 1.0  # seconds to the first PING: an RTT soon after the handshake
 LOOP_DETECTED_DELAY = 30.0  # nats-server's leafNodeReconnectDelayAfterLoopDetected
+MIN_VERSION_DELAY = 5.0  # nats-server's leafNodeMinVersionReconnectDelay
+MIN_VERSION_REJECTED = "connection rejected since minimum version required is"  # the hub's -ERR, its words
 WRONG_PORT = "attempted to connect to leaf node port"  # a client's CONNECT on the leafnode port
 DENY_ANSWERS_KEPT = 4096  # subjects whose deny answer a link keeps, each way
 _UNBOUND = b"-"  # the parser's implied account before the connection is bound (ops then are refused)
@@ -249,7 +252,7 @@ class LeafConnection(LinkReader):
             self.nonce = str(info.get("nonce", ""))
             self._register_on_connect = not info.get("info_on_connect")
             tls = self.remote.tls
-            # (over WebSocket, as nats-server: no leafnode TLS; a `wss://` remote is refused by name)
+            # (over WebSocket, as nats-server: no leafnode TLS; a `wss://` remote did TLS before the upgrade)
             if (tls is not None or info.get("tls_required")) and not self.websocket:
                 # As nats-server: a hub that requires TLS gets it even from a remote without `tls {}`
                 # (verified against the system's CAs).
@@ -303,6 +306,14 @@ class LeafConnection(LinkReader):
             self.server.stats.auth_failures += 1
             log.error("%r - authentication error", self)
             self.close("Authentication Failure", errors.AUTHORIZATION_VIOLATION)
+            return
+        required = self.manager.options.min_version
+        if required and self.manager.below_min_version(str(options.get("version") or "")):
+            # nats-server's: the INFO a recent remote reads the rejection after, then the error, closed
+            self.send(self.manager.leaf_info(_connect_info(self.cid, account)))
+            text = f"{MIN_VERSION_REJECTED} {json.dumps(required)}"
+            log.error("%r - %s", self, text)
+            self.close("Minimum Version Required", text)
             return
         if self._auth_timer is not None:
             self._auth_timer.cancel()
@@ -359,6 +370,14 @@ class LeafConnection(LinkReader):
         log.error("%r - Leafnode Error %s", self, text)
         if "Loop detected" in text:
             self.manager.delay_reconnect(self, LOOP_DETECTED_DELAY)
+        elif MIN_VERSION_REJECTED in text:
+            self.manager.delay_reconnect(self, MIN_VERSION_DELAY)
+            log.error(
+                "%r - Leafnode connection dropped due to minimum version requirement. Delaying attempt to "
+                "reconnect for %ds",
+                self,
+                MIN_VERSION_DELAY,
+            )
         self.close("Parse Error")
 
     def on_rsub(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:

@@ -37,11 +37,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd import NATS_COMPAT_VERSION
-from pynatsd.auth.users import DEFAULT_ACCOUNT
+from pynatsd.auth.users import DEFAULT_ACCOUNT, nonce_signed
 from pynatsd.base.ids import new_server_id
 from pynatsd.base.listener import redacted_url
 from pynatsd.base.logging import get_logger
 from pynatsd.base.tls import peer_context
+from pynatsd.config.leafnodes import version_components
 from pynatsd.leafnodes.leaf import LeafConnection, connect_password_ok
 from pynatsd.matcher.leaf import weight_of
 from pynatsd.protocol import encoder
@@ -142,16 +143,23 @@ class LeafManager:
             parts = urllib.parse.urlsplit(url)
             try:
                 await self.server.loop.create_connection(
-                    self._dialer(remote, url), parts.hostname or "", parts.port or 7422
+                    self._dialer(remote, url),
+                    parts.hostname or "",
+                    parts.port or 7422,
+                    **_websocket_tls(remote, url),
                 )
                 return
+            except ValueError as exc:  # the remote's `tls {}` files
+                log.error(
+                    "Error trying to connect as leafnode to remote server %r: %s", redacted_url(url), exc
+                )
             except OSError as exc:
                 shown = redacted_url(url)
                 log.debug("Error trying to connect as leafnode to remote server %r: %s", shown, exc)
             delay = self.options.reconnect
 
     def _dialer(self, remote: LeafRemote, url: str) -> Callable[[], asyncio.Protocol]:
-        if url.startswith("ws://"):
+        if url.startswith(("ws://", "wss://")):
             from pynatsd.websocket.client import LeafWebSocketDialer
 
             def dial() -> asyncio.Protocol:
@@ -176,6 +184,12 @@ class LeafManager:
         """The next attempt of `leaf`'s remote waits `delay` (a loop was detected)."""
         if leaf.remote is not None:
             self._delays[self.options.remotes.index(leaf.remote)] = delay
+
+    def below_min_version(self, version: str) -> bool:
+        """True if a CONNECT's `version` is below the block's `min_version` (not a semver: below too)."""
+        have = version_components(version)
+        wanted = version_components(self.options.min_version)
+        return wanted is not None and (have is None or have < wanted)
 
     def connect_options(self, leaf: LeafConnection) -> dict[str, object]:
         """The CONNECT a remote sends its hub (nats-server's leafConnectInfo; credentials from its URL)."""
@@ -209,6 +223,9 @@ class LeafManager:
             token, seed = read_creds(remote.credentials)
             options["jwt"] = token
             options["sig"] = sign_nonce(seed, leaf.nonce)
+        elif remote.seed:  # `nkey`/`seed`: the user's public key and its signature of the nonce
+            options["nkey"] = user_public_key(remote.seed.encode())
+            options["sig"] = sign_nonce(remote.seed.encode(), leaf.nonce)
         return options
 
     # -- the hub side ---------------------------------------------------------------------------------
@@ -255,6 +272,11 @@ class LeafManager:
         user = str(options.get("user", "") or "")
         if config.username:
             ok = user == config.username and connect_password_ok(options.get("pass"), config.password)
+            return (config.account or DEFAULT_ACCOUNT) if ok else None
+        if config.nkey:  # the nonce signed by the one user key the block names
+            ok = options.get("nkey") == config.nkey and nonce_signed(
+                leaf.nonce, config.nkey, _text(options, "sig")
+            )
             return (config.account or DEFAULT_ACCOUNT) if ok else None
         if config.token:
             ok = connect_password_ok(options.get("auth_token"), config.token)
@@ -443,6 +465,20 @@ class LeafManager:
         return list(self.leafs.values())
 
 
+def _websocket_tls(remote: LeafRemote, url: str) -> dict[str, Any]:
+    """create_connection's TLS arguments for a WebSocket remote with TLS (`wss://`, or `ws://` with a
+    `tls {}` block: nats-server's, the handshake before the HTTP upgrade); none for the others, whose TLS
+    comes after the hub's INFO. ValueError when the `tls {}` files cannot be used."""
+    tls = remote.tls
+    if tls is None or not url.startswith(("ws://", "wss://")):
+        return {}
+    return {
+        "ssl": peer_context(tls, False, not tls.get("insecure")),
+        "server_hostname": urllib.parse.urlsplit(url).hostname or "",
+        "ssl_handshake_timeout": float(tls["timeout"]),
+    }
+
+
 def _key(sub: Subscription) -> bytes:
     return sub.subject + b" " + sub.queue if sub.queue else sub.subject
 
@@ -462,6 +498,18 @@ def read_creds(path: str) -> tuple[str, bytes]:
     if not found.get("jwt") or not found.get("seed"):
         raise ValueError("credentials file malformed")
     return found["jwt"], found["seed"].encode()
+
+
+def _text(options: dict[str, object], key: str) -> str:
+    value = options.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def user_public_key(seed: bytes) -> str:
+    """The public key (`U...`) of a user seed the configuration checked."""
+    import nkeys
+
+    return str(nkeys.from_seed(seed).public_key.decode())
 
 
 def sign_nonce(seed: bytes, nonce: str) -> str:

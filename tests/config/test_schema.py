@@ -233,8 +233,6 @@ def test_logging_keys_are_applied(text: str, field: str, value: object) -> None:
         ),
         ("leafnodes { port: 7422, tls { pinned_certs: [] } }", "pinned_certs"),
         ("leaf { port: 7422, compression: s2_auto }", "compression"),
-        ('leafnodes { remotes [ { url: "nats://h:1", seed: "SUAB" } ] }', "seed"),
-        ("leafnodes { authorization { users [ {user: a, nkey: x} ] } }", "nkey"),
         ("mappings { a: b }", "mappings"),
         ("default_js_domain { A: hub }", "default_js_domain"),
         ("proxy_protocol: true", "proxy_protocol"),

@@ -3,12 +3,19 @@ name, and a reload that changes the block refused without showing its passwords.
 
 from __future__ import annotations
 
+import re
+import subprocess
+from pathlib import Path
+
+import nkeys
 import pytest
 
 from pynatsd.base.blocks import LeafRemote
 from pynatsd.base.options import Options, unreloadable_changes
 from pynatsd.config.parser import parse
 from pynatsd.config.schema import ConfigErrors, apply_config
+from tests.conftest import need_tool
+from tests.servers import nats_server_binary
 
 
 def load(text: str) -> Options:
@@ -75,8 +82,6 @@ def test_every_supported_key() -> None:
         ("leafnodes { tls { verify: true } }", "leafnodes tls: cert_file and key_file are required"),
         ('leafnodes { remotes [ { url: "nats://h:1", tls { verify: true } } ] }', '"verify": pynatsd'),
         ("leafnodes { tls { insecure: true } }", '"insecure": pynatsd does not support'),
-        ('leafnodes { remotes [ { url: "wss://h:1" } ] }', "TLS over WebSocket for leaf node"),
-        ('leafnodes { remotes [ { url: "ws://h:1", tls { timeout: 2 } } ] }', "TLS over WebSocket for leaf"),
         ("leafnodes { remotes [ { account: A } ] }", "a url is required"),
         ("leafnodes { bogus: 1 }", 'unknown field "bogus"'),
         (
@@ -92,13 +97,20 @@ def test_refused(text: str, named: str) -> None:
 
 
 def test_a_tls_url_or_block_makes_a_remote_upgrade() -> None:
-    """A `tls://` URL alone asks for TLS (the system's CAs, nats-server's default timeout); a `tls {}`
-    block with `insecure` checks neither the hub's chain nor its name."""
+    """A `tls://` or `wss://` URL alone asks for TLS (the system's CAs, nats-server's default timeout); a
+    `tls {}` block with `insecure` checks neither the hub's chain nor its name; a `ws://` URL with one
+    does TLS too, before the upgrade (nats-server's)."""
     options = load(
-        'leafnodes { remotes [ { url: "tls://hub:7422" }, { url: "nats://h:1", tls { insecure: true } } ] }'
+        'leafnodes { remotes [ { url: "tls://hub:7422" }, { url: "nats://h:1", tls { insecure: true } },'
+        ' { url: "wss://hub:443" }, { url: "ws://h:1", tls { timeout: 3 } } ] }'
     ).leafnodes
     assert options is not None
-    assert [r.tls for r in options.remotes] == [{"timeout": 2.0}, {"timeout": 2.0, "insecure": True}]
+    assert [r.tls for r in options.remotes] == [
+        {"timeout": 2.0},
+        {"timeout": 2.0, "insecure": True},
+        {"timeout": 2.0},
+        {"timeout": 3.0},
+    ]
 
 
 def test_a_reload_refuses_leafnodes_changes_without_showing_passwords() -> None:
@@ -132,3 +144,63 @@ def test_accounts_a_leaf_binds_exist(text: str, error: str) -> None:
     with pytest.raises(ConfigErrors, match=error):
         load("accounts { A {} }\n" + text)
     load("accounts { A {} }\n" + text.replace("NOPE", "A").replace("TYPO", "A"))
+
+
+_SEED = nkeys.encode_seed(bytes(32), nkeys.PREFIX_BYTE_USER).decode()
+_KEY = nkeys.from_seed(_SEED.encode()).public_key.decode()
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("leafnodes { authorization { nkey: UABC } }", "Not a valid public nkey for leafnode authorization"),
+        (
+            f"leafnodes {{ authorization {{ nkey: {_KEY}, users [ {{user: a, password: b}} ] }} }}",
+            "can not have a single nkey and a users array",
+        ),
+        (f"leafnodes {{ authorization {{ users [ {{nkey: {_KEY}}} ] }} }}", 'unknown field "nkey"'),
+        (
+            f'leafnodes {{ remotes [ {{ url: "nats://h:1", nkey: {_KEY} }} ] }}',
+            f'Remote leafnode nkey is not a valid seed: "{_KEY}"',
+        ),
+        (
+            f'leafnodes {{ remotes [ {{ url: "nats://h:1", seed: {_SEED}, credentials: "x.creds" }} ] }}',
+            "Remote leafnode can not have both creds and nkey defined",
+        ),
+        (
+            f'leafnodes {{ remotes [ {{ url: "nats://h:1", credentials: "x.creds", nkey: {_SEED} }} ] }}',
+            "Remote leafnode can not have both creds and nkey defined",
+        ),
+        ('leafnodes { min_version: "2.7.9" }', "the minimum version should be at least 2.8.0"),
+        ('leafnodes { minimum_version: "v2.9.0" }', "invalid leafnode's minimum version: invalid semver"),
+        ('leafnodes { min_version: "2.8" }', "invalid leafnode's minimum version: invalid semver"),
+        (
+            'leafnodes { remotes [ { url: "nats://h:1", min_version: "2.9.0" } ] }',
+            'unknown field "min_version"',
+        ),
+    ],
+)
+def test_errors_are_nats_servers(text: str, error: str, tmp_path: Path) -> None:
+    """The nkey and min_version keys' errors in nats-server's words (its `-t` says the same)."""
+    with pytest.raises(ConfigErrors, match=re.escape(error)):
+        load(text)
+    binary = nats_server_binary()
+    need_tool(binary is not None, "nats-server")
+    conf = tmp_path / "t.conf"
+    conf.write_text(text + "\n")
+    result = subprocess.run([str(binary), "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30)
+    assert error in result.stderr
+
+
+def test_nkey_and_min_version_keys_are_read() -> None:
+    leaf = load(
+        f"""accounts {{ A {{}} }}
+        leafnodes {{
+          authorization {{ nkey: {_KEY}, account: A }}
+          remotes [ {{ url: "nats://h:1", seed: {_SEED} }}, {{ url: "nats://h:2", nkey: {_SEED} }} ]
+          min_version: "2.10.0-rc.1"
+        }}"""
+    ).leafnodes
+    assert leaf is not None
+    assert (leaf.nkey, leaf.account, leaf.min_version) == (_KEY, "A", "2.10.0-rc.1")
+    assert [r.seed for r in leaf.remotes] == [_SEED, _SEED]

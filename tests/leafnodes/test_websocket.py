@@ -1,8 +1,9 @@
 """Leaf nodes over WebSocket: the leaf's remotes dial the hub's `websocket {}` listener (`ws://`, the
-`/leafnode` path), one masked and uncompressed, the other asking for `ws_compression` and
-`ws_no_masking`. The matrix's pub/sub, request/reply and hub restart run on each topology (pynatsd leaf
--> nats-server hub, nats-server leaf -> pynatsd hub, pynatsd -> pynatsd, the nats-server reference), and
-the hub's /leafz shows both connections. A server without a leafnode port closes a leaf's upgrade."""
+`/leafnode` path), one masked and uncompressed, the other asking for `ws_compression` and `ws_no_masking`;
+`wss://` remotes dial its `websocket { tls {} }` port. The matrix's pub/sub, request/reply and hub restart
+run on each topology (pynatsd leaf -> nats-server hub, nats-server leaf -> pynatsd hub, pynatsd ->
+pynatsd, the nats-server reference), and the hub's /leafz shows both connections. A server without a
+leafnode port closes a leaf's upgrade."""
 
 from __future__ import annotations
 
@@ -20,7 +21,16 @@ import pytest
 
 from pynatsd.websocket.client import leaf_upgrade_request
 from tests.leafnodes import test_matrix as matrix
-from tests.leafnodes.conftest import TOPOLOGIES, Pair, hub_config, leaf_config
+from tests.leafnodes.conftest import (
+    TOPOLOGIES,
+    Pair,
+    collect,
+    connect,
+    hub_config,
+    leaf_config,
+    ready,
+    settled,
+)
 from tests.leafnodes.test_matrix import (
     test_pub_sub_both_ways_with_wildcards_and_headers,
     test_request_reply_and_no_responders,
@@ -152,6 +162,48 @@ def test_a_hub_with_leafnode_tls_takes_websocket_leafs_in_the_clear(topology: st
         while _leafz(hub)["leafnodes"] < 2:
             assert time.monotonic() < deadline, "the leaf never connected over WebSocket"
             time.sleep(0.05)
+    finally:
+        leaf.stop()
+        hub.stop()
+
+
+@pytest.mark.parametrize("topology", list(TOPOLOGIES))
+async def test_wss_remotes_dial_the_hubs_websocket_tls_port(topology: str, tmp_path: Path) -> None:
+    """`wss://` (the CA from the remote's `tls {}`) and `ws://` with a `tls {}` block, as nats-server: TLS
+    before the upgrade, against a hub whose `websocket { tls {} }` is on; messages cross both links."""
+    require("nats-server")
+    hub_kind, leaf_kind = TOPOLOGIES[topology]
+    (tmp_path / "certs").mkdir()
+    certs = route_certs(tmp_path / "certs")
+    leaf_port, ws_port = free_port(), free_port()
+    hub_conf, leaf_conf = tmp_path / "hub.conf", tmp_path / "leaf.conf"
+    hub_conf.write_text(
+        hub_config(leaf_port)
+        + f'websocket {{ listen: 127.0.0.1:{ws_port}, tls {{ cert_file: "{certs["cert"]}", '
+        f'key_file: "{certs["key"]}" }} }}\n'
+    )
+    ca = f'tls {{ ca_file: "{certs["ca"]}" }}'
+    remotes = (
+        leaf_config(ws_port)
+        .replace("account: A,", f"account: A, {ca},")
+        .replace("account: B", f"account: B, {ca}")
+    )
+    leaf_conf.write_text(remotes.replace("nats-leaf://la", "wss://la").replace("nats-leaf://lb", "ws://lb"))
+    hub = start_server(hub_kind, ["-c", str(hub_conf)], http_port=free_port())
+    leaf = start_server(leaf_kind, ["-c", str(leaf_conf)])
+    try:
+        deadline = time.monotonic() + 15
+        while _leafz(hub)["leafnodes"] < 2:
+            assert time.monotonic() < deadline, "the leaf never connected over WebSocket TLS"
+            await asyncio.sleep(0.05)
+        for account in ("a", "b"):
+            on_hub_client = await connect(hub, account)
+            on_leaf_client = await connect(leaf, account)
+            received = await collect(on_hub_client, "wss.>")
+            await ready(on_hub_client, on_leaf_client)
+            await on_leaf_client.publish("wss.up", account.encode())
+            await settled(on_leaf_client, on_hub_client, received, "wss.mark")
+            assert received == [("wss.up", account.encode())]
     finally:
         leaf.stop()
         hub.stop()

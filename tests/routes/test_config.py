@@ -69,7 +69,7 @@ def test_host_and_port_keys_and_no_port_means_no_cluster() -> None:
         ("pool_size: -1, accounts: [A]", "pool_size cannot be negative if pinned accounts are specified"),
         ("compression: s2_fast", "compressed routes"),
         ("compression: { mode: s2_auto }", "compressed routes"),
-        ("compression: bogus", "unknown compression mode"),
+        ("compression: bogus", 'unsupported compression mode "bogus"'),  # nats-server's words
         ("authorization { users: [{user: a, password: b}] }", "does not allow multiple users"),
         ("authorization { token: t }", "controls who may connect"),
         ("authorization { password: p }", "a password needs a user"),
