@@ -20,6 +20,7 @@ from pynatsd.base.formats import go_duration
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Subscription
 from pynatsd.jetstream import counters, errors
+from pynatsd.jetstream.batching import AtomicBatches
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.sourcing import SourceLink, links_of, normalize_sourcing, save_positions
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
@@ -99,7 +100,8 @@ _FIELD_ORDER = [
     "max_msgs_per_subject", "max_msg_size", "discard", "storage", "num_replicas", "duplicate_window",
     "placement", "mirror", "sources", "compression", "subject_transform", "republish", "allow_direct",
     "mirror_direct", "sealed", "deny_delete", "deny_purge", "allow_rollup_hdrs", "discard_new_per_subject",
-    "consumer_limits", "allow_msg_ttl", "subject_delete_marker_ttl", "allow_msg_counter", "metadata",
+    "consumer_limits", "allow_msg_ttl", "subject_delete_marker_ttl", "allow_msg_counter",
+    "allow_atomic", "metadata",
 ]  # fmt: skip
 _ENUMS = {
     "retention": ("limits", "interest", "workqueue"),
@@ -217,8 +219,9 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
     _check_transforms(cfg)
     meta = dict(cfg.get("metadata") or {})
     # nats-server's API level the config needs: 1 for per-message TTLs (2.11), which delete markers switch on;
-    # 2 for counters (2.12).
-    level = "2" if cfg.get("allow_msg_counter") else "1" if cfg.get("allow_msg_ttl") else "0"
+    # 2 for counters and atomic batches (2.12).
+    v2 = cfg.get("allow_msg_counter") or cfg.get("allow_atomic")
+    level = "2" if v2 else "1" if cfg.get("allow_msg_ttl") else "0"
     meta.update({"_nats.req.level": level})
     cfg["metadata"] = meta
     return {k: cfg[k] for k in _FIELD_ORDER if k in cfg} | {
@@ -352,6 +355,7 @@ class Stream:
         self._last_msg_id = b""
         self._answers: list[tuple[bytes, int, bytes]] = []  # PubAcks waiting for the store's write
         self._counter_total = b""  # a counter stream's last stored total, for its PubAck
+        self._batches: AtomicBatches | None = None  # its open atomic batches (batching.py), once one came
         # The ingest buffer: what this turn of the loop brought in, against the configured limits.
         js_config = account.js.config
         self._buffer_msgs_limit = js_config.max_buffered_msgs or STREAM_MAX_BUFFERED_MSGS
@@ -448,6 +452,8 @@ class Stream:
             self.account.client.unsubscribe(sub)
         self._subs.clear()
         self.stop_links()
+        if self._batches is not None:
+            self._batches.drop_all()
         if self._age_timer is not None:
             self._age_timer.cancel()
             self._age_timer = None
@@ -496,6 +502,8 @@ class Stream:
             self.account.client.unsubscribe(subject)
         self._subs.clear()
         relink = new.get("mirror") != old.get("mirror") or new.get("sources") != old.get("sources")
+        if not new.get("allow_atomic") and self._batches is not None:  # their open batches go
+            self._batches.drop_all()
         self.config = new
         self._derive()
         self.start()
@@ -561,6 +569,13 @@ class Stream:
             if reply:
                 self.account.client.publish(reply, None, TOO_MANY_REQUESTS, self._too_many_requests)
             return
+        if hdrs and hdrs.find(b"\r\nNats-Batch-Id:") >= 0:
+            batch_id = get_header(hdrs, b"Nats-Batch-Id")
+            if batch_id:
+                if self._batches is None:
+                    self._batches = AtomicBatches(self)
+                self._batches.publish(batch_id, subject, reply, hdrs, payload)
+                return
         try:
             seq, duplicate = self.process(subject, hdrs, payload)
         except OSError as exc:  # the disk said no (full, gone): the publisher hears it, as from nats-server
