@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd.jetstream import counters, errors
 from pynatsd.jetstream.errors import ApiError
-from pynatsd.jetstream.util import get_header, now_ns
+from pynatsd.jetstream.util import get_header, now_ns, parse_msg_ttl
 
 if TYPE_CHECKING:
     from pynatsd.jetstream.stream import Stream
@@ -159,32 +159,43 @@ class AtomicBatches:
         return last, len(msgs)
 
     def _check(self, msgs: list[tuple[bytes, bytes, bytes]]) -> None:
-        """What would refuse a message of the batch once earlier ones are stored, checked before any is
-        (nats-server's staged checks): the batch is stored whole or not at all."""
+        """What would refuse a message of the batch once the earlier ones are stored, checked before any
+        is, in nats-server's order (its staged checks): the batch is stored whole or not at all."""
         stream = self.stream
         st = stream.store
         cfg = stream.config
+        counter = stream._counter
         ids: set[bytes] = set()
-        subjects: set[bytes] = set()
+        in_batch: dict[bytes, int] = {}  # subject -> its messages in the batch
+        total_bytes = st.bytes
         for i, (subject, hdrs, payload) in enumerate(msgs):
             if get_header(hdrs, b"Nats-Expected-Last-Msg-Id"):
                 raise errors._e(
                     400, 10177, "atomic publish unsupported header used: Nats-Expected-Last-Msg-Id"
                 )
-            counter = stream._counter
             incr = (
                 counters.incr_of(hdrs, payload, counter, False) if hdrs.find(b"\r\nNats-Incr:") >= 0 else None
             )
             expected = get_header(hdrs, b"Nats-Expected-Stream")
             if expected and expected.decode(errors="replace") != stream.name:
                 raise errors.stream_not_match()
+            ttl = get_header(hdrs, b"Nats-TTL")
+            if ttl:
+                try:
+                    bad, given = False, parse_msg_ttl(ttl) != 0
+                except ValueError:
+                    bad, given = True, False
+                if (given or bad) and not cfg.get("allow_msg_ttl"):  # a bad TTL too, as nats-server
+                    raise errors.message_ttl_disabled()
+                if bad:
+                    raise errors.message_ttl_invalid()
             msg_id = get_header(hdrs, b"Nats-Msg-Id")
             if msg_id:
                 stream._expire_dedupe(now_ns())
                 if msg_id in ids or msg_id in stream._dedupe:
                     raise errors._e(400, 10201, "atomic publish batch contains duplicate message id")
                 ids.add(msg_id)
-            if b"\r\nNats-Stream-Source:" in hdrs:
+            if hdrs.find(b"\r\nNats-Stream-Source:") >= 0:
                 raise errors._e(400, 10227, "message stream source header is not allowed")
             if incr is None and counter:
                 raise counters.incr_missing()
@@ -196,17 +207,34 @@ class AtomicBatches:
                     raise errors._e(400, 10164, "wrong last sequence")
             per_subject = get_header(hdrs, b"Nats-Expected-Last-Subject-Sequence")
             if per_subject is not None:
-                if subject in subjects:
+                if subject in in_batch:
                     raise errors._e(400, 10164, "wrong last sequence")
                 last = st.last_for(subject)
                 if _uint(per_subject) != last:
                     raise errors.wrong_last_sequence(last)
             roll = get_header(hdrs, b"Nats-Rollup")
-            if roll is not None and not cfg["allow_rollup_hdrs"]:
-                raise errors.rollup_failed("rollup not permitted")
-            if get_header(hdrs, b"Nats-TTL") and not cfg.get("allow_msg_ttl"):
-                raise errors.message_ttl_disabled()
-            subjects.add(subject)
+            if roll:
+                if not cfg["allow_rollup_hdrs"] or cfg["deny_purge"]:
+                    raise errors.rollup_failed("rollup not permitted")
+                if roll == b"sub" and subject in in_batch:
+                    raise errors.rollup_failed("batch rollup sub invalid")
+                if roll == b"all" and i:
+                    raise errors.rollup_failed("batch rollup all invalid")
+                if roll not in (b"sub", b"all"):
+                    raise errors.rollup_failed(
+                        f"rollup value invalid: {json.dumps(roll.decode(errors='replace'))}"
+                    )
+            in_batch[subject] = in_batch.get(subject, 0) + 1
+            total_bytes += st.msg_size(subject, hdrs, payload)
+            if cfg["discard"] == "new":
+                if 0 < cfg["max_msgs"] < st.msgs + i + 1:
+                    raise errors.store_failed("maximum messages exceeded")
+                if 0 < cfg["max_bytes"] < total_bytes:
+                    raise errors.store_failed("maximum bytes exceeded")
+                per = cfg["max_msgs_per_subject"]
+                held = len(st.subjects.get(subject, ())) + in_batch[subject]
+                if cfg.get("discard_new_per_subject") and per > 0 and not roll and held > per:
+                    raise errors.store_failed("maximum messages per subject exceeded")
 
 
 def _uint(raw: bytes) -> int:

@@ -6,6 +6,7 @@ stored whole."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import signal
@@ -17,7 +18,9 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from pynatsd.jetstream import batching
 from tests.jetstream import test_differential
+from tests.jetstream.conftest import JsServer
 from tests.jetstream.test_api_errors import ask
 from tests.servers import ServerProcess, jetstream_pair, require, start_server
 
@@ -101,6 +104,24 @@ PUBLISHES: list[tuple[str, dict[str, str], bytes]] = [
     ("c.b", _batch("cnt", 3, "1", **{"Nats-Incr": "-1"}), b""),
     ("c.a", _batch("cnt2", 1, **{"Nats-Incr": "1"}), b""),
     ("c.a", _batch("cnt2", 2, "1"), b""),
+    # D: TTLs and roll-ups allowed, discard new at 5 messages and 2 a subject.
+    ("d.a", _batch("dttl", 1, "1", **{"Nats-TTL": "bogus"}), b"t"),
+    ("d.a", _batch("dttl2", 1, "1", **{"Nats-TTL": "5s"}), b"t"),
+    ("d.b", _batch("dsub", 1), b"r1"),
+    ("d.b", _batch("dsub", 2, "1", **{"Nats-Rollup": "sub"}), b"r2"),
+    ("d.c", _batch("dall", 1), b"r1"),
+    ("d.e", _batch("dall", 2, "1", **{"Nats-Rollup": "all"}), b"r2"),
+    ("d.c", _batch("dbad", 1, "1", **{"Nats-Rollup": "most"}), b"r"),
+    ("d.f", _batch("dper", 1), b"p1"),
+    ("d.f", _batch("dper", 2), b"p2"),
+    ("d.f", _batch("dper", 3, "1"), b"p3"),
+    ("d.g", _batch("dmax", 1), b"m1"),
+    ("d.h", _batch("dmax", 2), b"m2"),
+    ("d.i", _batch("dmax", 3), b"m3"),
+    ("d.j", _batch("dmax", 4), b"m4"),
+    ("d.k", _batch("dmax", 5, "1"), b"m5"),
+    ("d.g", _batch("dfit", 1), b"m1"),
+    ("d.h", _batch("dfit", 2, "1"), b"m2"),
 ]
 
 
@@ -120,6 +141,17 @@ async def batch_answers(nc: Client) -> list[Any]:
         {"name": "PLAIN", "subjects": ["plain"]},
         {"name": "B", "subjects": ["b.>"], "allow_atomic": True},
         {"name": "C", "subjects": ["c.>"], "allow_atomic": True, "allow_msg_counter": True},
+        {
+            "name": "D",
+            "subjects": ["d.>"],
+            "allow_atomic": True,
+            "allow_msg_ttl": True,
+            "allow_rollup_hdrs": True,
+            "discard": "new",
+            "max_msgs": 5,
+            "max_msgs_per_subject": 2,
+            "discard_new_per_subject": True,
+        },
     ):
         await nc.request(CREATE + cfg["name"], json.dumps(cfg).encode(), timeout=5)
     out: list[Any] = []
@@ -128,6 +160,7 @@ async def batch_answers(nc: Client) -> list[Any]:
         out.append((subject, hdrs, json.loads(msg.data) if msg.data else msg.data))
     out.append(await _stored(nc, "B"))
     out.append(await _stored(nc, "C"))
+    out.append(await _stored(nc, "D"))
     # 50 batches open on one stream at most: the 51st is refused, the others go on.
     await nc.request(CREATE + "T", b'{"name": "T", "subjects": ["t"], "allow_atomic": true}', timeout=5)
     for i in range(51):
@@ -178,3 +211,18 @@ async def test_batch_committed_or_not_at_all_across_kill_9(tmp_path: Path, kind:
         await nc.close()
     finally:
         srv.stop()
+
+
+async def test_idle_batch_dropped_after_its_timeout(
+    js_server: JsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-server drops a batch idle for 10 s (shortened here): its commit then finds no batch."""
+    monkeypatch.setattr(batching, "BATCH_TIMEOUT", 0.1)
+    nc = await js_server.connect()
+    await nc.request(CREATE + "I", b'{"name": "I", "subjects": ["i"], "allow_atomic": true}', timeout=5)
+    assert (await nc.request("i", b"1", timeout=5, headers=_batch("idle", 1))).data == b""
+    await asyncio.sleep(0.4)  # the batch's timer, not an event a client can wait for
+    late = await nc.request("i", b"2", timeout=5, headers=_batch("idle", 2, "1"))
+    assert json.loads(late.data)["error"]["err_code"] == 10176
+    info = json.loads((await nc.request("$JS.API.STREAM.INFO.I", b"", timeout=5)).data)
+    assert info["state"]["messages"] == 0
