@@ -235,6 +235,12 @@ class AtomicBatches:
                 held = len(st.subjects.get(subject, ())) + in_batch[subject]
                 if cfg.get("discard_new_per_subject") and per > 0 and not roll and held > per:
                     raise errors.store_failed("maximum messages per subject exceeded")
+        # The server's and the account's storage limits, for the whole batch at once.
+        batch_bytes = total_bytes - st.bytes
+        if stream._js.limited:
+            stream._js.check_capacity(cfg["storage"], batch_bytes)
+        if stream.account.limited:
+            stream.account.check_usage(cfg["storage"], batch_bytes)
 
 
 def _uint(raw: bytes) -> int:

@@ -22,7 +22,7 @@ from pynatsd.jetstream import batching
 from tests.jetstream import test_differential
 from tests.jetstream.conftest import JsServer
 from tests.jetstream.test_api_errors import ask
-from tests.servers import ServerProcess, jetstream_pair, require, start_server
+from tests.servers import ServerProcess, jetstream_pair, require, server_with_config, start_server
 
 CREATE, UPDATE = "$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE."
 
@@ -226,3 +226,29 @@ async def test_idle_batch_dropped_after_its_timeout(
     assert json.loads(late.data)["error"]["err_code"] == 10176
     info = json.loads((await nc.request("$JS.API.STREAM.INFO.I", b"", timeout=5)).data)
     assert info["state"]["messages"] == 0
+
+
+LIMITED = """
+jetstream {{ store_dir: "{store}" }}
+accounts {{ L: {{ jetstream: {{ max_mem: 1K, max_file: 4K }}, users: [{{user: l, password: l}}] }} }}
+"""
+
+
+@pytest.mark.parametrize("kind", ["nats-server", "pynatsd"])
+async def test_batch_past_the_account_limit_is_refused(tmp_path: Path, kind: str) -> None:
+    """Two messages of 600 B in an account of 1 KiB of memory: the commit gets 10002, as from nats-server.
+    pynatsd checks the whole batch before storing any of it, so nothing is stored; nats-server 2.15.1 stores
+    the first message (it checks each one as it stores it), which breaks the batch's all-or-nothing."""
+    require(kind)
+    text = LIMITED.format(store=tmp_path / "store")
+    with server_with_config(kind, tmp_path / "limits.conf", text) as srv:
+        nc = await nats.connect(srv.url, user="l", password="l", allow_reconnect=False)
+        cfg = {"name": "M", "subjects": ["m"], "storage": "memory", "allow_atomic": True}
+        await nc.request(CREATE + "M", json.dumps(cfg).encode(), timeout=5)
+        assert (await nc.request("m", b"x" * 600, timeout=5, headers=_batch("b", 1))).data == b""
+        commit = await nc.request("m", b"x" * 600, timeout=5, headers=_batch("b", 2, "1"))
+        assert json.loads(commit.data)["error"]["err_code"] == 10002
+        info = json.loads((await nc.request("$JS.API.STREAM.INFO.M", b"", timeout=5)).data)
+        if kind == "pynatsd":
+            assert info["state"]["messages"] == 0
+        await nc.close()
