@@ -43,6 +43,8 @@ CONFIG_CASES: list[tuple[str, Any]] = [
     (UPDATE + "K4", {"name": "K4", "subjects": ["k4"], "allow_msg_counter": True}),
     (CREATE + "K5", {"name": "K5", "allow_msg_counter": "yes"}),
     (CREATE + "K6", {"name": "K6", "allow_msg_counter": True, "sources": [{"name": "K1"}]}),
+    (CREATE + "K7", {"name": "K7", "allow_msg_counter": True, "subject_delete_marker_ttl": SEC}),
+    (CREATE + "K8", {"name": "K8", "allow_msg_counter": True, "storage": "memory", "max_msgs": 1}),
 ]  # fmt: skip
 
 
@@ -71,6 +73,13 @@ async def publish_answers(nc: Client) -> list[Any]:
     for cfg in (
         {"name": "CNT", "subjects": ["cnt.>"], "allow_msg_counter": True, "allow_direct": True},
         {"name": "PLAIN", "subjects": ["plain"]},
+        {
+            "name": "ONE",
+            "subjects": ["one"],
+            "allow_msg_counter": True,
+            "storage": "memory",
+            "max_msgs_per_subject": 1,
+        },
     ):
         await nc.request(CREATE + cfg["name"], json.dumps(cfg).encode(), timeout=5)
     out: list[Any] = []
@@ -104,6 +113,8 @@ async def publish_answers(nc: Client) -> list[Any]:
         ("plain", {"Nats-Incr": "1"}, b""),
         ("plain", {"Nats-Incr": "x"}, b""),
         ("plain", {"Nats-Incr": ""}, b"kept"),
+        ("one", {"Nats-Incr": "4"}, b""),
+        ("one", {"Nats-Incr": "4"}, b""),
     ]
     for subject, hdrs, payload in cases:
         msg = await nc.request(subject, payload, timeout=5, headers=hdrs)
