@@ -64,6 +64,10 @@ def normalize_sourcing(cfg: dict[str, Any], first_seq: int, marker_ttl: int) -> 
             raise errors._e(400, 10034, "stream mirrors can not contain subjects")
         if cfg.get("sources"):
             raise errors._e(400, 10031, "stream mirrors can not also contain other sources")
+        if cfg.get("allow_msg_counter"):
+            raise errors._e(400, 10173, "stream mirrors can not also calculate counters")
+        if cfg.get("allow_atomic"):
+            raise errors._e(400, 10198, "stream mirrors can not also use atomic publishing")
         _refuse_unsupported(mirror)
         transforms = mirror.get("subject_transforms") or []
         if mirror.get("filter_subject") and transforms:

@@ -19,7 +19,8 @@ from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.base.formats import go_duration
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Subscription
-from pynatsd.jetstream import errors
+from pynatsd.jetstream import counters, errors
+from pynatsd.jetstream.batching import AtomicBatches
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.sourcing import SourceLink, links_of, normalize_sourcing, save_positions
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
@@ -99,7 +100,8 @@ _FIELD_ORDER = [
     "max_msgs_per_subject", "max_msg_size", "discard", "storage", "num_replicas", "duplicate_window",
     "placement", "mirror", "sources", "compression", "subject_transform", "republish", "allow_direct",
     "mirror_direct", "sealed", "deny_delete", "deny_purge", "allow_rollup_hdrs", "discard_new_per_subject",
-    "consumer_limits", "allow_msg_ttl", "subject_delete_marker_ttl", "metadata",
+    "consumer_limits", "allow_msg_ttl", "subject_delete_marker_ttl", "allow_msg_counter",
+    "allow_atomic", "metadata",
 ]  # fmt: skip
 _ENUMS = {
     "retention": ("limits", "interest", "workqueue"),
@@ -184,6 +186,7 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
         raise errors.stream_invalid_config("duplicates window needs to be >= 100ms")
     if cfg["deny_purge"] and cfg["allow_rollup_hdrs"]:
         raise errors.stream_invalid_config("roll-ups require the purge permission")
+    counters.check_config(cfg)
     if cfg.get("discard_new_per_subject"):
         if cfg["discard"] != "new":
             raise errors.stream_invalid_config(
@@ -215,8 +218,11 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
         cfg.pop("subjects", None)
     _check_transforms(cfg)
     meta = dict(cfg.get("metadata") or {})
-    # nats-server's API level the config needs: 1 for per-message TTLs (2.11), which delete markers switch on.
-    meta.update({"_nats.req.level": "1" if cfg.get("allow_msg_ttl") else "0"})
+    # nats-server's API level the config needs: 1 for per-message TTLs (2.11), which delete markers switch on;
+    # 2 for counters and atomic batches (2.12).
+    v2 = cfg.get("allow_msg_counter") or cfg.get("allow_atomic")
+    level = "2" if v2 else "1" if cfg.get("allow_msg_ttl") else "0"
+    meta.update({"_nats.req.level": level})
     cfg["metadata"] = meta
     return {k: cfg[k] for k in _FIELD_ORDER if k in cfg} | {
         k: v for k, v in cfg.items() if k not in _FIELD_ORDER
@@ -348,6 +354,8 @@ class Stream:
         self._dedupe_ts: deque[int] = deque()
         self._last_msg_id = b""
         self._answers: list[tuple[bytes, int, bytes]] = []  # PubAcks waiting for the store's write
+        self._counter_total = b""  # a counter stream's last stored total, for its PubAck
+        self._batches: AtomicBatches | None = None  # its open atomic batches (batching.py), once one came
         # The ingest buffer: what this turn of the loop brought in, against the configured limits.
         js_config = account.js.config
         self._buffer_msgs_limit = js_config.max_buffered_msgs or STREAM_MAX_BUFFERED_MSGS
@@ -395,6 +403,7 @@ class Stream:
         # No message id can leave the duplicate window before this time (ns): until then no expiry pass.
         self._dedupe_check_at = 0
         self._allow_ttl = bool(cfg.get("allow_msg_ttl"))
+        self._counter = bool(cfg.get("allow_msg_counter"))
         marker_ttl: int = cfg.get("subject_delete_marker_ttl") or 0
         self._marker_ttl_s = marker_ttl // 1_000_000_000
         self._marker_hdrs = (
@@ -443,6 +452,8 @@ class Stream:
             self.account.client.unsubscribe(sub)
         self._subs.clear()
         self.stop_links()
+        if self._batches is not None:
+            self._batches.drop_all()
         if self._age_timer is not None:
             self._age_timer.cancel()
             self._age_timer = None
@@ -479,6 +490,10 @@ class Stream:
             raise errors.stream_invalid_config("stream configuration update can not cancel deny purge")
         if old.get("allow_msg_ttl") and not new.get("allow_msg_ttl"):
             raise errors.stream_invalid_config("message TTL status can not be disabled")
+        if bool(old.get("allow_msg_counter")) != bool(new.get("allow_msg_counter")):
+            raise errors.stream_invalid_config(
+                "stream configuration update can not change message counter setting"
+            )
         if new.get("mirror") and new["mirror"] != old.get("mirror"):  # removing it promotes the mirror
             raise errors._e(400, 10055, "stream mirror configuration can not be updated")
         if new["sealed"]:  # what a sealed stream implies, as nats-server writes it into the config
@@ -487,6 +502,8 @@ class Stream:
             self.account.client.unsubscribe(subject)
         self._subs.clear()
         relink = new.get("mirror") != old.get("mirror") or new.get("sources") != old.get("sources")
+        if not new.get("allow_atomic") and self._batches is not None:  # their open batches go
+            self._batches.drop_all()
         self.config = new
         self._derive()
         self.start()
@@ -552,6 +569,13 @@ class Stream:
             if reply:
                 self.account.client.publish(reply, None, TOO_MANY_REQUESTS, self._too_many_requests)
             return
+        if hdrs and hdrs.find(b"\r\nNats-Batch-Id:") >= 0:
+            batch_id = get_header(hdrs, b"Nats-Batch-Id")
+            if batch_id:
+                if self._batches is None:
+                    self._batches = AtomicBatches(self)
+                self._batches.publish(batch_id, subject, reply, hdrs, payload)
+                return
         try:
             seq, duplicate = self.process(subject, hdrs, payload)
         except OSError as exc:  # the disk said no (full, gone): the publisher hears it, as from nats-server
@@ -568,6 +592,8 @@ class Stream:
         if reply and not self._no_ack:
             # Written as nats-server writes it (by hand, hence the space in `"duplicate": true`).
             ack = b'%s"seq":%d%s}' % (self._ack_head, seq, b',"duplicate": true' if duplicate else b"")
+            if self._counter and not duplicate:
+                ack = b'%s"seq":%d,"val":"%s"}' % (self._ack_head, seq, self._counter_total)
             self._answer(reply, seq, ack)
 
     def _over_buffer(self, size: int) -> bool:
@@ -649,7 +675,10 @@ class Stream:
         rollup = b""
         ttl = 0  # seconds; -1: never expires
         ttl_invalid = False
+        incr: bytes | None = None
         if hdrs:
+            if hdrs.find(b"\r\nNats-Incr:") >= 0:  # inline: a call into counters costs every message
+                incr = counters.incr_of(hdrs, payload, self._counter, sourced)
             # Most messages carry an id at most: look for the rarer headers only when their prefix is there
             # (with find: bytes' `in` first tries its operand as an int, and builds a TypeError to drop).
             expects = hdrs.find(b"\r\nNats-Expected-") >= 0
@@ -686,6 +715,17 @@ class Stream:
                         f"rollup value invalid: {json.dumps(roll.decode(errors='replace'))}"
                     )
                 rollup = roll
+        if self._counter:
+            if incr is None:
+                raise counters.incr_missing()
+            last_seq = st.last_for(subject)
+            last = st.load(last_seq) if last_seq else None
+            hdrs, payload, self._counter_total = counters.apply(
+                (last.hdrs, last.data) if last is not None else None, subject, hdrs or b"", payload, incr
+            )
+            size = len(payload) + len(hdrs)
+            if size > self._max_msg_size or size > js.max_payload:
+                raise errors.message_too_big()
         if self._discard_new:
             # nats-server's order: a subject at its own limit replaces its oldest message, so only the per
             # subject rule (unless a rollup) refuses it, or a larger message than the one it replaces.
