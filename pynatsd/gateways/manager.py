@@ -21,13 +21,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import hashlib
 import random
 import urllib.parse
 from typing import TYPE_CHECKING, Any, cast
 
 from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.base.blocks import ClusterOptions
+from pynatsd.base.hashing import base62_sha256
 from pynatsd.base.logging import get_logger
 from pynatsd.base.tls import AcceptTls, peer_context
 from pynatsd.broker.delivery import kept_local
@@ -53,13 +53,11 @@ log = get_logger()
 GATEWAY_CONNECT_DELAY = 1.0  # between connect attempts (nats-server's gatewayConnectDelay)
 GATEWAY_RECONNECT_DELAY = 1.0  # before reconnecting (gatewayReconnectDelay)
 GATEWAY_MAX_PING_INTERVAL = 15.0  # nats-server pings gateways at least that often
-_HASH_DIGITS = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 def gw_hash(name: str) -> bytes:
     """nats-server's 6-character hash of a name (getGWHash): the `_GR_.` reply prefixes carry it."""
-    digest = hashlib.sha256(name.encode()).digest()
-    return bytes(_HASH_DIGITS[b % 62] for b in digest[:6])
+    return base62_sha256(name, 6).encode()
 
 
 class GatewayListenError(Exception):

@@ -13,12 +13,12 @@ kill -9 included, exactly as far as the copies did.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pynatsd.accounts.links import AccountLinks
+from pynatsd.base.hashing import base62_sha256
 from pynatsd.base.logging import get_logger
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
@@ -35,15 +35,13 @@ log = get_logger()
 HEARTBEAT = 1.0  # seconds: nats-server's sourceHealthHB, how stale `active` gets on an idle origin
 BATCH = 1024  # messages copied per loop turn, so a long catch-up does not hold up the server
 SOURCE_HEADER = b"Nats-Stream-Source"
-_HASH_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 # The source options pynatsd does not implement: refused by name (fail closed), never ignored.
 _UNSUPPORTED = ("consumer",)
 
 
 def server_hash(text: str) -> str:
     """nats-server's getHash: 8 characters of base 62 from the SHA-256 of `text`."""
-    digest = hashlib.sha256(text.encode()).digest()
-    return "".join(_HASH_DIGITS[b % 62] for b in digest[:8])
+    return base62_sha256(text, 8)
 
 
 def stream_identity(created_ns: int) -> str:

@@ -8,10 +8,10 @@ publishing user), and the `$MQTT_sess` stream of session records (one per client
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from pynatsd.base.hashing import base62_sha256
 from pynatsd.jetstream import requests
 from pynatsd.jetstream.stream import normalize_config
 
@@ -31,14 +31,12 @@ QOS2_STREAM = "$MQTT_qos2in"
 QOS2_PREFIX = b"$MQTT.qos2.in."
 SESSIONS_STREAM = "$MQTT_sess"
 SESSIONS_PREFIX = "$MQTT.sess."
-_HASH_DIGITS = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 def session_subject(domain: str, client_id: str) -> bytes:
     """Where a client ID's session record is kept: `$MQTT.sess.[<domain>.]<hash>`, nats-server's getHash
     (8 characters of base 62 from its SHA-256)."""
-    digest = hashlib.sha256(client_id.encode()).digest()
-    token = bytes(_HASH_DIGITS[b % 62] for b in digest[:8]).decode()
+    token = base62_sha256(client_id, 8)
     return f"{SESSIONS_PREFIX}{domain + '.' if domain else ''}{token}".encode()
 
 
