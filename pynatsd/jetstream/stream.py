@@ -354,6 +354,7 @@ class Stream:
         self._dedupe_ts: deque[int] = deque()
         self._last_msg_id = b""
         self._answers: list[tuple[bytes, int, bytes]] = []  # PubAcks waiting for the store's write
+        self._commit_due = False  # a `_commit` is scheduled (for messages stored without a reply)
         self._counter_total = b""  # a counter stream's last stored total, for its PubAck
         self._batches: AtomicBatches | None = None  # its open atomic batches (batching.py), once one came
         # The ingest buffer: what this turn of the loop brought in, against the configured limits.
@@ -595,6 +596,12 @@ class Stream:
             if self._counter and not duplicate:
                 ack = b'%s"seq":%d,"val":"%s"}' % (self._ack_head, seq, self._counter_total)
             self._answer(reply, seq, ack)
+        elif not self._commit_due and not self._answers and self.store.pending_writes:
+            # Nobody waits for this one (an MQTT QoS 1 message, a reply-less publish): written at the end
+            # of this turn all the same, not left buffered until a later publish with a reply (a kill -9
+            # lost it).
+            self._commit_due = True
+            self.account.js.loop.call_soon(self._commit)
 
     def _over_buffer(self, size: int) -> bool:
         """True (the message is dropped) when it would take this turn's ingest past a configured limit: the
@@ -630,6 +637,7 @@ class Stream:
         answers.append((reply, seq, body))
 
     def _commit(self) -> None:
+        self._commit_due = False
         answers, self._answers = self._answers, []
         st = self.store
         try:

@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 import nats
+import pytest
 from nats.js import api
 
 from tests.servers import start_server
@@ -82,6 +83,32 @@ async def test_kill_9_during_publish_flood(tmp_path: Path) -> None:
         psub = await js.pull_subscribe("crash.pre", "reader", stream="CRASH")
         (m,) = await psub.fetch(1)
         assert m.metadata.sequence.stream == 41 and m.data == b"pre-40"
+        await nc.close()
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+async def test_kill_9_keeps_a_message_stored_without_a_reply(tmp_path: Path, kind: str) -> None:
+    """A core publish (no reply, so no PubAck to wait for) into a file stream is on disk within its turn,
+    not buffered until a later publish with a reply: a kill -9 after it keeps it, as nats-server does."""
+    store = tmp_path / "store"
+    srv = start_server(kind, ["-js", "-sd", str(store)])
+    try:
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        js = nc.jetstream(timeout=5)
+        await js.add_stream(name="QUIET", subjects=["quiet.>"])
+        await nc.publish("quiet.one", b"no reply")
+        await nc.flush()
+        assert (await js.stream_info("QUIET")).state.messages == 1
+        await nc.close()
+    finally:
+        srv.stop(signal.SIGKILL)
+    srv = start_server(kind, ["-js", "-sd", str(store)], port=srv.port)
+    try:
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        js = nc.jetstream(timeout=5)
+        assert (await js.get_msg("QUIET", 1)).data == b"no reply"
         await nc.close()
     finally:
         srv.stop()
