@@ -16,11 +16,13 @@ policy (pynatsd.broker.delivery.publish), and every message it receives comes th
 
 QoS 2 from the client too: held in `$MQTT_qos2in` (PUBREC) until its PUBREL delivers it once (PUBCOMP).
 
-What it refuses (pynatsd does not have them yet), clearly: a QoS 1 or 2 subscription (SUBACK failure
-0x80), hence a PUBREC (never due: the connection is closed with an error in the log); without JetStream
-of its own (a clustered server serving its cluster's), persistent sessions (CONNACK 3, server
-unavailable), QoS 1/2 and retained PUBLISH and wills. A malformed packet closes this
-connection only.
+QoS 1 and 2 subscriptions: each a durable JetStream consumer (pynatsd.mqtt.delivery), its messages
+sent with a packet identifier and acked in JetStream by the client's PUBACK, or PUBREC, PUBREL and
+PUBCOMP; NATS and QoS 0 messages reach them as QoS 0 (the filter's plain NATS subscription).
+
+What it refuses, clearly: without JetStream of its own (a clustered server serving its cluster's),
+persistent sessions (CONNACK 3, server unavailable), QoS 1/2 and retained PUBLISH, wills and QoS 1/2
+subscriptions (SUBACK failure 0x80). A malformed packet closes this connection only.
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ from pynatsd.base.listener import peer_address
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Client, Message, Subscription, new_head, publish, size_fields
 from pynatsd.jetstream.errors import ApiError
-from pynatsd.mqtt import packets
+from pynatsd.mqtt import delivery, packets
+from pynatsd.mqtt.delivery import Delivery, Session
 from pynatsd.mqtt.packets import PacketError
 from pynatsd.mqtt.store import (
     MSGS_PREFIX,
+    MSGS_STREAM,
     RETAINED_PREFIX,
     delete_session,
     ensure_streams,
@@ -98,6 +102,10 @@ class MQTTConnection(Client):
         self.clean = True
         self.session_subject = b""  # where its session record is kept (pynatsd.mqtt.store)
         self.session_subs: dict[str, int] = {}  # the record's filters (NATS subjects) and their QoS
+        self.session: Session | None = None  # its QoS 1/2 state (pynatsd.mqtt.delivery)
+        self.sub_qos: dict[Subscription, int] = {}  # plain subscriptions of QoS 1/2 filters: their QoS
+        self.deliveries: dict[Subscription, Delivery] = {}  # subscriptions on consumers' deliver subjects
+        self.pubrel_sub: Subscription | None = None  # on the PUBREL consumer's deliver subject
         self._buf = bytearray()
         self._pending: list[bytes] = []  # packets written at the end of this turn of the loop
         self._flush_handle: asyncio.Handle | None = None
@@ -212,12 +220,14 @@ class MQTTConnection(Client):
             self.close("Client Closed")
         elif kind == packets.CONNECT:
             raise PacketError("received a second CONNECT packet")
-        elif kind in (packets.PUBACK, packets.PUBCOMP):
-            packets.packet_id(body)  # this server sends no QoS 1/2 message: none is pending, as ignored
+        elif kind == packets.PUBACK:
+            self._acked(packets.packet_id(body))
+        elif kind == packets.PUBCOMP:
+            self._completed(packets.packet_id(body))
         elif kind == packets.PUBREL:
             self._release(packets.packet_id(body))
         elif kind == packets.PUBREC:
-            raise PacketError("pynatsd does not support MQTT QoS 2 yet (PUBREC)")
+            self._received(packets.packet_id(body))
         else:
             raise PacketError(f"received unknown packet type {kind >> 4}")
 
@@ -299,6 +309,8 @@ class MQTTConnection(Client):
         restored: dict[str, int] = {}
         present = False  # a stored session taken up again [MQTT-3.2.2-2]
         if js is not None:
+            pending = self.listener.mqtt.max_ack_pending or delivery.DEFAULT_MAX_ACK_PENDING
+            session = self.session = Session(self.client_id, pending)
             self.session_subject = session_subject(self.listener.domain, self.client_id)
             found = load_session(js, self.account, self.session_subject)
             if found is not None:
@@ -308,17 +320,20 @@ class MQTTConnection(Client):
                     self._write(packets.connack(packets.IDENTIFIER_REJECTED))
                     self.close("Protocol Violation")
                     return
+                session.restore(record)
                 if self.clean or record.get("clean"):  # [MQTT-3.1.2-6]: a clean session starts anew
+                    delivery.delete_consumers(js, self.account, session)
                     delete_session(js, self.account, seq)
                 else:
                     subs = record.get("subs")
                     restored = subs if isinstance(subs, dict) else {}
                     present = True
             for subject, qos in restored.items():
-                if qos or self._add_filter(subject.encode(), 0) == packets.SUBACK_FAILURE:
+                code = self._add_filter(subject.encode(), qos) if qos in (0, 1, 2) else packets.SUBACK_FAILURE
+                if code == packets.SUBACK_FAILURE:
                     log.error("%r - subscription %r of the stored session not restored", self, subject)
                 else:
-                    self.session_subs[subject] = 0
+                    self.session_subs[subject] = code
             self._save_session()
         self.connected = True
         log.debug("%r - Client connected", self)
@@ -328,7 +343,11 @@ class MQTTConnection(Client):
 
     def _save_session(self) -> None:
         """Store this session's record (nats-server keeps one for clean sessions too, while they last)."""
-        record = session_record(self.server.server_id, self.client_id, self.clean, self.session_subs)
+        session = self.session
+        cons, pubrel = (session.cons, session.pubrel) if session is not None else ({}, None)
+        record = session_record(
+            self.server.server_id, self.client_id, self.clean, self.session_subs, cons, pubrel
+        )
         subject = self.session_subject
         msg = self._msg
         msg.set(subject, None, size_fields(None, record), None, record, b"MSG " + subject + b" ")
@@ -431,47 +450,148 @@ class MQTTConnection(Client):
             self._save_session()
         for (_topic, subject, _qos), code in zip(filters, granted, strict=True):
             if subject is not None and code != packets.SUBACK_FAILURE:
-                self._send_retained(js, subject)
+                self._send_retained(js, subject, code)
 
-    def _send_retained(self, js: JetStream, subject: bytes) -> None:
+    def _send_retained(self, js: JetStream, subject: bytes, sub_qos: int) -> None:
         """The retained messages a new subscription on `subject` matches (with `foo/#`, `foo`'s too), with
-        the RETAIN flag [MQTT-3.3.1-8], but those its subscribe-deny permissions keep from it."""
+        the RETAIN flag [MQTT-3.3.1-8], but those its subscribe-deny permissions keep from it; each with
+        the lower of its QoS and the subscription's (a packet identifier of its own, nothing to ack)."""
         found = retained(js, self.account, subject)
         if len(subject) > 2 and subject.endswith(b".>"):
             found += retained(js, self.account, subject[:-2])
         perms = self.perms
-        for stored_subject, topic, payload in found:
+        session = self.session
+        for stored_subject, topic, payload, stored_qos in found:
             if perms is not None and perms.sub_deny and perms.delivery_denied(stored_subject):
                 continue
-            self._write(packets.publish_header(topic, len(payload), retain=True))
+            qos = min(stored_qos, sub_qos)
+            pi = session.track_retained(subject) if qos and session is not None else 0
+            header = delivery.publish_header(topic, len(payload), qos if pi else 0, pi, False, True)
+            self._write(header)
             self._write(payload)
 
     def _add_filter(self, subject: bytes | None, qos: int) -> int:
-        """Subscribe one filter; the QoS granted, or SUBACK_FAILURE."""
+        """Subscribe one filter (a QoS 1/2 one with its consumers); the QoS granted, or SUBACK_FAILURE."""
         if subject is None or subject.startswith(packets.NATS_PREFIX.encode()):
             return packets.SUBACK_FAILURE
-        if qos:
-            log.error(
-                "%r - pynatsd does not support MQTT QoS %d subscriptions yet: %s refused",
-                self,
-                qos,
-                subject.decode(),
-            )
+        if qos and (self.session is None or self.listener.jetstream is None):
+            log.error("%r - pynatsd keeps MQTT QoS 1/2 subscriptions in its own JetStream: none here", self)
+            return packets.SUBACK_FAILURE
+        if qos == 2 and not self._ensure_pubrel():
             return packets.SUBACK_FAILURE
         sids = [(subject, subject)]
         if len(subject) > 2 and subject.endswith(b".>"):  # `foo/#` takes `foo` too
             sids.append((subject[:-2], subject[:-2] + b" fwc"))
+        reserved = packets.is_reserved_filter(subject)
         added: list[Subscription] = []
         for sub_subject, sid in sids:
-            if sid in self.subs:
-                continue
-            sub = self._add_sub(sub_subject, sid, packets.is_reserved_filter(subject))
-            if sub is None:  # refused as a whole, as nats-server's cleanupFailedSub
+            sub = self.subs.get(sid)
+            if sub is None:
+                sub = self._add_sub(sub_subject, sid, reserved)
+                if sub is not None:
+                    added.append(sub)
+            if sub is None or not self._qos_consumer(sub_subject, sid, qos, reserved):
+                # Refused as a whole, as nats-server's cleanupFailedSub.
                 for done in added:
                     self.remove_sub(done)
+                for _sub_subject, done_sid in sids:
+                    self._drop_consumer(done_sid)
                 return packets.SUBACK_FAILURE
-            added.append(sub)
+            if qos:
+                self.sub_qos[sub] = qos
+            else:
+                self.sub_qos.pop(sub, None)
         return qos
+
+    def _qos_consumer(self, subject: bytes, sid: bytes, qos: int, reserved: bool) -> bool:
+        """The consumer of a filter's sid for QoS 1/2 (created, or its stored one taken up again), and the
+        subscription on its deliver subject; a QoS 0 filter's consumer, if it had one, deleted
+        (nats-server's processJSConsumer). False if it cannot be."""
+        session, js = self.session, self.listener.jetstream
+        if session is None or js is None:
+            return not qos
+        key = sid.decode()
+        cfg = session.cons.get(key)
+        if not qos:
+            if cfg is not None:
+                self._drop_consumer(sid)
+            return True
+        if cfg is not None:
+            sub = self.subs.get(str(cfg["deliver_subject"]).encode())
+            if sub is not None and sub in self.deliveries:
+                self.deliveries[sub].qos = qos
+                return True
+        else:
+            cfg = delivery.subscription_consumer(self.listener.mqtt, session, subject)
+            total = session.total_ack_pending + int(cfg["max_ack_pending"])
+            if total > delivery.MAX_ACK_TOTAL:
+                log.error(
+                    "%r - max_ack_pending for all consumers would be %d which exceeds the limit of %d",
+                    self,
+                    total,
+                    delivery.MAX_ACK_TOTAL,
+                )
+                return False
+        try:
+            cfg = delivery.ensure_consumer(js, self.account, MSGS_STREAM, cfg)
+        except ApiError as exc:
+            log.error("%r - Unable to add JetStream consumer for subscription on %r: %s", self, key, exc)
+            return False
+        if key not in session.cons:
+            session.total_ack_pending += int(cfg.get("max_ack_pending") or 0)
+        session.cons[key] = cfg
+        inbox = str(cfg["deliver_subject"]).encode()
+        sub = self._internal_sub(inbox)
+        self.deliveries[sub] = Delivery(str(cfg["durable_name"]), qos, reserved)
+        return True
+
+    def _internal_sub(self, subject: bytes) -> Subscription:
+        """A subscription of the server's own on a consumer's deliver subject (its sid: the subject, as
+        nats-server's), outside the client's permissions."""
+        sub = self.subs.get(subject)
+        if sub is None:
+            sub = Subscription(self, subject, None, subject)
+            self.sublist.insert(sub)
+            self.subs[subject] = sub
+        return sub
+
+    def _ensure_pubrel(self) -> bool:
+        """The session's PUBREL consumer (for its QoS 2 deliveries) and the subscription on its deliver
+        subject; False if it cannot be."""
+        session, js = self.session, self.listener.jetstream
+        if session is None or js is None:
+            return False
+        cfg = session.pubrel
+        if cfg is None:
+            cfg = delivery.pubrel_consumer(self.listener.mqtt, session)
+            if session.total_ack_pending + int(cfg["max_ack_pending"]) > delivery.MAX_ACK_TOTAL:
+                log.error("%r - failed to initialize PUBREL processing: max_ack_pending over the limit", self)
+                return False
+        elif self.pubrel_sub is not None:
+            return True
+        try:
+            cfg = delivery.ensure_consumer(js, self.account, delivery.OUT_STREAM, cfg)
+        except ApiError as exc:
+            log.error("%r - Unable to add JetStream consumer for PUBREL: %s", self, exc)
+            return False
+        if session.pubrel is None:
+            session.total_ack_pending += int(cfg.get("max_ack_pending") or 0)
+        session.pubrel = cfg
+        self.pubrel_sub = self._internal_sub(str(cfg["deliver_subject"]).encode())
+        return True
+
+    def _drop_consumer(self, sid: bytes) -> None:
+        """A filter's consumer goes (unsubscribed, or now QoS 0), with what it has in flight."""
+        session, js = self.session, self.listener.jetstream
+        cfg = session.cons.pop(sid.decode(), None) if session is not None else None
+        if session is None or js is None or cfg is None:
+            return
+        durable = str(cfg["durable_name"])
+        session.forget(durable)
+        session.forget(delivery.retained_key(sid))
+        session.total_ack_pending -= int(cfg.get("max_ack_pending") or 0)
+        self._drop(str(cfg["deliver_subject"]).encode())
+        delivery.delete_consumer(js, self.account, MSGS_STREAM, durable)
 
     def _add_sub(self, subject: bytes, sid: bytes, reserved: bool) -> Subscription | None:
         """One NATS subscription of a filter under the client's permissions; None if refused."""
@@ -498,8 +618,10 @@ class MQTTConnection(Client):
             if subject is None:
                 continue
             self._drop(subject)
+            self._drop_consumer(subject)
             if len(subject) > 2 and subject.endswith(b".>"):
                 self._drop(subject[:-2] + b" fwc")
+                self._drop_consumer(subject[:-2] + b" fwc")
             changed |= self.session_subs.pop(subject.decode(), None) is not None
         self._write(packets.unsuback(packet_id))
         if changed and self.listener.jetstream is not None:
@@ -513,6 +635,10 @@ class MQTTConnection(Client):
     def remove_sub(self, sub: Subscription) -> None:
         self.subs.pop(sub.sid if isinstance(sub.sid, bytes) else b"%d" % sub.sid, None)
         self.reserved.discard(sub)
+        self.sub_qos.pop(sub, None)
+        self.deliveries.pop(sub, None)
+        if sub is self.pubrel_sub:
+            self.pubrel_sub = None
         self.sublist.remove(sub)
         links = self.server.links
         if links is not None:
@@ -521,9 +647,18 @@ class MQTTConnection(Client):
     # -- deliveries (pynatsd.broker.delivery.deliver) --------------------------------------------------
     def take(self, sub: Subscription, msg: Message) -> bool:
         """A message for one of this client's subscriptions, written as a QoS 0 PUBLISH: the topic as its
-        MQTT publisher sent it, else the subject converted back (nats-server's mqttDeliverMsgCbQoS0)."""
+        MQTT publisher sent it, else the subject converted back (nats-server's mqttDeliverMsgCbQoS0). A
+        QoS 1/2 message for a QoS 1/2 filter comes from its consumer instead (`_take_stored`)."""
+        if self.deliveries or self.pubrel_sub is not None:
+            found = self.deliveries.get(sub)
+            if found is not None:
+                return self._take_stored(found, msg)
+            if sub is self.pubrel_sub:
+                return self._take_pubrel(msg)
         subject = msg.subject
         if subject[:1] == b"$" and sub in self.reserved:
+            return False
+        if self.sub_qos and sub in self.sub_qos and delivery.message_qos(msg.headers):
             return False
         origin = msg.origin
         if isinstance(origin, MQTTConnection) and origin.pub_subject == subject:
@@ -531,9 +666,82 @@ class MQTTConnection(Client):
         else:
             topic = packets.subject_to_topic(subject)
         payload = msg.payload
+        self._write(packets.publish_header(topic, len(payload)))
+        return self._sent(payload)
+
+    def _take_stored(self, found: Delivery, msg: Message) -> bool:
+        """A message of a QoS 1/2 filter's consumer (nats-server's mqttDeliverMsgCbQoS12): sent with the
+        lower of its QoS and the filter's, under a packet identifier its ack reply is kept by; a
+        redelivery with DUP. One the filter may not see is acked, not sent."""
+        session = self.session
+        subject = msg.head[4:-1]  # the stored message's own subject (`$MQTT.msgs.<subject>`)
+        reply = msg.reply
+        if session is None or not reply or len(subject) <= len(MSGS_PREFIX):
+            return False
+        qos = min(delivery.message_qos(msg.headers), found.qos)
+        if not qos:
+            return False
+        stripped = subject[len(MSGS_PREFIX) :]
+        perms = self.perms
+        if (found.reserved and stripped[:1] == b"$") or (
+            perms is not None and perms.sub_deny and perms.delivery_denied(stripped)
+        ):
+            self._js_ack(reply)
+            return True
+        pi, dup = session.track_publish(found.durable, reply)
+        if not pi:
+            return True  # max_ack_pending in flight: JetStream redelivers it after ack_wait
+        payload = msg.payload
+        topic = packets.subject_to_topic(stripped)
+        self._write(delivery.publish_header(topic, len(payload), qos, pi, dup, False))
+        return self._sent(payload)
+
+    def _take_pubrel(self, msg: Message) -> bool:
+        """A PUBREL the session owes (from `$MQTT_out`): sent, its ack reply kept until PUBCOMP."""
+        pi = delivery.pubrel_id(msg.headers)
+        if self.session is None or not pi or not msg.reply:
+            return False
+        self.session.track_pubrel(pi, msg.reply)
+        self._write(delivery.pubrel_packet(pi))
+        return True
+
+    def _acked(self, pi: int) -> None:
+        """PUBACK: the QoS 1 message sent as `pi` is acked in JetStream (nats-server's mqttProcessPubAck)."""
+        if self.session is not None:
+            self._js_ack(self.session.untrack_publish(pi))
+
+    def _received(self, pi: int) -> None:
+        """PUBREC: the QoS 2 message sent as `pi` is acked, its PUBREL stored in `$MQTT_out` until the
+        client's PUBCOMP (nats-server's mqttProcessPubRec)."""
+        session = self.session
+        if session is None:
+            return
+        session.track_pubrel(pi, b"")
+        ack = session.untrack_publish(pi)
+        where = delivery.PUBREL_PREFIX + session.id_hash.encode()
+        self._publish_internal(where, delivery.pubrel_headers(pi), b"")
+        self._js_ack(ack)
+
+    def _completed(self, pi: int) -> None:
+        """PUBCOMP: the PUBREL sent as `pi` is acked in JetStream."""
+        if self.session is not None:
+            self._js_ack(self.session.untrack_pubrel(pi))
+
+    def _js_ack(self, reply: bytes) -> None:
+        if reply:
+            self._publish_internal(reply, None, b"")
+
+    def _publish_internal(self, subject: bytes, headers: bytes | None, payload: bytes) -> None:
+        """A message of the server's own for this session (a JetStream ack, a PUBREL to store), outside the
+        client's permissions, as nats-server's jsa sends them."""
+        msg = Message(self)  # (not `_msg`: this may run while that one is delivered)
+        msg.set(subject, None, size_fields(headers, payload), headers, payload, b"MSG " + subject + b" ")
+        publish(self.sublist, msg, self._fanout)
+
+    def _sent(self, payload: bytes) -> bool:
+        """Write a PUBLISH's payload (after its header); a client past max_pending is a slow consumer."""
         self.out_msgs += 1
         self.out_bytes += len(payload)
-        self._write(packets.publish_header(topic, len(payload)))
         self._write(payload)
         transport = self.transport
         if transport is not None and transport.get_write_buffer_size() > self.server.options.max_pending:
@@ -591,6 +799,8 @@ class MQTTConnection(Client):
         for sub in list(self.subs.values()):
             self.remove_sub(sub)
         js = self.listener.jetstream
+        if self.connected and self.clean and js is not None and self.session is not None:
+            delivery.delete_consumers(js, self.account, self.session)
         if self.connected and self.clean and js is not None:  # a clean session ends with its connection
             found = load_session(js, self.account, self.session_subject)
             if found is not None and found[1].get("id") == self.client_id:

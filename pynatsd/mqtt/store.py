@@ -78,8 +78,8 @@ def retained_headers(topic: bytes, flags: int, deleted: bool, origin: str, sourc
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-def retained(js: JetStream, account: str, subject_filter: bytes) -> list[tuple[bytes, bytes, bytes]]:
-    """(subject, topic, payload) of the retained messages whose subjects `subject_filter` matches, by
+def retained(js: JetStream, account: str, subject_filter: bytes) -> list[tuple[bytes, bytes, bytes, int]]:
+    """(subject, topic, payload, QoS) of the retained messages whose subjects `subject_filter` matches, by
     subject."""
     acc = js.accounts.get(account)
     stream = acc.streams.get(RETAINED_STREAM) if acc is not None else None
@@ -91,10 +91,15 @@ def retained(js: JetStream, account: str, subject_filter: bytes) -> list[tuple[b
         if msg is None or msg.hdrs is None:
             continue
         fields = dict(line.split(":", 1) for line in msg.hdrs.decode().split("\r\n")[1:] if ":" in line)
-        if fields.get("Nmqtt-RFlags", _DELETE_MARKER).startswith(_DELETE_MARKER):
+        flags = fields.get("Nmqtt-RFlags", _DELETE_MARKER)
+        if flags.startswith(_DELETE_MARKER):
             continue
         subject = stored_subject.encode()[len(RETAINED_PREFIX) :]
-        found.append((subject, fields.get("Nmqtt-RTopic", "").encode(), msg.data))
+        try:
+            qos = min(int(flags, 16) >> 1 & 0x03, 2)
+        except ValueError:
+            qos = 0
+        found.append((subject, fields.get("Nmqtt-RTopic", "").encode(), msg.data, qos))
     return found
 
 
@@ -113,13 +118,25 @@ def load_session(js: JetStream, account: str, subject: bytes) -> tuple[int, dict
     return (seq, record) if isinstance(record, dict) else None
 
 
-def session_record(origin: str, client_id: str, clean: bool, subs: dict[str, int]) -> bytes:
-    """nats-server's mqttPersistedSession as its json.Marshal writes it (empty fields left out)."""
+def session_record(
+    origin: str,
+    client_id: str,
+    clean: bool,
+    subs: dict[str, int],
+    cons: dict[str, dict[str, Any]] | None = None,
+    pubrel: dict[str, Any] | None = None,
+) -> bytes:
+    """nats-server's mqttPersistedSession as its json.Marshal writes it (empty fields left out): `cons`, the
+    QoS 1/2 filters' consumer configs by sid, `pubrel` the PUBREL consumer's (pynatsd.mqtt.delivery)."""
     record: dict[str, Any] = {"origin": origin, "id": client_id}
     if clean:
         record["clean"] = True
     if subs:
         record["subs"] = dict(sorted(subs.items()))
+    if cons:
+        record["cons"] = dict(sorted(cons.items()))
+    if pubrel:
+        record["pubrel"] = pubrel
     return json.dumps(record, separators=(",", ":")).encode()
 
 

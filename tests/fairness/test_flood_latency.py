@@ -47,12 +47,12 @@ def _read_until(sock: socket.socket, token: bytes) -> None:
         data += chunk
 
 
-def _handshake(port: int) -> float:
+def _handshake(port: int, options: bytes = b'{"verbose":false}') -> float:
     """TCP connect, INFO, CONNECT + PING, PONG: what a client's connect costs, in seconds."""
     start = time.perf_counter()
     with _connect(port) as sock:
         _read_until(sock, b"\r\n")
-        sock.sendall(b'CONNECT {"verbose":false}\r\nPING\r\n')
+        sock.sendall(b"CONNECT %s\r\nPING\r\n" % options)
         _read_until(sock, b"PONG\r\n")
     return time.perf_counter() - start
 

@@ -136,10 +136,11 @@ def test_malformed_packets_close_only_their_connection(mqtt_server: MQTTServer) 
 
 
 class Paho:
-    """A paho-mqtt MQTTv311 client that records what it receives."""
+    """A paho-mqtt MQTTv311 client that records what it receives (`deliveries`: with QoS and RETAIN)."""
 
     def __init__(self, server: MQTTServer, client_id: str, user: str | None = None) -> None:
         self.received: list[tuple[str, bytes]] = []
+        self.deliveries: list[tuple[str, bytes, int, bool]] = []
         self.suback: list[int] = []
         self._got = threading.Condition()
         self.client = paho.Client(
@@ -155,6 +156,7 @@ class Paho:
     def _on_message(self, client: object, userdata: object, message: paho.MQTTMessage) -> None:
         with self._got:
             self.received.append((message.topic, message.payload))
+            self.deliveries.append((message.topic, message.payload, message.qos, bool(message.retain)))
             self._got.notify_all()
 
     def _on_subscribe(
@@ -164,10 +166,11 @@ class Paho:
             self.suback.extend(int(getattr(c, "value", c)) for c in codes)
             self._got.notify_all()
 
-    def subscribe(self, *topics: str) -> list[int]:
+    def subscribe(self, *topics: str | tuple[str, int]) -> list[int]:
+        """Subscribe to filters (QoS 0, or (filter, QoS)); the SUBACK's codes."""
         with self._got:
             before = len(self.suback)
-            self.client.subscribe([(t, 0) for t in topics])
+            self.client.subscribe([(t, 0) if isinstance(t, str) else t for t in topics])
             assert self._got.wait_for(lambda: len(self.suback) >= before + len(topics), timeout=10)
             return self.suback[before:]
 
@@ -176,8 +179,13 @@ class Paho:
             assert self._got.wait_for(lambda: len(self.received) >= count, timeout=10), self.received
             return list(self.received)
 
-    def publish(self, topic: str, payload: bytes) -> None:
-        self.client.publish(topic, payload, qos=0).wait_for_publish(10)
+    def wait_deliveries(self, count: int) -> list[tuple[str, bytes, int, bool]]:
+        self.wait(count)
+        with self._got:
+            return list(self.deliveries)
+
+    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> None:
+        self.client.publish(topic, payload, qos=qos, retain=retain).wait_for_publish(10)
 
     def stop(self) -> None:
         self.client.disconnect()
@@ -363,14 +371,12 @@ def test_varz_mqtt_block(mqtt_server: MQTTServer) -> None:
     }
 
 
-def test_qos1_subscription_refused_by_pynatsd(mqtt_server: MQTTServer) -> None:
-    """nats-server grants QoS 1 and 2 (JetStream consumers); pynatsd does not have them yet and says so in
-    the SUBACK (0x80) rather than grant what it would not honour."""
+def test_qos1_and_qos2_subscriptions_granted(mqtt_server: MQTTServer) -> None:
+    """QoS 1 and 2 are granted (JetStream consumers: tests/mqtt/test_qos_subscriptions.py)."""
     client = RawClient(mqtt_server.mqtt_port)
     assert client.connect(client_id=b"qos1") == 0
     client.send(subscribe_packet(3, [(b"q/1", 1), (b"q/0", 0), (b"q/2", 2)]))
-    granted = (1, 0, 2) if mqtt_server.kind == "nats-server" else (0x80, 0, 0x80)
-    assert client.read() == (0x90, b"\x00\x03" + bytes(granted))
+    assert client.read() == (0x90, b"\x00\x03" + bytes((1, 0, 2)))
     client.close()
 
 
