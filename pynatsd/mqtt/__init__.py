@@ -1,7 +1,8 @@
 """MQTT 3.1.1 clients (nats-server's `mqtt {}` listener): a feature that takes the Broker.
 
 `packets` is sans-IO (framing, fields, topic <-> subject); `connection` is one client (an asyncio
-protocol and a delivery Client whose frames are PUBLISH packets); `listener` holds the port.
+protocol and a delivery Client whose frames are PUBLISH packets); `listener` holds the port; `store` and
+`delivery` are what is kept in JetStream (streams, session records; QoS 1/2 subscriptions' consumers).
 """
 
 from __future__ import annotations
