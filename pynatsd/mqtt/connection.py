@@ -533,7 +533,7 @@ class MQTTConnection(Client):
                 )
                 return False
         try:
-            cfg = delivery.ensure_consumer(js, self.account, MSGS_STREAM, cfg)
+            delivery.ensure_consumer(js, self.account, MSGS_STREAM, cfg)
         except ApiError as exc:
             log.error("%r - Unable to add JetStream consumer for subscription on %r: %s", self, key, exc)
             return False
@@ -570,7 +570,7 @@ class MQTTConnection(Client):
         elif self.pubrel_sub is not None:
             return True
         try:
-            cfg = delivery.ensure_consumer(js, self.account, delivery.OUT_STREAM, cfg)
+            delivery.ensure_consumer(js, self.account, delivery.OUT_STREAM, cfg)
         except ApiError as exc:
             log.error("%r - Unable to add JetStream consumer for PUBREL: %s", self, exc)
             return False

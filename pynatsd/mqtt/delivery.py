@@ -210,11 +210,13 @@ def _max_ack(cfg: dict[str, Any]) -> int:
 
 def _limits(mqtt: MQTTOptions) -> dict[str, Any]:
     ack_wait = mqtt.ack_wait or DEFAULT_ACK_WAIT
-    fields: dict[str, Any] = {
+    fields: dict[str, Any] = {  # (with the fields Go's JSON writes even when zero: the session record)
         "ack_policy": "explicit",
         "deliver_policy": "new",
         "ack_wait": int(ack_wait * 1e9),
         "max_ack_pending": mqtt.max_ack_pending or DEFAULT_MAX_ACK_PENDING,
+        "num_replicas": 0,
+        "replay_policy": "instant",
     }
     if mqtt.consumer_memory_storage:
         fields["mem_storage"] = True
@@ -243,24 +245,22 @@ def pubrel_consumer(mqtt: MQTTOptions, session: Session) -> dict[str, Any]:
     }
 
 
-def ensure_consumer(js: JetStream, account: str, stream_name: str, config: dict[str, Any]) -> dict[str, Any]:
-    """The durable consumer `config` names on the account's `stream_name`, created unless it exists; its
-    config as the session record keeps it. ApiError if it cannot be."""
+def ensure_consumer(js: JetStream, account: str, stream_name: str, config: dict[str, Any]) -> None:
+    """The durable consumer `config` names on the account's `stream_name`, created unless it exists.
+    ApiError if it cannot be."""
     acc = js.accounts.get(account)
     stream = acc.streams.get(stream_name) if acc is not None else None
     if acc is None or stream is None:
         raise ApiError(503, 10039, "jetstream not enabled for account")
     durable = str(config["durable_name"])
-    existing = stream.consumers.get(durable)
-    if existing is not None:
-        return dict(existing.config)
+    if durable in stream.consumers:
+        return
     body = json.dumps({"stream_name": stream_name, "config": config}).encode()
     raw = {**requests.parse(body, requests.CONSUMER_CREATE)["config"], "name": durable}
     cfg = consumer_mod.normalize_config(raw, stream)
     acc.check_ack_pending(raw, cfg)
-    created = acc.add_consumer(stream, cfg, "")
-    created.save()  # now: the session record that names it may be stored before a save_soon would run
-    return dict(created.config)
+    # Saved now: the session record naming it may be stored before a save_soon would run.
+    acc.add_consumer(stream, cfg, "").save()
 
 
 def delete_consumer(js: JetStream, account: str, stream_name: str, durable: str) -> None:

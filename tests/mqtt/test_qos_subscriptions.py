@@ -15,7 +15,7 @@ import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import nats
 import pytest
@@ -32,7 +32,7 @@ from tests.mqtt.conftest import (
     subscribe_packet,
     unsubscribe_packet,
 )
-from tests.mqtt.test_differential import Paho, _nats_publish, _until_pong
+from tests.mqtt.test_differential import Paho, _nats_publish, _session_record, _until_pong
 from tests.servers import start_server
 from tests.websocket.servers import wait_listening
 
@@ -226,6 +226,14 @@ def test_a_subscriber_that_never_acks_holds_back_nobody(qos_server: MQTTServer) 
     forget_session(qos_server, b"qn-stalled")
 
 
+def masked(cfg: dict[str, Any], *fields: str) -> dict[str, Any]:
+    """`fields` of a consumer config, the NUIDs in its durable name and deliver subject masked."""
+    out = {k: cfg[k] for k in fields}
+    out["durable_name"] = re.sub(r"_[0-9A-Za-z]{22}$", "_<nuid>", cfg["durable_name"])
+    out["deliver_subject"] = re.sub(r"\.[0-9A-Za-z]{22}$", ".<nuid>", cfg["deliver_subject"])
+    return out
+
+
 async def _consumers(server: MQTTServer, client_id: str) -> list[dict[str, Any]]:
     """The session's consumers on `$MQTT_msgs` and `$MQTT_out`, as `$JS.API.CONSUMER.LIST` shows them (the
     NUIDs in their names masked)."""
@@ -241,8 +249,7 @@ async def _consumers(server: MQTTServer, client_id: str) -> list[dict[str, Any]]
             found.append(
                 {
                     "stream": stream,
-                    "durable_name": re.sub(r"_[0-9A-Za-z]{22}$", "_<nuid>", cfg["durable_name"]),
-                    "deliver_subject": re.sub(r"\.[0-9A-Za-z]{22}$", ".<nuid>", cfg["deliver_subject"]),
+                    **masked(cfg, "durable_name", "deliver_subject"),
                     "filter_subject": cfg.get("filter_subject"),
                     **{
                         k: cfg.get(k) for k in ("ack_policy", "deliver_policy", "ack_wait", "max_ack_pending")
@@ -293,6 +300,17 @@ def test_consumers_made_and_removed_as_nats_server_does(qos_server: MQTTServer) 
     client.send(packet(0xE0, b""))
     assert client.closed()
     assert asyncio.run(_consumers(qos_server, "qc-sub")) == [sub_consumer("qc.c"), pubrel]  # (persistent)
+    record = asyncio.run(_session_record(qos_server, "qc-sub"))
+    assert record is not None
+    cons = cast(dict[str, dict[str, Any]], record.pop("cons"))
+    stored = [masked(c, *c) for c in [*cons.values(), cast(dict[str, Any], record.pop("pubrel"))]]
+    go_zeros = {"num_replicas": 0, "replay_policy": "instant"}  # the session record: as Go's JSON writes it
+    expected = [{k: v for k, v in c.items() if k != "stream"} for c in (sub_consumer("qc.c"), pubrel)]
+    assert stored == [{**c, **go_zeros} for c in expected]
+    assert (list(cons), record) == (
+        ["qc.c"],
+        {"id": "qc-sub", "subs": {"qc.b.>": 0, "qc.c": 1, "qc.zero": 0}},
+    )
     forget_session(qos_server, b"qc-sub")  # a clean session clears the stored one, consumers and all
     assert asyncio.run(_consumers(qos_server, "qc-sub")) == []
 
