@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.connection import Connection
+from pynatsd.jetstream import backup, errors, requests
 from pynatsd.jetstream import consumer as consumer_mod
-from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.advisories import API_AUDIT
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.sourcing import direct_mirror
@@ -59,6 +59,7 @@ _ERROR_FIELDS: dict[str, Reply] = {
     "consumer_pause_response": {"paused": False, "pause_until": _ZERO_TIME},
     "stream_info_response": _PAGED,
     "stream_purge_response": {"purged": 0},
+    "stream_restore_response": {"deliver_subject": ""},
     "stream_names_response": {**_PAGED, "streams": None},
     "stream_list_response": {**_PAGED, "streams": []},
     "consumer_names_response": {**_PAGED, "consumers": []},
@@ -189,10 +190,7 @@ def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
 
 
 # What nats-server adds to its 10039 answer, by response type, for an account without JetStream.
-_NOT_ENABLED_EXTRAS: dict[str, Reply] = {
-    **_ERROR_FIELDS,
-    "stream_restore_response": {"deliver_subject": ""},
-}
+_NOT_ENABLED_EXTRAS: dict[str, Reply] = _ERROR_FIELDS
 _CLUSTERED_ONLY = frozenset(
     {"stream_leader_stepdown_response", "stream_remove_peer_response", "consumer_leader_stepdown_response"}
 )
@@ -224,6 +222,8 @@ class Api:
             ("STREAM", "NAMES"): ("stream_names_response", self.stream_names),
             ("STREAM", "LIST"): ("stream_list_response", self.stream_list),
             ("STREAM", "MSG", "GET", "*"): ("stream_msg_get_response", self.msg_get),
+            ("STREAM", "SNAPSHOT", "*"): ("stream_snapshot_response", self.stream_snapshot),
+            ("STREAM", "RESTORE", "*"): ("stream_restore_response", self.stream_restore),
             ("STREAM", "MSG", "DELETE", "*"): ("stream_msg_delete_response", self.msg_delete),
             ("CONSUMER", "CREATE", "*"): ("consumer_create_response", self.consumer_create),
             ("CONSUMER", "CREATE", "*", "*"): ("consumer_create_response", self.consumer_create),
@@ -242,8 +242,6 @@ class Api:
         self._queued_bytes = 0
         self._overflow_logged = False
         self.unsupported: dict[tuple[str, ...], str] = {
-            ("STREAM", "SNAPSHOT", "*"): "stream_snapshot_response",
-            ("STREAM", "RESTORE", "*"): "stream_restore_response",
             ("STREAM", "LEADER", "STEPDOWN", "*"): "stream_leader_stepdown_response",
             ("STREAM", "PEER", "REMOVE", "*"): "stream_remove_peer_response",
             ("CONSUMER", "LEADER", "STEPDOWN", "*", "*"): "consumer_leader_stepdown_response",
@@ -494,6 +492,16 @@ class Api:
         req = requests.parse(payload, requests.STREAM_PURGE) if body[:1] in (b"{", b"[") else {}
         purged = self._stream(toks[2]).purge(req)
         return {"success": True, "purged": purged}
+
+    def stream_snapshot(self, toks: list[str], payload: bytes) -> Reply:
+        if _empty_request(payload):
+            raise errors.bad_request()
+        return backup.snapshot_request(self.account, toks[2], payload)
+
+    def stream_restore(self, toks: list[str], payload: bytes) -> Reply:
+        if _empty_request(payload):
+            raise errors.bad_request()
+        return backup.restore_request(self.account, toks[2], payload)
 
     def _filtered_streams(self, req: dict[str, Any]) -> list[Stream]:
         streams = sorted(self.account.streams.values(), key=lambda s: s.name)
