@@ -191,6 +191,8 @@ def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
 
 # What nats-server adds to its 10039 answer, by response type, for an account without JetStream.
 _NOT_ENABLED_EXTRAS: dict[str, Reply] = _ERROR_FIELDS
+# Requests whose advisories name their requester beyond the audit (snapshot and restore progress).
+_BACKUPS = frozenset(("stream_snapshot_response", "stream_restore_response"))
 _CLUSTERED_ONLY = frozenset(
     {"stream_leader_stepdown_response", "stream_remove_peer_response", "consumer_leader_stepdown_response"}
 )
@@ -241,6 +243,7 @@ class Api:
         self._worker: asyncio.Task[None] | None = None
         self._queued_bytes = 0
         self._overflow_logged = False
+        self.requester: Reply | None = _UNHEARD  # who made the request being handled (as `_answer` has it)
         self.unsupported: dict[tuple[str, ...], str] = {
             ("STREAM", "LEADER", "STEPDOWN", "*"): "stream_leader_stepdown_response",
             ("STREAM", "PEER", "REMOVE", "*"): "stream_remove_peer_response",
@@ -291,12 +294,14 @@ class Api:
         if not kind or not reply:
             return  # nats-server does not answer unknown API subjects either
         advisories = self.account.advisories
-        # Who asked, for the audit advisory: taken now (a queued request is answered after its origin).
-        requester = advisories.requester(origin, hdrs) if advisories.wanted(API_AUDIT) else _UNHEARD
+        # Who asked, for the audit advisory (and a backup's): taken now (a queued request is answered after
+        # its origin).
+        audited = advisories.wanted(API_AUDIT)
+        requester = advisories.requester(origin, hdrs) if audited or kind in _BACKUPS else _UNHEARD
         if not self.account.enabled:
             answer = encode(_not_enabled(kind))
             self.account.client.publish(reply, None, None, answer)
-            if requester is not _UNHEARD:
+            if audited:
                 advisories.api_audit(subject, requester, payload, answer)
             return
         self.account.api_total += 1
@@ -357,6 +362,7 @@ class Api:
         try:
             if route is None:
                 raise errors._e(501, 10003, f"{'.'.join(toks[:2]).lower()} is not supported by pynatsd")
+            self.requester = requester
             body = route(toks, payload)
             if not isinstance(body, dict):
                 return self._answer_later(kind, body, reply, (subject, payload, requester))
@@ -390,7 +396,7 @@ class Api:
             resp.update(_ERROR_FIELDS.get(kind, {}))
         answer = encode(resp)
         self.account.client.publish(reply, None, None, answer)
-        if requester is not _UNHEARD:
+        if requester is not _UNHEARD and (kind not in _BACKUPS or self.account.advisories.wanted(API_AUDIT)):
             self.account.advisories.api_audit(subject, requester, payload, answer)
 
     def _stream(self, name: str) -> Stream:
@@ -496,12 +502,12 @@ class Api:
     def stream_snapshot(self, toks: list[str], payload: bytes) -> Reply:
         if _empty_request(payload):
             raise errors.bad_request()
-        return backup.snapshot_request(self.account, toks[2], payload)
+        return backup.snapshot_request(self.account, toks[2], payload, self.requester)
 
     def stream_restore(self, toks: list[str], payload: bytes) -> Reply:
         if _empty_request(payload):
             raise errors.bad_request()
-        return backup.restore_request(self.account, toks[2], payload)
+        return backup.restore_request(self.account, toks[2], payload, self.requester)
 
     def _filtered_streams(self, req: dict[str, Any]) -> list[Stream]:
         streams = sorted(self.account.streams.values(), key=lambda s: s.name)

@@ -44,6 +44,14 @@ log = get_logger()
 
 MAGIC = b"NATSARC1"
 _TYPE = "io.nats.jetstream.api.v1."
+# The snapshot_complete advisory's `error` for the status that ended a snapshot early (nats-server's words).
+_SNAPSHOT_ERRORS = {
+    b"408 No Interest": "no interest",
+    b"408 No Flow Response": "no flow response",
+    b"500 snapshot failed": "snapshot failed",
+}
+# A requester's client info as advisories carry it (None: no client to name).
+Reply = dict[str, Any] | None
 CHUNK_DEFAULT, WINDOW_DEFAULT = 128 * 1024, 8 * 1024 * 1024
 ACK_TIMEOUT = 5.0  # nats-server's snapshotAckTimeout: no ack for this long ends a snapshot
 INTEREST_WAIT = 2.0  # a snapshot waits this long for its deliver subject's subscriber
@@ -200,9 +208,10 @@ class SnapshotSender:
     """Sends one snapshot to its deliver subject, `window` bytes at most unacknowledged."""
 
     def __init__(
-        self, account: JsAccount, stream: Stream, req: dict[str, Any], state: dict[str, Any]
+        self, account: JsAccount, stream: Stream, req: dict[str, Any], state: dict[str, Any], client: Reply
     ) -> None:
         self.account = account
+        self.client_info = client  # who asked (its advisories name it)
         self.stream = stream
         self.deliver = str(req["deliver_subject"]).encode()
         chunk = req.get("chunk_size") or CHUNK_DEFAULT
@@ -223,7 +232,8 @@ class SnapshotSender:
         self._acked.set()
 
     async def run(self) -> None:
-        client = self.account.client
+        client, advisories, start = self.account.client, self.account.advisories, now_ns()
+        advisories.backup("snapshot_create", self.stream.name, self.client_info, state=self.state)
         if not self._interested():
             loop = asyncio.get_running_loop()
             appeared = loop.create_future()
@@ -250,6 +260,9 @@ class SnapshotSender:
         finally:
             client.unsubscribe(sub)
         client.publish(self.deliver, None, headers(status) if status else None, b"")
+        error = _SNAPSHOT_ERRORS.get(status or b"")
+        fields = {"start": rfc3339(start), "end": rfc3339(now_ns()), **({"error": error} if error else {})}
+        advisories.backup("snapshot_complete", self.stream.name, self.client_info, **fields)
 
     async def _send(self, ack_subject: bytes) -> bytes | None:
         """The chunks; returns the closing message's status (None: no status header)."""
@@ -305,8 +318,11 @@ def _s2_framed(parts: Iterator[bytes]) -> Iterator[bytes]:
 class Restore:
     """One restore in progress: decodes chunks as they come into a stream not yet in the account."""
 
-    def __init__(self, account: JsAccount, cfg: dict[str, Any], deliver: bytes) -> None:
+    def __init__(self, account: JsAccount, cfg: dict[str, Any], deliver: bytes, client: Reply) -> None:
         self.account = account
+        self.client_info = client  # who asked (its advisories name it)
+        self.began = now_ns()
+        self.received = 0  # bytes of chunks
         self.cfg = cfg
         self.name: str = cfg["name"]
         self.deliver = deliver
@@ -363,6 +379,7 @@ class Restore:
             self._finish(reply)
             return
         self._arm()
+        self.received += len(payload)
         if self.error is None:
             try:
                 self._feed(payload)
@@ -494,6 +511,8 @@ class Restore:
                         error.description)  # fmt: skip
             resp["error"] = error.json()
         self._close(failed=error is not None)
+        fields = {"start": rfc3339(self.began), "end": rfc3339(now_ns()), "bytes": self.received}
+        self.account.advisories.backup("restore_complete", self.name, self.client_info, **fields)
         self.account.client.publish(reply, None, None, encode(resp))
 
     def _complete(self) -> Stream:
@@ -509,6 +528,7 @@ class Restore:
         self._check_subjects()
         stream._rebuild_ttls()  # (not the duplicate window's message ids: nats-server's restore has none)
         account.admit_stream(stream)
+        account.advisories.stream_action(stream.name, "create")
         for name, body in self.consumers:
             self._add_consumer(stream, name, body)
         store.flush()
@@ -552,7 +572,7 @@ class Restore:
 
 
 # -- the API's side -------------------------------------------------------------------------------------
-def snapshot_request(account: JsAccount, stream_name: str, payload: bytes) -> dict[str, Any]:
+def snapshot_request(account: JsAccount, stream_name: str, payload: bytes, client: Reply) -> dict[str, Any]:
     """Checks a snapshot request in nats-server's order; its answer, the chunks following it."""
     stream = account.streams.get(stream_name)
     if stream is None:
@@ -564,14 +584,14 @@ def snapshot_request(account: JsAccount, stream_name: str, payload: bytes) -> di
     # (`jsck`, check_msgs: nats-server 2.15's snapshots check each message as they read it; so do ours)
     # The answer's state is the stream's (its consumers counted even when the archive leaves them out).
     state = {k: v for k, v in stream.state().items() if k != "subjects"}
-    sender = SnapshotSender(account, stream, req, state)
+    sender = SnapshotSender(account, stream, req, state, client)
     task = asyncio.get_running_loop().create_task(sender.run())
     account.background.add(task)
     task.add_done_callback(account.background.discard)
     return {"config": stream.config, "state": state}
 
 
-def restore_request(account: JsAccount, stream_name: str, payload: bytes) -> dict[str, Any]:
+def restore_request(account: JsAccount, stream_name: str, payload: bytes, client: Reply) -> dict[str, Any]:
     """Checks a restore request in nats-server's order; its answer names where the chunks go."""
     req = requests.parse(payload, RESTORE_REQUEST)
     raw = dict(req.get("config") or {})
@@ -591,7 +611,8 @@ def restore_request(account: JsAccount, stream_name: str, payload: bytes) -> dic
     if stream_name in account.streams or stream_name in account.restoring:
         raise errors._e(400, 10130, "stream name already in use, cannot restore")
     deliver = b"$JS.SNAPSHOT.RESTORE.%s.%s" % (stream_name.encode(), event_id().encode())
-    restore = Restore(account, cfg, deliver)
+    account.advisories.backup("restore_create", stream_name, client)
+    restore = Restore(account, cfg, deliver, client)
     account.restoring[stream_name] = restore
     restore.start()
     return {"deliver_subject": deliver.decode()}

@@ -229,3 +229,34 @@ async def test_restored_stream_survives_kill9(clients: dict[str, Client], tmp_pa
     assert after["messages"] == before["messages"]
     assert after["state"] == restored_state(before["state"], before["messages"])
     assert after["consumers"] == before["consumers"]
+
+
+async def test_advisories(clients: dict[str, Client]) -> None:
+    """Snapshot and restore advisories, in nats-server's order and shapes (the client that asked named)."""
+    heard: dict[str, list[tuple[Any, ...]]] = {}
+    for kind, nc in clients.items():
+        events: list[tuple[Any, ...]] = []
+        done = asyncio.Event()
+
+        async def on_event(
+            msg: Any, events: list[tuple[Any, ...]] = events, done: asyncio.Event = done
+        ) -> None:
+            body = json.loads(msg.data)
+            events.append((msg.subject, body["type"], sorted(body), body.get("client", {}).get("acc")))
+            if body["type"].endswith("restore_complete"):
+                done.set()
+
+        sub = await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.*.ADV", cb=on_event)
+        await nc.jetstream().add_stream(name="ADV", subjects=["adv"])
+        await nc.jetstream().publish("adv", b"x")
+        snap = await snapshot(nc, "ADV", {})
+        await nc.jetstream().delete_stream("ADV")
+        await restore(nc, "ADV", snap.response["config"], snap.response["state"], snap.data)
+        await asyncio.wait_for(done.wait(), 10)
+        await sub.unsubscribe()
+        heard[kind] = events
+    assert heard["pynatsd"] == heard["nats-server"]
+    assert [event[0].split(".")[4] for event in heard["pynatsd"]] == [
+        "CREATED", "SNAPSHOT_CREATE", "SNAPSHOT_COMPLETE", "DELETED", "RESTORE_CREATE", "CREATED",
+        "RESTORE_COMPLETE",
+    ]  # fmt: skip
