@@ -6,6 +6,7 @@ restored stream survives kill -9 of pynatsd."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import signal
@@ -260,3 +261,23 @@ async def test_advisories(clients: dict[str, Client]) -> None:
         "CREATED", "SNAPSHOT_CREATE", "SNAPSHOT_COMPLETE", "DELETED", "RESTORE_CREATE", "CREATED",
         "RESTORE_COMPLETE",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("src", "dst"), [("nats-server", "pynatsd"), ("pynatsd", "nats-server")])
+async def test_memory_stream_with_ephemeral_and_ttl(clients: dict[str, Client], src: str, dst: str) -> None:
+    """A memory stream's backup, its messages' Nats-TTL headers and an ephemeral consumer with them."""
+    name = f"MEM_{src[0]}{dst[0]}".upper()
+    js = clients[src].jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"], storage="memory", allow_msg_ttl=True)
+    for i in range(5):
+        await js.publish(f"{name}.{i}", b"x%d" % i, headers={"Nats-TTL": "1h"} if i == 2 else None)
+    config = {"name": "EPH", "ack_policy": "explicit", "inactive_threshold": 60_000_000_000}
+    await api(clients[src], f"$JS.API.CONSUMER.CREATE.{name}", {"stream_name": name, "config": config})
+    snap = await snapshot(clients[src], name, {})
+    resp = await restore(clients[dst], name, snap.response["config"], snap.response["state"], snap.data)
+    assert resp["config"]["storage"] == "memory" and resp["state"]["messages"] == 5
+    ttl = await api(clients[dst], f"$JS.API.STREAM.MSG.GET.{name}", {"seq": 3})
+    assert base64.b64decode(ttl["message"]["hdrs"]) == b"NATS/1.0\r\nNats-TTL: 1h\r\n\r\n"
+    eph = await api(clients[dst], f"$JS.API.CONSUMER.INFO.{name}.EPH")
+    assert (eph["num_pending"], eph["config"]["inactive_threshold"]) == (5, 60_000_000_000)
+    assert "durable_name" not in eph["config"]
