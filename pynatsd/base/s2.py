@@ -51,7 +51,8 @@ def masked_crc(data: bytes) -> int:
     return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-def _uvarint(buf: bytes, at: int) -> tuple[int, int]:
+def uvarint(buf: bytes, at: int) -> tuple[int, int]:
+    """The unsigned varint (Go's binary.Uvarint) at `at`, and where it ends; S2Error when cut or too long."""
     value = shift = 0
     while at < len(buf) and shift < 64:
         byte = buf[at]
@@ -65,7 +66,7 @@ def _uvarint(buf: bytes, at: int) -> tuple[int, int]:
 
 def decode_block(src: bytes) -> bytes:
     """One S2 (or Snappy) block: literals and copies, S2's repeat offsets included."""
-    length, s = _uvarint(src, 0)
+    length, s = uvarint(src, 0)
     if length > MAX_BLOCK:
         raise S2Error("s2: corrupt input")
     dst = bytearray()

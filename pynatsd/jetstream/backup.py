@@ -5,7 +5,7 @@ The backup is nats-server's version 2 archive inside an S2 stream (base/s2.py): 
 `uvarint name_len | varint ts | uvarint seq | uvarint hdr_len | uvarint data_len | name | headers | data`:
 `state.json` (the stream's state), one `consumers/<name>` per consumer (`{"config", "state"}` JSON), each
 message (name = subject, its sequence, timestamp, headers and data), and an all-zero entry ending it.
-nats-server before 2.15 wrote a tar of its store directory instead: pynatsd refuses that by name.
+nats-server before 2.15 wrote a tar of its store directory instead: restored too (legacy_backup.py).
 
 Transport, as nats-server's: a snapshot's chunks go to the request's `deliver_subject`, each (but a short
 last one) with a reply `$JS.SNAPSHOT.ACK.<stream>.<id>.<size>.<index>` the client answers; at most
@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import tempfile
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pynatsd.base.ids import event_id
 from pynatsd.base.logging import get_logger
@@ -30,6 +31,7 @@ from pynatsd.jetstream import consumer as consumer_mod
 from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.consumer import Consumer
 from pynatsd.jetstream.errors import ApiError
+from pynatsd.jetstream.legacy_backup import LegacyBackup
 from pynatsd.jetstream.sourcing import check_origins
 from pynatsd.jetstream.stream import Stream, normalize_config
 from pynatsd.jetstream.util import encode, get_header, headers, now_ns, parse_msg_ttl, rfc3339
@@ -328,6 +330,10 @@ class Restore:
         self.deliver = deliver
         self.s2 = S2Decoder()
         self.reader = ArchiveReader(account.js.server.options.max_payload + 1024)
+        self.mode = ""  # "archive" (nats-server 2.15's), "tar" (earlier servers'), "" until 8 bytes came
+        self._head = bytearray()
+        self._spool: IO[bytes] | None = None  # a tar snapshot, until it is complete
+        self.last_ts: int | None = None  # the stream's last time, when the backup says it
         self.stream: Stream | None = None
         self.state: dict[str, Any] = {}
         self.consumers_left = -1  # consumers/<name> entries still expected (-1: state.json not read yet)
@@ -363,6 +369,9 @@ class Restore:
             self.account.client.unsubscribe(self.sub)
             self.sub = None
         self.account.restoring.pop(self.name, None)
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
         if failed and self.stream is not None:
             self.stream.store.delete()
             if self.stream.directory is not None:
@@ -395,7 +404,19 @@ class Restore:
     def _feed(self, payload: bytes) -> None:
         if self.ended:  # nats-server reads no further than the end entry
             return
-        for item in self.reader.feed(self.s2.feed(payload)):
+        data = self.s2.feed(payload)
+        if not self.mode:  # the first 8 bytes tell the format
+            self._head += data
+            if len(self._head) < len(MAGIC):
+                return
+            data, self._head = bytes(self._head), bytearray()
+            self.mode = "archive" if data.startswith(MAGIC) else "tar"
+            if self.mode == "tar":  # read at the end (seeking back and forth): spooled to disk until then
+                self._spool = tempfile.TemporaryFile(dir=self.account.js.store_root)  # noqa: SIM115 (closed by _close)
+        if self._spool is not None:
+            self._spool.write(data)
+            return
+        for item in self.reader.feed(data):
             if self.ended:
                 return
             if self.consumers_left < 0:
@@ -415,19 +436,21 @@ class Restore:
         if not isinstance(state, dict):
             raise ValueError("error in state.json")
         self.state = state
+        self._create(int(state.get("first_seq") or 0), now_ns())
+        self.consumers_left = int(state.get("consumer_count") or 0)
+
+    def _create(self, first: int, created: int) -> None:
+        """The stream the backup's messages go to (not in the account until the end)."""
         if self.name in self.account.streams:
             raise errors._e(400, 10130, "stream name already in use, cannot restore")
         self._check_subjects()
         directory = self.account.dir / self.name if self.cfg["storage"] == "file" else None
         if directory is not None and directory.exists():
             shutil.rmtree(directory)  # what a stream of this name once left
-        stream = Stream(self.account, self.cfg, now_ns(), directory)
-        self.stream = stream
-        first = int(state.get("first_seq") or 0)
+        self.stream = Stream(self.account, self.cfg, created, directory)
         if first > 1:
-            stream.store.skip_to(first - 1)
-        self.last = stream.store.last_seq
-        self.consumers_left = int(state.get("consumer_count") or 0)
+            self.stream.store.skip_to(first - 1)
+        self.last = self.stream.store.last_seq
 
     def _check_subjects(self) -> None:
         try:
@@ -451,8 +474,6 @@ class Restore:
         self.consumers_left -= 1
 
     def _message(self, item: Entry) -> None:
-        stream = self.stream
-        assert stream is not None
         if item.seq == 0:
             if item.ts or item.hdr_len or item.data:
                 raise ValueError("expected message sequence")
@@ -463,11 +484,15 @@ class Restore:
         if item.hdr_len > len(item.data):
             raise ValueError(f"failed to parse message sequence {item.seq}: invalid header length")
         hdrs = item.data[: item.hdr_len] if item.hdr_len else None
-        data = item.data[item.hdr_len :]
+        self._store(item.seq, item.ts, item.name, hdrs, item.data[item.hdr_len :])
+
+    def _store(self, seq: int, ts: int, subject: bytes, hdrs: bytes | None, data: bytes) -> None:
+        stream = self.stream
+        assert stream is not None
         max_size = self.cfg["max_msg_size"]
-        if 0 <= max_size < len(item.data):
-            raise ValueError(f"message sequence {item.seq} exceeds maximum message size")
-        self.last = item.seq
+        if 0 <= max_size < len(data) + (len(hdrs) if hdrs else 0):
+            raise ValueError(f"message sequence {seq} exceeds maximum message size")
+        self.last = seq
         ttl = 0
         raw_ttl = get_header(hdrs, b"Nats-TTL")
         if raw_ttl:
@@ -475,25 +500,53 @@ class Restore:
                 ttl = parse_msg_ttl(raw_ttl)
             except ValueError:
                 raise ValueError("failed to parse message TTL: invalid per-message TTL") from None
-            if ttl > 0 and now_ns() > item.ts + ttl * 1_000_000_000:
+            if ttl > 0 and now_ns() > ts + ttl * 1_000_000_000:
                 return  # expired already: only its sequence is kept (nats-server's)
         store = stream.store
         js, storage = self.account.js, self.cfg["storage"]
-        size = store.msg_size(item.name, hdrs, data)
+        size = store.msg_size(subject, hdrs, data)
         if js.limited:
             js.check_capacity(storage, size)
         if self.account.limited:
             self.account.check_usage(storage, size)
-        store.skip_to(item.seq - 1)
-        store.append(item.name, hdrs, data, item.ts)
+        store.skip_to(seq - 1)
+        store.append(subject, hdrs, data, ts)
         if ttl:
-            store.with_ttl.append(item.seq)
+            store.with_ttl.append(seq)
+
+    def _restore_tar(self) -> None:
+        """A snapshot of nats-server before 2.15 (legacy_backup.py), read from the spool."""
+        assert self._spool is not None
+        self._spool.seek(0)
+        backup = LegacyBackup(self._spool)
+        if backup.name != self.name:
+            raise ValueError("stream names do not match")
+        self._create(0, backup.created or now_ns())
+        for msg in backup.messages():
+            self._store(msg.seq, msg.ts, msg.subject, msg.hdrs, msg.data)
+        assert self.stream is not None
+        self.stream._enforce_limits()  # what its limits removed from the middle left no tombstone
+        self.state, self.last_ts = {"last_seq": backup.last_seq}, backup.last_ts
+        self.consumers = list(backup.consumers())
+        self.ended = True
 
     def _finish(self, reply: bytes) -> None:
         resp: dict[str, Any] = {"type": _TYPE + "stream_create_response"}
         error = self.error
+        if error is None and self._spool is not None and self.s2.at_chunk_boundary:
+            try:
+                self._restore_tar()
+            except ApiError as exc:
+                error = exc
+            except ValueError as exc:
+                error = restore_failed(str(exc))
         if error is None and not self.ended:
-            why = self.reader.truncation() if self.s2.at_chunk_boundary else "s2: corrupt input"
+            if not self.s2.at_chunk_boundary:
+                why = "s2: corrupt input"
+            elif not self.mode:
+                why = "unexpected EOF" if self._head else "EOF"
+            else:
+                why = self.reader.truncation()
             error = restore_failed(why)
         if error is None:
             try:
@@ -522,7 +575,7 @@ class Restore:
         store = stream.store
         last = int(self.state.get("last_seq") or 0)
         if last > store.last_seq:
-            self._pad_to(stream, last)
+            self._pad_to(stream, last, self.last_ts if self.last_ts is not None else store.last_ts)
         if self.name in account.streams:
             raise errors._e(400, 10130, "stream name already in use, cannot restore")
         self._check_subjects()
@@ -535,11 +588,11 @@ class Restore:
         return stream
 
     @staticmethod
-    def _pad_to(stream: Stream, last: int) -> None:
+    def _pad_to(stream: Stream, last: int, last_ts: int) -> None:
         """Trailing deleted sequences: the last sequence kept (a placeholder stored and removed, so a file
-        store keeps it across a restart), the last message's time too."""
+        store keeps it across a restart), and the last time: the last message's in nats-server's archive
+        restore, the last record's in its tar restore (the placeholder's, after a restart)."""
         store = stream.store
-        last_ts = store.last_ts
         store.skip_to(last - 1)
         store.append(b"_", None, b"", last_ts)
         store.remove(last)
