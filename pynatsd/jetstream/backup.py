@@ -52,8 +52,9 @@ _SNAPSHOT_ERRORS = {
     b"408 No Flow Response": "no flow response",
     b"500 snapshot failed": "snapshot failed",
 }
+Json = dict[str, Any]
 # A requester's client info as advisories carry it (None: no client to name).
-Reply = dict[str, Any] | None
+ClientInfo = Json | None
 CHUNK_DEFAULT, WINDOW_DEFAULT = 128 * 1024, 8 * 1024 * 1024
 ACK_TIMEOUT = 5.0  # nats-server's snapshotAckTimeout: no ack for this long ends a snapshot
 INTEREST_WAIT = 2.0  # a snapshot waits this long for its deliver subject's subscriber
@@ -74,7 +75,7 @@ RESTORE_REQUEST = Struct(
 
 
 # -- the archive ----------------------------------------------------------------------------------------
-def _uvarint(value: int) -> bytes:
+def _put_uvarint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -87,8 +88,8 @@ def entry(name: bytes, ts: int, seq: int, hdrs: bytes, data: bytes) -> bytes:
     """One archive entry (Go's PutVarint zig-zags the signed timestamp)."""
     zigzag = (ts << 1) ^ (ts >> 63)
     return b"".join(
-        (_uvarint(len(name)), _uvarint(zigzag & (2**64 - 1)), _uvarint(seq), _uvarint(len(hdrs)),
-         _uvarint(len(data)), name, hdrs, data)
+        (_put_uvarint(len(name)), _put_uvarint(zigzag & (2**64 - 1)), _put_uvarint(seq),
+         _put_uvarint(len(hdrs)), _put_uvarint(len(data)), name, hdrs, data)
     )  # fmt: skip
 
 
@@ -115,10 +116,7 @@ class ArchiveReader:
             if len(buf) < len(MAGIC):
                 return out
             if buf[: len(MAGIC)] != MAGIC:
-                raise ValueError(
-                    "snapshot is not in nats-server 2.15's archive format (earlier servers' tar snapshots "
-                    "are not supported by pynatsd)"
-                )
+                raise ValueError("archive: invalid archive stream")
             self._magic, at = True, len(MAGIC)
         while True:
             fields, pos = [], at
@@ -210,7 +208,7 @@ class SnapshotSender:
     """Sends one snapshot to its deliver subject, `window` bytes at most unacknowledged."""
 
     def __init__(
-        self, account: JsAccount, stream: Stream, req: dict[str, Any], state: dict[str, Any], client: Reply
+        self, account: JsAccount, stream: Stream, req: Json, state: Json, client: ClientInfo
     ) -> None:
         self.account = account
         self.client_info = client  # who asked (its advisories name it)
@@ -320,7 +318,7 @@ def _s2_framed(parts: Iterator[bytes]) -> Iterator[bytes]:
 class Restore:
     """One restore in progress: decodes chunks as they come into a stream not yet in the account."""
 
-    def __init__(self, account: JsAccount, cfg: dict[str, Any], deliver: bytes, client: Reply) -> None:
+    def __init__(self, account: JsAccount, cfg: dict[str, Any], deliver: bytes, client: ClientInfo) -> None:
         self.account = account
         self.client_info = client  # who asked (its advisories name it)
         self.began = now_ns()
@@ -625,7 +623,9 @@ class Restore:
 
 
 # -- the API's side -------------------------------------------------------------------------------------
-def snapshot_request(account: JsAccount, stream_name: str, payload: bytes, client: Reply) -> dict[str, Any]:
+def snapshot_request(
+    account: JsAccount, stream_name: str, payload: bytes, client: ClientInfo
+) -> dict[str, Any]:
     """Checks a snapshot request in nats-server's order; its answer, the chunks following it."""
     stream = account.streams.get(stream_name)
     if stream is None:
@@ -644,7 +644,9 @@ def snapshot_request(account: JsAccount, stream_name: str, payload: bytes, clien
     return {"config": stream.config, "state": state}
 
 
-def restore_request(account: JsAccount, stream_name: str, payload: bytes, client: Reply) -> dict[str, Any]:
+def restore_request(
+    account: JsAccount, stream_name: str, payload: bytes, client: ClientInfo
+) -> dict[str, Any]:
     """Checks a restore request in nats-server's order; its answer names where the chunks go."""
     req = requests.parse(payload, RESTORE_REQUEST)
     raw = dict(req.get("config") or {})

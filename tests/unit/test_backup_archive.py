@@ -22,7 +22,7 @@ def test_archive_entries() -> None:
         (b"", 0, 0, 0, b""),
     ]
     assert reader.truncation() == "EOF"
-    with pytest.raises(ValueError, match="archive format"):
+    with pytest.raises(ValueError, match="invalid archive"):
         ArchiveReader(1 << 20).feed(b"not an archive")
 
 
