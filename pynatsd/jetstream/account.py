@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 log = get_logger()
 
+# A stream directory holding this file is a restore that never finished (backup.py): removed at start.
+PARTIAL_RESTORE = "restoring"
 # What a JetStream domain's prefix serves of the API (nats-server's domain mapping table)
 _DOMAIN_API = (b"INFO", b"STREAM.>", b"CONSUMER.>", b"DIRECT.>", b"META.>", b"SERVER.>", b"ACCOUNT.>")
 
@@ -84,6 +86,10 @@ class JsAccount:
             self.client.subscribe(prefix + suffix, store)
 
     def _load_stream(self, sdir: Path) -> None:
+        if (sdir / PARTIAL_RESTORE).exists():  # else its messages would turn up in a stream of that name
+            log.warning("JetStream: removing the unfinished restore of '%s > %s'", self.name, sdir.name)
+            shutil.rmtree(sdir, ignore_errors=True)
+            return
         try:
             meta = json.loads((sdir / "meta.json").read_text())
         except (OSError, ValueError) as exc:

@@ -29,6 +29,7 @@ from pynatsd.base.logging import get_logger
 from pynatsd.base.s2 import STREAM_ID, S2Decoder, encode_stream
 from pynatsd.jetstream import consumer as consumer_mod
 from pynatsd.jetstream import errors, requests
+from pynatsd.jetstream.account import PARTIAL_RESTORE
 from pynatsd.jetstream.consumer import Consumer
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.legacy_backup import LegacyBackup
@@ -390,6 +391,8 @@ class Restore:
         if self.error is None:
             try:
                 self._feed(payload)
+                if self.stream is not None:
+                    self.stream.store.commit()  # each chunk's messages written (not held in memory)
             except ApiError as exc:  # nats-server's own errors reach the client as they are
                 self.error = exc
             except ValueError as exc:  # the bytes are no backup (S2Error is a ValueError)
@@ -446,6 +449,8 @@ class Restore:
         if directory is not None and directory.exists():
             shutil.rmtree(directory)  # what a stream of this name once left
         self.stream = Stream(self.account, self.cfg, created, directory)
+        if directory is not None:  # until it joins the account: a crash leaves nothing a restart would load
+            (directory / PARTIAL_RESTORE).touch()
         if first > 1:
             self.stream.store.skip_to(first - 1)
         self.last = self.stream.store.last_seq
@@ -579,6 +584,8 @@ class Restore:
         self._check_subjects()
         stream._rebuild_ttls()  # (not the duplicate window's message ids: nats-server's restore has none)
         account.admit_stream(stream)
+        if stream.directory is not None:
+            (stream.directory / PARTIAL_RESTORE).unlink(missing_ok=True)
         account.advisories.stream_action(stream.name, "create")
         for name, body in self.consumers:
             self._add_consumer(stream, name, body)

@@ -20,7 +20,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from pynatsd.base.s2 import encode_stream
+from pynatsd.base.s2 import S2Decoder, encode_stream
 from tests.jetstream.backup_client import Snapshot, restore, snapshot
 from tests.servers import ServerProcess, require, start_server
 
@@ -325,3 +325,33 @@ async def test_tar_snapshot_of_earlier_servers(clients: dict[str, Client], tmp_p
         assert after["consumers"] == before["consumers"], kind
         expected = [(6, "LEGACY.a.6"), (9, "LEGACY.b.9"), (10, "LEGACY.a.10")]
         assert await next_deliveries(nc, "LEGACY") == expected, kind
+
+
+async def test_unfinished_restore_is_dropped_after_kill9(clients: dict[str, Client], tmp_path: Path) -> None:
+    """Killed halfway through a restore, pynatsd comes back without it, and a new stream of that name does
+    not inherit its messages."""
+    await populate(clients["nats-server"], "HALF")
+    snap = await snapshot(clients["nats-server"], "HALF", {})
+    store = str(tmp_path / "ours")
+    server = start_server("pynatsd", ["-js", "-sd", store])
+    try:
+        nc = await nats.connect(server.url, allow_reconnect=False)
+        body = {"config": snap.response["config"], "state": snap.response["state"]}
+        started = await api(nc, "$JS.API.STREAM.RESTORE.HALF", body)
+        # Framed in small S2 chunks (nats-server's is one), so the first three quarters decode.
+        archive = S2Decoder().feed(snap.data)
+        parts = [encode_stream(archive[at : at + 512])[10:] for at in range(0, len(archive), 512)]
+        data = encode_stream(b"") + b"".join(parts[: len(parts) * 3 // 4])
+        for at in range(0, len(data), 256):  # no empty chunk: the restore is never finished
+            await nc.request(started["deliver_subject"], data[at : at + 256], timeout=10)
+        server.stop(signal.SIGKILL)
+        await nc.close()
+        server = start_server("pynatsd", ["-js", "-sd", store], port=server.port)
+        nc = await nats.connect(server.url, allow_reconnect=False)
+        names = await api(nc, "$JS.API.STREAM.NAMES")
+        created = await api(nc, "$JS.API.STREAM.CREATE.HALF", {"name": "HALF", "subjects": ["HALF.>"]})
+        await nc.close()
+    finally:
+        server.stop()
+    assert not names["streams"]
+    assert (created["state"]["messages"], created["state"]["last_seq"]) == (0, 0)
