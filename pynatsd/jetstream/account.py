@@ -147,6 +147,9 @@ class JsAccount:
             if equivalent(existing.config, cfg):
                 return existing
             raise errors.stream_name_exist()
+        if cfg["name"] in self.restoring:  # its directory is being restored (nats-server adds the stream as
+            # the backup's state arrives; here it joins at the end)
+            raise errors.stream_name_exist()
         self.check_new_stream(cfg)
         directory = self.dir / cfg["name"] if cfg["storage"] == "file" else None
         stream = Stream(self, cfg, now_ns(), directory)

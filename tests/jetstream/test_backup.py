@@ -338,6 +338,8 @@ async def test_unfinished_restore_is_dropped_after_kill9(clients: dict[str, Clie
         nc = await nats.connect(server.url, allow_reconnect=False)
         body = {"config": snap.response["config"], "state": snap.response["state"]}
         started = await api(nc, "$JS.API.STREAM.RESTORE.HALF", body)
+        meanwhile = await api(nc, "$JS.API.STREAM.CREATE.HALF", {"name": "HALF", "subjects": ["HALF.>"]})
+        assert meanwhile["error"]["err_code"] == 10058  # the name is taken while it is restored
         # Framed in small S2 chunks (nats-server's is one), so the first three quarters decode.
         archive = S2Decoder().feed(snap.data)
         parts = [encode_stream(archive[at : at + 512])[10:] for at in range(0, len(archive), 512)]
