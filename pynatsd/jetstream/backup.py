@@ -463,16 +463,16 @@ class Restore:
 
     def _consumer(self, item: Entry) -> None:
         if not item.name.startswith(b"consumers/"):
-            raise ValueError(f"expected consumer, found {item.name.decode(errors='replace')!r}")
+            raise ValueError(f"expected consumer, found {_quoted(item.name.decode(errors='replace'))}")
         name = item.name[len(b"consumers/") :].decode(errors="replace")
         try:
             body = json.loads(item.data)
         except ValueError:
-            raise ValueError(f"failed to decode consumer {name!r} state") from None
+            raise ValueError(f"failed to decode consumer {_quoted(name)} state") from None
         if not isinstance(body, dict) or not isinstance(body.get("config"), dict):
-            raise ValueError(f"consumer {name!r} is missing config")
+            raise ValueError(f"consumer {_quoted(name)} is missing config")
         if not isinstance(body.get("state"), dict):
-            raise ValueError(f"consumer {name!r} is missing state")
+            raise ValueError(f"consumer {_quoted(name)} is missing state")
         self.consumers.append((name, body))
         self.consumers_left -= 1
 
@@ -582,13 +582,21 @@ class Restore:
         if self.name in account.streams:
             raise errors._e(400, 10130, "stream name already in use, cannot restore")
         self._check_subjects()
+        consumers = [_consumer_plan(stream, name, body) for name, body in self.consumers]  # all valid first
         stream._rebuild_ttls()  # (not the duplicate window's message ids: nats-server's restore has none)
         account.admit_stream(stream)
         if stream.directory is not None:
             (stream.directory / PARTIAL_RESTORE).unlink(missing_ok=True)
         account.advisories.stream_action(stream.name, "create")
-        for name, body in self.consumers:
-            self._add_consumer(stream, name, body)
+        for cfg, state, due in consumers:
+            consumer = Consumer(stream, cfg["name"], cfg, now_ns(), state)
+            for seq, deadline in due.items():  # redelivered once their ack wait from the delivery is over
+                pending = consumer.pending.get(seq)
+                if pending is not None:
+                    consumer.pending[seq] = (pending[0], deadline)
+            stream.consumers[consumer.name] = consumer
+            if consumer.persistent:
+                consumer.save()
         store.flush()
         return stream
 
@@ -603,13 +611,24 @@ class Restore:
         store.remove(last)
         store.last_ts = last_ts
 
-    @staticmethod
-    def _add_consumer(stream: Stream, name: str, body: dict[str, Any]) -> None:
-        raw = {k: v for k, v in body["config"].items() if k != "pause_until" or v}
+
+def _quoted(name: str) -> str:
+    """A name as Go's %q writes it in nats-server's errors."""
+    return json.dumps(name, ensure_ascii=False)
+
+
+def _consumer_plan(stream: Stream, name: str, body: dict[str, Any]) -> tuple[Json, Json, dict[int, int]]:
+    """A backed-up consumer's config (checked as a create's), its state as pynatsd keeps it, and when its
+    pending messages are due again; ApiError 10062 if either does not hold."""
+    raw = {k: v for k, v in body["config"].items() if k != "pause_until" or v}
+    raw["name"] = raw.get("name") or raw.get("durable_name") or name  # (never a path: checked as a name)
+    try:
         cfg = consumer_mod.normalize_config(raw, stream)
+    except ApiError as exc:  # wrapped by nats-server, so no longer its own error
+        raise restore_failed(f"failed to add consumer {_quoted(name)}: {exc.description}") from None
+    try:
         state = body["state"]
         delivered, floor = state.get("delivered") or {}, state.get("ack_floor") or {}
-        ack_wait = int(cfg.get("ack_wait") or 30_000_000_000)
         pending = {int(s): p for s, p in (state.get("pending") or {}).items()}
         ours = {
             "sseq": int(delivered.get("stream_seq") or 0) + 1,
@@ -619,14 +638,11 @@ class Restore:
             "pending": [[s, int(p.get("sequence") or 0)] for s, p in sorted(pending.items())],
             "rdc": [[int(s), int(n)] for s, n in (state.get("redelivered") or {}).items()],
         }
-        consumer = Consumer(stream, name, cfg, now_ns(), ours)
-        for seq, p in pending.items():  # redelivered when their ack wait from the original delivery is over
-            entry_ = consumer.pending.get(seq)
-            if entry_ is not None:
-                consumer.pending[seq] = (entry_[0], int(p.get("ts") or 0) + ack_wait)
-        stream.consumers[name] = consumer
-        if consumer.persistent:
-            consumer.save()
+        ack_wait = int(cfg.get("ack_wait") or 30_000_000_000)
+        due = {s: int(p.get("ts") or 0) + ack_wait for s, p in pending.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise restore_failed(f"failed to set consumer {_quoted(name)} state: invalid state") from None
+    return cfg, ours, due
 
 
 # -- the API's side -------------------------------------------------------------------------------------

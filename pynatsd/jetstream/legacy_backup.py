@@ -198,5 +198,5 @@ class LegacyBackup:
             try:
                 state = consumer_state(self.read(f"obs/{name}/o.dat"))
             except ValueError as exc:
-                raise ValueError(f"error restoring consumer [{name!r}]: {exc}") from None
+                raise ValueError(f"error restoring consumer [{json.dumps(name)}]: {exc}") from None
             yield str(meta.get("Name") or name), {"config": config, "state": state}

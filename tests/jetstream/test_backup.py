@@ -21,6 +21,7 @@ import pytest
 from nats.aio.client import Client
 
 from pynatsd.base.s2 import S2Decoder, encode_stream
+from pynatsd.jetstream.backup import MAGIC, entry
 from tests.jetstream.backup_client import Snapshot, restore, snapshot
 from tests.servers import ServerProcess, require, start_server
 
@@ -357,3 +358,40 @@ async def test_unfinished_restore_is_dropped_after_kill9(clients: dict[str, Clie
         server.stop()
     assert not names["streams"]
     assert (created["state"]["messages"], created["state"]["last_seq"]) == (0, 0)
+
+
+def archive_with(consumers: list[tuple[str, Any]]) -> bytes:
+    """A version 2 backup of one message and these `consumers/<name>` entries, as a client could send it."""
+    state = {"messages": 1, "bytes": 0, "first_seq": 1, "last_seq": 1, "consumer_count": len(consumers)}
+    parts = [MAGIC, entry(b"state.json", 1, 0, b"", json.dumps(state).encode())]
+    parts += [
+        entry(f"consumers/{name}".encode(), 1, 0, b"", json.dumps(body).encode()) for name, body in consumers
+    ]
+    parts += [entry(b"x", 1_700_000_000_000_000_000, 1, b"", b"hi"), entry(b"", 0, 0, b"", b"")]
+    return encode_stream(b"".join(parts))
+
+
+async def test_bad_consumers_in_a_backup(clients: dict[str, Client]) -> None:
+    """A backup's consumers are checked as creates are: a bad one fails the restore (10062), nothing of it
+    is kept, and a name is never a path."""
+    cases = [
+        ("../evil", {"config": {"ack_policy": "explicit"}, "state": {}}),
+        ("ok", {"config": {"durable_name": "ok", "ack_policy": "explicit"}, "state": {"delivered": "x"}}),
+        ("ok", {"config": {"durable_name": "ok", "ack_policy": "bogus"}, "state": {}}),
+        ("ok", {"state": {}}),
+        (
+            "ok",
+            {"config": {"durable_name": "other", "ack_policy": "explicit"}, "state": {}},
+        ),  # its config names it
+    ]
+    heard: dict[str, list[Any]] = {}
+    for kind, nc in clients.items():
+        heard[kind] = []
+        for i, case in enumerate(cases):
+            name = f"BADC{i}"
+            resp = await restore(nc, name, {"name": name, "subjects": [f"badc{i}"]}, {}, archive_with([case]))
+            names = await api(nc, f"$JS.API.CONSUMER.NAMES.{name}")
+            heard[kind].append((resp.get("error", {}).get("err_code"), names.get("consumers")))
+    assert heard["pynatsd"] == heard["nats-server"] == [
+        (10062, []), (10062, []), (10062, []), (10062, []), (None, ["other"]),
+    ]  # fmt: skip
