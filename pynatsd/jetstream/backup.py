@@ -21,18 +21,18 @@ import asyncio
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from pynatsd.base.ids import event_id
 from pynatsd.base.logging import get_logger
-from pynatsd.base.s2 import STREAM_ID, S2Decoder, encode_stream
+from pynatsd.base.s2 import STREAM_ID, S2Decoder, S2Error, encode_stream
 from pynatsd.jetstream import consumer as consumer_mod
 from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.account import PARTIAL_RESTORE
 from pynatsd.jetstream.consumer import Consumer
 from pynatsd.jetstream.errors import ApiError
-from pynatsd.jetstream.legacy_backup import LegacyBackup
+from pynatsd.jetstream.legacy_backup import BackupError, LegacyBackup
 from pynatsd.jetstream.sourcing import check_origins
 from pynatsd.jetstream.stream import Stream, normalize_config
 from pynatsd.jetstream.util import encode, get_header, headers, now_ns, parse_msg_ttl, rfc3339
@@ -117,7 +117,7 @@ class ArchiveReader:
             if len(buf) < len(MAGIC):
                 return out
             if buf[: len(MAGIC)] != MAGIC:
-                raise ValueError("archive: invalid archive stream")
+                raise BackupError("archive: invalid archive stream")
             self._magic, at = True, len(MAGIC)
         while True:
             fields, pos = [], at
@@ -131,7 +131,7 @@ class ArchiveReader:
                     if byte < 0x80:
                         break
                     if shift >= 70:
-                        raise ValueError("archive: invalid archive stream")
+                        raise BackupError("archive: invalid archive stream")
                 else:
                     break
                 fields.append(value)
@@ -139,7 +139,7 @@ class ArchiveReader:
                 break
             name_len, zigzag, seq, hdr_len, data_len = fields
             if name_len > 1 << 20 or hdr_len + data_len > self._max_entry:
-                raise ValueError("archive: invalid archive stream")
+                raise BackupError("archive: invalid archive stream")
             end = pos + name_len + hdr_len + data_len
             if end > len(buf):
                 break
@@ -333,6 +333,7 @@ class Restore:
         self._head = bytearray()
         self._spool: IO[bytes] | None = None  # a tar snapshot, until it is complete
         self.last_ts: int | None = None  # the stream's last time, when the backup says it
+        self.admitted = False  # the stream is the account's: never removed by this restore
         self.stream: Stream | None = None
         self.state: dict[str, Any] = {}
         self.consumers_left = -1  # consumers/<name> entries still expected (-1: state.json not read yet)
@@ -371,7 +372,7 @@ class Restore:
         if self._spool is not None:
             self._spool.close()
             self._spool = None
-        if failed and self.stream is not None:
+        if failed and self.stream is not None and not self.admitted:
             self.stream.store.delete()
             if self.stream.directory is not None:
                 shutil.rmtree(self.stream.directory, ignore_errors=True)
@@ -389,18 +390,23 @@ class Restore:
         self._arm()
         self.received += len(payload)
         if self.error is None:
-            try:
-                self._feed(payload)
-                if self.stream is not None:
-                    self.stream.store.commit()  # each chunk's messages written (not held in memory)
-            except ApiError as exc:  # nats-server's own errors reach the client as they are
-                self.error = exc
-            except ValueError as exc:  # the bytes are no backup (S2Error is a ValueError)
-                self.error = restore_failed(str(exc))
-            except OSError as exc:
-                log.error("Restore of stream '%s > %s' failed", self.account.name, self.name, exc_info=exc)
-                self.error = restore_failed("store write failed")
+            self.error = self._attempt(self._feed, payload)
         client.publish(reply, None, None, b"")
+
+    def _attempt(self, step: Callable[[bytes], None], payload: bytes = b"") -> ApiError | None:
+        """Runs a step of the restore; the error the client is to hear, if it failed."""
+        try:
+            step(payload)
+            if self.stream is not None:
+                self.stream.store.commit()  # what came so far written (not held in memory)
+        except ApiError as exc:  # nats-server's own errors reach the client as they are
+            return exc
+        except (BackupError, S2Error) as exc:  # the bytes are no backup: said in our words
+            return restore_failed(str(exc))
+        except Exception as exc:  # a store write failed, or a bug: the log has it, the client a fixed text
+            log.error("Restore of stream '%s > %s' failed", self.account.name, self.name, exc_info=exc)
+            return restore_failed("internal error")
+        return None
 
     def _feed(self, payload: bytes) -> None:
         if self.ended:  # nats-server reads no further than the end entry
@@ -429,13 +435,16 @@ class Restore:
 
     def _begin(self, item: Entry) -> None:
         if item.name != b"state.json":
-            raise ValueError("expected state.json first")
+            raise BackupError("expected state.json first")
         try:
             state = json.loads(item.data)
         except ValueError:
-            raise ValueError("error in state.json") from None
-        if not isinstance(state, dict):
-            raise ValueError("error in state.json")
+            raise BackupError("error in state.json") from None
+        if not isinstance(state, dict) or not all(
+            isinstance(state.get(k, 0), int) and state.get(k, 0) >= 0
+            for k in ("first_seq", "last_seq", "consumer_count")
+        ):
+            raise BackupError("error in state.json")
         self.state = state
         self._create(int(state.get("first_seq") or 0), now_ns())
         self.consumers_left = int(state.get("consumer_count") or 0)
@@ -463,29 +472,29 @@ class Restore:
 
     def _consumer(self, item: Entry) -> None:
         if not item.name.startswith(b"consumers/"):
-            raise ValueError(f"expected consumer, found {_quoted(item.name.decode(errors='replace'))}")
+            raise BackupError(f"expected consumer, found {_quoted(item.name.decode(errors='replace'))}")
         name = item.name[len(b"consumers/") :].decode(errors="replace")
         try:
             body = json.loads(item.data)
         except ValueError:
-            raise ValueError(f"failed to decode consumer {_quoted(name)} state") from None
+            raise BackupError(f"failed to decode consumer {_quoted(name)} state") from None
         if not isinstance(body, dict) or not isinstance(body.get("config"), dict):
-            raise ValueError(f"consumer {_quoted(name)} is missing config")
+            raise BackupError(f"consumer {_quoted(name)} is missing config")
         if not isinstance(body.get("state"), dict):
-            raise ValueError(f"consumer {_quoted(name)} is missing state")
+            raise BackupError(f"consumer {_quoted(name)} is missing state")
         self.consumers.append((name, body))
         self.consumers_left -= 1
 
     def _message(self, item: Entry) -> None:
         if item.seq == 0:
             if item.ts or item.hdr_len or item.data:
-                raise ValueError("expected message sequence")
+                raise BackupError("expected message sequence")
             self.ended = True
             return
         if item.seq <= self.last:
-            raise ValueError(f"message sequence {item.seq} out of order")
+            raise BackupError(f"message sequence {item.seq} out of order")
         if item.hdr_len > len(item.data):
-            raise ValueError(f"failed to parse message sequence {item.seq}: invalid header length")
+            raise BackupError(f"failed to parse message sequence {item.seq}: invalid header length")
         hdrs = item.data[: item.hdr_len] if item.hdr_len else None
         self._store(item.seq, item.ts, item.name, hdrs, item.data[item.hdr_len :])
 
@@ -494,7 +503,7 @@ class Restore:
         assert stream is not None
         max_size = self.cfg["max_msg_size"]
         if 0 <= max_size < len(data) + (len(hdrs) if hdrs else 0):
-            raise ValueError(f"message sequence {seq} exceeds maximum message size")
+            raise BackupError(f"message sequence {seq} exceeds maximum message size")
         self.last = seq
         ttl = 0
         raw_ttl = get_header(hdrs, b"Nats-TTL")
@@ -502,7 +511,7 @@ class Restore:
             try:
                 ttl = parse_msg_ttl(raw_ttl)
             except ValueError:
-                raise ValueError("failed to parse message TTL: invalid per-message TTL") from None
+                raise BackupError("failed to parse message TTL: invalid per-message TTL") from None
             if ttl > 0 and now_ns() > ts + ttl * 1_000_000_000:
                 return  # expired already: only its sequence is kept (nats-server's)
         store = stream.store
@@ -517,13 +526,13 @@ class Restore:
         if ttl:
             store.with_ttl.append(seq)
 
-    def _restore_tar(self) -> None:
+    def _restore_tar(self, _: bytes) -> None:
         """A snapshot of nats-server before 2.15 (legacy_backup.py), read from the spool."""
         assert self._spool is not None
         self._spool.seek(0)
         backup = LegacyBackup(self._spool)
         if backup.name != self.name:
-            raise ValueError("stream names do not match")
+            raise BackupError("stream names do not match")
         self._create(0, backup.created or now_ns())
         for msg in backup.messages():
             self._store(msg.seq, msg.ts, msg.subject, msg.hdrs, msg.data)
@@ -537,12 +546,7 @@ class Restore:
         resp: dict[str, Any] = {"type": _TYPE + "stream_create_response"}
         error = self.error
         if error is None and self._spool is not None and self.s2.at_chunk_boundary:
-            try:
-                self._restore_tar()
-            except ApiError as exc:
-                error = exc
-            except ValueError as exc:
-                error = restore_failed(str(exc))
+            error = self._attempt(self._restore_tar)
         if error is None and not self.ended:
             if not self.s2.at_chunk_boundary:
                 why = "s2: corrupt input"
@@ -552,16 +556,11 @@ class Restore:
                 why = self.reader.truncation()
             error = restore_failed(why)
         if error is None:
-            try:
-                stream = self._complete()
-                info = stream.info()
-                resp.update(config=info["config"], created=info["created"], state=info["state"])
-                resp["ts"] = rfc3339(now_ns())
-            except ApiError as exc:
-                error = exc
-            except OSError as exc:
-                log.error("Restore of stream '%s > %s' failed", self.account.name, self.name, exc_info=exc)
-                error = restore_failed("store write failed")
+            error = self._attempt(self._complete)
+        if error is None and self.stream is not None:
+            info = self.stream.info()
+            resp.update(config=info["config"], created=info["created"], state=info["state"])
+            resp["ts"] = rfc3339(now_ns())
         if error is not None:
             log.warning("Restore failed for stream '%s > %s': %s", self.account.name, self.name,
                         error.description)  # fmt: skip
@@ -571,7 +570,7 @@ class Restore:
         self.account.advisories.backup("restore_complete", self.name, self.client_info, **fields)
         self.account.client.publish(reply, None, None, encode(resp))
 
-    def _complete(self) -> Stream:
+    def _complete(self, _: bytes) -> None:
         """The decoded stream joins the account, with its consumers, durable before anyone hears of it."""
         stream, account = self.stream, self.account
         assert stream is not None
@@ -585,6 +584,7 @@ class Restore:
         consumers = [_consumer_plan(stream, name, body) for name, body in self.consumers]  # all valid first
         stream._rebuild_ttls()  # (not the duplicate window's message ids: nats-server's restore has none)
         account.admit_stream(stream)
+        self.admitted = True
         if stream.directory is not None:
             (stream.directory / PARTIAL_RESTORE).unlink(missing_ok=True)
         account.advisories.stream_action(stream.name, "create")
@@ -598,7 +598,6 @@ class Restore:
             if consumer.persistent:
                 consumer.save()
         store.flush()
-        return stream
 
     @staticmethod
     def _pad_to(stream: Stream, last: int, last_ts: int) -> None:

@@ -27,6 +27,11 @@ from typing import IO, Any
 from pynatsd.base.s2 import uvarint
 from pynatsd.jetstream.util import parse_rfc3339
 
+
+class BackupError(ValueError):
+    """A backup that cannot be restored, in words the client may read (nats-server's where it has them)."""
+
+
 USTAR_AT = 257  # where a tar header says "ustar"
 _RECORD = struct.Struct("<IQqH")
 _HAS_HEADERS = 1 << 31
@@ -50,12 +55,12 @@ def consumer_state(buf: bytes) -> dict[str, Any]:
     try:
         return _consumer_state(buf)
     except ValueError:  # a cut varint too
-        raise ValueError("corrupt state") from None
+        raise BackupError("corrupt state") from None
 
 
 def _consumer_state(buf: bytes) -> dict[str, Any]:
     if len(buf) < 2 or buf[0] != _STATE_MAGIC or buf[1] not in (1, 2):
-        raise ValueError("corrupt state")
+        raise BackupError("corrupt state")
     version, at = buf[1], 2
     fields = []
     for _ in range(4):
@@ -106,21 +111,21 @@ def _records(block: bytes, name: str) -> Iterator[tuple[int, int, bytes, bytes |
     at, end = 0, len(block)
     while at < end:
         if end - at < _RECORD.size:
-            raise ValueError(f"could not read message block {name}: message overrun")
+            raise BackupError(f"could not read message block {name}: message overrun")
         length, seq, ts, slen = _RECORD.unpack_from(block, at)
         has_headers = bool(length & _HAS_HEADERS)
         length &= ~_HAS_HEADERS
         body_at, stop = at + _RECORD.size, at + length
         room = length - _RECORD.size - _CHECKSUM - slen - (4 if has_headers else 0)
         if length < _RECORD.size + _CHECKSUM or stop > end or room < 0:
-            raise ValueError(f"could not read message block {name}: sanity check failed")
+            raise BackupError(f"could not read message block {name}: sanity check failed")
         subject = block[body_at : body_at + slen]
         rest = body_at + slen
         hdrs: bytes | None = None
         if has_headers:
             (hlen,) = struct.unpack_from("<I", block, rest)
             if hlen > room:
-                raise ValueError(f"could not read message block {name}: sanity check failed")
+                raise BackupError(f"could not read message block {name}: sanity check failed")
             hdrs = block[rest + 4 : rest + 4 + hlen]
             rest += 4 + hlen
         yield seq, ts, subject, hdrs, block[rest : stop - _CHECKSUM]
@@ -135,14 +140,14 @@ class LegacyBackup:
             self._tar = tarfile.open(fileobj=source, mode="r:")  # noqa: SIM115 (read as long as the restore)
             members = self._tar.getmembers()
         except (tarfile.TarError, EOFError):
-            raise ValueError("unexpected content (not a nats-server snapshot)") from None
+            raise BackupError("unexpected content (not a nats-server snapshot)") from None
         self._files: dict[str, tarfile.TarInfo] = {}
         for member in members:
             where = PurePosixPath(member.name)
             if not member.isreg() or where.is_absolute() or ".." in where.parts:
-                raise ValueError("unexpected content")
+                raise BackupError("unexpected content")
             if where.name.endswith(".key") or where.name == "key":
-                raise ValueError("encrypted stores are not supported by pynatsd")
+                raise BackupError("encrypted stores are not supported by pynatsd")
             self._files[str(where)] = member
         meta = self.json("meta.inf")
         self.name: str = str(meta.get("name") or "")
@@ -165,18 +170,21 @@ class LegacyBackup:
 
     def read(self, path: str) -> bytes:
         member = self._files.get(path)
-        handle = self._tar.extractfile(member) if member is not None else None
-        if handle is None:
-            raise ValueError(f"{path} is missing")
-        return handle.read()
+        try:
+            handle = self._tar.extractfile(member) if member is not None else None
+            if handle is None:
+                raise BackupError(f"{path} is missing")
+            return handle.read()
+        except (tarfile.TarError, EOFError):
+            raise BackupError("unexpected content") from None
 
     def json(self, path: str) -> dict[str, Any]:
         try:
             value = json.loads(self.read(path))
-        except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from None
+        except ValueError:
+            raise BackupError(f"{path} is no valid JSON") from None
         if not isinstance(value, dict):
-            raise ValueError(f"{path} is no JSON object")
+            raise BackupError(f"{path} is no JSON object")
         return value
 
     def messages(self) -> Iterator[Message]:
@@ -198,5 +206,5 @@ class LegacyBackup:
             try:
                 state = consumer_state(self.read(f"obs/{name}/o.dat"))
             except ValueError as exc:
-                raise ValueError(f"error restoring consumer [{json.dumps(name)}]: {exc}") from None
+                raise BackupError(f"error restoring consumer [{json.dumps(name)}]: {exc}") from None
             yield str(meta.get("Name") or name), {"config": config, "state": state}

@@ -360,9 +360,10 @@ async def test_unfinished_restore_is_dropped_after_kill9(clients: dict[str, Clie
     assert (created["state"]["messages"], created["state"]["last_seq"]) == (0, 0)
 
 
-def archive_with(consumers: list[tuple[str, Any]]) -> bytes:
+def archive_with(consumers: list[tuple[str, Any]], **state_fields: Any) -> bytes:
     """A version 2 backup of one message and these `consumers/<name>` entries, as a client could send it."""
     state = {"messages": 1, "bytes": 0, "first_seq": 1, "last_seq": 1, "consumer_count": len(consumers)}
+    state.update(state_fields)
     parts = [MAGIC, entry(b"state.json", 1, 0, b"", json.dumps(state).encode())]
     parts += [
         entry(f"consumers/{name}".encode(), 1, 0, b"", json.dumps(body).encode()) for name, body in consumers
@@ -392,6 +393,9 @@ async def test_bad_consumers_in_a_backup(clients: dict[str, Client]) -> None:
             resp = await restore(nc, name, {"name": name, "subjects": [f"badc{i}"]}, {}, archive_with([case]))
             names = await api(nc, f"$JS.API.CONSUMER.NAMES.{name}")
             heard[kind].append((resp.get("error", {}).get("err_code"), names.get("consumers")))
+        bad_state = await restore(nc, "BADS", {"name": "BADS"}, {}, archive_with([], first_seq="x"))
+        heard[kind].append((bad_state["error"]["err_code"], bad_state["error"]["description"][:35]))
     assert heard["pynatsd"] == heard["nats-server"] == [
         (10062, []), (10062, []), (10062, []), (10062, []), (None, ["other"]),
+        (10062, "restore failed: error in state.json"),
     ]  # fmt: skip
