@@ -52,7 +52,7 @@ _DELIVERY_REPLIES = (b"$JS.ACK.", b"$JS.FC.")
 
 Reply = dict[str, Any]
 _PAGED = {"total": 0, "offset": 0, "limit": 0}
-# The fields nats-server's responses carry even with an error (no omitempty in its structs).
+# The fields nats-server's responses carry even with an error (no omitempty in its structs), 10039 too.
 _OFFSET = re.compile(r" at offset \d+$")
 _ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time.Time, as it marshals it
 _ERROR_FIELDS: dict[str, Reply] = {
@@ -189,8 +189,6 @@ def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
     return req
 
 
-# What nats-server adds to its 10039 answer, by response type, for an account without JetStream.
-_NOT_ENABLED_EXTRAS: dict[str, Reply] = _ERROR_FIELDS
 # Requests whose advisories name their requester beyond the audit (snapshot and restore progress).
 _BACKUPS = frozenset(("stream_snapshot_response", "stream_restore_response"))
 _CLUSTERED_ONLY = frozenset(
@@ -205,7 +203,7 @@ def _not_enabled(kind: str) -> Reply:
         error = {"code": 503, "err_code": 10010, "description": "JetStream clustering support required"}
     else:
         error = {"code": 503, "err_code": 10039, "description": "JetStream not enabled for account"}
-    return {"type": _TYPE + kind, "error": error, **_NOT_ENABLED_EXTRAS.get(kind, {})}
+    return {"type": _TYPE + kind, "error": error, **_ERROR_FIELDS.get(kind, {})}
 
 
 class Api:
