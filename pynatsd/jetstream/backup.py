@@ -462,7 +462,7 @@ class Restore:
             (directory / PARTIAL_RESTORE).touch()
         if first > 1:
             self.stream.store.skip_to(first - 1)
-        self.last = self.stream.store.last_seq
+        self.last = max(first - 1, 0)  # (the backup's first sequence, as nats-server counts them)
 
     def _check_subjects(self) -> None:
         try:
@@ -521,6 +521,10 @@ class Restore:
             js.check_capacity(storage, size)
         if self.account.limited:
             self.account.check_usage(storage, size)
+        if seq <= store.last_seq:  # (a configured first_seq past the backup's first message)
+            raise BackupError(
+                f"failed to store message sequence {seq}: expected sequence does not match store"
+            )
         store.skip_to(seq - 1)
         store.append(subject, hdrs, data, ts)
         if ttl:

@@ -206,6 +206,10 @@ async def test_errors_as_nats_server(clients: dict[str, Client]) -> None:
             if "error" not in answers[-1]:  # the trailing bytes are ignored: it restored
                 answers[-1] = {k: answers[-1]["state"][k] for k in ("messages", "first_seq", "last_seq")}
                 await nc.jetstream().delete_stream("BAD")
+        # A configured first_seq past the backup's first message: its sequences cannot be kept.
+        answers.append(
+            await restore(nc, "FSEQ", {"name": "FSEQ", "subjects": ["fseq"], "first_seq": 100}, {}, framed)
+        )
         heard[kind] = answers
     assert heard["pynatsd"] == heard["nats-server"]
     assert [a["error"]["err_code"] for a in heard["pynatsd"][:11]] == [
