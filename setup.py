@@ -29,6 +29,7 @@ COMPILED = [
     "pynatsd/matcher/leaf.py",
     "pynatsd/broker/delivery.py",
     "pynatsd/base/histogram.py",
+    "pynatsd/base/s2.py",
     "pynatsd/broker/internal.py",
     "pynatsd/broker/outbound.py",
     "pynatsd/broker/connection.py",

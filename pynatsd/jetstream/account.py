@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
 log = get_logger()
 
+# A stream directory holding this file is a restore that never finished (backup.py): removed at start.
+PARTIAL_RESTORE = "restoring"
 # What a JetStream domain's prefix serves of the API (nats-server's domain mapping table)
 _DOMAIN_API = (b"INFO", b"STREAM.>", b"CONSUMER.>", b"DIRECT.>", b"META.>", b"SERVER.>", b"ACCOUNT.>")
 
@@ -46,6 +49,8 @@ class JsAccount:
         self.api_errors = 0
         self.api_errors_on_publish = 0
         self.dir: Path = js.store_root / name / "streams"
+        self.restoring: dict[str, Any] = {}  # stream name -> its restore in progress (backup.Restore)
+        self.background: set[asyncio.Task[None]] = set()  # snapshots being sent
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -81,6 +86,10 @@ class JsAccount:
             self.client.subscribe(prefix + suffix, store)
 
     def _load_stream(self, sdir: Path) -> None:
+        if (sdir / PARTIAL_RESTORE).exists():  # else its messages would turn up in a stream of that name
+            log.warning("JetStream: removing the unfinished restore of '%s > %s'", self.name, sdir.name)
+            shutil.rmtree(sdir, ignore_errors=True)
+            return
         try:
             meta = json.loads((sdir / "meta.json").read_text())
         except (OSError, ValueError) as exc:
@@ -118,6 +127,10 @@ class JsAccount:
 
     def stop(self) -> None:
         self.api.stop()
+        for task in list(self.background):
+            task.cancel()
+        for restore in list(self.restoring.values()):
+            restore.abandon()
         for stream in self.streams.values():
             for consumer in stream.consumers.values():
                 if consumer.persistent:
@@ -134,18 +147,31 @@ class JsAccount:
             if equivalent(existing.config, cfg):
                 return existing
             raise errors.stream_name_exist()
-        self._check_account_limits(cfg)
-        self._check_overlap(cfg)
-        self._check_limits(cfg)
+        if cfg["name"] in self.restoring:  # its directory is being restored (nats-server adds the stream as
+            # the backup's state arrives; here it joins at the end)
+            raise errors.stream_name_exist()
+        self.check_new_stream(cfg)
         directory = self.dir / cfg["name"] if cfg["storage"] == "file" else None
         stream = Stream(self, cfg, now_ns(), directory)
+        self.admit_stream(stream)
+        self.advisories.stream_action(stream.name, "create")
+        return stream
+
+    def check_new_stream(self, cfg: dict[str, Any], subjects: bool = True) -> None:
+        """The account's and the server's limits, and (`subjects`) the other streams' subjects, on a new
+        stream."""
+        self._check_account_limits(cfg)
+        if subjects:
+            self._check_overlap(cfg)
+        self._check_limits(cfg)
+
+    def admit_stream(self, stream: Stream) -> None:
+        """A new stream (created, or restored from a backup) joins the account and starts taking messages."""
         stream.save_meta()
         self.streams[stream.name] = stream
         stream.start()
         stream.start_links()
         origin_created(self, stream.name)
-        self.advisories.stream_action(stream.name, "create")
-        return stream
 
     def _check_overlap(self, cfg: dict[str, Any], skip: str = "") -> None:
         for other in self.streams.values():

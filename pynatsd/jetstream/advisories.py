@@ -13,6 +13,7 @@ subscribers (`InternalClient.origin_is_server`), whatever subject space a stream
     priority group pin      $JS.EVENT.ADVISORY.CONSUMER.{PINNED,UNPINNED}.<stream>.<consumer>
     max deliveries          $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>
     nak, terminated         $JS.EVENT.ADVISORY.CONSUMER.{MSG_NAKED,MSG_TERMINATED}.<stream>.<consumer>
+    snapshot, restore       $JS.EVENT.ADVISORY.STREAM.{SNAPSHOT,RESTORE}_{CREATE,COMPLETE}.<stream>
     ack sample (metric)     $JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>
 """
 
@@ -63,6 +64,13 @@ class Advisories:
         subject = b"$JS.EVENT.ADVISORY.STREAM.%s.%s" % (_STREAM_SUBJECTS[action].encode(), stream.encode())
         if self.wanted(subject):
             self._publish(subject, _ADVISORY + "stream_action", {"stream": stream, "action": action})
+
+    def backup(self, event: str, stream: str, client: dict[str, Any] | None, **fields: Any) -> None:
+        """A snapshot's or restore's progress (`event`: snapshot_create, restore_complete, ...), naming the
+        client that asked for it."""
+        subject = b"$JS.EVENT.ADVISORY.STREAM.%s.%s" % (event.upper().encode(), stream.encode())
+        if self.wanted(subject):
+            self._publish(subject, _ADVISORY + event, {"stream": stream, **fields, "client": client})
 
     def consumer_action(self, stream: str, consumer: str, action: str) -> None:
         """A consumer created or deleted (by the API, with its stream, or for inactivity)."""

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.connection import Connection
+from pynatsd.jetstream import backup, errors, requests
 from pynatsd.jetstream import consumer as consumer_mod
-from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.advisories import API_AUDIT
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.sourcing import direct_mirror
@@ -52,13 +52,14 @@ _DELIVERY_REPLIES = (b"$JS.ACK.", b"$JS.FC.")
 
 Reply = dict[str, Any]
 _PAGED = {"total": 0, "offset": 0, "limit": 0}
-# The fields nats-server's responses carry even with an error (no omitempty in its structs).
+# The fields nats-server's responses carry even with an error (no omitempty in its structs), 10039 too.
 _OFFSET = re.compile(r" at offset \d+$")
 _ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time.Time, as it marshals it
 _ERROR_FIELDS: dict[str, Reply] = {
     "consumer_pause_response": {"paused": False, "pause_until": _ZERO_TIME},
     "stream_info_response": _PAGED,
     "stream_purge_response": {"purged": 0},
+    "stream_restore_response": {"deliver_subject": ""},
     "stream_names_response": {**_PAGED, "streams": None},
     "stream_list_response": {**_PAGED, "streams": []},
     "consumer_names_response": {**_PAGED, "consumers": []},
@@ -188,11 +189,8 @@ def _direct_request(toks: list[str], payload: bytes) -> dict[str, Any] | bytes:
     return req
 
 
-# What nats-server adds to its 10039 answer, by response type, for an account without JetStream.
-_NOT_ENABLED_EXTRAS: dict[str, Reply] = {
-    **_ERROR_FIELDS,
-    "stream_restore_response": {"deliver_subject": ""},
-}
+# Requests whose advisories name their requester beyond the audit (snapshot and restore progress).
+_BACKUPS = frozenset(("stream_snapshot_response", "stream_restore_response"))
 _CLUSTERED_ONLY = frozenset(
     {"stream_leader_stepdown_response", "stream_remove_peer_response", "consumer_leader_stepdown_response"}
 )
@@ -205,7 +203,7 @@ def _not_enabled(kind: str) -> Reply:
         error = {"code": 503, "err_code": 10010, "description": "JetStream clustering support required"}
     else:
         error = {"code": 503, "err_code": 10039, "description": "JetStream not enabled for account"}
-    return {"type": _TYPE + kind, "error": error, **_NOT_ENABLED_EXTRAS.get(kind, {})}
+    return {"type": _TYPE + kind, "error": error, **_ERROR_FIELDS.get(kind, {})}
 
 
 class Api:
@@ -224,6 +222,8 @@ class Api:
             ("STREAM", "NAMES"): ("stream_names_response", self.stream_names),
             ("STREAM", "LIST"): ("stream_list_response", self.stream_list),
             ("STREAM", "MSG", "GET", "*"): ("stream_msg_get_response", self.msg_get),
+            ("STREAM", "SNAPSHOT", "*"): ("stream_snapshot_response", self.stream_snapshot),
+            ("STREAM", "RESTORE", "*"): ("stream_restore_response", self.stream_restore),
             ("STREAM", "MSG", "DELETE", "*"): ("stream_msg_delete_response", self.msg_delete),
             ("CONSUMER", "CREATE", "*"): ("consumer_create_response", self.consumer_create),
             ("CONSUMER", "CREATE", "*", "*"): ("consumer_create_response", self.consumer_create),
@@ -241,9 +241,8 @@ class Api:
         self._worker: asyncio.Task[None] | None = None
         self._queued_bytes = 0
         self._overflow_logged = False
+        self.requester: Reply | None = _UNHEARD  # who made the request being handled (as `_answer` has it)
         self.unsupported: dict[tuple[str, ...], str] = {
-            ("STREAM", "SNAPSHOT", "*"): "stream_snapshot_response",
-            ("STREAM", "RESTORE", "*"): "stream_restore_response",
             ("STREAM", "LEADER", "STEPDOWN", "*"): "stream_leader_stepdown_response",
             ("STREAM", "PEER", "REMOVE", "*"): "stream_remove_peer_response",
             ("CONSUMER", "LEADER", "STEPDOWN", "*", "*"): "consumer_leader_stepdown_response",
@@ -293,12 +292,14 @@ class Api:
         if not kind or not reply:
             return  # nats-server does not answer unknown API subjects either
         advisories = self.account.advisories
-        # Who asked, for the audit advisory: taken now (a queued request is answered after its origin).
-        requester = advisories.requester(origin, hdrs) if advisories.wanted(API_AUDIT) else _UNHEARD
+        # Who asked, for the audit advisory (and a backup's): taken now (a queued request is answered after
+        # its origin).
+        audited = advisories.wanted(API_AUDIT)
+        requester = advisories.requester(origin, hdrs) if audited or kind in _BACKUPS else _UNHEARD
         if not self.account.enabled:
             answer = encode(_not_enabled(kind))
             self.account.client.publish(reply, None, None, answer)
-            if requester is not _UNHEARD:
+            if audited:
                 advisories.api_audit(subject, requester, payload, answer)
             return
         self.account.api_total += 1
@@ -359,6 +360,7 @@ class Api:
         try:
             if route is None:
                 raise errors._e(501, 10003, f"{'.'.join(toks[:2]).lower()} is not supported by pynatsd")
+            self.requester = requester
             body = route(toks, payload)
             if not isinstance(body, dict):
                 return self._answer_later(kind, body, reply, (subject, payload, requester))
@@ -392,7 +394,7 @@ class Api:
             resp.update(_ERROR_FIELDS.get(kind, {}))
         answer = encode(resp)
         self.account.client.publish(reply, None, None, answer)
-        if requester is not _UNHEARD:
+        if requester is not _UNHEARD and (kind not in _BACKUPS or self.account.advisories.wanted(API_AUDIT)):
             self.account.advisories.api_audit(subject, requester, payload, answer)
 
     def _stream(self, name: str) -> Stream:
@@ -494,6 +496,16 @@ class Api:
         req = requests.parse(payload, requests.STREAM_PURGE) if body[:1] in (b"{", b"[") else {}
         purged = self._stream(toks[2]).purge(req)
         return {"success": True, "purged": purged}
+
+    def stream_snapshot(self, toks: list[str], payload: bytes) -> Reply:
+        if _empty_request(payload):
+            raise errors.bad_request()
+        return backup.snapshot_request(self.account, toks[2], payload, self.requester)
+
+    def stream_restore(self, toks: list[str], payload: bytes) -> Reply:
+        if _empty_request(payload):
+            raise errors.bad_request()
+        return backup.restore_request(self.account, toks[2], payload, self.requester)
 
     def _filtered_streams(self, req: dict[str, Any]) -> list[Stream]:
         streams = sorted(self.account.streams.values(), key=lambda s: s.name)
