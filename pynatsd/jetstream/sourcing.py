@@ -516,13 +516,13 @@ class SourceLink:
         if self.is_mirror:
             self.stream.store_mirrored(self._transformed(subject), seq, hdrs, data, ts)
             return
-        line = b"%s: %s %d %s %s %s\r\n" % (
+        line = b"%s: %s %d %s %s%s\r\n" % (
             SOURCE_HEADER,
             self._header_name.encode(),
             seq,
             self._header_mid.encode(),
             subject,
-            self.ident.encode(),
+            b" " + self.ident.encode() if self.ident else b"",  # not told by an older origin server
         )
         head = _without_copied_headers(hdrs)
         self.stream.process(self._transformed(subject), head[:-2] + line + b"\r\n", data, True)

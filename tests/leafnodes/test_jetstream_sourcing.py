@@ -153,7 +153,7 @@ async def _observe(pair: Pair) -> dict[str, Any]:
 _REFERENCE: dict[str, Any] = {}
 
 
-@pytest.mark.parametrize("topology", ["pynatsd-leaf>nats-server-hub"])
+@pytest.mark.parametrize("topology", [t for t in TOPOLOGIES if t != "nats-server"])
 async def test_mirrors_and_sources_across_a_leaf_node_as_nats_server(topology: str, tmp_path: Path) -> None:
     """A leaf's mirror and sources of a hub stream (through `$JS.hub.API`) hold what nats-server's hold,
     headers byte for byte, the info blocks alike, after the hub restarted in between."""
