@@ -27,6 +27,12 @@ COPIES = {
     "MIR": {"mirror": {"name": "ORIGIN", "external": EXTERNAL}},
     "SRC": {"sources": [{"name": "ORIGIN", "external": EXTERNAL}]},
     "SRCA": {"sources": [{"name": "ORIGIN", "filter_subject": "o.a", "external": EXTERNAL}]},
+    "MIRB": {"mirror": {"name": "ORIGIN", "filter_subject": "o.b", "external": EXTERNAL}},
+    "SRCT": {
+        "sources": [
+            {"name": "ORIGIN", "subject_transforms": [{"src": "o.b", "dest": "t.b"}], "external": EXTERNAL}
+        ]
+    },
 }
 
 
@@ -116,13 +122,13 @@ async def _observe(pair: Pair) -> dict[str, Any]:
     await _publish(on_hub, 1, 20)
     for name, cfg in COPIES.items():
         await _api(on_leaf, f"$JS.API.STREAM.CREATE.{name}", {"name": name, **cfg})
-    await _until_counted(on_leaf, {"MIR": 20, "SRC": 20, "SRCA": 10})
+    await _until_counted(on_leaf, {"MIR": 20, "SRC": 20, "SRCA": 10, "MIRB": 10, "SRCT": 10})
 
     pair.restart_hub()  # the link drops, the origin's consumers are gone: each is made again
     on_hub = await _connect(pair.hub)
     await _until_answered(on_leaf, "$JS.hub.API.INFO")
     await _publish(on_hub, 21, 10)
-    await _until_counted(on_leaf, {"MIR": 30, "SRC": 30, "SRCA": 15})
+    await _until_counted(on_leaf, {"MIR": 30, "SRC": 30, "SRCA": 15, "MIRB": 15, "SRCT": 15})
 
     origin_info = await _api(on_hub, "$JS.API.STREAM.INFO.ORIGIN")
     identity = base62_sha256(origin_info["created"], 8)  # nats-server's hash of the creation time
@@ -137,7 +143,7 @@ async def _observe(pair: Pair) -> dict[str, Any]:
         copies = []
         for msg in await _messages(on_leaf, name):
             hdrs = msg["hdrs"]
-            if name == "MIR":
+            if name.startswith("MIR"):
                 assert msg["time"] == origin[msg["seq"]]["time"], "a mirror keeps the origin's times"
             else:
                 # The source header as nats-server writes it, the origin's identity last.
