@@ -49,25 +49,19 @@ def _joined(prefix: str, rest: str) -> str:
     return (prefix + rest).replace("..", ".")
 
 
-def ack_reply_info(reply: bytes) -> tuple[int, int, int, int, int] | None:
-    """(origin sequence, delivery sequence, delivery count, time ns, pending) of a JetStream ack reply
-    subject, in its 9-token form or the 11+-token form with domain and account hash; None if not one."""
+def ack_reply_info(reply: bytes) -> tuple[bytes, int, int, int, int, int] | None:
+    """(consumer, origin sequence, delivery sequence, delivery count, time ns, pending) of a JetStream ack
+    reply subject, in its 9-token form or the 11+-token form with domain and account hash; None if not one."""
     tokens = reply.split(b".")
-    if len(tokens) < 9 or tokens[0] != b"$JS" or tokens[1] != b"ACK" or len(tokens) == 10:
+    count = len(tokens)
+    if count < 9 or count == 10 or tokens[0] != b"$JS" or tokens[1] != b"ACK":
         return None
-    at = 2 if len(tokens) == 9 else 4
+    at = 2 if count == 9 else 4
     try:
         dc, sseq, dseq, ts, pending = (int(t) for t in tokens[at + 2 : at + 7])
     except ValueError:
         return None
-    return sseq, dseq, dc, ts, pending
-
-
-def consumer_of(reply: bytes) -> bytes:
-    tokens = reply.split(b".")
-    if len(tokens) == 9:
-        return tokens[3]
-    return tokens[5] if len(tokens) >= 11 else b""
+    return tokens[at + 1], sseq, dseq, dc, ts, pending
 
 
 class RemoteFeed:
@@ -321,13 +315,11 @@ class RemoteFeed:
         if hdrs is not None and hdrs.startswith(b"NATS/1.0 100") and not payload:
             self._on_control(reply, hdrs)
             return
-        if reply is None or consumer_of(reply) != self.consumer:
+        info = ack_reply_info(reply) if reply is not None else None
+        if info is None or info[0] != self.consumer:
             return  # a delivery of a consumer given up on
         self.last = now_ns()
-        info = ack_reply_info(reply)
-        if info is None:
-            return
-        sseq, dseq, dc, ts, pending = info
+        _, sseq, dseq, dc, ts, pending = info
         link = self.link
         if dc > 1:
             return
