@@ -57,11 +57,11 @@ def ack_reply_info(reply: bytes) -> tuple[bytes, int, int, int, int, int] | None
     if count < 9 or count == 10 or tokens[0] != b"$JS" or tokens[1] != b"ACK":
         return None
     at = 2 if count == 9 else 4
-    try:
-        dc, sseq, dseq, ts, pending = (int(t) for t in tokens[at + 2 : at + 7])
+    try:  # one int() each, no generator: this runs once per copied message
+        sseq, dseq, dc = int(tokens[at + 3]), int(tokens[at + 4]), int(tokens[at + 2])
+        return tokens[at + 1], sseq, dseq, dc, int(tokens[at + 5]), int(tokens[at + 6])
     except ValueError:
         return None
-    return tokens[at + 1], sseq, dseq, dc, ts, pending
 
 
 class RemoteFeed:
