@@ -124,13 +124,16 @@ class RemoteFeed:
         """Once a second (the link's heartbeat): a consumer silent for 10 s is made again, and at once when
         the other server became reachable again (nats-server retries its silent sync consumers when a
         leaf node connects; pynatsd any, since deliveries sent while the link was down are lost)."""
-        if self._stopped or self.in_progress:
+        if self._stopped:
+            return
+        if reachable and not was_reachable:  # the link came back: what it carried meanwhile was lost
+            self.fails = 0  # (a create request in flight too: asked again rather than waited for 30 s)
+            self._cancel()
+            self._schedule(0.0)
             return
         silent = self.last == 0 or now_ns() - self.last > HEALTH_CHECK * 1e9
-        if reachable and not was_reachable:  # the link came back: what it carried meanwhile was lost
-            self.fails = 0
-            self._schedule(0.0)
-        elif self._deliver_sub is not None and silent and self._retry is None:
+        if not self.in_progress and self._deliver_sub is not None and silent and self._retry is None:
+            self._cancel()
             self._schedule(0.0)
 
     def _schedule(self, extra: float) -> None:
