@@ -39,13 +39,17 @@ COPIES = {
 class Pair:
     """A hub (JetStream domain `hub`) and a leaf (domain `leaf`) with their configs, restartable."""
 
-    def __init__(self, topology: str, directory: Path) -> None:
+    def __init__(self, topology: str, directory: Path, accounts: bool = False) -> None:
         self.hub_kind, self.leaf_kind = TOPOLOGIES[topology]
         leaf_port = free_port()
         self.hub_conf = directory / "hub.conf"
         self.leaf_conf = directory / "leaf.conf"
-        self.hub_conf.write_text(hub_config(directory / "hub-store", leaf_port))
-        self.leaf_conf.write_text(leaf_config(directory / "leaf-store", leaf_port, True))
+        if accounts:
+            self.hub_conf.write_text(ACCOUNTS_HUB % (directory / "hub-store", leaf_port))
+            self.leaf_conf.write_text(ACCOUNTS_LEAF % (directory / "leaf-store", leaf_port))
+        else:
+            self.hub_conf.write_text(hub_config(directory / "hub-store", leaf_port))
+            self.leaf_conf.write_text(leaf_config(directory / "leaf-store", leaf_port, True))
         self.hub = start_server(self.hub_kind, ["-c", str(self.hub_conf)])
         self.leaf = start_server(self.leaf_kind, ["-c", str(self.leaf_conf)])
 
@@ -62,17 +66,39 @@ class Pair:
         self.hub.stop()
 
 
+# The hub's account A exports its JetStream API and deliveries, B imports them (nats-server's documented
+# sourcing across accounts); the leaf's account L is B on the hub, its streams copy A's through JS.A.API.
+ACCOUNTS_HUB = """
+jetstream { store_dir: "%s", domain: hub }
+accounts {
+  A: { jetstream: enabled, users: [{user: a, password: a}],
+       exports: [{service: "$JS.API.>"}, {service: "$JS.FC.>"}, {stream: "deliver.A.>"}] }
+  B: { users: [{user: b, password: b}],
+       imports: [{service: {account: A, subject: "$JS.API.>"}, to: "JS.A.API.>"},
+                 {service: {account: A, subject: "$JS.FC.>"}},
+                 {stream: {account: A, subject: "deliver.A.>"}}] }
+}
+leafnodes { listen: 127.0.0.1:%d, authorization { users [ {user: lb, password: lb, account: B} ] } }
+"""
+ACCOUNTS_LEAF = """
+jetstream { store_dir: "%s", domain: leaf }
+accounts { L { users [ {user: a, password: a} ], jetstream: enabled } }
+leafnodes { remotes [ { url: "nats-leaf://lb:lb@127.0.0.1:%d", account: L } ] }
+"""
+ACROSS_ACCOUNTS = {"api": "JS.A.API", "deliver": "deliver.A"}
+
+
 @contextmanager
-def _pair(topology: str, directory: Path) -> Iterator[Pair]:
-    pair = Pair(topology, directory)
+def _pair(topology: str, directory: Path, accounts: bool = False) -> Iterator[Pair]:
+    pair = Pair(topology, directory, accounts)
     try:
         yield pair
     finally:
         pair.stop()
 
 
-async def _connect(server: ServerProcess) -> nats.NATS:
-    return track(await nats.connect(server.url, user="a", password="a", allow_reconnect=False))
+async def _connect(server: ServerProcess, user: str = "a") -> nats.NATS:
+    return track(await nats.connect(server.url, user=user, password=user, allow_reconnect=False))
 
 
 async def _api(nc: nats.NATS, subject: str, body: Any = None) -> dict[str, Any]:
@@ -210,3 +236,76 @@ async def test_a_leaf_killed_mid_copy_resumes_where_its_copies_end(tmp_path: Pat
             origin_seqs.append(int((msg.headers or {})["Nats-Stream-Source"].split(" ")[1]))
         await sub.unsubscribe()
         assert origin_seqs == list(range(1, total + 1))
+
+
+async def _observe_accounts(pair: Pair) -> dict[str, Any]:
+    """A leaf's copies of a stream of another account of the hub (through its imports), and what a client
+    of the importing account sees of a push consumer's deliveries."""
+    on_a = await _connect(pair.hub)
+    on_b = await _connect(pair.hub, "b")
+    on_leaf = await _connect(pair.leaf)
+    await _until_answered(on_leaf, "JS.A.API.INFO")
+    await _api(on_a, "$JS.API.STREAM.CREATE.ORIGIN", {"name": "ORIGIN", "subjects": ["o.>"]})
+    await _publish(on_a, 1, 6)
+    seen: dict[str, Any] = {}
+    # A push consumer of A's delivering to B (and on to the leaf): shown with the message's own subject.
+    inbox = await on_b.subscribe("deliver.A.push")
+    at_leaf = await on_leaf.subscribe("deliver.A.push")
+    await _until_reached(on_a, "deliver.A.push", [inbox, at_leaf])
+    config = {"deliver_subject": "deliver.A.push", "filter_subject": "o.a"}
+    await _api(on_a, "$JS.API.CONSUMER.CREATE.ORIGIN", {"stream_name": "ORIGIN", "config": config})
+    for who, sub in (("importer", inbox), ("importer's leaf", at_leaf)):
+        msg = await sub.next_msg(timeout=10)
+        while msg.data == b"probe":
+            msg = await sub.next_msg(timeout=10)
+        seen[f"{who} sees a delivery as"] = (msg.subject, msg.data, msg.reply.startswith("$JS.ACK.ORIGIN."))
+    copies = {
+        "XMIR": {"mirror": {"name": "ORIGIN", "external": ACROSS_ACCOUNTS}},
+        "XSRC": {"sources": [{"name": "ORIGIN", "external": ACROSS_ACCOUNTS}]},
+    }
+    for name, cfg in copies.items():
+        await _api(on_leaf, f"$JS.API.STREAM.CREATE.{name}", {"name": name, **cfg})
+    await _until_counted(on_leaf, {"XMIR": 6, "XSRC": 6})
+    identity = base62_sha256((await _api(on_a, "$JS.API.STREAM.INFO.ORIGIN"))["created"], 8)
+    for name in copies:
+        info = await _api(on_leaf, f"$JS.API.STREAM.INFO.{name}")
+        blocks = [info["mirror"]] if "mirror" in info else info["sources"]
+        seen[f"{name} info"] = [{k: v for k, v in b.items() if k != "active"} for b in blocks]
+        seen[f"{name} messages"] = [
+            (m["seq"], m["subject"], m["hdrs"].replace(identity, "<origin identity>"), m["data"])
+            for m in await _messages(on_leaf, name)
+        ]
+    return seen
+
+
+async def _until_reached(nc: nats.NATS, subject: str, subs: list[Any]) -> None:
+    """Until a probe published on `subject` reaches each of `subs` (their interest crossed imports and
+    the link); probes may still be queued on them afterwards."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 15.0
+    for sub in subs:
+        while True:
+            await nc.publish(subject, b"probe")
+            try:
+                await sub.next_msg(timeout=0.2)
+                break
+            except nats.errors.TimeoutError:
+                assert loop.time() < deadline, f"{subject} never reached a subscriber"
+
+
+_ACCOUNTS_REFERENCE: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize("topology", [t for t in TOPOLOGIES if t != "nats-server"])
+async def test_copies_of_another_accounts_stream_across_a_leaf_node_as_nats_server(
+    topology: str, tmp_path: Path
+) -> None:
+    """The external prefix reaches another account of the hub (a service import of its `$JS.API`, a
+    stream import of its deliveries): the leaf's mirror and source hold what nats-server's hold."""
+    require("nats-server")
+    if not _ACCOUNTS_REFERENCE:
+        (tmp_path / "reference").mkdir()
+        with _pair("nats-server", tmp_path / "reference", accounts=True) as pair:
+            _ACCOUNTS_REFERENCE.update(await _observe_accounts(pair))
+    with _pair(topology, tmp_path, accounts=True) as pair:
+        assert await _observe_accounts(pair) == _ACCOUNTS_REFERENCE
