@@ -3,11 +3,16 @@
 JS_BENCH_REPS ?= 3
 JS_BENCH_MSGS ?= 5000
 
-.PHONY: bench-js test-js
+.PHONY: bench-js bench-js-sourcing test-js
 
 ## bench-js: the JetStream benchmark table (a few minutes on 2 cores)
 bench-js: venv
 	$(PY) bench/jetstream/run.py --reps $(JS_BENCH_REPS) --msgs $(JS_BENCH_MSGS)
+
+## bench-js-sourcing: mirror and source catch-up of a 100k x 128 B backlog, in-process and across a leaf node
+## link, pynatsd vs nats-server in the same run (medians of JS_BENCH_REPS) -> bench/results/sourcing.json
+bench-js-sourcing: venv compile
+	$(PY) bench/jetstream/sourcing_catchup.py --reps $(JS_BENCH_REPS) --messages 100000
 
 ## test-js: the JetStream tests (nats-py end to end, differential, crash, store)
 test-js: venv

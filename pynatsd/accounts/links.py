@@ -109,6 +109,8 @@ class _StreamShadow:
         if msg.hops:  # a request that came in through a service import is not re-exported (nats-server)
             return False
         subject, head = self.link.local_head(msg.subject)
+        if msg.reply is not None and msg.head[4:-1] != msg.subject:
+            head = msg.head  # a JetStream delivery, shown with its message's own subject wherever it goes
         mapped = Message(msg.origin)
         mapped.set(subject, msg.reply, msg.sizes, msg.headers, msg.payload, head)
         return deliver(self.sub, mapped)

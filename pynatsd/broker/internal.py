@@ -46,6 +46,7 @@ class InternalClient(Client):
         self.in_bytes = 0
         self.subs: dict[bytes | int, Subscription] = {}
         self._handlers: dict[Subscription, Handler] = {}
+        self._shown_subs: set[Subscription] = set()  # handed the subject shown, not the one matched
         self._next_sid = 0
         self._inbox: deque[tuple[Handler, bytes, bytes | None, bytes | None, bytes, Client | None]] = deque()
         # Who published the message a handler is running for (e.g. the $SYS.REQ.USER.INFO requester).
@@ -72,14 +73,20 @@ class InternalClient(Client):
         consumer's deliver subject, a pull request's reply), not with the server's."""
         return isinstance(self.origin, InternalClient)
 
-    def subscribe(self, subject: bytes, handler: Handler, queue: bytes | None = None) -> Subscription:
-        """Subscribe `handler` to `subject` (wildcards allowed), optionally in a queue group."""
+    def subscribe(
+        self, subject: bytes, handler: Handler, queue: bytes | None = None, shown: bool = False
+    ) -> Subscription:
+        """Subscribe `handler` to `subject` (wildcards allowed), optionally in a queue group. `shown`: the
+        handler gets the subject a client would see (a JetStream push delivery's own subject, not the
+        deliver subject it matched on), as a mirror or source on another server needs it."""
         self._next_sid += 1
         sid = b"%d" % self._next_sid
         sub = Subscription(self, subject, queue, sid)
         self.sublist.insert(sub)
         self.subs[sid] = sub
         self._handlers[sub] = handler
+        if shown:
+            self._shown_subs.add(sub)
         links = self.server.links
         if links is not None:  # stream imports reach internal subscribers too (JetStream streams)
             links.subscribed(self.account, sub)
@@ -92,6 +99,7 @@ class InternalClient(Client):
         if self.subs.get(sub.sid) is sub:
             del self.subs[sub.sid]
             self._handlers.pop(sub, None)
+            self._shown_subs.discard(sub)
             self.sublist.remove(sub)
             links = self.server.links
             if links is not None:
@@ -107,7 +115,10 @@ class InternalClient(Client):
             return False
         self.out_msgs += 1
         self.out_bytes += msg.size
-        self._inbox.append((handler, msg.subject, msg.reply, msg.headers, msg.payload, msg.origin))
+        subject = msg.subject
+        if self._shown_subs and sub in self._shown_subs:
+            subject = msg.head[4:-1]  # `MSG subject `
+        self._inbox.append((handler, subject, msg.reply, msg.headers, msg.payload, msg.origin))
         if not self._scheduled:
             self._scheduled = True
             self.server.loop.call_soon(self._drain)

@@ -14,7 +14,7 @@ from pynatsd.jetstream import backup, errors, requests
 from pynatsd.jetstream import consumer as consumer_mod
 from pynatsd.jetstream.advisories import API_AUDIT
 from pynatsd.jetstream.errors import ApiError
-from pynatsd.jetstream.sourcing import direct_mirror
+from pynatsd.jetstream.sourcing import direct_mirror, stream_identity
 from pynatsd.jetstream.stream import API_LEVEL, Stream, normalize_config
 from pynatsd.jetstream.util import (
     encode,
@@ -196,6 +196,17 @@ _CLUSTERED_ONLY = frozenset(
 )
 
 
+_ANSWER_HEADERS = "\0headers"  # a handler's answer's headers, taken out of its body when published
+
+
+def _level_met(level: bytes) -> bool:
+    """A request's Nats-Required-Api-Level this server meets (one that is not a number is not met)."""
+    try:
+        return int(level) <= API_LEVEL
+    except ValueError:
+        return False
+
+
 def _not_enabled(kind: str) -> Reply:
     """nats-server's answer to an API request of an account without JetStream (10039; 10010 for the
     requests that only a cluster serves)."""
@@ -296,6 +307,11 @@ class Api:
         # its origin).
         audited = advisories.wanted(API_AUDIT)
         requester = advisories.requester(origin, hdrs) if audited or kind in _BACKUPS else _UNHEARD
+        level = get_header(hdrs, b"Nats-Required-Api-Level") if hdrs else None
+        if level is not None and not _level_met(level):  # nats-server's check in every API handler
+            error = errors._e(412, 10185, "JetStream minimum api level required")
+            self._publish_answer(kind, reply, (subject, payload, requester), None, error)
+            return
         if not self.account.enabled:
             answer = encode(_not_enabled(kind))
             self.account.client.publish(reply, None, None, answer)
@@ -382,7 +398,9 @@ class Api:
     ) -> None:
         """Answers the request (`request`: its subject, body and requester) and audits the answer."""
         subject, payload, requester = request
+        hdrs = None
         if exc is None and body is not None:
+            hdrs = body.pop(_ANSWER_HEADERS, None)
             resp = {"type": _TYPE + kind, **body}
         else:
             # Never Python's words nor a path: the log has them, the requester gets a fixed text.
@@ -393,7 +411,7 @@ class Api:
             resp = {"type": _TYPE + kind, "error": err.json()}
             resp.update(_ERROR_FIELDS.get(kind, {}))
         answer = encode(resp)
-        self.account.client.publish(reply, None, None, answer)
+        self.account.client.publish(reply, None, hdrs if isinstance(hdrs, bytes) else None, answer)
         if requester is not _UNHEARD and (kind not in _BACKUPS or self.account.advisories.wanted(API_AUDIT)):
             self.account.advisories.api_audit(subject, requester, payload, answer)
 
@@ -625,7 +643,12 @@ class Api:
         cfg = consumer_mod.normalize_config(raw, stream)
         self.account.check_ack_pending(raw, cfg)
         consumer = self.account.add_consumer(stream, cfg, str(req.get("action") or ""))
-        return {**consumer.info(), "ts": rfc3339(now_ns())}
+        answer: Reply = {**consumer.info(), "ts": rfc3339(now_ns())}
+        if cfg.get("direct"):  # a mirror's or source's feed: told the origin's identity, as nats-server
+            answer[_ANSWER_HEADERS] = b"NATS/1.0\r\nNats-Stream-Identity: %s\r\n\r\n" % (
+                stream_identity(stream.created).encode()
+            )
+        return answer
 
     def consumer_create(self, toks: list[str], payload: bytes) -> Reply:
         req = _consumer_request(payload)
@@ -718,7 +741,7 @@ class Api:
     def consumer_names(self, toks: list[str], payload: bytes) -> Reply:
         req = requests.parse(payload, requests.CONSUMERS)
         stream = self._stream(toks[2])
-        names = sorted(stream.consumers)
+        names = sorted(stream.public_consumers())
         offset = _offset(req, len(names))
         return {
             "total": len(names),
@@ -730,7 +753,7 @@ class Api:
     def consumer_list(self, toks: list[str], payload: bytes) -> Reply:
         req = requests.parse(payload, requests.CONSUMERS)
         stream = self._stream(toks[2])
-        names = sorted(stream.consumers)
+        names = sorted(stream.public_consumers())
         offset = _offset(req, len(names))
         ts = rfc3339(now_ns())
         items = [

@@ -60,8 +60,8 @@ _ORDER = [
     "ack_policy", "ack_wait", "max_deliver", "backoff", "filter_subject", "filter_subjects",
     "replay_policy", "rate_limit_bps", "sample_freq", "max_waiting", "max_ack_pending", "flow_control",
     "headers_only", "max_batch", "max_expires", "max_bytes", "deliver_subject", "deliver_group",
-    "idle_heartbeat", "inactive_threshold", "num_replicas", "mem_storage", "metadata", "pause_until",
-    "priority_groups", "priority_policy", "priority_timeout",
+    "idle_heartbeat", "inactive_threshold", "num_replicas", "mem_storage", "direct", "metadata",
+    "pause_until", "priority_groups", "priority_policy", "priority_timeout",
 ]  # fmt: skip
 _ALWAYS = {"deliver_policy", "ack_policy", "replay_policy", "num_replicas"}
 
@@ -147,6 +147,8 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
             raise errors._e(400, 10082, "consumer requires ack policy for max ack pending")
         if 0 < cfg.get("idle_heartbeat", 0) < 100_000_000:
             raise errors._e(400, 10083, "consumer idle heartbeat needs to be >= 100ms")
+    elif cfg.get("direct"):
+        raise errors._e(400, 10090, "consumer direct requires a push based consumer")
     else:
         if cfg.get("idle_heartbeat"):
             raise errors._e(400, 10088, "consumer idle heartbeat requires a push based consumer")
@@ -158,6 +160,8 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
             raise errors._e(400, 10115, "consumer max request expires needs to be >= 1ms")
         if not cfg.get("max_waiting"):
             cfg["max_waiting"] = MAX_WAITING_DEFAULT
+    if cfg.get("direct") and durable:  # a mirror's or source's feed on another server: ephemeral
+        raise errors._e(400, 10091, "consumer direct requires an ephemeral consumer")
     if not cfg.get("ack_wait") and cfg["ack_policy"] != "none":
         cfg["ack_wait"] = ACK_WAIT_DEFAULT
     backoff = cfg.get("backoff") or []
@@ -198,7 +202,7 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     )
     _check_priority(cfg, push)
     retention = stream.config["retention"]
-    if retention == "workqueue":
+    if retention == "workqueue" and not cfg.get("direct"):
         if cfg["ack_policy"] != "explicit":
             # nats-server refuses a pull consumer's ack none as such (10084), any other non-explicit
             # policy (push or pull) with the workqueue check (10098).

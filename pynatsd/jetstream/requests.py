@@ -128,7 +128,7 @@ CONSUMER_FIELDS: dict[str, Any] = {
     ),
     "priority_timeout": "time.Duration",
 }
-CONSUMER_UNSUPPORTED = ("rate_limit_bps", "direct", "sourcing", "pedantic")
+CONSUMER_UNSUPPORTED = ("rate_limit_bps", "sourcing", "pedantic")
 CONSUMER_CREATE = Struct(
     "CreateConsumerRequest",
     {

@@ -6,9 +6,11 @@ sequences and timestamps (skipping what its filter leaves out), a source appends
 `Nats-Stream-Source: <name> <origin seq> <filter> <destination> <subject> <origin identity>` header. The
 origin is a stream of the same account, or with `external`, of the account whose JetStream API the prefix
 reaches (its own domain, or a service import of another account's `$JS.API` with the deliver prefix
-imported back). The position in each origin is the stream's own content (a mirror's last sequence; the
-last source header per source, or the positions saved beside it if further on), so it survives any stop,
-kill -9 included, exactly as far as the copies did.
+imported back). An origin on another server (an `external` prefix answered across a leaf node or route)
+is copied as nats-server copies it, through a consumer there (remote_sourcing.py). The position in each
+origin is the stream's own content (a mirror's last sequence; the last source header per source, or the
+positions saved beside it if further on), so it survives any stop, kill -9 included, exactly as far as the
+copies did.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pynatsd.base.hashing import base62_sha256
 from pynatsd.base.logging import get_logger
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
+from pynatsd.jetstream.remote_sourcing import RemoteFeed
 from pynatsd.jetstream.transform import SubjectTransform, TransformError, validate_mapping
 from pynatsd.jetstream.util import filters_regex, get_header, now_ns, parse_rfc3339, rfc3339
 from pynatsd.protocol.subjects import is_literal_subject, is_valid_subject, matches, overlap, subset
@@ -270,7 +273,8 @@ class SourceLink:
         self.tried = False  # copying was attempted at least once
         self.caught_up = False  # has copied all the origin held once (mirror_direct answers from then on)
         self._timer: Any = None
-        self._warned = False  # the log line of an origin on another server was written
+        self.remote: RemoteFeed | None = None  # the consumer on another server feeding it (external)
+        self._reachable = False  # the external API was answered across a link at the last look
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self, updated: bool = False) -> None:
@@ -286,13 +290,23 @@ class SourceLink:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._stop_remote()
         self._detach()
+
+    def _stop_remote(self) -> None:
+        if self.remote is not None:
+            self.remote.stop()
+            self.remote = None
 
     def _heartbeat(self) -> None:
         """Once a second, as nats-server's idle heartbeats: an origin that appeared or went is noticed; the
         sources' positions are saved (see save_positions)."""
         self._timer = self.stream.account.js.loop.call_later(HEARTBEAT, self._heartbeat)
         self.kick()
+        if self.remote is not None:
+            reachable = self._answered_elsewhere()
+            self.remote.tick(reachable, self._reachable)
+            self._reachable = reachable
         if self.stream.links and self.stream.links[0] is self:
             save_positions(self.stream)
 
@@ -315,7 +329,13 @@ class SourceLink:
         ident = stream_identity(origin.created)
         if not self.recovered:
             self._recover()
-        if self.ident and self.ident != ident:
+        self.take_identity(ident)
+        if self.position == 0:
+            self.position = self._start_position(origin)
+
+    def take_identity(self, ident: str) -> None:
+        """The origin's identity (empty: not told); a recreated origin is copied again from its start."""
+        if ident and self.ident and self.ident != ident:
             log.warning(
                 "JetStream source stream %r for stream '%s > %s' was recreated, resetting source state",
                 self.name,
@@ -324,8 +344,6 @@ class SourceLink:
             )
             self.position = 0
         self.ident = ident
-        if self.position == 0:
-            self.position = self._start_position(origin)
 
     def _recover(self) -> None:
         """Where the copy stands, from the stream's own content (a mirror: its last sequence; a source: the
@@ -386,11 +404,22 @@ class SourceLink:
         self.tried = True
         account = self.stream.account
         home = account if self.external is None else self._external_account()
+        if home is None and self._answered_elsewhere():
+            if self.remote is None:  # another server's JetStream: copied through its API
+                self._detach()
+                self.error = None
+                self._reachable = True
+                self.remote = RemoteFeed(self)
+                self.remote.start()
+            return
+        if self.remote is not None and home is None:
+            return  # the link is down: the feed takes up again when it is back
+        self._stop_remote()
         origin = home.streams.get(self.name) if home is not None else None
         if origin is None:
             self._detach()
             # An API nobody answers (an external prefix leading nowhere): no answer, hence no error.
-            self.error = errors.stream_not_found().json() if home is not None else self._elsewhere()
+            self.error = errors.stream_not_found().json() if home is not None else None
             self.last_heard = 0
             return
         if origin is not self.origin:
@@ -424,23 +453,16 @@ class SourceLink:
         else:
             self.caught_up = True
 
-    def _elsewhere(self) -> dict[str, Any] | None:
-        """The error shown when an `external` prefix no account here answers is answered across a route,
-        leaf node or gateway: another server's JetStream, which pynatsd does not source from (it reads
-        origins in-process). Fail closed: said in the info block and logged once, not silently idle."""
+    def _answered_elsewhere(self) -> bool:
+        """Whether the consumer create request of an `external` prefix no account here answers would go
+        across a route, leaf node or gateway (to another server's JetStream)."""
         assert self.external is not None
         api = self.external.get("api") or ""
         account = self.stream.account
         request = f"{api}.CONSUMER.CREATE.{self.name}".encode()
         found = account.js.server.sublist_for(account.name).match(request)
         members = [*found.plain, *(sub for group in found.groups for sub in group)]
-        if not any(sub.conn.is_route for sub in members):
-            return None
-        text = f"pynatsd does not source from another server's JetStream (external api prefix {api})"
-        if not self._warned:
-            self._warned = True
-            log.warning("JetStream stream '%s > %s': %s", account.name, self.stream.name, text)
-        return {"code": 501, "description": text}
+        return any(sub.conn.is_route for sub in members)
 
     def _external_account(self) -> JsAccount | None:
         """The account whose stream an `external` mirror or source reads: where the consumer create request
@@ -494,13 +516,13 @@ class SourceLink:
         if self.is_mirror:
             self.stream.store_mirrored(self._transformed(subject), seq, hdrs, data, ts)
             return
-        line = b"%s: %s %d %s %s %s\r\n" % (
+        line = b"%s: %s %d %s %s%s\r\n" % (
             SOURCE_HEADER,
             self._header_name.encode(),
             seq,
             self._header_mid.encode(),
             subject,
-            self.ident.encode(),
+            b" " + self.ident.encode() if self.ident else b"",  # not told by an older origin server
         )
         head = _without_copied_headers(hdrs)
         self.stream.process(self._transformed(subject), head[:-2] + line + b"\r\n", data, True)
@@ -509,18 +531,23 @@ class SourceLink:
     def info(self) -> dict[str, Any]:
         """The `mirror` / `sources` entry of STREAM.INFO (nats-server's StreamSourceInfo)."""
         origin = self.origin
+        remote = self.remote
         lag = 0
         if origin is not None and self.error is None:
             lag = origin.store.count_from(self.position + 1, self._match)
+        elif remote is not None:
+            lag = remote.info_lag()
         out: dict[str, Any] = {"name": self.name}
         if self.external is not None:
             out["external"] = self.spec["external"]
         out["lag"] = lag
-        if not self.is_mirror and self.position and origin is not None:
+        if not self.is_mirror and self.position and (origin is not None or remote is not None):
             out["seq"] = self.position
-        out["active"] = now_ns() - self.last_heard if self.last_heard else -1
-        if self.error is not None:
-            out["error"] = self.error
+        last_heard = remote.last if remote is not None else self.last_heard
+        out["active"] = now_ns() - last_heard if last_heard else -1
+        error = remote.error if remote is not None else self.error
+        if error is not None:
+            out["error"] = error
         # nats-server shows a mirror's filter from its first attempt to reach the origin on
         if self.filter and (self.tried or not self.is_mirror):
             out["filter_subject"] = self.filter

@@ -442,6 +442,11 @@ class Stream:
         for link in self.links:
             link.start(updated)
 
+    def public_consumers(self) -> list[str]:
+        """The names of its consumers but the direct ones (another server's mirrors' and sources' feeds),
+        which nats-server neither lists nor counts."""
+        return [name for name, c in self.consumers.items() if not c.config.get("direct")]
+
     def stop_links(self) -> None:
         save_positions(self)
         for link in self.links:
@@ -543,7 +548,7 @@ class Stream:
                 state["subjects"] = counts
         # nats-server counts the consumers of its mirrors and sources on an interest or work queue stream
         followers = len(self.followers) if not self._limits_retention else 0
-        state["consumer_count"] = len(self.consumers) + followers
+        state["consumer_count"] = len(self.public_consumers()) + followers
         return state
 
     def subject_counts(self, subjects_filter: str) -> dict[str, int]:

@@ -409,6 +409,9 @@ class LeafConnection(LinkReader):
             self.send(encoder.encode_err("Invalid Subscription"))
             return
         self.remote_subs[key] = sub
+        links = self.server.links
+        if links is not None:  # stream imports reach the other side too (a hub's import, to its leaf)
+            links.subscribed(self.account, sub)
 
     def on_runsub(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
         if not self._admitted():
@@ -416,6 +419,8 @@ class LeafConnection(LinkReader):
         sub = self.remote_subs.pop((subject, queue), None)
         if sub is not None and self.sublist is not None:
             self.sublist.remove(sub)
+            if self.server.links is not None:
+                self.server.links.unsubscribed(sub)
 
     def on_rmsg(
         self,
@@ -533,8 +538,11 @@ class LeafConnection(LinkReader):
             self._tls_task.cancel()
             self._tls_task = None
         if self.sublist is not None:
+            links = self.server.links
             for sub in self.remote_subs.values():
                 self.sublist.remove(sub)
+                if links is not None:
+                    links.unsubscribed(sub)
         self.remote_subs = {}
         self.server.scheduler.stall.forget(self)
         self.parser.stop()

@@ -72,6 +72,9 @@ CASES: list[tuple[str, Any]] = [
     ("$JS.API.STREAM.MSG.DELETE.E", b""),
     ("$JS.API.STREAM.PURGE.E", {"filter": "zz"}),
     ("$JS.API.STREAM.PURGE.E", b'"x"'),
+    (CC, {"stream_name": "E", "config": {"direct": True}}),
+    (DURABLE + "dd", {"stream_name": "E",
+                      "config": {"durable_name": "dd", "direct": True, "deliver_subject": "d"}}),
     (CC, {"stream_name": "E", "config": {"ack_wait": "1s"}}),
     (CC, {"stream_name": "E", "config": {"ack_wait": -1}}),
     (CC, {"stream_name": "E", "config": {"backoff": [-1, "x"]}}),
@@ -165,6 +168,36 @@ async def test_malformed_requests_answered_as_nats_server(clients: tuple[Client,
             shown = body[:80] if isinstance(body, bytes) else json.dumps(body)[:160]
             diffs.append(f"{subject[:60]} {shown}\n  nats-server {want}\n  pynatsd     {got}")
     assert not diffs, "\n".join(diffs)
+
+
+async def test_direct_consumers_and_required_api_levels_as_nats_server(
+    clients: tuple[Client, Client],
+) -> None:
+    """A direct consumer (the feed of a mirror or source on another server) is created, neither listed nor
+    counted; a request needing a higher API level than the server's is refused (10185) by either server."""
+    seen = []
+    for nc in clients:
+        await nc.request(SUBJ + "DC", json.dumps({"name": "DC", "subjects": ["dc.>"]}).encode())
+        config = {"name": "feed", "deliver_subject": "feed.dc", "direct": True, "idle_heartbeat": 10**9}
+        body = json.dumps({"stream_name": "DC", "config": config}).encode()
+        created = json.loads((await nc.request("$JS.API.CONSUMER.CREATE.DC", body)).data)
+        info = json.loads((await nc.request("$JS.API.STREAM.INFO.DC", b"")).data)
+        names = json.loads((await nc.request("$JS.API.CONSUMER.NAMES.DC", b"")).data)
+        too_high = await nc.request(
+            "$JS.API.CONSUMER.CREATE.DC", body, headers={"Nats-Required-Api-Level": "99"}
+        )
+        seen.append(
+            (
+                created["config"].get("direct"),
+                created["name"].startswith("feed"),
+                info["state"]["consumer_count"],
+                names["consumers"],
+                json.loads(too_high.data)["error"],
+            )
+        )
+        await nc.request("$JS.API.STREAM.DELETE.DC", b"")
+    assert seen[0] == seen[1]
+    assert seen[1][:4] == (True, True, 0, [])
 
 
 async def test_unimplemented_stream_options_refused_by_name(clients: tuple[Client, Client]) -> None:

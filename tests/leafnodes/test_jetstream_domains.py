@@ -175,28 +175,3 @@ async def test_jetstream_domains_across_a_leaf_node_as_nats_server(
     expected = await _reference(leaf_js, tmp_path / "reference")
     with _servers(topology, leaf_js, tmp_path) as (hub, leaf):
         assert await _observe(hub, leaf, leaf_js) == expected
-
-
-async def test_a_source_on_another_server_is_refused_in_its_info(tmp_path: Path) -> None:
-    """pynatsd sources streams of its own server only: a source whose `external` prefix is answered by the
-    hub's JetStream across the link says so in its info block (nats-server would copy it), never idles
-    silently."""
-    require("nats-server")
-    with _servers("pynatsd-leaf>nats-server-hub", True, tmp_path) as (hub, leaf):
-        on_hub = track(await nats.connect(hub.url, user="a", password="a", allow_reconnect=False))
-        on_leaf = track(await nats.connect(leaf.url, user="a", password="a", allow_reconnect=False))
-        await _until_answered(on_leaf, "$JS.hub.API.INFO")
-        await on_hub.jetstream().add_stream(name="EDGE", subjects=["edge.>"])
-        source = {"name": "EDGE", "external": {"api": "$JS.hub.API", "deliver": "hub.deliver"}}
-        await on_leaf.request(
-            "$JS.API.STREAM.CREATE.COPY", json.dumps({"name": "COPY", "sources": [source]}).encode()
-        )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10.0
-        while True:
-            info = json.loads((await on_leaf.request("$JS.API.STREAM.INFO.COPY", b"", timeout=5)).data)
-            error = (info["sources"][0].get("error") or {}).get("description", "")
-            if error or loop.time() > deadline:
-                break
-            await asyncio.sleep(0.1)
-        assert "does not source from another server's JetStream (external api prefix $JS.hub.API)" in error
