@@ -311,7 +311,8 @@ class RaftNode:
             self.leader = ""
             self._reset_election(self.timing.min_election)
             return
-        if self.managed and self.id not in self.members:
+        if self.id not in self.members:
+            # Not (yet) a member: a node joining a running group follows until its leader adds it.
             self.leader = ""
             self._reset_election(self.timing.min_election)
             return
