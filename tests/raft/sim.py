@@ -31,6 +31,7 @@ class Sim:
         """`directory`: each node keeps its state in files there (FileStorage), re-read at each restart;
         otherwise in memory that outlives the node (MemoryStorage)."""
         self.directory = directory
+        self.observers: set[str] = set()  # started as observers: they follow and vote, never campaign
         self.rng = random.Random(seed)
         self.loss = loss
         self.now = 0.0
@@ -53,7 +54,10 @@ class Sim:
         if self.directory is not None:
             self.storages[peer] = FileStorage(self.directory / peer)
         self.machines[peer] = Machine()
-        self.nodes[peer] = RaftNode(GROUP, peer, self.storages[peer], members, self.now, rng)
+        observer = peer in self.observers
+        self.nodes[peer] = RaftNode(
+            GROUP, peer, self.storages[peer], members, self.now, rng, observer=observer
+        )
         self._drain(peer)
 
     def crash(self, peer: str) -> None:

@@ -157,7 +157,9 @@ async def _our_peer(cluster: Cluster, store: Path) -> ClientPeer:
     if storage.load_peer_state() is None:
         storage.save_peer_state(PeerState((), 0))  # a newcomer: the leader's entries tell it the members
     now = asyncio.get_running_loop().time()
-    node = RaftNode(META_GROUP, peer_id(cluster[0].name), storage, [], now, random.Random())
+    # An observer (nats-server's notion): it follows, acks and votes, but never campaigns, so it never
+    # becomes a meta leader, which would have to serve the JetStream API.
+    node = RaftNode(META_GROUP, peer_id(cluster[0].name), storage, [], now, random.Random(), observer=True)
     peer = ClientPeer(nc, node)
     peer.start()
     return peer

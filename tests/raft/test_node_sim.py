@@ -75,6 +75,30 @@ def test_random_faults_keep_raft_safe(seed: int, size: int) -> None:
     assert len(sim.committed) > 50  # the run did commit under the faults
 
 
+def test_an_observer_votes_but_never_leads() -> None:
+    """pynatsd's member of a nats-server meta group runs as an observer: with one of three members an
+    observer, the group still elects (the observer's vote makes the quorum) and the observer never leads."""
+    sim = Sim(3, 3)
+    sim.observers = {sim.ids[0]}
+    sim.crash(sim.ids[0])
+    sim.start(sim.ids[0], list(sim.ids))
+    sim.run(20.0)
+    for _ in range(40):
+        leader = sim.leader()
+        assert leader is None or leader.id != sim.ids[0]
+        if leader is not None and sim.rng.random() < 0.3:
+            sim.crash(leader.id)  # the other voter and the observer must elect the survivor
+            sim.run(15.0)
+            survivor = sim.leader()
+            assert survivor is not None and survivor.id not in (leader.id, sim.ids[0])
+            sim.start(leader.id, list(sim.ids))
+        sim.propose()
+        sim.run(2.0)
+    assert all(leader != sim.ids[0] for leader in sim.leaders.values())
+    _heal(sim)
+    _converged(sim)
+
+
 def test_restarts_from_files(tmp_path: Path) -> None:
     """Term, vote, log, snapshot and peers written by FileStorage and read back by restarted nodes."""
     sim = Sim(7, 3, directory=tmp_path)
