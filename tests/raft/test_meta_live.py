@@ -1,12 +1,13 @@
 """pynatsd's RAFT node (pynatsd.raft.node) as a follower and voter of a real nats-server cluster's meta
 group `_meta_`, beside the reference where that member is a nats-server.
 
-nats-server's meta group counts every server routed to it when it bootstraps (its ActivePeers), JetStream
-or not: in a cluster of two JetStream nats-server nodes and one pynatsd node, pynatsd's peer name
-(getHash of its server name) is one of three members, so far one that never answers. Here the RaftNode
-speaks for it, driven over a system-account connection to that pynatsd node (tests/raft/peer.py; the
-node does not run it in-process yet). It must be reported current, store and ack meta appends, give the
-vote that lets the surviving nats-server lead when the other stops, and catch up after a restart.
+nats-server's meta group is not a managed one: its leader adds as a member any peer that answers its
+append entries, once it has caught that peer up (raft.go: trackPeer, runCatchup). Two JetStream
+nats-server nodes bootstrap it with the two of them; a RaftNode speaking for the pynatsd node (its peer
+name is getHash of pynatsd's server name), driven over a system-account connection to that node
+(tests/raft/peer.py; the node does not run it in-process yet), becomes the third member. It must be
+reported current, store and ack meta appends, give the vote that lets the surviving nats-server lead
+when the other stops, and catch up after a restart.
 
 The reference layout has a JetStream nats-server in pynatsd's place; the same actions must succeed."""
 
