@@ -784,6 +784,11 @@ class Connection(SlicedReader):
             msg.set(subject, reply, sizes, headers, payload, head)
             self._publish(msg)
 
+    def _may_publish_nrg(self, subject: bytes) -> bool:
+        """RAFT traffic (`$NRG.`) is the system account's: its clients may publish there (nats-server's
+        rule; a RAFT peer can be such a client), no other account's."""
+        return subject.startswith(b"$NRG.") and self.account == self.server.auth.system_account != ""
+
     def _admit(self, subject: bytes, reply: bytes | None, size: int) -> bytes | None:
         """The publish side, once per message: counters, pedantic, reserved subjects, publish permission,
         verbose. Returns the message's `MSG subject ` head, or None when the publish is refused."""
@@ -797,9 +802,12 @@ class Connection(SlicedReader):
         head = heads.get(subject)
         if head is None:
             if subject.startswith(_RESERVED_PUBLISH):
-                self._send_err(errors.publish_violation(_text(subject)))
-                return None
-            head = new_head(heads, subject)
+                if not self._may_publish_nrg(subject):
+                    self._send_err(errors.publish_violation(_text(subject)))
+                    return None
+                head = b"MSG " + subject + b" "  # never cached: the cache is shared by every account
+            else:
+                head = new_head(heads, subject)
         if reply is not None and reply.startswith(_RESERVED_REPLY):
             self._send_err(errors.publish_reply_violation(_text(reply)))
             return None

@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pynatsd.jetstream",
             "pynatsd.leafnodes",
             "pynatsd.mqtt",
+            "pynatsd.raft",
             "pynatsd.routes",
             "pynatsd.websocket",
         ),
