@@ -37,6 +37,7 @@ import struct
 import time
 import zlib
 from pathlib import Path
+from typing import Final
 
 from pynatsd.base.logging import get_logger
 from pynatsd.jetstream.store.base import Locator, Removed, Store, StoredMsg
@@ -47,8 +48,8 @@ SEGMENT_BYTES = 32 * 1024 * 1024
 COMPACT_MIN = 2 * 1024 * 1024  # nats-server's compactMinimum: smaller segments are not worth a rewrite
 # A locator's first word: the segment in the low bits, the record's size above (a removal's Removed then
 # tells what it frees, without a read).
-_SEG_BITS = 24
-_SEG_MASK = (1 << _SEG_BITS) - 1
+_SEG_BITS: Final = 24  # (Final: compiled, a constant rather than a module lookup on each append)
+_SEG_MASK: Final = (1 << 24) - 1
 WRITE_BATCH = 4 * 1024 * 1024  # buffered message records are written before they grow past this
 # Reads go through one cached block of a segment: consumers and direct gets read sequences in order, so one
 # pread serves hundreds of messages (two preads per message cost more than everything else on the path).
@@ -94,7 +95,10 @@ class FileStore(Store):
         self.compact_min = min(COMPACT_MIN, self.segment_bytes // 4)
         self.compactions = 0  # segments rewritten (for tests and figures)
         self._live: dict[int, int] = {}  # segment -> messages still in it
-        self._live_bytes: dict[int, int] = {}  # segment -> bytes of those messages' records
+        # segment -> bytes of its dead MSG records, and how many DEL records it holds (kept up by removals,
+        # not appends: an append costs one dict update, as before compaction)
+        self._dead_bytes: dict[int, int] = {}
+        self._dels: dict[int, int] = {}
         self._raw: dict[int, int] = {}  # sealed segment -> its size on disk
         self._lowest: dict[int, int] = {}  # segment -> the lowest sequence its MSG records can have
         self._purged: dict[int, int] = {}  # segment -> its highest PURGE record
@@ -150,7 +154,8 @@ class FileStore(Store):
         self._fd = os.open(self._path(seg), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._size = os.fstat(self._fd).st_size
         self._live.setdefault(seg, 0)
-        self._live_bytes.setdefault(seg, 0)
+        self._dead_bytes.setdefault(seg, 0)
+        self._dels.setdefault(seg, 0)
         self._lowest.setdefault(seg, self.last_seq + 1)
         if self._size == 0:
             self._write(self._record(BASE, self.last_seq, self.first_seq))
@@ -212,24 +217,25 @@ class FileStore(Store):
         # (written already: an OSError of that write reached this message's publisher)
         seg = self._seg
         self._live[seg] += 1
-        self._live_bytes[seg] += size
         return (seg | size << _SEG_BITS, offset)
 
     def _forget(self, loc: Locator) -> None:
         """A message of this locator's segment is gone."""
         seg = loc[0] & _SEG_MASK
         self._live[seg] -= 1
-        self._live_bytes[seg] -= loc[0] >> _SEG_BITS
+        self._dead_bytes[seg] += loc[0] >> _SEG_BITS
 
     def _drop(self, removed: Removed, purge_to: int = 0) -> None:
         if purge_to:
             self._write(self._record(PURGE, purge_to, 0))
             self._purged[self._seg] = purge_to
-            for seg in self._live:
-                self._live[seg] = self._live_bytes[seg] = 0
+            for seg in self._live:  # (all of it dead: each but the current one goes now)
+                self._live[seg] = 0
+                self._dead_bytes[seg] = self._raw.get(seg, self._size)
         if removed:
             self._write([part for seq, _ in removed for part in self._record(DEL, seq, 0)])
             here = self._seg  # (after the write: it may have started a segment)
+            self._dels[here] += len(removed)
             foreign = None
             for seq, loc in removed:
                 self._forget(loc)
@@ -249,8 +255,9 @@ class FileStore(Store):
             # (one holding DEL records for messages still in an older segment must stay: they are not dead)
             if seg == self._seg or self._live[seg] > 0 or self._foreign.get(seg):
                 continue
-            for table in (self._live, self._live_bytes, self._raw, self._lowest, self._purged, self._foreign):
-                table.pop(seg, None)
+            for counts in (self._live, self._dead_bytes, self._dels, self._raw, self._lowest, self._purged):
+                counts.pop(seg, None)
+            self._foreign.pop(seg, None)
             self._unchecked.discard(seg)
             self._close_reader(seg)
             self._path(seg).unlink(missing_ok=True)
@@ -287,7 +294,8 @@ class FileStore(Store):
             raw = self._raw.get(seg, 0)
             if raw < self.compact_min:
                 continue
-            kept = self._live_bytes[seg] + len(self._foreign.get(seg, ())) * _DEL_SIZE + 2 * _DEL_SIZE
+            droppable_dels = self._dels[seg] - len(self._foreign.get(seg, ()))
+            kept = raw - self._dead_bytes[seg] - droppable_dels * _DEL_SIZE
             if kept * 2 < raw:
                 self._compact(seg)
 
@@ -335,6 +343,8 @@ class FileStore(Store):
         for i, new_offset in moved:
             loc_b[i] = new_offset
         self._raw[seg] = sum(map(len, parts))
+        self._dead_bytes[seg] = 0
+        self._dels[seg] = len(foreign)
         self.compactions += 1
         self._no_longer_on_disk(seg)
 
@@ -401,7 +411,8 @@ class FileStore(Store):
         path = self._path(seg)
         buf = path.read_bytes()
         self._live.setdefault(seg, 0)
-        self._live_bytes.setdefault(seg, 0)
+        self._dead_bytes.setdefault(seg, 0)
+        self._dels.setdefault(seg, 0)
         pos, end = 0, len(buf)
         view = memoryview(buf)
         while pos < end:
@@ -423,10 +434,10 @@ class FileStore(Store):
                     record = stop - pos
                     self._index(subject, seq, ts, size, (seg | record << _SEG_BITS, pos))
                     self._live[seg] += 1
-                    self._live_bytes[seg] += record
                     if hlen > 0 and buf.find(b"\r\nNats-TTL:", at + slen, at + slen + hlen) >= 0:
                         self.with_ttl.append(seq)
             elif kind == DEL:
+                self._dels[seg] += 1
                 loc = self._unindex(seq)
                 if loc is not None:
                     self._forget(loc)
