@@ -24,6 +24,7 @@ from pynatsd.jetstream.batching import AtomicBatches
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.sourcing import SourceLink, links_of, normalize_sourcing, save_positions
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
+from pynatsd.jetstream.store.file import KV_SEGMENT_BYTES
 from pynatsd.jetstream.transform import SubjectTransform, TransformError, validate_mapping
 from pynatsd.jetstream.util import (
     filters_regex,
@@ -342,7 +343,16 @@ class Stream:
         if config["storage"] == "memory" or directory is None:
             self.store = MemoryStore()
         else:
-            self.store = FileStore(directory / "msgs", account.js.sync_interval, account.js.sync_always)
+            # A KV-like stream (limited per subject only) gets nats-server's smaller KV blocks: an overwritten
+            # key's old values are compacted away sooner, and a compaction rewrites less.
+            per_subject_only = config["max_bytes"] <= 0 and config["max_msgs"] <= 0
+            kv_like = config["max_msgs_per_subject"] > 0 and per_subject_only
+            self.store = FileStore(
+                directory / "msgs",
+                account.js.sync_interval,
+                account.js.sync_always,
+                KV_SEGMENT_BYTES if kv_like else 0,
+            )
         self.consumers: dict[str, Consumer] = {}
         self._subs: list[Subscription] = []
         self.links: list[SourceLink] = []  # its mirror or sources (sourcing.py), copying into it

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nats
 
-from pynatsd.jetstream.store.file import SEGMENT_BYTES
+from pynatsd.jetstream.store.file import KV_SEGMENT_BYTES
 from tests.servers import start_server
 
 VALUE = 512 * 1024
@@ -32,14 +32,14 @@ async def test_overwritten_kv_bucket_keeps_bounded_disk_across_kill_9(tmp_path: 
         nc = await nats.connect(srv.url, allow_reconnect=False)
         js = nc.jetstream(timeout=30)
         kv = await js.create_key_value(bucket="OVER", history=1)
-        for start in range(0, 300, 20):  # 150 MiB in all, 20 puts in flight
-            batch = {n: f"cold.{n}" if n % 40 == 0 else f"hot.{n % 16}" for n in range(start, start + 20)}
+        for start in range(0, 160, 20):  # 80 MiB in all, 20 puts in flight
+            batch = {n: f"cold.{n}" if n % 8 == 0 else f"hot.{n % 4}" for n in range(start, start + 20)}
             await asyncio.gather(*(kv.put(key, _value(n)) for n, key in batch.items()))
             last.update({key: n for n, key in batch.items()})
         live = (await js.stream_info("KV_OVER")).state.bytes
         # Without compaction each segment would stay (a key written once in each): all that was written.
-        bound = 2 * SEGMENT_BYTES + 2 * live
-        assert bound < 300 * VALUE * 2 // 3
+        bound = 2 * KV_SEGMENT_BYTES + 2 * live
+        assert bound < 160 * VALUE // 2
         # The current segment and the one sealed last are not compacted yet; the rest hold live data only.
         assert _disk(store) < bound
         await nc.close()

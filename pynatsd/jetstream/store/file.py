@@ -45,6 +45,7 @@ from pynatsd.jetstream.store.base import Locator, Removed, Store, StoredMsg
 log = get_logger()
 
 SEGMENT_BYTES = 32 * 1024 * 1024
+KV_SEGMENT_BYTES = 4 * 1024 * 1024  # nats-server's block size for a stream limited per subject only (a KV)
 COMPACT_MIN = 2 * 1024 * 1024  # nats-server's compactMinimum: smaller segments are not worth a rewrite
 # A locator's first word: the segment in the low bits, the record's size above (a removal's Removed then
 # tells what it frees, without a read).
