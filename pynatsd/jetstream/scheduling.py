@@ -372,6 +372,17 @@ def check_publish(stream: Stream, subject: bytes, hdrs: bytes) -> bytes:
     return hdrs
 
 
+def purge_scheduler(stream: Stream, hdrs: bytes) -> None:
+    """A stored message that says its schedule is done (`Nats-Schedule-Next: purge`) purges the schedule's
+    subject: in any stream that allows roll-ups and purges, as nats-server does (a stream sourcing a
+    stream with schedules drops its copy of a schedule once the copy of its firing comes)."""
+    if get_header(hdrs, b"Nats-Schedule-Next") != b"purge":
+        return
+    scheduler = get_header(hdrs, b"Nats-Scheduler")
+    if scheduler:
+        stream.remove(list(stream.store.subjects.get(scheduler, ())))
+
+
 def _append(hdrs: bytes | None, key: bytes, value: bytes) -> bytes:
     """nats-server's genHeader: one more line at the end of a header block."""
     head = hdrs[:-2] if hdrs and len(hdrs) > 2 else b"NATS/1.0\r\n"
@@ -448,10 +459,8 @@ class MsgSchedules:
         if not scheduler or not hdrs:
             return
         following = get_header(hdrs, b"Nats-Schedule-Next")
-        if following == b"purge":
+        if following == b"purge":  # (its messages go in purge_scheduler)
             self.remove_subject(scheduler)
-            stream = self.stream
-            stream.remove(list(stream.store.subjects.get(scheduler, ())))
         elif following:
             sched_seq = self.by_subject.get(scheduler)
             if sched_seq is not None:

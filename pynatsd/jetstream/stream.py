@@ -415,6 +415,7 @@ class Stream:
         # No message id can leave the duplicate window before this time (ns): until then no expiry pass.
         self._dedupe_check_at = 0
         self._allow_ttl = bool(cfg.get("allow_msg_ttl"))
+        self._rollup_purge = bool(cfg["allow_rollup_hdrs"]) and not cfg["deny_purge"]
         self._counter = bool(cfg.get("allow_msg_counter"))
         marker_ttl: int = cfg.get("subject_delete_marker_ttl") or 0
         self._marker_ttl_s = marker_ttl // 1_000_000_000
@@ -795,6 +796,8 @@ class Stream:
             self._track_ttl(seq, ts, ttl)
         if self._schedules is not None:
             self._schedules.on_stored(seq, subject, hdrs, ts)
+        if self._rollup_purge and hdrs and hdrs.find(b"\r\nNats-Schedule-Next:") >= 0:
+            scheduling.purge_scheduler(self, hdrs)
         if rollup == b"sub":
             self.remove([s for s in st.subjects.get(subject, ()) if s < seq])
         elif rollup == b"all":

@@ -310,3 +310,29 @@ async def test_schedules_fire_after_kill_9(tmp_path: Path, kind: str) -> None:
         await nc.close()
     finally:
         srv.stop()
+
+
+async def sourced_schedule(nc: Client) -> list[Any]:
+    """A stream sourcing one with schedules (it allows roll-ups): its copy of an `@at` schedule goes once
+    the copy of its firing comes, as in the origin; a repeating one's copy stays."""
+    origin = {"name": "ORIG", "subjects": ["o.>"], "allow_msg_schedules": True}
+    copy = {"name": "COPY", "sources": [{"name": "ORIG"}], "allow_rollup_hdrs": True}
+    out: list[Any] = [await ask(nc, CREATE + "ORIG", origin), await ask(nc, CREATE + "COPY", copy)]
+    await nc.request("o.once", b"x", timeout=5, headers={"Nats-Schedule": _at(0), T: "o.out"})
+    await nc.request("o.keep", b"y", timeout=5, headers={"Nats-Schedule": FAR, T: "o.out"})
+
+    async def copied() -> bool:
+        info = json.loads((await nc.request("$JS.API.STREAM.INFO.COPY", b'{"subjects_filter":">"}')).data)
+        return "o.out" in info["state"].get("subjects", {})
+
+    await _until(copied)
+    info = json.loads((await nc.request("$JS.API.STREAM.INFO.COPY", b'{"subjects_filter":">"}')).data)
+    out.append(info["state"]["subjects"])
+    return out
+
+
+async def test_sourced_schedule_purged_as_nats_server(clients: tuple[Client, Client]) -> None:
+    ref, ours = clients
+    want, got = await asyncio.gather(sourced_schedule(ref), sourced_schedule(ours))
+    assert got == want
+    assert want[-1] == {"o.keep": 1, "o.out": 1}
