@@ -43,6 +43,8 @@ def check_config(cfg: dict[str, Any]) -> None:
         raise errors.stream_invalid_config("counter stream cannot use discard new")
     if cfg.get("allow_msg_ttl"):
         raise errors.stream_invalid_config("counter stream cannot use message TTLs")
+    if cfg.get("allow_msg_schedules"):
+        raise errors.stream_invalid_config("counter stream cannot use message schedules")
     if cfg["retention"] != "limits":
         raise errors.stream_invalid_config("counter stream can only use limits retention")
 

@@ -85,7 +85,7 @@ STREAM_CONFIG = Struct("StreamConfigRequest", {**STREAM_FIELDS, "pedantic": "boo
 # mirror and sources are left to normalize_config: nats-server's checks of their config come first there.
 STREAM_UNSUPPORTED = (
     "placement", "consumer_limits",
-    "allow_msg_schedules", "persist_mode",
+    "persist_mode",
     "allow_batched", "pedantic",
 )  # fmt: skip
 

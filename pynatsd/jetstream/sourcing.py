@@ -69,6 +69,8 @@ def normalize_sourcing(cfg: dict[str, Any], first_seq: int, marker_ttl: int) -> 
             raise errors._e(400, 10173, "stream mirrors can not also calculate counters")
         if cfg.get("allow_atomic"):
             raise errors._e(400, 10198, "stream mirrors can not also use atomic publishing")
+        if cfg.get("allow_msg_schedules"):
+            raise errors._e(400, 10186, "stream mirrors can not also schedule messages")
         _refuse_unsupported(mirror)
         transforms = mirror.get("subject_transforms") or []
         if mirror.get("filter_subject") and transforms:
@@ -88,6 +90,8 @@ def normalize_sourcing(cfg: dict[str, Any], first_seq: int, marker_ttl: int) -> 
         cfg["mirror"] = _written(mirror)
     sources = cfg.get("sources")
     if sources:
+        if cfg.get("allow_msg_schedules"):
+            raise errors._e(400, 10187, "stream source can not also schedule messages")
         seen: set[str] = set()
         for source in sources:
             if not isinstance(source, dict) or not _valid_name(source.get("name")):

@@ -19,11 +19,12 @@ from pynatsd import NATS_COMPAT_VERSION
 from pynatsd.base.formats import go_duration
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Subscription
-from pynatsd.jetstream import counters, errors
+from pynatsd.jetstream import counters, errors, scheduling
 from pynatsd.jetstream.batching import AtomicBatches
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.sourcing import SourceLink, links_of, normalize_sourcing, save_positions
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
+from pynatsd.jetstream.store.file import KV_SEGMENT_BYTES
 from pynatsd.jetstream.transform import SubjectTransform, TransformError, validate_mapping
 from pynatsd.jetstream.util import (
     filters_regex,
@@ -101,7 +102,7 @@ _FIELD_ORDER = [
     "placement", "mirror", "sources", "compression", "subject_transform", "republish", "allow_direct",
     "mirror_direct", "sealed", "deny_delete", "deny_purge", "allow_rollup_hdrs", "discard_new_per_subject",
     "consumer_limits", "allow_msg_ttl", "subject_delete_marker_ttl", "allow_msg_counter",
-    "allow_atomic", "metadata",
+    "allow_atomic", "allow_msg_schedules", "metadata",
 ]  # fmt: skip
 _ENUMS = {
     "retention": ("limits", "interest", "workqueue"),
@@ -204,6 +205,7 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
             cfg["allow_rollup_hdrs"], cfg["deny_purge"] = True, False
     elif marker_ttl < 0:
         raise errors.stream_invalid_config("subject delete marker TTL must not be negative")
+    scheduling.check_config(cfg)
     normalize_sourcing(cfg, cfg.get("first_seq") or 0, marker_ttl)
     sourcing = bool(cfg.get("mirror") or cfg.get("sources"))
     subjects = cfg.get("subjects") or []
@@ -219,8 +221,8 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
     _check_transforms(cfg)
     meta = dict(cfg.get("metadata") or {})
     # nats-server's API level the config needs: 1 for per-message TTLs (2.11), which delete markers switch on;
-    # 2 for counters and atomic batches (2.12).
-    v2 = cfg.get("allow_msg_counter") or cfg.get("allow_atomic")
+    # 2 for counters, atomic batches and message schedules (2.12).
+    v2 = cfg.get("allow_msg_counter") or cfg.get("allow_atomic") or cfg.get("allow_msg_schedules")
     level = "2" if v2 else "1" if cfg.get("allow_msg_ttl") else "0"
     meta.update({"_nats.req.level": level})
     cfg["metadata"] = meta
@@ -341,7 +343,16 @@ class Stream:
         if config["storage"] == "memory" or directory is None:
             self.store = MemoryStore()
         else:
-            self.store = FileStore(directory / "msgs", account.js.sync_interval, account.js.sync_always)
+            # A KV-like stream (limited per subject only) gets nats-server's smaller KV blocks: an overwritten
+            # key's old values are compacted away sooner, and a compaction rewrites less.
+            per_subject_only = config["max_bytes"] <= 0 and config["max_msgs"] <= 0
+            kv_like = config["max_msgs_per_subject"] > 0 and per_subject_only
+            self.store = FileStore(
+                directory / "msgs",
+                account.js.sync_interval,
+                account.js.sync_always,
+                KV_SEGMENT_BYTES if kv_like else 0,
+            )
         self.consumers: dict[str, Consumer] = {}
         self._subs: list[Subscription] = []
         self.links: list[SourceLink] = []  # its mirror or sources (sourcing.py), copying into it
@@ -357,6 +368,7 @@ class Stream:
         self._commit_due = False  # a `_commit` is scheduled (for messages stored without a reply)
         self._counter_total = b""  # a counter stream's last stored total, for its PubAck
         self._batches: AtomicBatches | None = None  # its open atomic batches (batching.py), once one came
+        self._schedules: scheduling.MsgSchedules | None = None  # with allow_msg_schedules (scheduling.py)
         # The ingest buffer: what this turn of the loop brought in, against the configured limits.
         js_config = account.js.config
         self._buffer_msgs_limit = js_config.max_buffered_msgs or STREAM_MAX_BUFFERED_MSGS
@@ -404,6 +416,7 @@ class Stream:
         # No message id can leave the duplicate window before this time (ns): until then no expiry pass.
         self._dedupe_check_at = 0
         self._allow_ttl = bool(cfg.get("allow_msg_ttl"))
+        self._rollup_purge = bool(cfg["allow_rollup_hdrs"]) and not cfg["deny_purge"]
         self._counter = bool(cfg.get("allow_msg_counter"))
         marker_ttl: int = cfg.get("subject_delete_marker_ttl") or 0
         self._marker_ttl_s = marker_ttl // 1_000_000_000
@@ -427,6 +440,9 @@ class Stream:
             else None
         )
         self._republish_headers_only = bool(republish and republish.get("headers_only"))
+        if cfg.get("allow_msg_schedules") and self._schedules is None:  # (it cannot be switched off)
+            self._schedules = scheduling.MsgSchedules(self)
+            self._schedules.rebuild()
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -435,6 +451,8 @@ class Stream:
             self._subs.append(client.subscribe(subject.encode(), self._on_publish))
         self._schedule_age_check()
         self._schedule_ttl()
+        if self._schedules is not None:
+            self._schedules.arm()
 
     def start_links(self, updated: bool = False) -> None:
         """Start copying from its mirror or sources (once every stream of the account is there)."""
@@ -466,6 +484,8 @@ class Stream:
         if self._ttl_timer is not None:
             self._ttl_timer.cancel()
             self._ttl_timer = None
+        if self._schedules is not None:
+            self._schedules.stop()
         for consumer in list(self.consumers.values()):
             consumer.stop()
         self.store.close()
@@ -500,6 +520,8 @@ class Stream:
             raise errors.stream_invalid_config(
                 "stream configuration update can not change message counter setting"
             )
+        if old.get("allow_msg_schedules") and not new.get("allow_msg_schedules"):
+            raise errors.stream_invalid_config("message schedules can not be disabled")
         if new.get("mirror") and new["mirror"] != old.get("mirror"):  # removing it promotes the mirror
             raise errors._e(400, 10055, "stream mirror configuration can not be updated")
         if new["sealed"]:  # what a sealed stream implies, as nats-server writes it into the config
@@ -707,6 +729,8 @@ class Stream:
                     ttl_invalid = True  # refused after the other checks, as nats-server does
                 if ttl and not self._allow_ttl and not sourced:
                     raise errors.message_ttl_disabled()
+            if not sourced and hdrs.find(b"\r\nNats-Schedule") >= 0:  # also -Scheduler, -Schedule-*
+                hdrs = scheduling.check_publish(self, subject, hdrs)
             if not sourced and hdrs.find(b"\r\nNats-Stream-Source:") >= 0:
                 raise errors._e(400, 10227, "message stream source header is not allowed")
             mid = get_header(hdrs, b"Nats-Msg-Id")
@@ -783,6 +807,10 @@ class Stream:
             self._remember(msg_id, seq, ts)
         if ttl:
             self._track_ttl(seq, ts, ttl)
+        if self._schedules is not None:
+            self._schedules.on_stored(seq, subject, hdrs, ts)
+        if self._rollup_purge and hdrs and hdrs.find(b"\r\nNats-Schedule-Next:") >= 0:
+            scheduling.purge_scheduler(self, hdrs)
         if rollup == b"sub":
             self.remove([s for s in st.subjects.get(subject, ()) if s < seq])
         elif rollup == b"all":

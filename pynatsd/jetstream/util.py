@@ -36,18 +36,25 @@ _GO_UNIT_NS = {"ns": 1, "us": 1_000, "\u00b5s": 1_000, "\u03bcs": 1_000, "ms": 1
 _GO_UNIT_NS.update(m=60 * 10**9, h=3600 * 10**9)
 
 
+def go_duration_ns(text: str) -> float | None:
+    """A Go duration ("90s", "1h30m", "-1.5h", "0") in nanoseconds as time.ParseDuration reads it; None
+    when it is not one."""
+    if not _GO_DURATION.fullmatch(text):
+        return None
+    ns = 0.0
+    for number, unit in _GO_DURATION_PART.findall(text):
+        ns += float(number) * _GO_UNIT_NS[unit]
+    return -ns if text.startswith("-") else ns
+
+
 def parse_msg_ttl(raw: bytes) -> int:
     """A Nats-TTL header's value in whole seconds as nats-server reads it: "never" (-1), a Go duration of at
     least 1s ("90s", "1h30m") or a number of seconds; ValueError (invalid per-message TTL) otherwise."""
     text = raw.decode("utf-8", "replace")
     if text.lower() == "never":
         return -1
-    if _GO_DURATION.fullmatch(text):
-        ns = 0.0
-        for number, unit in _GO_DURATION_PART.findall(text):
-            ns += float(number) * _GO_UNIT_NS[unit]
-        if text.startswith("-"):
-            ns = -ns
+    ns = go_duration_ns(text)
+    if ns is not None:
         if ns < 1e9:
             raise ValueError("invalid per-message TTL")
         return int(ns // 1e9)
