@@ -7,14 +7,21 @@ figure, and N over the wall time the rate. Medians of --reps, each on a consumer
 
     python bench/jetstream/consume_cpu.py [--messages 200000] [--reps 5] [--batch 1000]
                                           [--modes pull,push] [--servers pynatsd,nats-server]
+                                          [--storage file,memory] [--profile FILE]
+
+`--storage` picks the stream's storage (each a server and a stream of its own); `--profile FILE` runs
+pynatsd under cProfile (set PYNATSD_NO_EXTENSIONS=1 to see the interpreted code) and writes the stats to
+FILE (one storage's last run wins).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,15 +30,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.jetstream.publish_cpu import connect, cpu_seconds, request  # noqa: E402
-from tests.servers import start_server  # noqa: E402
+from bench.jetstream.publish_cpu import connect, cpu_seconds, request, start  # noqa: E402
 
 SIZE = 100
 STREAM = "CONS"
 
 
-def fill(s: socket.socket, n: int) -> None:
-    body = b'{"name":"%s","subjects":["cons.>"]}' % STREAM.encode()
+def fill(s: socket.socket, n: int, storage: str) -> None:
+    body = b'{"name":"%s","subjects":["cons.>"],"storage":"%s"}' % (STREAM.encode(), storage.encode())
     answer = request(s, b"$JS.API.STREAM.CREATE." + STREAM.encode(), body)
     if b'"error"' in answer:
         raise RuntimeError(answer.decode(errors="replace"))
@@ -64,8 +70,10 @@ def consume(s: socket.socket, mode: str, name: str, n: int, batch: int) -> None:
     answer = request(s, subject, body)
     if b'"error"' in answer:
         raise RuntimeError(answer.decode(errors="replace"))
-    # Each delivered message carries its ack subject as reply: count those ($JS.ACK. is in no payload).
-    got, tail = 0, b""
+    # Each delivered message carries its ack subject as reply: count those ($JS.ACK. is in no payload). A
+    # push consumer starts delivering before its create answer is read: those count too.
+    got = answer.count(b"$JS.ACK.") if mode == "push" else 0
+    tail = answer[-64:]
     next_subject = b"$JS.API.CONSUMER.MSG.NEXT.%s.%s" % (STREAM.encode(), name.encode())
     while got < n:
         want = min(batch, n - got)
@@ -85,29 +93,35 @@ def consume(s: socket.socket, mode: str, name: str, n: int, batch: int) -> None:
     s.sendall(b"UNSUB %s\r\n" % name.encode())
 
 
-def run(kind: str, n: int, reps: int, batch: int, modes: list[str]) -> None:
+def run(
+    kind: str, storage: str, n: int, reps: int, batch: int, modes: list[str], profile: str | None
+) -> None:
     with tempfile.TemporaryDirectory() as store:
-        server = start_server(kind, ["-js", "-sd", store])
+        proc, port = start(kind, store, profile)
         try:
-            s = connect(server.port)
-            fill(s, n)
+            s = connect(port)
+            fill(s, n, storage)
             for mode in modes:
                 us, rates = [], []
                 for rep in range(reps):
-                    cpu0, t0 = cpu_seconds(server.proc.pid), time.monotonic()
+                    cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
                     consume(s, mode, f"{mode}{rep}", n, batch)
-                    wall, cpu = time.monotonic() - t0, cpu_seconds(server.proc.pid) - cpu0
+                    wall, cpu = time.monotonic() - t0, cpu_seconds(proc.pid) - cpu0
                     us.append(cpu / n * 1e6)
                     rates.append(n / wall)
                 each = ", ".join(f"{u:.2f}" for u in us)
                 print(
-                    f"{kind} {mode}: server {statistics.median(us):.2f} µs/msg (runs {each}), "
+                    f"{kind} {storage} {mode}: server {statistics.median(us):.2f} µs/msg (runs {each}), "
                     f"{statistics.median(rates):,.0f} msgs/s",
                     flush=True,
                 )
             s.close()
         finally:
-            server.stop()
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def main() -> None:
@@ -119,9 +133,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--modes", default="pull,push")
     parser.add_argument("--servers", default="pynatsd,nats-server")
+    parser.add_argument("--storage", default="file")
+    parser.add_argument("--profile", default=None)
     args = parser.parse_args()
-    for kind in args.servers.split(","):
-        run(kind, args.messages, args.reps, args.batch, args.modes.split(","))
+    for storage in args.storage.split(","):
+        for kind in args.servers.split(","):
+            profile = args.profile if kind == "pynatsd" else None
+            run(kind, storage, args.messages, args.reps, args.batch, args.modes.split(","), profile)
 
 
 if __name__ == "__main__":

@@ -436,6 +436,9 @@ class Consumer:
         self._fc_pending_bytes = 0  # delivered, not yet covered by an answered flow control request
         self._fc_size = 0  # `_fc_pending_bytes` when the outstanding request went out (grown past the window)
         self._delivered_since_hb = False
+        # The last pull requester's interest: (reply subject, subject space generation, answer); a batch asks
+        # once while no subscription comes or goes, not once per message (see `_reply_has_interest`).
+        self._interest_seen: tuple[bytes, int, bool] = (b"", -1, False)
         # An ack none consumer listens for no acks (as nats-server): an ack request gets no responders.
         self._ack_sub: Subscription | None = (
             None
@@ -802,8 +805,8 @@ class Consumer:
         else a consumer whose worker died holding max_ack_pending messages never delivers again), then
         last_per_subject's, then new ones."""
         st = self.stream.store
-        max_deliver = self.config.get("max_deliver", -1)
         while self.redeliver:
+            max_deliver = self.config.get("max_deliver", -1)
             seq = self.redeliver.popleft()
             self._redeliver_set.discard(seq)
             if seq in self.pending:
@@ -875,7 +878,7 @@ class Consumer:
             msg = self._next()
             if msg is None or self._replay_later(msg):
                 return
-            reply_size = self._send(subject, msg)
+            reply_size = self._send(subject, msg, now_ns())
             if flow_control:
                 size = len(subject) + reply_size + len(msg.data) + (len(msg.hdrs) if msg.hdrs else 0)
                 self._fc_pending_bytes += size
@@ -965,7 +968,7 @@ class Consumer:
                         self._release_pin()
                     self._finish(req, b"409 Message Size Exceeds MaxBytes")
                     continue
-            self._send(req.reply, msg)
+            self._send(req.reply, msg, now)  # one clock reading for the batch, as the expiry checks
             req.sent += 1
             req.sent_bytes += size
             req.last_sent = now
@@ -1022,8 +1025,17 @@ class Consumer:
             self._lps.appendleft(msg.seq)
 
     def _reply_has_interest(self, reply: bytes) -> bool:
-        res = self.account.client.sublist.match(reply)
-        return bool(res.groups) or _interested(res.plain)
+        """Someone listens on a pull request's reply subject. Asked before each message of a batch: the
+        answer is kept while the subject space is unchanged (its generation), as matching again could not
+        answer otherwise; the lookup is the server's own, not a publish, so it is not counted as one."""
+        sublist = self._client.sublist
+        seen_reply, generation, seen = self._interest_seen
+        if generation == sublist.generation and seen_reply == reply:
+            return seen
+        res = sublist.match(reply)
+        interested = bool(res.groups) or _interested(res.plain)
+        self._interest_seen = (reply, sublist.generation, interested)
+        return interested
 
     def _finish(self, req: PullRequest, status: bytes | None) -> None:
         for t in req.timers:
@@ -1044,10 +1056,10 @@ class Consumer:
     def _status(self, reply: bytes, status: bytes, pairs: list[tuple[bytes, bytes]] | None = None) -> None:
         self.account.client.publish(reply, None, headers(status, pairs), b"")
 
-    def _send(self, subject: bytes, msg: StoredMsg) -> int:
-        """Deliver `msg` to `subject`; returns the length of its ack reply (flow control counts it)."""
+    def _send(self, subject: bytes, msg: StoredMsg, now: int) -> int:
+        """Deliver `msg` to `subject` at `now` (ns); returns the length of its ack reply (flow control counts
+        it)."""
         seq = msg.seq
-        now = now_ns()
         self.last_active = now
         self._delivered_since_hb = True
         self.dseq += 1

@@ -344,3 +344,27 @@ async def test_push_consumer_waits_for_a_subscriber_without_polling(js_server: J
     assert len(sublist._awaited[b"push.late"]) == 1
     await js.delete_consumer("S", "late")
     assert b"push.late" not in sublist._awaited
+
+
+async def test_pull_batch_stops_when_its_requester_stops_listening(nc: Client) -> None:
+    # The requester's interest is checked before each message of a batch (kept between messages while no
+    # subscription comes or goes): an inbox that auto-unsubscribes after 3 of a batch of 10 gets 3, and the
+    # other 7 wait for the next request rather than go to nobody.
+    await fill(nc, 10)
+    js = nc.jetstream()
+    await js.add_consumer("S", durable_name="w", ack_policy=api.AckPolicy.EXPLICIT)
+    got: list[bytes] = []
+
+    async def take(msg: Msg) -> None:
+        got.append(msg.data)
+
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=take)
+    await sub.unsubscribe(limit=3)  # UNSUB <sid> 3: the server removes it after the third
+    await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.w", b'{"batch":10}', reply=inbox)
+    await nc.flush()
+    ci = await js.consumer_info("S", "w")
+    assert (ci.delivered.consumer_seq, ci.num_ack_pending, ci.num_pending) == (3, 3, 7)
+    psub = await js.pull_subscribe_bind("w", stream="S")
+    assert [m.data for m in await psub.fetch(7, timeout=1)] == [b"m%d" % i for i in range(3, 10)]
+    assert got == [b"m0", b"m1", b"m2"]
