@@ -35,7 +35,7 @@ from pynatsd.base.listener import peer_address
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Client, Message, Subscription, new_head, publish, size_fields
 from pynatsd.jetstream.errors import ApiError
-from pynatsd.mqtt import packets
+from pynatsd.mqtt import packets, properties
 from pynatsd.mqtt.packets import PacketError
 from pynatsd.mqtt.store import (
     MSGS_PREFIX,
@@ -51,6 +51,7 @@ from pynatsd.mqtt.store import (
     session_subject,
     take_qos2,
 )
+from pynatsd.mqtt.v5 import V5, is_v5
 from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
@@ -110,6 +111,9 @@ class MQTTConnection(Client):
         self._fanout = server.fanout.counts
         self.pub_topic = b""  # the topic of the PUBLISH being delivered (its own receivers see it as sent)
         self.pub_subject = b""
+        self.pub_retain = False
+        self.fresh = True  # a clean session (3.1.1) or clean start (5.0): no stored session taken up
+        self.v5: V5 | None = None  # a 5.0 client's state (pynatsd.mqtt.v5)
 
     @property
     def connection_type(self) -> str:
@@ -160,7 +164,7 @@ class MQTTConnection(Client):
                 if not self.connected and start < len(buf):
                     packets.check_first(buf, start)
                 limit = max_payload + _PACKET_SLACK if self.connected else max_payload
-                packet = packets.split_packet(buf, start, limit)
+                packet = packets.split_packet(buf, start, limit, self.v5 is None)
                 if packet is None:
                     break
                 first, body_start, end = packet
@@ -168,11 +172,13 @@ class MQTTConnection(Client):
                 self._packet(first, bytes(buf[body_start:end]))
         except packets.ConnectRefused as exc:
             log.error("%r - %s", self, exc)
-            self._write(packets.connack(exc.code))
+            self._refuse_connect(exc.code)
             self.close("Protocol Violation")
             return
         except PacketError as exc:
             log.error("%r - %s", self, exc)
+            if self.v5 is not None:
+                self.v5.refuse(exc)
             self.close("Protocol Violation")
             return
         except Exception:  # a fault of ours: this connection goes, never the server (nor a replay of it)
@@ -198,7 +204,13 @@ class MQTTConnection(Client):
     def _packet(self, first: int, body: bytes) -> None:
         kind = first & 0xF0
         if not self.connected:
-            self._connect(packets.parse_connect(body))
+            if is_v5(body):
+                self.v5 = V5(self)
+                self._connect(packets.parse_connect(body, properties.parse))
+            else:
+                self._connect(packets.parse_connect(body))
+        elif self.v5 is not None and self.v5.packet(first, body):
+            return
         elif kind == packets.PUBLISH:
             self._publish(packets.parse_publish(first, body))
         elif kind == packets.SUBSCRIBE:
@@ -223,12 +235,15 @@ class MQTTConnection(Client):
 
     def _connect(self, connect: packets.Connect) -> None:
         self.client_id = connect.client_id or event_id()  # a NUID, as nats-server names it
-        if not connect.clean and self.listener.jetstream is None:
+        if self.v5 is not None:
+            self.v5.connect(connect)
+        self.fresh = connect.clean
+        self.clean = connect.clean if self.v5 is None else self.v5.session_expiry == 0
+        if not self.clean and self.listener.jetstream is None:
             log.error("%r - pynatsd keeps persistent MQTT sessions in its own JetStream: none here", self)
-            self._write(packets.connack(packets.SERVER_UNAVAILABLE))
+            self._refuse_connect(packets.SERVER_UNAVAILABLE)
             self.close("Protocol Violation")
             return
-        self.clean = connect.clean
         will = connect.will
         if will is not None and (will.qos or will.retain) and self.listener.jetstream is None:
             raise PacketError("pynatsd keeps MQTT QoS 1/2 and retained wills in its own JetStream: none here")
@@ -270,7 +285,7 @@ class MQTTConnection(Client):
         if identity is None:
             server.stats.auth_failures += 1
             log.error("%r - authentication error", self)
-            self._write(packets.connack(packets.NOT_AUTHORIZED))
+            self._refuse_connect(packets.NOT_AUTHORIZED)
             self.close("Authentication Failure")
             return
         self.user, self.account = identity
@@ -305,10 +320,13 @@ class MQTTConnection(Client):
                 seq, record = found
                 if record.get("id") != self.client_id:
                     log.error("%r - unable to connect: stored session does not match client ID", self)
-                    self._write(packets.connack(packets.IDENTIFIER_REJECTED))
+                    self._refuse_connect(packets.IDENTIFIER_REJECTED)
                     self.close("Protocol Violation")
                     return
-                if self.clean or record.get("clean"):  # [MQTT-3.1.2-6]: a clean session starts anew
+                expires = record.get("expires")
+                expired = isinstance(expires, (int, float)) and expires <= time.time()
+                # [MQTT-3.1.2-6]: a clean session starts anew (5.0: a clean start, or an expired session)
+                if self.fresh or record.get("clean") or expired:
                     delete_session(js, self.account, seq)
                 else:
                     subs = record.get("subs")
@@ -322,13 +340,22 @@ class MQTTConnection(Client):
             self._save_session()
         self.connected = True
         log.debug("%r - Client connected", self)
-        self._write(packets.connack(packets.ACCEPTED, session_present=present))
+        if self.v5 is not None:
+            self.v5.resumed(self.fresh)
+            self._write(self.v5.connack(present, max_payload=server.options.max_payload + _PACKET_SLACK))
+        else:
+            self._write(packets.connack(packets.ACCEPTED, session_present=present))
         if self._keep_alive:
             self._timer = server.loop.call_later(self._keep_alive, self._keep_alive_tick)
 
-    def _save_session(self) -> None:
-        """Store this session's record (nats-server keeps one for clean sessions too, while they last)."""
-        record = session_record(self.server.server_id, self.client_id, self.clean, self.session_subs)
+    def _refuse_connect(self, code: int) -> None:
+        """CONNACK refusing the CONNECT with 3.1.1 return code `code` (5.0: its reason code)."""
+        self._write(packets.connack(code) if self.v5 is None else self.v5.refused(code))
+
+    def _save_session(self, expires: float | None = None) -> None:
+        """Store this session's record (nats-server keeps one for clean sessions too, while they last;
+        `expires`: when a 5.0 session ends, in epoch seconds)."""
+        record = session_record(self.server.server_id, self.client_id, self.clean, self.session_subs, expires)
         subject = self.session_subject
         msg = self._msg
         msg.set(subject, None, size_fields(None, record), None, record, b"MSG " + subject + b" ")
@@ -377,13 +404,21 @@ class MQTTConnection(Client):
         self._write(packets.pubcomp(packet_id))
 
     def _deliver(
-        self, topic: bytes, subject: bytes, payload: bytes, qos: int = 0, retain: bool = False
+        self,
+        topic: bytes,
+        subject: bytes,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        with_headers: bytes | None = None,
+        reply: bytes | None = None,
     ) -> bool:
         """Publish an MQTT message to the account as nats-server does: a NATS message with its
         `Nmqtt-Pub` header, under the client's publish permissions (a denied one is dropped, logged); a
         retained one is first stored in `$MQTT_rmsgs` (an empty one removes it), a QoS 1 one then in
-        `$MQTT_msgs` (pynatsd.mqtt.store). False if refused."""
-        headers = PUB_HEADERS[qos]
+        `$MQTT_msgs` (pynatsd.mqtt.store). A 5.0 PUBLISH's properties are `with_headers` (`Nmqtt-Pub`
+        first) and `reply`. False if refused."""
+        headers = PUB_HEADERS[qos] if with_headers is None else with_headers
         size = len(headers) + len(payload)
         self.in_msgs += 1
         self.in_bytes += size
@@ -392,27 +427,34 @@ class MQTTConnection(Client):
             log.error("%r - maximum payload exceeded: %d vs %d", self, size, max_payload)
             self.close("Maximum Payload Exceeded")
             return False
-        if subject.startswith(RESERVED_PUBLISH) or (
-            self.perms is not None and not self.perms.can_publish(subject)
-        ):
-            log.error('%r - Publish Violation - User "%s", Subject "%s"', self, self.user, subject.decode())
+        if not self.may_publish(subject):
             return True  # (as nats-server: dropped, yet acknowledged)
         msg = self._msg
         if retain:
             flags = (qos << 1) | 0x01
-            kept = retained_headers(topic, flags, not payload, self.server.server_id, self.user)
+            extra = b"" if with_headers is None else with_headers.split(b"\r\n", 2)[2][:-2]
+            kept = retained_headers(topic, flags, not payload, self.server.server_id, self.user, extra)
             where = RETAINED_PREFIX + subject
             msg.set(where, None, size_fields(kept, payload), kept, payload, b"MSG " + where + b" ")
             publish(self.sublist, msg, self._fanout)
         sizes = size_fields(headers, payload)
         head = self._heads.get(subject) or new_head(self._heads, subject)
-        msg.set(subject, None, sizes, headers, payload, head)
-        self.pub_topic, self.pub_subject = topic, subject
+        msg.set(subject, reply, sizes, headers, payload, head)
+        self.pub_topic, self.pub_subject, self.pub_retain = topic, subject, retain
         publish(self.sublist, msg, self._fanout)
         if qos:
             stored = MSGS_PREFIX + subject
             msg.set(stored, None, sizes, headers, payload, b"MSG " + stored + b" ")
             publish(self.sublist, msg, self._fanout)
+        return True
+
+    def may_publish(self, subject: bytes) -> bool:
+        """Whether the client may publish to `subject` (a denial is logged)."""
+        if subject.startswith(RESERVED_PUBLISH) or (
+            self.perms is not None and not self.perms.can_publish(subject)
+        ):
+            log.error('%r - Publish Violation - User "%s", Subject "%s"', self, self.user, subject.decode())
+            return False
         return True
 
     def _subscribe(self, body: bytes) -> None:
@@ -440,14 +482,15 @@ class MQTTConnection(Client):
         if len(subject) > 2 and subject.endswith(b".>"):
             found += retained(js, self.account, subject[:-2])
         perms = self.perms
-        for stored_subject, topic, payload in found:
+        for stored_subject, topic, payload, _headers, _stored_at in found:
             if perms is not None and perms.sub_deny and perms.delivery_denied(stored_subject):
                 continue
             self._write(packets.publish_header(topic, len(payload), retain=True))
             self._write(payload)
 
-    def _add_filter(self, subject: bytes | None, qos: int) -> int:
-        """Subscribe one filter; the QoS granted, or SUBACK_FAILURE."""
+    def _add_filter(self, subject: bytes | None, qos: int, queue: bytes | None = None) -> int:
+        """Subscribe one filter (`queue`: a 5.0 shared subscription's group); the QoS granted, or
+        SUBACK_FAILURE."""
         if subject is None or subject.startswith(packets.NATS_PREFIX.encode()):
             return packets.SUBACK_FAILURE
         if qos:
@@ -458,14 +501,15 @@ class MQTTConnection(Client):
                 subject.decode(),
             )
             return packets.SUBACK_FAILURE
-        sids = [(subject, subject)]
+        tag = b"" if queue is None else b" $share " + queue
+        sids = [(subject, subject + tag)]
         if len(subject) > 2 and subject.endswith(b".>"):  # `foo/#` takes `foo` too
-            sids.append((subject[:-2], subject[:-2] + b" fwc"))
+            sids.append((subject[:-2], subject[:-2] + b" fwc" + tag))
         added: list[Subscription] = []
         for sub_subject, sid in sids:
             if sid in self.subs:
                 continue
-            sub = self._add_sub(sub_subject, sid, packets.is_reserved_filter(subject))
+            sub = self._add_sub(sub_subject, sid, packets.is_reserved_filter(subject), queue)
             if sub is None:  # refused as a whole, as nats-server's cleanupFailedSub
                 for done in added:
                     self.remove_sub(done)
@@ -473,12 +517,14 @@ class MQTTConnection(Client):
             added.append(sub)
         return qos
 
-    def _add_sub(self, subject: bytes, sid: bytes, reserved: bool) -> Subscription | None:
+    def _add_sub(
+        self, subject: bytes, sid: bytes, reserved: bool, queue: bytes | None = None
+    ) -> Subscription | None:
         """One NATS subscription of a filter under the client's permissions; None if refused."""
-        if self.perms is not None and not self.perms.can_subscribe(subject, None):
+        if self.perms is not None and not self.perms.can_subscribe(subject, queue):
             log.error("%r - subscription violation for %s", self, subject.decode())
             return None
-        sub = Subscription(self, subject, None, sid)
+        sub = Subscription(self, subject, queue, sid)
         try:
             self.sublist.insert(sub)
         except ValueError:  # an invalid subject
@@ -526,15 +572,22 @@ class MQTTConnection(Client):
         if subject[:1] == b"$" and sub in self.reserved:
             return False
         origin = msg.origin
+        retain = False
         if isinstance(origin, MQTTConnection) and origin.pub_subject == subject:
-            topic = origin.pub_topic
+            topic, retain = origin.pub_topic, origin.pub_retain
         else:
             topic = packets.subject_to_topic(subject)
         payload = msg.payload
+        if self.v5 is not None:
+            packet = self.v5.deliver(sub, msg, topic, retain)
+            if packet is None:
+                return False
+            self._write(packet)
+        else:
+            self._write(packets.publish_header(topic, len(payload)))
+            self._write(payload)
         self.out_msgs += 1
         self.out_bytes += len(payload)
-        self._write(packets.publish_header(topic, len(payload)))
-        self._write(payload)
         transport = self.transport
         if transport is not None and transport.get_write_buffer_size() > self.server.options.max_pending:
             log.error(
@@ -583,8 +636,14 @@ class MQTTConnection(Client):
         self.closed = True  # first: the will's publish (a payload past the limit, say) cannot close it again
         self.close_reason = reason
         will, self.will = self.will, None
+        v5 = self.v5
+        if v5 is not None:
+            v5.closing(reason)
         if will is not None and self.connected:
-            self._deliver(will.topic, will.subject, will.message, will.qos, will.retain)
+            if v5 is None:
+                self._deliver(will.topic, will.subject, will.message, will.qos, will.retain)
+            elif not v5.delay_will(will):
+                v5.publish_will(will)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -595,6 +654,10 @@ class MQTTConnection(Client):
             found = load_session(js, self.account, self.session_subject)
             if found is not None and found[1].get("id") == self.client_id:
                 delete_session(js, self.account, found[0])
+        elif self.connected and js is not None and v5 is not None and reason != "Duplicate Client ID":
+            expires = v5.expires()
+            if expires is not None:  # a 5.0 session kept for its Session Expiry Interval
+                self._save_session(expires)
         self.listener.forget(self)
         if self._flush_handle is not None:
             self._flush_handle.cancel()

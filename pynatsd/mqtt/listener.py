@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ssl
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -52,6 +53,8 @@ class MQTTListener:
         self.cert_not_after = ""  # the TLS certificate's expiry (RFC 3339), for /varz
         self.clients: set[MQTTConnection] = set()
         self.by_client_id: dict[tuple[str, str], MQTTConnection] = {}  # (account, client ID) -> client
+        # MQTT 5.0 wills waiting for their delay (pynatsd.mqtt.v5): (account, client ID) -> (timer, publish)
+        self.delayed_wills: dict[tuple[str, str], tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
         self._listener: asyncio.base_events.Server | None = None
         self._auth: Authenticator | None = None
         self._auth_base: Authenticator | None = None

@@ -64,9 +64,11 @@ def ensure_streams(js: JetStream, account: str, replicas: int, domain: str) -> b
     return True
 
 
-def retained_headers(topic: bytes, flags: int, deleted: bool, origin: str, source: str) -> bytes:
+def retained_headers(
+    topic: bytes, flags: int, deleted: bool, origin: str, source: str, extra: bytes = b""
+) -> bytes:
     """nats-server's mqttEncodeRetainedMessage headers for a retained message (`deleted`: an empty one,
-    which removes it)."""
+    which removes it), and `extra` header lines (an MQTT 5.0 message's properties, pynatsd.mqtt.v5)."""
     lines = [
         "NATS/1.0",
         f"Nmqtt-RTopic:{topic.decode()}",
@@ -75,12 +77,14 @@ def retained_headers(topic: bytes, flags: int, deleted: bool, origin: str, sourc
     ]
     if source:
         lines.append(f"Nmqtt-RSource:{source}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+    return ("\r\n".join(lines) + "\r\n").encode() + extra + b"\r\n"
 
 
-def retained(js: JetStream, account: str, subject_filter: bytes) -> list[tuple[bytes, bytes, bytes]]:
-    """(subject, topic, payload) of the retained messages whose subjects `subject_filter` matches, by
-    subject."""
+def retained(
+    js: JetStream, account: str, subject_filter: bytes
+) -> list[tuple[bytes, bytes, bytes, bytes, int]]:
+    """(subject, topic, payload, headers, when stored in ns since the epoch) of the retained messages whose
+    subjects `subject_filter` matches, by subject."""
     acc = js.accounts.get(account)
     stream = acc.streams.get(RETAINED_STREAM) if acc is not None else None
     if stream is None:
@@ -94,7 +98,7 @@ def retained(js: JetStream, account: str, subject_filter: bytes) -> list[tuple[b
         if fields.get("Nmqtt-RFlags", _DELETE_MARKER).startswith(_DELETE_MARKER):
             continue
         subject = stored_subject.encode()[len(RETAINED_PREFIX) :]
-        found.append((subject, fields.get("Nmqtt-RTopic", "").encode(), msg.data))
+        found.append((subject, fields.get("Nmqtt-RTopic", "").encode(), msg.data, msg.hdrs, msg.ts))
     return found
 
 
@@ -113,13 +117,18 @@ def load_session(js: JetStream, account: str, subject: bytes) -> tuple[int, dict
     return (seq, record) if isinstance(record, dict) else None
 
 
-def session_record(origin: str, client_id: str, clean: bool, subs: dict[str, int]) -> bytes:
-    """nats-server's mqttPersistedSession as its json.Marshal writes it (empty fields left out)."""
+def session_record(
+    origin: str, client_id: str, clean: bool, subs: dict[str, int], expires: float | None = None
+) -> bytes:
+    """nats-server's mqttPersistedSession as its json.Marshal writes it (empty fields left out), and
+    pynatsd's `expires` of an MQTT 5.0 session (epoch seconds) that nats-server's reading ignores."""
     record: dict[str, Any] = {"origin": origin, "id": client_id}
     if clean:
         record["clean"] = True
     if subs:
         record["subs"] = dict(sorted(subs.items()))
+    if expires is not None:
+        record["expires"] = round(expires, 3)
     return json.dumps(record, separators=(",", ":")).encode()
 
 
