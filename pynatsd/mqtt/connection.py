@@ -51,7 +51,7 @@ from pynatsd.mqtt.store import (
     session_subject,
     take_qos2,
 )
-from pynatsd.mqtt.v5 import V5, is_v5
+from pynatsd.mqtt.v5 import HELD_REPLY, V5, is_v5
 from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
@@ -371,11 +371,12 @@ class MQTTConnection(Client):
         elif self._deliver(pub.topic, pub.subject, pub.payload, pub.qos, pub.retain) and pub.qos == 1:
             self._write(packets.puback(pub.packet_id))
 
-    def _hold_qos2(self, pub: packets.Publish) -> None:
+    def _hold_qos2(self, pub: packets.Publish, extra: bytes = b"") -> None:
         """A QoS 2 PUBLISH, as nats-server's mqttStoreQoS2MsgOnce: held in `$MQTT_qos2in` under its packet
-        id (a duplicate is dropped by the stream) until its PUBREL delivers it; PUBREC."""
+        id (a duplicate is dropped by the stream) until its PUBREL delivers it; PUBREC. (`extra`: a 5.0
+        PUBLISH's properties as header lines.)"""
         flags = 0x04 | (0x01 if pub.retain else 0) | (0x08 if pub.dup else 0)
-        headers = qos2_headers(pub.subject, flags)
+        headers = qos2_headers(pub.subject, flags, extra)
         size = len(headers) + len(pub.payload)
         if size > self.server.options.max_payload:
             log.error("%r - maximum payload exceeded: %d vs %d", self, size, self.server.options.max_payload)
@@ -399,8 +400,9 @@ class MQTTConnection(Client):
             self._write(packets.pubcomp(packet_id))
             raise PacketError(str(exc)) from None
         if held is not None:
-            subject, retain, payload = held
-            self._deliver(packets.subject_to_topic(subject), subject, payload, 2, retain)
+            subject, retain, payload, extra = held
+            headers, reply = (None, None) if self.v5 is None else self.v5.released(extra)
+            self._deliver(packets.subject_to_topic(subject), subject, payload, 2, retain, headers, reply)
         self._write(packets.pubcomp(packet_id))
 
     def _deliver(
@@ -433,6 +435,8 @@ class MQTTConnection(Client):
         if retain:
             flags = (qos << 1) | 0x01
             extra = b"" if with_headers is None else with_headers.split(b"\r\n", 2)[2][:-2]
+            if reply is not None:
+                extra += HELD_REPLY + reply + b"\r\n"
             kept = retained_headers(topic, flags, not payload, self.server.server_id, self.user, extra)
             where = RETAINED_PREFIX + subject
             msg.set(where, None, size_fields(kept, payload), kept, payload, b"MSG " + where + b" ")

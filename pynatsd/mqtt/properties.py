@@ -180,16 +180,17 @@ class Properties:
         return value if isinstance(value, bytes) else None
 
 
-def _text(r: Reader, name: str) -> str:
+def parse(r: Reader, where: int) -> Properties:
+    """(See _parse; a short field is a Malformed Packet too.)"""
     try:
-        return r.text(name)
+        return _parse(r, where)
     except ReasonError:
         raise
     except PacketError as exc:
         raise malformed(str(exc)) from None
 
 
-def parse(r: Reader, where: int) -> Properties:
+def _parse(r: Reader, where: int) -> Properties:
     """The properties at `r`'s position (their length first) of a packet of type `where` (or WILL): a
     property foreign to it, or of a wrong size, is a Malformed Packet; one repeated (but User Property), a
     boolean not 0 or 1, or a zero where it may not be, a Protocol Error [MQTT-2.2.2-1/2]."""
@@ -219,11 +220,11 @@ def parse(r: Reader, where: int) -> Properties:
         elif kind == VARINT:
             value = read_varint(body, name)
         elif kind == TEXT:
-            value = _text(body, name)
+            value = body.text(name)
         elif kind == BINARY:
             value = body.data(name)
         else:
-            props.user.append((_text(body, name), _text(body, name)))
+            props.user.append((body.text(name), body.text(name)))
             continue
         if pid in props.values:
             raise protocol_error(f"{name} included more than once")

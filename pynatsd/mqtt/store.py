@@ -145,15 +145,15 @@ def qos2_subject(client_id: str, packet_id: int) -> bytes:
     return QOS2_PREFIX + b"%s.%d" % (client_id.encode(), packet_id)
 
 
-def qos2_headers(subject: bytes, flags: int) -> bytes:
+def qos2_headers(subject: bytes, flags: int, extra: bytes = b"") -> bytes:
     """nats-server's headers of a QoS 2 message held until its PUBREL: its QoS and PUBLISH flags, and its
-    subject."""
-    return b"NATS/1.0\r\nNmqtt-Pub:2%x\r\nNmqtt-Subject:%s\r\n\r\n" % (flags & 0x0F, subject)
+    subject; then `extra` header lines (an MQTT 5.0 PUBLISH's properties, pynatsd.mqtt.v5)."""
+    return b"NATS/1.0\r\nNmqtt-Pub:2%x\r\nNmqtt-Subject:%s\r\n%s\r\n" % (flags & 0x0F, subject, extra)
 
 
-def take_qos2(js: JetStream, account: str, subject: bytes) -> tuple[bytes, bool, bytes] | None:
-    """The QoS 2 message held at `subject`, removed: (its subject, RETAIN, payload); None if none is held.
-    ValueError for a message that is not one."""
+def take_qos2(js: JetStream, account: str, subject: bytes) -> tuple[bytes, bool, bytes, bytes] | None:
+    """The QoS 2 message held at `subject`, removed: (its subject, RETAIN, payload, its `extra` header
+    lines); None if none is held. ValueError for a message that is not one."""
     acc = js.accounts.get(account)
     stream = acc.streams.get(QOS2_STREAM) if acc is not None else None
     seq = stream.store.last_for(subject) if stream is not None else 0
@@ -161,9 +161,13 @@ def take_qos2(js: JetStream, account: str, subject: bytes) -> tuple[bytes, bool,
     if stream is None or msg is None:
         return None
     stream.delete_message(seq)
-    fields = dict(line.split(b":", 1) for line in (msg.hdrs or b"").split(b"\r\n")[1:] if b":" in line)
+    lines = [line for line in (msg.hdrs or b"").split(b"\r\n")[1:] if b":" in line]
+    fields = dict(line.split(b":", 1) for line in lines)
+    extra = b"".join(
+        line + b"\r\n" for line in lines if not line.startswith((b"Nmqtt-Pub:", b"Nmqtt-Subject:"))
+    )
     pub, target = fields.get(b"Nmqtt-Pub", b""), fields.get(b"Nmqtt-Subject", b"")
     if not pub.startswith(b"2") or not target:
         raise ValueError("invalid message in QoS2 PUBREL stream")
     flags = int(pub[1:2], 16) if pub[1:2] else 0
-    return target, bool(flags & 0x01), msg.data
+    return target, bool(flags & 0x01), msg.data, extra

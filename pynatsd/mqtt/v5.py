@@ -68,6 +68,14 @@ _CLOSE_REASONS = {
 }
 
 
+HELD_REPLY = b"Nmqtt-Reply:"  # a held QoS 2 or retained message's Response Topic (its reply subject)
+
+
+def nats_headers(qos: int, lines: bytes) -> bytes | None:
+    """The NATS headers of an MQTT 5.0 message with header `lines` (None: `Nmqtt-Pub` alone)."""
+    return b"NATS/1.0\r\nNmqtt-Pub:%d\r\n%s\r\n" % (qos, lines) if lines else None
+
+
 def is_v5(body: bytes) -> bool:
     """Whether a CONNECT's body asks for protocol level 5."""
     return len(body) > 6 and body[:6] == b"\x00\x04MQTT" and body[6] == PROTOCOL_LEVEL
@@ -150,13 +158,14 @@ class V5:
         if connect.will is not None:
             wp = connect.will_properties or Properties()
             self.will_delay = wp.number(props.WILL_DELAY)
-            self.will_headers, self.will_reply = self.headers_of(wp, connect.will.qos)
+            lines, self.will_reply = self.headers_of(wp)
+            self.will_headers = nats_headers(connect.will.qos, lines)
         if not connect.client_id:
             self.assigned = True
 
-    def headers_of(self, p: Properties, qos: int) -> tuple[bytes | None, bytes | None]:
-        """(NATS headers, reply subject) of a PUBLISH's (or will's) properties; None, None when it has
-        none that a NATS message carries. ReasonError for one it cannot carry."""
+    def headers_of(self, p: Properties) -> tuple[bytes, bytes | None]:
+        """(NATS header lines, reply subject or None) of a PUBLISH's (or will's) properties. ReasonError
+        for one a NATS message cannot carry."""
         try:
             lines = props.header_lines(p)
         except ValueError as exc:
@@ -168,9 +177,18 @@ class V5:
                 reply = packets.topic_to_subject(response_topic.encode())
             except PacketError:
                 raise protocol_error(f"invalid Response Topic {response_topic!r}") from None
-        if not lines:
-            return None, reply
-        return f"NATS/1.0\r\nNmqtt-Pub:{qos}\r\n{lines}\r\n".encode(), reply
+        return lines.encode(), reply
+
+    def released(self, extra: bytes) -> tuple[bytes | None, bytes | None]:
+        """(NATS headers, reply) of a QoS 2 message held with `extra` header lines (see `publish`)."""
+        reply = None
+        lines = []
+        for line in extra.split(b"\r\n"):
+            if line.startswith(HELD_REPLY):
+                reply = line[len(HELD_REPLY) :]
+            elif line:
+                lines.append(line + b"\r\n")
+        return nats_headers(2, b"".join(lines)), reply
 
     def connack(self, present: bool, max_payload: int) -> bytes:
         """The CONNACK accepting it (`max_payload`: the longest packet the server takes)."""
@@ -293,7 +311,7 @@ class V5:
                 self._refuse_publish(kind, qos, packet_id, props.PAYLOAD_FORMAT_INVALID, "not UTF-8")
                 return
         try:
-            headers, reply = self.headers_of(p, qos)
+            lines, reply = self.headers_of(p)
         except ReasonError as exc:
             if exc.reason == props.PROTOCOL_ERROR:
                 raise
@@ -304,16 +322,16 @@ class V5:
                 conn._write(ack(kind, packet_id, props.NOT_AUTHORIZED))
             return
         if qos == 2:
-            if headers is not None or reply is not None:
-                self._refuse_publish(kind, qos, packet_id, props.IMPLEMENTATION_SPECIFIC_ERROR, "properties")
-                return
             if packet_id not in self.held_qos2 and len(self.held_qos2) >= RECEIVE_MAXIMUM:
                 raise ReasonError(props.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
             self.held_qos2.add(packet_id)
             conn._hold_qos2(
-                packets.Publish(topic, subject, qos, retain, bool(first & 0x08), packet_id, payload)
+                packets.Publish(topic, subject, qos, retain, bool(first & 0x08), packet_id, payload),
+                lines if reply is None else lines + HELD_REPLY + reply + b"\r\n",
             )
-        elif conn._deliver(topic, subject, payload, qos, retain, headers, reply) and qos == 1:
+        elif (
+            conn._deliver(topic, subject, payload, qos, retain, nats_headers(qos, lines), reply) and qos == 1
+        ):
             conn._write(ack(packets.PUBACK, packet_id, props.SUCCESS))
 
     def _refuse_publish(self, kind: int, qos: int, packet_id: int, reason: int, why: str) -> None:
@@ -430,7 +448,11 @@ class V5:
         for stored_subject, topic, payload, headers, stored_at in found:
             if perms is not None and perms.sub_deny and perms.delivery_denied(stored_subject):
                 continue
-            delivered = props.from_headers(headers, None, None)
+            reply = None
+            for line in headers.split(b"\r\n"):
+                if line.startswith(HELD_REPLY):
+                    reply = line[len(HELD_REPLY) :]
+            delivered = props.from_headers(headers, reply, packets.subject_to_topic(reply or b""))
             if not self._age(delivered, (now - stored_at) // 1_000_000_000):
                 continue
             ids = [sub_id] if sub_id else []

@@ -582,3 +582,49 @@ def test_mosquitto_clients_v5(server: MQTTServer, tmp_path: Path) -> None:
     out, _ = sub.communicate(timeout=10)
     assert out.decode().strip() == "mosq/x hello5 k:v"
     watcher.stop()
+
+
+async def _stored_with_properties(server: MQTTServer) -> None:
+    loop = asyncio.get_running_loop()
+    nc = await nats.connect(server.nats_url)
+    try:
+        got: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def on_msg(msg: Any) -> None:
+            await got.put(msg)
+
+        await nc.subscribe("held.>", cb=on_msg)
+        await nc.flush()
+        publisher = await loop.run_in_executor(None, Paho5, server, "held-pub")
+        publish = _props(
+            PacketTypes.PUBLISH,
+            UserProperty=[("k", "v")],
+            ResponseTopic="held/reply",
+            MessageExpiryInterval=3600,
+            ContentType="text/plain",
+        )
+
+        def qos2_and_retained() -> None:
+            publisher.client.publish("held/q2", b"two", qos=2, properties=publish).wait_for_publish(10)
+            publisher.publish("held/kept", b"kept", publish, retain=True)
+
+        await loop.run_in_executor(None, qos2_and_retained)
+        for topic in ("held.q2", "held.kept"):  # held until PUBREL, and retained: their properties kept
+            msg = await asyncio.wait_for(got.get(), 10)
+            assert (msg.subject, msg.reply) == (topic, "held.reply")
+            assert msg.headers["k"] == "v" and msg.headers["Content-Type"] == "text/plain"
+        late = await loop.run_in_executor(None, Paho5, server, "held-late")
+        await loop.run_in_executor(None, late.subscribe, "held/kept")
+        kept = await loop.run_in_executor(None, late.get)
+        assert (kept.payload, kept.retain, _prop(kept, "UserProperty")) == (b"kept", True, [("k", "v")])
+        assert (_prop(kept, "ResponseTopic"), _prop(kept, "ContentType")) == ("held/reply", "text/plain")
+        assert 3590 < _prop(kept, "MessageExpiryInterval") <= 3600  # what is left of it
+        await loop.run_in_executor(None, lambda: publisher.publish("held/kept", b"", retain=True))
+        for client in (publisher, late):
+            client.stop()
+    finally:
+        await nc.close()
+
+
+def test_held_and_retained_messages_keep_their_properties(server: MQTTServer) -> None:
+    asyncio.run(_stored_with_properties(server))
