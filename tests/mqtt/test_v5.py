@@ -204,12 +204,7 @@ def test_acknowledgements_carry_reason_codes(server: MQTTServer) -> None:
 async def _nats_round_trip(server: MQTTServer) -> None:
     nc = await nats.connect(server.nats_url)
     try:
-        got: asyncio.Queue[Any] = asyncio.Queue()
-
-        async def on_msg(msg: Any) -> None:
-            await got.put(msg)
-
-        await nc.subscribe("props.>", cb=on_msg)
+        got = await nc.subscribe("props.>")
         await nc.flush()
         loop = asyncio.get_running_loop()
         mqtt = await loop.run_in_executor(None, raw5, server, b"props-pub")
@@ -225,7 +220,7 @@ async def _nats_round_trip(server: MQTTServer) -> None:
             user,
         )
         mqtt.publish(b"props/a", b'{"x": 1}', properties)
-        msg = await asyncio.wait_for(got.get(), 10)
+        msg = await got.next_msg(timeout=10)
         assert msg.subject == "props.a" and msg.reply == "props.reply.1" and msg.data == b'{"x": 1}'
         raw = msg.header
         assert raw == {
@@ -588,12 +583,7 @@ async def _stored_with_properties(server: MQTTServer) -> None:
     loop = asyncio.get_running_loop()
     nc = await nats.connect(server.nats_url)
     try:
-        got: asyncio.Queue[Any] = asyncio.Queue()
-
-        async def on_msg(msg: Any) -> None:
-            await got.put(msg)
-
-        await nc.subscribe("held.>", cb=on_msg)
+        got = await nc.subscribe("held.>")
         await nc.flush()
         publisher = await loop.run_in_executor(None, Paho5, server, "held-pub")
         publish = _props(
@@ -610,9 +600,10 @@ async def _stored_with_properties(server: MQTTServer) -> None:
 
         await loop.run_in_executor(None, qos2_and_retained)
         for topic in ("held.q2", "held.kept"):  # held until PUBREL, and retained: their properties kept
-            msg = await asyncio.wait_for(got.get(), 10)
+            msg = await got.next_msg(timeout=10)
             assert (msg.subject, msg.reply) == (topic, "held.reply")
-            assert msg.headers["k"] == "v" and msg.headers["Content-Type"] == "text/plain"
+            assert msg.headers is not None
+            assert (msg.headers["k"], msg.headers["Content-Type"]) == ("v", "text/plain")
         late = await loop.run_in_executor(None, Paho5, server, "held-late")
         await loop.run_in_executor(None, late.subscribe, "held/kept")
         kept = await loop.run_in_executor(None, late.get)
