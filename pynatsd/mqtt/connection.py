@@ -332,6 +332,8 @@ class MQTTConnection(Client):
                     subs = record.get("subs")
                     restored = subs if isinstance(subs, dict) else {}
                     present = True
+                    if self.v5 is not None:
+                        self.v5.restore(record)
             for subject, qos in restored.items():
                 if qos or self._add_filter(subject.encode(), 0) == packets.SUBACK_FAILURE:
                     log.error("%r - subscription %r of the stored session not restored", self, subject)
@@ -355,7 +357,10 @@ class MQTTConnection(Client):
     def _save_session(self, expires: float | None = None) -> None:
         """Store this session's record (nats-server keeps one for clean sessions too, while they last;
         `expires`: when a 5.0 session ends, in epoch seconds)."""
-        record = session_record(self.server.server_id, self.client_id, self.clean, self.session_subs, expires)
+        stored = self.v5.stored if self.v5 is not None else None
+        record = session_record(
+            self.server.server_id, self.client_id, self.clean, self.session_subs, expires, stored
+        )
         subject = self.session_subject
         msg = self._msg
         msg.set(subject, None, size_fields(None, record), None, record, b"MSG " + subject + b" ")

@@ -118,10 +118,16 @@ def load_session(js: JetStream, account: str, subject: bytes) -> tuple[int, dict
 
 
 def session_record(
-    origin: str, client_id: str, clean: bool, subs: dict[str, int], expires: float | None = None
+    origin: str,
+    client_id: str,
+    clean: bool,
+    subs: dict[str, int],
+    expires: float | None = None,
+    v5: dict[str, list[Any]] | None = None,
 ) -> bytes:
     """nats-server's mqttPersistedSession as its json.Marshal writes it (empty fields left out), and
-    pynatsd's `expires` of an MQTT 5.0 session (epoch seconds) that nats-server's reading ignores."""
+    pynatsd's fields of an MQTT 5.0 session that nats-server's reading ignores: `expires` (epoch seconds)
+    and `v5`, its subscriptions' options and shared ones (pynatsd.mqtt.v5)."""
     record: dict[str, Any] = {"origin": origin, "id": client_id}
     if clean:
         record["clean"] = True
@@ -129,6 +135,8 @@ def session_record(
         record["subs"] = dict(sorted(subs.items()))
     if expires is not None:
         record["expires"] = round(expires, 3)
+    if v5:
+        record["v5"] = dict(sorted(v5.items()))
     return json.dumps(record, separators=(",", ":")).encode()
 
 

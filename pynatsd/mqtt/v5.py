@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pynatsd.base.logging import get_logger
 from pynatsd.mqtt import packets
@@ -142,6 +142,8 @@ class V5:
         self.out_aliases: dict[bytes, int] = {}
         self.options: dict[bytes | int, SubOptions] = {}
         self.held_qos2: set[int] = set()
+        # its subscriptions as the session record keeps them: sid -> [subject, share group, options, id]
+        self.stored: dict[str, list[Any]] = {}
 
     # -- CONNECT / CONNACK ----------------------------------------------------------------------------
     def connect(self, connect: packets.Connect) -> None:
@@ -381,9 +383,13 @@ class V5:
                 granted.append(props.NOT_AUTHORIZED)
                 continue
             granted.append(code)
-            opts = SubOptions(bool(options & 0x04), bool(options & 0x08), sub_id)
-            for sid in self._sids(subject, group):
-                self.options[sid] = opts
+            self._set_options(subject, group, options, sub_id)
+            self.stored[self._sid(subject, group).decode()] = [
+                subject.decode(),
+                (group or b"").decode(),
+                options & 0x0C,
+                sub_id,
+            ]
             handling = (options >> 4) & 0x03
             if group is None and (handling == 0 or (handling == 1 and not existed)):
                 retained.append((subject, sub_id))
@@ -396,6 +402,29 @@ class V5:
         conn._save_session()
         for subject, sub_id in retained:
             self.send_retained(subject, sub_id)
+
+    def _set_options(self, subject: bytes, group: bytes | None, options: int, sub_id: int) -> None:
+        opts = SubOptions(bool(options & 0x04), bool(options & 0x08), sub_id)
+        for sid in self._sids(subject, group):
+            self.options[sid] = opts
+
+    def restore(self, record: dict[str, Any]) -> None:
+        """A stored session's 5.0 subscriptions: their options, and the shared ones (the others are in
+        the record's `subs`, as 3.1.1's)."""
+        conn = self.conn
+        stored = record.get("v5")
+        for key, entry in (stored if isinstance(stored, dict) else {}).items():
+            try:
+                subject, group, options, sub_id = entry
+                queue = group.encode() or None
+                restored = conn._add_filter(subject.encode(), 0, queue) != packets.SUBACK_FAILURE
+            except (TypeError, ValueError, AttributeError):
+                restored = False
+            if not restored:
+                log.error("%r - subscription %r of the stored session not restored", conn, key)
+                continue
+            self._set_options(subject.encode(), queue, int(options), int(sub_id))
+            self.stored[key] = entry
 
     def _sid(self, subject: bytes, group: bytes | None) -> bytes:
         return subject if group is None else subject + b" $share " + group
@@ -425,6 +454,7 @@ class V5:
                 found |= sid in conn.subs
                 conn._drop(sid)
                 self.options.pop(sid, None)
+            self.stored.pop(self._sid(subject, group).decode(), None)
             if group is None:
                 conn.session_subs.pop(subject.decode(), None)
             codes.append(props.SUCCESS if found else props.NO_SUBSCRIPTION_EXISTED)

@@ -470,12 +470,20 @@ def test_maximum_packet_size_of_the_client(server: MQTTServer) -> None:
 def test_session_expiry(server: MQTTServer) -> None:
     keep = _props(PacketTypes.CONNECT, SessionExpiryInterval=60)
     first = Paho5(server, "expiring", keep)
-    first.subscribe("expiry/t")
+    first.subscribe("expiry/t", _props(PacketTypes.SUBSCRIBE, SubscriptionIdentifier=7), noLocal=True)
+    first.subscribe("$share/grp/expiry/s")
     first.stop()
     again = Paho5(server, "expiring", keep, clean=False)
     assert again.session_present
-    Paho5(server, "expiry-pub").publish("expiry/t", b"still subscribed")
-    assert again.get().payload == b"still subscribed"
+    publisher = Paho5(server, "expiry-pub")
+    publisher.publish("expiry/t", b"still subscribed")
+    got = again.get()  # with its subscription identifier
+    assert (got.payload, _prop(got, "SubscriptionIdentifier")) == (b"still subscribed", [7])
+    publisher.publish("expiry/s", b"shared too")
+    assert again.get().payload == b"shared too"
+    again.publish("expiry/t", b"no local still")
+    assert again.nothing_more()
+    publisher.stop()
     again.stop(_props(PacketTypes.DISCONNECT, SessionExpiryInterval=0))  # the DISCONNECT ends it
     third = Paho5(server, "expiring", keep, clean=False)
     assert not third.session_present
