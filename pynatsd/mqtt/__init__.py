@@ -1,7 +1,9 @@
 """MQTT 3.1.1 clients (nats-server's `mqtt {}` listener): a feature that takes the Broker.
 
 `packets` is sans-IO (framing, fields, topic <-> subject); `connection` is one client (an asyncio
-protocol and a delivery Client whose frames are PUBLISH packets); `listener` holds the port.
+protocol and a delivery Client whose frames are PUBLISH packets); `listener` holds the port. MQTT 5.0
+clients too: `properties` (sans-IO: 5.0 properties and their NATS headers) and `v5` (what a 5.0
+client's connection adds).
 """
 
 from __future__ import annotations

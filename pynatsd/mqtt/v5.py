@@ -218,9 +218,7 @@ class V5:
         reason = exc.reason if isinstance(exc, ReasonError) else props.MALFORMED_PACKET
         if isinstance(exc, packets.TooLarge):
             reason = props.PACKET_TOO_LARGE
-        if isinstance(exc, packets.ConnectRefused):
-            self.conn._write(self.refused(exc.code))
-        elif not self.conn.connected:
+        if not self.conn.connected:
             self.conn._write(connack(reason))
         else:
             self.conn._write(disconnect(reason))
