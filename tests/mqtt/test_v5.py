@@ -5,6 +5,7 @@ raw client, and paho-mqtt's MQTTv5 client, nats-py and mosquitto's `-V mqttv5` c
 from __future__ import annotations
 
 import asyncio
+import json
 import queue
 import struct
 import subprocess
@@ -21,6 +22,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from pynatsd.mqtt import properties as props
 from pynatsd.mqtt.packets import Reader, split_packet
+from pynatsd.mqtt.store import session_subject
 from tests.mqtt.conftest import MQTTServer, RawClient, connect_packet, packet
 
 # the module's one server: conftest's, pynatsd's only
@@ -467,8 +469,15 @@ def test_maximum_packet_size_of_the_client(server: MQTTServer) -> None:
     assert small.message()[1:] == (b"size/fit", props.Properties(), b"y" * 10)
 
 
+async def _nats_publish(server: MQTTServer, subject: str, data: bytes) -> None:
+    nc = await nats.connect(server.nats_url)
+    await nc.publish(subject, data)
+    await nc.close()
+
+
 def test_session_expiry(server: MQTTServer) -> None:
     keep = _props(PacketTypes.CONNECT, SessionExpiryInterval=60)
+    expiry_60 = props.encode([(props.SESSION_EXPIRY, 60)])
     first = Paho5(server, "expiring", keep)
     first.subscribe("expiry/t", _props(PacketTypes.SUBSCRIBE, SubscriptionIdentifier=7), noLocal=True)
     first.subscribe("$share/grp/expiry/s")
@@ -484,17 +493,28 @@ def test_session_expiry(server: MQTTServer) -> None:
     again.publish("expiry/t", b"no local still")
     assert again.nothing_more()
     publisher.stop()
-    again.stop(_props(PacketTypes.DISCONNECT, SessionExpiryInterval=0))  # the DISCONNECT ends it
-    third = Paho5(server, "expiring", keep, clean=False)
-    assert not third.session_present
-    third.stop()
-    zero = Paho5(server, "expiry-zero")  # Session Expiry Interval 0: the session ends with the connection
-    zero.subscribe("expiry/z")
-    zero.stop()
-    assert not Paho5(server, "expiry-zero", clean=False).session_present
-    brief = Paho5(server, "expiry-brief", _props(PacketTypes.CONNECT, SessionExpiryInterval=1))
-    brief.stop()
-    assert brief.disconnects.get(timeout=10) == 0
+    again.stop()
+    # the DISCONNECT's Session Expiry Interval 0 ends it (raw: its connection closed once it is read)
+    raw = Raw5(server.mqtt_port)
+    assert raw.connect5(client_id=b"expiring", clean=False, properties=expiry_60)[0] == 0
+    assert raw.session_present
+    raw.send(packet(0xE0, b"\x00" + props.encode([(props.SESSION_EXPIRY, 0)])))
+    assert raw.closed()
+    raw = Raw5(server.mqtt_port)
+    assert raw.connect5(client_id=b"expiring", clean=False)[0] == 0
+    assert not raw.session_present
+    assert raw.subscribe([(b"expiry/z", 0)]) == b"\x00"
+    raw.send(b"\xe0\x00")  # Session Expiry Interval 0 (the default): it ends with its connection
+    assert raw.closed()
+    raw = Raw5(server.mqtt_port)
+    assert raw.connect5(client_id=b"expiring", clean=False)[0] == 0
+    assert not raw.session_present
+    # a record past its expiry is no session
+    record = json.dumps({"origin": "x", "id": "expired", "subs": {"a": 0}, "expires": 1}).encode()
+    asyncio.run(_nats_publish(server, session_subject("", "expired").decode(), record))
+    raw = Raw5(server.mqtt_port)
+    assert raw.connect5(client_id=b"expired", clean=False, properties=expiry_60)[0] == 0
+    assert not raw.session_present
     # a DISCONNECT setting an expiry after 0 at CONNECT is a Protocol Error
     raw = raw5(server, b"expiry-raw")
     raw.send(packet(0xE0, b"\x00" + props.encode([(props.SESSION_EXPIRY, 10)])))
