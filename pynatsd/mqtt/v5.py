@@ -48,6 +48,7 @@ RECEIVE_MAXIMUM = 1024
 TOPIC_ALIAS_MAXIMUM = 1024  # (each alias keeps a topic of up to 64 KiB)
 NEVER_EXPIRES = 0xFFFFFFFF
 SHARE_PREFIX = b"$share/"
+_NO_QUEUE_NAME = frozenset(b" \t\r\n\f\v")
 
 # 3.1.1 CONNACK return codes -> 5.0 reason codes
 _REFUSALS = {
@@ -129,7 +130,7 @@ class V5:
     def __init__(self, conn: MQTTConnection) -> None:
         self.conn = conn
         self.session_expiry = 0  # seconds the session outlives the connection (NEVER_EXPIRES: always)
-        self.client_receive_maximum = 65535
+        self.client_receive_maximum = 65535  # (binds once QoS 1/2 deliveries are served; see the module's)
         self.client_max_packet = 0  # 0: no limit but the protocol's
         self.client_alias_maximum = 0
         self.will_delay = 0
@@ -364,6 +365,8 @@ class V5:
                 subject: bytes | None = packets.filter_to_subject(topic_filter)
             except PacketError:
                 subject = None
+            if group is not None and _NO_QUEUE_NAME.intersection(group):
+                subject = None  # (a NATS queue group has no whitespace)
             wanted.append((group, subject, options, options & 0x03))
         if not wanted:
             raise protocol_error("subscribe protocol must contain at least 1 topic filter")
