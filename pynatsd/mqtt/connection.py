@@ -395,7 +395,7 @@ class MQTTConnection(Client):
 
     def _release(self, packet_id: int) -> None:
         """PUBREL: the QoS 2 message held for `packet_id`, if any, is delivered (nats-server's
-        mqttProcessPubRel); PUBCOMP either way."""
+        mqttProcessPubRel); PUBCOMP either way (5.0: with 0x92 when none was held)."""
         js = self.listener.jetstream
         try:
             held = (
@@ -408,6 +408,9 @@ class MQTTConnection(Client):
             subject, retain, payload, extra = held
             headers, reply = (None, None) if self.v5 is None else self.v5.released(extra)
             self._deliver(packets.subject_to_topic(subject), subject, payload, 2, retain, headers, reply)
+        elif self.v5 is not None:  # 5.0: 0x92, packet identifier not found
+            self._write(self.v5.not_found(packet_id))
+            return
         self._write(packets.pubcomp(packet_id))
 
     def _deliver(
@@ -651,7 +654,7 @@ class MQTTConnection(Client):
         if will is not None and self.connected:
             if v5 is None:
                 self._deliver(will.topic, will.subject, will.message, will.qos, will.retain)
-            elif not v5.delay_will(will):
+            elif reason == "Duplicate Client ID" or not v5.delay_will(will):  # (its session ended)
                 v5.publish_will(will)
         if self._timer is not None:
             self._timer.cancel()

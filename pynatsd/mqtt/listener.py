@@ -113,7 +113,7 @@ class MQTTListener:
 
     def take_over(self, conn: MQTTConnection) -> None:
         """`conn` connected: a client already connected with its client ID is closed, without its will
-        [MQTT-3.1.4-2]."""
+        [MQTT-3.1.4-2] (but a 5.0 one's when `conn`'s clean start ends its session)."""
         key = (conn.account, conn.client_id)
         before = self.by_client_id.get(key)
         self.by_client_id[key] = conn
@@ -124,7 +124,8 @@ class MQTTListener:
                 before,
                 conn.client_id,
             )
-            before.will = None
+            if before.v5 is None or not conn.fresh:  # 5.0: a clean start ends its session, will and all
+                before.will = None
             before.close("Duplicate Client ID")
 
     def forget(self, conn: MQTTConnection) -> None:

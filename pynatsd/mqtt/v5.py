@@ -335,6 +335,11 @@ class V5:
         ):
             conn._write(ack(packets.PUBACK, packet_id, props.SUCCESS))
 
+    @staticmethod
+    def not_found(packet_id: int) -> bytes:
+        """The PUBCOMP of a PUBREL for a packet identifier the server holds nothing for."""
+        return ack(packets.PUBCOMP, packet_id, props.PACKET_ID_NOT_FOUND)
+
     def _refuse_publish(self, kind: int, qos: int, packet_id: int, reason: int, why: str) -> None:
         log.error("%r - PUBLISH refused (reason 0x%02x): %s", self.conn, reason, why)
         if qos:

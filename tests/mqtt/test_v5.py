@@ -39,12 +39,14 @@ def _string(value: bytes) -> bytes:
 
 
 def connect5(properties: bytes = b"\x00", **kwargs: Any) -> bytes:
-    """conftest's CONNECT at level 5, with `properties` (after the keep alive)."""
+    """conftest's CONNECT at level 5, with `properties` (after the keep alive) and its will's (none)."""
     raw = connect_packet(level=5, **kwargs)
     split = split_packet(raw, 0, 0)
     assert split is not None
     body = raw[split[1] :]
-    return packet(0x10, body[:10] + properties + body[10:])
+    after_id = 12 + len(kwargs.get("client_id", b""))
+    will_properties = b"\x00" if kwargs.get("will") else b""
+    return packet(0x10, body[:10] + properties + body[10:after_id] + will_properties + body[after_id:])
 
 
 class Raw5(RawClient):
@@ -180,10 +182,23 @@ def test_malformed_packets_get_a_disconnect_with_their_reason(server: MQTTServer
 
 
 def test_session_taken_over(server: MQTTServer) -> None:
-    first = raw5(server, b"taken")
-    raw5(server, b"taken")
+    watcher = raw5(server, b"takeover-watcher")
+    assert watcher.subscribe([(b"takeover/#", 0)]) == b"\x00"
+    will = (b"takeover/will", b"gone")
+    keep = props.encode([(props.SESSION_EXPIRY, 60)])
+    first = Raw5(server.mqtt_port)
+    assert first.connect5(client_id=b"taken", will=will, properties=keep)[0] == 0
+    second = Raw5(server.mqtt_port)  # the session goes on: no will
+    assert second.connect5(client_id=b"taken", will=will, clean=False, properties=keep)[0] == 0
     assert first.reason() == (0xE0, props.SESSION_TAKEN_OVER)
     assert first.closed()
+    assert watcher.ping() == []
+    raw5(server, b"taken")  # a clean start ends the session: its will is published
+    assert second.reason() == (0xE0, props.SESSION_TAKEN_OVER)
+    assert watcher.message()[1:] == (b"takeover/will", props.Properties(), b"gone")
+    # a PUBREL for nothing held: PUBCOMP 0x92
+    watcher.send(b"\x62\x02\x00\x4d")
+    assert watcher.read() == (0x70, b"\x00\x4d" + bytes((props.PACKET_ID_NOT_FOUND,)))
 
 
 def test_acknowledgements_carry_reason_codes(server: MQTTServer) -> None:
