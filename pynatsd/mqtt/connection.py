@@ -37,7 +37,7 @@ from pynatsd.base.listener import peer_address
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Client, Message, Subscription, new_head, publish, size_fields
 from pynatsd.jetstream.errors import ApiError
-from pynatsd.mqtt import delivery, packets
+from pynatsd.mqtt import delivery, packets, properties
 from pynatsd.mqtt.delivery import Delivery, Session
 from pynatsd.mqtt.packets import PacketError
 from pynatsd.mqtt.store import (
@@ -55,6 +55,7 @@ from pynatsd.mqtt.store import (
     session_subject,
     take_qos2,
 )
+from pynatsd.mqtt.v5 import HELD_REPLY, V5, is_v5
 from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
@@ -118,6 +119,9 @@ class MQTTConnection(Client):
         self._fanout = server.fanout.counts
         self.pub_topic = b""  # the topic of the PUBLISH being delivered (its own receivers see it as sent)
         self.pub_subject = b""
+        self.pub_retain = False
+        self.fresh = True  # a clean session (3.1.1) or clean start (5.0): no stored session taken up
+        self.v5: V5 | None = None  # a 5.0 client's state (pynatsd.mqtt.v5)
 
     @property
     def connection_type(self) -> str:
@@ -168,7 +172,7 @@ class MQTTConnection(Client):
                 if not self.connected and start < len(buf):
                     packets.check_first(buf, start)
                 limit = max_payload + _PACKET_SLACK if self.connected else max_payload
-                packet = packets.split_packet(buf, start, limit)
+                packet = packets.split_packet(buf, start, limit, self.v5 is None)
                 if packet is None:
                     break
                 first, body_start, end = packet
@@ -176,11 +180,13 @@ class MQTTConnection(Client):
                 self._packet(first, bytes(buf[body_start:end]))
         except packets.ConnectRefused as exc:
             log.error("%r - %s", self, exc)
-            self._write(packets.connack(exc.code))
+            self._refuse_connect(exc.code)
             self.close("Protocol Violation")
             return
         except PacketError as exc:
             log.error("%r - %s", self, exc)
+            if self.v5 is not None:
+                self.v5.refuse(exc)
             self.close("Protocol Violation")
             return
         except Exception:  # a fault of ours: this connection goes, never the server (nor a replay of it)
@@ -206,7 +212,13 @@ class MQTTConnection(Client):
     def _packet(self, first: int, body: bytes) -> None:
         kind = first & 0xF0
         if not self.connected:
-            self._connect(packets.parse_connect(body))
+            if is_v5(body):
+                self.v5 = V5(self)
+                self._connect(packets.parse_connect(body, properties.parse))
+            else:
+                self._connect(packets.parse_connect(body))
+        elif self.v5 is not None and self.v5.packet(first, body):
+            return
         elif kind == packets.PUBLISH:
             self._publish(packets.parse_publish(first, body))
         elif kind == packets.SUBSCRIBE:
@@ -233,12 +245,15 @@ class MQTTConnection(Client):
 
     def _connect(self, connect: packets.Connect) -> None:
         self.client_id = connect.client_id or event_id()  # a NUID, as nats-server names it
-        if not connect.clean and self.listener.jetstream is None:
+        if self.v5 is not None:
+            self.v5.connect(connect)
+        self.fresh = connect.clean
+        self.clean = connect.clean if self.v5 is None else self.v5.session_expiry == 0
+        if not self.clean and self.listener.jetstream is None:
             log.error("%r - pynatsd keeps persistent MQTT sessions in its own JetStream: none here", self)
-            self._write(packets.connack(packets.SERVER_UNAVAILABLE))
+            self._refuse_connect(packets.SERVER_UNAVAILABLE)
             self.close("Protocol Violation")
             return
-        self.clean = connect.clean
         will = connect.will
         if will is not None and (will.qos or will.retain) and self.listener.jetstream is None:
             raise PacketError("pynatsd keeps MQTT QoS 1/2 and retained wills in its own JetStream: none here")
@@ -280,7 +295,7 @@ class MQTTConnection(Client):
         if identity is None:
             server.stats.auth_failures += 1
             log.error("%r - authentication error", self)
-            self._write(packets.connack(packets.NOT_AUTHORIZED))
+            self._refuse_connect(packets.NOT_AUTHORIZED)
             self.close("Authentication Failure")
             return
         self.user, self.account = identity
@@ -317,17 +332,22 @@ class MQTTConnection(Client):
                 seq, record = found
                 if record.get("id") != self.client_id:
                     log.error("%r - unable to connect: stored session does not match client ID", self)
-                    self._write(packets.connack(packets.IDENTIFIER_REJECTED))
+                    self._refuse_connect(packets.IDENTIFIER_REJECTED)
                     self.close("Protocol Violation")
                     return
                 session.restore(record)
-                if self.clean or record.get("clean"):  # [MQTT-3.1.2-6]: a clean session starts anew
+                expires = record.get("expires")
+                expired = isinstance(expires, (int, float)) and expires <= time.time()
+                # [MQTT-3.1.2-6]: a clean session starts anew (5.0: a clean start, or an expired session)
+                if self.fresh or record.get("clean") or expired:
                     delivery.delete_consumers(js, self.account, session)
                     delete_session(js, self.account, seq)
                 else:
                     subs = record.get("subs")
                     restored = subs if isinstance(subs, dict) else {}
                     present = True
+                    if self.v5 is not None:
+                        self.v5.restore(record)
             for subject, qos in restored.items():
                 code = self._add_filter(subject.encode(), qos) if qos in (0, 1, 2) else packets.SUBACK_FAILURE
                 if code == packets.SUBACK_FAILURE:
@@ -337,16 +357,33 @@ class MQTTConnection(Client):
             self._save_session()
         self.connected = True
         log.debug("%r - Client connected", self)
-        self._write(packets.connack(packets.ACCEPTED, session_present=present))
+        if self.v5 is not None:
+            self.v5.resumed(self.fresh)
+            self._write(self.v5.connack(present, max_payload=server.options.max_payload + _PACKET_SLACK))
+        else:
+            self._write(packets.connack(packets.ACCEPTED, session_present=present))
         if self._keep_alive:
             self._timer = server.loop.call_later(self._keep_alive, self._keep_alive_tick)
 
-    def _save_session(self) -> None:
-        """Store this session's record (nats-server keeps one for clean sessions too, while they last)."""
+    def _refuse_connect(self, code: int) -> None:
+        """CONNACK refusing the CONNECT with 3.1.1 return code `code` (5.0: its reason code)."""
+        self._write(packets.connack(code) if self.v5 is None else self.v5.refused(code))
+
+    def _save_session(self, expires: float | None = None) -> None:
+        """Store this session's record (nats-server keeps one for clean sessions too, while they last;
+        `expires`: when a 5.0 session ends, in epoch seconds)."""
         session = self.session
         cons, pubrel = (session.cons, session.pubrel) if session is not None else ({}, None)
+        stored = self.v5.stored if self.v5 is not None else None
         record = session_record(
-            self.server.server_id, self.client_id, self.clean, self.session_subs, cons, pubrel
+            self.server.server_id,
+            self.client_id,
+            self.clean,
+            self.session_subs,
+            cons,
+            pubrel,
+            expires,
+            stored,
         )
         subject = self.session_subject
         msg = self._msg
@@ -363,11 +400,12 @@ class MQTTConnection(Client):
         elif self._deliver(pub.topic, pub.subject, pub.payload, pub.qos, pub.retain) and pub.qos == 1:
             self._write(packets.puback(pub.packet_id))
 
-    def _hold_qos2(self, pub: packets.Publish) -> None:
+    def _hold_qos2(self, pub: packets.Publish, extra: bytes = b"") -> None:
         """A QoS 2 PUBLISH, as nats-server's mqttStoreQoS2MsgOnce: held in `$MQTT_qos2in` under its packet
-        id (a duplicate is dropped by the stream) until its PUBREL delivers it; PUBREC."""
+        id (a duplicate is dropped by the stream) until its PUBREL delivers it; PUBREC. (`extra`: a 5.0
+        PUBLISH's properties as header lines.)"""
         flags = 0x04 | (0x01 if pub.retain else 0) | (0x08 if pub.dup else 0)
-        headers = qos2_headers(pub.subject, flags)
+        headers = qos2_headers(pub.subject, flags, extra)
         size = len(headers) + len(pub.payload)
         if size > self.server.options.max_payload:
             log.error("%r - maximum payload exceeded: %d vs %d", self, size, self.server.options.max_payload)
@@ -381,7 +419,7 @@ class MQTTConnection(Client):
 
     def _release(self, packet_id: int) -> None:
         """PUBREL: the QoS 2 message held for `packet_id`, if any, is delivered (nats-server's
-        mqttProcessPubRel); PUBCOMP either way."""
+        mqttProcessPubRel); PUBCOMP either way (5.0: with 0x92 when none was held)."""
         js = self.listener.jetstream
         try:
             held = (
@@ -391,18 +429,30 @@ class MQTTConnection(Client):
             self._write(packets.pubcomp(packet_id))
             raise PacketError(str(exc)) from None
         if held is not None:
-            subject, retain, payload = held
-            self._deliver(packets.subject_to_topic(subject), subject, payload, 2, retain)
+            subject, retain, payload, extra = held
+            headers, reply = (None, None) if self.v5 is None else self.v5.released(extra)
+            self._deliver(packets.subject_to_topic(subject), subject, payload, 2, retain, headers, reply)
+        elif self.v5 is not None:  # 5.0: 0x92, packet identifier not found
+            self._write(self.v5.not_found(packet_id))
+            return
         self._write(packets.pubcomp(packet_id))
 
     def _deliver(
-        self, topic: bytes, subject: bytes, payload: bytes, qos: int = 0, retain: bool = False
+        self,
+        topic: bytes,
+        subject: bytes,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        with_headers: bytes | None = None,
+        reply: bytes | None = None,
     ) -> bool:
         """Publish an MQTT message to the account as nats-server does: a NATS message with its
         `Nmqtt-Pub` header, under the client's publish permissions (a denied one is dropped, logged); a
         retained one is first stored in `$MQTT_rmsgs` (an empty one removes it), a QoS 1 one then in
-        `$MQTT_msgs` (pynatsd.mqtt.store). False if refused."""
-        headers = PUB_HEADERS[qos]
+        `$MQTT_msgs` (pynatsd.mqtt.store). A 5.0 PUBLISH's properties are `with_headers` (`Nmqtt-Pub`
+        first) and `reply`. False if refused."""
+        headers = PUB_HEADERS[qos] if with_headers is None else with_headers
         size = len(headers) + len(payload)
         self.in_msgs += 1
         self.in_bytes += size
@@ -411,27 +461,36 @@ class MQTTConnection(Client):
             log.error("%r - maximum payload exceeded: %d vs %d", self, size, max_payload)
             self.close("Maximum Payload Exceeded")
             return False
-        if subject.startswith(RESERVED_PUBLISH) or (
-            self.perms is not None and not self.perms.can_publish(subject)
-        ):
-            log.error('%r - Publish Violation - User "%s", Subject "%s"', self, self.user, subject.decode())
+        if not self.may_publish(subject):
             return True  # (as nats-server: dropped, yet acknowledged)
         msg = self._msg
         if retain:
             flags = (qos << 1) | 0x01
-            kept = retained_headers(topic, flags, not payload, self.server.server_id, self.user)
+            extra = b"" if with_headers is None else with_headers.split(b"\r\n", 2)[2][:-2]
+            if reply is not None:
+                extra += HELD_REPLY + reply + b"\r\n"
+            kept = retained_headers(topic, flags, not payload, self.server.server_id, self.user, extra)
             where = RETAINED_PREFIX + subject
             msg.set(where, None, size_fields(kept, payload), kept, payload, b"MSG " + where + b" ")
             publish(self.sublist, msg, self._fanout)
         sizes = size_fields(headers, payload)
         head = self._heads.get(subject) or new_head(self._heads, subject)
-        msg.set(subject, None, sizes, headers, payload, head)
-        self.pub_topic, self.pub_subject = topic, subject
+        msg.set(subject, reply, sizes, headers, payload, head)
+        self.pub_topic, self.pub_subject, self.pub_retain = topic, subject, retain
         publish(self.sublist, msg, self._fanout)
         if qos:
             stored = MSGS_PREFIX + subject
             msg.set(stored, None, sizes, headers, payload, b"MSG " + stored + b" ")
             publish(self.sublist, msg, self._fanout)
+        return True
+
+    def may_publish(self, subject: bytes) -> bool:
+        """Whether the client may publish to `subject` (a denial is logged)."""
+        if subject.startswith(RESERVED_PUBLISH) or (
+            self.perms is not None and not self.perms.can_publish(subject)
+        ):
+            log.error('%r - Publish Violation - User "%s", Subject "%s"', self, self.user, subject.decode())
+            return False
         return True
 
     def _subscribe(self, body: bytes) -> None:
@@ -461,7 +520,7 @@ class MQTTConnection(Client):
             found += retained(js, self.account, subject[:-2])
         perms = self.perms
         session = self.session
-        for stored_subject, topic, payload, stored_qos in found:
+        for stored_subject, topic, payload, stored_qos, _headers, _stored_at in found:
             if perms is not None and perms.sub_deny and perms.delivery_denied(stored_subject):
                 continue
             qos = min(stored_qos, sub_qos)
@@ -470,24 +529,28 @@ class MQTTConnection(Client):
             self._write(header)
             self._write(payload)
 
-    def _add_filter(self, subject: bytes | None, qos: int) -> int:
-        """Subscribe one filter (a QoS 1/2 one with its consumers); the QoS granted, or SUBACK_FAILURE."""
+    def _add_filter(self, subject: bytes | None, qos: int, queue: bytes | None = None) -> int:
+        """Subscribe one filter (a QoS 1/2 one with its consumers; `queue`: a 5.0 shared subscription's
+        group, granted QoS 0); the QoS granted, or SUBACK_FAILURE."""
         if subject is None or subject.startswith(packets.NATS_PREFIX.encode()):
             return packets.SUBACK_FAILURE
+        if queue is not None:  # (its QoS 1/2 would take a consumer its group shares: none yet)
+            qos = 0
         if qos and (self.session is None or self.listener.jetstream is None):
             log.error("%r - pynatsd keeps MQTT QoS 1/2 subscriptions in its own JetStream: none here", self)
             return packets.SUBACK_FAILURE
         if qos == 2 and not self._ensure_pubrel():
             return packets.SUBACK_FAILURE
-        sids = [(subject, subject)]
+        tag = b"" if queue is None else b" $share " + queue
+        sids = [(subject, subject + tag)]
         if len(subject) > 2 and subject.endswith(b".>"):  # `foo/#` takes `foo` too
-            sids.append((subject[:-2], subject[:-2] + b" fwc"))
+            sids.append((subject[:-2], subject[:-2] + b" fwc" + tag))
         reserved = packets.is_reserved_filter(subject)
         added: list[Subscription] = []
         for sub_subject, sid in sids:
             sub = self.subs.get(sid)
             if sub is None:
-                sub = self._add_sub(sub_subject, sid, reserved)
+                sub = self._add_sub(sub_subject, sid, reserved, queue)
                 if sub is not None:
                     added.append(sub)
             if sub is None or not self._qos_consumer(sub_subject, sid, qos, reserved):
@@ -593,12 +656,14 @@ class MQTTConnection(Client):
         self._drop(str(cfg["deliver_subject"]).encode())
         delivery.delete_consumer(js, self.account, MSGS_STREAM, durable)
 
-    def _add_sub(self, subject: bytes, sid: bytes, reserved: bool) -> Subscription | None:
+    def _add_sub(
+        self, subject: bytes, sid: bytes, reserved: bool, queue: bytes | None = None
+    ) -> Subscription | None:
         """One NATS subscription of a filter under the client's permissions; None if refused."""
-        if self.perms is not None and not self.perms.can_subscribe(subject, None):
+        if self.perms is not None and not self.perms.can_subscribe(subject, queue):
             log.error("%r - subscription violation for %s", self, subject.decode())
             return None
-        sub = Subscription(self, subject, None, sid)
+        sub = Subscription(self, subject, queue, sid)
         try:
             self.sublist.insert(sub)
         except ValueError:  # an invalid subject
@@ -661,13 +726,21 @@ class MQTTConnection(Client):
         if self.sub_qos and sub in self.sub_qos and delivery.message_qos(msg.headers):
             return False
         origin = msg.origin
+        retain = False
         if isinstance(origin, MQTTConnection) and origin.pub_subject == subject:
-            topic = origin.pub_topic
+            topic, retain = origin.pub_topic, origin.pub_retain
         else:
             topic = packets.subject_to_topic(subject)
         payload = msg.payload
-        self._write(packets.publish_header(topic, len(payload)))
-        return self._sent(payload)
+        if self.v5 is not None:
+            packet = self.v5.deliver(sub, msg, topic, retain)
+            if packet is None:
+                return False
+            self._write(packet)
+        else:
+            self._write(packets.publish_header(topic, len(payload)))
+            self._write(payload)
+        return self._sent(len(payload))
 
     def _take_stored(self, found: Delivery, msg: Message) -> bool:
         """A message of a QoS 1/2 filter's consumer (nats-server's mqttDeliverMsgCbQoS12): sent with the
@@ -694,7 +767,8 @@ class MQTTConnection(Client):
         payload = msg.payload
         topic = packets.subject_to_topic(stripped)
         self._write(delivery.publish_header(topic, len(payload), qos, pi, dup, False))
-        return self._sent(payload)
+        self._write(payload)
+        return self._sent(len(payload))
 
     def _take_pubrel(self, msg: Message) -> bool:
         """A PUBREL the session owes (from `$MQTT_out`): sent, its ack reply kept until PUBCOMP."""
@@ -738,11 +812,10 @@ class MQTTConnection(Client):
         msg.set(subject, None, size_fields(headers, payload), headers, payload, b"MSG " + subject + b" ")
         publish(self.sublist, msg, self._fanout)
 
-    def _sent(self, payload: bytes) -> bool:
-        """Write a PUBLISH's payload (after its header); a client past max_pending is a slow consumer."""
+    def _sent(self, size: int) -> bool:
+        """Count a PUBLISH of `size` payload bytes (written); a client past max_pending is a slow consumer."""
         self.out_msgs += 1
-        self.out_bytes += len(payload)
-        self._write(payload)
+        self.out_bytes += size
         transport = self.transport
         if transport is not None and transport.get_write_buffer_size() > self.server.options.max_pending:
             log.error(
@@ -791,8 +864,14 @@ class MQTTConnection(Client):
         self.closed = True  # first: the will's publish (a payload past the limit, say) cannot close it again
         self.close_reason = reason
         will, self.will = self.will, None
+        v5 = self.v5
+        if v5 is not None:
+            v5.closing(reason)
         if will is not None and self.connected:
-            self._deliver(will.topic, will.subject, will.message, will.qos, will.retain)
+            if v5 is None:
+                self._deliver(will.topic, will.subject, will.message, will.qos, will.retain)
+            elif reason == "Duplicate Client ID" or not v5.delay_will(will):  # (its session ended)
+                v5.publish_will(will)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -805,6 +884,10 @@ class MQTTConnection(Client):
             found = load_session(js, self.account, self.session_subject)
             if found is not None and found[1].get("id") == self.client_id:
                 delete_session(js, self.account, found[0])
+        elif self.connected and js is not None and v5 is not None and reason != "Duplicate Client ID":
+            expires = v5.expires()
+            if expires is not None:  # a 5.0 session kept for its Session Expiry Interval
+                self._save_session(expires)
         self.listener.forget(self)
         if self._flush_handle is not None:
             self._flush_handle.cancel()

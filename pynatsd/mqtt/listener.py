@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ssl
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -52,6 +53,8 @@ class MQTTListener:
         self.cert_not_after = ""  # the TLS certificate's expiry (RFC 3339), for /varz
         self.clients: set[MQTTConnection] = set()
         self.by_client_id: dict[tuple[str, str], MQTTConnection] = {}  # (account, client ID) -> client
+        # MQTT 5.0 wills waiting for their delay (pynatsd.mqtt.v5): (account, client ID) -> (timer, publish)
+        self.delayed_wills: dict[tuple[str, str], tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
         self._listener: asyncio.base_events.Server | None = None
         self._auth: Authenticator | None = None
         self._auth_base: Authenticator | None = None
@@ -110,7 +113,7 @@ class MQTTListener:
 
     def take_over(self, conn: MQTTConnection) -> None:
         """`conn` connected: a client already connected with its client ID is closed, without its will
-        [MQTT-3.1.4-2]."""
+        [MQTT-3.1.4-2] (but a 5.0 one's when `conn`'s clean start ends its session)."""
         key = (conn.account, conn.client_id)
         before = self.by_client_id.get(key)
         self.by_client_id[key] = conn
@@ -121,7 +124,8 @@ class MQTTListener:
                 before,
                 conn.client_id,
             )
-            before.will = None
+            if before.v5 is None or not conn.fresh:  # 5.0: a clean start ends its session, will and all
+                before.will = None
             before.close("Duplicate Client ID")
 
     def forget(self, conn: MQTTConnection) -> None:
