@@ -20,6 +20,9 @@ QoS 1 and 2 subscriptions: each a durable JetStream consumer (pynatsd.mqtt.deliv
 sent with a packet identifier and acked in JetStream by the client's PUBACK, or PUBREC, PUBREL and
 PUBCOMP; NATS and QoS 0 messages reach them as QoS 0 (the filter's plain NATS subscription).
 
+An MQTT 5.0 client takes these same paths, its `v5` (pynatsd.mqtt.v5) reading and writing what 5.0
+changes: properties, reason codes, its Receive Maximum over QoS 1/2 deliveries (`Session.held`).
+
 What it refuses, clearly: without JetStream of its own (a clustered server serving its cluster's),
 persistent sessions (CONNACK 3, server unavailable), QoS 1/2 and retained PUBLISH, wills and QoS 1/2
 subscriptions (SUBACK failure 0x80). A malformed packet closes this connection only.
@@ -38,7 +41,7 @@ from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Client, Message, Subscription, new_head, publish, size_fields
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.mqtt import delivery, packets, properties
-from pynatsd.mqtt.delivery import Delivery, Session
+from pynatsd.mqtt.delivery import Delivery, Held, Session
 from pynatsd.mqtt.packets import PacketError
 from pynatsd.mqtt.store import (
     MSGS_PREFIX,
@@ -325,7 +328,8 @@ class MQTTConnection(Client):
         present = False  # a stored session taken up again [MQTT-3.2.2-2]
         if js is not None:
             pending = self.listener.mqtt.max_ack_pending or delivery.DEFAULT_MAX_ACK_PENDING
-            session = self.session = Session(self.client_id, pending)
+            receive_maximum = self.v5.client_receive_maximum if self.v5 is not None else 0
+            session = self.session = Session(self.client_id, pending, receive_maximum)
             self.session_subject = session_subject(self.listener.domain, self.client_id)
             found = load_session(js, self.account, self.session_subject)
             if found is not None:
@@ -480,6 +484,9 @@ class MQTTConnection(Client):
         publish(self.sublist, msg, self._fanout)
         if qos:
             stored = MSGS_PREFIX + subject
+            if reply is not None:  # (a 5.0 Response Topic: kept as a header, a stored message has no reply)
+                headers = headers[:-2] + HELD_REPLY + reply + b"\r\n\r\n"
+                sizes = size_fields(headers, payload)
             msg.set(stored, None, sizes, headers, payload, b"MSG " + stored + b" ")
             publish(self.sublist, msg, self._fanout)
         return True
@@ -605,7 +612,7 @@ class MQTTConnection(Client):
         session.cons[key] = cfg
         inbox = str(cfg["deliver_subject"]).encode()
         sub = self._internal_sub(inbox)
-        self.deliveries[sub] = Delivery(str(cfg["durable_name"]), qos, reserved)
+        self.deliveries[sub] = Delivery(str(cfg["durable_name"]), qos, reserved, sid)
         return True
 
     def _internal_sub(self, subject: bytes) -> Subscription:
@@ -743,15 +750,21 @@ class MQTTConnection(Client):
         return self._sent(len(payload))
 
     def _take_stored(self, found: Delivery, msg: Message) -> bool:
-        """A message of a QoS 1/2 filter's consumer (nats-server's mqttDeliverMsgCbQoS12): sent with the
-        lower of its QoS and the filter's, under a packet identifier its ack reply is kept by; a
-        redelivery with DUP. One the filter may not see is acked, not sent."""
-        session = self.session
-        subject = msg.head[4:-1]  # the stored message's own subject (`$MQTT.msgs.<subject>`)
+        """A message of a QoS 1/2 filter's consumer (nats-server's mqttDeliverMsgCbQoS12)."""
         reply = msg.reply
-        if session is None or not reply or len(subject) <= len(MSGS_PREFIX):
+        if not reply:
             return False
-        qos = min(delivery.message_qos(msg.headers), found.qos)
+        # (its own subject, `$MQTT.msgs.<subject>`: the head's, as `msg` is delivered under the inbox's)
+        return self._send_stored(Held(found, msg.head[4:-1], msg.headers, msg.payload, reply))
+
+    def _send_stored(self, held: Held) -> bool:
+        """Send a consumer's message with the lower of its QoS and the filter's, under a packet identifier
+        its ack reply is kept by; a redelivery with DUP. One the filter may not see (or, to a 5.0 client,
+        one expired or too large) is acked, not sent; one past a 5.0 client's Receive Maximum is held."""
+        session, found, subject, ack = self.session, held.found, held.subject, held.ack
+        if session is None or len(subject) <= len(MSGS_PREFIX):
+            return False
+        qos = min(delivery.message_qos(held.headers), found.qos)
         if not qos:
             return False
         stripped = subject[len(MSGS_PREFIX) :]
@@ -759,16 +772,32 @@ class MQTTConnection(Client):
         if (found.reserved and stripped[:1] == b"$") or (
             perms is not None and perms.sub_deny and perms.delivery_denied(stripped)
         ):
-            self._js_ack(reply)
+            self._js_ack(ack)
             return True
-        pi, dup = session.track_publish(found.durable, reply)
+        if session.must_wait(found.durable, ack):
+            session.hold(held)
+            return True
+        pi, dup = session.track_publish(found.durable, ack)
         if not pi:
             return True  # max_ack_pending in flight: JetStream redelivers it after ack_wait
-        payload = msg.payload
+        payload = held.payload
         topic = packets.subject_to_topic(stripped)
-        self._write(delivery.publish_header(topic, len(payload), qos, pi, dup, False))
-        self._write(payload)
+        if self.v5 is not None:
+            packet = self.v5.stored_packet(held, topic, qos, pi, dup)
+            if packet is None:
+                self._acked(pi)
+                return True
+            self._write(packet)
+        else:
+            self._write(delivery.publish_header(topic, len(payload), qos, pi, dup, False))
+            self._write(payload)
         return self._sent(len(payload))
+
+    def _send_held(self) -> None:
+        """Messages held back by a 5.0 client's Receive Maximum, as acknowledgements free places for them."""
+        session = self.session
+        while session is not None and not self.closed and (held := session.next_held()) is not None:
+            self._send_stored(held)
 
     def _take_pubrel(self, msg: Message) -> bool:
         """A PUBREL the session owes (from `$MQTT_out`): sent, its ack reply kept until PUBCOMP."""
@@ -783,6 +812,8 @@ class MQTTConnection(Client):
         """PUBACK: the QoS 1 message sent as `pi` is acked in JetStream (nats-server's mqttProcessPubAck)."""
         if self.session is not None:
             self._js_ack(self.session.untrack_publish(pi))
+            if self.session.held:
+                self._send_held()
 
     def _received(self, pi: int) -> None:
         """PUBREC: the QoS 2 message sent as `pi` is acked, its PUBREL stored in `$MQTT_out` until the
@@ -800,6 +831,8 @@ class MQTTConnection(Client):
         """PUBCOMP: the PUBREL sent as `pi` is acked in JetStream."""
         if self.session is not None:
             self._js_ack(self.session.untrack_pubrel(pi))
+            if self.session.held:
+                self._send_held()
 
     def _js_ack(self, reply: bytes) -> None:
         if reply:

@@ -17,8 +17,12 @@ adds to a 3.1.1 one (pynatsd.mqtt.connection), its packets and its state.
 - Session Expiry Interval (0: the session ends with the connection; else it is kept that long, the
   DISCONNECT's value taking the CONNECT's place), Will Delay Interval.
 
-Deliveries to a 5.0 client are QoS 0 (pynatsd grants no QoS 1/2 subscriptions yet: a 5.0 SUBSCRIBE asking
-for one is granted QoS 0, as the server may [MQTT-3.8.4-6]), so the client's Receive Maximum never binds.
+- QoS 1/2 subscriptions as 3.1.1's (pynatsd.mqtt.delivery: a durable JetStream consumer each, kept while
+  the session is), their deliveries with the message's properties (its Message Expiry Interval less the
+  time it was stored; not sent once expired) and at most the client's Receive Maximum of them
+  unacknowledged at once, the others held until a PUBACK or PUBCOMP frees a place [MQTT-4.9.0-2]. A
+  PUBACK or PUBREC with an error reason code acknowledges the message all the same (no PUBREL, no
+  redelivery). A shared subscription is granted QoS 0 (its group would have to share a consumer).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pynatsd.base.logging import get_logger
-from pynatsd.mqtt import packets
+from pynatsd.mqtt import delivery, packets
 from pynatsd.mqtt import properties as props
 from pynatsd.mqtt.packets import PacketError, Reader
 from pynatsd.mqtt.properties import Properties, ReasonError, malformed, protocol_error
@@ -38,6 +42,7 @@ from pynatsd.mqtt.store import retained
 if TYPE_CHECKING:
     from pynatsd.broker.delivery import Message, Subscription
     from pynatsd.mqtt.connection import MQTTConnection
+    from pynatsd.mqtt.delivery import Held
 
 log = get_logger()
 
@@ -130,7 +135,7 @@ class V5:
     def __init__(self, conn: MQTTConnection) -> None:
         self.conn = conn
         self.session_expiry = 0  # seconds the session outlives the connection (NEVER_EXPIRES: always)
-        self.client_receive_maximum = 65535  # (binds once QoS 1/2 deliveries are served; see the module's)
+        self.client_receive_maximum = 65535
         self.client_max_packet = 0  # 0: no limit but the protocol's
         self.client_alias_maximum = 0
         self.will_delay = 0
@@ -241,8 +246,16 @@ class V5:
             pid = packets.packet_id(body)
             self.held_qos2.discard(pid)
             self.conn._release(pid)
-        elif kind in (packets.PUBACK, packets.PUBCOMP):
-            packets.packet_id(body)
+        elif kind == packets.PUBACK:  # (an error reason code too: the message is not sent again)
+            self.conn._acked(packets.packet_id(body))
+        elif kind == packets.PUBREC:
+            pid = packets.packet_id(body)
+            if len(body) > 2 and body[2] >= 0x80:  # the exchange ends: no PUBREL [MQTT-4.3.3]
+                self.conn._acked(pid)
+            else:
+                self.conn._received(pid)
+        elif kind == packets.PUBCOMP:
+            self.conn._completed(packets.packet_id(body))
         elif kind == 0xF0:
             raise protocol_error("AUTH without an Authentication Method in the CONNECT")
         else:
@@ -376,7 +389,7 @@ class V5:
         if not wanted:
             raise protocol_error("subscribe protocol must contain at least 1 topic filter")
         granted: list[int] = []
-        retained: list[tuple[bytes, int]] = []
+        retained: list[tuple[bytes, int, int]] = []
         for group, subject, options, qos in wanted:
             if subject is None or subject.startswith(packets.NATS_PREFIX.encode()):
                 granted.append(props.TOPIC_FILTER_INVALID)
@@ -398,7 +411,7 @@ class V5:
             ]
             handling = (options >> 4) & 0x03
             if group is None and (handling == 0 or (handling == 1 and not existed)):
-                retained.append((subject, sub_id))
+                retained.append((subject, sub_id, code))
             if group is None:
                 conn.session_subs[subject.decode()] = code
         conn._write(_packet(packets.SUBACK, struct.pack(">H", packet_id) + b"\x00" + bytes(granted)))
@@ -406,8 +419,8 @@ class V5:
         if js is None:
             return
         conn._save_session()
-        for subject, sub_id in retained:
-            self.send_retained(subject, sub_id)
+        for subject, sub_id, code in retained:
+            self.send_retained(subject, sub_id, code)
 
     def _set_options(self, subject: bytes, group: bytes | None, options: int, sub_id: int) -> None:
         opts = SubOptions(bool(options & 0x04), bool(options & 0x08), sub_id)
@@ -423,7 +436,10 @@ class V5:
             try:
                 subject, group, options, sub_id = entry
                 queue = group.encode() or None
-                restored = conn._add_filter(subject.encode(), 0, queue) != packets.SUBACK_FAILURE
+                # (one not shared is restored from the record's `subs`, with its QoS)
+                restored = (
+                    queue is None or conn._add_filter(subject.encode(), 0, queue) != packets.SUBACK_FAILURE
+                )
             except (TypeError, ValueError, AttributeError):
                 restored = False
             if not restored:
@@ -459,6 +475,7 @@ class V5:
             for sid in self._sids(subject, group):
                 found |= sid in conn.subs
                 conn._drop(sid)
+                conn._drop_consumer(sid)
                 self.options.pop(sid, None)
             self.stored.pop(self._sid(subject, group).decode(), None)
             if group is None:
@@ -470,8 +487,9 @@ class V5:
         if conn.listener.jetstream is not None:
             conn._save_session()
 
-    def send_retained(self, subject: bytes, sub_id: int) -> None:
-        """The retained messages a new subscription matches (RETAIN set), with their properties."""
+    def send_retained(self, subject: bytes, sub_id: int, sub_qos: int) -> None:
+        """The retained messages a new subscription matches (RETAIN set), with their properties, each with
+        the lower of its QoS and the subscription's."""
         conn = self.conn
         js = conn.listener.jetstream
         if js is None:
@@ -480,21 +498,44 @@ class V5:
         if len(subject) > 2 and subject.endswith(b".>"):
             found += retained(js, conn.account, subject[:-2])
         perms = conn.perms
+        session = conn.session
         now = time.time_ns()
-        for stored_subject, topic, payload, _qos, headers, stored_at in found:
+        for stored_subject, topic, payload, stored_qos, headers, stored_at in found:
             if perms is not None and perms.sub_deny and perms.delivery_denied(stored_subject):
                 continue
-            reply = None
-            for line in headers.split(b"\r\n"):
-                if line.startswith(HELD_REPLY):
-                    reply = line[len(HELD_REPLY) :]
-            delivered = props.from_headers(headers, reply, packets.subject_to_topic(reply or b""))
-            if not self._age(delivered, (now - stored_at) // 1_000_000_000):
+            delivered = self._delivered(headers, (now - stored_at) // 1_000_000_000)
+            if delivered is None:
                 continue
+            qos = min(stored_qos, sub_qos)
+            pi = session.track_retained(subject) if qos and session is not None else 0
             ids = [sub_id] if sub_id else []
-            packet = self.publish_packet(topic, payload, True, delivered, ids)
+            packet = self.publish_packet(topic, payload, True, delivered, ids, qos if pi else 0, pi)
             if packet is not None:
                 conn._write(packet)
+            elif pi and session is not None:
+                session.untrack_publish(pi)
+
+    def stored_packet(self, held: Held, topic: bytes, qos: int, packet_id: int, dup: bool) -> bytes | None:
+        """The QoS 1/2 PUBLISH of a consumer's message (as `publish_packet`); None if it is not sent (too
+        large, or expired: its Message Expiry Interval is counted from when it was stored)."""
+        stored_at = delivery.ack_time(held.ack)
+        age = (time.time_ns() - stored_at) // 1_000_000_000 if stored_at else 0
+        delivered = self._delivered(held.headers or b"", max(age, 0))
+        if delivered is None:
+            return None
+        opts = self.options.get(held.found.sid)
+        ids = [opts.subscription_id] if opts is not None and opts.subscription_id else []
+        return self.publish_packet(topic, held.payload, False, delivered, ids, qos, packet_id, dup)
+
+    def _delivered(self, headers: bytes, age: int) -> props.Delivered | None:
+        """The properties of a held message (its Response Topic a `Nmqtt-Reply` header) `age` seconds old;
+        None once expired."""
+        reply = None
+        for line in headers.split(b"\r\n"):
+            if line.startswith(HELD_REPLY):
+                reply = line[len(HELD_REPLY) :]
+        delivered = props.from_headers(headers, reply, packets.subject_to_topic(reply or b""))
+        return delivered if self._age(delivered, age) else None
 
     @staticmethod
     def _age(delivered: props.Delivered, seconds: int) -> bool:
@@ -520,10 +561,18 @@ class V5:
         return self.publish_packet(topic, msg.payload, keep_retain, delivered, ids)
 
     def publish_packet(
-        self, topic: bytes, payload: bytes, retain: bool, delivered: props.Delivered, ids: list[int]
+        self,
+        topic: bytes,
+        payload: bytes,
+        retain: bool,
+        delivered: props.Delivered,
+        ids: list[int],
+        qos: int = 0,
+        packet_id: int = 0,
+        dup: bool = False,
     ) -> bytes | None:
-        """A QoS 0 PUBLISH to the client (with a topic alias where it takes them); None if it would be
-        larger than the client's Maximum Packet Size (not sent, as the spec says)."""
+        """A PUBLISH to the client (with a topic alias where it takes them; `packet_id` with QoS 1/2); None if
+        it would be larger than the client's Maximum Packet Size (not sent, as the spec says)."""
         values = list(delivered.values)
         values += [(props.SUBSCRIPTION_ID, sub_id) for sub_id in ids]
         alias = self.out_aliases.get(topic, 0)
@@ -533,10 +582,10 @@ class V5:
         if alias or new_alias:
             values.append((props.TOPIC_ALIAS, alias or new_alias))
         sent_topic = b"" if alias else topic
-        body = (
-            struct.pack(">H", len(sent_topic)) + sent_topic + props.encode(values, delivered.user) + payload
-        )
-        first = packets.PUBLISH | 0x01 if retain else packets.PUBLISH
+        ident = struct.pack(">H", packet_id) if qos else b""
+        encoded = props.encode(values, delivered.user)
+        body = struct.pack(">H", len(sent_topic)) + sent_topic + ident + encoded + payload
+        first = packets.PUBLISH | (0x08 if dup else 0) | qos << 1 | (0x01 if retain else 0)
         packet = _packet(first, body)
         if self.client_max_packet and len(packet) > self.client_max_packet:
             log.debug("%r - PUBLISH of %d bytes above the client's maximum: not sent", self.conn, len(packet))
