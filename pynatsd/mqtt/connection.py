@@ -33,7 +33,8 @@ from pynatsd.auth.users import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.base.ids import event_id
 from pynatsd.base.listener import peer_address
 from pynatsd.base.logging import get_logger
-from pynatsd.broker.delivery import Client, Message, Subscription, new_head, publish, size_fields
+from pynatsd.broker.connection import _HOLD_AUTH, SlicedReader
+from pynatsd.broker.delivery import Message, Subscription, new_head, publish, size_fields
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.mqtt import packets
 from pynatsd.mqtt.packets import PacketError
@@ -71,15 +72,14 @@ PUB_HEADERS = [b"NATS/1.0\r\nNmqtt-Pub:%d\r\n\r\n" % qos for qos in range(3)]  #
 _PACKET_SLACK = 70_000
 
 
-class MQTTConnection(Client):
-    """An MQTT client connection (see the module docstring)."""
+class MQTTConnection(SlicedReader):
+    """An MQTT client connection (see the module docstring): a reader under the server's one per-turn
+    budget and stall gate, as client connections, routes and leaf nodes are (SlicedReader)."""
 
     def __init__(self, server: Broker, listener: MQTTListener) -> None:
-        super().__init__()
-        self.server = server
+        super().__init__(server)
         self.listener = listener
-        self.cid = server.next_cid()
-        self.transport: asyncio.Transport | None = None
+        self.cid = server.next_cid()  # (the stall gate's producer id too)
         self.ip = ""
         self.port = 0
         self.nonce = ""
@@ -151,35 +151,63 @@ class MQTTConnection(Client):
         if self.closed:
             return
         self._last_in = time.monotonic()
-        buf = self._buf
-        buf += data
-        start = 0
+        if self._input:  # earlier input still waits for its turn: this comes after it
+            self._input.append(data)
+            return
+        self._take_slice(data)
+
+    def _parse_slice(self, data: bytes, start: int, budget: int) -> int:
+        """The packets of `data[start:]` that begin within `budget` bytes (after the partial packet held
+        from earlier reads); return where the rest begins in `data` (SlicedReader's contract). A partial
+        packet at the end is held here; a CONNECT being checked holds the rest (_HOLD_AUTH)."""
+        held = len(self._buf)
+        buf: bytes | bytearray = data
+        pos = start
+        if held:
+            self._buf += memoryview(data)[start:]
+            buf, self._buf, pos = self._buf, bytearray(), 0
+        limit = pos + budget
         max_payload = self.server.options.max_payload
+        scheduler = self.server.scheduler
+        scheduler.reading = True
         try:
-            while not self.closed and not self._authenticating:
-                if not self.connected and start < len(buf):
-                    packets.check_first(buf, start)
-                limit = max_payload + _PACKET_SLACK if self.connected else max_payload
-                packet = packets.split_packet(buf, start, limit)
-                if packet is None:
+            while pos < limit and not self.closed and not self._authenticating:
+                if not self.connected:
+                    packets.check_first(buf, pos)
+                packet = packets.split_packet(
+                    buf, pos, max_payload + _PACKET_SLACK if self.connected else max_payload
+                )
+                if packet is None:  # a partial packet: kept for the next read
+                    self._buf = bytearray(buf[pos:])
+                    pos = len(buf)
                     break
                 first, body_start, end = packet
-                start = end
+                pos = end
                 self._packet(first, bytes(buf[body_start:end]))
         except packets.ConnectRefused as exc:
             log.error("%r - %s", self, exc)
             self._write(packets.connack(exc.code))
             self.close("Protocol Violation")
-            return
         except PacketError as exc:
             log.error("%r - %s", self, exc)
             self.close("Protocol Violation")
-            return
         except Exception:  # a fault of ours: this connection goes, never the server (nor a replay of it)
             log.exception("%r - unexpected error while processing MQTT data", self)
             self.close("Protocol Violation")
-            return
-        del buf[:start]
+        finally:
+            scheduler.reading = False
+            scheduler.read_done()
+            scheduler.stall.after_read(self)
+        if self.closed:
+            return len(data)
+        if self._authenticating:
+            self.hold_reading(_HOLD_AUTH)
+        if not held:
+            return pos
+        if pos < held:  # stopped inside the held packet (cannot happen: it completes first): keep it all
+            self._buf = bytearray(buf[pos:held])
+            return start
+        return start + pos - held
 
     def eof_received(self) -> bool | None:
         return None
@@ -259,8 +287,7 @@ class MQTTConnection(Client):
             log.error("%r - authentication check failed: %s", self, exc)
             identity = None
         self._authenticated(identity)
-        if not self.closed and self._buf:
-            self.data_received(b"")
+        self.release_reading(_HOLD_AUTH)  # the packets after the CONNECT wait in _input
 
     def _authenticated(self, identity: tuple[str, str] | None) -> None:
         server = self.server
@@ -596,6 +623,8 @@ class MQTTConnection(Client):
             if found is not None and found[1].get("id") == self.client_id:
                 delete_session(js, self.account, found[0])
         self.listener.forget(self)
+        self.server.scheduler.stall.forget(self)
+        self._input, self._buf = [], bytearray()  # input still waiting for its turn goes with it
         if self._flush_handle is not None:
             self._flush_handle.cancel()
         self._flush()
