@@ -118,6 +118,7 @@ class ServerStats:
         self.routes: Collection[Counted] = ()  # the open route connections (the route manager's)
         self.leafs: Collection[Counted] = ()  # the open leaf node connections (pynatsd.leafnodes), as routes
         self.gateways: Collection[Counted] = ()  # the open gateway connections (pynatsd.gateways), as routes
+        self.mqtt: Collection[Counted] = ()  # the open MQTT clients (pynatsd.mqtt): clients, as nats-server's
         self.closed_routes = ClosedTotals()
         self.slow_consumers = 0
         self.stale_connections = 0
@@ -132,7 +133,9 @@ class ServerStats:
         return self._stall.stalled_total
 
     def _total(self, field: str) -> int:
-        return int(getattr(self.closed, field)) + sum(int(getattr(c, field)) for c in self._clients.values())
+        mqtt = sum(int(getattr(c, field)) for c in self.mqtt)
+        clients = sum(int(getattr(c, field)) for c in self._clients.values())
+        return int(getattr(self.closed, field)) + clients + mqtt
 
     def _routed(self, field: str) -> int:
         links = sum(int(getattr(r, field)) for r in self.routes)

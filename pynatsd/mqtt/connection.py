@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
 from pynatsd.auth.users import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.base.ids import event_id
 from pynatsd.base.listener import peer_address
 from pynatsd.base.logging import get_logger
+from pynatsd.base.tls import session_info
 from pynatsd.broker.connection import _HOLD_AUTH, SlicedReader
 from pynatsd.broker.delivery import Message, Subscription, new_head, publish, size_fields
 from pynatsd.jetstream.errors import ApiError
@@ -91,6 +93,18 @@ class MQTTConnection(SlicedReader):
         self.close_reason = ""
         self.in_msgs = 0
         self.in_bytes = 0
+        # Deliveries to it: not in out_msgs/out_bytes, which nats-server leaves at 0 for MQTT clients
+        # (its deliveries to them are internal callbacks); in pynatsd_mqtt_messages_out.
+        self.delivered_msgs = 0
+        self.delivered_bytes = 0
+        # /connz fields, as a client connection's (pynatsd.broker.connection.Connection)
+        self.start = datetime.now(UTC)
+        self.stop: datetime | None = None
+        self.rtt: float | None = None
+        self.name = self.lang = self.version = ""
+        self.tls_version = self.tls_cipher = ""
+        self.tls_first = False
+        self.is_websocket = False
         self.sublist: Sublist[Subscription] = server.sublist
         self.subs: dict[bytes, Subscription] = {}  # sid (the filter's subject, or `subject fwc`) -> sub
         self.reserved: set[Subscription] = set()  # filters starting with a wildcard: no `$` subjects
@@ -102,7 +116,7 @@ class MQTTConnection(SlicedReader):
         self._pending: list[bytes] = []  # packets written at the end of this turn of the loop
         self._flush_handle: asyncio.Handle | None = None
         self._keep_alive = 0.0  # seconds without input that close the connection (0: none)
-        self._last_in = time.monotonic()
+        self._start_mono = self._last_in = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
         self._authenticating = False
         self._heads: dict[bytes, bytes] = server.msg_heads
@@ -119,6 +133,22 @@ class MQTTConnection(SlicedReader):
     def __repr__(self) -> str:
         tag = f"{self.ip}:{self.port} - mid:{self.cid}"
         return f'{tag} - "{self.client_id}"' if self.client_id else tag
+
+    @property
+    def last_activity(self) -> datetime:
+        """Wall-clock time of the last bytes received (/connz)."""
+        return self.start + timedelta(seconds=self._last_in - self._start_mono)
+
+    @property
+    def pending_bytes(self) -> int:
+        transport = self.transport
+        queued = sum(len(data) for data in self._pending)
+        return queued + (transport.get_write_buffer_size() if transport is not None else 0)
+
+    @property
+    def mqtt_client(self) -> str:
+        """Its MQTT client ID once its CONNECT is taken (/connz `mqtt_client`)."""
+        return self.client_id if self.connected else ""
 
     def authenticator(self) -> Authenticator:
         return self.listener.authenticator()
@@ -141,6 +171,7 @@ class MQTTConnection(SlicedReader):
             self.close("Maximum Connections Exceeded")
             return
         self.listener.clients.add(self)
+        self.tls_version, self.tls_cipher = session_info(self.transport)
         server.stats.total_connections += 1
         log.debug("%r - Client connection created", self)
         if self.authenticator().required:
@@ -413,7 +444,7 @@ class MQTTConnection(SlicedReader):
         headers = PUB_HEADERS[qos]
         size = len(headers) + len(payload)
         self.in_msgs += 1
-        self.in_bytes += size
+        self.in_bytes += size - 2  # as nats-server counts it: less a CR LF that an MQTT message does not have
         max_payload = self.server.options.max_payload
         if size > max_payload:
             log.error("%r - maximum payload exceeded: %d vs %d", self, size, max_payload)
@@ -558,8 +589,8 @@ class MQTTConnection(SlicedReader):
         else:
             topic = packets.subject_to_topic(subject)
         payload = msg.payload
-        self.out_msgs += 1
-        self.out_bytes += len(payload)
+        self.delivered_msgs += 1
+        self.delivered_bytes += len(payload)
         self._write(packets.publish_header(topic, len(payload)))
         self._write(payload)
         transport = self.transport
@@ -609,14 +640,17 @@ class MQTTConnection(SlicedReader):
             return
         self.closed = True  # first: the will's publish (a payload past the limit, say) cannot close it again
         self.close_reason = reason
+        self.stop = datetime.now(UTC)
         will, self.will = self.will, None
         if will is not None and self.connected:
             self._deliver(will.topic, will.subject, will.message, will.qos, will.retain)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for sub in list(self.subs.values()):
+        kept = dict(self.subs)
+        for sub in kept.values():
             self.remove_sub(sub)
+        self.subs = kept  # (what /connz?state=closed counts, as nats-server)
         js = self.listener.jetstream
         if self.connected and self.clean and js is not None:  # a clean session ends with its connection
             found = load_session(js, self.account, self.session_subject)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ssl
+from collections import deque
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -51,6 +52,10 @@ class MQTTListener:
         self.tls_timeout: float = DEFAULT_TLS_TIMEOUT  # (nats-server shows its default without TLS too)
         self.cert_not_after = ""  # the TLS certificate's expiry (RFC 3339), for /varz
         self.clients: set[MQTTConnection] = set()
+        # The last closed ones, for /connz?state=closed (beside the server's ring of client connections)
+        self.closed: deque[MQTTConnection] = deque(maxlen=server.options.max_closed_clients)
+        self.closed_delivered = (0, 0)  # messages and bytes delivered to the closed ones (/metrics)
+        self.closed_in_msgs = 0  # PUBLISHes received from the closed ones (/metrics)
         self.by_client_id: dict[tuple[str, str], MQTTConnection] = {}  # (account, client ID) -> client
         self._listener: asyncio.base_events.Server | None = None
         self._auth: Authenticator | None = None
@@ -74,6 +79,7 @@ class MQTTListener:
         if tls is not None:
             self.tls_timeout = tls.tls_timeout
             self.cert_not_after = cert_not_after(tls.tls_cert)
+        self.server.stats.mqtt = self.clients  # their counters in /varz while they are open
         self._listener = await self.server.loop.create_server(
             lambda: cast(asyncio.Protocol, MQTTConnection(self.server, self)),
             host=mqtt.host or None,
@@ -134,6 +140,18 @@ class MQTTListener:
         stats.closed.in_bytes += conn.in_bytes
         stats.closed.out_msgs += conn.out_msgs
         stats.closed.out_bytes += conn.out_bytes
+        msgs, size = self.closed_delivered
+        self.closed_delivered = (msgs + conn.delivered_msgs, size + conn.delivered_bytes)
+        self.closed_in_msgs += conn.in_msgs
+        self.closed.append(conn)
+
+    def delivered(self) -> tuple[int, int]:
+        """Messages and bytes delivered to MQTT clients so far (open and closed)."""
+        msgs, size = self.closed_delivered
+        for conn in self.clients:
+            msgs += conn.delivered_msgs
+            size += conn.delivered_bytes
+        return msgs, size
 
     def account_connections(self, account: str) -> int:
         return sum(1 for c in self.clients if c.connected and not c.closed and c.account == account)
