@@ -299,7 +299,9 @@ class Broker:
         """Register a new connection; False when max_connections is reached."""
         limit = self.options.max_connections
         # nats-server's meaning: negative (`max_connections: 0` in a file) refuses everyone; 0 = no limit.
-        if limit < 0 or (limit > 0 and len(self.clients) >= limit and not self._reap_closed_peers(limit)):
+        # MQTT clients count too (nats-server's clients map holds them).
+        full = limit > 0 and len(self.clients) + len(self.stats.mqtt) >= limit
+        if limit < 0 or (full and not self._reap_closed_peers(limit)):
             log.error("%r - maximum connections exceeded", conn)
             return False
         self.clients[conn.cid] = conn
@@ -313,7 +315,7 @@ class Broker:
         for other in [c for c in self.clients.values() if not c.connected]:
             if other.transport is not None and peer_closed(other.transport):
                 other.close(CLIENT_CLOSED)
-        return len(self.clients) < limit
+        return len(self.clients) + len(self.stats.mqtt) < limit
 
     def forget(self, conn: Connection) -> None:
         """Called once when a connection closes."""
