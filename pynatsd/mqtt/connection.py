@@ -128,7 +128,7 @@ class MQTTConnection(SlicedReader):
     @property
     def connection_type(self) -> str:
         """nats-server's connection type, for users' `allowed_connection_types`."""
-        return "MQTT"
+        return "MQTT_WS" if self.is_websocket else "MQTT"
 
     def __repr__(self) -> str:
         tag = f"{self.ip}:{self.port} - mid:{self.cid}"

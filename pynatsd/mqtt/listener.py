@@ -94,6 +94,13 @@ class MQTTListener:
         self.scheme = "tls" if ctx is not None else "mqtt"
         log.info("Listening for MQTT clients on %s://%s:%d", self.scheme, mqtt.host, self.port)
 
+    def accept_websocket(self) -> MQTTConnection:
+        """A client of the `websocket {}` port's `/mqtt` path (nats-server's MQTT over WebSocket): this
+        listener's client, its frames undone by the WebSocket listener."""
+        conn = MQTTConnection(self.server, self)
+        conn.is_websocket = True
+        return conn
+
     def authenticator(self) -> Authenticator:
         """The server's users, with this block's single user, token or no_auth_user in place of the
         server's when it sets any (nats-server's authOverride); rebuilt when the server's is (a reload)."""
