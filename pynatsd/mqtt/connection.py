@@ -30,6 +30,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
+from pynatsd.auth.jwt import JwtError, decode
 from pynatsd.auth.users import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.base.ids import event_id
 from pynatsd.base.listener import peer_address
@@ -72,6 +73,18 @@ PUB_HEADERS = [b"NATS/1.0\r\nNmqtt-Pub:%d\r\n\r\n" % qos for qos in range(3)]  #
 # A CONNECT's bound is max_payload (nats-server's); later packets may be a max_payload PUBLISH and its
 # header, topic and nats-server's `Nmqtt-Pub` header, so anything much longer is refused at its header.
 _PACKET_SLACK = 70_000
+
+
+def _is_user_jwt(password: str) -> bool:
+    """nats-server takes an MQTT password that decodes as a user JWT (its signature by its issuer checked)
+    as the client's JWT: operator mode then admits a bearer one (an MQTT client cannot sign a nonce)."""
+    if password.count(".") != 2:
+        return False
+    try:
+        decode(password, "user")
+    except JwtError:
+        return False
+    return True
 
 
 class MQTTConnection(SlicedReader):
@@ -118,6 +131,7 @@ class MQTTConnection(SlicedReader):
         self._keep_alive = 0.0  # seconds without input that close the connection (0: none)
         self._start_mono = self._last_in = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
+        self._expiry: asyncio.TimerHandle | None = None  # a JWT user's authentication ends
         self._authenticating = False
         self._heads: dict[bytes, bytes] = server.msg_heads
         self._msg = Message(self)
@@ -293,7 +307,12 @@ class MQTTConnection(SlicedReader):
             raise PacketError("pynatsd keeps MQTT QoS 1/2 and retained wills in its own JetStream: none here")
         password = connect.password or ""
         self.opts = ConnectOptions(
-            verbose=False, pedantic=False, user=connect.username or "", password=password, auth_token=password
+            verbose=False,
+            pedantic=False,
+            user=connect.username or "",
+            password=password,
+            auth_token=password,
+            jwt=password if _is_user_jwt(password) else "",  # MQTT has no field of its own for it
         )
         self._keep_alive = connect.keep_alive * 1.5
         self.will = will
@@ -334,6 +353,10 @@ class MQTTConnection(SlicedReader):
         self.user, self.account = identity
         self.perms = self.authenticator().permissions(self.user)
         self.sublist = server.sublist_for(self.account)
+        if server.links is not None and server.auth.jwt is not None:
+            server.links.ensure(self.account)  # operator mode: its account's imports, as its JWT has them
+        if not self._apply_grant():
+            return
         js = self.listener.jetstream
         if js is not None:
             try:
@@ -383,6 +406,30 @@ class MQTTConnection(SlicedReader):
         self._write(packets.connack(packets.ACCEPTED, session_present=present))
         if self._keep_alive:
             self._timer = server.loop.call_later(self._keep_alive, self._keep_alive_tick)
+
+    def _apply_grant(self) -> bool:
+        """A JWT user's expiry (its connection closes then, as nats-server's); False (closed) for a user
+        with a subscription or payload limit of its own, which pynatsd does not apply to MQTT clients yet."""
+        grant = self.authenticator().grant(self.user)
+        if grant is None:
+            return True
+        if grant.subs >= 0 or grant.payload >= 0:
+            log.error(
+                "%r - pynatsd does not apply a JWT user's subs or payload limit to MQTT clients yet", self
+            )
+            self._write(packets.connack(packets.SERVER_UNAVAILABLE))
+            self.close("Protocol Violation")
+            return False
+        if grant.expires_in > 0:
+            self._expiry = self.server.loop.call_later(
+                grant.expires_in, self._auth_expired, grant.expiry_error
+            )
+        return True
+
+    def _auth_expired(self, err_text: str) -> None:
+        self._expiry = None
+        log.error("%r - %s", self, err_text)
+        self.close("Authentication Expired")
 
     def _save_session(self) -> None:
         """Store this session's record (nats-server keeps one for clean sessions too, while they last)."""
@@ -644,9 +691,10 @@ class MQTTConnection(SlicedReader):
         will, self.will = self.will, None
         if will is not None and self.connected:
             self._deliver(will.topic, will.subject, will.message, will.qos, will.retain)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._expiry):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._expiry = None
         kept = dict(self.subs)
         for sub in kept.values():
             self.remove_sub(sub)
