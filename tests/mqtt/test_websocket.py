@@ -1,6 +1,7 @@
 """MQTT over WebSocket, against pynatsd and nats-server: the `websocket {}` port takes MQTT clients on a
 path ending in `/mqtt` (answered with the `mqtt` subprotocol), paho-mqtt's websockets transport talks to
-TCP MQTT clients both ways, the client is an MQTT client in /connz; without an `mqtt {}` port the path is
+TCP MQTT clients both ways, the client is an MQTT client in /connz, a user allowed MQTT_WS connections
+only gets in that way; without an `mqtt {}` port the path is
 refused (404)."""
 
 from __future__ import annotations
@@ -14,12 +15,26 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.mqtt.conftest import CONFIG, KINDS, MQTTServer, start_mqtt_server
+from tests.mqtt.conftest import KINDS, MQTTServer, RawClient, start_mqtt_server
 from tests.mqtt.test_differential import Paho
 from tests.servers import free_port
 from tests.websocket.servers import start_ws_server, wait_listening
 
-WEBSOCKET = "websocket {{ host: 127.0.0.1, port: %d, no_tls: true }}\n"
+# The conftest's accounts, with wsonly (MQTT over WebSocket only) in account A, and a websocket port.
+WS_CONFIG = """
+jetstream {{ store_dir: "{store}" }}
+accounts {{
+  A {{
+    jetstream: enabled
+    users = [
+      {{ user: alice, password: pw }}
+      {{ user: wsonly, password: pw, allowed_connection_types: ["MQTT_WS"] }}
+    ]
+  }}
+}}
+mqtt {{ host: 127.0.0.1, port: {mqtt_port}, no_auth_user: alice }}
+websocket {{ host: 127.0.0.1, port: %d, no_tls: true }}
+"""
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -27,7 +42,7 @@ def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[MQTTServer, int]]:
     ws_port = free_port()
-    config = CONFIG + WEBSOCKET % ws_port
+    config = WS_CONFIG % ws_port
     started = start_mqtt_server(request.param, tmp_path_factory.mktemp(request.param), config)
     try:
         wait_listening(ws_port, started.server)
@@ -82,6 +97,18 @@ def test_paho_over_websocket_both_ways(server: tuple[MQTTServer, int]) -> None:
     finally:
         over_ws.stop()
         over_tcp.stop()
+
+
+def test_a_user_allowed_mqtt_over_websocket_only(server: tuple[MQTTServer, int]) -> None:
+    mqtt_server, ws_port = server
+    over_tcp = RawClient(mqtt_server.mqtt_port)
+    assert over_tcp.connect(client_id=b"wsonly-tcp", user=b"wsonly", password=b"pw") == 5
+    over_tcp.close()
+    over_ws = Paho(mqtt_server, "wsonly-ws", user="wsonly", websocket_port=ws_port)
+    try:
+        assert over_ws.subscribe("ws/only") == [0]  # (a SUBACK: connected)
+    finally:
+        over_ws.stop()
 
 
 @pytest.mark.parametrize("kind", KINDS)
