@@ -190,13 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=16)
     ap.add_argument("--count0", type=int, default=500_000, help="messages per QoS 0 run")
     ap.add_argument("--count1", type=int, default=100_000, help="messages per QoS 1 run")
+    ap.add_argument("--brokers", default="pynatsd,nats-server,mosquitto", help="nats-server is always one")
     ap.add_argument("--smoke", action="store_true", help="seconds-long: tiny counts, one rep")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args(argv)
     if args.smoke:
         args.reps, args.count0, args.count1 = 1, 5_000, 2_000
     tmp = Path(tempfile.mkdtemp(prefix="bench-mqtt-"))
-    kinds = ("pynatsd", "nats-server", "mosquitto")
+    kinds = tuple(dict.fromkeys([*args.brokers.split(","), "nats-server"]))  # (the ratios' reference)
     brokers: dict[str, Broker] = {}
     rows: list[dict[str, Any]] = []
     try:
