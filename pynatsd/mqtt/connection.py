@@ -32,13 +32,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
+from pynatsd.auth.jwt import JwtError, decode
 from pynatsd.auth.users import DEFAULT_ACCOUNT, Authenticator
 from pynatsd.base.ids import event_id
 from pynatsd.base.listener import peer_address
 from pynatsd.base.logging import get_logger
-from pynatsd.broker.delivery import Client, Message, Subscription, new_head, publish, size_fields
+from pynatsd.base.tls import session_info
+from pynatsd.broker.connection import _HOLD_AUTH, SlicedReader
+from pynatsd.broker.delivery import Message, Subscription, new_head, publish, size_fields
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.mqtt import delivery, packets, properties
 from pynatsd.mqtt.delivery import Delivery, Held, Session
@@ -79,15 +83,26 @@ PUB_HEADERS = [b"NATS/1.0\r\nNmqtt-Pub:%d\r\n\r\n" % qos for qos in range(3)]  #
 _PACKET_SLACK = 70_000
 
 
-class MQTTConnection(Client):
-    """An MQTT client connection (see the module docstring)."""
+def _is_user_jwt(password: str) -> bool:
+    """nats-server takes an MQTT password that decodes as a user JWT (its signature by its issuer checked)
+    as the client's JWT: operator mode then admits a bearer one (an MQTT client cannot sign a nonce)."""
+    if password.count(".") != 2:
+        return False
+    try:
+        decode(password, "user")
+    except JwtError:
+        return False
+    return True
+
+
+class MQTTConnection(SlicedReader):
+    """An MQTT client connection (see the module docstring): a reader under the server's one per-turn
+    budget and stall gate, as client connections, routes and leaf nodes are (SlicedReader)."""
 
     def __init__(self, server: Broker, listener: MQTTListener) -> None:
-        super().__init__()
-        self.server = server
+        super().__init__(server)
         self.listener = listener
-        self.cid = server.next_cid()
-        self.transport: asyncio.Transport | None = None
+        self.cid = server.next_cid()  # (the stall gate's producer id too)
         self.ip = ""
         self.port = 0
         self.nonce = ""
@@ -99,6 +114,18 @@ class MQTTConnection(Client):
         self.close_reason = ""
         self.in_msgs = 0
         self.in_bytes = 0
+        # Deliveries to it: not in out_msgs/out_bytes, which nats-server leaves at 0 for MQTT clients
+        # (its deliveries to them are internal callbacks); in pynatsd_mqtt_messages_out.
+        self.delivered_msgs = 0
+        self.delivered_bytes = 0
+        # /connz fields, as a client connection's (pynatsd.broker.connection.Connection)
+        self.start = datetime.now(UTC)
+        self.stop: datetime | None = None
+        self.rtt: float | None = None
+        self.name = self.lang = self.version = ""
+        self.tls_version = self.tls_cipher = ""
+        self.tls_first = False
+        self.is_websocket = False
         self.sublist: Sublist[Subscription] = server.sublist
         self.subs: dict[bytes, Subscription] = {}  # sid (the filter's subject, or `subject fwc`) -> sub
         self.reserved: set[Subscription] = set()  # filters starting with a wildcard: no `$` subjects
@@ -114,8 +141,9 @@ class MQTTConnection(Client):
         self._pending: list[bytes] = []  # packets written at the end of this turn of the loop
         self._flush_handle: asyncio.Handle | None = None
         self._keep_alive = 0.0  # seconds without input that close the connection (0: none)
-        self._last_in = time.monotonic()
+        self._start_mono = self._last_in = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
+        self._expiry: asyncio.TimerHandle | None = None  # a JWT user's authentication ends
         self._authenticating = False
         self._heads: dict[bytes, bytes] = server.msg_heads
         self._msg = Message(self)
@@ -129,11 +157,27 @@ class MQTTConnection(Client):
     @property
     def connection_type(self) -> str:
         """nats-server's connection type, for users' `allowed_connection_types`."""
-        return "MQTT"
+        return "MQTT_WS" if self.is_websocket else "MQTT"
 
     def __repr__(self) -> str:
         tag = f"{self.ip}:{self.port} - mid:{self.cid}"
         return f'{tag} - "{self.client_id}"' if self.client_id else tag
+
+    @property
+    def last_activity(self) -> datetime:
+        """Wall-clock time of the last bytes received (/connz)."""
+        return self.start + timedelta(seconds=self._last_in - self._start_mono)
+
+    @property
+    def pending_bytes(self) -> int:
+        transport = self.transport
+        queued = sum(len(data) for data in self._pending)
+        return queued + (transport.get_write_buffer_size() if transport is not None else 0)
+
+    @property
+    def mqtt_client(self) -> str:
+        """Its MQTT client ID once its CONNECT is taken (/connz `mqtt_client`)."""
+        return self.client_id if self.connected else ""
 
     def authenticator(self) -> Authenticator:
         return self.listener.authenticator()
@@ -156,6 +200,7 @@ class MQTTConnection(Client):
             self.close("Maximum Connections Exceeded")
             return
         self.listener.clients.add(self)
+        self.tls_version, self.tls_cipher = session_info(self.transport)
         server.stats.total_connections += 1
         log.debug("%r - Client connection created", self)
         if self.authenticator().required:
@@ -166,37 +211,65 @@ class MQTTConnection(Client):
         if self.closed:
             return
         self._last_in = time.monotonic()
-        buf = self._buf
-        buf += data
-        start = 0
+        if self._input:  # earlier input still waits for its turn: this comes after it
+            self._input.append(data)
+            return
+        self._take_slice(data)
+
+    def _parse_slice(self, data: bytes, start: int, budget: int) -> int:
+        """The packets of `data[start:]` that begin within `budget` bytes (after the partial packet held
+        from earlier reads); return where the rest begins in `data` (SlicedReader's contract). A partial
+        packet at the end is held here; a CONNECT being checked holds the rest (_HOLD_AUTH)."""
+        held = len(self._buf)
+        buf: bytes | bytearray = data
+        pos = start
+        if held:
+            self._buf += memoryview(data)[start:]
+            buf, self._buf, pos = self._buf, bytearray(), 0
+        limit = pos + budget
         max_payload = self.server.options.max_payload
+        scheduler = self.server.scheduler
+        scheduler.reading = True
         try:
-            while not self.closed and not self._authenticating:
-                if not self.connected and start < len(buf):
-                    packets.check_first(buf, start)
-                limit = max_payload + _PACKET_SLACK if self.connected else max_payload
-                packet = packets.split_packet(buf, start, limit, self.v5 is None)
-                if packet is None:
+            while pos < limit and not self.closed and not self._authenticating:
+                if not self.connected and pos < len(buf):
+                    packets.check_first(buf, pos)
+                packet = packets.split_packet(
+                    buf, pos, max_payload + _PACKET_SLACK if self.connected else max_payload, self.v5 is None
+                )
+                if packet is None:  # a partial packet: kept for the next read
+                    self._buf = bytearray(buf[pos:])
+                    pos = len(buf)
                     break
                 first, body_start, end = packet
-                start = end
+                pos = end
                 self._packet(first, bytes(buf[body_start:end]))
         except packets.ConnectRefused as exc:
             log.error("%r - %s", self, exc)
             self._refuse_connect(exc.code)
             self.close("Protocol Violation")
-            return
         except PacketError as exc:
             log.error("%r - %s", self, exc)
             if self.v5 is not None:
                 self.v5.refuse(exc)
             self.close("Protocol Violation")
-            return
         except Exception:  # a fault of ours: this connection goes, never the server (nor a replay of it)
             log.exception("%r - unexpected error while processing MQTT data", self)
             self.close("Protocol Violation")
-            return
-        del buf[:start]
+        finally:
+            scheduler.reading = False
+            scheduler.read_done()
+            scheduler.stall.after_read(self)
+        if self.closed:
+            return len(data)
+        if self._authenticating:
+            self.hold_reading(_HOLD_AUTH)
+        if not held:
+            return pos
+        if pos < held:  # stopped inside the held packet (cannot happen: it completes first): keep it all
+            self._buf = bytearray(buf[pos:held])
+            return start
+        return start + pos - held
 
     def eof_received(self) -> bool | None:
         return None
@@ -262,7 +335,12 @@ class MQTTConnection(Client):
             raise PacketError("pynatsd keeps MQTT QoS 1/2 and retained wills in its own JetStream: none here")
         password = connect.password or ""
         self.opts = ConnectOptions(
-            verbose=False, pedantic=False, user=connect.username or "", password=password, auth_token=password
+            verbose=False,
+            pedantic=False,
+            user=connect.username or "",
+            password=password,
+            auth_token=password,
+            jwt=password if _is_user_jwt(password) else "",  # MQTT has no field of its own for it
         )
         self._keep_alive = connect.keep_alive * 1.5
         self.will = will
@@ -287,8 +365,7 @@ class MQTTConnection(Client):
             log.error("%r - authentication check failed: %s", self, exc)
             identity = None
         self._authenticated(identity)
-        if not self.closed and self._buf:
-            self.data_received(b"")
+        self.release_reading(_HOLD_AUTH)  # the packets after the CONNECT wait in _input
 
     def _authenticated(self, identity: tuple[str, str] | None) -> None:
         server = self.server
@@ -304,6 +381,10 @@ class MQTTConnection(Client):
         self.user, self.account = identity
         self.perms = self.authenticator().permissions(self.user)
         self.sublist = server.sublist_for(self.account)
+        if server.links is not None and server.auth.jwt is not None:
+            server.links.ensure(self.account)  # operator mode: its account's imports, as its JWT has them
+        if not self._apply_grant():
+            return
         js = self.listener.jetstream
         if js is not None:
             try:
@@ -372,6 +453,30 @@ class MQTTConnection(Client):
     def _refuse_connect(self, code: int) -> None:
         """CONNACK refusing the CONNECT with 3.1.1 return code `code` (5.0: its reason code)."""
         self._write(packets.connack(code) if self.v5 is None else self.v5.refused(code))
+
+    def _apply_grant(self) -> bool:
+        """A JWT user's expiry (its connection closes then, as nats-server's); False (closed) for a user
+        with a subscription or payload limit of its own, which pynatsd does not apply to MQTT clients yet."""
+        grant = self.authenticator().grant(self.user)
+        if grant is None:
+            return True
+        if grant.subs >= 0 or grant.payload >= 0:
+            log.error(
+                "%r - pynatsd does not apply a JWT user's subs or payload limit to MQTT clients yet", self
+            )
+            self._refuse_connect(packets.SERVER_UNAVAILABLE)
+            self.close("Protocol Violation")
+            return False
+        if grant.expires_in > 0:
+            self._expiry = self.server.loop.call_later(
+                grant.expires_in, self._auth_expired, grant.expiry_error
+            )
+        return True
+
+    def _auth_expired(self, err_text: str) -> None:
+        self._expiry = None
+        log.error("%r - %s", self, err_text)
+        self.close("Authentication Expired")
 
     def _save_session(self, expires: float | None = None) -> None:
         """Store this session's record (nats-server keeps one for clean sessions too, while they last;
@@ -459,7 +564,7 @@ class MQTTConnection(Client):
         headers = PUB_HEADERS[qos] if with_headers is None else with_headers
         size = len(headers) + len(payload)
         self.in_msgs += 1
-        self.in_bytes += size
+        self.in_bytes += size - 2  # as nats-server counts it: less a CR LF that an MQTT message does not have
         max_payload = self.server.options.max_payload
         if size > max_payload:
             log.error("%r - maximum payload exceeded: %d vs %d", self, size, max_payload)
@@ -847,8 +952,8 @@ class MQTTConnection(Client):
 
     def _sent(self, size: int) -> bool:
         """Count a PUBLISH of `size` payload bytes (written); a client past max_pending is a slow consumer."""
-        self.out_msgs += 1
-        self.out_bytes += size
+        self.delivered_msgs += 1
+        self.delivered_bytes += size
         transport = self.transport
         if transport is not None and transport.get_write_buffer_size() > self.server.options.max_pending:
             log.error(
@@ -896,6 +1001,7 @@ class MQTTConnection(Client):
             return
         self.closed = True  # first: the will's publish (a payload past the limit, say) cannot close it again
         self.close_reason = reason
+        self.stop = datetime.now(UTC)
         will, self.will = self.will, None
         v5 = self.v5
         if v5 is not None:
@@ -905,11 +1011,14 @@ class MQTTConnection(Client):
                 self._deliver(will.topic, will.subject, will.message, will.qos, will.retain)
             elif reason == "Duplicate Client ID" or not v5.delay_will(will):  # (its session ended)
                 v5.publish_will(will)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        for sub in list(self.subs.values()):
+        for timer in (self._timer, self._expiry):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._expiry = None
+        kept = dict(self.subs)
+        for sub in kept.values():
             self.remove_sub(sub)
+        self.subs = kept  # (what /connz?state=closed counts, as nats-server)
         js = self.listener.jetstream
         if self.connected and self.clean and js is not None and self.session is not None:
             delivery.delete_consumers(js, self.account, self.session)
@@ -922,6 +1031,8 @@ class MQTTConnection(Client):
             if expires is not None:  # a 5.0 session kept for its Session Expiry Interval
                 self._save_session(expires)
         self.listener.forget(self)
+        self.server.scheduler.stall.forget(self)
+        self._input, self._buf = [], bytearray()  # input still waiting for its turn goes with it
         if self._flush_handle is not None:
             self._flush_handle.cancel()
         self._flush()

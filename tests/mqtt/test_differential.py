@@ -138,19 +138,27 @@ def test_malformed_packets_close_only_their_connection(mqtt_server: MQTTServer) 
 class Paho:
     """A paho-mqtt MQTTv311 client that records what it receives (`deliveries`: with QoS and RETAIN)."""
 
-    def __init__(self, server: MQTTServer, client_id: str, user: str | None = None) -> None:
+    def __init__(
+        self, server: MQTTServer, client_id: str, user: str | None = None, websocket_port: int = 0
+    ) -> None:
+        """(`websocket_port`: over the `websocket {}` port's `/mqtt` path instead of the MQTT port.)"""
         self.received: list[tuple[str, bytes]] = []
         self.deliveries: list[tuple[str, bytes, int, bool]] = []
         self.suback: list[int] = []
         self._got = threading.Condition()
         self.client = paho.Client(
-            paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=paho.MQTTv311
+            paho.CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=paho.MQTTv311,
+            transport="websockets" if websocket_port else "tcp",
         )
+        if websocket_port:
+            self.client.ws_set_options(path="/mqtt")
         if user is not None:
             self.client.username_pw_set(user, "pw")
         self.client.on_message = self._on_message
         self.client.on_subscribe = self._on_subscribe
-        self.client.connect("127.0.0.1", server.mqtt_port, keepalive=30)
+        self.client.connect("127.0.0.1", websocket_port or server.mqtt_port, keepalive=30)
         self.client.loop_start()
 
     def _on_message(self, client: object, userdata: object, message: paho.MQTTMessage) -> None:
