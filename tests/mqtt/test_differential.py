@@ -12,7 +12,6 @@ import threading
 import time
 import urllib.request
 import uuid
-from typing import Any
 
 import nats
 import paho.mqtt.client as paho
@@ -24,9 +23,11 @@ from tests.mqtt.conftest import (
     connect_packet,
     packet,
     publish_packet,
+    settled_varz,
     subscribe_packet,
     subscribed,
     unsubscribe_packet,
+    varz,
 )
 
 
@@ -596,16 +597,11 @@ def test_qos2_publish_delivered_once(mqtt_server: MQTTServer) -> None:
     }
 
 
-def _varz(server: MQTTServer) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.server.http_port}/varz", timeout=10) as answer:
-        return dict(json.load(answer))
-
-
 def test_varz_counts_mqtt_clients(mqtt_server: MQTTServer) -> None:
-    before = _varz(mqtt_server)
+    before = settled_varz(mqtt_server)  # (not before nats-server took its start-up probe's connection)
     client = RawClient(mqtt_server.mqtt_port)
     assert client.connect(client_id=b"counted") == 0
-    during = _varz(mqtt_server)
+    during = varz(mqtt_server)
     client.send(packet(0xE0, b""))
     assert client.closed()
     assert during["connections"] == before["connections"] + 1

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.request
 from typing import Any
 
 import pytest
 
-from tests.mqtt.conftest import MQTTServer, RawClient, publish_packet, subscribe_packet
+from tests.mqtt.conftest import MQTTServer, RawClient, publish_packet, settled_varz, subscribe_packet
 
 # What differs from run to run (times, the peer's port, ids) is left out of the comparison, and
 # pending_bytes: nats-server 2.15.1 shows an MQTT client's delivered bytes there once written (12 for one
@@ -50,20 +49,8 @@ EXPECTED = {
 }
 
 
-def _settled_varz(server: MQTTServer) -> dict[str, Any]:
-    """/varz once the connections before (the listening probe's, which nats-server may accept only once
-    its MQTT setup is done) are accepted and gone: a client's CONNACK comes after their accept."""
-    settle = RawClient(server.mqtt_port)
-    assert settle.connect(client_id=b"settle") == 0
-    settle.close()
-    deadline = time.monotonic() + 10
-    while (varz := json.loads(_get(server, "/varz")))["connections"] and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return dict(varz)
-
-
 def test_connz_and_varz_show_mqtt_clients(mqtt_server: MQTTServer) -> None:
-    before = _settled_varz(mqtt_server)
+    before = settled_varz(mqtt_server)
     client = RawClient(mqtt_server.mqtt_port)
     assert client.connect(client_id=b"monitored") == 0
     client.send(subscribe_packet(1, [(b"a/b", 0), (b"c/#", 0)]))
