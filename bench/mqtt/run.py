@@ -1,18 +1,21 @@
 """`make bench-mqtt`: MQTT 1 -> 1 publish -> subscribe msgs/s, pynatsd against nats-server's MQTT listener
 and Debian's mosquitto, same run, same client and load for all three.
 
-python bench/mqtt/run.py [--reps 3] [--qos 0,1] [--size 16] [--count0 500000] [--count1 100000] [--smoke]
+python bench/mqtt/run.py [--reps 3] [--rows 0-0,1-0,1-1] [--size 16] [--count0 500000] [--count1 100000]
+    [--smoke]
 
 The generator is raw MQTT 3.1.1 (tests.mqtt.conftest's packets), faster than paho: one process publishes
 pre-encoded batches of PUBLISH packets to one topic (QoS 0: written back to back, then a PINGREQ whose
 PINGRESP says the broker read them all; QoS 1: batches of distinct packet ids, at most WINDOW messages
-not yet acknowledged, PUBACKs counted by size), one process subscribes at QoS 0 and counts delivered
-PUBLISH packets by size (every one has the same length). A QoS 1 row is QoS 1 publishes (each stored by
-the broker before its PUBACK: pynatsd and nats-server in JetStream's `$MQTT_msgs`, mosquitto in memory)
-delivered to a QoS 0 subscription (pynatsd has no QoS 1 subscriptions yet). The rate is end to end:
-from the first publish to the last delivery. The brokers run alternately (A B C A B C ...); each
-figure is the median of --reps runs, with the broker's CPU (utime + stime) per message and the
-messages not delivered (if any). Writes bench/results/mqtt.json.
+not yet acknowledged, PUBACKs counted by size), one process subscribes and counts delivered PUBLISH
+packets by size (every one has the same length; at QoS 1 it answers each with its PUBACK, one write per
+read). A row is a publish QoS and a subscription QoS (`1-0`: QoS 1 publishes, each stored by the broker
+before its PUBACK: pynatsd and nats-server in JetStream's `$MQTT_msgs`, mosquitto in memory, delivered
+to a QoS 0 subscription; `1-1`: to a QoS 1 subscription, pynatsd's and nats-server's a JetStream
+consumer with max_ack_pending 1024, mosquitto given as many messages in flight and an unbounded queue so
+that it drops none). The rate is end to end: from the first publish to the last delivery. The brokers
+run alternately (A B C A B C ...); each figure is the median of --reps runs, with the broker's CPU
+(utime + stime) per message and the messages not delivered (if any). Writes bench/results/mqtt.json.
 """
 
 from __future__ import annotations
@@ -48,7 +51,14 @@ CONFIG = """
 jetstream {{ store_dir: "{store}" }}
 mqtt {{ host: 127.0.0.1, port: {mqtt_port} }}
 """
-MOSQUITTO_CONFIG = "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
+# As many QoS 1 messages in flight to a subscriber as nats-server's MQTT max_ack_pending (1024; mosquitto's
+# default is 20), and no queue limit (mosquitto drops past 1000 queued; JetStream keeps them all).
+MOSQUITTO_CONFIG = """listener {port} 127.0.0.1
+allow_anonymous true
+persistence false
+max_inflight_messages 1024
+max_queued_messages 0
+"""
 
 
 class Broker:
@@ -105,16 +115,27 @@ def _client(port: int, client_id: bytes) -> RawClient:
     return client
 
 
-def subscriber(port: int, count: int, frame: int, ready: Any, results: Any) -> None:
+def subscriber(port: int, qos: int, count: int, frame: int, pid_at: int, ready: Any, results: Any) -> None:
+    """Count `count` PUBLISHes of `frame` bytes (QoS 1: acknowledged, their packet id at `pid_at`)."""
     client = _client(port, b"bench-sub")
-    client.send(subscribe_packet(1, [(TOPIC, 0)]))
-    assert client.read() == (0x90, b"\x00\x01\x00")
+    client.send(subscribe_packet(1, [(TOPIC, qos)]))
+    assert client.read() == (0x90, b"\x00\x01" + bytes((qos,)))
     ready.put(1)
     expected = count * frame
     received = len(client.buf)
+    partial = client.buf  # (QoS 1: the bytes of a PUBLISH not all read yet)
     client.sock.settimeout(IDLE)
     last = time.perf_counter()
     while received < expected:
+        if qos:  # a PUBACK for each whole PUBLISH read, in one write
+            whole = len(partial) // frame * frame
+            if whole:
+                client.sock.sendall(
+                    b"".join(
+                        b"\x40\x02" + partial[i + pid_at : i + pid_at + 2] for i in range(0, whole, frame)
+                    )
+                )
+                partial = partial[whole:]
         try:
             chunk = client.sock.recv(1 << 20)
         except TimeoutError:
@@ -122,6 +143,8 @@ def subscriber(port: int, count: int, frame: int, ready: Any, results: Any) -> N
         if not chunk:
             break
         received += len(chunk)
+        if qos:
+            partial += chunk
         last = time.perf_counter()
     results.put((last, received // frame))
     client.close()
@@ -161,13 +184,20 @@ def publisher(port: int, qos: int, count: int, size: int, ready: Any, go: Any, r
     client.close()
 
 
-def one_run(broker: Broker, qos: int, count: int, size: int) -> tuple[float, float, int]:
+def one_run(broker: Broker, qos: int, sub_qos: int, count: int, size: int) -> tuple[float, float, int]:
     """(msgs/s delivered, broker CPU µs per message, messages not delivered)."""
     count = count // BATCH * BATCH
-    frame = len(publish_packet(TOPIC, b"x" * size))
+    delivered_qos = min(qos, sub_qos)
+    frame = len(
+        packet(
+            0x30 | delivered_qos << 1,
+            struct.pack(">H", len(TOPIC)) + TOPIC + b"\0\1" * delivered_qos + b"x" * size,
+        )
+    )
     ctx = mp.get_context("fork")
     ready, results, go, pub_results = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Queue()
-    sub = ctx.Process(target=subscriber, args=(broker.port, count, frame, ready, results))
+    args = (broker.port, delivered_qos, count, frame, frame - size - 2, ready, results)
+    sub = ctx.Process(target=subscriber, args=args)
     sub.start()
     ready.get(timeout=30)
     pub = ctx.Process(target=publisher, args=(broker.port, qos, count, size, ready, go, pub_results))
@@ -186,7 +216,7 @@ def one_run(broker: Broker, qos: int, count: int, size: int) -> tuple[float, flo
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--qos", default="0,1")
+    ap.add_argument("--rows", default="0-0,1-0,1-1", help="publish QoS - subscription QoS, comma-separated")
     ap.add_argument("--size", type=int, default=16)
     ap.add_argument("--count0", type=int, default=500_000, help="messages per QoS 0 run")
     ap.add_argument("--count1", type=int, default=100_000, help="messages per QoS 1 run")
@@ -204,15 +234,21 @@ def main(argv: list[str] | None = None) -> int:
         for kind in kinds:
             (tmp / kind).mkdir()
             brokers[kind] = start_broker(kind, tmp / kind)
-        for qos in (int(q) for q in args.qos.split(",")):
+        for qos, sub_qos in (tuple(int(q) for q in r.split("-")) for r in args.rows.split(",")):
             count = args.count1 if qos else args.count0
             for broker in brokers.values():  # warm-up (JetStream streams created, code paths hot)
-                one_run(broker, qos, max(BATCH, count // 10), args.size)
+                one_run(broker, qos, sub_qos, max(BATCH, count // 10), args.size)
             runs: dict[str, list[tuple[float, float, int]]] = {k: [] for k in kinds}
             for _ in range(args.reps):
                 for kind, broker in brokers.items():
-                    runs[kind].append(one_run(broker, qos, count, args.size))
-            row: dict[str, Any] = {"qos": qos, "size": args.size, "count": count, "runs": runs}
+                    runs[kind].append(one_run(broker, qos, sub_qos, count, args.size))
+            row: dict[str, Any] = {
+                "qos": qos,
+                "sub_qos": sub_qos,
+                "size": args.size,
+                "count": count,
+                "runs": runs,
+            }
             for kind in kinds:
                 rates = [r[0] for r in runs[kind]]
                 row[kind] = {
@@ -229,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             for kind in kinds:
                 r = row[kind]
                 print(
-                    f"QoS {qos} 1->1 {args.size} B {kind:>11}: median {r['median']:>9,.0f} msgs/s "
+                    f"QoS {qos}->{sub_qos} 1->1 {args.size} B {kind:>11}: median {r['median']:>9,.0f} msgs/s "
                     f"(min {r['min']:,.0f}, max {r['max']:,.0f})  ratio {r['ratio_to_nats_server']:.2f}  "
                     f"CPU {r['cpu_us_per_msg']:.2f} µs/msg  not delivered {r['not_delivered']}",
                     flush=True,
