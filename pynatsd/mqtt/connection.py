@@ -849,9 +849,12 @@ class MQTTConnection(SlicedReader):
             if packet is None:
                 return False
             self._write(packet)
-        else:
-            self._write(packets.publish_header(topic, len(payload)))
-            self._write(payload)
+        elif not self.closed and self.transport is not None:  # (`_write`'s, once for both parts)
+            pending = self._pending
+            pending.append(packets.publish_header(topic, len(payload)))
+            pending.append(payload)
+            if self._flush_handle is None:
+                self._flush_handle = self.server.loop.call_soon(self._flush)
         return self._sent(len(payload))
 
     def _take_stored(self, found: Delivery, msg: Message) -> bool:
