@@ -231,7 +231,26 @@ class MQTTConnection(SlicedReader):
         scheduler = self.server.scheduler
         scheduler.reading = True
         try:
+            subjects = packets.publish_subjects
+            size = len(buf)
             while pos < limit and not self.closed and not self._authenticating:
+                if pos + 4 < size and buf[pos] == 0x30 and self.connected and self.v5 is None:
+                    # A 3.1.1 QoS 0 PUBLISH (no DUP, no RETAIN), whole, with a remaining length of 1 or 2
+                    # bytes, to a topic checked before: delivered without the general path's calls
+                    # (split_packet, _packet, parse_publish, _publish; what they check holds).
+                    n = buf[pos + 1]
+                    at = pos + 2
+                    if n & 0x80:
+                        n = n & 0x7F | buf[at] << 7 if buf[at] < 0x80 else -1
+                        at += 1
+                    topic_end = at + 2 + (buf[at] << 8 | buf[at + 1])
+                    if at + 2 < topic_end <= at + n <= size:
+                        topic = bytes(buf[at + 2 : topic_end])
+                        subject = subjects.get(topic)
+                        if subject is not None:
+                            pos = at + n
+                            self._deliver(topic, subject, bytes(buf[topic_end:pos]))
+                            continue
                 if not self.connected and pos < len(buf):
                     packets.check_first(buf, pos)
                 packet = packets.split_packet(

@@ -284,6 +284,29 @@ def test_deliveries_mqtt_and_nats_to_mqtt(mqtt_server: MQTTServer) -> None:
     )
 
 
+def test_qos0_publishes_of_every_length_field_in_pieces(mqtt_server: MQTTServer) -> None:
+    """QoS 0 PUBLISHes around the 1- and 2-byte remaining lengths' limits, each topic twice (pynatsd
+    checks and converts a topic once, then takes a shorter path), written in pieces that split them."""
+    sub = subscribed(mqtt_server.mqtt_port, b"pieces-sub", b"fast/#")
+    pub = RawClient(mqtt_server.mqtt_port)
+    try:
+        assert pub.connect(client_id=b"pieces-pub") == 0
+        sent = [
+            (topic, bytes([65 + i % 26]) * size)
+            for size in (0, 1, 119, 120, 16375, 16376, 20000)
+            for topic in (b"fast/a", b"fast/b.c", b"fast/a", b"fast/b.c")
+            for i in (size,)
+        ]
+        stream = b"".join(publish_packet(topic, payload) for topic, payload in sent)
+        for at in range(0, len(stream), 997):
+            pub.send(stream[at : at + 997])
+        got = [sub.read() for _ in sent]
+    finally:
+        pub.close()
+        sub.close()
+    assert got == [(0x30, struct.pack(">H", len(topic)) + topic + payload) for topic, payload in sent]
+
+
 def test_permissions_apply_to_mqtt_clients(mqtt_server: MQTTServer) -> None:
     watcher = Paho(mqtt_server, "perm-watcher")
     bob = Paho(mqtt_server, "perm-bob", user="bob")
