@@ -32,6 +32,7 @@ bench-smoke: venv compile
 	$(PY) bench/broker/run.py --smoke --out /tmp/pynatsd-bench-smoke
 	$(PY) bench/broker/cluster.py --smoke --out /tmp/pynatsd-bench-smoke
 	$(PY) bench/broker/cluster.py --leaf --smoke --out /tmp/pynatsd-bench-smoke
+	$(PY) bench/mqtt/run.py --smoke --out /tmp/pynatsd-bench-smoke
 
 ## bench-starvation: issue 16 item 3: 4 nats.go publishers join a 1,000-subject flood; connect times, probes
 bench-starvation: venv compile

@@ -118,6 +118,7 @@ class ServerStats:
         self.routes: Collection[Counted] = ()  # the open route connections (the route manager's)
         self.leafs: Collection[Counted] = ()  # the open leaf node connections (pynatsd.leafnodes), as routes
         self.gateways: Collection[Counted] = ()  # the open gateway connections (pynatsd.gateways), as routes
+        self.mqtt: Collection[Counted] = ()  # the open MQTT clients (pynatsd.mqtt): clients, as nats-server's
         self.closed_routes = ClosedTotals()
         self.slow_consumers = 0
         self.stale_connections = 0
@@ -132,7 +133,9 @@ class ServerStats:
         return self._stall.stalled_total
 
     def _total(self, field: str) -> int:
-        return int(getattr(self.closed, field)) + sum(int(getattr(c, field)) for c in self._clients.values())
+        mqtt = sum(int(getattr(c, field)) for c in self.mqtt)
+        clients = sum(int(getattr(c, field)) for c in self._clients.values())
+        return int(getattr(self.closed, field)) + clients + mqtt
 
     def _routed(self, field: str) -> int:
         links = sum(int(getattr(r, field)) for r in self.routes)
@@ -296,7 +299,9 @@ class Broker:
         """Register a new connection; False when max_connections is reached."""
         limit = self.options.max_connections
         # nats-server's meaning: negative (`max_connections: 0` in a file) refuses everyone; 0 = no limit.
-        if limit < 0 or (limit > 0 and len(self.clients) >= limit and not self._reap_closed_peers(limit)):
+        # MQTT clients count too (nats-server's clients map holds them).
+        full = limit > 0 and len(self.clients) + len(self.stats.mqtt) >= limit
+        if limit < 0 or (full and not self._reap_closed_peers(limit)):
             log.error("%r - maximum connections exceeded", conn)
             return False
         self.clients[conn.cid] = conn
@@ -310,7 +315,7 @@ class Broker:
         for other in [c for c in self.clients.values() if not c.connected]:
             if other.transport is not None and peer_closed(other.transport):
                 other.close(CLIENT_CLOSED)
-        return len(self.clients) < limit
+        return len(self.clients) + len(self.stats.mqtt) < limit
 
     def forget(self, conn: Connection) -> None:
         """Called once when a connection closes."""

@@ -138,10 +138,10 @@ def validate(mqtt: MQTTOptions, opts: Options, jetstream: bool) -> None:
     if not jetstream and not clustered and not gateway and not leafs:
         raise ConfigValueError("mqtt requires JetStream to be enabled if running in standalone mode")
     # Fail closed where pynatsd cannot decide about MQTT clients as nats-server would.
-    if opts.trusted is not None or opts.auth_callout is not None or opts.python_authorizer is not None:
+    if opts.auth_callout is not None or opts.python_authorizer is not None:
         raise ConfigValueError(
-            "mqtt: pynatsd does not support MQTT clients with operator mode (JWT), an auth callout or a "
-            "Python authorizer yet; remove the mqtt block to run pynatsd"
+            "mqtt: pynatsd does not support MQTT clients with an auth callout or a Python authorizer yet; "
+            "remove the mqtt block to run pynatsd"
         )
 
 

@@ -29,6 +29,7 @@ from pynatsd.jetstream import monitor as js_monitor
 from pynatsd.matcher import combine_stats
 from pynatsd.monitor import cluster, gateways, leafnodes
 from pynatsd.monitor.details import subscription_detail
+from pynatsd.mqtt.connection import MQTTConnection
 from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from pynatsd.broker.delivery import Subscription
     from pynatsd.matcher import Sublist
     from pynatsd.node import Node
+
+    Monitored = Connection | MQTTConnection  # what /connz lists: client connections and MQTT clients
 
 DEFAULT_LIMIT = 1024
 
@@ -165,7 +168,7 @@ def varz(server: Node, cpu: CpuSampler, req_stats: Mapping[str, int]) -> dict[st
 
 
 # /connz sort keys: value extractors; cid ascends, every other sort descends (as nats-server).
-_SORTS: dict[str, Callable[[Connection, float], Any]] = {
+_SORTS: dict[str, Callable[[Monitored, float], Any]] = {
     "cid": lambda c, now: c.cid,
     "start": lambda c, now: c.start,
     "subs": lambda c, now: len(c.subs),
@@ -218,11 +221,19 @@ def connz(server: Node, query: Mapping[str, str]) -> dict[str, Any]:
     user = query.get("user", "")
     account = query.get("acc", "")
 
-    conns: list[Connection] = []
+    conns: list[Monitored] = []
+    mqtt = server.mqtt
     if state in ("open", "any", "all"):
         conns.extend(server.clients.values())
+        if mqtt is not None:
+            conns.extend(mqtt.clients)
     if state in ("closed", "any", "all"):
-        conns.extend(server.closed_clients)
+        closed: list[Monitored] = [*server.closed_clients]
+        if mqtt is not None and mqtt.closed:  # the last max_closed_clients of both rings
+            closed.extend(mqtt.closed)
+            closed.sort(key=lambda c: c.stop or c.start)
+            del closed[: -server.options.max_closed_clients or len(closed)]
+        conns.extend(closed)
     if cid:
         conns = [c for c in conns if c.cid == cid]
     if user:
@@ -246,12 +257,13 @@ def connz(server: Node, query: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def connection_info(conn: Connection, now: datetime, subs: bool, detail: bool, auth: bool) -> dict[str, Any]:
+def connection_info(conn: Monitored, now: datetime, subs: bool, detail: bool, auth: bool) -> dict[str, Any]:
     end = conn.stop or now
+    is_mqtt = isinstance(conn, MQTTConnection)
     info: dict[str, Any] = {
         "cid": conn.cid,
         "kind": "Client",
-        "type": "websocket" if conn.is_websocket else "nats",
+        "type": "mqtt" if is_mqtt else "websocket" if conn.is_websocket else "nats",
         "ip": conn.ip,
         "port": conn.port,
         "start": rfc3339nano(conn.start),
@@ -295,6 +307,8 @@ def connection_info(conn: Connection, now: datetime, subs: bool, detail: bool, a
     if conn.subs and subs:
         key = "subscriptions_list_detail" if detail else "subscriptions_list"
         info[key] = SubscriptionsSnapshot(conn, detail)
+    if isinstance(conn, MQTTConnection) and conn.mqtt_client:
+        info["mqtt_client"] = conn.mqtt_client
     return info
 
 
@@ -305,7 +319,7 @@ class SubscriptionsSnapshot:
 
     __slots__ = ("conn", "detail", "subs")
 
-    def __init__(self, conn: Connection, detail: bool) -> None:
+    def __init__(self, conn: Monitored, detail: bool) -> None:
         self.conn = conn
         self.detail = detail
         self.subs = list(conn.subs.values())

@@ -66,7 +66,10 @@ class PynatsdCollector(Collector):
             c.add_metric(sid, value)
             return c
 
-        yield gauge("pynatsd_connections", "Open client connections.", len(server.clients))
+        mqtt = server.mqtt
+        mqtt_clients = len(mqtt.clients) if mqtt is not None else 0
+        # MQTT clients are clients, as nats-server counts them (/varz `connections`)
+        yield gauge("pynatsd_connections", "Open client connections.", len(server.clients) + mqtt_clients)
         yield counter(  # exposed as pynatsd_connections_accepted_total: a family apart from the gauge
             "pynatsd_connections_accepted",
             "Client connections accepted since start.",
@@ -109,6 +112,18 @@ class PynatsdCollector(Collector):
             server.scheduler.flush_sizes,
             FLUSH_BUCKETS,
         )
+        if mqtt is not None:
+            delivered, delivered_bytes = mqtt.delivered()
+            yield gauge("pynatsd_mqtt_connections", "Open MQTT client connections.", mqtt_clients)
+            yield counter(
+                "pynatsd_mqtt_messages_in",
+                "PUBLISHes received from MQTT clients.",
+                sum(c.in_msgs for c in mqtt.clients) + mqtt.closed_in_msgs,
+            )
+            yield counter("pynatsd_mqtt_messages_out", "PUBLISHes delivered to MQTT clients.", delivered)
+            yield counter(
+                "pynatsd_mqtt_bytes_out", "Payload bytes delivered to MQTT clients.", delivered_bytes
+            )
         yield from self._routes()
         yield from self._leafnodes()
         yield from self._accounts()

@@ -422,7 +422,7 @@ class SystemService:
             "mem": ep.process_rss(),
             "cores": cores,
             "cpu": cpu.sample(),
-            "connections": len(s.clients),
+            "connections": len(s.clients) + len(stats.mqtt),  # MQTT clients too, as nats-server's
             "total_connections": stats.total_connections,
             "active_accounts": len(active),
             "subscriptions": s.sublist_stats().num_subscriptions,

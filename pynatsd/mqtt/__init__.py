@@ -3,6 +3,8 @@
 `packets` is sans-IO (framing, fields, topic <-> subject); `connection` is one client (an asyncio
 protocol and a delivery Client whose frames are PUBLISH packets); `listener` holds the port; `store` and
 `delivery` are what is kept in JetStream (streams, session records; QoS 1/2 subscriptions' consumers).
+MQTT 5.0 clients too: `properties` (sans-IO: 5.0 properties and their NATS headers) and `v5` (what a
+5.0 client's connection adds).
 """
 
 from __future__ import annotations

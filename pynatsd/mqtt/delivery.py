@@ -96,6 +96,16 @@ def ack_info(reply: bytes) -> tuple[int, int]:
         return 0, 0
 
 
+def ack_time(reply: bytes) -> int:
+    """When the message of a JetStream ack reply subject was stored (ns since the epoch; 0 if unknown)."""
+    tokens = reply.split(b".")
+    at = 4 if len(tokens) == 9 else 6
+    try:
+        return int(tokens[at + 3])
+    except (IndexError, ValueError):
+        return 0
+
+
 def retained_key(sid: bytes) -> str:
     """Where a subscription's retained QoS 1/2 deliveries are tracked (they have no consumer)."""
     return f"{RETAINED_STREAM}/{sid.decode()}"
@@ -108,6 +118,19 @@ class Delivery:
     durable: str
     qos: int
     reserved: bool  # a filter starting with a wildcard: no `$` topics [MQTT-4.7.2-1]
+    sid: bytes = b""  # the filter's subscription (a 5.0 one's options are kept by it)
+
+
+@dataclass
+class Held:
+    """A consumer's message held back by an MQTT 5.0 client's Receive Maximum (unacked in JetStream: sent
+    once an acknowledgement frees a place, or redelivered by JetStream if this connection goes)."""
+
+    found: Delivery
+    subject: bytes  # its stored subject (`$MQTT.msgs.<subject>`)
+    headers: bytes | None
+    payload: bytes
+    ack: bytes
 
 
 @dataclass
@@ -117,6 +140,7 @@ class Session:
 
     client_id: str
     max_pending: int
+    receive_maximum: int = 0  # an MQTT 5.0 client's: QoS 1/2 PUBLISHes unacknowledged at once (0: none)
     id_hash: str = ""
     cons: dict[str, dict[str, Any]] = field(default_factory=dict)  # sid -> consumer config
     pubrel: dict[str, Any] | None = None  # the PUBREL consumer's config
@@ -125,6 +149,7 @@ class Session:
     pending_publish: dict[int, tuple[str, int, bytes]] = field(default_factory=dict)  # pi -> (dur, sseq, ack)
     pending_pubrel: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # pi -> (sseq, ack)
     by_sequence: dict[str, dict[int, int]] = field(default_factory=dict)  # durable -> sseq -> pi
+    held: dict[tuple[str, int], Held] = field(default_factory=dict)  # (durable, sseq) -> held back, in order
 
     def __post_init__(self) -> None:
         self.id_hash = base62_sha256(self.client_id, 8)
@@ -171,6 +196,26 @@ class Session:
         self.pending_publish[pi] = (durable, sseq, ack)
         return pi, deliveries > 1
 
+    def must_wait(self, durable: str, ack: bytes) -> bool:
+        """Whether a consumer's message is to wait for a place under the client's Receive Maximum (QoS 1
+        PUBLISHes until their PUBACK and QoS 2 ones until their PUBCOMP count [MQTT-4.9.0-2]); a
+        redelivery of one in flight never waits."""
+        return self.receive_full() and ack_info(ack)[0] not in self.by_sequence.get(durable, {})
+
+    def receive_full(self) -> bool:
+        in_flight = len(self.pending_publish) + len(self.pending_pubrel)
+        return bool(self.receive_maximum) and in_flight >= self.receive_maximum
+
+    def hold(self, held: Held) -> None:
+        """Keep `held` for `next_held` (a redelivery of one held takes its place, with its new ack reply)."""
+        self.held[(held.found.durable, ack_info(held.ack)[0])] = held
+
+    def next_held(self) -> Held | None:
+        """The first message held back, now that the Receive Maximum has a place for it; None if none."""
+        if not self.held or self.receive_full():
+            return None
+        return self.held.pop(next(iter(self.held)))
+
     def track_retained(self, sid: bytes) -> int:
         """A packet identifier for a retained QoS 1/2 delivery (nothing to ack in JetStream); 0 if none."""
         pi = self.next_pi()
@@ -201,6 +246,8 @@ class Session:
         """Drop what is in flight for a consumer (or a retained key) that goes."""
         for pi in self.by_sequence.pop(durable, {}).values():
             self.pending_publish.pop(pi, None)
+        for key in [key for key in self.held if key[0] == durable]:
+            del self.held[key]
 
 
 def _max_ack(cfg: dict[str, Any]) -> int:
@@ -283,3 +330,4 @@ def delete_consumers(js: JetStream, account: str, session: Session) -> None:
     session.pending_publish.clear()
     session.pending_pubrel.clear()
     session.by_sequence.clear()
+    session.held.clear()

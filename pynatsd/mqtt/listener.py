@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ssl
+from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -51,7 +53,13 @@ class MQTTListener:
         self.tls_timeout: float = DEFAULT_TLS_TIMEOUT  # (nats-server shows its default without TLS too)
         self.cert_not_after = ""  # the TLS certificate's expiry (RFC 3339), for /varz
         self.clients: set[MQTTConnection] = set()
+        # The last closed ones, for /connz?state=closed (beside the server's ring of client connections)
+        self.closed: deque[MQTTConnection] = deque(maxlen=server.options.max_closed_clients)
+        self.closed_delivered = (0, 0)  # messages and bytes delivered to the closed ones (/metrics)
+        self.closed_in_msgs = 0  # PUBLISHes received from the closed ones (/metrics)
         self.by_client_id: dict[tuple[str, str], MQTTConnection] = {}  # (account, client ID) -> client
+        # MQTT 5.0 wills waiting for their delay (pynatsd.mqtt.v5): (account, client ID) -> (timer, publish)
+        self.delayed_wills: dict[tuple[str, str], tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
         self._listener: asyncio.base_events.Server | None = None
         self._auth: Authenticator | None = None
         self._auth_base: Authenticator | None = None
@@ -74,6 +82,7 @@ class MQTTListener:
         if tls is not None:
             self.tls_timeout = tls.tls_timeout
             self.cert_not_after = cert_not_after(tls.tls_cert)
+        self.server.stats.mqtt = self.clients  # their counters in /varz while they are open
         self._listener = await self.server.loop.create_server(
             lambda: cast(asyncio.Protocol, MQTTConnection(self.server, self)),
             host=mqtt.host or None,
@@ -87,6 +96,13 @@ class MQTTListener:
         self.port = int(sockets[0].getsockname()[1]) if sockets else mqtt.port
         self.scheme = "tls" if ctx is not None else "mqtt"
         log.info("Listening for MQTT clients on %s://%s:%d", self.scheme, mqtt.host, self.port)
+
+    def accept_websocket(self) -> MQTTConnection:
+        """A client of the `websocket {}` port's `/mqtt` path (nats-server's MQTT over WebSocket): this
+        listener's client, its frames undone by the WebSocket listener."""
+        conn = MQTTConnection(self.server, self)
+        conn.is_websocket = True
+        return conn
 
     def authenticator(self) -> Authenticator:
         """The server's users, with this block's single user, token or no_auth_user in place of the
@@ -110,7 +126,7 @@ class MQTTListener:
 
     def take_over(self, conn: MQTTConnection) -> None:
         """`conn` connected: a client already connected with its client ID is closed, without its will
-        [MQTT-3.1.4-2]."""
+        [MQTT-3.1.4-2] (but a 5.0 one's when `conn`'s clean start ends its session)."""
         key = (conn.account, conn.client_id)
         before = self.by_client_id.get(key)
         self.by_client_id[key] = conn
@@ -121,7 +137,8 @@ class MQTTListener:
                 before,
                 conn.client_id,
             )
-            before.will = None
+            if before.v5 is None or not conn.fresh:  # 5.0: a clean start ends its session, will and all
+                before.will = None
             before.close("Duplicate Client ID")
 
     def forget(self, conn: MQTTConnection) -> None:
@@ -134,6 +151,18 @@ class MQTTListener:
         stats.closed.in_bytes += conn.in_bytes
         stats.closed.out_msgs += conn.out_msgs
         stats.closed.out_bytes += conn.out_bytes
+        msgs, size = self.closed_delivered
+        self.closed_delivered = (msgs + conn.delivered_msgs, size + conn.delivered_bytes)
+        self.closed_in_msgs += conn.in_msgs
+        self.closed.append(conn)
+
+    def delivered(self) -> tuple[int, int]:
+        """Messages and bytes delivered to MQTT clients so far (open and closed)."""
+        msgs, size = self.closed_delivered
+        for conn in self.clients:
+            msgs += conn.delivered_msgs
+            size += conn.delivered_bytes
+        return msgs, size
 
     def account_connections(self, account: str) -> int:
         return sum(1 for c in self.clients if c.connected and not c.closed and c.account == account)

@@ -64,9 +64,11 @@ def ensure_streams(js: JetStream, account: str, replicas: int, domain: str) -> b
     return True
 
 
-def retained_headers(topic: bytes, flags: int, deleted: bool, origin: str, source: str) -> bytes:
+def retained_headers(
+    topic: bytes, flags: int, deleted: bool, origin: str, source: str, extra: bytes = b""
+) -> bytes:
     """nats-server's mqttEncodeRetainedMessage headers for a retained message (`deleted`: an empty one,
-    which removes it)."""
+    which removes it), and `extra` header lines (an MQTT 5.0 message's properties, pynatsd.mqtt.v5)."""
     lines = [
         "NATS/1.0",
         f"Nmqtt-RTopic:{topic.decode()}",
@@ -75,12 +77,14 @@ def retained_headers(topic: bytes, flags: int, deleted: bool, origin: str, sourc
     ]
     if source:
         lines.append(f"Nmqtt-RSource:{source}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+    return ("\r\n".join(lines) + "\r\n").encode() + extra + b"\r\n"
 
 
-def retained(js: JetStream, account: str, subject_filter: bytes) -> list[tuple[bytes, bytes, bytes, int]]:
-    """(subject, topic, payload, QoS) of the retained messages whose subjects `subject_filter` matches, by
-    subject."""
+def retained(
+    js: JetStream, account: str, subject_filter: bytes
+) -> list[tuple[bytes, bytes, bytes, int, bytes, int]]:
+    """(subject, topic, payload, QoS, headers, when stored in ns since the epoch) of the retained messages
+    whose subjects `subject_filter` matches, by subject."""
     acc = js.accounts.get(account)
     stream = acc.streams.get(RETAINED_STREAM) if acc is not None else None
     if stream is None:
@@ -99,7 +103,7 @@ def retained(js: JetStream, account: str, subject_filter: bytes) -> list[tuple[b
             qos = min(int(flags, 16) >> 1 & 0x03, 2)
         except ValueError:
             qos = 0
-        found.append((subject, fields.get("Nmqtt-RTopic", "").encode(), msg.data, qos))
+        found.append((subject, fields.get("Nmqtt-RTopic", "").encode(), msg.data, qos, msg.hdrs, msg.ts))
     return found
 
 
@@ -125,9 +129,13 @@ def session_record(
     subs: dict[str, int],
     cons: dict[str, dict[str, Any]] | None = None,
     pubrel: dict[str, Any] | None = None,
+    expires: float | None = None,
+    v5: dict[str, list[Any]] | None = None,
 ) -> bytes:
     """nats-server's mqttPersistedSession as its json.Marshal writes it (empty fields left out): `cons`, the
-    QoS 1/2 filters' consumer configs by sid, `pubrel` the PUBREL consumer's (pynatsd.mqtt.delivery)."""
+    QoS 1/2 filters' consumer configs by sid, `pubrel` the PUBREL consumer's (pynatsd.mqtt.delivery); and
+    pynatsd's fields of an MQTT 5.0 session that nats-server's reading ignores: `expires` (epoch seconds)
+    and `v5`, its subscriptions' options and shared ones (pynatsd.mqtt.v5)."""
     record: dict[str, Any] = {"origin": origin, "id": client_id}
     if clean:
         record["clean"] = True
@@ -137,6 +145,10 @@ def session_record(
         record["cons"] = dict(sorted(cons.items()))
     if pubrel:
         record["pubrel"] = pubrel
+    if expires is not None:
+        record["expires"] = round(expires, 3)
+    if v5:
+        record["v5"] = dict(sorted(v5.items()))
     return json.dumps(record, separators=(",", ":")).encode()
 
 
@@ -153,15 +165,15 @@ def qos2_subject(client_id: str, packet_id: int) -> bytes:
     return QOS2_PREFIX + b"%s.%d" % (client_id.encode(), packet_id)
 
 
-def qos2_headers(subject: bytes, flags: int) -> bytes:
+def qos2_headers(subject: bytes, flags: int, extra: bytes = b"") -> bytes:
     """nats-server's headers of a QoS 2 message held until its PUBREL: its QoS and PUBLISH flags, and its
-    subject."""
-    return b"NATS/1.0\r\nNmqtt-Pub:2%x\r\nNmqtt-Subject:%s\r\n\r\n" % (flags & 0x0F, subject)
+    subject; then `extra` header lines (an MQTT 5.0 PUBLISH's properties, pynatsd.mqtt.v5)."""
+    return b"NATS/1.0\r\nNmqtt-Pub:2%x\r\nNmqtt-Subject:%s\r\n%s\r\n" % (flags & 0x0F, subject, extra)
 
 
-def take_qos2(js: JetStream, account: str, subject: bytes) -> tuple[bytes, bool, bytes] | None:
-    """The QoS 2 message held at `subject`, removed: (its subject, RETAIN, payload); None if none is held.
-    ValueError for a message that is not one."""
+def take_qos2(js: JetStream, account: str, subject: bytes) -> tuple[bytes, bool, bytes, bytes] | None:
+    """The QoS 2 message held at `subject`, removed: (its subject, RETAIN, payload, its `extra` header
+    lines); None if none is held. ValueError for a message that is not one."""
     acc = js.accounts.get(account)
     stream = acc.streams.get(QOS2_STREAM) if acc is not None else None
     seq = stream.store.last_for(subject) if stream is not None else 0
@@ -169,9 +181,13 @@ def take_qos2(js: JetStream, account: str, subject: bytes) -> tuple[bytes, bool,
     if stream is None or msg is None:
         return None
     stream.delete_message(seq)
-    fields = dict(line.split(b":", 1) for line in (msg.hdrs or b"").split(b"\r\n")[1:] if b":" in line)
+    lines = [line for line in (msg.hdrs or b"").split(b"\r\n")[1:] if b":" in line]
+    fields = dict(line.split(b":", 1) for line in lines)
+    extra = b"".join(
+        line + b"\r\n" for line in lines if not line.startswith((b"Nmqtt-Pub:", b"Nmqtt-Subject:"))
+    )
     pub, target = fields.get(b"Nmqtt-Pub", b""), fields.get(b"Nmqtt-Subject", b"")
     if not pub.startswith(b"2") or not target:
         raise ValueError("invalid message in QoS2 PUBREL stream")
     flags = int(pub[1:2], 16) if pub[1:2] else 0
-    return target, bool(flags & 0x01), msg.data
+    return target, bool(flags & 0x01), msg.data, extra

@@ -85,6 +85,11 @@ class Upgrade:
     path: str
 
 
+def is_mqtt_path(path: str) -> bool:
+    """An MQTT client's upgrade (nats-server: the path, without its query, ends with `/mqtt`)."""
+    return path.split("?", 1)[0].endswith("/mqtt")
+
+
 def parse_request(head: bytes) -> Request:
     """Parse a request head (up to and without the blank line)."""
     try:
@@ -136,8 +141,13 @@ def check_origin(req: Request, ws: WebSocketOptions, tls: bool) -> None:
             raise HandshakeError(403, "origin not allowed: not in the allowed list")
 
 
-def upgrade(req: Request, ws: WebSocketOptions, tls: bool) -> Upgrade:
-    """Validate an upgrade request as nats-server does; raise HandshakeError or return the 101 to send."""
+def upgrade(req: Request, ws: WebSocketOptions, tls: bool, mqtt: bool = False) -> Upgrade:
+    """Validate an upgrade request as nats-server does; raise HandshakeError or return the 101 to send.
+    A path ending in `/mqtt` is an MQTT client's (`mqtt`: this server has an MQTT port, else refused
+    before anything else is looked at), answered with the `mqtt` subprotocol."""
+    is_mqtt = is_mqtt_path(req.path)
+    if is_mqtt and not mqtt:
+        raise HandshakeError(404, "mqtt websocket endpoint not enabled")
     if req.method != "GET":
         raise HandshakeError(405, "request method must be GET")
     if not req.get("Host"):
@@ -158,8 +168,6 @@ def upgrade(req: Request, ws: WebSocketOptions, tls: bool) -> Upgrade:
     if not req.has_token("Sec-WebSocket-Version", "13"):
         raise HandshakeError(400, "invalid version")
     check_origin(req, ws, tls)
-    if req.path.split("?", 1)[0].endswith("/mqtt"):
-        raise HandshakeError(404, "mqtt websocket endpoint not enabled")
     compress = ws.compression and any(
         p.strip(" \t").lower() == _PMC
         for v in req.headers.get("sec-websocket-extensions", [])
@@ -177,6 +185,8 @@ def upgrade(req: Request, ws: WebSocketOptions, tls: bool) -> Upgrade:
         parts.append(_PMC_RESPONSE)
     if no_masking:
         parts.append(b"Nats-No-Masking: true\r\n")
+    if is_mqtt:
+        parts.append(b"Sec-Websocket-Protocol: mqtt\r\n")  # (nats-server's spelling)
     parts.extend(f"{k}: {v}\r\n".encode() for k, v in ws.headers.items())
     parts.append(b"\r\n")
     ua = req.get("User-Agent")

@@ -31,6 +31,7 @@ from pynatsd.websocket.handshake import (
     HandshakeError,
     Upgrade,
     error_response,
+    is_mqtt_path,
     parse_request,
     upgrade,
 )
@@ -85,6 +86,13 @@ class LeafAcceptor(Protocol):
 
     def accept_websocket(self) -> Framed | None:
         """A new accepted leaf node connection; None if this server takes none (no leafnode port)."""
+
+
+class MQTTAcceptor(Protocol):
+    """The MQTT listener, as the WebSocket listener sees it (pynatsd.mqtt names no WebSocket type)."""
+
+    def accept_websocket(self) -> Framed:
+        """A new MQTT client connection, over WebSocket."""
 
 
 class WebSocketAuthenticator(Authenticator):
@@ -311,7 +319,8 @@ class WebSocketProtocol(asyncio.Protocol):
             if len(self.head) > end + 4:
                 raise HandshakeError(400, "client sent data before handshake is complete")
             req = parse_request(bytes(self.head[:end]))
-            accepted = upgrade(req, listener.ws, listener.tls)
+            mqtt = cast("MQTTAcceptor | None", getattr(listener.server, "mqtt", None))
+            accepted = upgrade(req, listener.ws, listener.tls, mqtt is not None)
         except HandshakeError as err:
             self._refuse(err)
             return
@@ -328,6 +337,8 @@ class WebSocketProtocol(asyncio.Protocol):
                 log.error("Not configured to accept leaf node connections")
                 self.raw.close()
                 return
+        elif mqtt is not None and is_mqtt_path(req.path):
+            conn = mqtt.accept_websocket()  # (its CONNECT and every packet after it come in frames)
         self.frame_limit = BROWSER_FRAME if accepted.browser else 0
         self.fragment_compressed = not accepted.no_compressed_fragments
         self.start_framing(server, accepted.compress, accepted.masked)

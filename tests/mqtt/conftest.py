@@ -3,11 +3,15 @@ MQTT 3.1.1 client for byte-exact checks (CONNACK and SUBACK codes, malformed pac
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -189,3 +193,20 @@ def subscribed(port: int, client_id: bytes, *filters: bytes) -> RawClient:
     client.send(subscribe_packet(1, [(f, 0) for f in filters]))
     assert client.read() == (0x90, b"\x00\x01" + bytes(len(filters)))
     return client
+
+
+def varz(server: MQTTServer) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.server.http_port}/varz", timeout=10) as answer:
+        return dict(json.load(answer))
+
+
+def settled_varz(server: MQTTServer) -> dict[str, Any]:
+    """/varz once the connections before (the listening probe's, which nats-server may accept only once
+    its MQTT setup is done) are accepted and gone: a client's CONNACK comes after their accept."""
+    settle = RawClient(server.mqtt_port)
+    assert settle.connect(client_id=b"settle") == 0
+    settle.close()
+    deadline = time.monotonic() + 10
+    while (found := varz(server))["connections"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return found

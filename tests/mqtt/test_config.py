@@ -4,6 +4,7 @@ both take the file), what pynatsd refuses by name, and the /varz `mqtt` block.""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -101,6 +102,11 @@ def test_mqtt_clients_count_against_max_connections(kind: str, tmp_path: Path) -
         first, second = admitted(b"one"), admitted(b"two")
         third = RawClient(started.mqtt_port)
         assert third.connect(client_id=b"three") is None  # closed at once, as nats-server does
+        with socket.create_connection(("127.0.0.1", started.server.port), timeout=5) as nats_client:
+            greeting = nats_client.recv(4096)  # a NATS client is one too many as well
+            while b"-ERR" not in greeting and (more := nats_client.recv(4096)):
+                greeting += more
+            assert b"-ERR 'maximum connections exceeded'" in greeting, greeting
         for client in (first, second, third):
             client.close()
     finally:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from pynatsd.mqtt.delivery import Session, ack_info, message_qos, publish_header, pubrel_id
+from pynatsd.mqtt.delivery import (
+    Delivery,
+    Held,
+    Session,
+    ack_info,
+    ack_time,
+    message_qos,
+    publish_header,
+    pubrel_id,
+)
 
 
 def _ack(seq: int, deliveries: int = 1) -> bytes:
@@ -44,3 +53,21 @@ def test_packet_ids_follow_redeliveries_and_max_pending() -> None:
     session.forget("dur")
     assert session.pending_publish == {} and session.untrack_pubrel(3) == b""
     assert session.track_retained(b"r.x") == 5 and session.untrack_publish(5) == b""
+
+
+def test_receive_maximum_holds_new_messages_in_order() -> None:
+    session = Session("client", max_pending=10, receive_maximum=2)
+    found = Delivery("dur", 1, False)
+    assert ack_time(_ack(1)) == 1700000000000000000 and ack_time(b"$JS.ACK.short") == 0
+    assert session.track_publish("dur", _ack(1)) == (1, False)
+    session.track_pubrel(9, b"")  # a QoS 2 exchange until its PUBCOMP counts too
+    assert session.must_wait("dur", _ack(2)) and not session.must_wait("dur", _ack(1, 2))  # (a redelivery)
+    for seq in (2, 3):
+        session.hold(Held(found, b"$MQTT.msgs.x", None, b"m%d" % seq, _ack(seq)))
+    session.hold(Held(found, b"$MQTT.msgs.x", None, b"m2", _ack(2, 2)))  # redelivered: its place, new reply
+    assert session.next_held() is None
+    session.untrack_publish(1)
+    held = session.next_held()
+    assert held is not None and (held.payload, held.ack) == (b"m2", _ack(2, 2))
+    session.forget("dur")
+    assert session.held == {}

@@ -12,7 +12,6 @@ import threading
 import time
 import urllib.request
 import uuid
-from typing import Any
 
 import nats
 import paho.mqtt.client as paho
@@ -24,9 +23,11 @@ from tests.mqtt.conftest import (
     connect_packet,
     packet,
     publish_packet,
+    settled_varz,
     subscribe_packet,
     subscribed,
     unsubscribe_packet,
+    varz,
 )
 
 
@@ -138,19 +139,27 @@ def test_malformed_packets_close_only_their_connection(mqtt_server: MQTTServer) 
 class Paho:
     """A paho-mqtt MQTTv311 client that records what it receives (`deliveries`: with QoS and RETAIN)."""
 
-    def __init__(self, server: MQTTServer, client_id: str, user: str | None = None) -> None:
+    def __init__(
+        self, server: MQTTServer, client_id: str, user: str | None = None, websocket_port: int = 0
+    ) -> None:
+        """(`websocket_port`: over the `websocket {}` port's `/mqtt` path instead of the MQTT port.)"""
         self.received: list[tuple[str, bytes]] = []
         self.deliveries: list[tuple[str, bytes, int, bool]] = []
         self.suback: list[int] = []
         self._got = threading.Condition()
         self.client = paho.Client(
-            paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=paho.MQTTv311
+            paho.CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=paho.MQTTv311,
+            transport="websockets" if websocket_port else "tcp",
         )
+        if websocket_port:
+            self.client.ws_set_options(path="/mqtt")
         if user is not None:
             self.client.username_pw_set(user, "pw")
         self.client.on_message = self._on_message
         self.client.on_subscribe = self._on_subscribe
-        self.client.connect("127.0.0.1", server.mqtt_port, keepalive=30)
+        self.client.connect("127.0.0.1", websocket_port or server.mqtt_port, keepalive=30)
         self.client.loop_start()
 
     def _on_message(self, client: object, userdata: object, message: paho.MQTTMessage) -> None:
@@ -273,6 +282,29 @@ def test_deliveries_mqtt_and_nats_to_mqtt(mqtt_server: MQTTServer) -> None:
             ("$own/x", b"dollar"),
         ]
     )
+
+
+def test_qos0_publishes_of_every_length_field_in_pieces(mqtt_server: MQTTServer) -> None:
+    """QoS 0 PUBLISHes around the 1- and 2-byte remaining lengths' limits, each topic twice (pynatsd
+    checks and converts a topic once, then takes a shorter path), written in pieces that split them."""
+    sub = subscribed(mqtt_server.mqtt_port, b"pieces-sub", b"fast/#")
+    pub = RawClient(mqtt_server.mqtt_port)
+    try:
+        assert pub.connect(client_id=b"pieces-pub") == 0
+        sent = [
+            (topic, bytes([65 + i % 26]) * size)
+            for size in (0, 1, 119, 120, 16375, 16376, 20000)
+            for topic in (b"fast/a", b"fast/b.c", b"fast/a", b"fast/b.c")
+            for i in (size,)
+        ]
+        stream = b"".join(publish_packet(topic, payload) for topic, payload in sent)
+        for at in range(0, len(stream), 997):
+            pub.send(stream[at : at + 997])
+        got = [sub.read() for _ in sent]
+    finally:
+        pub.close()
+        sub.close()
+    assert got == [(0x30, struct.pack(">H", len(topic)) + topic + payload) for topic, payload in sent]
 
 
 def test_permissions_apply_to_mqtt_clients(mqtt_server: MQTTServer) -> None:
@@ -588,16 +620,11 @@ def test_qos2_publish_delivered_once(mqtt_server: MQTTServer) -> None:
     }
 
 
-def _varz(server: MQTTServer) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.server.http_port}/varz", timeout=10) as answer:
-        return dict(json.load(answer))
-
-
 def test_varz_counts_mqtt_clients(mqtt_server: MQTTServer) -> None:
-    before = _varz(mqtt_server)
+    before = settled_varz(mqtt_server)  # (not before nats-server took its start-up probe's connection)
     client = RawClient(mqtt_server.mqtt_port)
     assert client.connect(client_id=b"counted") == 0
-    during = _varz(mqtt_server)
+    during = varz(mqtt_server)
     client.send(packet(0xE0, b""))
     assert client.closed()
     assert during["connections"] == before["connections"] + 1
