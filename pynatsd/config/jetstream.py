@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pynatsd.base.options import Options
+from pynatsd.base.options import Options, system_account_of
 from pynatsd.base.values import parse_duration
 
 
@@ -77,8 +77,11 @@ def check_clustered(opts: Options, clustered: bool) -> None:
     of the cluster's meta group (pynatsd.raft.member), not a second JetStream beside the cluster's; its
     peer id is derived from the server name, which must therefore be set (nats-server's words)."""
     cfg = from_options(opts) if clustered else None
-    if cfg is not None and not cfg.domain and not opts.server_name:
-        raise JsConfigError("jetstream cluster requires `server_name` to be set")
+    if cfg is not None and not cfg.domain:
+        if not opts.server_name:
+            raise JsConfigError("jetstream cluster requires `server_name` to be set")
+        if not system_account_of(opts):  # the meta group speaks in the system account
+            raise JsConfigError("jetstream cluster requires a system account (no_system_account is set)")
 
 
 def is_cluster_member(opts: Options, clustered: bool) -> bool:

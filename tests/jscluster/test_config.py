@@ -40,9 +40,13 @@ def test_clustered_jetstream_needs_a_server_name(tmp_path: Path, config: str, fl
     result = _check(tmp_path, config.replace("{dir}", str(tmp_path / "js")), *flags)
     assert result.returncode == 1
     assert REFUSED in result.stderr
-    named = _check(tmp_path, "server_name: n1\n" + config.replace("{dir}", str(tmp_path / "js")), *flags)
-    assert named.returncode == 0, named.stderr
-    assert "is valid" in named.stderr
+    named = "server_name: n1\n" + config.replace("{dir}", str(tmp_path / "js"))
+    result = _check(tmp_path, named, *flags)
+    assert result.returncode == 0, result.stderr
+    assert "is valid" in result.stderr
+    result = _check(tmp_path, "no_system_account: true\n" + named, *flags)
+    assert result.returncode == 1
+    assert "jetstream cluster requires a system account" in result.stderr
 
 
 def test_clustered_jetstream_in_its_own_domain_is_accepted(tmp_path: Path) -> None:
