@@ -173,6 +173,13 @@ async def _scenario(cluster: Cluster) -> None:
     assert meta["leader"] == ours.name or replicas[meta["leader"]]["current"]
     assert ours.get("/healthz?js-enabled-only=true") == {"status": "ok"}
     assert _healthy(ours)
+    # The same fields as a nats-server member shows (but its snapshot statistics), for a replica too.
+    other = _meta(next(n for n in go if n.name != meta["leader"]))
+    assert set(meta) - {"snapshot"} == set(other) - {"snapshot"}, (meta, other)
+    theirs = other["replicas"]
+    assert isinstance(theirs, list)
+    if meta["leader"] != ours.name:  # the leader as each follower sees it
+        assert set(replicas[meta["leader"]]) == {k for r in theirs if r["name"] == meta["leader"] for k in r}
     for creator, name in ((go[0], "ONE"), (ours, "ONE_VIA_OURS")):
         # Never sent a JetStream statsz, so not selectable: nats-server places nothing on pynatsd.
         assert await _create(creator, name) != ours.name or ours.kind == "nats-server"
