@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Subscription
 from pynatsd.broker.internal import InternalClient
+from pynatsd.protocol.subjects import is_literal_subject
 from pynatsd.raft.codec import META_GROUP, EntryType, PeerState, peer_id
 from pynatsd.raft.meta import EntryOp, decode_meta_entry, decode_meta_snapshot
 from pynatsd.raft.node import RaftNode
@@ -80,7 +81,8 @@ class MetaMember:
         node = self.node
         if node is None:
             return
-        node.receive(subject.decode(), reply.decode() if reply else "", payload, self.server.loop.time())
+        where = reply.decode("latin-1") if reply else ""  # latin-1: any bytes (the codec drops the odd ones)
+        node.receive(subject.decode("latin-1"), where, payload, self.server.loop.time())
         self._pump()
 
     def _on_timer(self) -> None:
@@ -100,7 +102,12 @@ class MetaMember:
         for subject in self.subs.keys() - wanted:
             self.client.unsubscribe(self.subs.pop(subject))
         for out in node.take_outbox():
-            self.client.publish(out.subject.encode(), out.reply.encode() or None, None, out.data)
+            # Answers go to the subject the request named: only ever an NRG inbox, so a system account
+            # user cannot make the server publish in its own name anywhere else (no confused deputy).
+            if out.subject.startswith("$NRG.") and is_literal_subject(out.subject.encode("latin-1")):
+                self.client.publish(
+                    out.subject.encode("latin-1"), out.reply.encode("latin-1") or None, None, out.data
+                )
         for done in node.take_applied():
             for entry in done.entries:
                 self._apply(entry.type, entry.data)

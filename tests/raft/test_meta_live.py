@@ -25,7 +25,7 @@ import nats.errors
 import pytest
 from nats.js.errors import APIError, ServiceUnavailableError
 
-from pynatsd.raft.codec import META_GROUP, AppendEntry, EntryType, peer_id
+from pynatsd.raft.codec import META_GROUP, AppendEntry, EntryType, VoteRequest, VoteResponse, peer_id
 from pynatsd.raft.meta import EntryOp, decode_meta_entry, decode_meta_snapshot
 from pynatsd.raft.storage import FileStorage
 from tests.cluster.harness import Cluster, Node, build_cluster, wait_until
@@ -238,6 +238,7 @@ def test_pynatsd_alone_has_no_meta_leader(tmp_path: Path) -> None:
             assert node.get("/healthz?js-enabled-only=true") == {"status": "ok"}
             assert "leader" not in _meta(node)
         asyncio.run(_leaderless(cluster[1]))
+        asyncio.run(_answers_only_nrg_inboxes(cluster))
         with pytest.raises(OSError, match="503"):
             cluster[2].get("/healthz")
     finally:
@@ -260,3 +261,21 @@ async def _leaderless(node: Node) -> None:
         with pytest.raises(APIError) as info:
             await nc.jetstream().account_info()
         assert info.value.err_code == 10008
+
+
+async def _answers_only_nrg_inboxes(cluster: Cluster) -> None:
+    """A vote request names its answer's subject: a member answers on an NRG inbox only, so a system
+    account user cannot make the server publish elsewhere in its own name."""
+    async with await nats.connect(f"nats://sys:sys@127.0.0.1:{cluster[0].port}") as nc:
+        elsewhere = await nc.subscribe("elsewhere")
+        answers = await nc.subscribe("$NRG.R.probe")
+        await nc.flush()
+        await asyncio.to_thread(cluster.wait_interest, "$NRG.R.probe", cluster.nodes[1:], [cluster[0]])
+        request = VoteRequest(0, 0, 0, "probe123").encode()
+        for reply in ("elsewhere", "$NRG.R.probe"):
+            await nc.publish(f"$NRG.V.{META_GROUP}", request, reply=reply)
+        voters: set[str] = set()
+        while len(voters) < len(cluster.nodes):  # each member answers in order: the first would come first
+            voters.add(VoteResponse.decode((await answers.next_msg(timeout=WAIT)).data).peer)
+        assert voters == {peer_id(n.name) for n in cluster.nodes}
+        assert elsewhere.pending_msgs == 0
