@@ -24,6 +24,7 @@ from pynatsd.broker.core import Broker
 from pynatsd.broker.delivery import Subscription
 from pynatsd.config.cluster import cluster_options
 from pynatsd.config.gateway import gateway_options
+from pynatsd.config.jetstream import JsConfig, from_options, is_cluster_member
 from pynatsd.lifecycle import lame_duck, reload, signals
 from pynatsd.lifecycle.files import LifecycleFiles, PidFileError
 from pynatsd.matcher import Sublist
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from pynatsd.leafnodes.leaf import LeafConnection
     from pynatsd.leafnodes.manager import LeafManager
     from pynatsd.mqtt.listener import MQTTListener
+    from pynatsd.raft.member import MetaMember
     from pynatsd.routes.jetstream import ClusterJetStream
     from pynatsd.routes.manager import RouteManager
     from pynatsd.routes.route import Route
@@ -69,6 +71,7 @@ class Node(Broker):
         self.cluster = copy.deepcopy(cluster_options(self.options))
         self.route_manager: RouteManager | None = None
         self.cluster_js: ClusterJetStream | None = None  # the cluster's JetStream, when not our own
+        self.meta_member: MetaMember | None = None  # in the cluster's meta group (-js on a clustered server)
         # Gateways (pynatsd.gateways): the `gateway {}` block's settings; its manager once started.
         self.gateway = copy.deepcopy(gateway_options(self.options))
         self.gateway_manager: GatewayManager | None = None
@@ -175,13 +178,28 @@ class Node(Broker):
 
     def _start_cluster_jetstream(self) -> None:
         """A clustered server serves the cluster's JetStream (pynatsd.routes.jetstream) unless it has its own,
-        which in a cluster lives in a domain of its own (`$JS.<domain>.API`)."""
+        which in a cluster lives in a domain of its own (`$JS.<domain>.API`). With JetStream on and no
+        domain, it is a member of the cluster's meta group (pynatsd.raft.member) instead of a JetStream."""
         js = self.jetstream
-        if self.auth.system_account and (js is None or js.domain):
+        system = self.auth.system_account
+        if system and (js is None or js.domain):
             from pynatsd.routes.jetstream import ClusterJetStream
 
-            self.cluster_js = ClusterJetStream(self, self.auth.system_account)
+            js_config = self._cluster_member_config()
+            if js_config is not None:
+                from pynatsd.raft.member import MetaMember
+
+                routes = self.route_manager
+                names = (lambda: [r.remote_name for r in routes.routes.values()]) if routes else list
+                self.meta_member = MetaMember(self, system, js_config.store_dir, names)
+                self.meta_member.start()
+            self.cluster_js = ClusterJetStream(self, system, self.meta_member)
             self.cluster_js.start()
+
+    def _cluster_member_config(self) -> JsConfig | None:
+        """The JetStream settings when this server is a meta group member rather than a JetStream."""
+        member = is_cluster_member(self.options, self.cluster is not None)
+        return from_options(self.options) if member else None
 
     def _start_auth_callout(self) -> None:
         callout = self.options.auth_callout
@@ -192,10 +210,10 @@ class Node(Broker):
             self.callout = AuthCallout(self, callout)
 
     def _start_jetstream(self) -> None:
-        from pynatsd.jetstream import JetStream, from_options
+        from pynatsd.jetstream import JetStream
 
         js_config = from_options(self.options)
-        if js_config is not None:
+        if js_config is not None and self._cluster_member_config() is None:
             self.jetstream = JetStream(self, js_config)
             self.jetstream.start()
 
@@ -347,6 +365,8 @@ class Node(Broker):
             self.jetstream.stop()
         if self.cluster_js is not None:
             self.cluster_js.stop()
+        if self.meta_member is not None:
+            self.meta_member.stop()
         if self.resolver is not None:
             self.resolver.stop()
         if self.system is not None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pynatsd.base.options import Options
+from pynatsd.base.options import Options, system_account_of
 from pynatsd.base.values import parse_duration
 
 
@@ -73,17 +73,21 @@ def from_options(opts: Options) -> JsConfig | None:
 
 
 def check_clustered(opts: Options, clustered: bool) -> None:
-    """No split brain: pynatsd is not (yet) a JetStream cluster peer, so JetStream of its own on a clustered
-    node would be a second, single-server JetStream beside the cluster's. Refused, unless a domain of its own
-    sets it apart (`$JS.<domain>.API`); a clustered node without JetStream serves the cluster's."""
+    """No split brain: on a clustered server, JetStream without a domain of its own makes the node a member
+    of the cluster's meta group (pynatsd.raft.member), not a second JetStream beside the cluster's; its
+    peer id is derived from the server name, which must therefore be set (nats-server's words)."""
     cfg = from_options(opts) if clustered else None
     if cfg is not None and not cfg.domain:
-        raise JsConfigError(
-            "JetStream on a clustered server: pynatsd cannot be a JetStream cluster peer, so its own "
-            "JetStream would split the cluster's in two; leave JetStream off on this node (it then serves "
-            "the cluster's JetStream, kept by its nats-server peers) or give it a domain of its own "
-            "(jetstream { domain: NAME })"
-        )
+        if not opts.server_name:
+            raise JsConfigError("jetstream cluster requires `server_name` to be set")
+        if not system_account_of(opts):  # the meta group speaks in the system account
+            raise JsConfigError("jetstream cluster requires a system account (no_system_account is set)")
+
+
+def is_cluster_member(opts: Options, clustered: bool) -> bool:
+    """JetStream on a clustered server without a domain of its own: a meta group member (see above)."""
+    cfg = from_options(opts) if clustered else None
+    return cfg is not None and not cfg.domain
 
 
 def account_js_limits() -> dict[str, Any]:

@@ -217,47 +217,78 @@ def _not_enabled(kind: str) -> Reply:
     return {"type": _TYPE + kind, "error": error, **_ERROR_FIELDS.get(kind, {})}
 
 
+# (tokens after $JS.API, with "*" for a name) -> (response type, the Api method that serves it)
+API_ROUTES: dict[tuple[str, ...], tuple[str, str]] = {
+    ("INFO",): ("account_info_response", "info"),
+    ("STREAM", "CREATE", "*"): ("stream_create_response", "stream_create"),
+    ("STREAM", "UPDATE", "*"): ("stream_update_response", "stream_update"),
+    ("STREAM", "INFO", "*"): ("stream_info_response", "stream_info"),
+    ("STREAM", "DELETE", "*"): ("stream_delete_response", "stream_delete"),
+    ("STREAM", "PURGE", "*"): ("stream_purge_response", "stream_purge"),
+    ("STREAM", "NAMES"): ("stream_names_response", "stream_names"),
+    ("STREAM", "LIST"): ("stream_list_response", "stream_list"),
+    ("STREAM", "MSG", "GET", "*"): ("stream_msg_get_response", "msg_get"),
+    ("STREAM", "SNAPSHOT", "*"): ("stream_snapshot_response", "stream_snapshot"),
+    ("STREAM", "RESTORE", "*"): ("stream_restore_response", "stream_restore"),
+    ("STREAM", "MSG", "DELETE", "*"): ("stream_msg_delete_response", "msg_delete"),
+    ("CONSUMER", "CREATE", "*"): ("consumer_create_response", "consumer_create"),
+    ("CONSUMER", "CREATE", "*", "*"): ("consumer_create_response", "consumer_create"),
+    ("CONSUMER", "CREATE", "*", "*", "*"): ("consumer_create_response", "consumer_create"),
+    ("CONSUMER", "DURABLE", "CREATE", "*", "*"): ("consumer_create_response", "consumer_durable"),
+    ("CONSUMER", "INFO", "*", "*"): ("consumer_info_response", "consumer_info"),
+    ("CONSUMER", "DELETE", "*", "*"): ("consumer_delete_response", "consumer_delete"),
+    ("CONSUMER", "NAMES", "*"): ("consumer_names_response", "consumer_names"),
+    ("CONSUMER", "LIST", "*"): ("consumer_list_response", "consumer_list"),
+    ("CONSUMER", "PAUSE", "*", "*"): ("consumer_pause_response", "consumer_pause"),
+    ("CONSUMER", "UNPIN", "*", "*"): ("consumer_unpin_response", "consumer_unpin"),
+}
+# Known to nats-server but not served here: answered with an error instead of silence.
+UNSUPPORTED: dict[tuple[str, ...], str] = {
+    ("STREAM", "LEADER", "STEPDOWN", "*"): "stream_leader_stepdown_response",
+    ("STREAM", "PEER", "REMOVE", "*"): "stream_remove_peer_response",
+    ("CONSUMER", "LEADER", "STEPDOWN", "*", "*"): "consumer_leader_stepdown_response",
+}
+
+
+def api_kind(toks: list[str]) -> tuple[str, tuple[str, ...] | None]:
+    """(response type, its API_ROUTES key when served here) of the API request whose subject has `toks`
+    after `$JS.API` (a consumer create's filter already joined); "" for a subject nats-server does not
+    serve."""
+    for i in range(len(toks), 0, -1):
+        key = tuple(toks[:i]) + ("*",) * (len(toks) - i)
+        if key in API_ROUTES:
+            return API_ROUTES[key][0], key
+        if key in UNSUPPORTED:
+            return UNSUPPORTED[key], None
+    return "", None
+
+
+def leaderless_answer(subject: bytes) -> bytes | None:
+    """nats-server's answer to an API request while its cluster's meta group has no leader (10008), or
+    None for the requests it does not answer then (unknown subjects, direct gets, pull requests)."""
+    toks = subject.decode(errors="replace").split(".")[2:]
+    if toks[:2] == ["CONSUMER", "CREATE"] and len(toks) > 4:
+        toks = [*toks[:4], ".".join(toks[4:])]
+    kind, _ = api_kind(toks)
+    if not kind:
+        return None
+    error = {"code": 503, "err_code": 10008, "description": "JetStream system temporarily unavailable"}
+    return encode({"type": _TYPE + kind, "error": error, **_ERROR_FIELDS.get(kind, {})})
+
+
 class Api:
     """Dispatches one account's `$JS.API.>` requests."""
 
     def __init__(self, account: JsAccount) -> None:
         self.account = account
-        # (tokens after $JS.API, with "*" for a name) -> (response type, handler)
         self.routes: dict[tuple[str, ...], tuple[str, Handler]] = {
-            ("INFO",): ("account_info_response", self.info),
-            ("STREAM", "CREATE", "*"): ("stream_create_response", self.stream_create),
-            ("STREAM", "UPDATE", "*"): ("stream_update_response", self.stream_update),
-            ("STREAM", "INFO", "*"): ("stream_info_response", self.stream_info),
-            ("STREAM", "DELETE", "*"): ("stream_delete_response", self.stream_delete),
-            ("STREAM", "PURGE", "*"): ("stream_purge_response", self.stream_purge),
-            ("STREAM", "NAMES"): ("stream_names_response", self.stream_names),
-            ("STREAM", "LIST"): ("stream_list_response", self.stream_list),
-            ("STREAM", "MSG", "GET", "*"): ("stream_msg_get_response", self.msg_get),
-            ("STREAM", "SNAPSHOT", "*"): ("stream_snapshot_response", self.stream_snapshot),
-            ("STREAM", "RESTORE", "*"): ("stream_restore_response", self.stream_restore),
-            ("STREAM", "MSG", "DELETE", "*"): ("stream_msg_delete_response", self.msg_delete),
-            ("CONSUMER", "CREATE", "*"): ("consumer_create_response", self.consumer_create),
-            ("CONSUMER", "CREATE", "*", "*"): ("consumer_create_response", self.consumer_create),
-            ("CONSUMER", "CREATE", "*", "*", "*"): ("consumer_create_response", self.consumer_create),
-            ("CONSUMER", "DURABLE", "CREATE", "*", "*"): ("consumer_create_response", self.consumer_durable),
-            ("CONSUMER", "INFO", "*", "*"): ("consumer_info_response", self.consumer_info),
-            ("CONSUMER", "DELETE", "*", "*"): ("consumer_delete_response", self.consumer_delete),
-            ("CONSUMER", "NAMES", "*"): ("consumer_names_response", self.consumer_names),
-            ("CONSUMER", "LIST", "*"): ("consumer_list_response", self.consumer_list),
-            ("CONSUMER", "PAUSE", "*", "*"): ("consumer_pause_response", self.consumer_pause),
-            ("CONSUMER", "UNPIN", "*", "*"): ("consumer_unpin_response", self.consumer_unpin),
+            key: (kind, getattr(self, method)) for key, (kind, method) in API_ROUTES.items()
         }
-        # Known to nats-server but not served here: answered with an error instead of silence.
         self._queue: deque[tuple[Any, ...]] = deque()  # (kind, route, toks, reply, payload, subject)
         self._worker: asyncio.Task[None] | None = None
         self._queued_bytes = 0
         self._overflow_logged = False
         self.requester: Reply | None = _UNHEARD  # who made the request being handled (as `_answer` has it)
-        self.unsupported: dict[tuple[str, ...], str] = {
-            ("STREAM", "LEADER", "STEPDOWN", "*"): "stream_leader_stepdown_response",
-            ("STREAM", "PEER", "REMOVE", "*"): "stream_remove_peer_response",
-            ("CONSUMER", "LEADER", "STEPDOWN", "*", "*"): "consumer_leader_stepdown_response",
-        }
 
     # -- dispatch -------------------------------------------------------------------------------------
     def handle(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
@@ -291,15 +322,8 @@ class Api:
             return
         if toks[:2] == ["CONSUMER", "CREATE"] and len(toks) > 4:
             toks = [*toks[:4], ".".join(toks[4:])]  # CONSUMER.CREATE.<stream>.<name>.<filter...>
-        route, kind = None, ""
-        for i in range(len(toks), 0, -1):
-            key = tuple(toks[:i]) + ("*",) * (len(toks) - i)
-            if key in self.routes:
-                kind, route = self.routes[key]
-                break
-            if key in self.unsupported:
-                kind = self.unsupported[key]
-                break
+        kind, key = api_kind(toks)
+        route = self.routes[key][1] if key is not None else None
         if not kind or not reply:
             return  # nats-server does not answer unknown API subjects either
         advisories = self.account.advisories

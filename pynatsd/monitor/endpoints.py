@@ -543,6 +543,15 @@ def accstatz_query(server: Node, query: Mapping[str, str]) -> dict[str, Any]:
 def jsz(server: Node, query: Mapping[str, str] | None = None) -> dict[str, Any]:
     if server.jetstream is not None:
         return js_monitor.jsz(server.jetstream, server.server_id, query or {})
+    if server.meta_member is not None:  # JetStream on, in the cluster's meta group, holding no streams
+        info = _no_jetstream(server)
+        del info["disabled"]
+        info["meta_cluster"] = server.meta_member.cluster_info()
+        return info
+    return _no_jetstream(server)
+
+
+def _no_jetstream(server: Node) -> dict[str, Any]:
     return {
         "memory": 0,
         "storage": 0,
@@ -570,4 +579,10 @@ def healthz(server: Node, query: Mapping[str, str]) -> tuple[int, dict[str, Any]
     if not server.listening:
         # nats-server's answer once its client listener is gone (lame duck mode, shutting down).
         return 500, {"status": "error", "error": "failed to be ready for connections after 1ms: server"}
+    member = server.meta_member
+    js_only = any(_param(query, name, parse_bool, False) for name in ("js-enabled-only", "js-enabled"))
+    if member is not None and not js_only and member.node is not None and not member.node.leader:
+        # A meta group member's check beyond "JetStream is on": nats-server's words without a leader.
+        error = "JetStream has not established contact with a meta leader"
+        return 503, {"status": "unavailable", "status_code": 503, "error": error}
     return 200, {"status": "ok"}

@@ -1,12 +1,15 @@
 """Entries of the meta group `_meta_` as nats-server 2.15 proposes them: an op byte, then the stream or
 consumer assignment as JSON (one line, as Go's json.Encoder writes it), or for a compressed consumer
-assignment the same JSON in an S2 stream (not decoded here yet)."""
+assignment the same JSON in an S2 stream. A meta snapshot
+is the JSON array of the stream assignments (each with its `consumers`) in one S2 block."""
 
 from __future__ import annotations
 
 import enum
 import json
 from typing import Any
+
+from pynatsd.base.s2 import S2Decoder, S2Error, decode_block
 
 
 class EntryOp(enum.IntEnum):
@@ -44,17 +47,39 @@ META_JSON_OPS = frozenset(
 )
 
 
-def decode_meta_entry(data: bytes) -> tuple[EntryOp, dict[str, Any] | None]:
-    """(op, assignment) of a meta entry; the assignment is None for the compressed consumer op."""
+def decode_meta_entry(data: bytes) -> tuple[EntryOp, dict[str, Any]]:
+    """(op, assignment) of a meta entry; a compressed consumer assignment decompressed (the same JSON as
+    the uncompressed op's). ValueError when malformed."""
     if not data:
         raise ValueError("empty meta entry")
     op = EntryOp(data[0])
     if op == EntryOp.ASSIGN_COMPRESSED_CONSUMER:
-        return op, None
+        decoder = S2Decoder()
+        try:
+            text = decoder.feed(data[1:])
+        except S2Error as e:
+            raise ValueError(str(e)) from None
+        if not decoder.at_chunk_boundary:
+            raise ValueError("s2: truncated stream")
+        body: dict[str, Any] = json.loads(text)
+        return op, body
     if op not in META_JSON_OPS:
         raise ValueError(f"not a meta op: {op.name}")
-    body: dict[str, Any] = json.loads(data[1:])
+    body = json.loads(data[1:])
     return op, body
+
+
+def decode_meta_snapshot(data: bytes) -> list[dict[str, Any]]:
+    """The stream assignments of a meta snapshot (empty data: none). ValueError when malformed."""
+    if not data:
+        return []
+    try:
+        streams = json.loads(decode_block(data))
+    except S2Error as e:
+        raise ValueError(str(e)) from None
+    if not isinstance(streams, list):
+        raise ValueError("meta snapshot: not a list of streams")
+    return streams
 
 
 def encode_meta_entry(op: EntryOp, assignment: dict[str, Any]) -> bytes:

@@ -11,6 +11,9 @@ pull requests, which stream and consumer leaders subscribe in the account itself
 the routes already carry. As nats-server, direct gets and pull requests do not take the import (they would
 only pile up response routes), and a request that came from a route is not re-published.
 
+A node that is a member of the cluster's meta group (pynatsd.raft.member) answers a request itself, as
+nats-server's JetStream nodes do, only while the group has no leader: 10008, never silence.
+
 Which accounts: without configured accounts (nor operator mode) the global account, as nats-server does for
 a simple mixed cluster; else the configured accounts with `jetstream` enabled, and in operator mode those
 whose JWT has JetStream limits.
@@ -28,9 +31,11 @@ from pynatsd.auth.users import DEFAULT_ACCOUNT
 from pynatsd.base.formats import rfc3339nano
 from pynatsd.broker.delivery import SERVICE_IMPORT_SID, Link, Message
 from pynatsd.broker.internal import InternalClient
+from pynatsd.protocol.subjects import is_literal_subject
 
 if TYPE_CHECKING:
     from pynatsd.broker.core import Broker
+    from pynatsd.raft.member import MetaMember
 
 JS_API = b"$JS.API.>"
 # Served by subscriptions in the account itself (stream replicas, consumer leaders): never imported.
@@ -40,9 +45,11 @@ _DIRECT = (b"$JS.API.DIRECT.GET.", b"$JS.API.CONSUMER.MSG.NEXT.")
 class ClusterJetStream:
     """The `$JS.API.>` imports of a JetStream-less clustered server (see the module docstring)."""
 
-    def __init__(self, server: Broker, system_account: str) -> None:
+    def __init__(self, server: Broker, system_account: str, member: MetaMember | None = None) -> None:
         self.server = server
         self.system = system_account
+        self.member = member
+        self.answerers: dict[str, InternalClient] = {}  # per account: the leaderless answers' publisher
         self.export = Export(system_account, JS_API, True)
         # Response routes of our own (not the configured imports', which a reload replaces).
         self.responses = AccountLinks(server)
@@ -59,6 +66,9 @@ class ClusterJetStream:
             self.server.sublist_for(account).remove(sub)
         self.imports.clear()
         self.responses.uninstall()
+        for client in self.answerers.values():
+            client.close()
+        self.answerers.clear()
 
     def _configured(self) -> list[str]:
         accounts = self.server.options.accounts
@@ -100,7 +110,21 @@ class ClusterJetStream:
             return False
         if msg.subject.startswith(_DIRECT):
             return False
+        if self.member is not None and self.member.leaderless():
+            return self._answer_leaderless(si.importer, msg)
         return self.responses.request(si, msg)
+
+    def _answer_leaderless(self, account: str, msg: Message) -> bool:
+        from pynatsd.jetstream.api import leaderless_answer
+
+        answer = leaderless_answer(msg.subject)
+        if answer is None or not msg.reply or not is_literal_subject(msg.reply):
+            return False
+        client = self.answerers.get(account)
+        if client is None:
+            client = self.answerers[account] = InternalClient(self.server, account, "jetstream")
+        client.publish(msg.reply, None, None, answer)
+        return True
 
     def _request_info(self, msg: Message, account: str) -> bytes:
         """nats-server's shared `Nats-Request-Info`: the requester's details, this server and cluster."""

@@ -1,5 +1,7 @@
-"""No split brain: JetStream of its own on a clustered pynatsd is refused with the reason, unless a domain
-of its own sets it apart (issue 32). Checked with -t: the same check runs before the server starts."""
+"""No split brain: JetStream on a clustered pynatsd makes it a member of the cluster's meta group (issue
+37), which needs a stable server name: without one it is refused in nats-server's words; a domain of its
+own sets its JetStream apart instead (issue 32). Checked with -t: the same check runs before the server
+starts."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from nats.errors import NoRespondersError
 
 from tests.servers import REPO_ROOT, free_port, start_server
 
-REFUSED = "pynatsd cannot be a JetStream cluster peer, so its own JetStream would split the cluster's in two"
+REFUSED = "jetstream cluster requires `server_name` to be set"
 
 
 def _check(tmp_path: Path, config: str, *flags: str) -> subprocess.CompletedProcess[str]:
@@ -34,11 +36,17 @@ def _check(tmp_path: Path, config: str, *flags: str) -> subprocess.CompletedProc
     ],
     ids=["config", "js-flag", "cluster-flag"],
 )
-def test_clustered_jetstream_is_refused(tmp_path: Path, config: str, flags: tuple[str, ...]) -> None:
+def test_clustered_jetstream_needs_a_server_name(tmp_path: Path, config: str, flags: tuple[str, ...]) -> None:
     result = _check(tmp_path, config.replace("{dir}", str(tmp_path / "js")), *flags)
     assert result.returncode == 1
     assert REFUSED in result.stderr
-    assert "jetstream { domain: NAME }" in result.stderr
+    named = "server_name: n1\n" + config.replace("{dir}", str(tmp_path / "js"))
+    result = _check(tmp_path, named, *flags)
+    assert result.returncode == 0, result.stderr
+    assert "is valid" in result.stderr
+    result = _check(tmp_path, "no_system_account: true\n" + named, *flags)
+    assert result.returncode == 1
+    assert "jetstream cluster requires a system account" in result.stderr
 
 
 def test_clustered_jetstream_in_its_own_domain_is_accepted(tmp_path: Path) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from pynatsd.base.s2 import encode_stream
 from pynatsd.raft.codec import (
     AppendEntry,
     AppendEntryResponse,
@@ -18,6 +21,7 @@ from pynatsd.raft.codec import (
     group_of,
     peer_id,
 )
+from pynatsd.raft.meta import EntryOp, decode_meta_entry, decode_meta_snapshot
 
 
 def test_peer_id_is_nats_servers_node_name() -> None:
@@ -62,3 +66,24 @@ def test_subjects() -> None:
     assert group_of("$NRG.AE._meta_") == ("AE", "_meta_")
     with pytest.raises(CodecError):
         group_of("$JS.API.INFO")
+
+
+def test_compressed_meta_entries_decode() -> None:
+    """A compressed consumer assignment is its JSON in an S2 stream, a meta snapshot the stream
+    assignments' JSON array in one S2 block (a meta snapshot from a real nats-server is decoded in
+    test_meta_live.py); what is not S2 is refused as malformed."""
+    ca = {"name": "C", "stream": "S", "consumer": {"durable_name": "C"}, "group": {"peers": ["a"]}}
+    data = bytes((EntryOp.ASSIGN_COMPRESSED_CONSUMER,)) + encode_stream(json.dumps(ca).encode() + b"\n")
+    assert decode_meta_entry(data) == (EntryOp.ASSIGN_COMPRESSED_CONSUMER, ca)
+    with pytest.raises(ValueError, match="s2"):
+        decode_meta_entry(bytes((EntryOp.ASSIGN_COMPRESSED_CONSUMER,)) + b"{}")
+    with pytest.raises(ValueError, match="truncated"):
+        decode_meta_entry(data[:-3])
+    streams = [{"stream": {"name": "S"}, "group": {"peers": ["a"]}, "consumers": []}]
+    text = json.dumps(streams).encode()
+    assert 60 < len(text) <= 256
+    block = encode_uvarint(len(text)) + bytes((60 << 2, len(text) - 1)) + text  # one literal, 1-byte length
+    assert decode_meta_snapshot(block) == streams
+    assert decode_meta_snapshot(b"") == []
+    with pytest.raises(ValueError):
+        decode_meta_snapshot(b"\x05junk")

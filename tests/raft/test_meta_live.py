@@ -1,20 +1,20 @@
-"""pynatsd's RAFT node (pynatsd.raft.node) as a follower and voter of a real nats-server cluster's meta
-group `_meta_`, beside the reference where that member is a nats-server.
+"""pynatsd with JetStream in a cluster of nats-server nodes: a member of the meta group `_meta_` run by
+the server itself (pynatsd.raft.member), beside the reference where that member is a nats-server.
 
 nats-server's meta group is not a managed one: its leader adds as a member any peer that answers its
 append entries, once it has caught that peer up (raft.go: trackPeer, runCatchup). Two JetStream
-nats-server nodes bootstrap it with the two of them; a RaftNode speaking for the pynatsd node (its peer
-name is getHash of pynatsd's server name), driven over a system-account connection to that node
-(tests/raft/peer.py; the node does not run it in-process yet), becomes the third member. It must be
-reported current, store and ack meta appends, give the vote that lets the surviving nats-server lead
-when the other stops, and catch up after a restart.
+nats-server nodes bootstrap it with the two of them; pynatsd (its peer id is getHash of its server name)
+becomes the third member. It must be reported current, store the meta appends, give the vote that keeps
+the cluster's JetStream available when a nats-server stops (for the clients of either node), catch up
+after a restart (kill -9 included), and never be given a stream. A cluster of pynatsd nodes alone has no
+meta leader: they answer the JetStream API as nats-server answers then.
 
 The reference layout has a JetStream nats-server in pynatsd's place; the same actions must succeed."""
 
 from __future__ import annotations
 
 import asyncio
-import random
+import json
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,13 +25,11 @@ import nats.errors
 import pytest
 from nats.js.errors import APIError, ServiceUnavailableError
 
-from pynatsd.raft.codec import META_GROUP, EntryType, PeerState, peer_id
-from pynatsd.raft.meta import EntryOp, decode_meta_entry
-from pynatsd.raft.node import RaftNode
+from pynatsd.raft.codec import META_GROUP, AppendEntry, EntryType, VoteRequest, VoteResponse, peer_id
+from pynatsd.raft.meta import EntryOp, decode_meta_entry, decode_meta_snapshot
 from pynatsd.raft.storage import FileStorage
 from tests.cluster.harness import Cluster, Node, build_cluster, wait_until
 from tests.conftest import need_tool
-from tests.raft.peer import ClientPeer
 from tests.servers import nats_server_binary
 
 pytestmark = pytest.mark.timeout(240)
@@ -47,15 +45,15 @@ WAIT = 60.0  # elections take 4-9 s each (nats-server's timeouts), more on a loa
 
 
 def _start(kinds: list[str], workdir: Path, js: list[bool]) -> Cluster:
-    """The cluster with JetStream where `js` says; a JetStream seed routes to itself, for nats-server
-    refuses a JetStream cluster node without a configured route."""
+    """The cluster with JetStream where `js` says; a nats-server JetStream seed routes to itself, for
+    nats-server refuses a JetStream cluster node without a configured route."""
 
     def extra(index: int, wd: Path) -> str:
         return CONFIG + (f"jetstream {{ store_dir: '{wd}/js{index}' }}\n" if js[index] else "")
 
     cluster = build_cluster(kinds, workdir, node_extra=extra)
     seed = cluster[0]
-    if js[0]:
+    if js[0] and seed.kind == "nats-server":
         text = seed.config.read_text()
         route = f"  routes: [nats-route://127.0.0.1:{seed.cluster_port}]\n"
         seed.config.write_text(text.replace("cluster {\n", "cluster {\n" + route, 1))
@@ -76,8 +74,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     need_tool(nats_server_binary() is not None, "nats-server")
     kind = str(request.param)
     with tempfile.TemporaryDirectory(prefix="pynatsd-meta-") as workdir:
-        js = [kind == "nats-server", True, True]
-        cluster = _start([kind, "nats-server", "nats-server"], Path(workdir), js)
+        cluster = _start([kind, "nats-server", "nats-server"], Path(workdir), [True, True, True])
         try:
             yield cluster
         finally:
@@ -139,94 +136,146 @@ async def _create(node: Node, name: str) -> str:
         return str(info.cluster.leader)
 
 
-def _assigned(peer: ClientPeer) -> dict[str, list[str]]:
-    """The streams whose assignment the RaftNode applied from the meta group's log: their peers."""
-    names = {}
-    for _, entries in peer.applied:
-        for e in entries:
+def _stored_streams(store: Path) -> tuple[dict[str, list[str]], set[str]]:
+    """The streams whose assignment the member stored (its snapshot, then its log): their peers; and the
+    streams its snapshot holds."""
+    storage = FileStorage(store / META_GROUP)
+    streams: dict[str, list[str]] = {}
+    snap = storage.load_snapshot()
+    if snap is not None:
+        streams = {sa["stream"]["name"]: list(sa["group"]["peers"]) for sa in decode_meta_snapshot(snap.data)}
+    snapshotted = set(streams)
+    first = storage.first_index()
+    for index in range(first, storage.last_index() + 1) if first else ():
+        raw = storage.entry(index)
+        assert raw is not None
+        for e in AppendEntry.decode(raw).entries:
             if e.type == EntryType.NORMAL and e.data[:1] == bytes((EntryOp.ASSIGN_STREAM,)):
-                _, assignment = decode_meta_entry(e.data)
-                assert assignment is not None
-                names[assignment["stream"]["name"]] = list(assignment["group"]["peers"])
-    return names
+                _, sa = decode_meta_entry(e.data)
+                streams[sa["stream"]["name"]] = list(sa["group"]["peers"])
+    return streams, snapshotted
 
 
-async def _our_peer(cluster: Cluster, store: Path) -> ClientPeer:
-    """The RaftNode speaking for node 0 (pynatsd) in `_meta_`, restarted from `store` each time."""
-    nc = await nats.connect(f"nats://sys:sys@127.0.0.1:{cluster[0].port}")
-    storage = FileStorage(store)
-    if storage.load_peer_state() is None:
-        storage.save_peer_state(PeerState((), 0))  # a newcomer: the leader's entries tell it the members
-    now = asyncio.get_running_loop().time()
-    # An observer (nats-server's notion): it follows, acks and votes, but never campaigns, so it never
-    # becomes a meta leader, which would have to serve the JetStream API.
-    node = RaftNode(META_GROUP, peer_id(cluster[0].name), storage, [], now, random.Random(), observer=True)
-    peer = ClientPeer(nc, node)
-    peer.start()
-    return peer
-
-
-async def _scenario(cluster: Cluster, store: Path) -> None:
+async def _scenario(cluster: Cluster) -> None:
     ours = cluster[0]
     go = cluster.nodes[1:]
-    everyone = cluster.nodes if ours.kind == "nats-server" else go
-    await _until(lambda: _leader(cluster, everyone) != "", "no meta leader")
-    peer = await _our_peer(cluster, store) if ours.kind == "pynatsd" else None
+    await _until(lambda: _leader(cluster, go) != "", "no meta leader")
+    # Current in the meta group, as its leader reports it; the member's own view names that leader.
+    await _until(lambda: _current(cluster, ours.name), f"{ours.name} not current")
+    await _until(lambda: _meta(ours).get("leader") == _leader(cluster, go), "the member sees no leader")
+    meta = _meta(ours)
+    assert meta["name"] == cluster.name and meta["cluster_size"] == 3
+    assert meta["peer"] == peer_id(str(meta["leader"]))
+    listed = meta["replicas"]
+    assert isinstance(listed, list)
+    replicas = {r["name"]: r for r in listed}
+    assert set(replicas) == {n.name for n in go}  # every member but itself
+    assert meta["leader"] == ours.name or replicas[meta["leader"]]["current"]
+    assert ours.get("/healthz?js-enabled-only=true") == {"status": "ok"}
+    assert _healthy(ours)
+    # The same fields as a nats-server member shows (but its snapshot statistics), for a replica too.
+    other = _meta(next(n for n in go if n.name != meta["leader"]))
+    assert set(meta) - {"snapshot"} == set(other) - {"snapshot"}, (meta, other)
+    theirs = other["replicas"]
+    assert isinstance(theirs, list)
+    if meta["leader"] != ours.name:  # the leader as each follower sees it
+        assert set(replicas[meta["leader"]]) == {k for r in theirs if r["name"] == meta["leader"] for k in r}
+    for creator, name in ((go[0], "ONE"), (ours, "ONE_VIA_OURS")):
+        # Never sent a JetStream statsz, so not selectable: nats-server places nothing on pynatsd.
+        assert await _create(creator, name) != ours.name or ours.kind == "nats-server"
+
+    # The meta leader stops: the other nats-server leads, with our vote.
+    leader = _leader(cluster, go)
+    stopped = next((n for n in go if n.name == leader), go[0])
+    survivor = next(n for n in go if n is not stopped)
+    cluster.stop(stopped)
+    await _until(lambda: _leader(cluster, [survivor]) not in ("", stopped.name), "no leader after the stop")
+    for creator, name in ((survivor, "TWO"), (ours, "TWO_VIA_OURS")):
+        await _create(creator, name)
+        async with await nats.connect(f"nats://a:a@127.0.0.1:{creator.port}") as nc:
+            ack = await nc.jetstream().publish(name.lower(), b"kept")
+            assert ack.stream == name and ack.seq == 1
+    await asyncio.to_thread(cluster.start, stopped)
+
+    # Our member is killed and misses a stream's creation: it catches up after its restart. (The reference
+    # stops gracefully: a nats-server killed is still selectable until its statsz goes stale, and a stream
+    # placed on it is never created.)
+    if ours.kind == "pynatsd":
+        cluster.kill(ours)
+    else:
+        cluster.stop(ours)
+    # Until the restarted nats-server is current again: before, the group (two of three members up)
+    # has no quorum, and a create waits out the client's timeout, in both layouts.
+    await _until(lambda: all(_healthy(n) for n in go), "the restarted node not current")
+    await _create(survivor, "THREE")
+    # A new meta leader installs a snapshot (jetstream_cluster.go, monitorCluster): its log no longer
+    # holds what the restarted member missed, so the catch-up starts with that S2-compressed snapshot.
+    before = _leader(cluster, go)
+    async with await nats.connect(f"nats://sys:sys@127.0.0.1:{survivor.port}") as nc:
+        await nc.request("$JS.API.META.LEADER.STEPDOWN", b"", timeout=10)
+    await _until(lambda: _leader(cluster, go) not in ("", before), "no new meta leader")
+    await asyncio.to_thread(cluster.start, ours)
+    await _until(lambda: _current(cluster, ours.name), f"{ours.name} not current after its restart")
+    if ours.kind == "pynatsd":
+        cluster.stop(ours)
+        stored, snapshotted = await asyncio.to_thread(_stored_streams, cluster.workdir / "js0")
+        names = {"ONE", "ONE_VIA_OURS", "TWO", "TWO_VIA_OURS", "THREE"}
+        assert names <= set(stored) and "THREE" in snapshotted, (stored, snapshotted)
+        assert all(peer_id(ours.name) not in peers for peers in stored.values())
+
+
+def test_meta_member_follows_votes_and_catches_up(cluster: Cluster) -> None:
+    asyncio.run(_scenario(cluster))
+
+
+def test_pynatsd_alone_has_no_meta_leader(tmp_path: Path) -> None:
+    """Three pynatsd members and no nats-server: no one may lead, so no JetStream; clients get nats-server's
+    answer for a meta group without a leader (once it has had none for 10 s), never a JetStream of one
+    node (split brain), never silence."""
+    cluster = _start(["pynatsd"] * 3, tmp_path, [True] * 3)
     try:
-        # Current in the meta group, as every nats-server node reports it.
-        await _until(lambda: _current(cluster, ours.name), f"{ours.name} not current")
-        placed = await _create(go[0], "ONE")
-        if peer is not None:
-            await _until(lambda: "ONE" in _assigned(peer), "the stream's assignment not applied")
-            # Never sent a JetStream statsz, so not selectable: nats-server places nothing on it.
-            assert placed != ours.name and peer.node.id not in _assigned(peer)["ONE"]
-
-        # The meta leader stops: the other nats-server leads, with our vote when we are pynatsd.
-        leader = _leader(cluster, everyone)
-        stopped = next((n for n in go if n.name == leader), go[0])
-        survivor = next(n for n in go if n is not stopped)
-        cluster.stop(stopped)
-        running = [n for n in everyone if n.running]
-        await _until(
-            lambda: _leader(cluster, running) not in ("", stopped.name), "no meta leader after the stop"
-        )
-        await _create(survivor, "TWO")
-        if peer is not None:
-            await _until(lambda: "TWO" in _assigned(peer), "the second assignment not applied")
-        await asyncio.to_thread(cluster.start, stopped)
-
-        # Our member restarts and misses a stream's creation: it catches up.
-        if peer is not None:
-            await peer.stop()
-            await peer.nc.close()
-        else:
-            cluster.stop(ours)
-        await _until(lambda: _leader(cluster, go) != "", "no meta leader among the nats-server nodes")
-        # Until the restarted nats-server is current again: before, the group (two of three members up)
-        # has no quorum, and a create waits out the client's timeout, in both layouts.
-        await _until(lambda: all(_healthy(n) for n in go), "the restarted node not current")
-        await _create(survivor, "THREE")
-        if peer is not None:
-            peer = await _our_peer(cluster, store)
-            # From the log, or from the leader's snapshot (S2-compressed, not decoded here): then by index.
-            target = _committed(go)
-            await _until(lambda: "THREE" in _assigned(peer) or peer.node.commit >= target, "no catch-up")
-        else:
-            await asyncio.to_thread(cluster.start, ours)
-        await _until(lambda: _current(cluster, ours.name), f"{ours.name} not current after its restart")
+        for node in cluster.nodes:
+            assert node.get("/healthz?js-enabled-only=true") == {"status": "ok"}
+            assert "leader" not in _meta(node)
+        asyncio.run(_leaderless(cluster[1]))
+        asyncio.run(_answers_only_nrg_inboxes(cluster))
+        with pytest.raises(OSError, match="503"):
+            cluster[2].get("/healthz")
     finally:
-        if peer is not None:
-            await peer.stop()
-            await peer.nc.close()
+        cluster.stop_all()
 
 
-def _committed(nodes: list[Node]) -> int:
-    """The meta group's highest commit index among `nodes` (/raftz)."""
-    groups = [
-        n.get(f"/raftz?group={META_GROUP}").get("SYS", {}).get(META_GROUP, {}) for n in nodes if n.running
-    ]
-    return max(int(g.get("committed", 0)) for g in groups)
+async def _leaderless(node: Node) -> None:
+    unavailable = {"code": 503, "err_code": 10008, "description": "JetStream system temporarily unavailable"}
+    deadline = asyncio.get_running_loop().time() + WAIT
+    async with await nats.connect(f"nats://a:a@127.0.0.1:{node.port}") as nc:
+        while True:  # no responders until nats-server's 10 s without a leader have passed
+            try:
+                msg = await nc.request("$JS.API.STREAM.CREATE.S", b'{"name":"S"}', timeout=2)
+                break
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.5)
+        answer = json.loads(msg.data)
+        assert answer == {"type": "io.nats.jetstream.api.v1.stream_create_response", "error": unavailable}
+        with pytest.raises(APIError) as info:
+            await nc.jetstream().account_info()
+        assert info.value.err_code == 10008
 
 
-def test_meta_member_follows_votes_and_catches_up(cluster: Cluster, tmp_path: Path) -> None:
-    asyncio.run(_scenario(cluster, tmp_path / "meta"))
+async def _answers_only_nrg_inboxes(cluster: Cluster) -> None:
+    """A vote request names its answer's subject: a member answers on an NRG inbox only, so a system
+    account user cannot make the server publish elsewhere in its own name."""
+    async with await nats.connect(f"nats://sys:sys@127.0.0.1:{cluster[0].port}") as nc:
+        elsewhere = await nc.subscribe("elsewhere")
+        answers = await nc.subscribe("$NRG.R.probe")
+        await nc.flush()
+        await asyncio.to_thread(cluster.wait_interest, "$NRG.R.probe", cluster.nodes[1:], [cluster[0]])
+        request = VoteRequest(0, 0, 0, "probe123").encode()
+        for reply in ("elsewhere", "$NRG.R.probe"):
+            await nc.publish(f"$NRG.V.{META_GROUP}", request, reply=reply)
+        voters: set[str] = set()
+        while len(voters) < len(cluster.nodes):  # each member answers in order: the first would come first
+            voters.add(VoteResponse.decode((await answers.next_msg(timeout=WAIT)).data).peer)
+        assert voters == {peer_id(n.name) for n in cluster.nodes}
+        assert elsewhere.pending_msgs == 0

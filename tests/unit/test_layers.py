@@ -91,6 +91,9 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("pynatsd.node", "pynatsd.broker.callout"): _CONFIGURED + " (an auth_callout block)",
     ("pynatsd.node", "pynatsd.jetstream"): _CONFIGURED + " (-js or a jetstream block)",
     ("pynatsd.node", "pynatsd.routes.jetstream"): _CONFIGURED + " (a cluster with a system account)",
+    ("pynatsd.node", "pynatsd.raft.member"): _CONFIGURED + " (JetStream on a clustered server)",
+    ("pynatsd.routes.jetstream", "pynatsd.jetstream.api"): _CONFIGURED
+    + " (a meta group member's answer while the group has no leader)",
     ("pynatsd.node", "pynatsd.routes.manager"): _CONFIGURED + " (a cluster block)",
     ("pynatsd.node", "pynatsd.gateways.manager"): _CONFIGURED + " (a gateway block)",
     ("pynatsd.node", "pynatsd.leafnodes.manager"): _CONFIGURED + " (a leafnodes block)",

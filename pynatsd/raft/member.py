@@ -1,0 +1,190 @@
+"""pynatsd as a member of its cluster's JetStream meta group `_meta_`: a RaftNode (pynatsd.raft.node) run
+inside the server over an internal client of the system account, its log under the JetStream store
+directory, its clock on the event loop.
+
+The member is an observer (nats-server's notion): it stores and acks the meta leader's entries and gives its
+vote, but never campaigns, so it never becomes the meta leader, which would have to serve the JetStream API.
+It runs no JetStream of its own: streams are placed on the nats-server peers (pynatsd never sends a
+JetStream statsz, so nats-server never selects it), and its clients' `$JS.API` requests go to the cluster
+(pynatsd.routes.jetstream), answered here only when the group has no leader, as nats-server answers then.
+Its peer id is nats-server's hash of the server name, which must therefore be stable (configured).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pynatsd.base.logging import get_logger
+from pynatsd.broker.delivery import Subscription
+from pynatsd.broker.internal import InternalClient
+from pynatsd.protocol.subjects import is_literal_subject
+from pynatsd.raft.codec import META_GROUP, EntryType, PeerState, peer_id
+from pynatsd.raft.meta import EntryOp, decode_meta_entry, decode_meta_snapshot
+from pynatsd.raft.node import RaftNode
+from pynatsd.raft.storage import FileStorage
+
+if TYPE_CHECKING:
+    from pynatsd.broker.core import Broker
+
+log = get_logger()
+
+# nats-server answers the JetStream API with 10008 once its meta group has had no leader for this long
+# (lostQuorumInterval, 10 s) since the group was created (jetstream.go: isLeaderless).
+LEADERLESS_AFTER = 10.0
+
+
+class MetaMember:
+    """The `_meta_` member of a clustered pynatsd with JetStream on (see the module docstring)."""
+
+    def __init__(
+        self, server: Broker, system_account: str, store_dir: Path, peer_names: Callable[[], list[str]]
+    ) -> None:
+        self.server = server
+        self.peer_names = peer_names  # the server names of the cluster's other nodes (its routes)
+        self.client = InternalClient(server, system_account, "raft")
+        self.store = store_dir / META_GROUP
+        self.node: RaftNode | None = None
+        self.subs: dict[str, Subscription] = {}
+        self.timer: asyncio.TimerHandle | None = None
+        self.started = 0.0
+        # Stream assignments as applied from the log: (account, stream) -> the assignment's JSON.
+        self.streams: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        storage = FileStorage(self.store)
+        if storage.load_peer_state() is None:
+            # A newcomer knows no members: the leader adds it when it answers, and its entries name them.
+            storage.save_peer_state(PeerState((), 0))
+        ours = peer_id(self.server.server_name)
+        self.node = RaftNode(META_GROUP, ours, storage, [], loop.time(), random.Random(), observer=True)
+        self.started = loop.time()
+        self._pump()
+        log.info("JetStream cluster member: meta group voter; streams are placed on nats-server peers")
+
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.client.close()
+        self.subs.clear()
+        if self.node is not None:
+            self.node.close()
+
+    # The transport.
+
+    def _on_msg(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
+        node = self.node
+        if node is None:
+            return
+        where = reply.decode("latin-1") if reply else ""  # latin-1: any bytes (the codec drops the odd ones)
+        node.receive(subject.decode("latin-1"), where, payload, self.server.loop.time())
+        self._pump()
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        self._pump()
+
+    def _pump(self) -> None:
+        """Tick the node, then carry out what it asks: subscriptions, messages out, committed entries."""
+        node = self.node
+        if node is None:
+            return
+        loop = self.server.loop
+        due = node.tick(loop.time())
+        wanted = node.subscriptions()
+        for subject in wanted - self.subs.keys():
+            self.subs[subject] = self.client.subscribe(subject.encode(), self._on_msg)
+        for subject in self.subs.keys() - wanted:
+            self.client.unsubscribe(self.subs.pop(subject))
+        for out in node.take_outbox():
+            # Answers go to the subject the request named: only ever an NRG inbox, so a system account
+            # user cannot make the server publish in its own name anywhere else (no confused deputy).
+            if out.subject.startswith("$NRG.") and is_literal_subject(out.subject.encode("latin-1")):
+                self.client.publish(
+                    out.subject.encode("latin-1"), out.reply.encode("latin-1") or None, None, out.data
+                )
+        for done in node.take_applied():
+            for entry in done.entries:
+                self._apply(entry.type, entry.data)
+        if self.timer is None or self.timer.when() > due:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = loop.call_at(due, self._on_timer) if due != float("inf") else None
+
+    def _apply(self, kind: EntryType, data: bytes) -> None:
+        """The meta state this member keeps: the stream assignments (consumers are not tracked yet)."""
+        try:
+            if kind == EntryType.SNAPSHOT:
+                self.streams = {_stream_key(sa): sa for sa in decode_meta_snapshot(data)}
+            elif kind == EntryType.NORMAL and data[:1] and data[0] in _STREAM_OPS:
+                op, sa = decode_meta_entry(data)
+                if op == EntryOp.REMOVE_STREAM:
+                    self.streams.pop(_stream_key(sa), None)
+                else:
+                    self.streams[_stream_key(sa)] = sa
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.warning("JetStream cluster member: meta entry not understood: %s", e)
+
+    # What the server shows.
+
+    def leaderless(self) -> bool:
+        """No meta leader, for longer than nats-server waits before it says so (see LEADERLESS_AFTER)."""
+        node = self.node
+        if node is None:
+            return False
+        return not node.leader and self.server.loop.time() - self.started > LEADERLESS_AFTER
+
+    def cluster_info(self) -> dict[str, Any]:
+        """/jsz's `meta_cluster` as nats-server shows it on a member that is not the leader: every other
+        member (ourselves too while leaderless), the leader current when heard from within two heartbeats,
+        the others not (a follower does not track them), offline when no route names them."""
+        node = self.node
+        assert node is not None
+        names = {peer_id(name): name for name in self.peer_names()}
+        names[node.id] = self.server.server_name
+        cluster = self.server.cluster
+        info: dict[str, Any] = {"name": cluster.name if cluster is not None else ""}
+        if node.leader:
+            info["leader"] = names.get(node.leader, "")
+        now = self.server.loop.time()
+        replicas = []
+        for pid, seen in node.members.items():
+            if pid == node.id and node.leader:
+                continue
+            ago = max(now - seen.last_seen, 0.0) if seen.last_seen > 0 else 0.0
+            if pid == node.id:
+                current = True
+            elif pid == node.leader:
+                current = ago <= 2 * node.timing.heartbeat
+            else:
+                current = False
+            name = names.get(pid)
+            replica: dict[str, Any] = {
+                "name": name or f"Server name unknown at this time (peerID: {pid})",
+                "current": current,
+            }
+            if name is None:
+                replica["offline"] = True
+            replica["active"] = int(ago * 1e9)
+            replica["peer"] = pid
+            replicas.append(replica)
+        if node.leader:
+            info["peer"] = node.leader
+        if replicas:
+            info["replicas"] = replicas
+        info["cluster_size"] = node.cluster_size
+        info["quorum_needed"] = node.quorum
+        info["pending"] = info["pending_requests"] = info["pending_infos"] = 0
+        return info
+
+
+_STREAM_OPS = frozenset({EntryOp.ASSIGN_STREAM, EntryOp.UPDATE_STREAM, EntryOp.REMOVE_STREAM})
+
+
+def _stream_key(sa: dict[str, Any]) -> tuple[str, str]:
+    return str(sa["client"]["account"] if sa.get("client") else ""), str(sa["stream"]["name"])
