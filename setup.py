@@ -43,6 +43,10 @@ COMPILED = [
     "pynatsd/jetstream/stream.py",
     "pynatsd/jetstream/consumer.py",
     "pynatsd/jetstream/util.py",
+    # MQTT's message path (issue 36): interpreted, QoS 0 -> 0 used 2.5 µs of CPU per message, compiled 1.4-1.6
+    "pynatsd/mqtt/packets.py",
+    "pynatsd/mqtt/delivery.py",
+    "pynatsd/mqtt/connection.py",
 ]
 
 

@@ -263,9 +263,9 @@ class MQTTConnection(SlicedReader):
                 first, body_start, end = packet
                 pos = end
                 self._packet(first, bytes(buf[body_start:end]))
-        except packets.ConnectRefused as exc:
-            log.error("%r - %s", self, exc)
-            self._refuse_connect(exc.code)
+        except packets.ConnectRefused as refused:  # (its own name: compiled, one name has one type)
+            log.error("%r - %s", self, refused)
+            self._refuse_connect(refused.code)
             self.close("Protocol Violation")
         except PacketError as exc:
             log.error("%r - %s", self, exc)

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 if TYPE_CHECKING:
     from pynatsd.mqtt.properties import Properties
 
@@ -68,6 +70,7 @@ _WHITESPACE = frozenset(b" \t\n\r\f")
 _INVALID_NAME = frozenset(b" \t\r\n\f.*>")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # pynatsd.mqtt.properties' ReasonError is one
 class PacketError(Exception):
     """A malformed packet: the connection is closed (nats-server's text)."""
 
