@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from pynatsd.jetstream.account import JsAccount
     from pynatsd.jetstream.consumer import Consumer
 
-API_LEVEL = 1
+API_LEVEL = 5  # nats-server 2.15.1's JSApiLevel: what `_nats.level`, `$JS.API.INFO` and /jsz report
 DEFAULT_DUPLICATE_WINDOW = 120_000_000_000  # 2 minutes, in nanoseconds
 MAX_NAME_LEN = 255  # nats-server's JSMaxNameLen (streams and consumers)
 MAX_DESCRIPTION_LEN = 4096
