@@ -61,6 +61,9 @@ SCRIPT: list[Request] = [
     ("$JS.API.CONSUMER.DURABLE.CREATE.S1.d2",
      {"stream_name": "S1",
       "config": {"durable_name": "d2", "ack_policy": "explicit", "deliver_subject": "push.d2"}}),
+    # A deliver subject the stream captures would store its own deliveries: refused (10081).
+    ("$JS.API.CONSUMER.CREATE.S1", {"stream_name": "S1", "config": {"deliver_subject": "foo"}}),
+    ("$JS.API.CONSUMER.CREATE.S1", {"stream_name": "S1", "config": {"deliver_subject": "bar.x"}}),
     ("$JS.API.CONSUMER.CREATE.S1.d3",
      {"stream_name": "S1", "config": {"name": "d3", "ack_policy": "explicit", "filter_subject": "foo"}}),
     ("$JS.API.CONSUMER.CREATE.S1.d4.bar.x",
