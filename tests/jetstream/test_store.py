@@ -294,8 +294,9 @@ async def test_compaction_under_a_running_loop_rewrites_in_a_worker_thread(tmp_p
     assert store.compactions == 0  # not done on the loop
     (plan,) = store._compacting.values()
     assert plan.future is not None
-    moved = {seq for seq, _, _ in plan.moves}
-    removed = [key for key, seq in live.items() if seq in moved][:3]
+    low, high = store._lowest[plan.seg], store._lowest[plan.seg + 1]  # the sequences it holds
+    removed = [key for key, seq in live.items() if low <= seq < high][:3]
+    assert removed
     for key in removed:
         store.remove(live.pop(key))
     for key, seq in live.items():
