@@ -409,7 +409,7 @@ def parse_permissions(ctx: Ctx, key: str, value: Any, where: Where) -> dict[str,
     return {k: v for k, v in perms.items() if v is not None}
 
 
-CONNECTION_TYPES = ("STANDARD", "WEBSOCKET", "LEAFNODE", "MQTT", "MQTT_WS", "IN_PROCESS")
+CONNECTION_TYPES = ("STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS")
 
 
 def parse_users(ctx: Ctx, key: str, value: Any, where: Where) -> list[dict[str, Any]]:

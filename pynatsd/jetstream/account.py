@@ -78,7 +78,10 @@ class JsAccount:
         def store(subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
             if self.client.origin_is_server:
                 return  # a delivery or answer of ours, not a client's put: nobody's request to relay
-            self.client.publish(subject[len(prefix) :], reply, hdrs, payload)
+            # Nothing stores it (no such bucket): the requester hears no responders, as from nats-server
+            # (whose domain prefix is a subject mapping), not a timeout because this relay received it.
+            if not self.client.publish(subject[len(prefix) :], reply, hdrs, payload) and reply:
+                self.api._no_responders(subject, reply)
 
         for suffix in _DOMAIN_API:
             self.client.subscribe(prefix + suffix, api)

@@ -223,6 +223,7 @@ class SnapshotSender:
         self.with_consumers = not req.get("no_consumers")
         self.state = state
         self._acked = asyncio.Event()
+        self._had_interest = False  # whether the deliver subject had a subscriber when the chunks began
 
     def _interested(self) -> bool:
         res = self.account.client.sublist.match(self.deliver)
@@ -246,8 +247,9 @@ class SnapshotSender:
             client.sublist.notify_on_interest(self.deliver, interest)
             try:
                 await asyncio.wait_for(appeared, INTEREST_WAIT)
-            except TimeoutError:
+            except TimeoutError:  # sent all the same, as nats-server does: unacked, it ends No Flow Response
                 client.sublist.cancel_notification(self.deliver, interest)
+        self._had_interest = self._interested()
         ack_subject = b"$JS.SNAPSHOT.ACK.%s.%s" % (self.stream.name.encode(), event_id().encode())
         sub = client.subscribe(ack_subject + b".>", self._on_ack)
         status: bytes | None = None
@@ -273,6 +275,8 @@ class SnapshotSender:
         exhausted = False
         status: bytes | None = None
         index = 1
+        loop = asyncio.get_running_loop()
+        ack_deadline = loop.time() + ACK_TIMEOUT  # from the last chunk sent, as nats-server's timer
         while True:
             while not exhausted and len(pending) < self.chunk:
                 part = next(source, None)
@@ -288,15 +292,16 @@ class SnapshotSender:
             while self.slots <= 0:
                 self._acked.clear()
                 try:
-                    await asyncio.wait_for(self._acked.wait(), ACK_TIMEOUT)
+                    await asyncio.wait_for(self._acked.wait(), max(ack_deadline - loop.time(), 0))
                 except TimeoutError:
                     return b"408 No Flow Response"
-            if not self._interested():
+            if self._interested() != self._had_interest:  # its receiver went (or one came late)
                 return b"408 No Interest"
             self.slots -= 1
             chunk = bytes(pending[: self.chunk])
             del pending[: self.chunk]
             client.publish(self.deliver, b"%s.%d.%d" % (ack_subject, len(chunk), index), None, chunk)
+            ack_deadline = loop.time() + ACK_TIMEOUT
             status = b"204"
             index += 1
             await asyncio.sleep(0)
@@ -458,6 +463,7 @@ class Restore:
         if directory is not None and directory.exists():
             shutil.rmtree(directory)  # what a stream of this name once left
         self.stream = Stream(self.account, self.cfg, created, directory)
+        self.stream.restored = True
         if directory is not None:  # until it joins the account: a crash leaves nothing a restart would load
             (directory / PARTIAL_RESTORE).touch()
         if first > 1:

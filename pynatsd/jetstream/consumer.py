@@ -141,6 +141,8 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
             raise errors.consumer_deliver_to_wildcards()
         if not is_valid_subject(ds.encode()):
             raise errors._e(400, 10112, "invalid push consumer deliver subject")
+        if any(matches(subj.encode(), ds.encode()) for subj in stream.config.get("subjects") or ()):
+            raise errors._e(400, 10081, "consumer deliver subject forms a cycle")  # it would store its own
         if cfg.get("max_waiting"):
             raise errors.consumer_push_max_waiting()
         if cfg.get("max_ack_pending", 0) > 0 and cfg["ack_policy"] == "none":

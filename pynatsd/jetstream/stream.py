@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from pynatsd.jetstream.account import JsAccount
     from pynatsd.jetstream.consumer import Consumer
 
-API_LEVEL = 1
+API_LEVEL = 5  # nats-server 2.15.1's JSApiLevel: what `_nats.level`, `$JS.API.INFO` and /jsz report
 DEFAULT_DUPLICATE_WINDOW = 120_000_000_000  # 2 minutes, in nanoseconds
 MAX_NAME_LEN = 255  # nats-server's JSMaxNameLen (streams and consumers)
 MAX_DESCRIPTION_LEN = 4096
@@ -354,6 +354,7 @@ class Stream:
                 KV_SEGMENT_BYTES if kv_like else 0,
             )
         self.consumers: dict[str, Consumer] = {}
+        self.restored = False  # made by a restore: it shows first_seq 1 even empty, as nats-server's does
         self._subs: list[Subscription] = []
         self.links: list[SourceLink] = []  # its mirror or sources (sourcing.py), copying into it
         self.followers: list[SourceLink] = []  # the mirrors and sources copying from it, told of each message
@@ -545,7 +546,7 @@ class Stream:
     def state(self, subjects_filter: str | None = None, deleted_details: bool = False) -> dict[str, Any]:
         st = self.store
         # An empty new stream shows 0, unless configured to start somewhere (even at 1).
-        started = st.last_seq or st.first_seq > 1 or self.config.get("first_seq")
+        started = st.last_seq or st.first_seq > 1 or self.config.get("first_seq") or self.restored
         state: dict[str, Any] = {
             "messages": st.msgs,
             "bytes": st.bytes,

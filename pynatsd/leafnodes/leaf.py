@@ -141,8 +141,8 @@ class LeafConnection(LinkReader):
 
     @property
     def connection_type(self) -> str:
-        """nats-server's connection type, for a JWT user's `allowed_connection_types`."""
-        return "LEAFNODE"
+        """nats-server's connection type, for a user's `allowed_connection_types`."""
+        return "LEAFNODE_WS" if self.websocket else "LEAFNODE"
 
     def account_connections(self, account: str) -> int:
         return 0  # (`connected`: never asked)

@@ -319,8 +319,9 @@ class LeafManager:
 
     def _authorize_jwt(self, leaf: LeafConnection, options: dict[str, object]) -> str | None:
         """Operator mode: the account of the user JWT in CONNECT, its signature of our nonce checked as a
-        client's (`LEAFNODE` among its allowed connection types, if it names any). A user JWT that carries
-        permissions is refused: pynatsd does not apply them to leaf connections (fail closed)."""
+        client's (`LEAFNODE`, or `LEAFNODE_WS` over WebSocket, among its allowed connection types if it names
+        any). A user JWT that carries permissions is refused: pynatsd does not apply them to leaf connections
+        (fail closed)."""
         server = self.server
         jwt = server.auth.jwt
         assert jwt is not None

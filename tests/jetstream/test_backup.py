@@ -403,3 +403,49 @@ async def test_bad_consumers_in_a_backup(clients: dict[str, Client]) -> None:
         (10062, []), (10062, []), (10062, []), (10062, []), (None, ["other"]),
         (10062, "restore failed: error in state.json"),
     ]  # fmt: skip
+
+
+async def test_empty_stream_restores_as_on_nats_server(clients: dict[str, Client]) -> None:
+    """A snapshot of an empty stream, from either server, restored on both: the same state (nats-server
+    reports first_seq 1 for the restored stream, 0 for the one it was taken from)."""
+    restored: dict[str, list[Any]] = {kind: [] for kind in KINDS}
+    for src in KINDS:
+        name = f"EMPTY_{src[0].upper()}"
+        await clients[src].jetstream().add_stream(name=name, subjects=[f"{name}.>"])
+        snap = await snapshot(clients[src], name)
+        await clients[src].jetstream().delete_stream(name)
+        for dst in KINDS:
+            resp = await restore(
+                clients[dst], name, snap.response["config"], snap.response["state"], snap.data
+            )
+            info = await api(clients[dst], f"$JS.API.STREAM.INFO.{name}")
+            for state in (resp["state"], info["state"]):
+                restored[dst].append({k: v for k, v in state.items() if k not in ("first_ts", "last_ts")})
+            await clients[dst].jetstream().delete_stream(name)
+    assert restored["pynatsd"] == restored["nats-server"]
+
+
+async def test_snapshot_nobody_receives_ends_as_on_nats_server(clients: dict[str, Client]) -> None:
+    """A snapshot whose deliver subject nobody subscribes to: nats-server waits 2 s for a subscriber, sends
+    its chunks anyway up to the window, and ends with 408 No Flow Response once no ack came for 5 s (its
+    snapshot_complete advisory says "no flow response")."""
+
+    async def unheard(kind: str) -> str:
+        nc = clients[kind]
+        await populate(nc, "UNHEARD")
+        complete: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        async def on_complete(msg: Any) -> None:
+            if not complete.done():
+                complete.set_result(json.loads(msg.data).get("error", ""))
+
+        sub = await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.SNAPSHOT_COMPLETE.UNHEARD", cb=on_complete)
+        req = {"deliver_subject": "nobody.listens", "chunk_size": 1024, "window_size": 1024}
+        answer = await api(nc, "$JS.API.STREAM.SNAPSHOT.UNHEARD", req)
+        assert answer["type"] == "io.nats.jetstream.api.v1.stream_snapshot_response"
+        error = await asyncio.wait_for(complete, 15)
+        await sub.unsubscribe()
+        await nc.jetstream().delete_stream("UNHEARD")
+        return error
+
+    assert await asyncio.gather(*(unheard(kind) for kind in KINDS)) == ["no flow response"] * 2

@@ -61,6 +61,9 @@ SCRIPT: list[Request] = [
     ("$JS.API.CONSUMER.DURABLE.CREATE.S1.d2",
      {"stream_name": "S1",
       "config": {"durable_name": "d2", "ack_policy": "explicit", "deliver_subject": "push.d2"}}),
+    # A deliver subject the stream captures would store its own deliveries: refused (10081).
+    ("$JS.API.CONSUMER.CREATE.S1", {"stream_name": "S1", "config": {"deliver_subject": "foo"}}),
+    ("$JS.API.CONSUMER.CREATE.S1", {"stream_name": "S1", "config": {"deliver_subject": "bar.x"}}),
     ("$JS.API.CONSUMER.CREATE.S1.d3",
      {"stream_name": "S1", "config": {"name": "d3", "ack_policy": "explicit", "filter_subject": "foo"}}),
     ("$JS.API.CONSUMER.CREATE.S1.d4.bar.x",
@@ -425,3 +428,46 @@ async def test_publish_flow_matches_nats_server(clients: tuple[Client, Client]) 
     expected = await publish_flow(ref)
     got = await publish_flow(ours)
     assert got == expected
+
+
+async def test_api_level_metadata_matches_nats_server(clients: tuple[Client, Client]) -> None:
+    """`$JS.API.INFO`'s api level and the `_nats.*` metadata of streams and consumers, by value: the server's
+    level (`_nats.level`, nats-server 2.15.1 reports 5) and the level each config needs (`_nats.req.level`)
+    for a plain stream, TTLs, counters, schedules, and consumers with priority groups or a pause."""
+    streams = [
+        {"name": "PLAIN", "subjects": ["plain"]},
+        {"name": "TTL", "subjects": ["ttl"], "allow_msg_ttl": True},
+        {"name": "CTR", "subjects": ["ctr"], "allow_msg_counter": True},
+        {"name": "SCHED", "subjects": ["sched.>"], "allow_msg_schedules": True},
+    ]
+    consumers = [
+        {"durable_name": "plain", "ack_policy": "explicit"},
+        {
+            "durable_name": "prio",
+            "ack_policy": "explicit",
+            "priority_policy": "overflow",
+            "priority_groups": ["g"],
+        },
+        {"durable_name": "paused", "ack_policy": "explicit", "pause_until": "2099-01-01T00:00:00Z"},
+    ]
+
+    async def levels(nc: Client) -> list[Any]:
+        async def ask(subject: str, body: Any = b"") -> Any:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            return json.loads((await nc.request(subject, data, timeout=2)).data)
+
+        got: list[Any] = [(await ask("$JS.API.INFO"))["api"]["level"]]
+        for cfg in streams:
+            got.append((await ask(f"$JS.API.STREAM.CREATE.{cfg['name']}", cfg))["config"]["metadata"])
+            got.append((await ask(f"$JS.API.STREAM.INFO.{cfg['name']}"))["config"]["metadata"])
+        for cfg in consumers:
+            name = cfg["durable_name"]
+            req = {"stream_name": "PLAIN", "config": cfg}
+            got.append((await ask(f"$JS.API.CONSUMER.CREATE.PLAIN.{name}", req))["config"]["metadata"])
+            got.append((await ask(f"$JS.API.CONSUMER.INFO.PLAIN.{name}"))["config"]["metadata"])
+        return got
+
+    ref, ours = clients
+    expected = await levels(ref)
+    assert expected[0] == 5 and expected[1]["_nats.level"] == "5"
+    assert await levels(ours) == expected

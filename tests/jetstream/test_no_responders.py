@@ -5,8 +5,11 @@ subscription. Raw sockets against both servers."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
+import nats
 import pytest
 
 from tests.conftest import need_tool
@@ -61,3 +64,25 @@ def test_the_status_goes_to_the_requester_alone(server: ServerProcess) -> None:
         assert got == expected
         # The bystander subscribes to the same reply subjects: it hears nothing of the asker's requests.
         assert bystander.exchange(b"") == (b"", False)
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+async def test_a_domain_kv_put_to_no_bucket_hears_no_responders(kind: str, tmp_path: Path) -> None:
+    """`$JS.<domain>.API.$KV.<bucket>.<key>` (nats.go's put in a domain) to a bucket that does not exist:
+    nothing stores it, so the requester hears no responders (nats-py: NoRespondersError), not a timeout;
+    a bucket that exists takes the put."""
+    if kind == "nats-server":
+        need_tool(nats_server_binary() is not None, "nats-server")
+    conf = tmp_path / "js.conf"
+    conf.write_text(f'jetstream {{ store_dir: "{tmp_path / "store"}", domain: hub }}\n')
+    srv = start_server(kind, ["-c", str(conf)])
+    try:
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        with pytest.raises(nats.errors.NoRespondersError):
+            await nc.request("$JS.hub.API.$KV.NOPE.key", b"v", timeout=5)
+        await nc.jetstream(domain="hub").create_key_value(bucket="CFG")
+        ack = json.loads((await nc.request("$JS.hub.API.$KV.CFG.key", b"v", timeout=5)).data)
+        assert (ack["stream"], ack["seq"], ack["domain"]) == ("KV_CFG", 1, "hub")
+        await nc.close()
+    finally:
+        srv.stop()

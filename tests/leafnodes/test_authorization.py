@@ -1,13 +1,17 @@
 """A leafnode port without its own `authorization` takes the server's users as a client's CONNECT is
 decided (nats-server's isClientAuthorized), beside nats-server 2.15.1: an anonymous leaf of a server with
-nkey users only, a user allowed only STANDARD connections, and (pynatsd, which does not apply them on
-leaf connections: fail closed) a user with permissions are refused; a plain user is admitted."""
+nkey users only, a user allowed only STANDARD (or only LEAFNODE_WS) connections, and (pynatsd, which does
+not apply them on leaf connections: fail closed) a user with permissions are refused; a plain user is
+admitted."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import nkeys
 import pytest
@@ -24,6 +28,13 @@ CONFIGS = {
         "  {user: ok, password: ok}\n"
         "] }\n"
     ),
+    # LEAFNODE_WS admits a leaf over WebSocket only (test_a_leafnode_ws_user_is_admitted_over_websocket)
+    "leaf types": (
+        "authorization { users [\n"
+        '  {user: wsonly, password: wsonly, allowed_connection_types: ["LEAFNODE_WS"]}\n'
+        '  {user: leaf, password: leaf, allowed_connection_types: ["leafnode"]}\n'
+        "] }\n"
+    ),
 }
 CASES = [
     ("nkeys only", {}, False),
@@ -31,6 +42,8 @@ CASES = [
     ("users", {"user": "std", "pass": "std"}, False),
     ("users", {"user": "ok", "pass": "wrong"}, False),
     ("users", {"user": "ok", "pass": "ok"}, True),
+    ("leaf types", {"user": "wsonly", "pass": "wsonly"}, False),
+    ("leaf types", {"user": "leaf", "pass": "leaf"}, True),
 ]
 VIOLATION = b"-ERR 'Authorization Violation'"
 
@@ -96,3 +109,35 @@ def test_a_leaf_message_past_max_payload_closes_the_link(kind: str, tmp_path: Pa
         assert closed
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+def test_a_leafnode_ws_user_is_admitted_over_websocket(kind: str, tmp_path: Path) -> None:
+    """A server user allowed only `LEAFNODE_WS` connections: a leaf (nats-server's) dialing the hub's
+    WebSocket port as that user is admitted (on the leafnode port it is refused, above)."""
+    require("nats-server")
+    leaf_port, ws_port, http_port = free_port(), free_port(), free_port()
+    hub_conf, leaf_conf = tmp_path / "hub.conf", tmp_path / "leaf.conf"
+    hub_conf.write_text(
+        CONFIGS["leaf types"]
+        + f"leafnodes {{ listen: 127.0.0.1:{leaf_port} }}\n"
+        + f"websocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true }}\n"
+    )
+    leaf_conf.write_text(
+        f'leafnodes {{ reconnect: "1s", remotes [ {{ url: "ws://wsonly:wsonly@127.0.0.1:{ws_port}" }} ] }}\n'
+    )
+    hub = start_server(kind, ["-c", str(hub_conf)], http_port=http_port)
+    leaf = start_server("nats-server", ["-c", str(leaf_conf)])
+    try:
+        deadline = time.monotonic() + 15
+        while _leafz(http_port)["leafnodes"] < 1:
+            assert time.monotonic() < deadline, "the LEAFNODE_WS user was never admitted over WebSocket"
+            time.sleep(0.05)
+    finally:
+        leaf.stop()
+        hub.stop()
+
+
+def _leafz(http_port: int) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/leafz", timeout=10) as response:
+        return json.load(response)
