@@ -6,8 +6,8 @@ CRC-32C of the uncompressed bytes), 0x80-0xfe skippable, 0x02-0x7f refused. A co
 Snappy's block format (uvarint length, literals, copies with 1, 2 or 4 offset bytes) plus S2's repeat:
 a one-byte-offset copy with offset 0 reuses the previous offset, its length code 5-7 extended by 1-3 bytes.
 
-The decoder is incremental (`feed` as chunks arrive); the encoder writes uncompressed chunks only, which
-every S2 and Snappy reader takes.
+The decoder is incremental (`feed` as chunks arrive); the encoders write no copies (uncompressed chunks,
+literal-only blocks), which every S2 and Snappy reader takes.
 """
 
 from __future__ import annotations
@@ -191,3 +191,34 @@ def encode_stream(data: bytes) -> bytes:
         parts.append(masked_crc(chunk).to_bytes(4, "little"))
         parts.append(chunk)
     return b"".join(parts)
+
+
+_LITERAL_MAX = 1 << 16  # one literal's length in at most 2 extra bytes (S2's encoder emits no longer ones)
+
+
+def encode_block(data: bytes) -> bytes:
+    """`data` as one S2 block (what s2.Encode writes and s2.Decode reads) of literals only: the uvarint
+    length, then literals of at most 64 KiB, each tagged with its length - 1 in the tag or 1-2 more bytes."""
+    if len(data) > MAX_BLOCK:
+        raise S2Error("s2: block too large")  # readers refuse a larger block as corrupt
+    parts = [_uvarint_bytes(len(data))]
+    for at in range(0, len(data), _LITERAL_MAX):
+        chunk = data[at : at + _LITERAL_MAX]
+        n = len(chunk) - 1
+        if n < 60:
+            parts.append(bytes((n << 2,)))
+        elif n < 1 << 8:
+            parts.append(bytes((60 << 2, n)))
+        else:
+            parts.append(bytes((61 << 2, n & 0xFF, n >> 8)))
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -6,7 +6,16 @@ import hashlib
 
 import pytest
 
-from pynatsd.base.s2 import S2Decoder, S2Error, crc32c, decode_block, encode_stream, masked_crc
+from pynatsd.base.s2 import (
+    MAX_BLOCK,
+    S2Decoder,
+    S2Error,
+    crc32c,
+    decode_block,
+    encode_block,
+    encode_stream,
+    masked_crc,
+)
 
 # A snapshot nats-server 2.15.1 sent (`STREAM.SNAPSHOT`, 8 messages, a durable): one compressed chunk
 # whose block has literals, 1- and 2-byte offset copies and S2 repeats (codes 1 and 5). Its CRC-32C,
@@ -102,3 +111,19 @@ def test_stream_round_trip_and_checks() -> None:
     chunk = b"hello"
     assert framed[10:14] == bytes((1, 0x04, 0x00, 0x01))  # 65536 + 4 bytes, uncompressed
     assert encode_stream(chunk)[14:18] == masked_crc(chunk).to_bytes(4, "little")
+
+
+@pytest.mark.parametrize("size", [0, 1, 60, 61, 256, 257, 65536, 65537, 200_000])
+def test_block_encoder_round_trips(size: int) -> None:
+    data = bytes((i * 7) & 0xFF for i in range(size))
+    assert decode_block(encode_block(data)) == data
+
+
+def test_block_encoder_layout() -> None:
+    # What s2.Encode writes for input too short to search for copies: the length, one literal.
+    assert encode_block(b"abcd") == b"\x04\x0cabcd"
+    assert encode_block(b"") == b"\x00"
+    assert encode_block(b"x" * 70)[:3] == b"\x46\xf0\x45"  # length 70 as a uvarint, then 69 in one byte
+    assert encode_block(b"x" * 300)[:5] == b"\xac\x02\xf4\x2b\x01"  # 299 in two bytes
+    with pytest.raises(S2Error):
+        encode_block(bytes(MAX_BLOCK + 1))
