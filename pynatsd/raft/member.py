@@ -23,8 +23,8 @@ from pynatsd.broker.delivery import Subscription
 from pynatsd.broker.internal import InternalClient
 from pynatsd.protocol.subjects import is_literal_subject
 from pynatsd.raft.codec import META_GROUP, EntryType, PeerState, peer_id
-from pynatsd.raft.meta import EntryOp, decode_meta_entry, decode_meta_snapshot
-from pynatsd.raft.node import RaftNode
+from pynatsd.raft.meta import MetaState
+from pynatsd.raft.node import Committed, RaftNode
 from pynatsd.raft.storage import FileStorage
 
 if TYPE_CHECKING:
@@ -35,6 +35,66 @@ log = get_logger()
 # nats-server answers the JetStream API with 10008 once its meta group has had no leader for this long
 # (lostQuorumInterval, 10 s) since the group was created (jetstream.go: isLeaderless).
 LEADERLESS_AFTER = 10.0
+
+# nats-server's cadence for the meta group's snapshots (jetstream_cluster.go, monitorCluster): a timer
+# every minute (compactInterval), and on apply once the log passed 8 MiB (compactSizeMin); `meta_compact`
+# (entries) and `meta_compact_size` (bytes) raise the bar when set.
+COMPACT_INTERVAL = 60.0
+COMPACT_SIZE_MIN = 8 << 20
+
+
+class MetaApplier:
+    """Applies a meta group node's committed entries to a MetaState and compacts its log behind a snapshot
+    of that state (nats-server's meta snapshot encoding), so the log stays bounded. Without thresholds
+    (0, nats-server's defaults) it compacts at `timer` when anything was applied since, and on apply once
+    the log holds more than COMPACT_SIZE_MIN bytes; with them, whenever the log passes either."""
+
+    def __init__(self, node: RaftNode, compact_entries: int = 0, compact_size: int = 0) -> None:
+        self.node = node
+        self.state = MetaState()
+        self.compact_entries = compact_entries
+        self.compact_size = compact_size
+        self.log_entries = 0  # applied since the last snapshot
+        self.log_bytes = 0
+
+    def apply(self, committed: list[Committed]) -> None:
+        for done in committed:
+            for entry in done.entries:
+                try:
+                    if entry.type == EntryType.SNAPSHOT:
+                        self.state.load_snapshot(entry.data)
+                        self.log_entries = self.log_bytes = 0
+                    elif entry.type == EntryType.NORMAL:
+                        self.log_bytes += len(entry.data)
+                        self.state.apply_entry(entry.data)
+                except (ValueError, KeyError, TypeError, AttributeError) as e:
+                    log.warning("JetStream cluster member: meta entry not understood: %s", e)
+            self.log_entries += 1
+        if committed and self._over_threshold():
+            self.compact()
+
+    def timer(self) -> None:
+        """nats-server's periodic snapshot: without thresholds whenever anything was applied since."""
+        if self.log_entries and (not (self.compact_entries or self.compact_size) or self._over_threshold()):
+            self.compact()
+
+    def _over_threshold(self) -> bool:
+        if not (self.compact_entries or self.compact_size):
+            return self.log_bytes > COMPACT_SIZE_MIN
+        return bool(
+            (self.compact_entries and self.log_entries > self.compact_entries)
+            or (self.compact_size and self.log_bytes > self.compact_size)
+        )
+
+    def compact(self) -> None:
+        """Snapshot the applied state; the log up to it goes (the storage writes both crash-safely)."""
+        try:
+            data = self.state.encode_snapshot()
+        except ValueError as e:  # past one S2 block: keep the log rather than lose the state
+            log.warning("JetStream cluster member: meta snapshot not written: %s", e)
+            return
+        self.node.install_snapshot(data)
+        self.log_entries = self.log_bytes = 0
 
 
 class MetaMember:
@@ -51,8 +111,8 @@ class MetaMember:
         self.subs: dict[str, Subscription] = {}
         self.timer: asyncio.TimerHandle | None = None
         self.started = 0.0
-        # Stream assignments as applied from the log: (account, stream) -> the assignment's JSON.
-        self.streams: dict[tuple[str, str], dict[str, Any]] = {}
+        self.applier: MetaApplier | None = None
+        self.compact_timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -62,7 +122,9 @@ class MetaMember:
             storage.save_peer_state(PeerState((), 0))
         ours = peer_id(self.server.server_name)
         self.node = RaftNode(META_GROUP, ours, storage, [], loop.time(), random.Random(), observer=True)
+        self.applier = MetaApplier(self.node)
         self.started = loop.time()
+        self.compact_timer = loop.call_later(COMPACT_INTERVAL, self._on_compact_timer)
         self._pump()
         log.info("JetStream cluster member: meta group voter; streams are placed on nats-server peers")
 
@@ -70,6 +132,9 @@ class MetaMember:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        if self.compact_timer is not None:
+            self.compact_timer.cancel()
+            self.compact_timer = None
         self.client.close()
         self.subs.clear()
         if self.node is not None:
@@ -88,6 +153,11 @@ class MetaMember:
     def _on_timer(self) -> None:
         self.timer = None
         self._pump()
+
+    def _on_compact_timer(self) -> None:
+        if self.applier is not None:
+            self.applier.timer()
+        self.compact_timer = self.server.loop.call_later(COMPACT_INTERVAL, self._on_compact_timer)
 
     def _pump(self) -> None:
         """Tick the node, then carry out what it asks: subscriptions, messages out, committed entries."""
@@ -108,27 +178,12 @@ class MetaMember:
                 self.client.publish(
                     out.subject.encode("latin-1"), out.reply.encode("latin-1") or None, None, out.data
                 )
-        for done in node.take_applied():
-            for entry in done.entries:
-                self._apply(entry.type, entry.data)
+        if self.applier is not None:
+            self.applier.apply(node.take_applied())
         if self.timer is None or self.timer.when() > due:
             if self.timer is not None:
                 self.timer.cancel()
             self.timer = loop.call_at(due, self._on_timer) if due != float("inf") else None
-
-    def _apply(self, kind: EntryType, data: bytes) -> None:
-        """The meta state this member keeps: the stream assignments (consumers are not tracked yet)."""
-        try:
-            if kind == EntryType.SNAPSHOT:
-                self.streams = {_stream_key(sa): sa for sa in decode_meta_snapshot(data)}
-            elif kind == EntryType.NORMAL and data[:1] and data[0] in _STREAM_OPS:
-                op, sa = decode_meta_entry(data)
-                if op == EntryOp.REMOVE_STREAM:
-                    self.streams.pop(_stream_key(sa), None)
-                else:
-                    self.streams[_stream_key(sa)] = sa
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            log.warning("JetStream cluster member: meta entry not understood: %s", e)
 
     # What the server shows.
 
@@ -181,10 +236,3 @@ class MetaMember:
         info["quorum_needed"] = node.quorum
         info["pending"] = info["pending_requests"] = info["pending_infos"] = 0
         return info
-
-
-_STREAM_OPS = frozenset({EntryOp.ASSIGN_STREAM, EntryOp.UPDATE_STREAM, EntryOp.REMOVE_STREAM})
-
-
-def _stream_key(sa: dict[str, Any]) -> tuple[str, str]:
-    return str(sa["client"]["account"] if sa.get("client") else ""), str(sa["stream"]["name"])

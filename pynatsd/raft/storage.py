@@ -120,7 +120,9 @@ class FileStorage(MemoryStorage):
         peers = self.dir / "peers.idx"
         if peers.exists():
             self.peer_state = PeerState.decode(peers.read_bytes())
-        for snap in sorted(self.dir.glob("snap.*")):
+        for tmp in self.dir.glob("*.tmp"):
+            tmp.unlink()  # a write a crash cut short: the file it was to replace is still whole
+        for snap in sorted(self._snapshot_files()):
             raw = snap.read_bytes()
             term, index, plen = _SNAP_HEAD.unpack_from(raw)
             head = _SNAP_HEAD.size
@@ -150,6 +152,14 @@ class FileStorage(MemoryStorage):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.dir / name)
+        fd = os.open(self.dir, os.O_RDONLY)  # the rename itself durable too
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _snapshot_files(self) -> list[Path]:
+        return [p for p in self.dir.glob("snap.*") if not p.name.endswith(".tmp")]
 
     def save_term_vote(self, term: int, vote: str) -> None:
         if (term, vote) != self.term_vote:
@@ -164,13 +174,13 @@ class FileStorage(MemoryStorage):
         name = f"snap.{snap.last_term:020d}.{snap.last_index:020d}"
         head = _SNAP_HEAD.pack(snap.last_term, snap.last_index, len(snap.peer_state))
         self._write(name, head + snap.peer_state + snap.data)
-        for old in self.dir.glob("snap.*"):
+        for old in self._snapshot_files():
             if old.name != name:
                 old.unlink()
         super().save_snapshot(snap)
 
     def remove_snapshot(self) -> None:
-        for old in self.dir.glob("snap.*"):
+        for old in self._snapshot_files():
             old.unlink()
         super().remove_snapshot()
 
