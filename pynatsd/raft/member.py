@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pynatsd.base.formats import rfc3339nano
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Subscription
 from pynatsd.broker.internal import InternalClient
@@ -56,6 +59,8 @@ class MetaApplier:
         self.compact_size = compact_size
         self.log_entries = 0  # applied since the last snapshot
         self.log_bytes = 0
+        self.last_snapshot: datetime | None = None  # when this member last wrote one, and how long it took
+        self.last_duration = 0.0
 
     def apply(self, committed: list[Committed]) -> None:
         for done in committed:
@@ -88,6 +93,7 @@ class MetaApplier:
 
     def compact(self) -> None:
         """Snapshot the applied state; the log up to it goes (the storage writes both crash-safely)."""
+        started = time.perf_counter()
         try:
             data = self.state.encode_snapshot()
         except ValueError as e:  # past one S2 block: keep the log rather than lose the state
@@ -95,6 +101,24 @@ class MetaApplier:
             return
         self.node.install_snapshot(data)
         self.log_entries = self.log_bytes = 0
+        self.last_duration = time.perf_counter() - started
+        self.last_snapshot = datetime.now(UTC)
+
+    def snapshot_stats(self) -> dict[str, Any]:
+        """/jsz meta_cluster `snapshot` as nats-server shows it (MetaSnapshotStats): the entries and bytes
+        in the log, when the last snapshot was taken (Go's zero time if never: omitempty does not omit a
+        struct) and how long it took (omitted when zero)."""
+        storage = self.node.storage
+        first = storage.first_index()
+        indexes = range(first, storage.last_index() + 1) if first else range(0)
+        stats: dict[str, Any] = {
+            "pending_entries": len(indexes),
+            "pending_size": sum(len(storage.entry(i) or b"") for i in indexes),
+            "last_time": rfc3339nano(self.last_snapshot) if self.last_snapshot else "0001-01-01T00:00:00Z",
+        }
+        if self.last_duration > 0:
+            stats["last_duration"] = int(self.last_duration * 1e9)
+        return stats
 
 
 class MetaMember:
@@ -235,4 +259,6 @@ class MetaMember:
         info["cluster_size"] = node.cluster_size
         info["quorum_needed"] = node.quorum
         info["pending"] = info["pending_requests"] = info["pending_infos"] = 0
+        if self.applier is not None:
+            info["snapshot"] = self.applier.snapshot_stats()
         return info

@@ -26,7 +26,9 @@ import pytest
 from nats.js.errors import APIError, ServiceUnavailableError
 
 from pynatsd.raft.codec import META_GROUP, AppendEntry, EntryType, VoteRequest, VoteResponse, peer_id
-from pynatsd.raft.meta import EntryOp, decode_meta_entry, decode_meta_snapshot
+from pynatsd.raft.member import MetaApplier
+from pynatsd.raft.meta import EntryOp, MetaState, decode_meta_entry, decode_meta_snapshot
+from pynatsd.raft.node import RaftNode
 from pynatsd.raft.storage import FileStorage
 from tests.cluster.harness import Cluster, Node, build_cluster, wait_until
 from tests.conftest import need_tool
@@ -173,9 +175,15 @@ async def _scenario(cluster: Cluster) -> None:
     assert meta["leader"] == ours.name or replicas[meta["leader"]]["current"]
     assert ours.get("/healthz?js-enabled-only=true") == {"status": "ok"}
     assert _healthy(ours)
-    # The same fields as a nats-server member shows (but its snapshot statistics), for a replica too.
+    # The same fields as a nats-server member shows, for a replica too; its snapshot statistics as theirs
+    # (last_duration only once the member has taken a snapshot: Go omits a zero duration).
     other = _meta(next(n for n in go if n.name != meta["leader"]))
-    assert set(meta) - {"snapshot"} == set(other) - {"snapshot"}, (meta, other)
+    assert set(meta) == set(other), (meta, other)
+    stats, their_stats = meta["snapshot"], other["snapshot"]
+    assert isinstance(stats, dict) and isinstance(their_stats, dict)
+    assert set(stats) - {"last_duration"} == set(their_stats) - {"last_duration"}, (stats, their_stats)
+    if ours.kind == "pynatsd":  # the entries since it joined (a nats-server snapshots once it recovered)
+        assert stats["pending_entries"] > 0 and stats["pending_size"] > 0
     theirs = other["replicas"]
     assert isinstance(theirs, list)
     if meta["leader"] != ours.name:  # the leader as each follower sees it
@@ -183,6 +191,10 @@ async def _scenario(cluster: Cluster) -> None:
     for creator, name in ((go[0], "ONE"), (ours, "ONE_VIA_OURS")):
         # Never sent a JetStream statsz, so not selectable: nats-server places nothing on pynatsd.
         assert await _create(creator, name) != ours.name or ours.kind == "nats-server"
+    async with await nats.connect(f"nats://a:a@127.0.0.1:{go[0].port}") as nc:
+        await nc.jetstream().add_consumer("ONE", durable_name="D")
+        await nc.jetstream().add_consumer("ONE_VIA_OURS", durable_name="E")
+        await nc.jetstream().delete_consumer("ONE_VIA_OURS", "E")
 
     # The meta leader stops: the other nats-server leads, with our vote.
     leader = _leader(cluster, go)
@@ -222,6 +234,52 @@ async def _scenario(cluster: Cluster) -> None:
         names = {"ONE", "ONE_VIA_OURS", "TWO", "TWO_VIA_OURS", "THREE"}
         assert names <= set(stored) and "THREE" in snapshotted, (stored, snapshotted)
         assert all(peer_id(ours.name) not in peers for peers in stored.values())
+        # What the member applied, reloaded from its directory as a restart loads it, is the leader's view;
+        # the snapshot it took from the leader, re-encoded by the member, holds the same assignments.
+        applier = await asyncio.to_thread(_reloaded, cluster.workdir / "js0")
+        view = {name: sorted(applier.state.consumers[acc, name]) for acc, name in applier.state.streams}
+        assert view == await _leader_view(survivor), view
+        snap = FileStorage(cluster.workdir / "js0" / META_GROUP).load_snapshot()
+        assert snap is not None
+        ours_again = MetaState()
+        ours_again.load_snapshot(snap.data)
+        assert _by_name(decode_meta_snapshot(ours_again.encode_snapshot())) == _by_name(
+            _snap_view(decode_meta_snapshot(snap.data))
+        )
+
+
+def _reloaded(store: Path) -> MetaApplier:
+    node = RaftNode(META_GROUP, "RELOADED", FileStorage(store / META_GROUP), [], 0.0, observer=True)
+    applier = MetaApplier(node)
+    applier.apply(node.take_applied())
+    return applier
+
+
+async def _leader_view(node: Node) -> dict[str, list[str]]:
+    """Account A's streams and their consumers, as `$JS.API.STREAM.NAMES` and `CONSUMER.NAMES` list them."""
+    async with await nats.connect(f"nats://a:a@127.0.0.1:{node.port}") as nc:
+        reply = await nc.request("$JS.API.STREAM.NAMES", b"{}", timeout=10)
+        view = {}
+        for name in json.loads(reply.data)["streams"]:
+            reply = await nc.request(f"$JS.API.CONSUMER.NAMES.{name}", b"{}", timeout=10)
+            view[name] = sorted(json.loads(reply.data)["consumers"] or [])
+        return view
+
+
+def _snap_view(streams: list[dict[str, object]]) -> list[dict[str, object]]:
+    """nats-server's snapshot as our encoder writes it: the same fields, `stream` only where nats-server
+    omitted it on a consumer (it rehydrates it from the stream, jetstream_cluster.go decodeMetaSnapshot)."""
+    for sa in streams:
+        for ca in sa.get("Consumers") or []:  # type: ignore[attr-defined]
+            ca.setdefault("stream", sa["stream"]["name"])  # type: ignore[index]
+    return streams
+
+
+def _by_name(streams: list[dict[str, object]]) -> dict[object, object]:
+    return {
+        sa["stream"]["name"]: {**sa, "Consumers": sorted(sa["Consumers"] or [], key=lambda c: c["name"])}  # type: ignore[index,call-overload,arg-type]
+        for sa in streams
+    }
 
 
 def test_meta_member_follows_votes_and_catches_up(cluster: Cluster) -> None:
