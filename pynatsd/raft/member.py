@@ -64,17 +64,18 @@ class MetaApplier:
 
     def apply(self, committed: list[Committed]) -> None:
         for done in committed:
+            in_log = 1  # the index is in the log, but for a snapshot's (stored beside it)
             for entry in done.entries:
                 try:
                     if entry.type == EntryType.SNAPSHOT:
                         self.state.load_snapshot(entry.data)
-                        self.log_entries = self.log_bytes = 0
+                        self.log_entries = self.log_bytes = in_log = 0
                     elif entry.type == EntryType.NORMAL:
                         self.log_bytes += len(entry.data)
                         self.state.apply_entry(entry.data)
                 except (ValueError, KeyError, TypeError, AttributeError) as e:
                     log.warning("JetStream cluster member: meta entry not understood: %s", e)
-            self.log_entries += 1
+            self.log_entries += in_log
         if committed and self._over_threshold():
             self.compact()
 
