@@ -191,7 +191,14 @@ class Node(Broker):
 
                 routes = self.route_manager
                 names = (lambda: [r.remote_name for r in routes.routes.values()]) if routes else list
-                self.meta_member = MetaMember(self, system, js_config.store_dir, names)
+                self.meta_member = MetaMember(
+                    self,
+                    system,
+                    js_config.store_dir,
+                    names,
+                    js_config.meta_compact,
+                    js_config.meta_compact_size,
+                )
                 self.meta_member.start()
             self.cluster_js = ClusterJetStream(self, system, self.meta_member)
             self.cluster_js.start()

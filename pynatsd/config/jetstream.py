@@ -26,6 +26,10 @@ class JsConfig:
     # the loop are refused with 429. 0: nats-server's defaults, 100,000 messages and 128 MiB.
     max_buffered_msgs: int = 0
     max_buffered_size: int = 0
+    # The meta group's compaction thresholds (entries, bytes of log) on a cluster member; 0: nats-server's
+    # cadence alone (pynatsd.raft.member.MetaApplier).
+    meta_compact: int = 0
+    meta_compact_size: int = 0
 
 
 def _size(key: str, value: Any) -> int:
@@ -62,6 +66,10 @@ def from_options(opts: Options) -> JsConfig | None:
             cfg.max_buffered_msgs = value
         elif k == "max_buffered_size":
             cfg.max_buffered_size = _size(key, value)
+        elif k in ("meta_compact", "meta_compact_size"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise JsConfigError(f'Expected an absolute size for "{key}", got {value!r}')
+            setattr(cfg, k, value)
         elif k == "domain":
             cfg.domain = str(value)
         elif k == "sync_interval":

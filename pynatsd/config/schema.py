@@ -303,7 +303,8 @@ def _mqtt(ctx: Ctx, opts: Options, key: str, value: Any, where: Where) -> None:
 # rest is refused by name (it protects data), the rest are unknown fields.
 _JETSTREAM_KEYS = frozenset(
     {"store_dir", "store", "storedir", "max_memory_store", "max_mem_store", "max_mem", "max_file_store",
-     "max_file", "domain", "sync_interval", "enabled", "max_buffered_msgs", "max_buffered_size"}
+     "max_file", "domain", "sync_interval", "enabled", "max_buffered_msgs", "max_buffered_size",
+     "meta_compact", "meta_compact_size"}
 )  # fmt: skip
 _JETSTREAM_ENCRYPTION = frozenset({"key", "ek", "cipher", "prev_encryption_key", "tpm"})
 

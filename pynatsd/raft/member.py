@@ -126,9 +126,17 @@ class MetaMember:
     """The `_meta_` member of a clustered pynatsd with JetStream on (see the module docstring)."""
 
     def __init__(
-        self, server: Broker, system_account: str, store_dir: Path, peer_names: Callable[[], list[str]]
+        self,
+        server: Broker,
+        system_account: str,
+        store_dir: Path,
+        peer_names: Callable[[], list[str]],
+        compact_entries: int = 0,
+        compact_size: int = 0,
     ) -> None:
         self.server = server
+        self.compact_entries = compact_entries  # nats-server's meta_compact and meta_compact_size
+        self.compact_size = compact_size
         self.peer_names = peer_names  # the server names of the cluster's other nodes (its routes)
         self.client = InternalClient(server, system_account, "raft")
         self.store = store_dir / META_GROUP
@@ -147,7 +155,7 @@ class MetaMember:
             storage.save_peer_state(PeerState((), 0))
         ours = peer_id(self.server.server_name)
         self.node = RaftNode(META_GROUP, ours, storage, [], loop.time(), random.Random(), observer=True)
-        self.applier = MetaApplier(self.node)
+        self.applier = MetaApplier(self.node, self.compact_entries, self.compact_size)
         self.started = loop.time()
         self.compact_timer = loop.call_later(COMPACT_INTERVAL, self._on_compact_timer)
         self._pump()

@@ -13,7 +13,7 @@ from nats.js import api
 from nats.js.errors import APIError
 
 from pynatsd.base.options import Options
-from pynatsd.config.jetstream import from_options
+from pynatsd.config.jetstream import JsConfigError, from_options
 from pynatsd.config.parser import parse
 from pynatsd.config.schema import apply_config
 from tests.conftest import need_tool
@@ -43,6 +43,10 @@ def test_block_and_switches() -> None:
     assert from_options(Options()) is None
     always = from_options(config_of("jetstream { sync_interval: always }"))
     assert always is not None and always.sync_always
+    compact = from_options(config_of("jetstream { meta_compact: 100, meta_compact_size: 1MB }"))
+    assert compact is not None and (compact.meta_compact, compact.meta_compact_size) == (100, 1024**2)
+    with pytest.raises(JsConfigError, match='Expected an absolute size for "meta_compact", got -1'):
+        from_options(config_of("jetstream { meta_compact: -1 }"))
     flags = Options()
     flags.jetstream, flags.jetstream_store_dir = True, "/tmp/x"
     cfg = from_options(flags)
