@@ -8,6 +8,8 @@ It runs no JetStream of its own: streams are placed on the nats-server peers (py
 JetStream statsz, so nats-server never selects it), and its clients' `$JS.API` requests go to the cluster
 (pynatsd.routes.jetstream), answered here only when the group has no leader, as nats-server answers then.
 Its peer id is nats-server's hash of the server name, which must therefore be stable (configured).
+It applies the stream and consumer assignments (meta.MetaState) and compacts its log behind snapshots of
+them in nats-server's meta snapshot encoding (MetaApplier), so a restart loads snapshot + remaining log.
 """
 
 from __future__ import annotations
