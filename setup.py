@@ -30,6 +30,7 @@ COMPILED = [
     "pynatsd/broker/delivery.py",
     "pynatsd/base/histogram.py",
     "pynatsd/base/s2.py",
+    "pynatsd/base/varint.py",
     "pynatsd/broker/internal.py",
     "pynatsd/broker/outbound.py",
     "pynatsd/broker/connection.py",

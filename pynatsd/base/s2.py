@@ -12,6 +12,8 @@ literal-only blocks), which every S2 and Snappy reader takes.
 
 from __future__ import annotations
 
+from pynatsd.base.varint import put_uvarint, read_uvarint
+
 STREAM_ID = b"\xff\x06\x00\x00S2sTwO"
 _IDS = (b"S2sTwO", b"sNaPpY")
 MAX_BLOCK = 4 << 20  # S2's largest block: a chunk decoding to more is corrupt
@@ -52,16 +54,11 @@ def masked_crc(data: bytes) -> int:
 
 
 def uvarint(buf: bytes, at: int) -> tuple[int, int]:
-    """The unsigned varint (Go's binary.Uvarint) at `at`, and where it ends; S2Error when cut or too long."""
-    value = shift = 0
-    while at < len(buf) and shift < 64:
-        byte = buf[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-    raise S2Error("s2: corrupt input")
+    """The unsigned varint at `at`, and where it ends; S2Error when cut or too long."""
+    try:
+        return read_uvarint(buf, at)
+    except ValueError:
+        raise S2Error("s2: corrupt input") from None
 
 
 def decode_block(src: bytes) -> bytes:
@@ -201,7 +198,7 @@ def encode_block(data: bytes) -> bytes:
     length, then literals of at most 64 KiB, each tagged with its length - 1 in the tag or 1-2 more bytes."""
     if len(data) > MAX_BLOCK:
         raise S2Error("s2: block too large")  # readers refuse a larger block as corrupt
-    parts = [_uvarint_bytes(len(data))]
+    parts = [put_uvarint(len(data))]
     for at in range(0, len(data), _LITERAL_MAX):
         chunk = data[at : at + _LITERAL_MAX]
         n = len(chunk) - 1
@@ -213,12 +210,3 @@ def encode_block(data: bytes) -> bytes:
             parts.append(bytes((61 << 2, n & 0xFF, n >> 8)))
         parts.append(chunk)
     return b"".join(parts)
-
-
-def _uvarint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)

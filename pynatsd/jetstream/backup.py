@@ -27,6 +27,7 @@ from typing import IO, TYPE_CHECKING, Any
 from pynatsd.base.ids import event_id
 from pynatsd.base.logging import get_logger
 from pynatsd.base.s2 import STREAM_ID, S2Decoder, S2Error, encode_stream
+from pynatsd.base.varint import put_uvarint
 from pynatsd.jetstream import consumer as consumer_mod
 from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.account import PARTIAL_RESTORE
@@ -76,21 +77,12 @@ RESTORE_REQUEST = Struct(
 
 
 # -- the archive ----------------------------------------------------------------------------------------
-def _put_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def entry(name: bytes, ts: int, seq: int, hdrs: bytes, data: bytes) -> bytes:
     """One archive entry (Go's PutVarint zig-zags the signed timestamp)."""
     zigzag = (ts << 1) ^ (ts >> 63)
     return b"".join(
-        (_put_uvarint(len(name)), _put_uvarint(zigzag & (2**64 - 1)), _put_uvarint(seq),
-         _put_uvarint(len(hdrs)), _put_uvarint(len(data)), name, hdrs, data)
+        (put_uvarint(len(name)), put_uvarint(zigzag & (2**64 - 1)), put_uvarint(seq),
+         put_uvarint(len(hdrs)), put_uvarint(len(data)), name, hdrs, data)
     )  # fmt: skip
 
 

@@ -18,6 +18,7 @@ import struct
 from dataclasses import dataclass
 
 from pynatsd.base.hashing import base62_sha256
+from pynatsd.base.varint import put_uvarint, read_uvarint
 
 ID_LEN = 8
 VOTE_REQUEST_LEN = 24 + ID_LEN
@@ -140,7 +141,7 @@ class AppendEntry:
             parts.append(_U32.pack(1 + len(e.data)))
             parts.append(bytes((e.type,)))
             parts.append(e.data)
-        parts.append(encode_uvarint(self.lterm))  # nats-server always appends it (one 0 byte when unset)
+        parts.append(put_uvarint(self.lterm))  # nats-server always appends it (one 0 byte when unset)
         return b"".join(parts)
 
     @classmethod
@@ -165,8 +166,9 @@ class AppendEntry:
             pos += size
         lterm = 0
         if pos < end:
-            lterm, used = decode_uvarint(msg, pos)
-            if used <= 0:
+            try:
+                lterm = read_uvarint(msg, pos)[0]
+            except ValueError:
                 lterm = 0  # nats-server ignores a bad tail the same way
         return cls(_id_text(msg[:ID_LEN]), term, commit, pterm, pindex, tuple(entries), lterm)
 
@@ -231,30 +233,6 @@ class PeerState:
         tail = 8 + count * ID_LEN
         ext = _U16.unpack_from(buf, tail)[0] if len(buf) - tail >= 2 else 0
         return cls(peers, size, ext)
-
-
-def encode_uvarint(value: int) -> bytes:
-    """Go's binary.PutUvarint."""
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def decode_uvarint(buf: bytes, pos: int = 0) -> tuple[int, int]:
-    """Go's binary.Uvarint at `pos`: (value, bytes used); used <= 0 on a truncated or overlong value."""
-    value = shift = 0
-    for i in range(pos, min(len(buf), pos + 10)):
-        byte = buf[i]
-        if byte < 0x80:
-            if i - pos == 9 and byte > 1:
-                return 0, -(i - pos + 1)
-            return value | byte << shift, i - pos + 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-    return 0, 0
 
 
 def group_of(subject: str) -> tuple[str, str]:

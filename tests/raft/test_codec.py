@@ -7,6 +7,7 @@ import json
 import pytest
 
 from pynatsd.base.s2 import encode_stream
+from pynatsd.base.varint import put_uvarint, read_uvarint
 from pynatsd.raft.codec import (
     AppendEntry,
     AppendEntryResponse,
@@ -16,8 +17,6 @@ from pynatsd.raft.codec import (
     PeerState,
     VoteRequest,
     VoteResponse,
-    decode_uvarint,
-    encode_uvarint,
     group_of,
     peer_id,
 )
@@ -31,8 +30,8 @@ def test_peer_id_is_nats_servers_node_name() -> None:
 
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**32, 2**64 - 1])
 def test_uvarint_round_trip(value: int) -> None:
-    raw = encode_uvarint(value)
-    assert decode_uvarint(raw + b"tail") == (value, len(raw))
+    raw = put_uvarint(value)
+    assert read_uvarint(raw + b"tail") == (value, len(raw))
 
 
 def test_append_entry_round_trip_with_lterm() -> None:
@@ -82,7 +81,7 @@ def test_compressed_meta_entries_decode() -> None:
     streams = [{"stream": {"name": "S"}, "group": {"peers": ["a"]}, "consumers": []}]
     text = json.dumps(streams).encode()
     assert 60 < len(text) <= 256
-    block = encode_uvarint(len(text)) + bytes((60 << 2, len(text) - 1)) + text  # one literal, 1-byte length
+    block = put_uvarint(len(text)) + bytes((60 << 2, len(text) - 1)) + text  # one literal, 1-byte length
     assert decode_meta_snapshot(block) == streams
     assert decode_meta_snapshot(b"") == []
     with pytest.raises(ValueError):

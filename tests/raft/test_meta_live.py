@@ -32,17 +32,11 @@ from pynatsd.raft.node import RaftNode
 from pynatsd.raft.storage import FileStorage
 from tests.cluster.harness import Cluster, Node, build_cluster, wait_until
 from tests.conftest import need_tool
+from tests.raft.test_codec_live import CONFIG  # the same accounts: A with JetStream, SYS the system
 from tests.servers import nats_server_binary
 
 pytestmark = pytest.mark.timeout(240)
 
-CONFIG = (
-    "accounts {\n"
-    "  A: { jetstream: enabled, users: [{user: a, password: a}] }\n"
-    "  SYS: { users: [{user: sys, password: sys}] }\n"
-    "}\n"
-    "system_account: SYS\n"
-)
 WAIT = 60.0  # elections take 4-9 s each (nats-server's timeouts), more on a loaded machine
 
 
