@@ -58,6 +58,7 @@ from pynatsd.mqtt.store import (
     qos2_subject,
     retained,
     retained_headers,
+    server_origin,
     session_record,
     session_subject,
     take_qos2,
@@ -504,7 +505,7 @@ class MQTTConnection(SlicedReader):
         cons, pubrel = (session.cons, session.pubrel) if session is not None else ({}, None)
         stored = self.v5.stored if self.v5 is not None else None
         record = session_record(
-            self.server.server_id,
+            server_origin(self.server.server_name),
             self.client_id,
             self.clean,
             self.session_subs,
@@ -597,7 +598,9 @@ class MQTTConnection(SlicedReader):
             extra = b"" if with_headers is None else with_headers.split(b"\r\n", 2)[2][:-2]
             if reply is not None:
                 extra += HELD_REPLY + reply + b"\r\n"
-            kept = retained_headers(topic, flags, not payload, self.server.server_id, self.user, extra)
+            kept = retained_headers(
+                topic, flags, not payload, server_origin(self.server.server_name), self.user, extra
+            )
             where = RETAINED_PREFIX + subject
             msg.set(where, None, size_fields(kept, payload), kept, payload, b"MSG " + where + b" ")
             publish(self.sublist, msg, self._fanout)

@@ -16,7 +16,7 @@ import uuid
 import nats
 import paho.mqtt.client as paho
 
-from pynatsd.mqtt.store import session_subject
+from pynatsd.mqtt.store import server_origin, session_subject
 from tests.mqtt.conftest import (
     MQTTServer,
     RawClient,
@@ -502,6 +502,7 @@ def test_retained_messages(mqtt_server: MQTTServer) -> None:
     assert _until_pong(second) == [(0x31, b"\x00\x05r/b/c" + b"also")]
     for client in (publisher, first, second):
         client.close()
+    assert asyncio.run(_retained_origin(mqtt_server, "$MQTT.rmsgs.r.b.c")) == _origin(mqtt_server)
     fields = ("subjects", "retention", "storage", "max_msgs_per_subject")
     assert asyncio.run(_stream_config(mqtt_server, "$MQTT_rmsgs", *fields)) == {
         "subjects": ["$MQTT.rmsgs.>"],
@@ -509,6 +510,15 @@ def test_retained_messages(mqtt_server: MQTTServer) -> None:
         "storage": "file",
         "max_msgs_per_subject": 1,
     }
+
+
+async def _retained_origin(server: MQTTServer, subject: str) -> str | None:
+    nc = await nats.connect(server.nats_url)
+    try:
+        stored = await nc.jetstream().get_last_msg("$MQTT_rmsgs", subject)
+    finally:
+        await nc.close()
+    return (stored.headers or {}).get("Nmqtt-ROrigin")
 
 
 async def _session_record(server: MQTTServer, client_id: str) -> dict[str, object] | None:
@@ -523,8 +533,12 @@ async def _session_record(server: MQTTServer, client_id: str) -> dict[str, objec
     finally:
         await nc.close()
     record = json.loads(stored.data or b"")
-    assert isinstance(record.pop("origin"), str)
+    assert record.pop("origin") == _origin(server)  # nats-server's 8-character hash of its name
     return dict(record)
+
+
+def _origin(server: MQTTServer) -> str:
+    return server_origin(str(varz(server)["server_name"]))
 
 
 def test_persistent_session(mqtt_server: MQTTServer) -> None:
