@@ -453,6 +453,10 @@ class MQTTConnection(SlicedReader):
                     present = True
                     if self.v5 is not None:
                         self.v5.restore(record)
+                    before = self.listener.sessions.get((self.account, self.client_id))
+                    if before is not None and before.client_id == self.client_id:
+                        session.resume(before)
+            self.listener.sessions[(self.account, self.client_id)] = session
             for subject, qos in restored.items():
                 code = self._add_filter(subject.encode(), qos) if qos in (0, 1, 2) else packets.SUBACK_FAILURE
                 if code == packets.SUBACK_FAILURE:
@@ -1047,6 +1051,8 @@ class MQTTConnection(SlicedReader):
         js = self.listener.jetstream
         if self.connected and self.clean and js is not None and self.session is not None:
             delivery.delete_consumers(js, self.account, self.session)
+            if self.listener.sessions.get((self.account, self.client_id)) is self.session:
+                del self.listener.sessions[(self.account, self.client_id)]
         if self.connected and self.clean and js is not None:  # a clean session ends with its connection
             found = load_session(js, self.account, self.session_subject)
             if found is not None and found[1].get("id") == self.client_id:

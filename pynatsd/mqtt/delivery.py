@@ -163,6 +163,15 @@ class Session:
         self.pubrel = pubrel if isinstance(pubrel, dict) and pubrel.get("durable_name") else None
         self.total_ack_pending = sum(_max_ack(c) for c in self.consumers())
 
+    def resume(self, before: Session) -> None:
+        """Take over the packet identifiers `before` (this session's previous connection) had in flight, as
+        nats-server keeps them with the session: a redelivery after a reconnect goes out under the same one.
+        (Messages held back by a Receive Maximum are not: JetStream redelivers them.)"""
+        self.last_pi = before.last_pi
+        self.pending_publish = dict(before.pending_publish)
+        self.pending_pubrel = dict(before.pending_pubrel)
+        self.by_sequence = {durable: dict(pis) for durable, pis in before.by_sequence.items()}
+
     def consumers(self) -> list[dict[str, Any]]:
         return [*self.cons.values(), *([self.pubrel] if self.pubrel is not None else [])]
 
