@@ -138,6 +138,9 @@ class MQTTConnection(SlicedReader):
         self.sub_qos: dict[Subscription, int] = {}  # plain subscriptions of QoS 1/2 filters: their QoS
         self.deliveries: dict[Subscription, Delivery] = {}  # subscriptions on consumers' deliver subjects
         self.pubrel_sub: Subscription | None = None  # on the PUBREL consumer's deliver subject
+        # nats-server's applyAccountLimits: the server's limits, lowered by a JWT user's and its account's
+        self.max_payload: int = server.options.max_payload
+        self.max_subs: int = server.options.max_subscriptions or -1  # (-1: no limit)
         self._buf = bytearray()
         self._pending: list[bytes] = []  # packets written at the end of this turn of the loop
         self._flush_handle: asyncio.Handle | None = None
@@ -479,18 +482,16 @@ class MQTTConnection(SlicedReader):
         self._write(packets.connack(code) if self.v5 is None else self.v5.refused(code))
 
     def _apply_grant(self) -> bool:
-        """A JWT user's expiry (its connection closes then, as nats-server's); False (closed) for a user
-        with a subscription or payload limit of its own, which pynatsd does not apply to MQTT clients yet."""
+        """A JWT user's limits, the lower of its own, its account's and the server's (a SUBSCRIBE past
+        `subs` fails, a PUBLISH past `payload` closes the connection, as nats-server's), and its expiry
+        (its connection closes then). True: it may go on."""
         grant = self.authenticator().grant(self.user)
         if grant is None:
             return True
-        if grant.subs >= 0 or grant.payload >= 0:
-            log.error(
-                "%r - pynatsd does not apply a JWT user's subs or payload limit to MQTT clients yet", self
-            )
-            self._refuse_connect(packets.SERVER_UNAVAILABLE)
-            self.close("Protocol Violation")
-            return False
+        if grant.subs >= 0 and (self.max_subs < 0 or grant.subs < self.max_subs):
+            self.max_subs = grant.subs
+        if grant.payload >= 0:
+            self.max_payload = min(grant.payload, self.max_payload)
         if grant.expires_in > 0:
             self._expiry = self.server.loop.call_later(
                 grant.expires_in, self._auth_expired, grant.expiry_error
@@ -540,8 +541,8 @@ class MQTTConnection(SlicedReader):
         flags = 0x04 | (0x01 if pub.retain else 0) | (0x08 if pub.dup else 0)
         headers = qos2_headers(pub.subject, flags, extra)
         size = len(headers) + len(pub.payload)
-        if size > self.server.options.max_payload:
-            log.error("%r - maximum payload exceeded: %d vs %d", self, size, self.server.options.max_payload)
+        if size > self.max_payload:
+            log.error("%r - maximum payload exceeded: %d vs %d", self, size, self.max_payload)
             self.close("Maximum Payload Exceeded")
             return
         held = qos2_subject(self.client_id, pub.packet_id)
@@ -589,7 +590,7 @@ class MQTTConnection(SlicedReader):
         size = len(headers) + len(payload)
         self.in_msgs += 1
         self.in_bytes += size - 2  # as nats-server counts it: less a CR LF that an MQTT message does not have
-        max_payload = self.server.options.max_payload
+        max_payload = self.max_payload
         if size > max_payload:
             log.error("%r - maximum payload exceeded: %d vs %d", self, size, max_payload)
             self.close("Maximum Payload Exceeded")
@@ -686,8 +687,9 @@ class MQTTConnection(SlicedReader):
         reserved = packets.is_reserved_filter(subject)
         added: list[Subscription] = []
         for sub_subject, sid in sids:
-            sub = self.subs.get(sid)
-            if sub is None:
+            at_limit = self._subs_at_limit()  # (nats-server checks before it looks for the sid)
+            sub = None if at_limit else self.subs.get(sid)
+            if sub is None and not at_limit:
                 sub = self._add_sub(sub_subject, sid, reserved, queue)
                 if sub is not None:
                     added.append(sub)
@@ -743,14 +745,25 @@ class MQTTConnection(SlicedReader):
         session.cons[key] = cfg
         inbox = str(cfg["deliver_subject"]).encode()
         sub = self._internal_sub(inbox)
+        if sub is None:
+            return False
         self.deliveries[sub] = Delivery(str(cfg["durable_name"]), qos, reserved, sid)
         return True
 
-    def _internal_sub(self, subject: bytes) -> Subscription:
+    def _subs_at_limit(self) -> bool:
+        if 0 <= self.max_subs <= len(self.subs):
+            log.error("%r - maximum subscriptions exceeded", self)
+            return True
+        return False
+
+    def _internal_sub(self, subject: bytes) -> Subscription | None:
         """A subscription of the server's own on a consumer's deliver subject (its sid: the subject, as
-        nats-server's), outside the client's permissions."""
+        nats-server's), outside the client's permissions but counted in its subscription limit (None
+        past it)."""
         sub = self.subs.get(subject)
         if sub is None:
+            if self._subs_at_limit():
+                return None
             sub = Subscription(self, subject, None, subject)
             self.sublist.insert(sub)
             self.subs[subject] = sub
@@ -779,7 +792,7 @@ class MQTTConnection(SlicedReader):
             session.total_ack_pending += int(cfg.get("max_ack_pending") or 0)
         session.pubrel = cfg
         self.pubrel_sub = self._internal_sub(str(cfg["deliver_subject"]).encode())
-        return True
+        return self.pubrel_sub is not None
 
     def _drop_consumer(self, sid: bytes) -> None:
         """A filter's consumer goes (unsubscribed, or now QoS 0), with what it has in flight."""
