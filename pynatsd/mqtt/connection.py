@@ -63,7 +63,7 @@ from pynatsd.mqtt.store import (
     session_subject,
     take_qos2,
 )
-from pynatsd.mqtt.v5 import HELD_REPLY, V5, is_v5
+from pynatsd.mqtt.v5 import HELD_PUBLISHER, HELD_REPLY, V5, is_v5
 from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
@@ -618,6 +618,9 @@ class MQTTConnection(SlicedReader):
             stored = MSGS_PREFIX + subject
             if reply is not None:  # (a 5.0 Response Topic: kept as a header, a stored message has no reply)
                 headers = headers[:-2] + HELD_REPLY + reply + b"\r\n\r\n"
+            if self.v5 is not None:  # (who published it, for its No Local subscriptions)
+                headers = headers[:-2] + HELD_PUBLISHER + self.v5.publisher() + b"\r\n\r\n"
+            if reply is not None or self.v5 is not None:
                 sizes = size_fields(headers, payload)
             msg.set(stored, None, sizes, headers, payload, b"MSG " + stored + b" ")
             publish(self.sublist, msg, self._fanout)
@@ -916,8 +919,10 @@ class MQTTConnection(SlicedReader):
             return False
         stripped = subject[len(MSGS_PREFIX) :]
         perms = self.perms
-        if (found.reserved and stripped[:1] == b"$") or (
-            perms is not None and perms.sub_deny and perms.delivery_denied(stripped)
+        if (
+            (found.reserved and stripped[:1] == b"$")
+            or (perms is not None and perms.sub_deny and perms.delivery_denied(stripped))
+            or (self.v5 is not None and self.v5.is_local(found, held.headers))
         ):
             self._js_ack(ack)
             return True
@@ -943,6 +948,8 @@ class MQTTConnection(SlicedReader):
     def _send_held(self) -> None:
         """Messages held back by a 5.0 client's Receive Maximum, as acknowledgements free places for them."""
         session = self.session
+        if self.v5 is not None and self.v5.waiting_retained and not self.closed:
+            self.v5.send_waiting()
         while session is not None and not self.closed and (held := session.next_held()) is not None:
             self._send_stored(held)
 
@@ -959,7 +966,7 @@ class MQTTConnection(SlicedReader):
         """PUBACK: the QoS 1 message sent as `pi` is acked in JetStream (nats-server's mqttProcessPubAck)."""
         if self.session is not None:
             self._js_ack(self.session.untrack_publish(pi))
-            if self.session.held:
+            if self.session.held or (self.v5 is not None and self.v5.waiting_retained):
                 self._send_held()
 
     def _received(self, pi: int) -> None:
@@ -978,7 +985,7 @@ class MQTTConnection(SlicedReader):
         """PUBCOMP: the PUBREL sent as `pi` is acked in JetStream."""
         if self.session is not None:
             self._js_ack(self.session.untrack_pubrel(pi))
-            if self.session.held:
+            if self.session.held or (self.v5 is not None and self.v5.waiting_retained):
                 self._send_held()
 
     def _js_ack(self, reply: bytes) -> None:
