@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 
 import nats
 import paho.mqtt.client as paho
@@ -24,6 +25,7 @@ from tests.mqtt.conftest import (
     packet,
     publish_packet,
     settled_varz,
+    start_mqtt_server,
     subscribe_packet,
     subscribed,
     unsubscribe_packet,
@@ -575,6 +577,49 @@ def test_persistent_session(mqtt_server: MQTTServer) -> None:
     client, present = connect(clean=False)
     assert present == 0
     leave(client)
+
+
+async def _copy_session_record(source: MQTTServer, target: MQTTServer, client_id: str) -> bytes:
+    """The session record `source` keeps for `client_id`, stored as it is in `target`'s `$MQTT_sess`."""
+    subject = session_subject("", client_id).decode()
+    from_nc, to_nc = await nats.connect(source.nats_url), await nats.connect(target.nats_url)
+    try:
+        record = (await from_nc.jetstream().get_last_msg("$MQTT_sess", subject)).data or b""
+        await to_nc.jetstream().publish(subject, record, stream="$MQTT_sess")
+    finally:
+        await from_nc.close()
+        await to_nc.close()
+    return record
+
+
+def test_nats_server_takes_up_a_session_pynatsd_stored(tmp_path: Path) -> None:
+    """A persistent session's record as pynatsd writes it is one nats-server takes up: its subscription
+    comes back at the client's next CONNECT there."""
+    ours, theirs = (start_mqtt_server(kind, tmp_path) for kind in ("pynatsd", "nats-server"))
+    try:
+        client = RawClient(ours.mqtt_port)
+        assert client.connect(client_id=b"cross", clean=False) == 0
+        client.send(subscribe_packet(1, [(b"cross/x", 0)]))
+        assert client.read() == (0x90, b"\x00\x01\x00")
+        client.send(packet(0xE0, b""))
+        assert client.closed()
+        first = RawClient(theirs.mqtt_port)  # (nats-server makes its MQTT streams at a first client)
+        assert first.connect(client_id=b"cross-first") == 0
+        first.close()
+        record = asyncio.run(_copy_session_record(ours, theirs, "cross"))
+        assert json.loads(record)["origin"] == _origin(ours)
+        client = RawClient(theirs.mqtt_port)
+        assert client.connect(client_id=b"cross", clean=False) == 0
+        assert client.session_present == 1
+        publisher = RawClient(theirs.mqtt_port)
+        assert publisher.connect(client_id=b"cross-pub") == 0
+        publisher.send(publish_packet(b"cross/x", b"taken up"))
+        assert client.read() == (0x30, b"\x00\x07cross/x" + b"taken up")
+        publisher.close()
+        client.close()
+    finally:
+        ours.server.stop()
+        theirs.server.stop()
 
 
 def test_publish_past_max_payload_closes_its_connection(mqtt_server: MQTTServer) -> None:
