@@ -213,3 +213,24 @@ def test_retained_qos_messages_wait_for_the_receive_maximum(mqtt_server: MQTTSer
         subscriber.send(ack(0x40, pid))
     assert sorted(got) == [b"kept 0", b"kept 1", b"kept 2"]
     assert subscriber.ping() == []
+
+
+def test_an_unacked_retained_message_holds_no_place_after_a_reconnect(mqtt_server: MQTTServer) -> None:
+    """The packet identifier of a retained QoS 1 message left unacknowledged is not kept with the session
+    (nothing sends it again): after a reconnect the Receive Maximum's place is free for the next."""
+    keep = props.encode([(props.SESSION_EXPIRY, 60), (props.RECEIVE_MAXIMUM, 1)])
+    publisher = raw5(mqtt_server, b"v5ru-pub")
+    publisher.send(packet(0x33, b"\x00\x06v5ru/k\x00\x01\x00kept"))
+    assert publisher.read() == (0x40, b"\x00\x01")
+    subscriber = raw5(mqtt_server, b"v5ru-sub", keep)
+    assert subscriber.subscribe([(b"v5ru/+", 1)]) == b"\x01"
+    assert qos_message(subscriber)[5] == b"kept"
+    subscriber.close()  # dropped without its PUBACK
+    subscriber = Raw5(mqtt_server.mqtt_port)
+    assert subscriber.connect5(client_id=b"v5ru-sub", properties=keep, clean=False)[0] == 0
+    publisher.publish(b"v5ru/n", b"new", qos=1, pid=2)
+    assert publisher.read() == (0x40, b"\x00\x02")
+    qos, _dup, topic, pid, _p, payload = qos_message(subscriber)
+    assert (qos, topic, payload) == (1, b"v5ru/n", b"new")
+    subscriber.send(ack(0x40, pid))
+    assert subscriber.ping() == []
