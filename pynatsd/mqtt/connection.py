@@ -58,11 +58,12 @@ from pynatsd.mqtt.store import (
     qos2_subject,
     retained,
     retained_headers,
+    server_origin,
     session_record,
     session_subject,
     take_qos2,
 )
-from pynatsd.mqtt.v5 import HELD_REPLY, V5, is_v5
+from pynatsd.mqtt.v5 import HELD_PUBLISHER, HELD_REPLY, V5, is_v5
 from pynatsd.protocol.connect import ConnectOptions
 
 if TYPE_CHECKING:
@@ -137,6 +138,9 @@ class MQTTConnection(SlicedReader):
         self.sub_qos: dict[Subscription, int] = {}  # plain subscriptions of QoS 1/2 filters: their QoS
         self.deliveries: dict[Subscription, Delivery] = {}  # subscriptions on consumers' deliver subjects
         self.pubrel_sub: Subscription | None = None  # on the PUBREL consumer's deliver subject
+        # nats-server's applyAccountLimits: the server's limits, lowered by a JWT user's and its account's
+        self.max_payload: int = server.options.max_payload
+        self.max_subs: int = server.options.max_subscriptions or -1  # (-1: no limit)
         self._buf = bytearray()
         self._pending: list[bytes] = []  # packets written at the end of this turn of the loop
         self._flush_handle: asyncio.Handle | None = None
@@ -452,6 +456,10 @@ class MQTTConnection(SlicedReader):
                     present = True
                     if self.v5 is not None:
                         self.v5.restore(record)
+                    before = self.listener.sessions.get((self.account, self.client_id))
+                    if before is not None and before.client_id == self.client_id:
+                        session.resume(before)
+            self.listener.sessions[(self.account, self.client_id)] = session
             for subject, qos in restored.items():
                 code = self._add_filter(subject.encode(), qos) if qos in (0, 1, 2) else packets.SUBACK_FAILURE
                 if code == packets.SUBACK_FAILURE:
@@ -474,18 +482,16 @@ class MQTTConnection(SlicedReader):
         self._write(packets.connack(code) if self.v5 is None else self.v5.refused(code))
 
     def _apply_grant(self) -> bool:
-        """A JWT user's expiry (its connection closes then, as nats-server's); False (closed) for a user
-        with a subscription or payload limit of its own, which pynatsd does not apply to MQTT clients yet."""
+        """A JWT user's limits, the lower of its own, its account's and the server's (a SUBSCRIBE past
+        `subs` fails, a PUBLISH past `payload` closes the connection, as nats-server's), and its expiry
+        (its connection closes then). True: it may go on."""
         grant = self.authenticator().grant(self.user)
         if grant is None:
             return True
-        if grant.subs >= 0 or grant.payload >= 0:
-            log.error(
-                "%r - pynatsd does not apply a JWT user's subs or payload limit to MQTT clients yet", self
-            )
-            self._refuse_connect(packets.SERVER_UNAVAILABLE)
-            self.close("Protocol Violation")
-            return False
+        if grant.subs >= 0 and (self.max_subs < 0 or grant.subs < self.max_subs):
+            self.max_subs = grant.subs
+        if grant.payload >= 0:
+            self.max_payload = min(grant.payload, self.max_payload)
         if grant.expires_in > 0:
             self._expiry = self.server.loop.call_later(
                 grant.expires_in, self._auth_expired, grant.expiry_error
@@ -504,7 +510,7 @@ class MQTTConnection(SlicedReader):
         cons, pubrel = (session.cons, session.pubrel) if session is not None else ({}, None)
         stored = self.v5.stored if self.v5 is not None else None
         record = session_record(
-            self.server.server_id,
+            server_origin(self.server.server_name),
             self.client_id,
             self.clean,
             self.session_subs,
@@ -535,8 +541,8 @@ class MQTTConnection(SlicedReader):
         flags = 0x04 | (0x01 if pub.retain else 0) | (0x08 if pub.dup else 0)
         headers = qos2_headers(pub.subject, flags, extra)
         size = len(headers) + len(pub.payload)
-        if size > self.server.options.max_payload:
-            log.error("%r - maximum payload exceeded: %d vs %d", self, size, self.server.options.max_payload)
+        if size > self.max_payload:
+            log.error("%r - maximum payload exceeded: %d vs %d", self, size, self.max_payload)
             self.close("Maximum Payload Exceeded")
             return
         held = qos2_subject(self.client_id, pub.packet_id)
@@ -584,7 +590,7 @@ class MQTTConnection(SlicedReader):
         size = len(headers) + len(payload)
         self.in_msgs += 1
         self.in_bytes += size - 2  # as nats-server counts it: less a CR LF that an MQTT message does not have
-        max_payload = self.server.options.max_payload
+        max_payload = self.max_payload
         if size > max_payload:
             log.error("%r - maximum payload exceeded: %d vs %d", self, size, max_payload)
             self.close("Maximum Payload Exceeded")
@@ -597,7 +603,9 @@ class MQTTConnection(SlicedReader):
             extra = b"" if with_headers is None else with_headers.split(b"\r\n", 2)[2][:-2]
             if reply is not None:
                 extra += HELD_REPLY + reply + b"\r\n"
-            kept = retained_headers(topic, flags, not payload, self.server.server_id, self.user, extra)
+            kept = retained_headers(
+                topic, flags, not payload, server_origin(self.server.server_name), self.user, extra
+            )
             where = RETAINED_PREFIX + subject
             msg.set(where, None, size_fields(kept, payload), kept, payload, b"MSG " + where + b" ")
             publish(self.sublist, msg, self._fanout)
@@ -610,6 +618,9 @@ class MQTTConnection(SlicedReader):
             stored = MSGS_PREFIX + subject
             if reply is not None:  # (a 5.0 Response Topic: kept as a header, a stored message has no reply)
                 headers = headers[:-2] + HELD_REPLY + reply + b"\r\n\r\n"
+            if self.v5 is not None:  # (who published it, for its No Local subscriptions)
+                headers = headers[:-2] + HELD_PUBLISHER + self.v5.publisher() + b"\r\n\r\n"
+            if reply is not None or self.v5 is not None:
                 sizes = size_fields(headers, payload)
             msg.set(stored, None, sizes, headers, payload, b"MSG " + stored + b" ")
             publish(self.sublist, msg, self._fanout)
@@ -679,8 +690,9 @@ class MQTTConnection(SlicedReader):
         reserved = packets.is_reserved_filter(subject)
         added: list[Subscription] = []
         for sub_subject, sid in sids:
-            sub = self.subs.get(sid)
-            if sub is None:
+            at_limit = self._subs_at_limit()  # (nats-server checks before it looks for the sid)
+            sub = None if at_limit else self.subs.get(sid)
+            if sub is None and not at_limit:
                 sub = self._add_sub(sub_subject, sid, reserved, queue)
                 if sub is not None:
                     added.append(sub)
@@ -736,14 +748,25 @@ class MQTTConnection(SlicedReader):
         session.cons[key] = cfg
         inbox = str(cfg["deliver_subject"]).encode()
         sub = self._internal_sub(inbox)
+        if sub is None:
+            return False
         self.deliveries[sub] = Delivery(str(cfg["durable_name"]), qos, reserved, sid)
         return True
 
-    def _internal_sub(self, subject: bytes) -> Subscription:
+    def _subs_at_limit(self) -> bool:
+        if 0 <= self.max_subs <= len(self.subs):
+            log.error("%r - maximum subscriptions exceeded", self)
+            return True
+        return False
+
+    def _internal_sub(self, subject: bytes) -> Subscription | None:
         """A subscription of the server's own on a consumer's deliver subject (its sid: the subject, as
-        nats-server's), outside the client's permissions."""
+        nats-server's), outside the client's permissions but counted in its subscription limit (None
+        past it)."""
         sub = self.subs.get(subject)
         if sub is None:
+            if self._subs_at_limit():
+                return None
             sub = Subscription(self, subject, None, subject)
             self.sublist.insert(sub)
             self.subs[subject] = sub
@@ -772,7 +795,7 @@ class MQTTConnection(SlicedReader):
             session.total_ack_pending += int(cfg.get("max_ack_pending") or 0)
         session.pubrel = cfg
         self.pubrel_sub = self._internal_sub(str(cfg["deliver_subject"]).encode())
-        return True
+        return self.pubrel_sub is not None
 
     def _drop_consumer(self, sid: bytes) -> None:
         """A filter's consumer goes (unsubscribed, or now QoS 0), with what it has in flight."""
@@ -896,8 +919,10 @@ class MQTTConnection(SlicedReader):
             return False
         stripped = subject[len(MSGS_PREFIX) :]
         perms = self.perms
-        if (found.reserved and stripped[:1] == b"$") or (
-            perms is not None and perms.sub_deny and perms.delivery_denied(stripped)
+        if (
+            (found.reserved and stripped[:1] == b"$")
+            or (perms is not None and perms.sub_deny and perms.delivery_denied(stripped))
+            or (self.v5 is not None and self.v5.is_local(found, held.headers))
         ):
             self._js_ack(ack)
             return True
@@ -923,6 +948,8 @@ class MQTTConnection(SlicedReader):
     def _send_held(self) -> None:
         """Messages held back by a 5.0 client's Receive Maximum, as acknowledgements free places for them."""
         session = self.session
+        if self.v5 is not None and self.v5.waiting_retained and not self.closed:
+            self.v5.send_waiting()
         while session is not None and not self.closed and (held := session.next_held()) is not None:
             self._send_stored(held)
 
@@ -939,7 +966,7 @@ class MQTTConnection(SlicedReader):
         """PUBACK: the QoS 1 message sent as `pi` is acked in JetStream (nats-server's mqttProcessPubAck)."""
         if self.session is not None:
             self._js_ack(self.session.untrack_publish(pi))
-            if self.session.held:
+            if self.session.held or (self.v5 is not None and self.v5.waiting_retained):
                 self._send_held()
 
     def _received(self, pi: int) -> None:
@@ -958,7 +985,7 @@ class MQTTConnection(SlicedReader):
         """PUBCOMP: the PUBREL sent as `pi` is acked in JetStream."""
         if self.session is not None:
             self._js_ack(self.session.untrack_pubrel(pi))
-            if self.session.held:
+            if self.session.held or (self.v5 is not None and self.v5.waiting_retained):
                 self._send_held()
 
     def _js_ack(self, reply: bytes) -> None:
@@ -1044,6 +1071,8 @@ class MQTTConnection(SlicedReader):
         js = self.listener.jetstream
         if self.connected and self.clean and js is not None and self.session is not None:
             delivery.delete_consumers(js, self.account, self.session)
+            if self.listener.sessions.get((self.account, self.client_id)) is self.session:
+                del self.listener.sessions[(self.account, self.client_id)]
         if self.connected and self.clean and js is not None:  # a clean session ends with its connection
             found = load_session(js, self.account, self.session_subject)
             if found is not None and found[1].get("id") == self.client_id:

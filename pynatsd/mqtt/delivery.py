@@ -37,6 +37,7 @@ PUBREL_PREFIX = b"$MQTT.out.pubrel."
 PUBREL_DELIVERY_PREFIX = "$MQTT.deliver.pubrel."
 PUBREL_DURABLE_PREFIX = "$MQTT_PUBREL_"
 _PUB_HEADER = b"Nmqtt-Pub:"
+_RETAINED = RETAINED_STREAM + "/"  # (retained_key's prefix)
 _PUBREL_HEADER = b"Nmqtt-PubRel:"
 
 
@@ -108,7 +109,7 @@ def ack_time(reply: bytes) -> int:
 
 def retained_key(sid: bytes) -> str:
     """Where a subscription's retained QoS 1/2 deliveries are tracked (they have no consumer)."""
-    return f"{RETAINED_STREAM}/{sid.decode()}"
+    return _RETAINED + sid.decode()
 
 
 @dataclass
@@ -162,6 +163,24 @@ class Session:
         pubrel = record.get("pubrel")
         self.pubrel = pubrel if isinstance(pubrel, dict) and pubrel.get("durable_name") else None
         self.total_ack_pending = sum(_max_ack(c) for c in self.consumers())
+
+    def resume(self, before: Session) -> None:
+        """Take over the packet identifiers `before` (this session's previous connection) had in flight, as
+        nats-server keeps them with the session: a redelivery after a reconnect goes out under the same one.
+        (Not those of retained messages, which nothing sends again, nor messages held back by a Receive
+        Maximum: JetStream redelivers them.)"""
+        self.last_pi = before.last_pi
+        self.pending_publish = {
+            pi: pending
+            for pi, pending in before.pending_publish.items()
+            if pending[2]  # (retained: no ack)
+        }
+        self.pending_pubrel = dict(before.pending_pubrel)
+        self.by_sequence = {
+            durable: dict(pis)
+            for durable, pis in before.by_sequence.items()
+            if not durable.startswith(_RETAINED)
+        }
 
     def consumers(self) -> list[dict[str, Any]]:
         return [*self.cons.values(), *([self.pubrel] if self.pubrel is not None else [])]

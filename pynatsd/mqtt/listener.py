@@ -23,6 +23,7 @@ from pynatsd.mqtt.connection import MQTTConnection
 if TYPE_CHECKING:
     from pynatsd.broker.core import Broker
     from pynatsd.jetstream import JetStream
+    from pynatsd.mqtt.delivery import Session
 
 log = get_logger()
 
@@ -58,6 +59,9 @@ class MQTTListener:
         self.closed_delivered = (0, 0)  # messages and bytes delivered to the closed ones (/metrics)
         self.closed_in_msgs = 0  # PUBLISHes received from the closed ones (/metrics)
         self.by_client_id: dict[tuple[str, str], MQTTConnection] = {}  # (account, client ID) -> client
+        # The QoS 1/2 state of each persistent session, kept between its connections (as nats-server's
+        # session manager keeps its sessions): its packet identifiers in flight
+        self.sessions: dict[tuple[str, str], Session] = {}
         # MQTT 5.0 wills waiting for their delay (pynatsd.mqtt.v5): (account, client ID) -> (timer, publish)
         self.delayed_wills: dict[tuple[str, str], tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
         self._listener: asyncio.base_events.Server | None = None

@@ -40,6 +40,12 @@ def session_subject(domain: str, client_id: str) -> bytes:
     return f"{SESSIONS_PREFIX}{domain + '.' if domain else ''}{token}".encode()
 
 
+def server_origin(server_name: str) -> str:
+    """What nats-server writes as the origin of a session record or retained message: its NodeName, the
+    8-character getHash of its name (server name, else ID), so that servers sharing a store agree."""
+    return base62_sha256(server_name, 8)
+
+
 def ensure_streams(js: JetStream, account: str, replicas: int, domain: str) -> bool:
     """The account's `$MQTT_sess`, `$MQTT_msgs` and `$MQTT_rmsgs` streams, created if missing; False when
     the account has no JetStream."""

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import struct
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pynatsd.base.hashing import base62_sha256
 from pynatsd.base.logging import get_logger
 from pynatsd.mqtt import delivery, packets
 from pynatsd.mqtt import properties as props
@@ -75,6 +77,8 @@ _CLOSE_REASONS = {
 
 
 HELD_REPLY = b"Nmqtt-Reply:"  # a held QoS 2 or retained message's Response Topic (its reply subject)
+# A stored QoS 1/2 message's 5.0 publisher (a hash of its client ID), for its No Local subscriptions
+HELD_PUBLISHER = b"Nmqtt-Publisher:"
 
 
 def nats_headers(qos: int, lines: bytes) -> bytes | None:
@@ -148,6 +152,10 @@ class V5:
         self.out_aliases: dict[bytes, int] = {}
         self.options: dict[bytes | int, SubOptions] = {}
         self.held_qos2: set[int] = set()
+        # retained messages a SUBSCRIBE matched, waiting for the client's Receive Maximum to let them go:
+        # (the filter's subject, topic, payload, QoS, properties, subscription ids)
+        self.waiting_retained: deque[tuple[bytes, bytes, bytes, int, props.Delivered, list[int]]] = deque()
+        self._publisher = b""
         # its subscriptions as the session record keeps them: sid -> [subject, share group, options, id]
         self.stored: dict[str, list[Any]] = {}
 
@@ -498,22 +506,50 @@ class V5:
         if len(subject) > 2 and subject.endswith(b".>"):
             found += retained(js, conn.account, subject[:-2])
         perms = conn.perms
-        session = conn.session
         now = time.time_ns()
         for stored_subject, topic, payload, stored_qos, headers, stored_at in found:
             if perms is not None and perms.sub_deny and perms.delivery_denied(stored_subject):
                 continue
             delivered = self._delivered(headers, (now - stored_at) // 1_000_000_000)
-            if delivered is None:
-                continue
-            qos = min(stored_qos, sub_qos)
-            pi = session.track_retained(subject) if qos and session is not None else 0
-            ids = [sub_id] if sub_id else []
+            if delivered is not None:
+                ids = [sub_id] if sub_id else []
+                self.waiting_retained.append(
+                    (subject, topic, payload, min(stored_qos, sub_qos), delivered, ids)
+                )
+        self.send_waiting()
+
+    def send_waiting(self) -> None:
+        """The retained messages waiting, in order, as far as the client's Receive Maximum lets QoS 1/2 ones
+        go (each with a packet identifier of its own, nothing to ack in JetStream)."""
+        conn, session, waiting = self.conn, self.conn.session, self.waiting_retained
+        while waiting:
+            subject, topic, payload, qos, delivered, ids = waiting[0]
+            pi = 0
+            if qos and session is not None:
+                if session.receive_full():
+                    return
+                pi = session.track_retained(subject)
+                if not pi:
+                    return
+            waiting.popleft()
             packet = self.publish_packet(topic, payload, True, delivered, ids, qos if pi else 0, pi)
             if packet is not None:
                 conn._write(packet)
             elif pi and session is not None:
                 session.untrack_publish(pi)
+
+    def publisher(self) -> bytes:
+        """What a stored message this client publishes says of its publisher (a hash of its client ID)."""
+        if not self._publisher:
+            self._publisher = base62_sha256(self.conn.client_id, 16).encode()
+        return self._publisher
+
+    def is_local(self, found: delivery.Delivery, headers: bytes | None) -> bool:
+        """Whether a consumer's message is one this client published and its filter is No Local."""
+        opts = self.options.get(found.sid)
+        if opts is None or not opts.no_local or not headers:
+            return False
+        return b"\r\n" + HELD_PUBLISHER + self.publisher() + b"\r\n" in headers
 
     def stored_packet(self, held: Held, topic: bytes, qos: int, packet_id: int, dup: bool) -> bytes | None:
         """The QoS 1/2 PUBLISH of a consumer's message (as `publish_packet`); None if it is not sent (too

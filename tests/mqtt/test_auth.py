@@ -18,11 +18,13 @@ from tests.mqtt.conftest import (
     publish_packet,
     start_mqtt_server,
     subscribe_packet,
+    unsubscribe_packet,
 )
 
 NOT_AUTHORIZED = 5
 OPERATOR, SYSTEM, ACCOUNT, SIGNER = Key("O"), Key("A"), Key("A"), Key("A")
 JETSTREAM = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
+LIMITED = Key("A")  # an account whose users may have 3 subscriptions and 100-byte payloads
 
 
 def _bearer(**nats: object) -> bytes:
@@ -58,6 +60,7 @@ def _operator_config(directory: Path) -> str:
     accounts = {
         SYSTEM.public: account_jwt(OPERATOR, SYSTEM),
         ACCOUNT.public: account_jwt(OPERATOR, ACCOUNT, limits=JETSTREAM),
+        LIMITED.public: account_jwt(OPERATOR, LIMITED, limits={**JETSTREAM, "subs": 3, "payload": 100}),
     }
     preload = "\n".join(f"  {name}: {token}" for name, token in accounts.items())
     operator = (
@@ -154,3 +157,65 @@ def test_nkey_no_auth_user_and_the_blocks_own_user(kind: str, tmp_path: Path) ->
         assert _connack(port, None, None, b"anonymous") == NOT_AUTHORIZED
     finally:
         simple.server.stop()
+
+
+_LIMITED_USER = user_jwt(LIMITED, Key("U"), bearer_token=True).encode()
+
+
+def _limited_user(port: int, client_id: bytes, password: bytes) -> RawClient:
+    client = RawClient(port)
+    assert client.connect(client_id=client_id, user=b"any", password=password) == 0
+    return client
+
+
+def test_an_accounts_subscription_limit_fails_subscribes(operator_server: MQTTServer) -> None:
+    """The `subs` limit counts NATS subscriptions, as nats-server's does: a `#` filter takes two, a QoS 1
+    filter one more for its consumer's deliveries; a filter past it gets SUBACK failure (0x80), even one
+    the client has, and the connection stays."""
+    client = _limited_user(operator_server.mqtt_port, b"acc-subs", _LIMITED_USER)
+    try:
+        client.send(subscribe_packet(1, [(b"ls/a", 0), (b"ls/b/#", 0)]))  # three subscriptions
+        assert client.read() == (0x90, b"\x00\x01\x00\x00")
+        client.send(subscribe_packet(2, [(b"ls/c", 0), (b"ls/a", 0)]))
+        assert client.read() == (0x90, b"\x00\x02\x80\x80")
+        client.send(unsubscribe_packet(3, [b"ls/a"]))
+        assert client.read() == (0xB0, b"\x00\x03")
+        client.send(subscribe_packet(4, [(b"ls/d/#", 0), (b"ls/e", 1), (b"ls/f", 0)]))
+        assert client.read() == (0x90, b"\x00\x04\x80\x80\x00")
+        client.send(publish_packet(b"ls/f", b"still here"))
+        assert client.read() == (0x30, b"\x00\x04ls/fstill here")
+    finally:
+        client.close()
+
+
+def test_an_accounts_payload_limit_closes_a_larger_publish(operator_server: MQTTServer) -> None:
+    """The `payload` limit bounds the NATS message a PUBLISH makes (its `Nmqtt-Pub` header included), as
+    nats-server's: past it, the connection is closed."""
+    client = _limited_user(operator_server.mqtt_port, b"acc-payload", _LIMITED_USER)
+    try:
+        client.send(subscribe_packet(1, [(b"lp/t", 0)]))
+        assert client.read() == (0x90, b"\x00\x01\x00")
+        client.send(publish_packet(b"lp/t", b"x" * 75))  # with the 25 header bytes: 100, the limit
+        assert client.read() == (0x30, b"\x00\x04lp/t" + b"x" * 75)
+        client.send(publish_packet(b"lp/t", b"x" * 76))
+        assert client.closed()
+    finally:
+        client.close()
+
+
+def test_a_users_own_limits(operator_server: MQTTServer) -> None:
+    """A user JWT's own `subs` and `payload` limits: pynatsd applies them to an MQTT client as to any
+    other. nats-server 2.15.1 does not: it registers an MQTT client's user before it keeps its JWT
+    (auth.go), so applyAccountLimits finds no user JWT to read; it grants and delivers."""
+    applied = operator_server.kind == "pynatsd"
+    client = _limited_user(operator_server.mqtt_port, b"user-limits", _bearer(subs=1, payload=100))
+    try:
+        client.send(subscribe_packet(1, [(b"lu/a", 0), (b"lu/b", 0)]))
+        assert client.read() == (0x90, b"\x00\x01\x00" + (b"\x80" if applied else b"\x00"))
+        client.send(publish_packet(b"lu/a", b"x" * 76))
+        if applied:
+            assert client.closed()
+        else:
+            assert client.read() == (0x30, b"\x00\x04lu/a" + b"x" * 76)
+    finally:
+        client.close()

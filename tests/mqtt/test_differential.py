@@ -12,11 +12,12 @@ import threading
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 
 import nats
 import paho.mqtt.client as paho
 
-from pynatsd.mqtt.store import session_subject
+from pynatsd.mqtt.store import server_origin, session_subject
 from tests.mqtt.conftest import (
     MQTTServer,
     RawClient,
@@ -24,6 +25,7 @@ from tests.mqtt.conftest import (
     packet,
     publish_packet,
     settled_varz,
+    start_mqtt_server,
     subscribe_packet,
     subscribed,
     unsubscribe_packet,
@@ -502,6 +504,7 @@ def test_retained_messages(mqtt_server: MQTTServer) -> None:
     assert _until_pong(second) == [(0x31, b"\x00\x05r/b/c" + b"also")]
     for client in (publisher, first, second):
         client.close()
+    assert asyncio.run(_retained_origin(mqtt_server, "$MQTT.rmsgs.r.b.c")) == _origin(mqtt_server)
     fields = ("subjects", "retention", "storage", "max_msgs_per_subject")
     assert asyncio.run(_stream_config(mqtt_server, "$MQTT_rmsgs", *fields)) == {
         "subjects": ["$MQTT.rmsgs.>"],
@@ -509,6 +512,15 @@ def test_retained_messages(mqtt_server: MQTTServer) -> None:
         "storage": "file",
         "max_msgs_per_subject": 1,
     }
+
+
+async def _retained_origin(server: MQTTServer, subject: str) -> str | None:
+    nc = await nats.connect(server.nats_url)
+    try:
+        stored = await nc.jetstream().get_last_msg("$MQTT_rmsgs", subject)
+    finally:
+        await nc.close()
+    return (stored.headers or {}).get("Nmqtt-ROrigin")
 
 
 async def _session_record(server: MQTTServer, client_id: str) -> dict[str, object] | None:
@@ -523,8 +535,12 @@ async def _session_record(server: MQTTServer, client_id: str) -> dict[str, objec
     finally:
         await nc.close()
     record = json.loads(stored.data or b"")
-    assert isinstance(record.pop("origin"), str)
+    assert record.pop("origin") == _origin(server)  # nats-server's 8-character hash of its name
     return dict(record)
+
+
+def _origin(server: MQTTServer) -> str:
+    return server_origin(str(varz(server)["server_name"]))
 
 
 def test_persistent_session(mqtt_server: MQTTServer) -> None:
@@ -561,6 +577,49 @@ def test_persistent_session(mqtt_server: MQTTServer) -> None:
     client, present = connect(clean=False)
     assert present == 0
     leave(client)
+
+
+async def _copy_session_record(source: MQTTServer, target: MQTTServer, client_id: str) -> bytes:
+    """The session record `source` keeps for `client_id`, stored as it is in `target`'s `$MQTT_sess`."""
+    subject = session_subject("", client_id).decode()
+    from_nc, to_nc = await nats.connect(source.nats_url), await nats.connect(target.nats_url)
+    try:
+        record = (await from_nc.jetstream().get_last_msg("$MQTT_sess", subject)).data or b""
+        await to_nc.jetstream().publish(subject, record, stream="$MQTT_sess")
+    finally:
+        await from_nc.close()
+        await to_nc.close()
+    return record
+
+
+def test_nats_server_takes_up_a_session_pynatsd_stored(tmp_path: Path) -> None:
+    """A persistent session's record as pynatsd writes it is one nats-server takes up: its subscription
+    comes back at the client's next CONNECT there."""
+    ours, theirs = (start_mqtt_server(kind, tmp_path) for kind in ("pynatsd", "nats-server"))
+    try:
+        client = RawClient(ours.mqtt_port)
+        assert client.connect(client_id=b"cross", clean=False) == 0
+        client.send(subscribe_packet(1, [(b"cross/x", 0)]))
+        assert client.read() == (0x90, b"\x00\x01\x00")
+        client.send(packet(0xE0, b""))
+        assert client.closed()
+        first = RawClient(theirs.mqtt_port)  # (nats-server makes its MQTT streams at a first client)
+        assert first.connect(client_id=b"cross-first") == 0
+        first.close()
+        record = asyncio.run(_copy_session_record(ours, theirs, "cross"))
+        assert json.loads(record)["origin"] == _origin(ours)
+        client = RawClient(theirs.mqtt_port)
+        assert client.connect(client_id=b"cross", clean=False) == 0
+        assert client.session_present == 1
+        publisher = RawClient(theirs.mqtt_port)
+        assert publisher.connect(client_id=b"cross-pub") == 0
+        publisher.send(publish_packet(b"cross/x", b"taken up"))
+        assert client.read() == (0x30, b"\x00\x07cross/x" + b"taken up")
+        publisher.close()
+        client.close()
+    finally:
+        ours.server.stop()
+        theirs.server.stop()
 
 
 def test_publish_past_max_payload_closes_its_connection(mqtt_server: MQTTServer) -> None:

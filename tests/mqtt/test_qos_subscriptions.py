@@ -170,6 +170,27 @@ def test_qos1_redelivered_with_dup_after_a_dropped_connection(qos_server: MQTTSe
     forget_session(qos_server, b"qr-sub")
 
 
+def test_qos1_redelivery_after_a_reconnect_keeps_its_packet_id(qos_server: MQTTServer) -> None:
+    """The packet identifiers in flight belong to the session: the one redelivered after a reconnect goes
+    out under the identifier it had (the second one, its first having been acked)."""
+    subscriber = subscribed_persistent(qos_server, b"qp-sub", b"qp/x", 1)
+    published_once(qos_server, b"qp/x", b"acked")
+    published_once(qos_server, b"qp/x", b"pending")
+    first, second = next_publish(subscriber), next_publish(subscriber)
+    assert (first[4], second[4]) == (b"acked", b"pending")
+    assert first[3] != second[3]
+    subscriber.send(ack(0x40, first[3]))
+    assert _until_pong(subscriber) == []
+    subscriber.close()  # dropped without acking the second
+    subscriber = persistent(qos_server, b"qp-sub")
+    qos, dup, topic, pid, payload = next_publish(subscriber)
+    assert (qos, dup, topic, pid, payload) == (1, True, b"qp/x", second[3], b"pending")
+    subscriber.send(ack(0x40, pid))
+    assert _until_pong(subscriber) == []
+    subscriber.close()
+    forget_session(qos_server, b"qp-sub")
+
+
 def test_qos2_exactly_once_through_a_reconnect(qos_server: MQTTServer) -> None:
     subscriber = subscribed_persistent(qos_server, b"q2-sub", b"q2e/x", 2)
     published_once(qos_server, b"q2e/x", b"once", qos=2)

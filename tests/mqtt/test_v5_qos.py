@@ -169,3 +169,68 @@ def test_session_expiry_zero_deletes_the_consumers(mqtt_server: MQTTServer) -> N
     assert len(asyncio.run(_consumers(mqtt_server, "v5e-keep"))) == 0
     client.send(b"\xe0\x00")
     assert client.closed()
+
+
+def test_no_local_for_qos_deliveries(mqtt_server: MQTTServer) -> None:
+    """A No Local QoS 1/2 filter gets no message its client published [MQTT-3.8.3-3], though it comes from
+    the filter's consumer (acked there, not left pending); another client's it gets."""
+    client = raw5(mqtt_server, b"v5nl-self")
+    assert client.subscribe([(b"v5nl/one", 0x04 | 1), (b"v5nl/two", 0x04 | 2)]) == b"\x01\x02"
+    client.publish(b"v5nl/one", b"mine", qos=1, pid=1)
+    assert client.read() == (0x40, b"\x00\x01")
+    client.publish(b"v5nl/two", b"mine", qos=2, pid=2)
+    assert client.read() == (0x50, b"\x00\x02")
+    client.send(ack(0x62, 2))
+    assert client.read() == (0x70, b"\x00\x02")
+    published_once(mqtt_server, b"v5nl/one", b"theirs")
+    qos, _dup, topic, pid, _p, payload = qos_message(client)
+    assert (qos, topic, payload) == (1, b"v5nl/one", b"theirs")
+    client.send(ack(0x40, pid))
+    assert client.ping() == []
+    assert set(ack_pending(mqtt_server, "v5nl-self").values()) == {0}
+
+
+def test_retained_qos_messages_wait_for_the_receive_maximum(mqtt_server: MQTTServer) -> None:
+    """Retained QoS 1 messages sent at SUBSCRIBE count in the client's Receive Maximum [MQTT-4.9.0-2]:
+    one at a time for a maximum of 1, the next as the one before is acknowledged."""
+    publisher = raw5(mqtt_server, b"v5rr-pub")
+    for n in range(3):
+        topic = b"v5rr/%d" % n
+        publisher.send(
+            packet(
+                0x33, struct.pack(">H", len(topic)) + topic + struct.pack(">H", n + 1) + b"\x00kept %d" % n
+            )
+        )
+        assert publisher.read() == (0x40, struct.pack(">H", n + 1))
+    subscriber = raw5(mqtt_server, b"v5rr-sub", props.encode([(props.RECEIVE_MAXIMUM, 1)]))
+    assert subscriber.subscribe([(b"v5rr/+", 1)]) == b"\x01"
+    got = []
+    for _ in range(3):
+        qos, _dup, _topic, pid, _p, payload = qos_message(subscriber)
+        assert qos == 1
+        assert subscriber.ping() == []  # nothing more until it is acknowledged
+        got.append(payload)
+        subscriber.send(ack(0x40, pid))
+    assert sorted(got) == [b"kept 0", b"kept 1", b"kept 2"]
+    assert subscriber.ping() == []
+
+
+def test_an_unacked_retained_message_holds_no_place_after_a_reconnect(mqtt_server: MQTTServer) -> None:
+    """The packet identifier of a retained QoS 1 message left unacknowledged is not kept with the session
+    (nothing sends it again): after a reconnect the Receive Maximum's place is free for the next."""
+    keep = props.encode([(props.SESSION_EXPIRY, 60), (props.RECEIVE_MAXIMUM, 1)])
+    publisher = raw5(mqtt_server, b"v5ru-pub")
+    publisher.send(packet(0x33, b"\x00\x06v5ru/k\x00\x01\x00kept"))
+    assert publisher.read() == (0x40, b"\x00\x01")
+    subscriber = raw5(mqtt_server, b"v5ru-sub", keep)
+    assert subscriber.subscribe([(b"v5ru/+", 1)]) == b"\x01"
+    assert qos_message(subscriber)[5] == b"kept"
+    subscriber.close()  # dropped without its PUBACK
+    subscriber = Raw5(mqtt_server.mqtt_port)
+    assert subscriber.connect5(client_id=b"v5ru-sub", properties=keep, clean=False)[0] == 0
+    publisher.publish(b"v5ru/n", b"new", qos=1, pid=2)
+    assert publisher.read() == (0x40, b"\x00\x02")
+    qos, _dup, topic, pid, _p, payload = qos_message(subscriber)
+    assert (qos, topic, payload) == (1, b"v5ru/n", b"new")
+    subscriber.send(ack(0x40, pid))
+    assert subscriber.ping() == []
