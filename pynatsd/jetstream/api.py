@@ -199,10 +199,17 @@ _CLUSTERED_ONLY = frozenset(
 _ANSWER_HEADERS = "\0headers"  # a handler's answer's headers, taken out of its body when published
 
 
+# The highest API level all of whose features pynatsd serves: level 4 brings sourcing consumers (`sourcing`,
+# refused by name; nats-server's mirrors ask for them at 4, its sources at 5), so such a request hears 10185
+# and the mirror or source (nats-server's or ours) asks again without them, as it does of a server before
+# 2.15. API_LEVEL (5) is what pynatsd reports in metadata, `$JS.API.INFO` and /jsz, as nats-server.
+SERVED_API_LEVEL = 3
+
+
 def _level_met(level: bytes) -> bool:
     """A request's Nats-Required-Api-Level this server meets (one that is not a number is not met)."""
     try:
-        return int(level) <= API_LEVEL
+        return int(level) <= SERVED_API_LEVEL
     except ValueError:
         return False
 
@@ -617,7 +624,7 @@ class Api:
             return
         client = self.account.client
         level = get_header(hdrs, b"Nats-Required-Api-Level")
-        if level is not None and (not level.isdigit() or int(level) > API_LEVEL):
+        if level is not None and not _level_met(level):
             client.publish(reply, None, headers(b"412 Required Api Level"), b"")
             return
         req = _direct_request(toks, payload)
