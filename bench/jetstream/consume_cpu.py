@@ -1,12 +1,13 @@
 """Server CPU per message a consumer delivers: pull (fetch batches, AckAll on each batch's last message, as
-bench/jetstream/run.py's nats-py row) and push (ack none, a deliver subject: what an ordered consumer is).
+bench/jetstream/run.py's nats-py row), push (ack none, a deliver subject: what an ordered consumer is) and
+explicit (pull batches, every message acked on its own reply subject: what nats-py's fetch + msg.ack() does).
 
 A stream is filled with N messages of 100 B (acked publishes), then a raw-socket client consumes them all;
 the server's CPU time (utime + stime from /proc/<pid>/stat) across the consuming, divided by N, is the
 figure, and N over the wall time the rate. Medians of --reps, each on a consumer of its own.
 
     python bench/jetstream/consume_cpu.py [--messages 200000] [--reps 5] [--batch 1000]
-                                          [--modes pull,push] [--servers pynatsd,nats-server]
+                                          [--modes pull,push,explicit] [--servers pynatsd,nats-server]
                                           [--storage file,memory] [--profile FILE]
 
 `--storage` picks the stream's storage (each a server and a stream of its own); `--profile FILE` runs
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import socket
 import statistics
@@ -63,7 +65,7 @@ def consume(s: socket.socket, mode: str, name: str, n: int, batch: int) -> None:
     if mode == "push":
         config.update(ack_policy="none", deliver_subject=inbox.decode())
     else:
-        config.update(ack_policy="all")
+        config.update(ack_policy="explicit" if mode == "explicit" else "all")
     s.sendall(b"SUB %s %s\r\n" % (inbox, name.encode()))
     body = json.dumps({"stream_name": STREAM, "config": config}).encode()
     subject = b"$JS.API.CONSUMER.CREATE.%s.%s" % (STREAM.encode(), name.encode())
@@ -77,15 +79,20 @@ def consume(s: socket.socket, mode: str, name: str, n: int, batch: int) -> None:
     next_subject = b"$JS.API.CONSUMER.MSG.NEXT.%s.%s" % (STREAM.encode(), name.encode())
     while got < n:
         want = min(batch, n - got)
-        if mode == "pull":
+        if mode != "push":
             req = b'{"batch":%d}' % want
             s.sendall(b"PUB %s %s %d\r\n%s\r\n" % (next_subject, inbox, len(req), req))
         target = got + want
+        received = []
         while got < target:
             data = s.recv(1 << 20)
+            received.append(data)
             both = tail + data
             got += both.count(b"$JS.ACK.") - tail.count(b"$JS.ACK.")
             tail = both[-64:]
+        if mode == "explicit":  # the whole batch has arrived: ack each message on its own subject
+            acks = re.findall(rb"\$JS\.ACK\.[^ \r]+", b"".join(received))
+            s.sendall(b"".join(b"PUB %s 0\r\n\r\n" % ack for ack in acks))
         if mode == "pull":  # AckAll: the batch's last message acks it all
             last = both.rindex(b"$JS.ACK.")
             ack = both[last : both.index(b" ", last)]
