@@ -9,10 +9,12 @@ figure, and N over the wall time the rate. Medians of --reps, each on a consumer
     python bench/jetstream/consume_cpu.py [--messages 200000] [--reps 5] [--batch 1000]
                                           [--modes pull,push,explicit] [--servers pynatsd,nats-server]
                                           [--storage file,memory] [--profile FILE]
+                                          [--retention limits|interest|workqueue]
 
-`--storage` picks the stream's storage (each a server and a stream of its own); `--profile FILE` runs
-pynatsd under cProfile (set PYNATSD_NO_EXTENSIONS=1 to see the interpreted code) and writes the stats to
-FILE (one storage's last run wins).
+`--retention workqueue` (or interest) has each acked message removed (the stream refilled before each
+rep, outside the measured time). `--storage` picks the stream's storage (each a server and a stream of its
+own); `--profile FILE` runs pynatsd under cProfile (set PYNATSD_NO_EXTENSIONS=1 to see the interpreted
+code) and writes the stats to FILE (one storage's last run wins).
 """
 
 from __future__ import annotations
@@ -38,8 +40,12 @@ SIZE = 100
 STREAM = "CONS"
 
 
-def fill(s: socket.socket, n: int, storage: str) -> None:
-    body = b'{"name":"%s","subjects":["cons.>"],"storage":"%s"}' % (STREAM.encode(), storage.encode())
+def fill(s: socket.socket, n: int, storage: str, retention: str = "limits") -> None:
+    body = b'{"name":"%s","subjects":["cons.>"],"storage":"%s","retention":"%s"}' % (
+        STREAM.encode(),
+        storage.encode(),
+        retention.encode(),
+    )
     answer = request(s, b"$JS.API.STREAM.CREATE." + STREAM.encode(), body)
     if b'"error"' in answer:
         raise RuntimeError(answer.decode(errors="replace"))
@@ -101,19 +107,32 @@ def consume(s: socket.socket, mode: str, name: str, n: int, batch: int) -> None:
 
 
 def run(
-    kind: str, storage: str, n: int, reps: int, batch: int, modes: list[str], profile: str | None
+    kind: str,
+    storage: str,
+    n: int,
+    reps: int,
+    batch: int,
+    modes: list[str],
+    profile: str | None,
+    retention: str = "limits",
 ) -> None:
     with tempfile.TemporaryDirectory() as store:
         proc, port = start(kind, store, profile)
         try:
             s = connect(port)
-            fill(s, n, storage)
+            fill(s, n, storage, retention)
             for mode in modes:
                 us, rates = [], []
                 for rep in range(reps):
+                    if retention != "limits" and rep:  # the last consumer took (removed) them all
+                        fill(s, n, storage, retention)
                     cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
                     consume(s, mode, f"{mode}{rep}", n, batch)
                     wall, cpu = time.monotonic() - t0, cpu_seconds(proc.pid) - cpu0
+                    if retention != "limits":  # a work queue takes one consumer at a time
+                        request(
+                            s, b"$JS.API.CONSUMER.DELETE.%s.%s%d" % (STREAM.encode(), mode.encode(), rep), b""
+                        )
                     us.append(cpu / n * 1e6)
                     rates.append(n / wall)
                 each = ", ".join(f"{u:.2f}" for u in us)
@@ -142,11 +161,13 @@ def main() -> None:
     parser.add_argument("--servers", default="pynatsd,nats-server")
     parser.add_argument("--storage", default="file")
     parser.add_argument("--profile", default=None)
+    parser.add_argument("--retention", default="limits", help="limits, interest or workqueue")
     args = parser.parse_args()
     for storage in args.storage.split(","):
         for kind in args.servers.split(","):
             profile = args.profile if kind == "pynatsd" else None
-            run(kind, storage, args.messages, args.reps, args.batch, args.modes.split(","), profile)
+            modes = args.modes.split(",")
+            run(kind, storage, args.messages, args.reps, args.batch, modes, profile, args.retention)
 
 
 if __name__ == "__main__":
