@@ -1,23 +1,27 @@
 """Server CPU per message a consumer delivers: pull (fetch batches, AckAll on each batch's last message, as
-bench/jetstream/run.py's nats-py row) and push (ack none, a deliver subject: what an ordered consumer is).
+bench/jetstream/run.py's nats-py row), push (ack none, a deliver subject: what an ordered consumer is) and
+explicit (pull batches, every message acked on its own reply subject: what nats-py's fetch + msg.ack() does).
 
 A stream is filled with N messages of 100 B (acked publishes), then a raw-socket client consumes them all;
 the server's CPU time (utime + stime from /proc/<pid>/stat) across the consuming, divided by N, is the
 figure, and N over the wall time the rate. Medians of --reps, each on a consumer of its own.
 
     python bench/jetstream/consume_cpu.py [--messages 200000] [--reps 5] [--batch 1000]
-                                          [--modes pull,push] [--servers pynatsd,nats-server]
+                                          [--modes pull,push,explicit] [--servers pynatsd,nats-server]
                                           [--storage file,memory] [--profile FILE]
+                                          [--retention limits|interest|workqueue]
 
-`--storage` picks the stream's storage (each a server and a stream of its own); `--profile FILE` runs
-pynatsd under cProfile (set PYNATSD_NO_EXTENSIONS=1 to see the interpreted code) and writes the stats to
-FILE (one storage's last run wins).
+`--retention workqueue` (or interest) has each acked message removed (the stream refilled before each
+rep, outside the measured time). `--storage` picks the stream's storage (each a server and a stream of its
+own); `--profile FILE` runs pynatsd under cProfile (set PYNATSD_NO_EXTENSIONS=1 to see the interpreted
+code) and writes the stats to FILE (one storage's last run wins).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import socket
 import statistics
@@ -36,8 +40,12 @@ SIZE = 100
 STREAM = "CONS"
 
 
-def fill(s: socket.socket, n: int, storage: str) -> None:
-    body = b'{"name":"%s","subjects":["cons.>"],"storage":"%s"}' % (STREAM.encode(), storage.encode())
+def fill(s: socket.socket, n: int, storage: str, retention: str = "limits") -> None:
+    body = b'{"name":"%s","subjects":["cons.>"],"storage":"%s","retention":"%s"}' % (
+        STREAM.encode(),
+        storage.encode(),
+        retention.encode(),
+    )
     answer = request(s, b"$JS.API.STREAM.CREATE." + STREAM.encode(), body)
     if b'"error"' in answer:
         raise RuntimeError(answer.decode(errors="replace"))
@@ -63,7 +71,7 @@ def consume(s: socket.socket, mode: str, name: str, n: int, batch: int) -> None:
     if mode == "push":
         config.update(ack_policy="none", deliver_subject=inbox.decode())
     else:
-        config.update(ack_policy="all")
+        config.update(ack_policy="explicit" if mode == "explicit" else "all")
     s.sendall(b"SUB %s %s\r\n" % (inbox, name.encode()))
     body = json.dumps({"stream_name": STREAM, "config": config}).encode()
     subject = b"$JS.API.CONSUMER.CREATE.%s.%s" % (STREAM.encode(), name.encode())
@@ -77,15 +85,20 @@ def consume(s: socket.socket, mode: str, name: str, n: int, batch: int) -> None:
     next_subject = b"$JS.API.CONSUMER.MSG.NEXT.%s.%s" % (STREAM.encode(), name.encode())
     while got < n:
         want = min(batch, n - got)
-        if mode == "pull":
+        if mode != "push":
             req = b'{"batch":%d}' % want
             s.sendall(b"PUB %s %s %d\r\n%s\r\n" % (next_subject, inbox, len(req), req))
         target = got + want
+        received = []
         while got < target:
             data = s.recv(1 << 20)
+            received.append(data)
             both = tail + data
             got += both.count(b"$JS.ACK.") - tail.count(b"$JS.ACK.")
             tail = both[-64:]
+        if mode == "explicit":  # the whole batch has arrived: ack each message on its own subject
+            acks = re.findall(rb"\$JS\.ACK\.[^ \r]+", b"".join(received))
+            s.sendall(b"".join(b"PUB %s 0\r\n\r\n" % ack for ack in acks))
         if mode == "pull":  # AckAll: the batch's last message acks it all
             last = both.rindex(b"$JS.ACK.")
             ack = both[last : both.index(b" ", last)]
@@ -94,19 +107,32 @@ def consume(s: socket.socket, mode: str, name: str, n: int, batch: int) -> None:
 
 
 def run(
-    kind: str, storage: str, n: int, reps: int, batch: int, modes: list[str], profile: str | None
+    kind: str,
+    storage: str,
+    n: int,
+    reps: int,
+    batch: int,
+    modes: list[str],
+    profile: str | None,
+    retention: str = "limits",
 ) -> None:
     with tempfile.TemporaryDirectory() as store:
         proc, port = start(kind, store, profile)
         try:
             s = connect(port)
-            fill(s, n, storage)
+            fill(s, n, storage, retention)
             for mode in modes:
                 us, rates = [], []
                 for rep in range(reps):
+                    if retention != "limits" and rep:  # the last consumer took (removed) them all
+                        fill(s, n, storage, retention)
                     cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
                     consume(s, mode, f"{mode}{rep}", n, batch)
                     wall, cpu = time.monotonic() - t0, cpu_seconds(proc.pid) - cpu0
+                    if retention != "limits":  # a work queue takes one consumer at a time
+                        request(
+                            s, b"$JS.API.CONSUMER.DELETE.%s.%s%d" % (STREAM.encode(), mode.encode(), rep), b""
+                        )
                     us.append(cpu / n * 1e6)
                     rates.append(n / wall)
                 each = ", ".join(f"{u:.2f}" for u in us)
@@ -135,11 +161,13 @@ def main() -> None:
     parser.add_argument("--servers", default="pynatsd,nats-server")
     parser.add_argument("--storage", default="file")
     parser.add_argument("--profile", default=None)
+    parser.add_argument("--retention", default="limits", help="limits, interest or workqueue")
     args = parser.parse_args()
     for storage in args.storage.split(","):
         for kind in args.servers.split(","):
             profile = args.profile if kind == "pynatsd" else None
-            run(kind, storage, args.messages, args.reps, args.batch, args.modes.split(","), profile)
+            modes = args.modes.split(",")
+            run(kind, storage, args.messages, args.reps, args.batch, modes, profile, args.retention)
 
 
 if __name__ == "__main__":

@@ -1178,7 +1178,7 @@ class Consumer:
                 reason,
             )
         if reply and kind != b"+NXT":
-            self.account.client.publish(reply, None, None, b"")
+            self.stream.reply_after_writes(reply)  # after the write of the removal it may confirm
         self.kick()
 
     def _ack(self, sseq: int, dseq: int) -> None:

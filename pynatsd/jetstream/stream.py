@@ -624,12 +624,22 @@ class Stream:
             if self._counter and not duplicate:
                 ack = b'%s"seq":%d,"val":"%s"}' % (self._ack_head, seq, self._counter_total)
             self._answer(reply, seq, ack)
-        elif not self._commit_due and not self._answers and self.store.pending_writes:
+        else:
             # Nobody waits for this one (an MQTT QoS 1 message, a reply-less publish): written at the end
             # of this turn all the same, not left buffered until a later publish with a reply (a kill -9
             # lost it).
+            self._commit_soon()
+
+    def _commit_soon(self) -> None:
+        """Have what the store buffered written at the end of this turn, though no answer waits for it."""
+        if not self._commit_due and not self._answers and self.store.pending_writes:
             self._commit_due = True
             self.account.js.loop.call_soon(self._commit)
+
+    def reply_after_writes(self, reply: bytes) -> None:
+        """An empty reply (an AckSync's) that must not go out before what this turn buffered is written: a
+        removal it confirms then survives a kill -9."""
+        self._answer(reply, 0, b"")
 
     def _over_buffer(self, size: int) -> bool:
         """True (the message is dropped) when it would take this turn's ingest past a configured limit: the
@@ -917,7 +927,10 @@ class Stream:
             or any(f.position < seq and f.wants(subject) for f in self.followers)
         ):
             return
-        self.remove([seq])
+        # Its delete record joins this turn's others in one write at the end of the turn (one write per ack,
+        # ack to delete, took ~1.1 s of a 12 s MQTT QoS 1 -> 1 profile).
+        if self.remove([seq], buffered=True):
+            self._commit_soon()
 
     def on_released(self, after: int, before: int) -> None:
         """A consumer let go of the messages in (after, before) without acking them (a reset past them, its
@@ -931,13 +944,14 @@ class Stream:
         for seq in released:
             self.on_acked(seq)
 
-    def remove(self, seqs: list[int]) -> int:
-        """Remove messages and tell the consumers (their pending counts); returns how many went."""
+    def remove(self, seqs: list[int], buffered: bool = False) -> int:
+        """Remove messages and tell the consumers (their pending counts); returns how many went. `buffered`:
+        their delete records wait for the store's next commit (see Store.remove_many)."""
         st = self.store
         gone = [(seq, subj) for seq in seqs if (subj := st.subject_of(seq)) is not None]
         if not gone:
             return 0
-        st.remove_many([seq for seq, _ in gone])
+        st.remove_many([seq for seq, _ in gone], buffered)
         if self._ttl_never:
             self._ttl_never.difference_update(seqs)
         for consumer in self.consumers.values():

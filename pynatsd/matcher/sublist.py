@@ -9,7 +9,9 @@ valid eagerly: a literal insert/remove drops only its own key (no other subject 
 insert/remove empties the cache (re-matching every cached key in Python would cost more than refilling).
 Admission control keeps the cache from making things worse: when a window of lookups shows too few hits
 (publishers cycling through more distinct subjects than the cache holds), misses stop being admitted, and
-the cache is re-tried now and then.
+the cache is re-tried now and then. Subjects unique by construction (JetStream ack replies, `$JS.ACK.`)
+bypass the cache and its admission windows: each is published once, so caching one only evicts a subject
+that repeats, and counting it as a miss would switch admission off under a consumer's acks.
 
 Interest notifications (nats-server's RegisterNotification): `notify_on_interest(subject, callback)` calls
 `callback` once, at the next insert of a subscription that receives the literal `subject` (a JetStream push
@@ -21,7 +23,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import Generic, cast
+from typing import Final, Generic, cast
 
 from pynatsd.matcher import trie
 from pynatsd.matcher.errors import InvalidSubjectError
@@ -40,6 +42,11 @@ MIN_HIT_RATIO = 8
 they save (a miss + admission + sweep share costs about a tenth of an uncached match)."""
 PROBE_EVERY = 32
 """While not admitting, re-admit for one window after this many windows, to notice a workload change."""
+UNCACHED_PREFIX: Final = b"$JS.ACK."
+"""Published subjects under this prefix are matched without the cache: each JetStream ack reply names its
+message's sequences, so it is published once (an MQTT QoS 1 -> 1 run of 22k messages had ~20k misses,
+nearly all acks, each evicting a subject that repeats or pushing admission control to stop admitting).
+Not `_INBOX.`: a push consumer's deliver subject is one, published to for every message."""
 
 
 class Sublist(Generic[S]):
@@ -54,6 +61,7 @@ class Sublist(Generic[S]):
         "_nwild",
         "_probe_in",
         "_root",
+        "_uncached",
         "_win_end",
         "_win_start",
         "generation",
@@ -75,6 +83,7 @@ class Sublist(Generic[S]):
         self._win_end = WINDOW if cache else sys.maxsize
         self._win_start = 0
         self._probe_in = 0
+        self._uncached = 0  # lookups of UNCACHED_PREFIX subjects: neither hits nor window misses
         self.generation = 0
         """Bumped on every effective insert or remove (for callers' own per-connection caches)."""
         self.num_inserts = 0
@@ -189,13 +198,19 @@ class Sublist(Generic[S]):
         """Count `repeats` more publishes to `subject`, served by the `match` just made for it (a run of
         publishes is matched once): as the cache hits they would have been, or misses when uncached."""
         self.num_matches += repeats
-        if subject not in self._cache:
+        if subject.startswith(UNCACHED_PREFIX):
+            self._uncached += repeats
+        elif subject not in self._cache:
             self._nmiss += repeats
             if self._nmiss >= self._win_end:
                 self._end_window()
 
     def _miss(self, subject: bytes) -> MatchResult[S]:
-        self._nmiss += 1
+        uncached = subject.startswith(UNCACHED_PREFIX)
+        if uncached:
+            self._uncached += 1
+        else:
+            self._nmiss += 1
         # The uncached match, inline: literal subscribers by one probe, wildcard ones by a trie walk.
         lit = self._literal.get(subject)
         found: MatchResult[Subscriber]
@@ -214,6 +229,8 @@ class Sublist(Generic[S]):
             else:
                 found = merge(out)
         r = cast(MatchResult[S], found)  # the slots hold only what insert() took: S
+        if uncached:
+            return r
         if self._admit:
             cache = self._cache
             cache[subject] = r
@@ -225,9 +242,10 @@ class Sublist(Generic[S]):
 
     def _end_window(self) -> None:
         """Admission control: stop filling the cache while it does not pay, probe again now and then."""
-        lookups = self.num_matches - self._win_start
+        matched = self.num_matches - self._uncached
+        lookups = matched - self._win_start
         hits = lookups - (self._nmiss - (self._win_end - WINDOW))
-        self._win_start = self.num_matches
+        self._win_start = matched
         self._win_end = self._nmiss + WINDOW
         if self._admit:
             if hits * MIN_HIT_RATIO < lookups:
@@ -255,7 +273,7 @@ class Sublist(Generic[S]):
             if f > maxf:
                 maxf = f
         n = len(cache)
-        hits = self.num_matches - self._nmiss
+        hits = self.num_matches - self._nmiss - self._uncached
         return SublistStats(
             num_subscriptions=self.num_inserts - self.num_removes,
             num_cache=n,

@@ -144,6 +144,33 @@ def test_buffered_appends_written_at_commit_and_rolled_back_when_the_write_fails
     reopened.close()
 
 
+def test_buffered_removals_are_one_write_at_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Removals asked `buffered` (acked messages) leave the index at once and reach the file together, in
+    the store's next commit: one write, after which they survive a kill -9 (a store never closed)."""
+    store = FileStore(tmp_path)
+    fill(store, 6)
+    store.commit()
+    writes: list[int] = []
+    writev = file_mod.os.writev
+
+    def counting(fd: int, parts: list[bytes]) -> int:
+        writes.append(len(parts))
+        return writev(fd, parts)
+
+    monkeypatch.setattr(file_mod.os, "writev", counting)
+    for seq in (2, 3, 5):
+        assert store.remove_many([seq], buffered=True) == 1
+    assert writes == [] and store.pending_writes
+    assert (store.msgs, 3 in store) == (3, False)
+    store.commit()
+    assert writes == [3]
+    monkeypatch.undo()
+    reopened = FileStore(tmp_path)
+    assert list(reopened.seqs_from(1)) == [1, 4, 6]
+    reopened.close()
+    store.close()
+
+
 @pytest.mark.parametrize("kind", ["memory", "file"])
 def test_load_from_is_load_in_a_run(tmp_path: Path, kind: str) -> None:
     """load_from (a direct get's batch) gives what load gives, message by message: from the first stored

@@ -303,6 +303,29 @@ def test_admission_stops_when_the_cache_does_not_pay_and_resumes() -> None:
     assert hits == pytest.approx(1000)
 
 
+def test_ack_subjects_bypass_the_cache_and_its_admission() -> None:
+    """JetStream ack replies (unique per message) still reach `$JS.ACK.` subscribers, exactly, but neither
+    fill the cache (evicting subjects that repeat) nor count as misses that switch admission off."""
+    sl: Sublist[Sub] = Sublist(cache=True)
+    acks = add(sl, b"$JS.ACK.S.C.>")
+    watcher = add(sl, b"$JS.>")
+    deliver = add(sl, b"_INBOX.d")
+    hot = [add(sl, b"hot.%d" % i) for i in range(10)]
+    n = 5 * pynatsd.matcher.sublist.WINDOW
+    for seq in range(1, n + 1):
+        ack = b"$JS.ACK.S.C.1.%d.%d.0.0" % (seq, seq)
+        assert sorted(plain_of(sl, ack)) == sorted(ids(acks, watcher))
+        assert plain_of(sl, b"_INBOX.d") == ids(deliver)
+        assert plain_of(sl, b"hot.%d" % (seq % 10)) == ids(hot[seq % 10])
+    sl.count_repeats(b"$JS.ACK.S.C.1.1.1.0.0", 4)
+    st = sl.stats()
+    assert sl._admit is True
+    assert st.num_cache == 11, "only the deliver and hot subjects are cached"
+    assert st.num_matches == 3 * n + 4
+    # 11 first lookups miss; the acks are neither hits nor misses: 2n - 11 hits over all 3n + 4 lookups
+    assert st.cache_hit_rate == pytest.approx((2 * n - 11) / (3 * n + 4))
+
+
 def test_hot_subjects_keep_being_admitted() -> None:
     sl: Sublist[Sub] = Sublist(cache=True)
     add(sl, b"a.>")

@@ -83,8 +83,9 @@ class Store:
     def _get(self, seq: int, subject: bytes, ts: int, loc: Locator) -> StoredMsg | None:
         raise NotImplementedError
 
-    def _drop(self, removed: Removed, purge_to: int = 0) -> None:
-        """Forget payloads of `removed` (and record it durably); `purge_to` > 0: everything below is gone."""
+    def _drop(self, removed: Removed, purge_to: int = 0, buffered: bool = False) -> None:
+        """Forget payloads of `removed` (and record it durably); `purge_to` > 0: everything below is gone.
+        `buffered`: the removal's records may wait for the next `commit` (see `remove_many`)."""
         raise NotImplementedError
 
     def msg_size(self, subject: bytes, hdrs: bytes | None, data: bytes) -> int:
@@ -220,10 +221,13 @@ class Store:
     def remove(self, seq: int) -> bool:
         return self.remove_many([seq]) == 1
 
-    def remove_many(self, seqs: list[int]) -> int:
+    def remove_many(self, seqs: list[int], buffered: bool = False) -> int:
+        """Remove messages; returns how many were there. `buffered`: their delete records are written at the
+        next `commit` (with whatever else that turn buffered), not at once; the caller commits before it
+        tells anyone of the removal."""
         gone = [(s, loc) for s in seqs if (loc := self._unindex(s)) is not None]
         if gone:
-            self._drop(gone)
+            self._drop(gone, buffered=buffered)
         return len(gone)
 
     def purge(

@@ -20,8 +20,10 @@ written once) thus keeps about its live data on disk, not everything ever writte
 
 Durability: a published message's record is buffered until `commit()`, which the stream calls once per
 turn of the event loop (one `os.writev` for every message published in that turn) before it sends their
-PubAcks; other records (deletes, purges, segment bases) are written at once. A record is thus in the kernel
-before its publisher hears of it and survives `kill -9` of the server. The files are fsync'ed every
+PubAcks; so are the deletes of acked messages (interest and work-queue retention: the stream commits them at
+the end of the turn, before any AckSync reply goes out: one write for a turn's acks, not one each); other
+records (other deletes, purges, segment bases) are written at once. A record is thus in the kernel before
+its publisher (or acker) hears of it and survives `kill -9` of the server. The files are fsync'ed every
 `sync_interval` seconds (nats-server's default is 2 minutes) and on close; `sync_always` fsyncs each
 record instead (see README "JetStream" for the measured cost of both). A power loss may lose up to one
 interval, as with nats-server.
@@ -327,7 +329,7 @@ class FileStore(Store):
         self._live[seg] -= 1
         self._dead_bytes[seg] += loc[0] >> _SEG_BITS
 
-    def _drop(self, removed: Removed, purge_to: int = 0) -> None:
+    def _drop(self, removed: Removed, purge_to: int = 0, buffered: bool = False) -> None:
         if purge_to:
             self._write(self._record(PURGE, purge_to, 0))
             self._purged[self._seg] = purge_to
@@ -335,7 +337,8 @@ class FileStore(Store):
                 self._live[seg] = 0
                 self._dead_bytes[seg] = self._raw.get(seg, self._size)
         if removed:
-            self._write([part for seq, _ in removed for part in self._record(DEL, seq, 0)])
+            parts = [part for seq, _ in removed for part in self._record(DEL, seq, 0)]
+            self._write(parts, buffered, _DEL_SIZE * len(removed))
             here = self._seg  # (after the write: it may have started a segment)
             self._dels[here] += len(removed)
             foreign = None

@@ -22,7 +22,7 @@ class MemoryStore(Store):
         hdrs, data = self._data[seq]
         return StoredMsg(subject, seq, hdrs, data, ts)
 
-    def _drop(self, removed: Removed, purge_to: int = 0) -> None:
+    def _drop(self, removed: Removed, purge_to: int = 0, buffered: bool = False) -> None:
         if purge_to:
             self._data.clear()
         for seq, _ in removed:
