@@ -541,7 +541,11 @@ async def test_a_bound_durable_push_consumer_is_not_taken_over(servers: dict[str
             takeover["deliver_subject"] = "elsewhere"
             seen["takeover while bound"] = await create(takeover)
             await clients[0].close()
-            await nc.flush()
+            # The server notices the close on its own time: wait until it reports the consumer unbound.
+            for _ in range(100):
+                if not (await nc.jetstream().consumer_info("RACE", "d")).push_bound:
+                    break
+                await asyncio.sleep(0.02)
             seen["takeover once unbound"] = await create(takeover)
             creates = [
                 create({"durable_name": "r", "deliver_subject": f"r.{i}"}, "create") for i in range(10)
