@@ -188,11 +188,23 @@ def start_server(
 
 
 @contextlib.contextmanager
-def server_with_config(kind: str, conf: Path, text: str) -> Iterator[ServerProcess]:
-    """`kind` started with `-c conf` after writing `text` to `conf`; stopped on exit."""
-    conf.write_text(text)
-    server = start_server(kind, ["-c", str(conf)])
+def server_life(
+    kind: str, args: list[str], *, port: int | None = None, kill: bool = False
+) -> Iterator[ServerProcess]:
+    """`kind` started with `args` (on `port`: a restart where its clients were), stopped on exit: by a
+    kill -9 if `kill` (a crash: what it keeps is what it wrote before), else by SIGTERM. Two in a row on the
+    same store (or config) are a crash or a restart and what comes after it."""
+    require(kind)
+    server = start_server(kind, args, port=port)
     try:
         yield server
     finally:
-        server.stop()
+        server.stop(signal.SIGKILL if kill else signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def server_with_config(kind: str, conf: Path, text: str) -> Iterator[ServerProcess]:
+    """`kind` started with `-c conf` after writing `text` to `conf`; stopped on exit."""
+    conf.write_text(text)
+    with server_life(kind, ["-c", str(conf)]) as server:
+        yield server

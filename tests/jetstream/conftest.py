@@ -1,7 +1,9 @@
-"""Fixtures: an in-process pynatsd with JetStream on a temporary store directory, restartable."""
+"""Fixtures: an in-process pynatsd with JetStream on a temporary store directory, restartable; and either
+server as a subprocess on a store, for a kill -9 and a restart on the same store."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from nats.aio.client import Client
 
 from pynatsd.base.options import Options
 from pynatsd.server import Server
+from tests.servers import ServerProcess, server_life
 
 
 class JsServer:
@@ -66,3 +69,21 @@ async def js_server(tmp_path: Path) -> AsyncIterator[JsServer]:
 @pytest.fixture
 async def nc(js_server: JsServer) -> Client:
     return await js_server.connect()
+
+
+@contextlib.asynccontextmanager
+async def jetstream_life(
+    kind: str, store: Path, *, port: int | None = None, kill: bool = False
+) -> AsyncIterator[tuple[ServerProcess, Client]]:
+    """`kind` with JetStream on `store` and a client of it (closed on exit), as `server_life` runs it: a
+    kill -9 on exit if `kill`, on `port` for a restart where the clients were. A crash test is two in a row:
+
+        async with jetstream_life(kind, store, kill=True) as (srv, nc): ...  # what must survive
+        async with jetstream_life(kind, store) as (_, nc): ...  # what did
+    """
+    with server_life(kind, ["-js", "-sd", str(store)], port=port, kill=kill) as srv:
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        try:
+            yield srv, nc
+        finally:
+            await nc.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,9 @@ from nats.aio.client import Client
 
 from pynatsd.jetstream import batching
 from tests.jetstream import test_differential
-from tests.jetstream.conftest import JsServer
+from tests.jetstream.conftest import JsServer, jetstream_life
 from tests.jetstream.test_api_errors import ask
-from tests.servers import ServerProcess, jetstream_pair, require, server_with_config, start_server
+from tests.servers import ServerProcess, jetstream_pair, require, server_with_config
 
 CREATE, UPDATE = "$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE."
 
@@ -180,11 +179,8 @@ async def test_batches_answered_and_stored_as_nats_server(clients: tuple[Client,
 
 @pytest.mark.parametrize("kind", ["nats-server", "pynatsd"])
 async def test_batch_committed_or_not_at_all_across_kill_9(tmp_path: Path, kind: str) -> None:
-    require(kind)
-    store = str(tmp_path / "store")
-    srv = start_server(kind, ["-js", "-sd", store])
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    store = tmp_path / "store"
+    async with jetstream_life(kind, store, kill=True) as (_, nc):
         cfg = {"name": "K", "subjects": ["k.>"], "allow_atomic": True}
         await nc.request(CREATE + "K", json.dumps(cfg).encode(), timeout=5)
         for seq in (1, 2):
@@ -193,12 +189,7 @@ async def test_batch_committed_or_not_at_all_across_kill_9(tmp_path: Path, kind:
             ack = await nc.request("k.done", b"kept %d" % seq, timeout=5, headers=_batch("done", seq, commit))
         assert json.loads(ack.data) == {"stream": "K", "seq": 3, "batch": "done", "count": 3}
         await nc.request("k.open", b"held 3", timeout=5, headers=_batch("open", 3))
-        await nc.close()
-    finally:
-        srv.stop(signal.SIGKILL)
-    srv = start_server(kind, ["-js", "-sd", store])
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    async with jetstream_life(kind, store) as (_, nc):
         stored = await _stored(nc, "K")
         assert [(s, d) for s, _, d in stored] == [
             ("k.done", b"kept 1"),
@@ -208,9 +199,6 @@ async def test_batch_committed_or_not_at_all_across_kill_9(tmp_path: Path, kind:
         # The open batch did not survive: its commit now finds no batch.
         late = await nc.request("k.open", b"", timeout=5, headers=_batch("open", 4, "1"))
         assert json.loads(late.data)["error"]["err_code"] == 10176
-        await nc.close()
-    finally:
-        srv.stop()
 
 
 async def test_idle_batch_dropped_after_its_timeout(

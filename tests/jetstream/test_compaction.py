@@ -5,13 +5,10 @@ every key reads its last value."""
 from __future__ import annotations
 
 import asyncio
-import signal
 from pathlib import Path
 
-import nats
-
 from pynatsd.jetstream.store.file import KV_SEGMENT_BYTES
-from tests.servers import start_server
+from tests.jetstream.conftest import jetstream_life
 
 VALUE = 512 * 1024
 
@@ -26,10 +23,8 @@ def _disk(directory: Path) -> int:
 
 async def test_overwritten_kv_bucket_keeps_bounded_disk_across_kill_9(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    srv = start_server("pynatsd", ["-js", "-sd", str(store)])
     last: dict[str, int] = {}
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    async with jetstream_life("pynatsd", store, kill=True) as (_, nc):
         js = nc.jetstream(timeout=30)
         kv = await js.create_key_value(bucket="OVER", history=1)
         for start in range(0, 160, 20):  # 80 MiB in all, 20 puts in flight
@@ -42,17 +37,9 @@ async def test_overwritten_kv_bucket_keeps_bounded_disk_across_kill_9(tmp_path: 
         assert bound < 160 * VALUE // 2
         # The current segment and the one sealed last are not compacted yet; the rest hold live data only.
         assert _disk(store) < bound
-        await nc.close()
-    finally:
-        srv.stop(signal.SIGKILL)
-    srv = start_server("pynatsd", ["-js", "-sd", str(store)])
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    async with jetstream_life("pynatsd", store) as (_, nc):
         kv = await nc.jetstream(timeout=30).key_value("OVER")
         for key, n in last.items():
             entry = await kv.get(key)
             assert entry.value == _value(n), key
         assert sorted(await kv.keys()) == sorted(last)
-        await nc.close()
-    finally:
-        srv.stop()

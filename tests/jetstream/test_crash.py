@@ -4,24 +4,18 @@ store is readable end to end, and a durable consumer resumes from its ack floor.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import nats
 import pytest
-from nats.aio.client import Client
-from nats.js import JetStreamContext, api
+from nats.js import api
 
-from tests.servers import ServerProcess, start_server
+from tests.jetstream.conftest import jetstream_life
 
 
 async def test_kill_9_during_publish_flood(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    srv = start_server("pynatsd", ["-js", "-sd", str(store)])
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    async with jetstream_life("pynatsd", store, kill=True) as (srv, nc):
         js = nc.jetstream(timeout=2)
         await js.add_stream(name="CRASH", subjects=["crash.>"])
         for i in range(100):
@@ -53,13 +47,8 @@ async def test_kill_9_during_publish_flood(tmp_path: Path) -> None:
         srv.proc.wait(10)
         stop.set()
         await asyncio.gather(*workers)
-        await nc.close()
-    finally:
-        srv.stop(signal.SIGKILL)
 
-    srv = start_server("pynatsd", ["-js", "-sd", str(store)])
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    async with jetstream_life("pynatsd", store) as (_, nc):
         js = nc.jetstream(timeout=5)
         info = await js.stream_info("CRASH")
         st = info.state
@@ -86,44 +75,28 @@ async def test_kill_9_during_publish_flood(tmp_path: Path) -> None:
         psub = await js.pull_subscribe("crash.pre", "reader", stream="CRASH")
         (m,) = await psub.fetch(1)
         assert m.metadata.sequence.stream == 41 and m.data == b"pre-40"
-        await nc.close()
-    finally:
-        srv.stop()
-
-
-@contextlib.asynccontextmanager
-async def _js_server(
-    kind: str, store: Path, port: int | None = None, kill: bool = False
-) -> AsyncIterator[tuple[ServerProcess, Client, JetStreamContext]]:
-    """A JetStream server on `store` (on `port`, a restart), a client and its JetStream context; the server
-    stopped by a kill -9 if `kill`."""
-    srv = start_server(kind, ["-js", "-sd", str(store)], port=port)
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
-        yield srv, nc, nc.jetstream(timeout=5)
-        await nc.close()
-    finally:
-        srv.stop(signal.SIGKILL if kill else signal.SIGTERM)
 
 
 @pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
 async def test_kill_9_keeps_a_message_stored_without_a_reply(tmp_path: Path, kind: str) -> None:
     """A core publish (no reply, so no PubAck to wait for) into a file stream is on disk within its turn,
     not buffered until a later publish with a reply: a kill -9 after it keeps it, as nats-server does."""
-    async with _js_server(kind, tmp_path, kill=True) as (srv, nc, js):
+    async with jetstream_life(kind, tmp_path, kill=True) as (srv, nc):
+        js = nc.jetstream(timeout=5)
         await js.add_stream(name="QUIET", subjects=["quiet.>"])
         await nc.publish("quiet.one", b"no reply")
         await nc.flush()
         assert (await js.stream_info("QUIET")).state.messages == 1
-    async with _js_server(kind, tmp_path, port=srv.port) as (_, _, js):
-        assert (await js.get_msg("QUIET", 1)).data == b"no reply"
+    async with jetstream_life(kind, tmp_path, port=srv.port) as (_, nc):
+        assert (await nc.jetstream(timeout=5).get_msg("QUIET", 1)).data == b"no reply"
 
 
 @pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
 async def test_kill_9_after_ack_sync_keeps_the_acked_messages_removed(tmp_path: Path, kind: str) -> None:
     """A work-queue message whose AckSync was answered is removed for good: a kill -9 right after does not
     bring it back (pynatsd writes a turn's removals together, before the answers)."""
-    async with _js_server(kind, tmp_path, kill=True) as (srv, _, js):
+    async with jetstream_life(kind, tmp_path, kill=True) as (srv, nc):
+        js = nc.jetstream(timeout=5)
         await js.add_stream(name="WORK", subjects=["work.>"], retention=api.RetentionPolicy.WORK_QUEUE)
         for i in range(5):
             await js.publish(f"work.{i}", b"job %d" % i)
@@ -131,6 +104,6 @@ async def test_kill_9_after_ack_sync_keeps_the_acked_messages_removed(tmp_path: 
         msgs = await sub.fetch(5, timeout=5)
         for msg in msgs[:3]:
             await msg.ack_sync()
-    async with _js_server(kind, tmp_path, port=srv.port) as (_, _, js):
-        state = (await js.stream_info("WORK")).state
+    async with jetstream_life(kind, tmp_path, port=srv.port) as (_, nc):
+        state = (await nc.jetstream(timeout=5).stream_info("WORK")).state
         assert (state.messages, state.first_seq) == (2, 4)

@@ -9,21 +9,20 @@ import asyncio
 import base64
 import json
 import re
-import signal
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 from nats.aio.client import Client
 
 from pynatsd.jetstream.scheduling import parse_cron
 from tests.jetstream import test_differential
+from tests.jetstream.conftest import jetstream_life
 from tests.jetstream.test_api_errors import ask
 from tests.jetstream.test_msg_ttl import _until
-from tests.servers import ServerProcess, jetstream_pair, require, start_server
+from tests.servers import ServerProcess, jetstream_pair
 
 SEC = 1_000_000_000
 CREATE, UPDATE = "$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE."
@@ -266,11 +265,8 @@ async def _scheduled_copy(nc: Client) -> list[Any]:
 async def test_schedules_fire_after_kill_9(tmp_path: Path, kind: str) -> None:
     """A schedule due after the server was killed (-9) fires once it is back: its copy stored, the `@at`
     schedule purged; a repeating one carries on from the time its last copy named."""
-    require(kind)
-    store = str(tmp_path / "store")
-    srv = start_server(kind, ["-js", "-sd", store])
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    store = tmp_path / "store"
+    async with jetstream_life(kind, store, kill=True) as (_, nc):
         cfg = {"name": "K", "subjects": ["k.>"], "allow_msg_schedules": True}
         await nc.request(CREATE + "K", json.dumps(cfg).encode(), timeout=5)
         await nc.request("k.once", b"late", timeout=5, headers={"Nats-Schedule": _at(4), T: "k.out"})
@@ -285,12 +281,7 @@ async def test_schedules_fire_after_kill_9(tmp_path: Path, kind: str) -> None:
         await _until(ticked)
         info = json.loads((await nc.request("$JS.API.STREAM.INFO.K", b'{"subjects_filter":"k.tick"}')).data)
         ticks = info["state"]["subjects"]["k.tick"]
-        await nc.close()
-    finally:
-        srv.stop(signal.SIGKILL)
-    srv = start_server(kind, ["-js", "-sd", store])
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    async with jetstream_life(kind, store) as (_, nc):
 
         async def fired() -> bool:
             info = json.loads((await nc.request("$JS.API.STREAM.INFO.K", b'{"subjects_filter":">"}')).data)
@@ -307,9 +298,6 @@ async def test_schedules_fire_after_kill_9(tmp_path: Path, kind: str) -> None:
             b"NATS/1.0\r\nNats-Scheduler: k.once\r\nNats-Schedule-Next: purge\r\n\r\n",
             b"late",
         )
-        await nc.close()
-    finally:
-        srv.stop()
 
 
 async def sourced_schedule(nc: Client) -> list[Any]:
