@@ -3,7 +3,9 @@ MQTT 3.1.1 client for byte-exact checks (CONNACK and SUBACK codes, malformed pac
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import socket
 import struct
 import time
@@ -49,25 +51,41 @@ class MQTTServer:
         return f"nats://alice:pw@127.0.0.1:{self.server.port}"
 
 
-def start_mqtt_server(kind: str, tmp: Path, config: str = CONFIG) -> MQTTServer:
+def start_mqtt_server(
+    kind: str, tmp: Path, config: str = CONFIG, *, restart_of: MQTTServer | None = None
+) -> MQTTServer:
+    """`kind` on `config` (its conf file and store in `tmp`), its MQTT port listening; `restart_of` a server
+    stopped on the same `tmp`, on its ports (a restart: its clients come back where they were)."""
     require(kind)
-    mqtt_port = free_port()
+    mqtt_port = free_port() if restart_of is None else restart_of.mqtt_port
+    port = None if restart_of is None else restart_of.server.port
     conf = tmp / f"{kind}.conf"
     conf.write_text(config.format(store=tmp / f"{kind}-store", mqtt_port=mqtt_port))
-    server = start_server(kind, ["-c", str(conf)], http_port=free_port())
+    server = start_server(kind, ["-c", str(conf)], port=port, http_port=free_port())
     wait_listening(mqtt_port, server)  # (the MQTT port starts after the client port)
     return MQTTServer(kind, server, mqtt_port)
+
+
+@contextlib.contextmanager
+def mqtt_life(
+    kind: str, tmp: Path, config: str = CONFIG, *, restart_of: MQTTServer | None = None, kill: bool = False
+) -> Iterator[MQTTServer]:
+    """`start_mqtt_server`'s server, stopped on exit: by a kill -9 if `kill`, else by SIGTERM (as
+    `tests.servers.server_life`). A restart test is two in a row on the same `tmp`, the second `restart_of`
+    the first."""
+    started = start_mqtt_server(kind, tmp, config, restart_of=restart_of)
+    try:
+        yield started
+    finally:
+        started.server.stop(signal.SIGKILL if kill else signal.SIGTERM)
 
 
 @pytest.fixture(scope="module", params=KINDS)
 def mqtt_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MQTTServer]:
-    started = start_mqtt_server(request.param, tmp_path_factory.mktemp(request.param))
-    try:
+    with mqtt_life(request.param, tmp_path_factory.mktemp(request.param)) as started:
         yield started
-    finally:
-        started.server.stop()
 
 
 def _string(value: bytes) -> bytes:

@@ -15,8 +15,8 @@ from tests.mqtt.conftest import (
     KINDS,
     MQTTServer,
     RawClient,
+    mqtt_life,
     publish_packet,
-    start_mqtt_server,
     subscribe_packet,
     unsubscribe_packet,
 )
@@ -78,11 +78,8 @@ def operator_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MQTTServer]:
     directory = tmp_path_factory.mktemp(request.param)
-    started = start_mqtt_server(request.param, directory, _operator_config(directory))
-    try:
+    with mqtt_life(request.param, directory, _operator_config(directory)) as started:
         yield started
-    finally:
-        started.server.stop()
 
 
 def _connack(port: int, user: bytes | None, password: bytes | None, client_id: bytes) -> int | None:
@@ -135,8 +132,7 @@ mqtt {{ host: 127.0.0.1, port: {mqtt_port}, authorization {{ user: m, password: 
 def test_nkey_no_auth_user_and_the_blocks_own_user(kind: str, tmp_path: Path) -> None:
     (tmp_path / "nkey").mkdir()
     (tmp_path / "simple").mkdir()
-    nkey_server = start_mqtt_server(kind, tmp_path / "nkey", NKEY_CONFIG)
-    try:
+    with mqtt_life(kind, tmp_path / "nkey", NKEY_CONFIG) as nkey_server:
         port = nkey_server.mqtt_port
         assert _connack(port, b"alice", b"pw", b"alice") == 0
         assert _connack(port, NKEY.public.encode(), None, b"named-nkey") == NOT_AUTHORIZED  # (no signature)
@@ -147,16 +143,11 @@ def test_nkey_no_auth_user_and_the_blocks_own_user(kind: str, tmp_path: Path) ->
         anonymous.send(publish_packet(b"other", b"denied") + publish_packet(b"nk/a", b"allowed"))
         assert anonymous.read() == (0x30, b"\x00\x04nk/aallowed")
         anonymous.close()
-    finally:
-        nkey_server.server.stop()
-    simple = start_mqtt_server(kind, tmp_path / "simple", SIMPLE_CONFIG)
-    try:
+    with mqtt_life(kind, tmp_path / "simple", SIMPLE_CONFIG) as simple:
         port = simple.mqtt_port
         assert _connack(port, b"m", b"secret", b"m") == 0
         assert _connack(port, b"m", b"wrong", b"m") == NOT_AUTHORIZED
         assert _connack(port, None, None, b"anonymous") == NOT_AUTHORIZED
-    finally:
-        simple.server.stop()
 
 
 _LIMITED_USER = user_jwt(LIMITED, Key("U"), bearer_token=True).encode()

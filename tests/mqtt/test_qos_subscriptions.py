@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import signal
 import struct
 import time
 from collections.abc import Iterator
@@ -27,14 +26,12 @@ from tests.mqtt.conftest import (
     KINDS,
     MQTTServer,
     RawClient,
+    mqtt_life,
     packet,
-    start_mqtt_server,
     subscribe_packet,
     unsubscribe_packet,
 )
 from tests.mqtt.test_differential import Paho, _nats_publish, _session_record, _until_pong
-from tests.servers import start_server
-from tests.websocket.servers import wait_listening
 
 QOS_CONFIG = CONFIG.replace(
     "no_auth_user: alice }", 'no_auth_user: alice, ack_wait: "1s", max_ack_pending: 5 }'
@@ -46,11 +43,8 @@ MAX_ACK_PENDING = 5
 def qos_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MQTTServer]:
-    started = start_mqtt_server(request.param, tmp_path_factory.mktemp(request.param), QOS_CONFIG)
-    try:
+    with mqtt_life(request.param, tmp_path_factory.mktemp(request.param), QOS_CONFIG) as started:
         yield started
-    finally:
-        started.server.stop()
 
 
 def publish_parts(first: int, body: bytes) -> tuple[int, bool, bytes, int, bytes]:
@@ -338,8 +332,7 @@ def test_consumers_made_and_removed_as_nats_server_does(qos_server: MQTTServer) 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_qos1_session_and_pending_message_survive_kill_9(kind: str, tmp_path: Path) -> None:
-    started = start_mqtt_server(kind, tmp_path, QOS_CONFIG)
-    try:
+    with mqtt_life(kind, tmp_path, QOS_CONFIG, kill=True) as started:
         client = persistent(started, b"qk-sub")
         client.send(subscribe_packet(1, [(b"qk/x", 1)]))
         assert client.read() == (0x90, b"\x00\x01\x01")
@@ -347,12 +340,7 @@ def test_qos1_session_and_pending_message_survive_kill_9(kind: str, tmp_path: Pa
         assert client.closed()
         published_once(started, b"qk/x", b"pending")  # stored for the absent session
         before = asyncio.run(_consumers(started, "qk-sub"))
-    finally:
-        started.server.stop(signal.SIGKILL)
-    again = start_server(kind, ["-c", str(tmp_path / f"{kind}.conf")], port=started.server.port)
-    try:
-        wait_listening(started.mqtt_port, again)
-        restarted = MQTTServer(kind, again, started.mqtt_port)
+    with mqtt_life(kind, tmp_path, QOS_CONFIG, restart_of=started) as restarted:
         assert asyncio.run(_consumers(restarted, "qk-sub")) == before
         client = persistent(restarted, b"qk-sub")
         assert client.session_present == 1
@@ -361,5 +349,3 @@ def test_qos1_session_and_pending_message_survive_kill_9(kind: str, tmp_path: Pa
         client.send(ack(0x40, pid))
         assert _until_pong(client) == []
         client.close()
-    finally:
-        again.stop()

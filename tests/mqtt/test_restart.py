@@ -7,15 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.mqtt.conftest import KINDS, RawClient, packet, publish_packet, start_mqtt_server, subscribe_packet
-from tests.servers import start_server
-from tests.websocket.servers import wait_listening
+from tests.mqtt.conftest import KINDS, RawClient, mqtt_life, packet, publish_packet, subscribe_packet
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_session_and_retained_survive_a_restart(kind: str, tmp_path: Path) -> None:
-    started = start_mqtt_server(kind, tmp_path)
-    try:
+    with mqtt_life(kind, tmp_path) as started:
         client = RawClient(started.mqtt_port)
         assert client.connect(client_id=b"durable", clean=False) == 0
         client.send(subscribe_packet(1, [(b"s/x", 0)]))
@@ -23,15 +20,11 @@ def test_session_and_retained_survive_a_restart(kind: str, tmp_path: Path) -> No
         client.send(packet(0x31, b"\x00\x03s/r" + b"still here"))  # retained
         client.send(packet(0xE0, b""))
         assert client.closed()
-    finally:
-        started.server.stop()
-    again = start_server(kind, ["-c", str(tmp_path / f"{kind}.conf")], port=started.server.port)
-    try:
-        wait_listening(started.mqtt_port, again)
-        client = RawClient(started.mqtt_port)
+    with mqtt_life(kind, tmp_path, restart_of=started) as again:
+        client = RawClient(again.mqtt_port)
         assert client.connect(client_id=b"durable", clean=False) == 0
         assert client.session_present == 1
-        publisher = RawClient(started.mqtt_port)
+        publisher = RawClient(again.mqtt_port)
         assert publisher.connect(client_id=b"after-restart") == 0
         publisher.send(publish_packet(b"s/x", b"delivered"))
         assert client.read() == (0x30, b"\x00\x03s/x" + b"delivered")
@@ -40,5 +33,3 @@ def test_session_and_retained_survive_a_restart(kind: str, tmp_path: Path) -> No
         assert publisher.read() == (0x31, b"\x00\x03s/r" + b"still here")
         client.close()
         publisher.close()
-    finally:
-        again.stop()

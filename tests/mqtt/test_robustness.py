@@ -23,9 +23,9 @@ from tests.mqtt.conftest import (
     MQTTServer,
     RawClient,
     connect_packet,
+    mqtt_life,
     packet,
     publish_packet,
-    start_mqtt_server,
     subscribed,
 )
 
@@ -35,13 +35,10 @@ ROBUST_CONFIG = "no_auth_user: alice\n" + CONFIG
 
 @pytest.fixture(scope="module", params=KINDS)
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MQTTServer]:
-    started = start_mqtt_server(request.param, tmp_path_factory.mktemp(request.param), ROBUST_CONFIG)
-    try:
+    with mqtt_life(request.param, tmp_path_factory.mktemp(request.param), ROBUST_CONFIG) as started:
         yield started
         log = started.server.log()
         assert "Traceback" not in log and "panic:" not in log, log[-4000:]
-    finally:
-        started.server.stop()
 
 
 def _length(n: int) -> bytes:

@@ -14,7 +14,7 @@ import paho.mqtt.client as paho
 import pytest
 from cryptography import x509
 
-from tests.mqtt.conftest import KINDS, MQTTServer, RawClient, start_mqtt_server
+from tests.mqtt.conftest import KINDS, MQTTServer, RawClient, mqtt_life
 from tests.security.certs import make_certs
 
 TLS_CONFIG = """
@@ -30,11 +30,8 @@ def tls_server(
     tmp = tmp_path_factory.mktemp(f"tls-{request.param}")
     certs = make_certs(tmp)
     config = TLS_CONFIG.replace("CERT", certs["server"]).replace("KEY", certs["server_key"])
-    started = start_mqtt_server(request.param, tmp, config)
-    try:
+    with mqtt_life(request.param, tmp, config) as started:
         yield started, certs["ca"], certs["server"]
-    finally:
-        started.server.stop()
 
 
 def test_paho_over_tls(tls_server: tuple[MQTTServer, str, str]) -> None:

@@ -15,26 +15,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.mqtt.conftest import KINDS, MQTTServer, RawClient, start_mqtt_server
+from tests.mqtt.conftest import CONFIG, KINDS, MQTTServer, RawClient, mqtt_life
 from tests.mqtt.test_differential import Paho
 from tests.servers import free_port
 from tests.websocket.servers import start_ws_server, wait_listening
 
-# The conftest's accounts, with wsonly (MQTT over WebSocket only) in account A, and a websocket port.
-WS_CONFIG = """
-jetstream {{ store_dir: "{store}" }}
-accounts {{
-  A {{
-    jetstream: enabled
-    users = [
-      {{ user: alice, password: pw }}
-      {{ user: wsonly, password: pw, allowed_connection_types: ["MQTT_WS"] }}
-    ]
-  }}
-}}
-mqtt {{ host: 127.0.0.1, port: {mqtt_port}, no_auth_user: alice }}
-websocket {{ host: 127.0.0.1, port: %d, no_tls: true }}
-"""
+# The conftest's configuration, with wsonly (MQTT over WebSocket only) in account A, and a websocket port.
+ALICE = "{{ user: alice, password: pw }}"
+WSONLY = '{{ user: wsonly, password: pw, allowed_connection_types: ["MQTT_WS"] }}'
+WS_CONFIG = (
+    CONFIG.replace(ALICE, f"{ALICE}\n      {WSONLY}")
+    + "websocket {{ host: 127.0.0.1, port: %d, no_tls: true }}\n"
+)
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -43,12 +35,9 @@ def server(
 ) -> Iterator[tuple[MQTTServer, int]]:
     ws_port = free_port()
     config = WS_CONFIG % ws_port
-    started = start_mqtt_server(request.param, tmp_path_factory.mktemp(request.param), config)
-    try:
+    with mqtt_life(request.param, tmp_path_factory.mktemp(request.param), config) as started:
         wait_listening(ws_port, started.server)
         yield started, ws_port
-    finally:
-        started.server.stop()
 
 
 def _upgrade(port: int, path: str) -> tuple[str, set[str]]:
