@@ -23,6 +23,7 @@ from nats.aio.client import Client
 from pynatsd.base.s2 import S2Decoder, encode_stream
 from pynatsd.jetstream.backup import MAGIC, entry
 from tests.jetstream.backup_client import Snapshot, restore, snapshot
+from tests.jetstream.conftest import jetstream_life
 from tests.servers import ServerProcess, require, start_server
 
 KINDS = ("pynatsd", "nats-server")
@@ -221,20 +222,13 @@ async def test_restored_stream_survives_kill9(clients: dict[str, Client], tmp_pa
     await populate(clients["nats-server"], "DURABLE")
     before = await contents(clients["nats-server"], "DURABLE")
     snap = await snapshot(clients["nats-server"], "DURABLE", {})
-    store = str(tmp_path / "ours")
-    server = start_server("pynatsd", ["-js", "-sd", store])
-    try:
-        nc = await nats.connect(server.url, allow_reconnect=False)
+    store = tmp_path / "ours"
+    async with jetstream_life("pynatsd", store, kill=True) as (server, nc):
         resp = await restore(nc, "DURABLE", snap.response["config"], snap.response["state"], snap.data)
         assert "error" not in resp, resp
         server.stop(signal.SIGKILL)  # right after the answer: what it said it restored is on disk
-        await nc.close()
-        server = start_server("pynatsd", ["-js", "-sd", store], port=server.port)
-        nc = await nats.connect(server.url, allow_reconnect=False)
+    async with jetstream_life("pynatsd", store, port=server.port) as (_, nc):
         after = await contents(nc, "DURABLE")
-        await nc.close()
-    finally:
-        server.stop()
     assert after["messages"] == before["messages"]
     assert after["state"] == restored_state(before["state"], before["messages"])
     assert after["consumers"] == before["consumers"]
@@ -337,10 +331,8 @@ async def test_unfinished_restore_is_dropped_after_kill9(clients: dict[str, Clie
     not inherit its messages."""
     await populate(clients["nats-server"], "HALF")
     snap = await snapshot(clients["nats-server"], "HALF", {})
-    store = str(tmp_path / "ours")
-    server = start_server("pynatsd", ["-js", "-sd", store])
-    try:
-        nc = await nats.connect(server.url, allow_reconnect=False)
+    store = tmp_path / "ours"
+    async with jetstream_life("pynatsd", store, kill=True) as (server, nc):
         body = {"config": snap.response["config"], "state": snap.response["state"]}
         started = await api(nc, "$JS.API.STREAM.RESTORE.HALF", body)
         meanwhile = await api(nc, "$JS.API.STREAM.CREATE.HALF", {"name": "HALF", "subjects": ["HALF.>"]})
@@ -351,15 +343,10 @@ async def test_unfinished_restore_is_dropped_after_kill9(clients: dict[str, Clie
         data = encode_stream(b"") + b"".join(parts[: len(parts) * 3 // 4])
         for at in range(0, len(data), 256):  # no empty chunk: the restore is never finished
             await nc.request(started["deliver_subject"], data[at : at + 256], timeout=10)
-        server.stop(signal.SIGKILL)
-        await nc.close()
-        server = start_server("pynatsd", ["-js", "-sd", store], port=server.port)
-        nc = await nats.connect(server.url, allow_reconnect=False)
+        server.stop(signal.SIGKILL)  # halfway: before the client's close could end the restore
+    async with jetstream_life("pynatsd", store, port=server.port) as (_, nc):
         names = await api(nc, "$JS.API.STREAM.NAMES")
         created = await api(nc, "$JS.API.STREAM.CREATE.HALF", {"name": "HALF", "subjects": ["HALF.>"]})
-        await nc.close()
-    finally:
-        server.stop()
     assert not names["streams"]
     assert (created["state"]["messages"], created["state"]["last_seq"]) == (0, 0)
 

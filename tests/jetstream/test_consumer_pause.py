@@ -16,7 +16,8 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from tests.servers import ServerProcess, jetstream_pair, require, start_server
+from tests.jetstream.conftest import jetstream_life
+from tests.servers import ServerProcess, jetstream_pair
 
 Pair = tuple[ServerProcess, ServerProcess]  # (nats-server, pynatsd)
 Flow = Callable[[Client, list[Any]], Awaitable[None]]  # a run on one server, noting what it sees
@@ -285,32 +286,20 @@ async def test_nak_delay_redelivers_after_the_delay(pair: Pair) -> None:
 
 @pytest.mark.parametrize("kind", ["nats-server", "pynatsd"])
 async def test_paused_durable_consumer_survives_restart(kind: str, tmp_path: Path) -> None:
-    require(kind)
-    args = ["-js", "-sd", str(tmp_path)]
-    server = start_server(kind, args)
-    try:
-        nc = await nats.connect(server.url)
+    async with jetstream_life(kind, tmp_path) as (server, nc):
         await nc.jetstream().add_stream(name="R", subjects=["r"])
         await nc.jetstream().publish("r", b"kept")
         _, far = _in(3600)
         created = await _create(
             nc, "R", {"name": "d", "durable_name": "d", "ack_policy": "explicit", "pause_until": far}
         )
-        await nc.close()
-    finally:
-        server.stop()
-    server = start_server(kind, args, port=server.port)
-    try:
-        nc = await nats.connect(server.url)
+    async with jetstream_life(kind, tmp_path, port=server.port) as (_, nc):
         info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.R.d", b"", timeout=2)).data)
         assert info["paused"] is True
         assert info["config"]["pause_until"] == created["config"]["pause_until"]
         assert await _pull(nc, "R", "d", 1, 0.4) == ["408"]
         await nc.request("$JS.API.CONSUMER.PAUSE.R.d", b"", timeout=2)
         assert await _pull(nc, "R", "d", 1, 2) == [b"kept"]
-        await nc.close()
-    finally:
-        server.stop()
 
 
 async def _inactive_after_update(nc: Client, out: list[Any]) -> None:

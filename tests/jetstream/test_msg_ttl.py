@@ -8,21 +8,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import signal
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.js import api
 from nats.js.errors import KeyNotFoundError
 
 from tests.jetstream import test_differential
-from tests.jetstream.conftest import JsServer
+from tests.jetstream.conftest import JsServer, jetstream_life
 from tests.jetstream.test_api_errors import ask
-from tests.servers import ServerProcess, jetstream_pair, require, start_server
+from tests.servers import ServerProcess, jetstream_pair
 
 SEC = 1_000_000_000
 CREATE, UPDATE = "$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE."
@@ -206,22 +204,14 @@ async def test_kv_key_ttl_as_nats_server(clients: tuple[Client, Client]) -> None
 async def test_pending_ttls_expire_after_kill_9(tmp_path: Path, kind: str) -> None:
     """A message published with a TTL, the server killed before it expires: after the restart it still
     expires (and leaves its marker); one without a TTL stays."""
-    require(kind)
-    store = str(tmp_path / "store")
-    srv = start_server(kind, ["-js", "-sd", store])
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    store = tmp_path / "store"
+    async with jetstream_life(kind, store, kill=True) as (_, nc):
         js = nc.jetstream(timeout=5)
         # One message per subject: its TTL is not raised to the markers' (60 s) then.
         await js.add_stream(name="K", subjects=["k.*"], subject_delete_marker_ttl=60, max_msgs_per_subject=1)
         await js.publish("k.ttl", b"t", msg_ttl=1)
         await js.publish("k.stay", b"s")
-        await nc.close()
-    finally:
-        srv.stop(signal.SIGKILL)
-    srv = start_server(kind, ["-js", "-sd", store])
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    async with jetstream_life(kind, store) as (_, nc):
         js = nc.jetstream(timeout=5)
 
         async def expired() -> bool:
@@ -232,9 +222,6 @@ async def test_pending_ttls_expire_after_kill_9(tmp_path: Path, kind: str) -> No
         assert marker.headers == {"Nats-Marker-Reason": "MaxAge", "Nats-TTL": "1m0s", "Nats-Rollup": "sub"}
         assert (await js.get_last_msg("K", "k.stay")).data == b"s"
         assert (await js.stream_info("K")).state.messages == 2
-        await nc.close()
-    finally:
-        srv.stop()
 
 
 async def test_ttl_heap_bounded_when_a_key_is_overwritten(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from nats.aio.client import Client
 from nats.js import api
 
 from tests.conftest import need_tool
-from tests.servers import ServerProcess, jetstream_pair, nats_server_binary, server_with_config, start_server
+from tests.jetstream.conftest import jetstream_life
+from tests.servers import ServerProcess, jetstream_pair, nats_server_binary, server_with_config
 
 # Values that differ by design or by the clock: left out of the comparison.
 _VOLATILE = {"created", "ts", "first_ts", "last_ts", "time", "cluster", "metadata"}
@@ -380,9 +381,7 @@ async def test_kill_9_keeps_the_copy_position(tmp_path: Path) -> None:
     (2000 messages: a few turns of the loop), a restart, more messages: each origin message is in the
     mirror under its own sequence and in the source exactly once, in order."""
     store = tmp_path / "store"
-    srv = start_server("pynatsd", ["-js", "-sd", str(store)])
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    async with jetstream_life("pynatsd", store, kill=True) as (srv, nc):
         js = nc.jetstream(timeout=5)
         await js.add_stream(name="ORIGIN", subjects=["orig.>"])
         for i in range(1999):
@@ -394,9 +393,7 @@ async def test_kill_9_keeps_the_copy_position(tmp_path: Path) -> None:
         )
         await _until_copied(js, "AGG", 1)  # the copying has begun: kill it somewhere along the way
         srv.stop(signal.SIGKILL)
-        await nc.close()
-        srv = start_server("pynatsd", ["-js", "-sd", str(store)])
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    async with jetstream_life("pynatsd", store, kill=True) as (srv, nc):
         js = nc.jetstream(timeout=5)
         for i in range(2000, 2100):
             await js.publish(f"orig.{i % 3}", b"a%d" % i)
@@ -417,15 +414,10 @@ async def test_kill_9_keeps_the_copy_position(tmp_path: Path) -> None:
         # Purged, the copies no longer tell where the source stands: the saved position does.
         await js.purge_stream("AGG")
         srv.stop(signal.SIGKILL)
-        await nc.close()
-        srv = start_server("pynatsd", ["-js", "-sd", str(store)])
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    async with jetstream_life("pynatsd", store) as (_, nc):
         js = nc.jetstream(timeout=5)
         await js.publish("orig.1", b"after purge")
         await _until_copied(js, "AGG", 1)
         assert [(int(h.split(" ")[1]), data) for _, h, data in await _copies(js, "AGG")] == [
             (2101, b"after purge")
         ]
-        await nc.close()
-    finally:
-        srv.stop()
