@@ -1,10 +1,11 @@
-"""Fixtures: an in-process pynatsd with JetStream on a temporary store directory, restartable; and either
-server as a subprocess on a store, for a kill -9 and a restart on the same store."""
+"""Fixtures: an in-process pynatsd with JetStream on a temporary store directory, restartable; nats-server
+and pynatsd with JetStream side by side, with a client on each; and either server as a subprocess on a
+store, for a kill -9 and a restart on the same store."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from nats.aio.client import Client
 
 from pynatsd.base.options import Options
 from pynatsd.server import Server
-from tests.servers import ServerProcess, server_life
+from tests.servers import ServerProcess, jetstream_pair, server_life
 
 
 class JsServer:
@@ -69,6 +70,24 @@ async def js_server(tmp_path: Path) -> AsyncIterator[JsServer]:
 @pytest.fixture
 async def nc(js_server: JsServer) -> Client:
     return await js_server.connect()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """nats-server and pynatsd with JetStream (reference, ours), shared by a module's tests; a module whose
+    tests each need fresh ones defines its own `servers`."""
+    with jetstream_pair(tmp_path_factory.mktemp("pair")) as pair:
+        yield pair
+
+
+@pytest.fixture
+async def clients(servers: tuple[ServerProcess, ServerProcess]) -> AsyncIterator[tuple[Client, Client]]:
+    """A client on each of `servers`: (reference, ours)."""
+    ref, ours = servers
+    a, b = await nats.connect(ref.url), await nats.connect(ours.url)
+    yield a, b
+    await a.close()
+    await b.close()
 
 
 @contextlib.asynccontextmanager

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import nats
@@ -20,9 +19,8 @@ from nats.aio.client import Client
 
 from pynatsd.jetstream.util import filters_regex
 from pynatsd.protocol.subjects import matches
-from tests.jetstream import test_differential
 from tests.jetstream.conftest import JsServer
-from tests.servers import ServerProcess, jetstream_pair
+from tests.servers import ServerProcess
 
 DEEP = b"[" * 1100 + b"]" * 1100
 SUBJ = "$JS.API.STREAM.CREATE."
@@ -148,15 +146,6 @@ async def ask(nc: Client, subject: str, body: Any) -> Any:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     msg = await nc.request(subject, data, timeout=5)
     return outcome(json.loads(msg.data))
-
-
-clients = test_differential.clients  # the fixture: a client on each of `servers` below
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    with jetstream_pair(tmp_path_factory.mktemp("api-errors")) as pair:
-        yield pair
 
 
 async def test_malformed_requests_answered_as_nats_server(clients: tuple[Client, Client]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +17,11 @@ import pytest
 from nats.aio.client import Client
 
 from pynatsd.jetstream import batching
-from tests.jetstream import test_differential
 from tests.jetstream.conftest import JsServer, jetstream_life
 from tests.jetstream.test_api_errors import ask
-from tests.servers import ServerProcess, jetstream_pair, require, server_with_config
+from tests.servers import require, server_with_config
 
 CREATE, UPDATE = "$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE."
-
-clients = test_differential.clients  # the fixture: a client on each of `servers` below
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    with jetstream_pair(tmp_path_factory.mktemp("batches")) as pair:
-        yield pair
 
 
 async def test_atomic_config_answered_as_nats_server(clients: tuple[Client, Client]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +13,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from tests.conftest import need_tool
-from tests.servers import ServerProcess, nats_server_binary, start_server
+from tests.servers import ServerProcess, jetstream_pair
 
 # Values that legitimately differ (ids, times, generated names, versions) are compared by shape only.
 Request = tuple[str, Any]
@@ -226,22 +225,9 @@ async def run_script(nc: Client) -> list[Any]:
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    need_tool(nats_server_binary() is not None, "nats-server")
-    ref = start_server("nats-server", ["-js", "-sd", str(tmp_path / "ref")])
-    ours = start_server("pynatsd", ["-js", "-sd", str(tmp_path / "ours")])
-    yield ref, ours
-    ref.stop()
-    ours.stop()
-
-
-@pytest.fixture
-async def clients(servers: tuple[ServerProcess, ServerProcess]) -> AsyncIterator[tuple[Client, Client]]:
-    ref, ours = servers
-    a = await nats.connect(ref.url)
-    b = await nats.connect(ours.url)
-    yield a, b
-    await a.close()
-    await b.close()
+    """Fresh ones for each test (the conftest's are shared by the module)."""
+    with jetstream_pair(tmp_path) as pair:
+        yield pair
 
 
 async def test_api_responses_match_nats_server(clients: tuple[Client, Client]) -> None:

@@ -14,8 +14,7 @@ from typing import Any
 import nats
 import pytest
 
-from tests.conftest import need_tool
-from tests.servers import ServerProcess, nats_server_binary, start_server
+from tests.servers import ServerProcess, jetstream_pair
 
 Frame = tuple[bytes, bytes, bytes, bytes]  # op, subject, headers (timestamps blanked), payload
 _STAMP = re.compile(rb"Nats-Time-Stamp: [^\r]*")
@@ -169,12 +168,9 @@ def session(port: int) -> list[tuple[str, list[Frame]]]:
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    need_tool(nats_server_binary() is not None, "nats-server")
-    ref = start_server("nats-server", ["-js", "-sd", str(tmp_path / "ref")])
-    ours = start_server("pynatsd", ["-js", "-sd", str(tmp_path / "ours")])
-    yield ref, ours
-    ref.stop()
-    ours.stop()
+    """Fresh ones for each test (the conftest's are shared by the module)."""
+    with jetstream_pair(tmp_path) as pair:
+        yield pair
 
 
 def test_direct_get_frames_match_nats_server(servers: tuple[ServerProcess, ServerProcess]) -> None:

@@ -9,7 +9,6 @@ import asyncio
 import base64
 import json
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,23 +17,13 @@ import pytest
 from nats.aio.client import Client
 
 from pynatsd.jetstream.scheduling import parse_cron
-from tests.jetstream import test_differential
 from tests.jetstream.conftest import jetstream_life
 from tests.jetstream.test_api_errors import ask
 from tests.jetstream.test_msg_ttl import _until
-from tests.servers import ServerProcess, jetstream_pair
 
 SEC = 1_000_000_000
 CREATE, UPDATE = "$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE."
 FAR = "@at 2099-01-01T00:00:00Z"  # valid, and never fires while the tests run
-
-clients = test_differential.clients  # the fixture: a client on each of `servers` below
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    with jetstream_pair(tmp_path_factory.mktemp("schedules")) as pair:
-        yield pair
 
 
 CONFIG_CASES: list[tuple[str, Any]] = [

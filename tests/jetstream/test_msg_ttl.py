@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +17,11 @@ from nats.aio.client import Client
 from nats.js import api
 from nats.js.errors import KeyNotFoundError
 
-from tests.jetstream import test_differential
 from tests.jetstream.conftest import JsServer, jetstream_life
 from tests.jetstream.test_api_errors import ask
-from tests.servers import ServerProcess, jetstream_pair
 
 SEC = 1_000_000_000
 CREATE, UPDATE = "$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE."
-
-clients = test_differential.clients  # the fixture: a client on each of `servers` below
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    with jetstream_pair(tmp_path_factory.mktemp("msg-ttl")) as pair:
-        yield pair
 
 
 CONFIG_CASES: list[tuple[str, Any]] = [

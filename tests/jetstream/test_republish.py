@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import nats
-import pytest
 from nats.aio.client import Client
 
 from tests.jetstream.test_api_errors import ask
-from tests.servers import ServerProcess, jetstream_pair
 
 CREATE = "$JS.API.STREAM.CREATE."
 
@@ -67,21 +63,6 @@ FUNCTIONS = [
     "d.{{random(1)}}",
 ]
 FUNCTION_SUBJECT = "abcdefghij.-x--y-z-"
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    with jetstream_pair(tmp_path_factory.mktemp("republish")) as pair:
-        yield pair
-
-
-@pytest.fixture
-async def clients(servers: tuple[ServerProcess, ServerProcess]) -> AsyncIterator[tuple[Client, Client]]:
-    ref, ours = servers
-    a, b = await nats.connect(ref.url), await nats.connect(ours.url)
-    yield a, b
-    await a.close()
-    await b.close()
 
 
 async def test_transform_and_republish_configs_answered_as_nats_server(
