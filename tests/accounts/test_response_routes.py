@@ -5,49 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
 
 from pynatsd.base.blocks import AccountConfig
 from pynatsd.base.options import Options
 from pynatsd.broker.connection import Connection
 from pynatsd.server import Server
-
-
-class Sink:
-    """A transport that keeps what is written."""
-
-    def __init__(self) -> None:
-        self.data = b""
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def writelines(self, pieces: list[bytes]) -> None:
-        self.data += b"".join(pieces)
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
+from tests.unit.test_read_slices import FakeTransport
 
 
 def _server() -> Server:
@@ -63,8 +26,8 @@ def _server() -> Server:
     return Server(options)
 
 
-def _client(server: Server, user: str, ops: bytes) -> tuple[Connection, Sink]:
-    conn, sink = Connection(server), Sink()
+def _client(server: Server, user: str, ops: bytes) -> tuple[Connection, FakeTransport]:
+    conn, sink = Connection(server), FakeTransport()
     conn.connection_made(sink)  # type: ignore[arg-type]
     conn.data_received(
         b'CONNECT {"verbose":false,"user":"%s","pass":"%s"}\r\n%s' % (user.encode(), user.encode(), ops)

@@ -8,6 +8,7 @@ them, pynatsd exits naming the key, and never runs open.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -19,7 +20,14 @@ import nkeys
 import pytest
 
 from tests.conftest import need_tool
-from tests.servers import REPO_ROOT, ServerProcess, nats_server_binary, pynatsd_command, start_server
+from tests.servers import (
+    REPO_ROOT,
+    ServerProcess,
+    nats_server_binary,
+    pynatsd_command,
+    server_with_config,
+    start_server,
+)
 from tests.wire import WireClient
 
 KINDS = ["pynatsd", "nats-server"]
@@ -49,19 +57,13 @@ def _run(kind: str, args: list[str], timeout: float = 30) -> subprocess.Complete
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[[str, str], ServerProcess]]:
-    started: list[ServerProcess] = []
+    with contextlib.ExitStack() as started:
 
-    def start(kind: str, text: str) -> ServerProcess:
-        _command(kind)  # skips (outside CI) without nats-server
-        conf = tmp_path / f"{kind}.conf"
-        conf.write_text(text)
-        server = start_server(kind, ["-c", str(conf)])
-        started.append(server)
-        return server
+        def start(kind: str, text: str) -> ServerProcess:
+            _command(kind)  # skips (outside CI) without nats-server
+            return started.enter_context(server_with_config(kind, tmp_path / f"{kind}.conf", text))
 
-    yield start
-    for server in started:
-        server.stop()
+        yield start
 
 
 def _connect(port: int, fields: Mapping[str, object], then: bytes = b"") -> bytes:

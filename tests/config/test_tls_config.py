@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import socket
 import ssl
@@ -17,7 +18,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.conftest import need_tool
 from tests.security.certs import make_certs
-from tests.servers import ServerProcess, nats_server_binary, start_server
+from tests.servers import ServerProcess, nats_server_binary, server_with_config
 
 Serve = Callable[[str], ServerProcess]
 
@@ -56,18 +57,12 @@ def serve(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Serve]:
     kind = str(request.param)
     if kind == "nats-server":
         need_tool(nats_server_binary() is not None, "nats-server")
-    started: list[ServerProcess] = []
+    with contextlib.ExitStack() as started:
 
-    def start(text: str) -> ServerProcess:
-        conf = tmp_path / "tls.conf"
-        conf.write_text(text)
-        server = start_server(kind, ["-c", str(conf)])
-        started.append(server)
-        return server
+        def start(text: str) -> ServerProcess:
+            return started.enter_context(server_with_config(kind, tmp_path / "tls.conf", text))
 
-    yield start
-    for server in started:
-        server.stop()
+        yield start
 
 
 def _client(max12: bool = True, cipher: str = "", curve: str = "") -> ssl.SSLContext:
