@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import socket
 import ssl
 from collections.abc import Callable, Iterator
@@ -12,12 +11,10 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.conftest import need_tool
-from tests.security.certs import make_certs
+from tests.security.certs import make_certs, self_signed, write_pem
 from tests.servers import ServerProcess, nats_server_binary, server_with_config
 
 Serve = Callable[[str], ServerProcess]
@@ -28,27 +25,9 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     directory = tmp_path_factory.mktemp("tls-config")
     paths = make_certs(directory)
     # A second, self-signed certificate for another name, to be picked by SNI.
-    key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "other.example")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("other.example")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    paths["other"], paths["other_key"] = str(directory / "other.pem"), str(directory / "other.key")
-    Path(paths["other"]).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    Path(paths["other_key"]).write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
+    cert, key = self_signed(name, x509.SubjectAlternativeName([x509.DNSName("other.example")]), False)
+    paths["other"], paths["other_key"] = write_pem(directory / "other", key, cert)
     return paths
 
 

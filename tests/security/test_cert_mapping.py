@@ -7,7 +7,6 @@ user a client became shows in what it may publish and in /connz's `authorized_us
 
 from __future__ import annotations
 
-import datetime
 import ipaddress
 import json
 import signal
@@ -22,8 +21,7 @@ from typing import cast
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from pynatsd.auth.certs import (
@@ -37,6 +35,7 @@ from pynatsd.auth.certs import (
 from pynatsd.auth.users import Authenticator, Connecting
 from pynatsd.base.options import Options
 from pynatsd.protocol.connect import ConnectOptions
+from tests.security.certs import issue, self_signed, write_pem
 from tests.servers import ServerProcess, free_port, require, start_server
 
 # Client certificates: (subject attributes in certificate order, SANs). A user per way of mapping.
@@ -123,73 +122,24 @@ accounts {{
 """
 
 
-def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> str:
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return str(path)
-
-
-def _issue(
-    directory: Path,
-    name: str,
-    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey],
-    subject: x509.Name,
-    sans: list[x509.GeneralName],
-    usage: x509.ObjectIdentifier,
-) -> tuple[str, str]:
-    now = datetime.datetime.now(datetime.UTC)
-    key = ec.generate_private_key(ec.SECP256R1())
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca[0].subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-    )
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    cert = builder.sign(ca[1], hashes.SHA256())
-    (directory / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return str(directory / f"{name}.pem"), _write_key(directory / f"{name}.key", key)
-
-
 def make_mapping_certs(directory: Path) -> dict[str, tuple[str, str]]:
     """A CA (`ca`: its file twice), a server certificate for 127.0.0.1 and one client certificate per
     entry of CLIENTS, as (cert, key) paths."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cert mapping test CA")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    (directory / "ca.pem").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    ca = self_signed(ca_name, x509.BasicConstraints(ca=True, path_length=None), True)
+    (directory / "ca.pem").write_bytes(ca[0].public_bytes(serialization.Encoding.PEM))
     paths = {"ca": (str(directory / "ca.pem"), str(directory / "ca.pem"))}
-    ca = (ca_cert, ca_key)
-    paths["server"] = _issue(
-        directory,
-        "server",
+    server = issue(
         ca,
         x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "server")]),
         [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
         ExtendedKeyUsageOID.SERVER_AUTH,
     )
+    paths["server"] = write_pem(directory / "server", server[1], server[0])
     for role, (attrs, sans) in CLIENTS.items():
         subject = x509.Name([x509.RelativeDistinguishedName([x509.NameAttribute(o, v)]) for o, v in attrs])
-        paths[role] = _issue(directory, role, ca, subject, sans, ExtendedKeyUsageOID.CLIENT_AUTH)
+        cert, key = issue(ca, subject, sans, ExtendedKeyUsageOID.CLIENT_AUTH)
+        paths[role] = write_pem(directory / role, key, cert)
     return paths
 
 
