@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import need_tool
-from tests.servers import ServerProcess, nats_server_binary, start_server
+from tests.servers import ServerProcess, server_with_config
 from tests.wire import WireClient
 
 START = "authorization { users = [ {user: u, password: p} ] }\n"
@@ -46,12 +45,8 @@ def _reload_until(server: ServerProcess, user: str, password: str) -> bool:
     ],
 )
 def test_failed_reload_keeps_the_running_config(kind: str, bad: str, tmp_path: Path) -> None:
-    if kind == "nats-server":
-        need_tool(nats_server_binary() is not None, "nats-server")
     conf = tmp_path / "r.conf"
-    conf.write_text(START)
-    server = start_server(kind, ["-c", str(conf)])
-    try:
+    with server_with_config(kind, conf, START) as server:
         conf.write_text(START.replace("{user: u, password: p}", "{user: w, password: w}") + bad)
         server.proc.send_signal(signal.SIGHUP)
         for _ in range(500):  # bounded wait for the server to report the refused reload
@@ -64,33 +59,23 @@ def test_failed_reload_keeps_the_running_config(kind: str, bad: str, tmp_path: P
         assert not _admitted(server, "x", "y")
         assert not _admitted(server, "", "")
         assert server.proc.poll() is None
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
 def test_reload_applies_nats_server_spellings(kind: str, tmp_path: Path) -> None:
-    if kind == "nats-server":
-        need_tool(nats_server_binary() is not None, "nats-server")
     conf = tmp_path / "r.conf"
-    conf.write_text(START)
-    server = start_server(kind, ["-c", str(conf)])
-    try:
+    with server_with_config(kind, conf, START) as server:
         conf.write_text(NEW_USER)
         assert _reload_until(server, "v", "q")
         assert not _admitted(server, "u", "p")
         assert not _admitted(server, "", "")
-    finally:
-        server.stop()
 
 
 def test_reload_of_an_option_pynatsd_cannot_reload_fails_as_a_whole(tmp_path: Path) -> None:
     """A change pynatsd would not apply (here `max_pending`, which nats-server does not reload either) is
     not silently ignored: the reload fails and the running users stay."""
     conf = tmp_path / "r.conf"
-    conf.write_text(START)
-    server = start_server("pynatsd", ["-c", str(conf)])
-    try:
+    with server_with_config("pynatsd", conf, START) as server:
         conf.write_text(NEW_USER + "max_pending: 2mb\n")
         server.proc.send_signal(signal.SIGHUP)
         for _ in range(500):  # bounded wait for the refused reload to be logged
@@ -100,5 +85,3 @@ def test_reload_of_an_option_pynatsd_cannot_reload_fails_as_a_whole(tmp_path: Pa
         assert "config reload not supported for max_pending: old=67108864, new=2097152" in server.log()
         assert _admitted(server, "u", "p")
         assert not _admitted(server, "v", "q")
-    finally:
-        server.stop()

@@ -18,6 +18,7 @@ from typing import Any, cast
 import nats
 import nkeys
 import pytest
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from pynatsd.auth.jwt import decode_generic
@@ -240,6 +241,19 @@ async def test_unanswered_request_times_out_as_a_violation(setup: Setup) -> None
     assert setup.service.requests[-1]["nats"]["connect_opts"]["user"] == "mute"
 
 
+async def _forged_request_refused(nc: Client, errors: list[Exception]) -> None:
+    """`nc`, a client of the callout account, publishes an authorization request: a permissions violation
+    (`errors` is what its error callback heard), as nobody but the server may send one."""
+    await nc.publish(CALLOUT_SUBJECT, b"forged")
+    await nc.flush()
+    for _ in range(50):
+        if errors:
+            break
+        await asyncio.sleep(0.05)
+    violation = f'nats: permissions violation for publish to "{CALLOUT_SUBJECT.lower()}"'
+    assert [str(e) for e in errors] == [violation]
+
+
 async def test_auth_users_bypass_the_callout(setup: Setup) -> None:
     before = len(setup.service.requests)
     text = await _refused(setup.server.url, user="auth", **{"pass": "wrong"})
@@ -252,16 +266,7 @@ async def test_auth_users_bypass_the_callout(setup: Setup) -> None:
     nc = await nats.connect(setup.server.url, user="auth", password="pwd", allow_reconnect=False,
                             error_cb=on_error)  # fmt: skip
     try:
-        # In the callout account, nobody may send authorization requests but the server.
-        await nc.publish(CALLOUT_SUBJECT, b"forged")
-        await nc.flush()
-        for _ in range(50):
-            if errors:
-                break
-            await asyncio.sleep(0.05)
-        assert [str(e) for e in errors] == [
-            f'nats: permissions violation for publish to "{CALLOUT_SUBJECT.lower()}"'
-        ]
+        await _forged_request_refused(nc, errors)
     finally:
         await nc.close()
     assert len(setup.service.requests) == before
@@ -422,15 +427,7 @@ async def test_operator_mode_account_delegating_its_users(kind: str, encrypted: 
             request = service.requests[-1]["nats"]
             assert request["connect_opts"]["auth_token"] == "alice:secret" and request["connect_opts"]["jwt"]
             assert request["client_info"]["user"] == sentinel.public  # a JWT client is its user key
-            await nc.publish(CALLOUT_SUBJECT, b"forged")  # the callout account's clients may not
-            await nc.flush()
-            for _ in range(50):
-                if errors:
-                    break
-                await asyncio.sleep(0.05)
-            assert [str(e) for e in errors] == [
-                f'nats: permissions violation for publish to "{CALLOUT_SUBJECT.lower()}"'
-            ]
+            await _forged_request_refused(nc, errors)
         finally:
             await nc.close()
         assert await _refused(url, jwt=sentinel_jwt) == VIOLATION  # no credentials: the service refuses
