@@ -368,14 +368,15 @@ def test_kill_9_during_compaction_loses_nothing_acknowledged(tmp_path: Path) -> 
             last[0] = key
 
     last = [""]
-    for _ in range(4):
+    for life in range(4):
         child = subprocess.Popen(
             [sys.executable, "-c", _CRASH_CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True
         )
         assert child.stdout is not None
         deadline = time.monotonic() + rng.uniform(0.4, 1.2)
         lines = 0
-        while time.monotonic() < deadline or lines < 500:
+        # Killed at a random time, but only once this life has compacted (a loaded machine compacts later).
+        while time.monotonic() < deadline or lines < 500 or compacted < 6 * (life + 1):
             take(child.stdout.readline())
             lines += 1
         child.send_signal(signal.SIGKILL)
