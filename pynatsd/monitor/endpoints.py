@@ -573,16 +573,30 @@ def _no_jetstream(server: Node) -> dict[str, Any]:
 
 
 def healthz(server: Node, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
-    for name in ("js-enabled-only", "js-server-only", "js-enabled"):
-        if name in query:
-            _param(query, name, parse_bool, False)
+    """nats-server's healthz as HTTP serves it: the status code, and the body (with `details`, the errors
+    listed by type)."""
+    flags = {
+        name: _param(query, name, parse_bool, False) if name in query else False
+        for name in ("js-enabled", "js-enabled-only", "js-server-only", "js-meta-only", "details")
+    }
+
+    def failed(code: int, status: str, kind: str, error: str) -> tuple[int, dict[str, Any]]:
+        if flags["details"]:
+            return code, {"status": "error", "errors": [{"type": kind, "error": error}]}
+        return code, {"status": status, "error": error}
+
     if not server.listening:
         # nats-server's answer once its client listener is gone (lame duck mode, shutting down).
-        return 500, {"status": "error", "error": "failed to be ready for connections after 1ms: server"}
+        return failed(500, "error", "CONNECTION", "failed to be ready for connections after 1ms: server")
+    # nats-server stops before the meta group's check for these: js-server-only right after the listener's,
+    # js-enabled-only (and the deprecated js-enabled) once JetStream is on.
     member = server.meta_member
-    js_only = any(_param(query, name, parse_bool, False) for name in ("js-enabled-only", "js-enabled"))
-    if member is not None and not js_only and member.node is not None and not member.node.leader:
-        # A meta group member's check beyond "JetStream is on": nats-server's words without a leader.
-        error = "JetStream has not established contact with a meta leader"
-        return 503, {"status": "unavailable", "status_code": 503, "error": error}
+    js_only = flags["js-server-only"] or flags["js-enabled-only"] or flags["js-enabled"]
+    if member is not None and not js_only and member.node is not None:
+        # A meta group member's check beyond "JetStream is on", in nats-server's words.
+        if member.recovering():
+            return failed(503, "unavailable", "JETSTREAM", "JetStream is still recovering meta layer")
+        if not member.node.leader:
+            error = "JetStream has not established contact with a meta leader"
+            return failed(503, "unavailable", "JETSTREAM", error)
     return 200, {"status": "ok"}
