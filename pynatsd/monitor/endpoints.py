@@ -25,7 +25,10 @@ from pynatsd.base.formats import (
     uptime,
 )
 from pynatsd.broker.delivery import sid_bytes
+from pynatsd.config.jetstream import account_js_limits
+from pynatsd.config.jetstream import from_options as js_config_from_options
 from pynatsd.jetstream import monitor as js_monitor
+from pynatsd.jetstream.stream import API_LEVEL
 from pynatsd.matcher import combine_stats
 from pynatsd.monitor import cluster, gateways, leafnodes
 from pynatsd.monitor.details import subscription_detail
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from pynatsd.broker.delivery import Subscription
     from pynatsd.matcher import Sublist
     from pynatsd.node import Node
+    from pynatsd.raft.member import MetaMember
 
     Monitored = Connection | MQTTConnection  # what /connz lists: client connections and MQTT clients
 
@@ -544,11 +548,53 @@ def jsz(server: Node, query: Mapping[str, str] | None = None) -> dict[str, Any]:
     if server.jetstream is not None:
         return js_monitor.jsz(server.jetstream, server.server_id, query or {})
     if server.meta_member is not None:  # JetStream on, in the cluster's meta group, holding no streams
-        info = _no_jetstream(server)
-        del info["disabled"]
-        info["meta_cluster"] = server.meta_member.cluster_info()
-        return info
+        return _member_jsz(server, server.meta_member, query or {})
     return _no_jetstream(server)
+
+
+def _member_jsz(server: Node, member: MetaMember, query: Mapping[str, str]) -> dict[str, Any]:
+    """/jsz of a cluster member running no JetStream of its own, as nats-server shows a node that hosts
+    no stream: its settings, its accounts with JetStream (their usage on this node: none), the RAFT
+    groups it is in (ha_assets) and the meta group's view."""
+    info = _no_jetstream(server)
+    del info["disabled"]
+    accounts = _member_js_accounts(server)
+    info["accounts"] = len(accounts)
+    info["ha_assets"] = sum(1 for _ in member.groups())
+    info["api"]["level"] = API_LEVEL
+    config = js_config_from_options(server.options)
+    if config is not None:
+        info["config"] = js_monitor.settings_block(config)
+    del info["total"]
+    streams = _param(query, "streams", parse_bool, False) or _param(query, "consumers", parse_bool, False)
+    only = query.get("acc") or ""
+    info["limits"] = {"default_max_consumers": 1000}
+    for key in ("streams", "consumers", "messages", "bytes"):
+        info[key] = info.pop(key)
+    info["meta_cluster"] = member.cluster_info()
+    if only in accounts:
+        shown = [only]
+    elif _param(query, "accounts", parse_bool, False) or (streams and not only):
+        shown = sorted(accounts)
+    else:
+        shown = []
+    if shown:
+        none = {"memory": 0, "storage": 0, "api_total": 0, "api_errors": 0}
+        info["account_details"] = [js_monitor.account_detail(name, none, accounts[name]) for name in shown]
+    info["total"] = len(accounts)
+    return info
+
+
+def _member_js_accounts(server: Node) -> dict[str, dict[str, Any]]:
+    """The accounts given JetStream by the config (as a JetStream would enable them) -> their limits; none
+    in operator mode (their JWTs are not looked up for this)."""
+    if server.auth.jwt is not None:
+        return {}
+    configured = server.options.accounts
+    if not configured:
+        return {DEFAULT_ACCOUNT: account_js_limits()}
+    system = server.auth.system_account
+    return {n: dict(s.jetstream) for n, s in configured.items() if s.jetstream is not None and n != system}
 
 
 def _no_jetstream(server: Node) -> dict[str, Any]:

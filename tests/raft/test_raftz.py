@@ -241,6 +241,29 @@ def test_healthz_options_in_cluster(mixed: Cluster) -> None:
     assert ours[0] == 400
 
 
+JSZ_QUERIES = [
+    "",
+    "?accounts=true",
+    "?streams=true",
+    "?consumers=true&config=true",
+    "?acc=A",
+    "?acc=nope&streams=true",
+]
+
+
+@pytest.mark.parametrize("query", JSZ_QUERIES)
+def test_member_jsz_as_nats_server(mixed: Cluster, query: str) -> None:
+    """A member hosting no stream: /jsz as nats-server's for such a node (its JetStream settings, the
+    accounts with JetStream and their details when asked, one RAFT group)."""
+    ours, theirs = (node.get(f"/jsz{query}") for node in (mixed[0], _follower(mixed)))
+    assert list(ours) == list(theirs), query  # the same fields, in nats-server's order
+    assert ours["config"].keys() == theirs["config"].keys()
+    for key in ("accounts", "ha_assets", "limits", "streams", "consumers", "total"):
+        assert ours[key] == theirs[key], (query, key)
+    assert ours.get("account_details") == theirs.get("account_details"), query
+    assert ours["config"]["store_dir"].endswith("/jetstream")
+
+
 @pytest.fixture(scope="module")
 def lonely() -> Iterator[dict[str, ServerProcess]]:
     """One member of each kind alone in its cluster (its route leads nowhere), JetStream on: no meta
@@ -341,6 +364,25 @@ def unclustered() -> Iterator[dict[str, ServerProcess]]:
 def test_unclustered_server_has_no_raft_nodes(unclustered: dict[str, ServerProcess], query: str) -> None:
     ours, theirs = (fetch(f"http://127.0.0.1:{unclustered[k].http_port}/raftz{query}") for k in KINDS)
     assert ours == theirs == (404, raftz.NO_NODES)
+
+
+async def test_unclustered_jsz_account_details(unclustered: dict[str, ServerProcess]) -> None:
+    """A single server's /jsz account details: the reservations of an account without limits as
+    nats-server shows them (Go's uint64 of -1), and a stream's cluster block naming this server."""
+    details = []
+    for kind in KINDS:
+        server = unclustered[kind]
+        async with await nats.connect(f"nats://127.0.0.1:{server.port}") as nc:
+            await nc.jetstream().add_stream(name="RAFTZ", subjects=["raftz"])
+        (detail,) = json.loads(fetch(f"http://127.0.0.1:{server.http_port}/jsz?streams=true")[1])[
+            "account_details"
+        ]
+        name = json.loads(fetch(f"http://127.0.0.1:{server.http_port}/varz")[1])["server_name"]
+        (stream,) = detail.pop("stream_detail")
+        assert stream["cluster"] == {"leader": name}, kind
+        details.append(detail)
+    assert details[0] == details[1]
+    assert details[0]["reserved_memory"] == details[0]["reserved_storage"] == (1 << 64) - 1
 
 
 def test_leader_and_followers_in_a_group() -> None:
