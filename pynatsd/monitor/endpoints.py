@@ -620,29 +620,76 @@ def _no_jetstream(server: Node) -> dict[str, Any]:
 
 def healthz(server: Node, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
     """nats-server's healthz as HTTP serves it: the status code, and the body (with `details`, the errors
-    listed by type)."""
+    listed by type). `account`, `stream` and `consumer` ask that those be on this server."""
     flags = {
         name: _param(query, name, parse_bool, False) if name in query else False
         for name in ("js-enabled", "js-enabled-only", "js-server-only", "js-meta-only", "details")
     }
+    account, stream, consumer = (query.get(name, "") for name in ("account", "stream", "consumer"))
 
-    def failed(code: int, status: str, kind: str, error: str) -> tuple[int, dict[str, Any]]:
+    def failed(code: int, status: str, kind: str, error: str, **where: str) -> tuple[int, dict[str, Any]]:
         if flags["details"]:
-            return code, {"status": "error", "errors": [{"type": kind, "error": error}]}
+            return code, {"status": "error", "errors": [{"type": kind, **where, "error": error}]}
         return code, {"status": status, "error": error}
 
+    if stream and not account:
+        return failed(400, "error", "BAD_REQUEST", '"account" must not be empty when checking stream health')
+    if consumer and not stream:
+        return failed(400, "error", "BAD_REQUEST", '"stream" must not be empty when checking consumer health')
     if not server.listening:
         # nats-server's answer once its client listener is gone (lame duck mode, shutting down).
         return failed(500, "error", "CONNECTION", "failed to be ready for connections after 1ms: server")
     # nats-server stops before the meta group's check for these: js-server-only right after the listener's,
     # js-enabled-only (and the deprecated js-enabled) once JetStream is on.
+    if flags["js-server-only"] or flags["js-enabled-only"] or flags["js-enabled"]:
+        return 200, {"status": "ok"}
     member = server.meta_member
-    js_only = flags["js-server-only"] or flags["js-enabled-only"] or flags["js-enabled"]
-    if member is not None and not js_only and member.node is not None:
+    if member is not None and member.node is not None:
         # A meta group member's check beyond "JetStream is on", in nats-server's words.
         if member.recovering():
             return failed(503, "unavailable", "JETSTREAM", "JetStream is still recovering meta layer")
         if not member.node.leader:
             error = "JetStream has not established contact with a meta leader"
             return failed(503, "unavailable", "JETSTREAM", error)
+        if flags["js-meta-only"]:
+            return 200, {"status": "ok"}
+    missing = _missing_asset(server, account, stream, consumer)
+    if missing is not None:
+        kind, error = missing  # the details name the asset up to the missing one
+        names = ("account", "stream", "consumer")
+        where = dict(zip(names[: names.index(kind) + 1], (account, stream, consumer), strict=False))
+        return failed(404, "unavailable", kind.upper(), error, **where)
     return 200, {"status": "ok"}
+
+
+def _missing_asset(server: Node, account: str, stream: str, consumer: str) -> tuple[str, str] | None:
+    """The first of `account`, `stream`, `consumer` (each when given) not on this server, as nats-server's
+    healthz looks: a single server's stored accounts and streams, a cluster member's assignments naming
+    it. None when all are here (or JetStream is off)."""
+    if not account:
+        return None
+    found_account = found_stream = found_consumer = False
+    js, member = server.jetstream, server.meta_member
+    if js is not None:
+        acc = js.accounts.get(account)
+        found_account = acc is not None and bool(acc.streams)  # an account's store appears with a stream
+        held = acc.streams.get(stream) if acc is not None and stream else None
+        found_stream = held is not None
+        found_consumer = held is not None and consumer in held.consumers
+    elif member is not None and member.applier is not None:
+        state, ours = member.applier.state, member.node.id if member.node is not None else ""
+        found_account = any(acc == account for acc, _ in state.streams)
+        assignment = state.streams.get((account, stream), {})
+        found_stream = ours in (assignment.get("group") or {}).get("peers", [])
+        assigned = state.consumers.get((account, stream), {}).get(consumer, {})
+        found_consumer = found_stream and ours in (assigned.get("group") or {}).get("peers", [])
+    else:
+        return None
+    if not found_account:
+        return "account", f'JetStream account "{account}" not found'
+    if stream and not found_stream:
+        return "stream", f'JetStream stream "{stream}" not found on account "{account}"'
+    if consumer and not found_consumer:
+        error = f'JetStream consumer "{consumer}" not found for stream "{stream}" on account "{account}"'
+        return "consumer", error
+    return None

@@ -5,6 +5,7 @@ their only route leads nowhere), and two servers outside any cluster."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import tempfile
 import urllib.error
@@ -345,6 +346,12 @@ def test_lonely_member_raftz(lonely: dict[str, ServerProcess]) -> None:
     assert groups[0]["id"] == peer_id("lonely-pynatsd")
 
 
+async def _stream_with_consumer(port: int) -> None:
+    async with await nats.connect(f"nats://127.0.0.1:{port}") as nc:
+        await nc.jetstream().add_stream(name="RAFTZ", subjects=["raftz"])
+        await nc.jetstream().add_consumer("RAFTZ", durable_name="C")
+
+
 @pytest.fixture(scope="module")
 def unclustered() -> Iterator[dict[str, ServerProcess]]:
     need_tool(nats_server_binary() is not None, "nats-server")
@@ -354,6 +361,7 @@ def unclustered() -> Iterator[dict[str, ServerProcess]]:
             for kind in KINDS:
                 args = ["-js", "-sd", str(Path(workdir) / kind)]
                 servers[kind] = start_server(kind, args, http_port=free_port())
+                asyncio.run(_stream_with_consumer(servers[kind].port))
             yield servers
         finally:
             for server in servers.values():
@@ -366,14 +374,12 @@ def test_unclustered_server_has_no_raft_nodes(unclustered: dict[str, ServerProce
     assert ours == theirs == (404, raftz.NO_NODES)
 
 
-async def test_unclustered_jsz_account_details(unclustered: dict[str, ServerProcess]) -> None:
+def test_unclustered_jsz_account_details(unclustered: dict[str, ServerProcess]) -> None:
     """A single server's /jsz account details: the reservations of an account without limits as
     nats-server shows them (Go's uint64 of -1), and a stream's cluster block naming this server."""
     details = []
     for kind in KINDS:
         server = unclustered[kind]
-        async with await nats.connect(f"nats://127.0.0.1:{server.port}") as nc:
-            await nc.jetstream().add_stream(name="RAFTZ", subjects=["raftz"])
         (detail,) = json.loads(fetch(f"http://127.0.0.1:{server.http_port}/jsz?streams=true")[1])[
             "account_details"
         ]
@@ -383,6 +389,44 @@ async def test_unclustered_jsz_account_details(unclustered: dict[str, ServerProc
         details.append(detail)
     assert details[0] == details[1]
     assert details[0]["reserved_memory"] == details[0]["reserved_storage"] == (1 << 64) - 1
+
+
+ASSET_HEALTHZ = [
+    "?account=$G",
+    "?account=nope",
+    "?stream=RAFTZ",
+    "?consumer=C",
+    "?account=$G&consumer=C",
+    "?account=$G&stream=RAFTZ",
+    "?account=$G&stream=nope",
+    "?account=$G&stream=RAFTZ&consumer=C",
+    "?account=$G&stream=RAFTZ&consumer=nope",
+    "?account=nope&stream=RAFTZ&details=true",
+    "?stream=RAFTZ&details=true",
+    "?account=$G&stream=nope&details=1",
+    "?account=$G&stream=RAFTZ&consumer=nope&details=1",
+    "?js-server-only=1&stream=RAFTZ",
+    "?js-enabled-only=1&account=nope",
+]
+
+
+@pytest.mark.parametrize("query", ASSET_HEALTHZ)
+def test_unclustered_healthz_assets(unclustered: dict[str, ServerProcess], query: str) -> None:
+    """healthz's `account`, `stream` and `consumer`: each must be on this server (404 otherwise, 400
+    without the one before it), as nats-server answers."""
+    ours, theirs = (fetch(f"http://127.0.0.1:{unclustered[k].http_port}/healthz{query}") for k in KINDS)
+    assert ours == theirs
+    assert ours[0] != 200 or "nope" not in query or "enabled-only" in query, ours  # a missing one is never ok
+
+
+@pytest.mark.parametrize(
+    "query", ["?account=A", "?account=A&stream=S&details=true", "?js-meta-only=1&account=A"]
+)
+def test_member_healthz_assets(mixed: Cluster, query: str) -> None:
+    """A cluster member's healthz looks for the account among the meta group's assignments (none here)."""
+    ours, theirs = (fetch(f"{node.monitor_url}/healthz{query}") for node in (mixed[0], _follower(mixed)))
+    assert ours == theirs
+    assert ours[0] == (200 if "js-meta-only" in query else 404), ours
 
 
 def test_leader_and_followers_in_a_group() -> None:
