@@ -11,14 +11,20 @@ from pynatsd.jetstream.stream import API_LEVEL
 from pynatsd.jetstream.util import now_ns, rfc3339
 
 if TYPE_CHECKING:
+    from pynatsd.config.jetstream import JsConfig
     from pynatsd.jetstream import JetStream
 
 _TRUE = ("1", "true", "yes", "on")
+_UINT64 = (1 << 64) - 1
 
 
 def effective_limits(js: JetStream) -> tuple[int, int]:
     """max_memory and max_storage as nats-server reports them: unset means 75% of RAM / of the disk."""
-    mem, disk = js.config.max_memory_store, js.config.max_file_store
+    return configured_limits(js.config)
+
+
+def configured_limits(config: JsConfig) -> tuple[int, int]:
+    mem, disk = config.max_memory_store, config.max_file_store
     if mem < 0:
         try:
             mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
@@ -26,25 +32,30 @@ def effective_limits(js: JetStream) -> tuple[int, int]:
             mem = 0
     if disk < 0:
         try:
-            disk = shutil.disk_usage(js.config.store_dir).free * 3 // 4
+            disk = shutil.disk_usage(config.store_dir).free * 3 // 4
         except OSError:
             disk = 0
     return mem, disk
 
 
 def config_block(js: JetStream) -> dict[str, Any]:
-    mem, disk = effective_limits(js)
+    return settings_block(js.config)
+
+
+def settings_block(config: JsConfig) -> dict[str, Any]:
+    """/jsz's `config` for JetStream settings (a JetStream's, or a cluster member's that runs none)."""
+    mem, disk = configured_limits(config)
     out: dict[str, Any] = {
         "max_memory": mem,
         "max_storage": disk,
-        "store_dir": str(js.store_root),
-        "sync_interval": int(js.sync_interval * 1e9),
+        "store_dir": str(config.store_dir / "jetstream"),
+        "sync_interval": int(config.sync_interval * 1e9),
         "strict": True,
     }
-    if js.sync_always:
+    if config.sync_always:
         out["sync_always"] = True
-    if js.domain:
-        out["domain"] = js.domain
+    if config.domain:
+        out["domain"] = config.domain
     return out
 
 
@@ -86,18 +97,7 @@ def jsz(js: JetStream, server_id: str, query: Mapping[str, str]) -> dict[str, An
         for name, acc in sorted(js.accounts.items()):
             if only and name != only:
                 continue
-            au = acc.usage()
-            detail: dict[str, Any] = {
-                "name": name,
-                "id": name,
-                "memory": au["memory"],
-                "storage": au["storage"],
-                "reserved_memory": 0,
-                "reserved_storage": 0,
-                "accounts": 0,
-                "ha_assets": 0,
-                "api": {"level": 0, "total": au["api_total"], "errors": au["api_errors"]},
-            }
+            detail = account_detail(name, acc.usage(), None if acc.tier else acc.limits)
             if want["streams"] or want["consumers"]:
                 streams = []
                 for stream in sorted(acc.streams.values(), key=lambda s: s.name):
@@ -126,6 +126,23 @@ def jsz(js: JetStream, server_id: str, query: Mapping[str, str]) -> dict[str, An
         out["account_details"] = details
     out["total"] = len(out.get("account_details", js.accounts))
     return out
+
+
+def account_detail(name: str, usage: Mapping[str, int], limits: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An account's entry in /jsz's account_details (before its streams): `usage` its memory, storage,
+    api_total and api_errors; reserved_memory / reserved_storage its untiered `limits` as nats-server
+    shows them, Go's uint64 (an unlimited -1 is 18446744073709551615), 0 without."""
+    return {
+        "name": name,
+        "id": name,
+        "memory": usage["memory"],
+        "storage": usage["storage"],
+        "reserved_memory": limits["max_memory"] & _UINT64 if limits is not None else 0,
+        "reserved_storage": limits["max_storage"] & _UINT64 if limits is not None else 0,
+        "accounts": 0,
+        "ha_assets": 0,
+        "api": {"level": 0, "total": usage["api_total"], "errors": usage["api_errors"]},
+    }
 
 
 def _consumer_detail(info: dict[str, Any], with_config: bool, ts: str) -> dict[str, Any]:

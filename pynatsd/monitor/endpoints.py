@@ -25,7 +25,10 @@ from pynatsd.base.formats import (
     uptime,
 )
 from pynatsd.broker.delivery import sid_bytes
+from pynatsd.config.jetstream import account_js_limits
+from pynatsd.config.jetstream import from_options as js_config_from_options
 from pynatsd.jetstream import monitor as js_monitor
+from pynatsd.jetstream.stream import API_LEVEL
 from pynatsd.matcher import combine_stats
 from pynatsd.monitor import cluster, gateways, leafnodes
 from pynatsd.monitor.details import subscription_detail
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from pynatsd.broker.delivery import Subscription
     from pynatsd.matcher import Sublist
     from pynatsd.node import Node
+    from pynatsd.raft.member import MetaMember
 
     Monitored = Connection | MQTTConnection  # what /connz lists: client connections and MQTT clients
 
@@ -544,11 +548,53 @@ def jsz(server: Node, query: Mapping[str, str] | None = None) -> dict[str, Any]:
     if server.jetstream is not None:
         return js_monitor.jsz(server.jetstream, server.server_id, query or {})
     if server.meta_member is not None:  # JetStream on, in the cluster's meta group, holding no streams
-        info = _no_jetstream(server)
-        del info["disabled"]
-        info["meta_cluster"] = server.meta_member.cluster_info()
-        return info
+        return _member_jsz(server, server.meta_member, query or {})
     return _no_jetstream(server)
+
+
+def _member_jsz(server: Node, member: MetaMember, query: Mapping[str, str]) -> dict[str, Any]:
+    """/jsz of a cluster member running no JetStream of its own, as nats-server shows a node that hosts
+    no stream: its settings, its accounts with JetStream (their usage on this node: none), the RAFT
+    groups it is in (ha_assets) and the meta group's view."""
+    info = _no_jetstream(server)
+    del info["disabled"]
+    accounts = _member_js_accounts(server)
+    info["accounts"] = len(accounts)
+    info["ha_assets"] = sum(1 for _ in member.groups())
+    info["api"]["level"] = API_LEVEL
+    config = js_config_from_options(server.options)
+    if config is not None:
+        info["config"] = js_monitor.settings_block(config)
+    del info["total"]
+    streams = _param(query, "streams", parse_bool, False) or _param(query, "consumers", parse_bool, False)
+    only = query.get("acc") or ""
+    info["limits"] = {"default_max_consumers": 1000}
+    for key in ("streams", "consumers", "messages", "bytes"):
+        info[key] = info.pop(key)
+    info["meta_cluster"] = member.cluster_info()
+    if only in accounts:
+        shown = [only]
+    elif _param(query, "accounts", parse_bool, False) or (streams and not only):
+        shown = sorted(accounts)
+    else:
+        shown = []
+    if shown:
+        none = {"memory": 0, "storage": 0, "api_total": 0, "api_errors": 0}
+        info["account_details"] = [js_monitor.account_detail(name, none, accounts[name]) for name in shown]
+    info["total"] = len(accounts)
+    return info
+
+
+def _member_js_accounts(server: Node) -> dict[str, dict[str, Any]]:
+    """The accounts given JetStream by the config (as a JetStream would enable them) -> their limits; none
+    in operator mode (their JWTs are not looked up for this)."""
+    if server.auth.jwt is not None:
+        return {}
+    configured = server.options.accounts
+    if not configured:
+        return {DEFAULT_ACCOUNT: account_js_limits()}
+    system = server.auth.system_account
+    return {n: dict(s.jetstream) for n, s in configured.items() if s.jetstream is not None and n != system}
 
 
 def _no_jetstream(server: Node) -> dict[str, Any]:
@@ -573,16 +619,77 @@ def _no_jetstream(server: Node) -> dict[str, Any]:
 
 
 def healthz(server: Node, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
-    for name in ("js-enabled-only", "js-server-only", "js-enabled"):
-        if name in query:
-            _param(query, name, parse_bool, False)
+    """nats-server's healthz as HTTP serves it: the status code, and the body (with `details`, the errors
+    listed by type). `account`, `stream` and `consumer` ask that those be on this server."""
+    flags = {
+        name: _param(query, name, parse_bool, False) if name in query else False
+        for name in ("js-enabled", "js-enabled-only", "js-server-only", "js-meta-only", "details")
+    }
+    account, stream, consumer = (query.get(name, "") for name in ("account", "stream", "consumer"))
+
+    def failed(code: int, status: str, kind: str, error: str, **where: str) -> tuple[int, dict[str, Any]]:
+        if flags["details"]:
+            return code, {"status": "error", "errors": [{"type": kind, **where, "error": error}]}
+        return code, {"status": status, "error": error}
+
+    if stream and not account:
+        return failed(400, "error", "BAD_REQUEST", '"account" must not be empty when checking stream health')
+    if consumer and not stream:
+        return failed(400, "error", "BAD_REQUEST", '"stream" must not be empty when checking consumer health')
     if not server.listening:
         # nats-server's answer once its client listener is gone (lame duck mode, shutting down).
-        return 500, {"status": "error", "error": "failed to be ready for connections after 1ms: server"}
+        return failed(500, "error", "CONNECTION", "failed to be ready for connections after 1ms: server")
+    # nats-server stops before the meta group's check for these: js-server-only right after the listener's,
+    # js-enabled-only (and the deprecated js-enabled) once JetStream is on.
+    if flags["js-server-only"] or flags["js-enabled-only"] or flags["js-enabled"]:
+        return 200, {"status": "ok"}
     member = server.meta_member
-    js_only = any(_param(query, name, parse_bool, False) for name in ("js-enabled-only", "js-enabled"))
-    if member is not None and not js_only and member.node is not None and not member.node.leader:
-        # A meta group member's check beyond "JetStream is on": nats-server's words without a leader.
-        error = "JetStream has not established contact with a meta leader"
-        return 503, {"status": "unavailable", "status_code": 503, "error": error}
+    if member is not None and member.node is not None:
+        # A meta group member's check beyond "JetStream is on", in nats-server's words.
+        if member.recovering():
+            return failed(503, "unavailable", "JETSTREAM", "JetStream is still recovering meta layer")
+        if not member.node.leader:
+            error = "JetStream has not established contact with a meta leader"
+            return failed(503, "unavailable", "JETSTREAM", error)
+        if flags["js-meta-only"]:
+            return 200, {"status": "ok"}
+    missing = _missing_asset(server, account, stream, consumer)
+    if missing is not None:
+        kind, error = missing  # the details name the asset up to the missing one
+        names = ("account", "stream", "consumer")
+        where = dict(zip(names[: names.index(kind) + 1], (account, stream, consumer), strict=False))
+        return failed(404, "unavailable", kind.upper(), error, **where)
     return 200, {"status": "ok"}
+
+
+def _missing_asset(server: Node, account: str, stream: str, consumer: str) -> tuple[str, str] | None:
+    """The first of `account`, `stream`, `consumer` (each when given) not on this server, as nats-server's
+    healthz looks: a single server's stored accounts and streams, a cluster member's assignments naming
+    it. None when all are here (or JetStream is off)."""
+    if not account:
+        return None
+    found_account = found_stream = found_consumer = False
+    js, member = server.jetstream, server.meta_member
+    if js is not None:
+        acc = js.accounts.get(account)
+        found_account = acc is not None and bool(acc.streams)  # an account's store appears with a stream
+        held = acc.streams.get(stream) if acc is not None and stream else None
+        found_stream = held is not None
+        found_consumer = held is not None and consumer in held.consumers
+    elif member is not None and member.applier is not None:
+        state, ours = member.applier.state, member.node.id if member.node is not None else ""
+        found_account = any(acc == account for acc, _ in state.streams)
+        assignment = state.streams.get((account, stream), {})
+        found_stream = ours in (assignment.get("group") or {}).get("peers", [])
+        assigned = state.consumers.get((account, stream), {}).get(consumer, {})
+        found_consumer = found_stream and ours in (assigned.get("group") or {}).get("peers", [])
+    else:
+        return None
+    if not found_account:
+        return "account", f'JetStream account "{account}" not found'
+    if stream and not found_stream:
+        return "stream", f'JetStream stream "{stream}" not found on account "{account}"'
+    if consumer and not found_consumer:
+        error = f'JetStream consumer "{consumer}" not found for stream "{stream}" on account "{account}"'
+        return "consumer", error
+    return None

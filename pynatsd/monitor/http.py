@@ -18,7 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from pynatsd.base.listener import dual_stack_socket
 from pynatsd.base.logging import get_logger
 from pynatsd.base.options import HTTP_READ_TIMEOUT
-from pynatsd.monitor import endpoints
+from pynatsd.monitor import endpoints, raftz
 from pynatsd.monitor.metrics import build_registry
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ JSON_PATHS = (
     "accstatz",
     "jsz",
     "healthz",
+    "raftz",
 )
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -107,6 +108,7 @@ class Monitor:
         for path, build in routes.items():
             app.router.add_get(path, _json_handler(build))
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/raftz", self.raftz)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_static("/static/", STATIC)
         return app
@@ -127,6 +129,13 @@ class Monitor:
     async def healthz(self, request: web.Request) -> web.Response:
         status, body = endpoints.healthz(self.server, request.query)
         return _json(body, status=status, indent=None)
+
+    async def raftz(self, request: web.Request) -> web.Response:
+        try:
+            groups = raftz.http_raftz(self.server, request.query)
+        except raftz.NotFound as missing:
+            return web.Response(status=404, text=str(missing))
+        return _json(groups, indent=3)  # nats-server indents this one by three spaces
 
     async def metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)

@@ -6,8 +6,9 @@ system account can ask or listen, as with nats-server.
 
 Requests (the reply is `{"server": {...}, "data": {...}}`, or `"error"` with a code):
   `$SYS.REQ.SERVER.PING` and `$SYS.REQ.SERVER.PING.<EP>` (every server answers), `$SYS.REQ.SERVER.<id>.<EP>`
-  (this one), EP in STATSZ, IDZ, VARZ, CONNZ, SUBSZ, ROUTEZ, GATEWAYZ, LEAFZ, ACCOUNTZ, JSZ, HEALTHZ; the
-  request body is the endpoint's options as JSON (nats-server's names) plus the server filter options.
+  (this one), EP in STATSZ, IDZ, VARZ, CONNZ, SUBSZ, ROUTEZ, GATEWAYZ, LEAFZ, ACCOUNTZ, JSZ, HEALTHZ,
+  RAFTZ; the request body is the endpoint's options as JSON (nats-server's names) plus the server filter
+  options.
   `$SYS.REQ.SERVER.<id>.KICK` and `.LDM` (`{"cid": N}`) close a client or send it lame duck mode.
   `$SYS.REQ.ACCOUNT.<acc>.<EP>` with EP in CONNZ, SUBSZ, LEAFZ, JSZ, INFO, STATZ, CONNS, and
   `$SYS.REQ.ACCOUNT.PING.STATZ`.
@@ -35,6 +36,7 @@ from pynatsd.broker.connection import KICKED, Connection
 from pynatsd.broker.internal import InternalClient
 from pynatsd.jetstream import monitor as js_monitor
 from pynatsd.monitor import endpoints as ep
+from pynatsd.monitor import raftz
 from pynatsd.protocol import gojson
 
 if TYPE_CHECKING:
@@ -74,6 +76,10 @@ def _query(options: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, st
             continue
         query[param] = ("true" if value else "false") if isinstance(value, bool) else str(value)
     return query
+
+
+def _raftz_filters(options: Mapping[str, Any]) -> tuple[str, str]:
+    return str(options.get("account") or ""), str(options.get("group") or "")
 
 
 def _connz_query(options: Mapping[str, Any]) -> dict[str, str]:
@@ -305,7 +311,7 @@ class SystemService:
             return handle
 
         def healthz(options: dict[str, Any]) -> dict[str, Any]:
-            status, body = ep.healthz(s, {})
+            status, body = ep.healthz(s, _query(options, {name: name for name in _HEALTHZ_FIELDS}))
             return {**body, "status_code": status}
 
         return {
@@ -339,6 +345,7 @@ class SystemService:
                 )
             ),
             "HEALTHZ": endpoint(healthz),
+            "RAFTZ": endpoint(lambda o: raftz.raftz(s, *_raftz_filters(o))),
         }
 
     def _varz_inputs(self) -> tuple[Any, Mapping[str, int]]:
@@ -651,6 +658,21 @@ _FILTER_FIELDS = {
     "domain": "string",
     "exact_match": "bool",
 }
+_HEALTHZ_FIELDS = {
+    "js-enabled": "bool",
+    "js-enabled-only": "bool",
+    "js-server-only": "bool",
+    "js-meta-only": "bool",
+    "account": "string",
+    "stream": "string",
+    "consumer": "string",
+    "details": "bool",
+}
+# The endpoints' own options, typed as nats-server's structs type them (a wrong type is a 400).
+_KIND_FIELDS: dict[str, dict[str, Any]] = {
+    "HEALTHZ": _HEALTHZ_FIELDS,
+    "RAFTZ": {"account": "string", "group": "string"},
+}
 _GO_NAMES = {"JSZ": "JSz"}
 _SCHEMAS: dict[str, gojson.Struct] = {}
 
@@ -660,7 +682,8 @@ def _options_schema(kind: str) -> gojson.Struct:
     schema = _SCHEMAS.get(kind)
     if schema is None:
         name = _GO_NAMES.get(kind, kind.capitalize()) + "EventOptions"
-        schema = _SCHEMAS[kind] = gojson.Struct(name, _FILTER_FIELDS, strict=False)
+        fields = {**_FILTER_FIELDS, **_KIND_FIELDS.get(kind, {})}
+        schema = _SCHEMAS[kind] = gojson.Struct(name, fields, strict=False)
     return schema
 
 

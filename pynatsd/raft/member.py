@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -140,6 +140,7 @@ class MetaMember:
         self.compact_entries = compact_entries  # nats-server's meta_compact and meta_compact_size
         self.compact_size = compact_size
         self.peer_names = peer_names  # the server names of the cluster's other nodes (its routes)
+        self.system_account = system_account
         self.client = InternalClient(server, system_account, "raft")
         self.store = store_dir / META_GROUP
         self.node: RaftNode | None = None
@@ -148,6 +149,7 @@ class MetaMember:
         self.started = 0.0
         self.applier: MetaApplier | None = None
         self.compact_timer: asyncio.TimerHandle | None = None
+        self.routed = False  # a route came up since start (nats-server's meta layer recovers only then)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -200,6 +202,8 @@ class MetaMember:
         if node is None:
             return
         loop = self.server.loop
+        if not self.routed:
+            self.recovering()  # noted when it happens, not when healthz next asks
         due = node.tick(loop.time())
         wanted = node.subscriptions()
         for subject in wanted - self.subs.keys():
@@ -229,14 +233,32 @@ class MetaMember:
             return False
         return not node.leader and self.server.loop.time() - self.started > LEADERLESS_AFTER
 
+    def recovering(self) -> bool:
+        """nats-server's "still recovering meta layer": its RAFT nodes start only once the server has a
+        route, so until one came up the meta group has not replayed its log."""
+        if not self.routed and self.peer_names():
+            self.routed = True
+        return not self.routed
+
+    def groups(self) -> Iterator[tuple[str, str, RaftNode]]:
+        """Every RAFT group this server is a member of, as (account, group name, node), for /raftz; the
+        meta group's account is the system account (nats-server's accName for it)."""
+        if self.node is not None:
+            yield self.system_account, META_GROUP, self.node
+
+    def server_names(self) -> dict[str, str]:
+        """Peer id -> server name of the cluster's nodes this server knows (its routes, and itself)."""
+        names = {peer_id(name): name for name in self.peer_names()}
+        names[peer_id(self.server.server_name)] = self.server.server_name
+        return names
+
     def cluster_info(self) -> dict[str, Any]:
         """/jsz's `meta_cluster` as nats-server shows it on a member that is not the leader: every other
         member (ourselves too while leaderless), the leader current when heard from within two heartbeats,
         the others not (a follower does not track them), offline when no route names them."""
         node = self.node
         assert node is not None
-        names = {peer_id(name): name for name in self.peer_names()}
-        names[node.id] = self.server.server_name
+        names = self.server_names()
         cluster = self.server.cluster
         info: dict[str, Any] = {"name": cluster.name if cluster is not None else ""}
         if node.leader:

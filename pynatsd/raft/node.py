@@ -144,6 +144,8 @@ class RaftNode:
         self.state = State.FOLLOWER
         self.term, self.vote = self.storage.load_term_vote()
         self.leader = ""
+        self.ever_had_leader = False  # a leader heard of since start (nats-server's pleader, for /raftz)
+        self.leader_since: float | None = None  # when this node last became the leader (its clock)
         self.pterm = self.pindex = self.commit = self.applied = 0
         self._outbox: list[Outbound] = []
         self._applied: list[Committed] = []
@@ -375,6 +377,7 @@ class RaftNode:
     def _become_leader(self) -> None:
         self.state = State.LEADER
         self.leader = self.id
+        self.ever_had_leader, self.leader_since = True, self.now
         self.acks.clear()
         self.feeding.clear()
         self.catchup = None
@@ -390,6 +393,8 @@ class RaftNode:
         self.acks.clear()
         self.feeding.clear()
         self.leader = leader
+        self.ever_had_leader |= bool(leader)
+        self.leader_since = None
         self._reset_election(self._election_timeout())
         self._save_term_vote()
 
@@ -554,6 +559,7 @@ class RaftNode:
                 return
         if new and self.leader != ae.leader and self.state == State.FOLLOWER:
             self.leader = ae.leader
+            self.ever_had_leader |= bool(ae.leader)
             self._save_term_vote()
         if new and ae.leader in self.members and ae.leader == self.leader:
             self.members[ae.leader].last_seen = self.now
