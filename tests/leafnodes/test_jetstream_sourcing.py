@@ -309,3 +309,85 @@ async def test_copies_of_another_accounts_stream_across_a_leaf_node_as_nats_serv
             _ACCOUNTS_REFERENCE.update(await _observe_accounts(pair))
     with _pair(topology, tmp_path, accounts=True) as pair:
         assert await _observe_accounts(pair) == _ACCOUNTS_REFERENCE
+
+
+async def _observe_interest_origin(pair: Pair) -> dict[str, Any]:
+    """A leaf's mirror of a hub's interest stream and source of its work queue: each copied through a
+    durable sourcing consumer there (API level 4), acked by the flow control answers, so the origins let
+    go of what was copied."""
+    on_hub = await _connect(pair.hub)
+    on_leaf = await _connect(pair.leaf)
+    await _until_answered(on_leaf, "$JS.hub.API.INFO")
+    origins = {"INT": ("interest", "i.>", "MIR"), "WQ": ("workqueue", "w.>", "SRC")}
+    for name, (retention, subjects, _) in origins.items():
+        await _api(
+            on_hub,
+            f"$JS.API.STREAM.CREATE.{name}",
+            {"name": name, "subjects": [subjects]} | {"retention": retention},
+        )
+    await _api(
+        on_leaf, "$JS.API.STREAM.CREATE.MIR", {"name": "MIR", "mirror": {"name": "INT", "external": EXTERNAL}}
+    )
+    await _api(
+        on_leaf,
+        "$JS.API.STREAM.CREATE.SRC",
+        {"name": "SRC", "sources": [{"name": "WQ", "external": EXTERNAL}]},
+    )
+    seen: dict[str, Any] = {}
+    for name in origins:  # the feed is there (an interest stream keeps nothing before it)
+        await _until_listed(on_hub, name)
+    js = on_hub.jetstream()
+    for i in range(10):
+        await js.publish(f"i.{i % 2}", b"i%d" % i)
+        await js.publish(f"w.{i % 2}", b"w%d" % i)
+    await _until_counted(on_leaf, {"MIR": 10, "SRC": 10})
+    for name in origins:  # acked when the copies answered flow control
+        await _until_emptied(on_hub, name)
+    for name in origins:
+        listed = (await _api(on_hub, f"$JS.API.CONSUMER.LIST.{name}"))["consumers"]
+        seen[f"{name} feeds"] = [
+            {
+                "name": c["name"].split("_")[1],
+                **{k: c["config"].get(k) for k in ("ack_policy", "sourcing", "direct", "flow_control")},
+                "durable": c["config"].get("durable_name") == c["name"],
+            }
+            for c in listed
+        ]
+    for name in ("MIR", "SRC"):
+        seen[f"{name} data"] = [m["data"] for m in await _messages(on_leaf, name)]
+    return seen
+
+
+async def _until_emptied(nc: nats.NATS, stream: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30.0
+    while (await _api(nc, f"$JS.API.STREAM.INFO.{stream}"))["state"]["messages"]:
+        assert loop.time() < deadline, f"{stream} kept copied messages"
+        await asyncio.sleep(0.05)
+
+
+async def _until_listed(nc: nats.NATS, stream: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30.0
+    while not (await _api(nc, f"$JS.API.CONSUMER.NAMES.{stream}"))["consumers"]:
+        assert loop.time() < deadline, f"no feed of {stream} made"
+        await asyncio.sleep(0.05)
+
+
+_INTEREST_REFERENCE: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize("topology", [t for t in TOPOLOGIES if t != "nats-server"])
+async def test_interest_and_work_queue_origins_fed_through_flow_control_acks(
+    topology: str, tmp_path: Path
+) -> None:
+    """A mirror and a source of an interest and a work queue stream across the link: the origin's feeds
+    are durable sourcing consumers acked by flow control (API level 4), as nats-server makes them, in
+    every direction."""
+    require("nats-server")
+    if not _INTEREST_REFERENCE:
+        (tmp_path / "reference").mkdir()
+        with _pair("nats-server", tmp_path / "reference") as pair:
+            _INTEREST_REFERENCE.update(await _observe_interest_origin(pair))
+    with _pair(topology, tmp_path) as pair:
+        assert await _observe_interest_origin(pair) == _INTEREST_REFERENCE
