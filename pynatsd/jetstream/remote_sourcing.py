@@ -35,6 +35,7 @@ RETRY_THRESHOLD = 2.0  # seconds: nats-server's sourceConsumerRetryThreshold bet
 RETRY_BACKOFF = 5.0  # seconds per failure, doubled: nats-server's retryBackOff
 RETRY_MAXIMUM = 120.0  # seconds: nats-server's retryMaximum
 CREATE_WAIT = 30.0  # seconds: how long a create request's answer is waited for (srcConsumerWaitTime)
+CAUGHT_UP = 10  # messages still pending below which a mirror answers direct gets (dgetCaughtUpThresh)
 _BASE62 = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _DOWNGRADE = (10185, 10025)  # required API level, invalid JSON: an older server, asked again more simply
 _IDENTITY_MISMATCH = 10225
@@ -337,6 +338,8 @@ class RemoteFeed:
             return
         self.dseq = dseq
         self.lag = pending - 1 if pending else 0
+        if pending < CAUGHT_UP and link.is_mirror:  # with mirror_direct it answers the origin's direct gets
+            link.caught_up = True
         try:
             link._copy(subject, sseq, _without_expected(hdrs), payload, ts)
         except (ApiError, OSError) as exc:

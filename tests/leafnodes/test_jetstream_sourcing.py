@@ -28,6 +28,8 @@ COPIES = {
     "SRC": {"sources": [{"name": "ORIGIN", "external": EXTERNAL}]},
     "SRCA": {"sources": [{"name": "ORIGIN", "filter_subject": "o.a", "external": EXTERNAL}]},
     "MIRB": {"mirror": {"name": "ORIGIN", "filter_subject": "o.b", "external": EXTERNAL}},
+    # Caught up, it answers the origin's direct gets on its own server (the origin has none).
+    "MIRD": {"mirror": {"name": "ORIGIN", "external": EXTERNAL}, "mirror_direct": True},
     "SRCT": {
         "sources": [
             {"name": "ORIGIN", "subject_transforms": [{"src": "o.b", "dest": "t.b"}], "external": EXTERNAL}
@@ -148,18 +150,21 @@ async def _observe(pair: Pair) -> dict[str, Any]:
     await _publish(on_hub, 1, 20)
     for name, cfg in COPIES.items():
         await _api(on_leaf, f"$JS.API.STREAM.CREATE.{name}", {"name": name, **cfg})
-    await _until_counted(on_leaf, {"MIR": 20, "SRC": 20, "SRCA": 10, "MIRB": 10, "SRCT": 10})
+    await _until_counted(on_leaf, {"MIR": 20, "SRC": 20, "SRCA": 10, "MIRB": 10, "SRCT": 10, "MIRD": 20})
 
     pair.restart_hub()  # the link drops, the origin's consumers are gone: each is made again
     on_hub = await _connect(pair.hub)
     await _until_answered(on_leaf, "$JS.hub.API.INFO")
     await _publish(on_hub, 21, 10)
-    await _until_counted(on_leaf, {"MIR": 30, "SRC": 30, "SRCA": 15, "MIRB": 15, "SRCT": 15})
+    await _until_counted(on_leaf, {"MIR": 30, "SRC": 30, "SRCA": 15, "MIRB": 15, "SRCT": 15, "MIRD": 30})
+    direct = await on_leaf.request("$JS.API.DIRECT.GET.ORIGIN", b'{"seq": 2}', timeout=5)
+    seen_direct = (direct.data, {k: v for k, v in (direct.headers or {}).items() if k != "Nats-Time-Stamp"})
 
     origin_info = await _api(on_hub, "$JS.API.STREAM.INFO.ORIGIN")
     identity = base62_sha256(origin_info["created"], 8)  # nats-server's hash of the creation time
     origin = {m["seq"]: m for m in await _messages(on_hub, "ORIGIN")}
     seen: dict[str, Any] = {"origin consumers": origin_info["state"]["consumer_count"]}
+    seen["direct get of the origin on the leaf"] = seen_direct
     for name in COPIES:
         info = await _api(on_leaf, f"$JS.API.STREAM.INFO.{name}")
         blocks = [info["mirror"]] if "mirror" in info else info["sources"]
