@@ -335,10 +335,10 @@ class Api:
             return
         toks = subject.decode(errors="replace").split(".")[2:]
         if toks[:2] == ["CONSUMER", "MSG"] and len(toks) == 5 and toks[2] == "NEXT":
-            self.msg_next(toks[3], toks[4], reply, payload)
+            self.msg_next(toks[3], toks[4], reply, hdrs, payload)
             return
         if toks[:2] == ["CONSUMER", "RESET"] and len(toks) == 4:
-            self.consumer_reset(toks[2], toks[3], reply, payload)
+            self.consumer_reset(toks[2], toks[3], reply, hdrs, payload)
             return
         if toks[:2] == ["DIRECT", "GET"] and len(toks) >= 3:
             self.direct_get(toks, reply, hdrs, payload)
@@ -778,16 +778,27 @@ class Api:
         consumer.unpin(group, "admin")
         return {}
 
-    def consumer_reset(self, stream_name: str, name: str, reply: bytes | None, payload: bytes) -> None:
+    def consumer_reset(
+        self, stream_name: str, name: str, reply: bytes | None, hdrs: bytes | None, payload: bytes
+    ) -> None:
         """`$JS.API.CONSUMER.RESET.<stream>.<consumer>`: back to the ack floor, or to `seq`. The consumer's
         own subscription in nats-server: outside the API's counts, and without the consumer nothing answers
-        (the API's `$JS.API.>` takes the request, so no "no responders" either)."""
+        (the API's `$JS.API.>` takes the request, so no "no responders" either). A durable mirror's or
+        source's feed asks with its API level and the origin it expects: answered with the origin's
+        identity, never refused for it (the feed tells a recreated origin from it)."""
         stream = self.account.streams.get(stream_name)
         consumer = stream.consumers.get(name) if stream is not None else None
         if consumer is None or not reply:
             return
         resp: Reply = {"type": _TYPE + "consumer_reset_response"}
+        answer_hdrs = None
         try:
+            level = get_header(hdrs, b"Nats-Required-Api-Level") if hdrs else None
+            if level is not None and not _level_met(level):
+                raise errors._e(412, 10185, "JetStream minimum api level required")
+            if hdrs and get_header(hdrs, b"Nats-Stream-Identity") is not None:
+                identity = stream_identity(consumer.stream.created).encode()
+                answer_hdrs = b"NATS/1.0\r\nNats-Stream-Identity: %s\r\n\r\n" % identity
             try:
                 req = requests.parse(payload, requests.CONSUMER_RESET) if payload else {}
             except ApiError as err:  # json.Unmarshal's words: without the decoder's offset
@@ -797,7 +808,8 @@ class Api:
         except ApiError as err:
             resp["error"] = err.json()
             resp["reset_seq"] = 0
-        self.account.client.publish(reply, None, None, encode(resp))
+            answer_hdrs = None
+        self.account.client.publish(reply, None, answer_hdrs, encode(resp))
 
     def consumer_names(self, toks: list[str], payload: bytes) -> Reply:
         req = requests.parse(payload, requests.CONSUMERS)
@@ -823,7 +835,9 @@ class Api:
         ]
         return {"total": len(names), "offset": offset, "limit": LIST_LIMIT, "consumers": items}
 
-    def msg_next(self, stream_name: str, name: str, reply: bytes | None, payload: bytes) -> None:
+    def msg_next(
+        self, stream_name: str, name: str, reply: bytes | None, hdrs: bytes | None, payload: bytes
+    ) -> None:
         stream = self.account.streams.get(stream_name)
         consumer = stream.consumers.get(name) if stream is not None else None
         if consumer is None:
@@ -831,6 +845,11 @@ class Api:
                 subject = b"$JS.API.CONSUMER.MSG.NEXT.%s.%s" % (stream_name.encode(), name.encode())
                 self._no_responders(subject, reply)
             return
+        if reply and hdrs and not consumer.push:  # (a push consumer's 409 comes first)
+            level = get_header(hdrs, b"Nats-Required-Api-Level")
+            if level is not None and not _level_met(level):
+                self.account.client.publish(reply, None, headers(b"412 Required Api Level"), b"")
+                return
         consumer.request_next(reply, payload)
 
     def _no_responders(self, subject: bytes, reply: bytes) -> None:

@@ -223,3 +223,49 @@ async def test_flow_control_acks_a_durable_feed_as_nats_server(clients: tuple[Cl
     diffs = [f"nats-server {w}\npynatsd     {g}" for w, g in zip(want, got, strict=True) if w != g]
     assert not diffs, "\n\n".join(diffs)
     assert got[-1][1:3] == (1, 3)
+
+
+async def _reset_and_next(nc: Client) -> list[Any]:
+    """CONSUMER.RESET and MSG.NEXT asked with an API level and an expected identity (a durable feed's)."""
+    seen: list[Any] = []
+    await _request(nc, "$JS.API.STREAM.CREATE.RS", {"name": "RS", "subjects": ["RS.>"]})
+    await nc.request("RS.a", b"x", timeout=5)
+    identity, _ = await _create(nc, "RS", {"deliver_subject": "rs.feed", "sourcing": True})
+    await _create(nc, "RS", {"name": "pull", "ack_policy": "explicit"})
+    await _create(nc, "RS", {"name": "push", "deliver_subject": "rs.push", "ack_policy": "explicit"})
+    for hdrs in (
+        {"Nats-Required-Api-Level": "6"},
+        {"Nats-Required-Api-Level": "5", "Nats-Stream-Identity": "nope"},
+        {"Nats-Stream-Identity": ""},
+        {},
+    ):
+        msg = await nc.request("$JS.API.CONSUMER.RESET.RS.pull", b"", timeout=5, headers=hdrs or None)
+        told = (msg.headers or {}).get("Nats-Stream-Identity")
+        seen.append(
+            (
+                "reset",
+                hdrs,
+                told == identity if told is not None else None,
+                _shown(json.loads(msg.data), identity),
+            )
+        )
+    for consumer in ("pull", "push"):
+        msg = await nc.request(
+            f"$JS.API.CONSUMER.MSG.NEXT.RS.{consumer}",
+            b"",
+            timeout=5,
+            headers={"Nats-Required-Api-Level": "6"},
+        )
+        seen.append(("next", consumer, (msg.headers or {}).get("Status"), msg.data))
+    await _request(nc, "$JS.API.STREAM.DELETE.RS")
+    return seen
+
+
+async def test_reset_and_next_asked_with_levels_and_identity_as_nats_server(
+    clients: tuple[Client, Client],
+) -> None:
+    ref, ours = clients
+    want, got = await asyncio.gather(_reset_and_next(ref), _reset_and_next(ours))
+    diffs = [f"nats-server {w}\npynatsd     {g}" for w, g in zip(want, got, strict=True) if w != g]
+    assert not diffs, "\n\n".join(diffs)
+    assert got[0][3]["err_code"] == 10185 and got[1][2] is True
