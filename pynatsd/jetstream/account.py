@@ -291,6 +291,8 @@ class JsAccount:
         for consumer in list(stream.consumers.values()):
             consumer.stop(deleted=True)
         stream.consumers.clear()
+        for link in stream.links:
+            link.delete_feed()
         stream.stop()
         stream.store.delete()
         if stream.directory is not None:

@@ -109,6 +109,13 @@ class RemoteFeed:
                 handle.cancel()
         self._retry = self._wait = None
 
+    def delete_consumer(self) -> None:
+        """The copy is deleted: its consumer on the origin too, one try (nats-server's
+        tryDeleteSourcingConsumer), as the durable feed of an interest or work queue origin would keep
+        every message for it. The answer is not waited for."""
+        subject = _joined(self.api + ".", f"CONSUMER.DELETE.{self.link.name}.{self.base_name}")
+        self.client.publish(subject.encode(), ("$JSC.R." + _random_token()).encode(), None, b"")
+
     def _cancel(self) -> None:
         """Forget the current consumer (its stray deliveries are dropped; the origin ends it when idle)."""
         for sub in (self._reply_sub, self._deliver_sub):

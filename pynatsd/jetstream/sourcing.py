@@ -334,6 +334,11 @@ class SourceLink:
         self._stop_remote()
         self._detach()
 
+    def delete_feed(self) -> None:
+        """The stream goes: the consumer feeding it on another server goes too."""
+        if self.remote is not None:
+            self.remote.delete_consumer()
+
     def _stop_remote(self) -> None:
         if self.remote is not None:
             self.remote.stop()

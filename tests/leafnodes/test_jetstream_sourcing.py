@@ -360,6 +360,11 @@ async def _observe_interest_origin(pair: Pair) -> dict[str, Any]:
         ]
     for name in ("MIR", "SRC"):
         seen[f"{name} data"] = [m["data"] for m in await _messages(on_leaf, name)]
+    # The copies deleted: their feeds on the hub too (they would keep every message for them).
+    for name in ("MIR", "SRC"):
+        await _api(on_leaf, f"$JS.API.STREAM.DELETE.{name}")
+    for name in origins:
+        await _until_listed(on_hub, name, 0)
     return seen
 
 
@@ -371,11 +376,11 @@ async def _until_emptied(nc: nats.NATS, stream: str) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _until_listed(nc: nats.NATS, stream: str) -> None:
+async def _until_listed(nc: nats.NATS, stream: str, count: int = 1) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 30.0
-    while not (await _api(nc, f"$JS.API.CONSUMER.NAMES.{stream}"))["consumers"]:
-        assert loop.time() < deadline, f"no feed of {stream} made"
+    while len((await _api(nc, f"$JS.API.CONSUMER.NAMES.{stream}"))["consumers"]) != count:
+        assert loop.time() < deadline, f"{stream} never had {count} feeds"
         await asyncio.sleep(0.05)
 
 
