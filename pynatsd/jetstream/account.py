@@ -291,6 +291,8 @@ class JsAccount:
         for consumer in list(stream.consumers.values()):
             consumer.stop(deleted=True)
         stream.consumers.clear()
+        for link in stream.links:
+            link.delete_feed()
         stream.stop()
         stream.store.delete()
         if stream.directory is not None:
@@ -313,7 +315,12 @@ class JsAccount:
         account_max = self.limits["max_consumers"] if self.limits is not None else -1
         if max_consumers <= 0 or 0 < account_max < max_consumers:
             max_consumers = account_max  # the account's limit is per stream too (nats-server)
-        if max_consumers > 0 and len(stream.consumers) >= max_consumers:
+        # A mirror's or source's feed (direct or sourcing) is neither counted nor limited (nats-server).
+        limited = sum(
+            1 for c in stream.consumers.values() if not (c.config.get("direct") or c.config.get("sourcing"))
+        )
+        feed = bool(cfg.get("direct") or cfg.get("sourcing"))
+        if max_consumers > 0 and limited >= max_consumers and not feed:
             raise errors._e(400, 10026, "maximum consumers limit reached")
         if not name:
             name = random_name()
@@ -382,6 +389,8 @@ class JsAccount:
 _NOT_UPDATABLE = (
     ("deliver_policy", "deliver policy"),
     ("mem_storage", "storage type"),
+    ("direct", "direct"),
+    ("sourcing", "sourcing"),
     ("opt_start_seq", "start sequence"),
     ("opt_start_time", "start time"),
     ("ack_policy", "ack policy"),

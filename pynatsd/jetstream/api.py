@@ -93,6 +93,21 @@ def _consumer_request(payload: bytes) -> dict[str, Any]:
     return req
 
 
+_START_OPTIONS = ("deliver_policy", "opt_start_seq", "opt_start_time")
+
+
+def _sourcing_feed(raw: dict[str, Any], stream: Stream) -> dict[str, Any]:
+    """A named direct sourcing consumer (a 2.15 mirror's or source's feed, named after it): of an interest
+    or work queue stream, a durable acked by flow control, which keeps what it has not copied yet; else
+    ephemeral, its name made unique (the feed asks under the same name each time), as nats-server."""
+    if stream.config["retention"] == "limits":
+        return {**raw, "name": f"{raw['name']}-{consumer_mod.random_name()}"}
+    feed = {
+        k: v for k, v in raw.items() if k not in ("direct", "ack_wait", "max_deliver", "inactive_threshold")
+    }
+    return {**feed, "durable_name": raw["name"], "ack_policy": "flow_control"}
+
+
 def _empty_request(payload: bytes) -> bool:
     """nats-server's isEmptyRequest: no body, or one that is {} or null."""
     try:
@@ -199,11 +214,11 @@ _CLUSTERED_ONLY = frozenset(
 _ANSWER_HEADERS = "\0headers"  # a handler's answer's headers, taken out of its body when published
 
 
-# The highest API level all of whose features pynatsd serves: level 4 brings sourcing consumers (`sourcing`,
-# refused by name; nats-server's mirrors ask for them at 4, its sources at 5), so such a request hears 10185
-# and the mirror or source (nats-server's or ours) asks again without them, as it does of a server before
-# 2.15. API_LEVEL (5) is what pynatsd reports in metadata, `$JS.API.INFO` and /jsz, as nats-server.
-SERVED_API_LEVEL = 3
+# The highest API level all of whose features pynatsd serves, nats-server 2.15.1's: 4 brings sourcing
+# consumers, ack policy flow_control and consumer reset (a mirror asks for it), 5 the origin's identity (a
+# source asks for it); a request asking for more hears 10185. API_LEVEL is what metadata, `$JS.API.INFO` and
+# /jsz report.
+SERVED_API_LEVEL = 5
 
 
 def _level_met(level: bytes) -> bool:
@@ -296,6 +311,7 @@ class Api:
         self._queued_bytes = 0
         self._overflow_logged = False
         self.requester: Reply | None = _UNHEARD  # who made the request being handled (as `_answer` has it)
+        self.expected_identity: bytes | None = None  # its Nats-Stream-Identity header (a source's origin)
 
     # -- dispatch -------------------------------------------------------------------------------------
     def handle(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
@@ -319,10 +335,10 @@ class Api:
             return
         toks = subject.decode(errors="replace").split(".")[2:]
         if toks[:2] == ["CONSUMER", "MSG"] and len(toks) == 5 and toks[2] == "NEXT":
-            self.msg_next(toks[3], toks[4], reply, payload)
+            self.msg_next(toks[3], toks[4], reply, hdrs, payload)
             return
         if toks[:2] == ["CONSUMER", "RESET"] and len(toks) == 4:
-            self.consumer_reset(toks[2], toks[3], reply, payload)
+            self.consumer_reset(toks[2], toks[3], reply, hdrs, payload)
             return
         if toks[:2] == ["DIRECT", "GET"] and len(toks) >= 3:
             self.direct_get(toks, reply, hdrs, payload)
@@ -339,6 +355,7 @@ class Api:
         audited = advisories.wanted(API_AUDIT)
         requester = advisories.requester(origin, hdrs) if audited or kind in _BACKUPS else _UNHEARD
         level = get_header(hdrs, b"Nats-Required-Api-Level") if hdrs else None
+        identity = get_header(hdrs, b"Nats-Stream-Identity") if hdrs else None  # a source's expected origin
         if level is not None and not _level_met(level):  # nats-server's check in every API handler
             error = errors._e(412, 10185, "JetStream minimum api level required")
             self._publish_answer(kind, reply, (subject, payload, requester), None, error)
@@ -362,12 +379,12 @@ class Api:
                         "JetStream API queue limit reached, dropping %s", subject.decode(errors="replace")
                     )
                 return
-            self._queue.append((kind, route, toks, reply, payload, subject, requester))
+            self._queue.append((kind, route, toks, reply, payload, subject, requester, identity))
             self._queued_bytes += len(payload)
             if self._worker is None:
                 self._worker = asyncio.get_running_loop().create_task(self._drain_queue())
             return
-        self._answer(kind, route, toks, reply, payload, subject, requester)
+        self._answer(kind, route, toks, reply, payload, subject, requester, identity)
 
     async def _drain_queue(self) -> None:
         try:
@@ -401,6 +418,7 @@ class Api:
         payload: bytes,
         subject: bytes,
         requester: Reply | None = _UNHEARD,
+        identity: bytes | None = None,
     ) -> Coroutine[Any, Any, None] | None:
         """Runs the handler and publishes its answer; a sliced handler's answer comes from the returned
         coroutine."""
@@ -408,6 +426,7 @@ class Api:
             if route is None:
                 raise errors._e(501, 10003, f"{'.'.join(toks[:2]).lower()} is not supported by pynatsd")
             self.requester = requester
+            self.expected_identity = identity
             body = route(toks, payload)
             if not isinstance(body, dict):
                 return self._answer_later(kind, body, reply, (subject, payload, requester))
@@ -667,18 +686,29 @@ class Api:
             if (raw.get("filter_subject") or "") != filt:
                 raise errors.consumer_filter_mismatch()
         stream = self._stream(stream_name)
+        sourcing = bool(raw.get("sourcing"))
+        if sourcing and raw.get("direct") and raw.get("name"):
+            raw = _sourcing_feed(raw, stream)
+        identity = ""
+        if raw.get("direct") or sourcing:  # a mirror's or source's feed: of the origin it expects, if told
+            identity = stream_identity(stream.created)
+            expected = self.expected_identity
+            if expected and expected.decode(errors="replace") != identity:
+                raise errors._e(400, 10225, f"consumer's stream identity does not match: {identity}")
         existing = stream.consumers.get(str(raw.get("name") or raw.get("durable_name") or ""))
         if existing is not None:  # nats-server: only CONSUMER.PAUSE changes an existing one's pause_until
             until = existing.config.get("pause_until")  # (an update stores it in UTC)
             raw = {**raw, "pause_until": consumer_mod.utc_time(until) if until else None}
+            if sourcing and raw.get("durable_name"):  # a durable feed goes on from where it stands
+                raw = {**raw, **{k: existing.config.get(k) for k in _START_OPTIONS}}
         cfg = consumer_mod.normalize_config(raw, stream)
         self.account.check_ack_pending(raw, cfg)
         consumer = self.account.add_consumer(stream, cfg, str(req.get("action") or ""))
+        if sourcing and existing is not None:  # made again: what was not acked is delivered again
+            consumer.reset(0)
         answer: Reply = {**consumer.info(), "ts": rfc3339(now_ns())}
-        if cfg.get("direct"):  # a mirror's or source's feed: told the origin's identity, as nats-server
-            answer[_ANSWER_HEADERS] = b"NATS/1.0\r\nNats-Stream-Identity: %s\r\n\r\n" % (
-                stream_identity(stream.created).encode()
-            )
+        if identity:  # told the origin's identity, as nats-server
+            answer[_ANSWER_HEADERS] = b"NATS/1.0\r\nNats-Stream-Identity: %s\r\n\r\n" % identity.encode()
         return answer
 
     def consumer_create(self, toks: list[str], payload: bytes) -> Reply:
@@ -748,16 +778,27 @@ class Api:
         consumer.unpin(group, "admin")
         return {}
 
-    def consumer_reset(self, stream_name: str, name: str, reply: bytes | None, payload: bytes) -> None:
+    def consumer_reset(
+        self, stream_name: str, name: str, reply: bytes | None, hdrs: bytes | None, payload: bytes
+    ) -> None:
         """`$JS.API.CONSUMER.RESET.<stream>.<consumer>`: back to the ack floor, or to `seq`. The consumer's
         own subscription in nats-server: outside the API's counts, and without the consumer nothing answers
-        (the API's `$JS.API.>` takes the request, so no "no responders" either)."""
+        (the API's `$JS.API.>` takes the request, so no "no responders" either). A durable mirror's or
+        source's feed asks with its API level and the origin it expects: answered with the origin's
+        identity, never refused for it (the feed tells a recreated origin from it)."""
         stream = self.account.streams.get(stream_name)
         consumer = stream.consumers.get(name) if stream is not None else None
         if consumer is None or not reply:
             return
         resp: Reply = {"type": _TYPE + "consumer_reset_response"}
+        answer_hdrs = None
         try:
+            level = get_header(hdrs, b"Nats-Required-Api-Level") if hdrs else None
+            if level is not None and not _level_met(level):
+                raise errors._e(412, 10185, "JetStream minimum api level required")
+            if hdrs and get_header(hdrs, b"Nats-Stream-Identity") is not None:
+                identity = stream_identity(consumer.stream.created).encode()
+                answer_hdrs = b"NATS/1.0\r\nNats-Stream-Identity: %s\r\n\r\n" % identity
             try:
                 req = requests.parse(payload, requests.CONSUMER_RESET) if payload else {}
             except ApiError as err:  # json.Unmarshal's words: without the decoder's offset
@@ -767,7 +808,8 @@ class Api:
         except ApiError as err:
             resp["error"] = err.json()
             resp["reset_seq"] = 0
-        self.account.client.publish(reply, None, None, encode(resp))
+            answer_hdrs = None
+        self.account.client.publish(reply, None, answer_hdrs, encode(resp))
 
     def consumer_names(self, toks: list[str], payload: bytes) -> Reply:
         req = requests.parse(payload, requests.CONSUMERS)
@@ -793,7 +835,9 @@ class Api:
         ]
         return {"total": len(names), "offset": offset, "limit": LIST_LIMIT, "consumers": items}
 
-    def msg_next(self, stream_name: str, name: str, reply: bytes | None, payload: bytes) -> None:
+    def msg_next(
+        self, stream_name: str, name: str, reply: bytes | None, hdrs: bytes | None, payload: bytes
+    ) -> None:
         stream = self.account.streams.get(stream_name)
         consumer = stream.consumers.get(name) if stream is not None else None
         if consumer is None:
@@ -801,6 +845,11 @@ class Api:
                 subject = b"$JS.API.CONSUMER.MSG.NEXT.%s.%s" % (stream_name.encode(), name.encode())
                 self._no_responders(subject, reply)
             return
+        if reply and hdrs and not consumer.push:  # (a push consumer's 409 comes first)
+            level = get_header(hdrs, b"Nats-Required-Api-Level")
+            if level is not None and not _level_met(level):
+                self.account.client.publish(reply, None, headers(b"412 Required Api Level"), b"")
+                return
         consumer.request_next(reply, payload)
 
     def _no_responders(self, subject: bytes, reply: bytes) -> None:

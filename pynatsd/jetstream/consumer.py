@@ -25,6 +25,7 @@ from pynatsd.jetstream import errors, requests
 from pynatsd.jetstream.store import StoredMsg
 from pynatsd.jetstream.util import (
     filters_regex,
+    get_header,
     headers,
     now_ns,
     parse_rfc3339,
@@ -53,14 +54,16 @@ FC_WINDOW_LIMIT = 32 * 1024 * 1024
 FC_WINDOW_START = FC_WINDOW_LIMIT // 16
 
 _DELIVER = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
-_ACK = ("none", "all", "explicit")
+_ACK = ("none", "all", "explicit", "flow_control")
+# nats-server's sourceHealthHB: the one heartbeat a consumer with ack policy flow_control takes.
+FLOW_CONTROL_HEARTBEAT = 1_000_000_000
 _REPLAY = ("instant", "original")
 _ORDER = [
     "durable_name", "name", "description", "deliver_policy", "opt_start_seq", "opt_start_time",
     "ack_policy", "ack_wait", "max_deliver", "backoff", "filter_subject", "filter_subjects",
     "replay_policy", "rate_limit_bps", "sample_freq", "max_waiting", "max_ack_pending", "flow_control",
     "headers_only", "max_batch", "max_expires", "max_bytes", "deliver_subject", "deliver_group",
-    "idle_heartbeat", "inactive_threshold", "num_replicas", "mem_storage", "direct", "metadata",
+    "idle_heartbeat", "inactive_threshold", "num_replicas", "mem_storage", "direct", "sourcing", "metadata",
     "pause_until", "priority_groups", "priority_policy", "priority_timeout",
 ]  # fmt: skip
 _ALWAYS = {"deliver_policy", "ack_policy", "replay_policy", "num_replicas"}
@@ -134,6 +137,9 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
         raise errors.invalid_json("unknown consumer policy")
     if cfg.get("max_deliver", 0) in (0,) or cfg.get("max_deliver", 0) < -1:
         cfg["max_deliver"] = -1
+    ack_flow = cfg["ack_policy"] == "flow_control"
+    if ack_flow:  # acked by the answers to flow control (a durable mirror's or source's feed, API level 4)
+        _check_ack_flow_control(cfg)
     push = bool(cfg.get("deliver_subject"))
     if push:
         ds = cfg["deliver_subject"]
@@ -152,6 +158,8 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     elif cfg.get("direct"):
         raise errors._e(400, 10090, "consumer direct requires a push based consumer")
     else:
+        if cfg["ack_policy"] == "none" and stream.config["retention"] == "workqueue":
+            raise errors.consumer_pull_requires_ack()  # sourcing or not (nats-server's checkConsumerCfg)
         if cfg.get("idle_heartbeat"):
             raise errors._e(400, 10088, "consumer idle heartbeat requires a push based consumer")
         if cfg.get("flow_control"):
@@ -164,7 +172,7 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
             cfg["max_waiting"] = MAX_WAITING_DEFAULT
     if cfg.get("direct") and durable:  # a mirror's or source's feed on another server: ephemeral
         raise errors._e(400, 10091, "consumer direct requires an ephemeral consumer")
-    if not cfg.get("ack_wait") and cfg["ack_policy"] != "none":
+    if not cfg.get("ack_wait") and cfg["ack_policy"] != "none" and not ack_flow:
         cfg["ack_wait"] = ACK_WAIT_DEFAULT
     backoff = cfg.get("backoff") or []
     if backoff:
@@ -204,17 +212,14 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     )
     _check_priority(cfg, push)
     retention = stream.config["retention"]
-    if retention == "workqueue" and not cfg.get("direct"):
-        if cfg["ack_policy"] != "explicit":
-            # nats-server refuses a pull consumer's ack none as such (10084), any other non-explicit
-            # policy (push or pull) with the workqueue check (10098).
-            if not push and cfg["ack_policy"] == "none":
-                raise errors.consumer_pull_requires_ack()
+    # A mirror's or source's feed (direct or sourcing) takes no part in the work queue's exclusivity.
+    if retention == "workqueue" and not cfg.get("direct") and not cfg.get("sourcing"):
+        if cfg["ack_policy"] not in ("explicit", "flow_control"):
             raise errors.consumer_wq_requires_explicit_ack()
         if dp != "all":
             raise errors.consumer_wq_not_deliver_all()
         for other in stream.consumers.values():
-            if other.name == cfg.get("name"):
+            if other.name == cfg.get("name") or other.config.get("direct") or other.config.get("sourcing"):
                 continue
             if not other.filters or not filters:
                 raise errors.consumer_wq_multiple_unfiltered()
@@ -227,6 +232,21 @@ def normalize_config(raw: Any, stream: Stream) -> dict[str, Any]:
     set_required_level(cfg, asks_priority)
     out = {k: cfg[k] for k in _ORDER if k in cfg and (k in _ALWAYS or cfg[k] not in (0, "", False, [], {}))}
     return out
+
+
+def _check_ack_flow_control(cfg: dict[str, Any]) -> None:
+    """Ack policy flow_control: nats-server's defaults (flow control, a 1 s heartbeat) and checks, in its
+    order (pynatsd refuses `pedantic`, so the defaults always apply)."""
+    cfg["flow_control"] = True
+    cfg["idle_heartbeat"] = FLOW_CONTROL_HEARTBEAT
+    if not cfg.get("deliver_subject"):
+        raise errors._e(400, 10218, "flow control ack policy requires a push based consumer")
+    if cfg.get("max_ack_pending", 0) < 0:
+        raise errors._e(400, 10220, "flow control ack policy requires max ack pending")
+    if cfg.get("ack_wait") or cfg.get("backoff"):
+        raise errors._e(400, 10221, "flow control ack policy requires unset ack wait")
+    if cfg["max_deliver"] > 0:
+        raise errors._e(400, 10222, "flow control ack policy requires unset max deliver")
 
 
 def _check_priority(cfg: dict[str, Any], push: bool) -> None:
@@ -262,14 +282,15 @@ def valid_group_name(group: str) -> bool:
 
 
 def set_required_level(cfg: dict[str, Any], asks_priority: bool = False) -> None:
-    """nats-server's `_nats.req.level` metadata: 1 with a pause_until or priority groups (API level 1, 2.11),
-    else 0."""
+    """nats-server's `_nats.req.level` metadata: 4 with ack policy flow_control (2.14), 1 with a pause_until
+    or priority groups (API level 1, 2.11), else 0."""
     until = cfg.get("pause_until")
     paused = bool(until and parse_rfc3339(until) > _GO_ZERO_TIME_NS)
     prioritized = asks_priority or any(
         cfg.get(k) for k in ("priority_policy", "priority_groups", "priority_timeout")
     )
-    cfg["metadata"]["_nats.req.level"] = "1" if paused or prioritized else "0"
+    level = "4" if cfg.get("ack_policy") == "flow_control" else "1" if paused or prioritized else "0"
+    cfg["metadata"]["_nats.req.level"] = level
 
 
 def go_time(text: str) -> str:
@@ -405,7 +426,9 @@ class Consumer:
         # `$JS.ACK.<stream>.<consumer>.`: the fixed start of every delivered message's reply subject.
         self._ack_prefix = b"$JS.ACK.%s.%s." % (stream.name.encode(), name.encode())
         self.ack_none = config["ack_policy"] == "none"
-        self.ack_all = config["ack_policy"] == "all"
+        # Ack policy flow_control: as `all`, acked by the deliver subject's answers to flow control only.
+        self.ack_flow = config["ack_policy"] == "flow_control"
+        self.ack_all = config["ack_policy"] == "all" or self.ack_flow
         # The stream sequence after the last delivered: info's delivered.stream_seq is `sseq - 1`, so it moves
         # with deliveries only (as nats-server), not when a search finds nothing more for the filter; such a
         # search leaves `_scan_from` at the stream's end, where the next one resumes.
@@ -444,7 +467,7 @@ class Consumer:
         # An ack none consumer listens for no acks (as nats-server): an ack request gets no responders.
         self._ack_sub: Subscription | None = (
             None
-            if self.ack_none
+            if self.ack_none or self.ack_flow
             else self.account.client.subscribe(
                 b"$JS.ACK.%s.%s.>" % (stream.name.encode(), self.name.encode()), self._on_ack
             )
@@ -499,7 +522,7 @@ class Consumer:
             for seq, (dseq, due) in self.pending.items()
         }
         self.update(config)
-        if not delivered:
+        if not delivered or self.ack_flow:  # (flow_control: no timer redelivers)
             return
         now = now_ns()
         soonest = 0
@@ -634,10 +657,12 @@ class Consumer:
         self.adflr = state["adflr"]
         self._lps = deque(state.get("lps") or [])
         self.rdc = {int(s): int(n) for s, n in state.get("rdc") or []}
-        # Whatever was pending when we went down is due for redelivery now.
+        # Whatever was pending when we went down is due for redelivery now (flow_control: at a reset).
+        due = MAX_DURATION if self.ack_flow else 0
         for s, d in state.get("pending") or []:
-            self.pending[int(s)] = (int(d), 0)
-        self._schedule_ack_check(0, 0)
+            self.pending[int(s)] = (int(d), due)
+        if not self.ack_flow:
+            self._schedule_ack_check(0, 0)
 
     def save_soon(self) -> None:
         if self._save_timer is None and not self._stopped and self.persistent:
@@ -885,7 +910,7 @@ class Consumer:
                 size = len(subject) + reply_size + len(msg.data) + (len(msg.hdrs) if msg.hdrs else 0)
                 self._fc_pending_bytes += size
                 if self._fc_reply is None:
-                    if self._fc_pending_bytes > self._fc_window // 2:
+                    if self._fc_pending_bytes > self._fc_window // 2 or (self.ack_flow and self._blocked()):
                         self._send_flow_control(subject)
                 elif self._fc_pending_bytes - self._fc_size >= self._fc_window:
                     self._fc_size += size
@@ -930,6 +955,10 @@ class Consumer:
             self._fc_window = min(self._fc_window * 2, FC_WINDOW_LIMIT)
             self._fc_pending_bytes = max(self._fc_pending_bytes - self._fc_size, 0)
             self._fc_size = 0
+            if self.ack_flow and hdrs:  # the answer tells what was taken: all up to it is acked
+                last_stream = get_header(hdrs, b"Nats-Last-Stream")
+                if last_stream is not None and last_stream.isdigit() and int(last_stream) > 0:
+                    self._ack(int(last_stream), 0)
             self.kick()
 
     def _deliver_pull(self) -> None:
@@ -1073,6 +1102,8 @@ class Consumer:
         if self.ack_none:
             self.asflr = max(self.asflr, seq)
             self.adflr = self.dseq
+        elif self.ack_flow:  # never redelivered by a timer: only a reset (the feed made again) sends it again
+            self.pending[seq] = (self.dseq, MAX_DURATION)
         else:
             wait = self._ack_wait(n)
             self.pending[seq] = (self.dseq, now + wait)
@@ -1494,9 +1525,10 @@ class Consumer:
         ]
         if self._fc_reply is not None:
             pairs.append((b"Nats-Consumer-Stalled", self._fc_reply))
-        self.account.client.publish(
-            self.config["deliver_subject"].encode(), None, headers(b"100 Idle Heartbeat", pairs), b""
-        )
+        deliver = self.config["deliver_subject"].encode()
+        self.account.client.publish(deliver, None, headers(b"100 Idle Heartbeat", pairs), b"")
+        if self.ack_flow and self.pending and self._fc_reply is None:  # the acks of the last deliveries
+            self._send_flow_control(deliver)
 
     def watch_inactivity(self) -> None:
         """(Re)start the inactivity timer for the config's inactive_threshold (none: never deleted)."""

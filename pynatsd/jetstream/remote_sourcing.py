@@ -35,6 +35,7 @@ RETRY_THRESHOLD = 2.0  # seconds: nats-server's sourceConsumerRetryThreshold bet
 RETRY_BACKOFF = 5.0  # seconds per failure, doubled: nats-server's retryBackOff
 RETRY_MAXIMUM = 120.0  # seconds: nats-server's retryMaximum
 CREATE_WAIT = 30.0  # seconds: how long a create request's answer is waited for (srcConsumerWaitTime)
+CAUGHT_UP = 10  # messages still pending below which a mirror answers direct gets (dgetCaughtUpThresh)
 _BASE62 = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _DOWNGRADE = (10185, 10025)  # required API level, invalid JSON: an older server, asked again more simply
 _IDENTITY_MISMATCH = 10225
@@ -107,6 +108,13 @@ class RemoteFeed:
             if handle is not None:
                 handle.cancel()
         self._retry = self._wait = None
+
+    def delete_consumer(self) -> None:
+        """The copy is deleted: its consumer on the origin too, one try (nats-server's
+        tryDeleteSourcingConsumer), as the durable feed of an interest or work queue origin would keep
+        every message for it. The answer is not waited for."""
+        subject = _joined(self.api + ".", f"CONSUMER.DELETE.{self.link.name}.{self.base_name}")
+        self.client.publish(subject.encode(), ("$JSC.R." + _random_token()).encode(), None, b"")
 
     def _cancel(self) -> None:
         """Forget the current consumer (its stray deliveries are dropped; the origin ends it when idle)."""
@@ -337,6 +345,8 @@ class RemoteFeed:
             return
         self.dseq = dseq
         self.lag = pending - 1 if pending else 0
+        if pending < CAUGHT_UP and link.is_mirror:  # with mirror_direct it answers the origin's direct gets
+            link.caught_up = True
         try:
             link._copy(subject, sseq, _without_expected(hdrs), payload, ts)
         except (ApiError, OSError) as exc:

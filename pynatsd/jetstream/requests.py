@@ -96,7 +96,7 @@ CONSUMER_FIELDS: dict[str, Any] = {
     "deliver_policy": _enum("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject"),
     "opt_start_seq": "uint64",
     "opt_start_time": "time.Time",
-    "ack_policy": _enum("none", "all", "explicit"),
+    "ack_policy": _enum("none", "all", "explicit", "flow_control"),
     "ack_wait": "time.Duration",
     "max_deliver": "int",
     "backoff": ("[]", "time.Duration"),
@@ -128,7 +128,7 @@ CONSUMER_FIELDS: dict[str, Any] = {
     ),
     "priority_timeout": "time.Duration",
 }
-CONSUMER_UNSUPPORTED = ("rate_limit_bps", "sourcing", "pedantic")
+CONSUMER_UNSUPPORTED = ("rate_limit_bps", "pedantic")
 CONSUMER_CREATE = Struct(
     "CreateConsumerRequest",
     {

@@ -71,7 +71,7 @@ def normalize_sourcing(cfg: dict[str, Any], first_seq: int, marker_ttl: int) -> 
             raise errors._e(400, 10198, "stream mirrors can not also use atomic publishing")
         if cfg.get("allow_msg_schedules"):
             raise errors._e(400, 10186, "stream mirrors can not also schedule messages")
-        _refuse_unsupported(mirror)
+        _check_durable(mirror, 10213, "mirror")
         transforms = mirror.get("subject_transforms") or []
         if mirror.get("filter_subject") and transforms:
             raise errors._e(
@@ -93,6 +93,7 @@ def normalize_sourcing(cfg: dict[str, Any], first_seq: int, marker_ttl: int) -> 
         if cfg.get("allow_msg_schedules"):
             raise errors._e(400, 10187, "stream source can not also schedule messages")
         seen: set[str] = set()
+        durables: set[str] = set()
         for source in sources:
             if not isinstance(source, dict) or not _valid_name(source.get("name")):
                 raise errors._e(400, 10141, "sourced stream name is invalid")
@@ -113,9 +114,15 @@ def normalize_sourcing(cfg: dict[str, Any], first_seq: int, marker_ttl: int) -> 
                 for j, other in enumerate(transforms):
                     if i != j and subset((tr.get("src") or ">").encode(), (other.get("src") or ">").encode()):
                         raise errors._e(400, 10147, "source filters can not overlap")
-            _refuse_unsupported(source)
+            if _check_durable(source, 10215, "source"):
+                durable = f"{_external_name(source)} {source['consumer'].get('name')}"
+                if durable in durables:  # one consumer for two sources of the stream
+                    raise errors._e(400, 10216, "duplicate stream source consumer detected")
+                durables.add(durable)
         cfg["sources"] = [_written(s) for s in sources]
     _check_prefixes([mirror] if mirror is not None else sources or [])
+    for source in [mirror] if mirror is not None else sources or []:
+        _refuse_unsupported(source)  # once nats-server's checks of it passed
 
 
 def _check_prefixes(sources: list[dict[str, Any]]) -> None:
@@ -145,6 +152,27 @@ def _refuse_unsupported(source: dict[str, Any]) -> None:
     for name in _UNSUPPORTED:
         if source.get(name):
             raise errors.stream_invalid_config(f"stream source option {name} is not supported by pynatsd")
+
+
+def _check_durable(source: dict[str, Any], code: int, what: str) -> bool:
+    """nats-server's checks of a mirror's or source's `consumer` (durable sourcing: a named durable of the
+    origin, reset rather than made): a valid name and literal deliver subject, no start and no filter of
+    its own. True when there is one."""
+    durable = source.get("consumer")
+    if durable is None:
+        return False
+    name, deliver = durable.get("name") or "", (durable.get("deliver_subject") or "").encode()
+    if (
+        not name
+        or any(c in name for c in " \t\r\n\f.*>\\/")
+        or not is_literal_subject(deliver)
+        or not is_valid_subject(deliver)
+        or source.get("opt_start_seq")
+        or source.get("opt_start_time")
+        or source.get("filter_subject")
+    ):
+        raise errors._e(400, code, f"stream {what} consumer config is invalid")
+    return True
 
 
 def _valid_name(name: Any) -> bool:
@@ -188,11 +216,20 @@ def index_name(source: dict[str, Any]) -> str:
         dests = "\f".join(t.get("dest") or ">" for t in transforms)
     else:
         filters, dests = source.get("filter_subject") or ">", ">"
-    name = source["name"]
-    external = source.get("external")
-    if external:  # the same stream name may be in several accounts or domains
-        name += ":" + server_hash(external.get("api") or "")
+    name = _external_name(source)
+    durable = source.get("consumer")
+    if durable is not None:  # a durable of the origin is another source of it
+        name += ":C=" + server_hash(durable.get("name") or "")
     return f"{name} {filters} {dests}"
+
+
+def _external_name(source: dict[str, Any]) -> str:
+    """A source's stream name, with its API prefix's hash when external (the same stream name may be in
+    several accounts or domains)."""
+    external = source.get("external")
+    if external:
+        return f"{source['name']}:{server_hash(external.get('api') or '')}"
+    return str(source["name"])
 
 
 def check_origins(account: JsAccount, cfg: dict[str, Any]) -> None:
@@ -296,6 +333,11 @@ class SourceLink:
             self._timer = None
         self._stop_remote()
         self._detach()
+
+    def delete_feed(self) -> None:
+        """The stream goes: the consumer feeding it on another server goes too."""
+        if self.remote is not None:
+            self.remote.delete_consumer()
 
     def _stop_remote(self) -> None:
         if self.remote is not None:

@@ -45,6 +45,23 @@ _BAD_CONFIGS: list[tuple[str, dict[str, Any]]] = [
         "name": "O", "subject_transforms": [{"src": "o.*", "dest": "x.{{wildcard(2)}}"}]}]}),
     ("source max msg size", {"name": "X", "max_msg_size": 10, "sources": [{"name": "SMALL"}]}),
     ("source unknown field", {"name": "X", "sources": [{"name": "O", "bogus": 1}]}),
+    # Durable sourcing (a named durable of the origin): nats-server's checks of it, before any refusal.
+    ("mirror durable name invalid", {"name": "X", "mirror": {
+        "name": "O", "consumer": {"name": "a.b", "deliver_subject": "d"}}}),
+    ("mirror durable deliver wildcard", {"name": "X", "mirror": {
+        "name": "O", "consumer": {"name": "c", "deliver_subject": "d.*"}}}),
+    ("mirror durable and start", {"name": "X", "mirror": {
+        "name": "O", "opt_start_seq": 2, "consumer": {"name": "c", "deliver_subject": "d"}}}),
+    ("mirror durable, filter and transforms", {"name": "X", "mirror": {
+        "name": "O", "filter_subject": "o.1", "subject_transforms": [{"src": "o.2", "dest": "x"}],
+        "consumer": {"name": "c", "deliver_subject": "d"}}}),
+    ("mirror durable empty", {"name": "X", "mirror": {"name": "O", "consumer": {}}}),
+    ("source durable and filter", {"name": "X", "sources": [{
+        "name": "O", "filter_subject": "o.1", "consumer": {"name": "c", "deliver_subject": "d"}}]}),
+    ("source durable twice", {"name": "X", "sources": [
+        {"name": "O", "consumer": {"name": "c", "deliver_subject": "d"}},
+        {"name": "O", "subject_transforms": [{"src": "o.1", "dest": ""}],
+         "consumer": {"name": "c", "deliver_subject": "d2"}}]}),
     ("cycle", {"name": "O", "subjects": ["o.>"], "sources": [{"name": "S"}]}),
 ]  # fmt: skip
 

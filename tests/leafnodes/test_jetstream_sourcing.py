@@ -28,6 +28,8 @@ COPIES = {
     "SRC": {"sources": [{"name": "ORIGIN", "external": EXTERNAL}]},
     "SRCA": {"sources": [{"name": "ORIGIN", "filter_subject": "o.a", "external": EXTERNAL}]},
     "MIRB": {"mirror": {"name": "ORIGIN", "filter_subject": "o.b", "external": EXTERNAL}},
+    # Caught up, it answers the origin's direct gets on its own server (the origin has none).
+    "MIRD": {"mirror": {"name": "ORIGIN", "external": EXTERNAL}, "mirror_direct": True},
     "SRCT": {
         "sources": [
             {"name": "ORIGIN", "subject_transforms": [{"src": "o.b", "dest": "t.b"}], "external": EXTERNAL}
@@ -148,18 +150,21 @@ async def _observe(pair: Pair) -> dict[str, Any]:
     await _publish(on_hub, 1, 20)
     for name, cfg in COPIES.items():
         await _api(on_leaf, f"$JS.API.STREAM.CREATE.{name}", {"name": name, **cfg})
-    await _until_counted(on_leaf, {"MIR": 20, "SRC": 20, "SRCA": 10, "MIRB": 10, "SRCT": 10})
+    await _until_counted(on_leaf, {"MIR": 20, "SRC": 20, "SRCA": 10, "MIRB": 10, "SRCT": 10, "MIRD": 20})
 
     pair.restart_hub()  # the link drops, the origin's consumers are gone: each is made again
     on_hub = await _connect(pair.hub)
     await _until_answered(on_leaf, "$JS.hub.API.INFO")
     await _publish(on_hub, 21, 10)
-    await _until_counted(on_leaf, {"MIR": 30, "SRC": 30, "SRCA": 15, "MIRB": 15, "SRCT": 15})
+    await _until_counted(on_leaf, {"MIR": 30, "SRC": 30, "SRCA": 15, "MIRB": 15, "SRCT": 15, "MIRD": 30})
+    direct = await on_leaf.request("$JS.API.DIRECT.GET.ORIGIN", b'{"seq": 2}', timeout=5)
+    seen_direct = (direct.data, {k: v for k, v in (direct.headers or {}).items() if k != "Nats-Time-Stamp"})
 
     origin_info = await _api(on_hub, "$JS.API.STREAM.INFO.ORIGIN")
     identity = base62_sha256(origin_info["created"], 8)  # nats-server's hash of the creation time
     origin = {m["seq"]: m for m in await _messages(on_hub, "ORIGIN")}
     seen: dict[str, Any] = {"origin consumers": origin_info["state"]["consumer_count"]}
+    seen["direct get of the origin on the leaf"] = seen_direct
     for name in COPIES:
         info = await _api(on_leaf, f"$JS.API.STREAM.INFO.{name}")
         blocks = [info["mirror"]] if "mirror" in info else info["sources"]
@@ -309,3 +314,90 @@ async def test_copies_of_another_accounts_stream_across_a_leaf_node_as_nats_serv
             _ACCOUNTS_REFERENCE.update(await _observe_accounts(pair))
     with _pair(topology, tmp_path, accounts=True) as pair:
         assert await _observe_accounts(pair) == _ACCOUNTS_REFERENCE
+
+
+async def _observe_interest_origin(pair: Pair) -> dict[str, Any]:
+    """A leaf's mirror of a hub's interest stream and source of its work queue: each copied through a
+    durable sourcing consumer there (API level 4), acked by the flow control answers, so the origins let
+    go of what was copied."""
+    on_hub = await _connect(pair.hub)
+    on_leaf = await _connect(pair.leaf)
+    await _until_answered(on_leaf, "$JS.hub.API.INFO")
+    origins = {"INT": ("interest", "i.>", "MIR"), "WQ": ("workqueue", "w.>", "SRC")}
+    for name, (retention, subjects, _) in origins.items():
+        await _api(
+            on_hub,
+            f"$JS.API.STREAM.CREATE.{name}",
+            {"name": name, "subjects": [subjects]} | {"retention": retention},
+        )
+    await _api(
+        on_leaf, "$JS.API.STREAM.CREATE.MIR", {"name": "MIR", "mirror": {"name": "INT", "external": EXTERNAL}}
+    )
+    await _api(
+        on_leaf,
+        "$JS.API.STREAM.CREATE.SRC",
+        {"name": "SRC", "sources": [{"name": "WQ", "external": EXTERNAL}]},
+    )
+    seen: dict[str, Any] = {}
+    for name in origins:  # the feed is there (an interest stream keeps nothing before it)
+        await _until_listed(on_hub, name)
+    js = on_hub.jetstream()
+    for i in range(10):
+        await js.publish(f"i.{i % 2}", b"i%d" % i)
+        await js.publish(f"w.{i % 2}", b"w%d" % i)
+    await _until_counted(on_leaf, {"MIR": 10, "SRC": 10})
+    for name in origins:  # acked when the copies answered flow control
+        await _until_emptied(on_hub, name)
+    for name in origins:
+        listed = (await _api(on_hub, f"$JS.API.CONSUMER.LIST.{name}"))["consumers"]
+        seen[f"{name} feeds"] = [
+            {
+                "name": c["name"].split("_")[1],
+                **{k: c["config"].get(k) for k in ("ack_policy", "sourcing", "direct", "flow_control")},
+                "durable": c["config"].get("durable_name") == c["name"],
+            }
+            for c in listed
+        ]
+    for name in ("MIR", "SRC"):
+        seen[f"{name} data"] = [m["data"] for m in await _messages(on_leaf, name)]
+    # The copies deleted: their feeds on the hub too (they would keep every message for them).
+    for name in ("MIR", "SRC"):
+        await _api(on_leaf, f"$JS.API.STREAM.DELETE.{name}")
+    for name in origins:
+        await _until_listed(on_hub, name, 0)
+    return seen
+
+
+async def _until_emptied(nc: nats.NATS, stream: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30.0
+    while (await _api(nc, f"$JS.API.STREAM.INFO.{stream}"))["state"]["messages"]:
+        assert loop.time() < deadline, f"{stream} kept copied messages"
+        await asyncio.sleep(0.05)
+
+
+async def _until_listed(nc: nats.NATS, stream: str, count: int = 1) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30.0
+    while len((await _api(nc, f"$JS.API.CONSUMER.NAMES.{stream}"))["consumers"]) != count:
+        assert loop.time() < deadline, f"{stream} never had {count} feeds"
+        await asyncio.sleep(0.05)
+
+
+_INTEREST_REFERENCE: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize("topology", [t for t in TOPOLOGIES if t != "nats-server"])
+async def test_interest_and_work_queue_origins_fed_through_flow_control_acks(
+    topology: str, tmp_path: Path
+) -> None:
+    """A mirror and a source of an interest and a work queue stream across the link: the origin's feeds
+    are durable sourcing consumers acked by flow control (API level 4), as nats-server makes them, in
+    every direction."""
+    require("nats-server")
+    if not _INTEREST_REFERENCE:
+        (tmp_path / "reference").mkdir()
+        with _pair("nats-server", tmp_path / "reference") as pair:
+            _INTEREST_REFERENCE.update(await _observe_interest_origin(pair))
+    with _pair(topology, tmp_path) as pair:
+        assert await _observe_interest_origin(pair) == _INTEREST_REFERENCE
