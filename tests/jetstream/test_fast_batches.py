@@ -1,0 +1,257 @@
+"""Fast batch publishing against nats-server -js: `allow_batched` (its checks, API level 4), the batch named
+in the reply subject (`<prefix>.<id>.<flow>.<gap mode>.<seq>.<op>.$FI`), every answer the publisher hears
+on it (flow acks, gaps, errors mid-batch, the commit's PubAck) and every refusal, what is stored (read back),
+and a kill -9: what was stored before it stays, the open batch is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from tests.jetstream import test_differential
+from tests.jetstream.test_api_errors import ask
+from tests.jetstream.test_batches import _stored
+from tests.servers import ServerProcess, jetstream_pair, require, start_server
+
+CREATE, UPDATE = "$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE."
+
+clients = test_differential.clients  # the fixture: a client on each of `servers` below
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    with jetstream_pair(tmp_path_factory.mktemp("fast-batches")) as pair:
+        yield pair
+
+
+async def test_fast_batch_config_answered_as_nats_server(clients: tuple[Client, Client]) -> None:
+    cases: list[tuple[str, Any]] = [
+        (CREATE + "C1", {"name": "C1", "allow_batched": True}),
+        (UPDATE + "C1", {"name": "C1", "allow_batched": False}),
+        (UPDATE + "C1", {"name": "C1", "allow_batched": True}),
+        (CREATE + "C2", {"name": "C2", "allow_batched": True, "mirror": {"name": "C1"}}),
+        (CREATE + "C3", {"name": "C3", "allow_batched": 1}),
+        (
+            CREATE + "C4",
+            {"name": "C4", "allow_batched": True, "allow_atomic": True, "allow_msg_counter": True},
+        ),
+    ]
+    ref, ours = clients
+    for subject, body in cases:
+        assert await ask(ours, subject, body) == await ask(ref, subject, body), (subject, body)
+    levels = []
+    for nc in clients:
+        info = json.loads((await nc.request("$JS.API.STREAM.INFO.C1", b"", timeout=5)).data)
+        levels.append((info["config"]["allow_batched"], info["config"]["metadata"]["_nats.req.level"]))
+    assert levels == [(True, "4"), (True, "4")]
+
+
+def _reply(batch_id: str, seq: int, op: int, flow: int | str = 10, gap: str = "fail") -> str:
+    return f"fb.{batch_id}.{flow}.{gap}.{seq}.{op}.$FI"
+
+
+class Publisher:
+    """Raw publishes with `.$FI` replies, each followed by a marker that cannot change any batch (a ping of
+    an unknown batch, answered 10208 in order after what the stream sent before): the answers in between are
+    that publish's."""
+
+    def __init__(self, nc: Client) -> None:
+        self.nc = nc
+        self.heard: asyncio.Queue[Msg] = asyncio.Queue()
+
+    async def start(self) -> None:
+        await self.nc.subscribe("fb.>", cb=self.heard.put)
+
+    async def publish(
+        self, subject: str, reply: str, payload: bytes = b"x", headers: dict[str, str] | None = None
+    ) -> list[tuple[str, Any]]:
+        await self.nc.publish(subject, payload, reply=reply, headers=headers)
+        marker = _reply("sync", 2, 4)
+        await self.nc.publish(subject, b"", reply=marker)
+        out = []
+        while True:
+            msg = await asyncio.wait_for(self.heard.get(), 5)
+            if msg.subject == marker:
+                return out
+            out.append((msg.subject.split(".", 1)[1], json.loads(msg.data)))
+
+
+ID_65 = "x" * 65
+# (subject, reply, headers, payload): published one after the other, each one's answers compared.
+PUBLISHES: list[tuple[str, str, dict[str, str] | None, bytes]] = [
+    # A batch of 25 acked every 10, committed; one ended by an end marker (not stored).
+    *[("f.a", _reply("b25", i, 0 if i == 1 else 2 if i == 25 else 1), None, b"%d" % i) for i in range(1, 26)],
+    ("f.b", _reply("eob", 1, 0, 3), None, b"e1"),
+    ("f.b", _reply("eob", 2, 1, 3), None, b"e2"),
+    ("f.b", _reply("eob", 3, 3, 3), None, b""),
+    ("f.c", _reply("one", 1, 2), None, b"alone"),
+    # Refused: disabled, patterns, ids.
+    ("p.a", _reply("off", 1, 0), None, b"x"),
+    ("f.a", "fb.$FI", None, b"x"),
+    ("f.a", "fb.x.$FI", None, b"x"),
+    ("f.a", _reply("pat", 2, 0), None, b"x"),
+    ("f.a", _reply("pat", 1, 1), None, b"x"),
+    ("f.a", _reply("pat", 1, 3), None, b"x"),
+    ("f.a", _reply("pat", 1, 5), None, b"x"),
+    ("f.a", _reply("pat", 0, 4), None, b"x"),
+    ("f.a", _reply("pat", 1, 0, gap="maybe"), None, b"x"),
+    ("f.a", _reply("pat", 18446744073709551615, 1), None, b"x"),
+    ("f.a", _reply(ID_65, 1, 0), None, b"x"),
+    ("f.a", _reply("nobody", 3, 1), None, b"x"),
+    ("f.a", _reply("nobody", 3, 2), None, b"x"),
+    # Gaps: the batch ends (gap mode fail) or goes on (ok).
+    ("f.g", _reply("gf", 1, 0), None, b"g1"),
+    ("f.g", _reply("gf", 3, 1), None, b"g3"),
+    ("f.g", _reply("gf", 4, 2), None, b"g4"),
+    ("f.g", _reply("go", 1, 0, 2, "ok"), None, b"o1"),
+    ("f.g", _reply("go", 3, 1, 2, "ok"), None, b"o3"),
+    ("f.g", _reply("go", 4, 1, 2, "ok"), None, b"o4"),
+    ("f.g", _reply("go", 5, 1, 2, "ok"), None, b"o5"),
+    ("f.g", _reply("go", 4, 1, 2, "ok"), None, b"o4again"),
+    ("f.g", _reply("gb", 1, 0), None, b"b1"),
+    ("f.g", _reply("gb", 2, 1), None, b"b2"),
+    ("f.g", _reply("gb", 2, 1), None, b"b2again"),
+    # Pings: the last flow ack again, or the gap up to it.
+    ("f.p", _reply("ping", 1, 0, 2), None, b"p1"),
+    ("f.p", _reply("ping", 1, 4, 2), None, b""),
+    ("f.p", _reply("ping", 2, 1, 2), None, b"p2"),
+    ("f.p", _reply("ping", 3, 1, 2), None, b"p3"),
+    ("f.p", _reply("ping", 3, 4, 2), None, b""),
+    ("f.p", _reply("ping", 5, 4, 2), None, b""),
+    ("f.p", _reply("pok", 1, 0, 2, "ok"), None, b"k1"),
+    ("f.p", _reply("pok", 4, 4, 2, "ok"), None, b""),
+    ("f.p", _reply("pok", 5, 2, 2, "ok"), None, b"k5"),
+    ("f.p", _reply("pnew", 1, 4), None, b""),
+    # A message refused mid-batch: reported, the batch ends (fail) or goes on (ok); the first one refused is
+    # answered as a plain publish.
+    ("f.e", _reply("ef", 1, 0), None, b"e1"),
+    ("f.e", _reply("ef", 2, 1), {"Nats-Expected-Stream": "OTHER"}, b"e2"),
+    ("f.e", _reply("ef", 3, 2), None, b"e3"),
+    ("f.e", _reply("eo", 1, 0, 10, "ok"), None, b"o1"),
+    ("f.e", _reply("eo", 2, 1, 10, "ok"), {"Nats-Expected-Last-Sequence": "1"}, b"o2"),
+    ("f.e", _reply("eo", 3, 1, 10, "ok"), None, b"o3"),
+    ("f.e", _reply("eo", 4, 2, 10, "ok"), {"Nats-TTL": "1s"}, b"o4"),
+    ("f.e", _reply("e1", 1, 0), {"Nats-Expected-Stream": "OTHER"}, b"x"),
+    ("f.e", _reply("e1", 2, 2), None, b"x"),
+    ("f.e", _reply("e1o", 1, 0, 10, "ok"), {"Nats-Expected-Stream": "OTHER"}, b"x"),
+    ("f.e", _reply("e1o", 2, 2, 10, "ok"), None, b"y"),
+    ("f.e", _reply("ec", 1, 2), {"Nats-Rollup": "sub"}, b"x"),
+    # Duplicates (Nats-Msg-Id) are skipped; a batch of one duplicate is answered as a plain publish.
+    ("f.d", _reply("dup", 1, 0), {"Nats-Msg-Id": "m1"}, b"d1"),
+    ("f.d", _reply("dup", 2, 1), {"Nats-Msg-Id": "m1"}, b"d2"),
+    ("f.d", _reply("dup", 3, 2), {"Nats-Msg-Id": "m3"}, b"d3"),
+    ("f.d", _reply("dup1", 1, 2), {"Nats-Msg-Id": "m3"}, b"d"),
+    ("f.d", _reply("dupc", 1, 0), None, b"c1"),
+    ("f.d", _reply("dupc", 2, 2), {"Nats-Msg-Id": "m1"}, b"c2"),
+    # The required API level: too high refuses the batch, met is taken out of the stored headers.
+    ("f.l", _reply("lvl", 1, 0), {"Nats-Required-Api-Level": "4", "X": "y"}, b"l1"),
+    ("f.l", _reply("lvl", 2, 1), {"Nats-Required-Api-Level": "9"}, b"l2"),
+    ("f.l", _reply("lvl", 3, 2), None, b"l3"),
+    ("f.l", _reply("lvl2", 1, 2), {"Nats-Required-Api-Level": "5"}, b"l"),
+    ("f.l", _reply("lvl3", 1, 2), {"Nats-Required-Api-Level": "-1"}, b"l"),
+    ("f.l", _reply("lvl4", 1, 2), {"Nats-Required-Api-Level": "five"}, b"l"),
+    # The reply subject, not an atomic batch's headers, makes a message part of a fast batch.
+    ("f.h", _reply("hdr", 1, 2), {"Nats-Batch-Id": "atomic", "Nats-Batch-Sequence": "1"}, b"h"),
+    # The flow asked for: a default for none, at most 500.
+    ("f.f", _reply("f0", 1, 0, 0), None, b"x"),
+    ("f.f", _reply("f0", 2, 3, 0), None, b""),
+    ("f.f", _reply("f9", 1, 0, 900), None, b"x"),
+    ("f.f", _reply("f9", 2, 3, 900), None, b""),
+    ("f.f", _reply("fz", 1, 0, "zz"), None, b"x"),
+    ("f.f", _reply("fz", 2, 3, "zz"), None, b""),
+    # Two batches at once: each paced to every message, then sped up.
+    ("f.t", _reply("t1", 1, 0, 8), None, b"1"),
+    ("f.t", _reply("t2", 1, 0, 8), None, b"1"),
+    *[("f.t", _reply(b, i, 1, 8), None, b"%d" % i) for i in range(2, 9) for b in ("t1", "t2")],
+    ("f.t", _reply("t1", 9, 2, 8), None, b"9"),
+    ("f.t", _reply("t2", 9, 1, 8), None, b"9"),
+    ("f.t", _reply("t2", 10, 3, 8), None, b""),
+    # Discard new at 3 messages: the limit refuses mid-batch.
+    ("n.a", _reply("lim", 1, 0), None, b"1"),
+    ("n.a", _reply("lim", 2, 1), None, b"2"),
+    ("n.a", _reply("lim", 3, 1), None, b"3"),
+    ("n.a", _reply("lim", 4, 1), None, b"4"),
+    ("n.a", _reply("lim", 5, 2), None, b"5"),
+]
+
+
+async def fast_batch_answers(nc: Client) -> list[Any]:
+    for cfg in (
+        {"name": "F", "subjects": ["f.>"], "allow_batched": True, "allow_atomic": True},
+        {"name": "P", "subjects": ["p.>"]},
+        {"name": "N", "subjects": ["n.>"], "allow_batched": True, "discard": "new", "max_msgs": 3},
+    ):
+        await nc.request(CREATE + str(cfg["name"]), json.dumps(cfg).encode(), timeout=5)
+    publisher = Publisher(nc)
+    await publisher.start()
+    out: list[Any] = []
+    for subject, reply, hdrs, payload in PUBLISHES:
+        out.append(await publisher.publish(subject, reply, payload, hdrs))
+    out.append(await _stored(nc, "F"))
+    out.append(await _stored(nc, "N"))
+    # 1000 batches open on one stream at most: the 1001st is refused; switching batches off drops them all.
+    await nc.request(CREATE + "T", b'{"name": "T", "subjects": ["t"], "allow_batched": true}', timeout=5)
+    for i in range(1000):
+        await nc.publish("t", b"", reply=_reply(f"open{i}", 1, 0))
+    out.append(await publisher.publish("t", _reply("open1000", 1, 0)))
+    out.append(await publisher.publish("t", _reply("open0", 2, 2)))
+    out.append(await publisher.publish("t", _reply("open1000", 1, 0)))
+    await nc.request(UPDATE + "T", b'{"name": "T", "subjects": ["t"]}', timeout=5)
+    await nc.request(UPDATE + "T", b'{"name": "T", "subjects": ["t"], "allow_batched": true}', timeout=5)
+    out.append(await publisher.publish("t", _reply("open1", 2, 2)))
+    return out
+
+
+async def test_fast_batches_answered_and_stored_as_nats_server(clients: tuple[Client, Client]) -> None:
+    ref, ours = clients
+    want, got = await asyncio.gather(fast_batch_answers(ref), fast_batch_answers(ours))
+    diffs = [
+        f"{PUBLISHES[i] if i < len(PUBLISHES) else i}:\n  nats-server {w}\n  pynatsd     {g}"
+        for i, (w, g) in enumerate(zip(want, got, strict=True))
+        if g != w
+    ]
+    assert not diffs, "\n".join(diffs)
+
+
+@pytest.mark.parametrize("kind", ["nats-server", "pynatsd"])
+async def test_fast_batch_across_kill_9(tmp_path: Path, kind: str) -> None:
+    """What a fast batch stored before a kill -9 stays (each message is stored as it comes, and its flow ack
+    sent once written); the open batch is gone, so its next message names an unknown batch."""
+    require(kind)
+    store = str(tmp_path / "store")
+    srv = start_server(kind, ["-js", "-sd", store])
+    try:
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        cfg = {"name": "K", "subjects": ["k.>"], "allow_batched": True}
+        await nc.request(CREATE + "K", json.dumps(cfg).encode(), timeout=5)
+        publisher = Publisher(nc)
+        await publisher.start()
+        await publisher.publish("k.a", _reply("open", 1, 0, 2), b"kept 1")
+        heard = await publisher.publish("k.a", _reply("open", 2, 1, 2), b"kept 2")
+        assert heard == [(_reply("open", 2, 1, 2)[3:], {"type": "ack", "seq": 2, "msgs": 2})]
+        await nc.close()
+    finally:
+        srv.stop(signal.SIGKILL)
+    srv = start_server(kind, ["-js", "-sd", store])
+    try:
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        info = json.loads((await nc.request("$JS.API.STREAM.INFO.K", b"", timeout=5)).data)
+        assert info["config"]["allow_batched"] is True
+        stored = await _stored(nc, "K")
+        assert [(s, d) for s, _, d in stored] == [("k.a", b"kept 1"), ("k.a", b"kept 2")]
+        publisher = Publisher(nc)
+        await publisher.start()
+        late = await publisher.publish("k.a", _reply("open", 3, 2, 2), b"late")
+        assert [body["error"]["err_code"] for _, body in late] == [10208]
+        await nc.close()
+    finally:
+        srv.stop()
