@@ -31,6 +31,7 @@ _DEFAULT_FLOW = 10
 _MAX_ID_LEN = 64
 _MAX_UINT64 = (1 << 64) - 1
 _REQUIRED_API_LEVEL = b"Nats-Required-Api-Level"
+REQUEST_INFO = b"Nats-Request-Info"
 _inflight_total = 0  # fast batches open on every stream of this process
 
 
@@ -45,6 +46,20 @@ class Request:
         self.gap_ok = gap_ok
         self.seq = seq
         self.op = op
+
+
+def imported_reply(hdrs: bytes) -> bytes | None:
+    """The `.$FI` reply subject a service import keeps in Nats-Request-Info (its `_R_` reply names none)."""
+    info = get_header(hdrs, REQUEST_INFO)
+    if not info or b'"reply"' not in info:
+        return None
+    try:
+        reply = json.loads(info).get("reply")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(reply, str) or not reply.endswith(".$FI"):
+        return None
+    return reply.encode()
 
 
 def _go_int(raw: bytes) -> int:
@@ -157,12 +172,17 @@ class FastBatches:
         self._pub_ack(batch_id, batch, reply)
 
     # -- publishing -----------------------------------------------------------------------------------
-    def publish(self, subject: bytes, reply: bytes, hdrs: bytes | None, payload: bytes) -> None:
-        """One message whose reply subject ends in `.$FI`: taken as nats-server takes it."""
+    def publish(
+        self, subject: bytes, reply: bytes, hdrs: bytes | None, payload: bytes, named_by: bytes
+    ) -> None:
+        """One message whose reply subject ends in `.$FI` (`named_by`: that subject, the reply itself or,
+        across a service import, the one in its Nats-Request-Info): taken as nats-server takes it."""
         global _inflight_total
         stream = self.stream
         can_respond = not stream._no_ack
-        request = parse_reply(reply)
+        request = parse_reply(named_by)
+        if named_by is not reply and hdrs:  # what the import added is not stored, as nats-server's
+            hdrs = _without_header(hdrs, REQUEST_INFO)
         try:
             if stream._sealed:
                 raise errors.stream_sealed()

@@ -23,7 +23,7 @@ from pynatsd.jetstream import counters, errors, scheduling
 from pynatsd.jetstream.batching import AtomicBatches
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.fast_batching import SUFFIX as FAST_BATCH_SUFFIX
-from pynatsd.jetstream.fast_batching import FastBatches
+from pynatsd.jetstream.fast_batching import FastBatches, imported_reply
 from pynatsd.jetstream.sourcing import SourceLink, links_of, normalize_sourcing, save_positions
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
 from pynatsd.jetstream.store.file import KV_SEGMENT_BYTES
@@ -605,11 +605,15 @@ class Stream:
             if reply:
                 self.account.client.publish(reply, None, TOO_MANY_REQUESTS, self._too_many_requests)
             return
-        if reply and reply.endswith(FAST_BATCH_SUFFIX):  # the batch is named in the reply subject
-            if self._fast_batches is None:
-                self._fast_batches = FastBatches(self, API_LEVEL)
-            self._fast_batches.publish(subject, reply, hdrs, payload)
-            return
+        if reply:  # a fast batch is named in the reply subject (across a service import: in the request info)
+            named_by = reply if reply.endswith(FAST_BATCH_SUFFIX) else None
+            if named_by is None and hdrs and reply.startswith(b"_R_."):
+                named_by = imported_reply(hdrs)
+            if named_by is not None:
+                if self._fast_batches is None:
+                    self._fast_batches = FastBatches(self, API_LEVEL)
+                self._fast_batches.publish(subject, reply, hdrs, payload, named_by)
+                return
         if hdrs and hdrs.find(b"\r\nNats-Batch-Id:") >= 0:
             batch_id = get_header(hdrs, b"Nats-Batch-Id")
             if batch_id:

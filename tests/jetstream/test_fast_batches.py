@@ -17,10 +17,12 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from pynatsd.jetstream import fast_batching
 from tests.jetstream import test_differential
+from tests.jetstream.conftest import JsServer
 from tests.jetstream.test_api_errors import ask
 from tests.jetstream.test_batches import _stored
-from tests.servers import ServerProcess, jetstream_pair, require, start_server
+from tests.servers import ServerProcess, jetstream_pair, require, server_with_config, start_server
 
 CREATE, UPDATE = "$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE."
 
@@ -64,8 +66,9 @@ class Publisher:
     an unknown batch, answered 10208 in order after what the stream sent before): the answers in between are
     that publish's."""
 
-    def __init__(self, nc: Client) -> None:
+    def __init__(self, nc: Client, marker: str = _reply("sync", 2, 4)) -> None:
         self.nc = nc
+        self.marker = marker
         self.heard: asyncio.Queue[Msg] = asyncio.Queue()
 
     async def start(self) -> None:
@@ -75,12 +78,11 @@ class Publisher:
         self, subject: str, reply: str, payload: bytes = b"x", headers: dict[str, str] | None = None
     ) -> list[tuple[str, Any]]:
         await self.nc.publish(subject, payload, reply=reply, headers=headers)
-        marker = _reply("sync", 2, 4)
-        await self.nc.publish(subject, b"", reply=marker)
+        await self.nc.publish(subject, b"", reply=self.marker)
         out = []
         while True:
             msg = await asyncio.wait_for(self.heard.get(), 5)
-            if msg.subject == marker:
+            if msg.subject == self.marker:
                 return out
             out.append((msg.subject.split(".", 1)[1], json.loads(msg.data)))
 
@@ -222,6 +224,105 @@ async def test_fast_batches_answered_and_stored_as_nats_server(clients: tuple[Cl
     assert not diffs, "\n".join(diffs)
 
 
+# Streams whose own rules come first: (config, publishes).
+SPECIAL: list[tuple[dict[str, Any], list[tuple[str, str, dict[str, str] | None, bytes]]]] = [
+    (
+        {"name": "SZ", "subjects": ["sz"], "allow_batched": True, "max_msg_size": 8},
+        [
+            ("sz", _reply("big", 1, 0), None, b"small"),
+            ("sz", _reply("big", 2, 1), None, b"far too large"),
+            ("sz", _reply("big", 2, 2), None, b"fits"),
+            ("sz", _reply("off", 1, 0, gap="x"), None, b"far too large"),
+        ],
+    ),
+    (
+        {"name": "CN", "subjects": ["cn.>"], "allow_batched": True, "allow_msg_counter": True},
+        [
+            ("cn.a", _reply("c", 1, 0), {"Nats-Incr": "2"}, b""),
+            ("cn.a", _reply("c", 2, 1), {"Nats-Incr": "x"}, b""),
+            ("cn.b", _reply("c", 2, 1, gap="fail"), {"Nats-Incr": "5"}, b""),
+            ("cn.a", _reply("c", 3, 2), {"Nats-Incr": "1"}, b""),
+        ],
+    ),
+    (
+        {
+            "name": "TR",
+            "subjects": ["tr.>"],
+            "allow_batched": True,
+            "subject_transform": {"src": "tr.>", "dest": "moved.>"},
+            "allow_msg_ttl": True,
+            "allow_rollup_hdrs": True,
+        },
+        [
+            ("tr.a", _reply("t", 1, 0), {"Nats-TTL": "1h"}, b"1"),
+            ("tr.b", _reply("t", 2, 1), None, b"2"),
+            ("tr.a", _reply("t", 3, 2), {"Nats-Rollup": "all"}, b"3"),
+        ],
+    ),
+    (
+        {"name": "IN", "subjects": ["in"], "allow_batched": True, "retention": "interest"},
+        [
+            ("in", _reply("i", 1, 0, 2), None, b"1"),
+            ("in", _reply("i", 2, 1, 2), None, b"2"),
+            ("in", _reply("i", 3, 2, 2), None, b"3"),
+        ],
+    ),
+]
+
+
+async def special_answers(nc: Client) -> list[Any]:
+    publisher = Publisher(nc)
+    await publisher.start()
+    out: list[Any] = []
+    for cfg, publishes in SPECIAL:
+        name = str(cfg["name"])
+        out.append(await ask(nc, CREATE + name, cfg))
+        for subject, reply, hdrs, payload in publishes:
+            out.append(await publisher.publish(subject, reply, payload, hdrs))
+        out.append(await _stored(nc, name))
+    # Sealed: refused before anything else.
+    await ask(nc, UPDATE + "SZ", {**SPECIAL[0][0], "sealed": True})
+    out.append(await publisher.publish("sz", _reply("late", 1, 0), b"x"))
+    out.append(await publisher.publish("sz", _reply(ID_65, 1, 9), b"x"))
+    return out
+
+
+async def no_ack_answers(nc: Client) -> list[Any]:
+    """A stream without acks answers no error and no first flow ack, but flow acks, gaps, errors mid-batch
+    and the commit's PubAck all the same; the marker is a ping of a batch kept open."""
+    cfg = {"name": "NA", "subjects": ["na"], "allow_batched": True, "no_ack": True, "max_msg_size": 8}
+    await ask(nc, CREATE + "NA", cfg)
+    publisher = Publisher(nc, _reply("sync", 1, 4))
+    await publisher.start()
+    await nc.publish("na", b"s", reply=_reply("sync", 1, 0))
+    out: list[Any] = []
+    for reply, payload in [
+        (_reply("n", 1, 0, 2), b"1"),
+        (_reply("n", 2, 1, 2), b"2"),
+        (_reply("n", 3, 1, 2), b"far too large"),
+        (_reply("n", 5, 1, 2), b"5"),
+        (_reply("m", 4, 1), b"unknown"),
+        (_reply("o", 1, 0, 2, "ok"), b"1"),
+        (_reply("o", 3, 1, 2, "ok"), b"3"),
+        (_reply("o", 4, 2, 2, "ok"), b"4"),
+    ]:
+        out.append(await publisher.publish("na", reply, payload))
+    out.append(await _stored(nc, "NA"))
+    return out
+
+
+async def test_fast_batches_on_special_streams_as_nats_server(clients: tuple[Client, Client]) -> None:
+    ref, ours = clients
+    for scenario in (special_answers, no_ack_answers):
+        want, got = await asyncio.gather(scenario(ref), scenario(ours))
+        diffs = [
+            f"{scenario.__name__} {i}:\n  nats-server {w}\n  pynatsd     {g}"
+            for i, (w, g) in enumerate(zip(want, got, strict=True))
+            if g != w
+        ]
+        assert not diffs, "\n".join(diffs)
+
+
 @pytest.mark.parametrize("kind", ["nats-server", "pynatsd"])
 async def test_fast_batch_across_kill_9(tmp_path: Path, kind: str) -> None:
     """What a fast batch stored before a kill -9 stays (each message is stored as it comes, and its flow ack
@@ -255,3 +356,88 @@ async def test_fast_batch_across_kill_9(tmp_path: Path, kind: str) -> None:
         await nc.close()
     finally:
         srv.stop()
+
+
+async def test_idle_fast_batch_dropped_after_its_timeout(
+    js_server: JsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-server drops a fast batch idle for 10 s (shortened here): what it stored stays, its next message
+    names an unknown batch."""
+    monkeypatch.setattr(fast_batching, "BATCH_TIMEOUT", 0.1)
+    nc = await js_server.connect()
+    await ask(nc, CREATE + "I", {"name": "I", "subjects": ["i"], "allow_batched": True})
+    publisher = Publisher(nc)
+    await publisher.start()
+    assert await publisher.publish("i", _reply("idle", 1, 0), b"1") == [
+        (_reply("idle", 1, 0)[3:], {"type": "ack", "seq": 0, "msgs": 10})
+    ]
+    await asyncio.sleep(0.4)  # the batch's timer, not an event a client can wait for
+    late = await publisher.publish("i", _reply("idle", 2, 2), b"2")
+    assert [body["error"]["err_code"] for _, body in late] == [10208]
+    assert [d for _, _, d in await _stored(nc, "I")] == [b"1"]
+
+
+async def test_open_fast_batches_counted_across_streams(
+    js_server: JsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's limit of open fast batches (50 000, lowered here) counts every stream's; a batch ended,
+    or its stream deleted, frees its place."""
+    monkeypatch.setattr(fast_batching, "MAX_INFLIGHT_TOTAL", 2)
+    nc = await js_server.connect()
+    for name in ("X", "Y"):
+        await ask(nc, CREATE + name, {"name": name, "subjects": [name.lower()], "allow_batched": True})
+    publisher = Publisher(nc)
+    await publisher.start()
+
+    async def codes(subject: str, reply: str) -> list[Any]:
+        return [body.get("error", {}).get("err_code") for _, body in await publisher.publish(subject, reply)]
+
+    assert await codes("x", _reply("a", 1, 0)) == [None]
+    assert await codes("y", _reply("b", 1, 0)) == [None]
+    assert await codes("y", _reply("c", 1, 0)) == [10211]
+    assert await codes("x", _reply("a", 2, 2)) == [None]  # committed: its place is free
+    assert await codes("y", _reply("c", 1, 0)) == [None, None]  # (two open: a flow ack at once)
+    assert await codes("x", _reply("d", 1, 0)) == [10211]
+    await nc.request("$JS.API.STREAM.DELETE.Y", b"", timeout=5)
+    assert await codes("x", _reply("d", 1, 0)) == [None]
+
+
+IMPORTED = """
+jetstream {{ store_dir: "{store}" }}
+accounts {{
+  A: {{ jetstream: enabled, users: [{{user: a, password: a}}], exports: [{{service: "svc.>"}}] }}
+  B: {{ users: [{{user: b, password: b}}], imports: [{{service: {{account: A, subject: "svc.>"}}}}] }}
+}}
+"""
+
+
+async def imported_answers(kind: str, tmp_path: Path) -> list[Any]:
+    text = IMPORTED.format(store=tmp_path / kind)
+    with server_with_config(kind, tmp_path / f"{kind}.conf", text) as srv:
+        owner = await nats.connect(srv.url, user="a", password="a", allow_reconnect=False)
+        importer = await nats.connect(srv.url, user="b", password="b", allow_reconnect=False)
+        await ask(owner, CREATE + "S", {"name": "S", "subjects": ["svc.>"], "allow_batched": True})
+        publisher = Publisher(importer)
+        await publisher.start()
+        out: list[Any] = []
+        for reply, hdrs in [
+            (_reply("sv", 1, 0, 2), {"X": "y"}),
+            (_reply("sv", 2, 1, 2), None),
+            (_reply("sv", 3, 1, 2), None),
+            (_reply("sv", 4, 2, 2), None),
+            ("fb.plain.$FI", None),
+        ]:
+            out.append(await publisher.publish("svc.x", reply, b"m", hdrs))
+        out.append(await _stored(owner, "S"))
+        await owner.close()
+        await importer.close()
+    return out
+
+
+async def test_fast_batch_across_a_service_import(tmp_path: Path) -> None:
+    """Published through a service import, the batch is named by the original reply subject, which the
+    import keeps in Nats-Request-Info (not stored); the answers come back through the import."""
+    require("nats-server")
+    want = await imported_answers("nats-server", tmp_path)
+    assert await imported_answers("pynatsd", tmp_path) == want
+    assert want[3] == [(_reply("sv", 4, 2, 2)[3:], {"stream": "S", "seq": 4, "batch": "sv", "count": 4})]
