@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from pynatsd.base.logging import get_logger
 from pynatsd.jetstream import errors
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.util import get_header
@@ -33,6 +34,7 @@ _MAX_UINT64 = (1 << 64) - 1
 _REQUIRED_API_LEVEL = b"Nats-Required-Api-Level"
 REQUEST_INFO = b"Nats-Request-Info"
 _inflight_total = 0  # fast batches open on every stream of this process
+log = get_logger()
 
 
 class Request:
@@ -274,6 +276,12 @@ class FastBatches:
             return
         except ApiError as err:
             self._refused(batch_id, batch, request, reply, err, commit)
+            return
+        except Exception as exc:  # a bug must not leave the publisher waiting for its answers
+            log.exception("JetStream stream %s: storing failed", stream.name)
+            self._refused(
+                batch_id, batch, request, reply, errors.general(f"{type(exc).__name__}: {exc}"), commit
+            )
             return
         if duplicate:
             batch.pseq = seq

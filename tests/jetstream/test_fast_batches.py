@@ -441,3 +441,41 @@ async def test_fast_batch_across_a_service_import(tmp_path: Path) -> None:
     want = await imported_answers("nats-server", tmp_path)
     assert await imported_answers("pynatsd", tmp_path) == want
     assert want[3] == [(_reply("sv", 4, 2, 2)[3:], {"stream": "S", "seq": 4, "batch": "sv", "count": 4})]
+
+
+class _BrokenStream:
+    """What FastBatches uses of a stream, whose store fails with a bug."""
+
+    name = "B"
+    config = {"allow_batched": True}
+    _no_ack = _sealed = False
+    _max_msg_size = 1 << 20
+    _ack_head = b'{"stream":"B",'
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.account = type("Account", (), {"api_errors_on_publish": 0, "js": None})()
+        self.account.js = type("Js", (), {"loop": asyncio.get_running_loop()})()
+
+    def _answer(self, reply: bytes, seq: int, body: bytes) -> None:
+        self.sent.append(body)
+
+    def process(self, subject: bytes, hdrs: bytes | None, payload: bytes) -> tuple[int, bool]:
+        raise RuntimeError("boom")
+
+
+async def test_a_bug_storing_a_message_is_answered() -> None:
+    """A bug while storing is reported as an error mid-batch (500, 10051): nobody is left waiting."""
+    stream = _BrokenStream()
+    batches = fast_batching.FastBatches(stream, 5)  # type: ignore[arg-type]
+    reply = _reply("bug", 1, 0, gap="ok").encode()
+    batches.publish(b"b", reply, None, b"x", reply)
+    batches.drop_all()
+    assert [json.loads(body) for body in stream.sent] == [
+        {"type": "ack", "seq": 0, "msgs": 10},
+        {
+            "type": "err",
+            "seq": 1,
+            "error": {"code": 500, "err_code": 10051, "description": "RuntimeError: boom"},
+        },
+    ]
