@@ -59,7 +59,7 @@ def imported_reply(hdrs: bytes) -> bytes | None:
         reply = json.loads(info).get("reply")
     except (ValueError, AttributeError):
         return None
-    if not isinstance(reply, str) or not reply.endswith(".$FI"):
+    if not isinstance(reply, str) or not reply.endswith(".$FI") or len(reply) <= len(SUFFIX):
         return None
     return reply.encode()
 

@@ -606,7 +606,7 @@ class Stream:
                 self.account.client.publish(reply, None, TOO_MANY_REQUESTS, self._too_many_requests)
             return
         if reply:  # a fast batch is named in the reply subject (across a service import: in the request info)
-            named_by = reply if reply.endswith(FAST_BATCH_SUFFIX) else None
+            named_by = reply if reply.endswith(FAST_BATCH_SUFFIX) and len(reply) > 4 else None
             if named_by is None and hdrs and reply.startswith(b"_R_."):
                 named_by = imported_reply(hdrs)
             if named_by is not None:
