@@ -210,6 +210,10 @@ async def fast_batch_answers(nc: Client) -> list[Any]:
     await nc.request(UPDATE + "T", b'{"name": "T", "subjects": ["t"]}', timeout=5)
     await nc.request(UPDATE + "T", b'{"name": "T", "subjects": ["t"], "allow_batched": true}', timeout=5)
     out.append(await publisher.publish("t", _reply("open1", 2, 2)))
+    # No size limit (an atomic batch's is 1000): acked every 500, committed at 1001.
+    for i in range(1, 1001):
+        await nc.publish("t", b"%d" % i, reply=_reply("big", i, 0 if i == 1 else 1, 500))
+    out.append(await publisher.publish("t", _reply("big", 1001, 2, 500)))
     return out
 
 
