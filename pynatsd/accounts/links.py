@@ -66,6 +66,7 @@ log = get_logger()
 log = get_logger()
 
 REQUEST_INFO = b"Nats-Request-Info"
+_FAST_BATCH = b".$FI"  # the end of a JetStream fast batch's reply subject
 _JS_ACK = b"$JS.ACK."
 _ALPHABET = (string.digits + string.ascii_letters).encode()
 
@@ -339,6 +340,9 @@ class AccountLinks:
             reply = route.subject
         shared = si.request_info
         info = shared(msg, si.importer) if shared is not None else _request_info(msg, si.importer)
+        if msg.reply is not None and msg.reply.endswith(_FAST_BATCH) and route is not None:
+            # A fast batch is named in its reply subject: nats-server keeps the original for the stream.
+            info = info[:-1] + b',"reply":' + json.dumps(msg.reply.decode(errors="replace")).encode() + b"}"
         headers = _with_request_info(msg.headers, info)
         out = Message(msg.origin)
         out.hops = (*msg.hops, export)

@@ -85,8 +85,7 @@ STREAM_CONFIG = Struct("StreamConfigRequest", {**STREAM_FIELDS, "pedantic": "boo
 # mirror and sources are left to normalize_config: nats-server's checks of their config come first there.
 STREAM_UNSUPPORTED = (
     "placement", "consumer_limits",
-    "persist_mode",
-    "allow_batched", "pedantic",
+    "persist_mode", "pedantic",
 )  # fmt: skip
 
 CONSUMER_FIELDS: dict[str, Any] = {

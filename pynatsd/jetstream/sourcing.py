@@ -69,6 +69,8 @@ def normalize_sourcing(cfg: dict[str, Any], first_seq: int, marker_ttl: int) -> 
             raise errors._e(400, 10173, "stream mirrors can not also calculate counters")
         if cfg.get("allow_atomic"):
             raise errors._e(400, 10198, "stream mirrors can not also use atomic publishing")
+        if cfg.get("allow_batched"):
+            raise errors._e(400, 10209, "stream mirrors can not also use batch publishing")
         if cfg.get("allow_msg_schedules"):
             raise errors._e(400, 10186, "stream mirrors can not also schedule messages")
         _check_durable(mirror, 10213, "mirror")

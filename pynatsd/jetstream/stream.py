@@ -22,6 +22,8 @@ from pynatsd.broker.delivery import Subscription
 from pynatsd.jetstream import counters, errors, scheduling
 from pynatsd.jetstream.batching import AtomicBatches
 from pynatsd.jetstream.errors import ApiError
+from pynatsd.jetstream.fast_batching import SUFFIX as FAST_BATCH_SUFFIX
+from pynatsd.jetstream.fast_batching import FastBatches, imported_reply
 from pynatsd.jetstream.sourcing import SourceLink, links_of, normalize_sourcing, save_positions
 from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
 from pynatsd.jetstream.store.file import KV_SEGMENT_BYTES
@@ -102,7 +104,7 @@ _FIELD_ORDER = [
     "placement", "mirror", "sources", "compression", "subject_transform", "republish", "allow_direct",
     "mirror_direct", "sealed", "deny_delete", "deny_purge", "allow_rollup_hdrs", "discard_new_per_subject",
     "consumer_limits", "allow_msg_ttl", "subject_delete_marker_ttl", "allow_msg_counter",
-    "allow_atomic", "allow_msg_schedules", "metadata",
+    "allow_atomic", "allow_msg_schedules", "allow_batched", "metadata",
 ]  # fmt: skip
 _ENUMS = {
     "retention": ("limits", "interest", "workqueue"),
@@ -221,9 +223,9 @@ def normalize_config(raw: dict[str, Any], subject_name: str | None, create: bool
     _check_transforms(cfg)
     meta = dict(cfg.get("metadata") or {})
     # nats-server's API level the config needs: 1 for per-message TTLs (2.11), which delete markers switch on;
-    # 2 for counters, atomic batches and message schedules (2.12).
+    # 2 for counters, atomic batches and message schedules (2.12); 4 for fast batches (2.14).
     v2 = cfg.get("allow_msg_counter") or cfg.get("allow_atomic") or cfg.get("allow_msg_schedules")
-    level = "2" if v2 else "1" if cfg.get("allow_msg_ttl") else "0"
+    level = "4" if cfg.get("allow_batched") else "2" if v2 else "1" if cfg.get("allow_msg_ttl") else "0"
     meta.update({"_nats.req.level": level})
     cfg["metadata"] = meta
     return {k: cfg[k] for k in _FIELD_ORDER if k in cfg} | {
@@ -369,6 +371,7 @@ class Stream:
         self._commit_due = False  # a `_commit` is scheduled (for messages stored without a reply)
         self._counter_total = b""  # a counter stream's last stored total, for its PubAck
         self._batches: AtomicBatches | None = None  # its open atomic batches (batching.py), once one came
+        self._fast_batches: FastBatches | None = None  # its open fast batches (fast_batching.py), likewise
         self._schedules: scheduling.MsgSchedules | None = None  # with allow_msg_schedules (scheduling.py)
         # The ingest buffer: what this turn of the loop brought in, against the configured limits.
         js_config = account.js.config
@@ -479,6 +482,8 @@ class Stream:
         self.stop_links()
         if self._batches is not None:
             self._batches.drop_all()
+        if self._fast_batches is not None:
+            self._fast_batches.drop_all()
         if self._age_timer is not None:
             self._age_timer.cancel()
             self._age_timer = None
@@ -533,6 +538,8 @@ class Stream:
         relink = new.get("mirror") != old.get("mirror") or new.get("sources") != old.get("sources")
         if not new.get("allow_atomic") and self._batches is not None:  # their open batches go
             self._batches.drop_all()
+        if not new.get("allow_batched") and self._fast_batches is not None:
+            self._fast_batches.drop_all()
         self.config = new
         self._derive()
         self.start()
@@ -598,6 +605,15 @@ class Stream:
             if reply:
                 self.account.client.publish(reply, None, TOO_MANY_REQUESTS, self._too_many_requests)
             return
+        if reply:  # a fast batch is named in the reply subject (across a service import: in the request info)
+            named_by = reply if reply.endswith(FAST_BATCH_SUFFIX) and len(reply) > 4 else None
+            if named_by is None and hdrs and reply.startswith(b"_R_."):
+                named_by = imported_reply(hdrs)
+            if named_by is not None:
+                if self._fast_batches is None:
+                    self._fast_batches = FastBatches(self, API_LEVEL)
+                self._fast_batches.publish(subject, reply, hdrs, payload, named_by)
+                return
         if hdrs and hdrs.find(b"\r\nNats-Batch-Id:") >= 0:
             batch_id = get_header(hdrs, b"Nats-Batch-Id")
             if batch_id:

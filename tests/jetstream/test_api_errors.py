@@ -192,7 +192,7 @@ async def test_direct_consumers_and_required_api_levels_as_nats_server(
 async def test_unimplemented_stream_options_refused_by_name(clients: tuple[Client, Client]) -> None:
     """Fail closed: an option nats-server has and pynatsd lacks is an error naming it, not ignored."""
     _, ours = clients
-    for option, value in (("placement", {"cluster": "c"}), ("allow_batched", True)):
+    for option, value in (("placement", {"cluster": "c"}), ("persist_mode", "async")):
         got = await ask(ours, SUBJ + "U", {"name": "U", option: value})
         assert got["err_code"] == 10052 and option in got["description"], got
     got = await ask(ours, CC + ".u", {"stream_name": "E", "config": {"rate_limit_bps": 1000}})
