@@ -14,8 +14,9 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from typing import Final
 
-_GONE = -1
+_GONE: Final = -1  # (Final: compiled, a constant rather than a module lookup in each load)
 _TRIM_AT = 4096  # trim the front of the columns once this many leading slots are free
 
 
@@ -196,12 +197,14 @@ class Store:
             self.first_seq = self.last_seq + 1
 
     def load(self, seq: int) -> StoredMsg | None:
-        i = self._slot(seq)
-        if i < 0:
+        i = seq - self._base  # (`_slot` inline: a consumer loads each message it delivers)
+        sids = self._col_sid
+        if i < 0 or i >= len(sids):
             return None
-        return self._get(
-            seq, self._names[self._col_sid[i]], self._col_ts[i], (self._loc_a[i], self._loc_b[i])
-        )
+        sid = sids[i]
+        if sid == _GONE:
+            return None
+        return self._get(seq, self._names[sid], self._col_ts[i], (self._loc_a[i], self._loc_b[i]))
 
     def subject_of(self, seq: int) -> bytes | None:
         i = self._slot(seq)
@@ -264,13 +267,16 @@ class Store:
     def next_seq(self, start: int, match: Callable[[bytes], bool] | None = None) -> int | None:
         """The first stored sequence >= start whose subject passes `match` (all when None)."""
         sids, names = self._col_sid, self._names
+        if match is None:  # (a consumer without filter asks once per delivery: no verdicts to keep)
+            for i in range(max(start, self.first_seq) - self._base, len(sids)):
+                if sids[i] != _GONE:
+                    return self._base + i
+            return None
         verdicts: dict[int, bool] = {}  # subject id -> match, decided once per call
         for i in range(max(start, self.first_seq) - self._base, len(sids)):
             sid = sids[i]
             if sid == _GONE:
                 continue
-            if match is None:
-                return self._base + i
             ok = verdicts.get(sid)
             if ok is None:
                 ok = verdicts[sid] = match(names[sid])
