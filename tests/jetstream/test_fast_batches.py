@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +16,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from pynatsd.jetstream import fast_batching
-from tests.jetstream import test_differential
-from tests.jetstream.conftest import JsServer
+from tests.jetstream.conftest import JsServer, jetstream_life
 from tests.jetstream.test_api_errors import ask
 from tests.jetstream.test_batches import _stored
-from tests.servers import ServerProcess, jetstream_pair, require, server_with_config, start_server
+from tests.servers import require, server_with_config
 
 CREATE, UPDATE = "$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE."
-
-clients = test_differential.clients  # the fixture: a client on each of `servers` below
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    with jetstream_pair(tmp_path_factory.mktemp("fast-batches")) as pair:
-        yield pair
 
 
 async def test_fast_batch_config_answered_as_nats_server(clients: tuple[Client, Client]) -> None:
@@ -331,11 +320,8 @@ async def test_fast_batches_on_special_streams_as_nats_server(clients: tuple[Cli
 async def test_fast_batch_across_kill_9(tmp_path: Path, kind: str) -> None:
     """What a fast batch stored before a kill -9 stays (each message is stored as it comes, and its flow ack
     sent once written); the open batch is gone, so its next message names an unknown batch."""
-    require(kind)
-    store = str(tmp_path / "store")
-    srv = start_server(kind, ["-js", "-sd", store])
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    store = tmp_path / "store"
+    async with jetstream_life(kind, store, kill=True) as (_, nc):
         cfg = {"name": "K", "subjects": ["k.>"], "allow_batched": True}
         await nc.request(CREATE + "K", json.dumps(cfg).encode(), timeout=5)
         publisher = Publisher(nc)
@@ -343,12 +329,7 @@ async def test_fast_batch_across_kill_9(tmp_path: Path, kind: str) -> None:
         await publisher.publish("k.a", _reply("open", 1, 0, 2), b"kept 1")
         heard = await publisher.publish("k.a", _reply("open", 2, 1, 2), b"kept 2")
         assert heard == [(_reply("open", 2, 1, 2)[3:], {"type": "ack", "seq": 2, "msgs": 2})]
-        await nc.close()
-    finally:
-        srv.stop(signal.SIGKILL)
-    srv = start_server(kind, ["-js", "-sd", store])
-    try:
-        nc = await nats.connect(srv.url, allow_reconnect=False)
+    async with jetstream_life(kind, store) as (_, nc):
         info = json.loads((await nc.request("$JS.API.STREAM.INFO.K", b"", timeout=5)).data)
         assert info["config"]["allow_batched"] is True
         stored = await _stored(nc, "K")
@@ -357,9 +338,6 @@ async def test_fast_batch_across_kill_9(tmp_path: Path, kind: str) -> None:
         await publisher.start()
         late = await publisher.publish("k.a", _reply("open", 3, 2, 2), b"late")
         assert [body["error"]["err_code"] for _, body in late] == [10208]
-        await nc.close()
-    finally:
-        srv.stop()
 
 
 async def test_idle_fast_batch_dropped_after_its_timeout(

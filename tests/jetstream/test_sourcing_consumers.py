@@ -10,26 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from tests.jetstream import test_differential
-from tests.servers import ServerProcess, jetstream_pair
-
-clients = test_differential.clients  # the fixture: a client on each of `servers` below
-
 _RANDOM_SUFFIX = re.compile(r"-[A-Za-z0-9]{8}$")
 _GENERATED = re.compile(r"^[A-Za-z0-9]{8}$")
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    with jetstream_pair(tmp_path_factory.mktemp("sourcing-consumers")) as pair:
-        yield pair
 
 
 def _shown(answer: dict[str, Any], identity: str) -> Any:
