@@ -121,6 +121,9 @@ def test_no_auth_user(kind: str, who: str, tmp_path: Path) -> None:
          f" B {{ users: [{{nkey: {SIGNER.public}}}] }} }}\n",
          f'Duplicate nkey "{SIGNER.public}" detected'),
     ],
+    # Fixed ids: the generated keys differ in every process (pytest-xdist's workers must collect alike).
+    ids=["unknown no_auth_user", "no_auth_user without users", "no_auth_user with a token", "bad nkey",
+         "nkey with a password", "duplicate nkey"],
 )  # fmt: skip
 def test_refused_alike(kind: str, text: str, phrase: str, tmp_path: Path) -> None:
     assert phrase in refusal(kind, tmp_path, text)

@@ -71,7 +71,8 @@ def test_stale_route_counts_as_a_route(node: Start, kind: str, tmp_path: Path) -
 
 @pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
 def test_slow_route_counts_as_a_route(node: Start, kind: str, tmp_path: Path) -> None:
-    server = start_node(node, kind, tmp_path, "max_pending: 1048576")
+    # A 1 s write deadline: nats-server notices a stalled route when a write outlasts it (10 s by default).
+    server = start_node(node, kind, tmp_path, 'max_pending: 1048576\nwrite_deadline: "1s"')
     sock = fake_route(server, b"RS+ $G slow.>\r\nPING\r\n")
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     try:

@@ -340,6 +340,8 @@ _ISSUER = Key("A").public
         (f"issuer: {_ISSUER}, auth_users: [a], allowed_accounts: [NOPE]",
          'auth_callout allowed account "NOPE" not found in configured accounts'),
     ],
+    # Fixed ids: the issuer key differs in every process (pytest-xdist's workers must collect alike).
+    ids=["bad issuer", "no issuer", "no auth_users", "bad xkey", "unknown field", "unknown account"],
 )  # fmt: skip
 def test_bad_blocks_are_refused_alike(
     block: str, error: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
