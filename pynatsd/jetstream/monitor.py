@@ -11,6 +11,7 @@ from pynatsd.jetstream.stream import API_LEVEL
 from pynatsd.jetstream.util import now_ns, rfc3339
 
 if TYPE_CHECKING:
+    from pynatsd.config.jetstream import JsConfig
     from pynatsd.jetstream import JetStream
 
 _TRUE = ("1", "true", "yes", "on")
@@ -18,7 +19,12 @@ _TRUE = ("1", "true", "yes", "on")
 
 def effective_limits(js: JetStream) -> tuple[int, int]:
     """max_memory and max_storage as nats-server reports them: unset means 75% of RAM / of the disk."""
-    mem, disk = js.config.max_memory_store, js.config.max_file_store
+    return config_limits(js.config)
+
+
+def config_limits(config: JsConfig) -> tuple[int, int]:
+    """effective_limits of a JetStream configuration (a meta group member's too, which has no JetStream)."""
+    mem, disk = config.max_memory_store, config.max_file_store
     if mem < 0:
         try:
             mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
@@ -26,7 +32,7 @@ def effective_limits(js: JetStream) -> tuple[int, int]:
             mem = 0
     if disk < 0:
         try:
-            disk = shutil.disk_usage(js.config.store_dir).free * 3 // 4
+            disk = shutil.disk_usage(config.store_dir).free * 3 // 4
         except OSError:
             disk = 0
     return mem, disk
