@@ -17,6 +17,7 @@ them in nats-server's meta snapshot encoding (MetaApplier), so a restart loads s
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from pynatsd.broker.delivery import Subscription
 from pynatsd.broker.internal import InternalClient
 from pynatsd.jetstream.monitor import config_limits
 from pynatsd.jetstream.store.file import FileStore
+from pynatsd.jetstream.util import parse_rfc3339
 from pynatsd.raft.codec import META_GROUP, EntryType, PeerState, peer_id
 from pynatsd.raft.meta import MetaState, service_account
 from pynatsd.raft.node import Committed, RaftNode
@@ -51,6 +53,24 @@ LEADERLESS_AFTER = 10.0
 # (entries) and `meta_compact_size` (bytes) raise the bar when set.
 COMPACT_INTERVAL = 60.0
 COMPACT_SIZE_MIN = 8 << 20
+
+
+# Where a member reports an assignment it could not carry out (jetstream_cluster.go streamAssignmentSubj,
+# consumerAssignmentSubj), and the error it gives (nats-server's JSInsufficientResourcesErr).
+STREAM_RESULT = b"$SYS.JSC.STREAM.ASSIGNMENT.RESULT"
+CONSUMER_RESULT = b"$SYS.JSC.CONSUMER.ASSIGNMENT.RESULT"
+INSUFFICIENT_RESOURCES = {"code": 503, "err_code": 10023, "description": "insufficient resources"}
+RESULT_WINDOW_NS = 5_000_000_000
+
+
+def _fresh(assignment: dict[str, Any]) -> bool:
+    """Created within the last few seconds, when the meta leader still acts on a member's result (not one
+    replayed from the log at a restart)."""
+    try:
+        created = parse_rfc3339(str(assignment.get("created") or ""))
+    except ValueError:
+        return False
+    return time.time_ns() - created < RESULT_WINDOW_NS
 
 
 class MetaApplier:
@@ -240,12 +260,24 @@ class MetaMember:
                 continue
             name = str(group.get("name") or "")
             if len(peers) < 2:
-                self._refuse(name, f"stream {key[1]!r}: a single replica on pynatsd would have to lead it")
+                what = f"stream {key[1]!r}: a single replica on pynatsd would have to lead it"
+                if self._refuse(name, what) and _fresh(sa):
+                    self._answer_refused(
+                        STREAM_RESULT, {"account": key[0], "stream": key[1]}, "stream_create"
+                    )
                 continue
             wanted[name] = sa
             for consumer, ca in applier.state.consumers.get(key, {}).items():
-                if ours in ((ca.get("group") or {}).get("peers") or ()):
+                cpeers = (ca.get("group") or {}).get("peers") or ()
+                if ours not in cpeers:
+                    continue
+                if len(cpeers) > 1:  # the nats-server members make its quorum
                     self._refuse(f"{name}/{consumer}", f"consumer {key[1]} > {consumer}: replica not hosted")
+                    continue
+                what = f"consumer {key[1]} > {consumer}: pynatsd does not serve consumers"
+                if self._refuse(f"{name}/{consumer}", what) and _fresh(ca):
+                    result = {"account": key[0], "stream": key[1], "consumer": consumer}
+                    self._answer_refused(CONSUMER_RESULT, result, "consumer_create")
         for name in self.replicas.keys() - wanted.keys():
             self.replicas.pop(name).stop(remove=True)
         for name, sa in wanted.items():
@@ -260,10 +292,20 @@ class MetaMember:
             elif sorted(replica.peers) != sorted(str(p) for p in sa["group"]["peers"]):
                 self._refuse(name + "/peers", f"stream {replica.stream!r}: peer set change not implemented")
 
-    def _refuse(self, key: str, what: str) -> None:
-        if key not in self.refused:
-            self.refused[key] = what
-            log.error("JetStream cluster member: %s", what)
+    def _refuse(self, key: str, what: str) -> bool:
+        """Log what an assignment asks that this member does not serve, once; True the first time."""
+        if key in self.refused:
+            return False
+        self.refused[key] = what
+        log.error("JetStream cluster member: %s", what)
+        return True
+
+    def _answer_refused(self, subject: bytes, result: dict[str, Any], kind: str) -> None:
+        """Tell the meta leader, as a nats-server member that failed to create an asset does: it answers the
+        client with the error (and drops a fresh stream assignment, or places it again elsewhere)."""
+        response = {"type": f"io.nats.jetstream.api.v1.{kind}_response", "error": INSUFFICIENT_RESOURCES}
+        result["create_response" if kind == "stream_create" else "response"] = response
+        self.client.publish(subject, None, None, json.dumps(result).encode())
 
     def jetstream_statsz(self) -> dict[str, Any]:
         """The `jetstream` block of this server's STATSZ (nats-server's JetStreamVarz config and stats), which
@@ -282,7 +324,7 @@ class MetaMember:
             "ha_assets": len(self.replicas) + 1,  # the meta group counts, as nats-server's
             "api": {"level": 0, "total": 0, "errors": 0},
         }
-        return {"config": {**limits, "store_dir": str(self.store.parent)}, "stats": stats}
+        return {"config": limits, "stats": stats}  # no store_dir: nats-server leaves its path out too
 
     # What the server shows.
 

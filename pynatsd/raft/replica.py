@@ -36,6 +36,11 @@ MsgHandler = Callable[[bytes, bytes | None, bytes | None, bytes], None]
 # A follower compacts its group's log behind a snapshot of its stream state this often (nats-server's
 # stream compactInterval is 2 minutes) when it applied anything since.
 COMPACT_INTERVAL = 120.0
+# A catch-up is asked again when the leader sent nothing for this long (nats-server's
+# streamCatchupActivityInterval is 5 s), or this long after one ended short; given up after the third try.
+CATCHUP_STALL = 5.0
+CATCHUP_RETRY = 2.0
+CATCHUP_TRIES = 3
 
 
 def drive_node(
@@ -94,6 +99,9 @@ class StreamReplica:
         self.timer: asyncio.TimerHandle | None = None
         self.compact_timer: asyncio.TimerHandle | None = loop.call_later(COMPACT_INTERVAL, self._on_compact)
         self.applied_since_snapshot = 0
+        self.catchup_sub: Subscription | None = None
+        self.catchup_timer: asyncio.TimerHandle | None = None
+        self.catchup_tries = 0
         self.pump()
 
     def _on_msg(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
@@ -111,7 +119,82 @@ class StreamReplica:
         for done in self.node.take_applied():
             self.applier.apply(done.entries)
             self.applied_since_snapshot += 1
+        if self.applier.catchup_to and self.catchup_sub is None and not self.applier.broken:
+            self._ask_catchup()
         self.timer = rearm(loop, self.timer, due, self._on_timer)
+
+    # Catch-up over nats-server's protocol (see pynatsd.raft.stream), after a snapshot ahead of the store.
+
+    def _ask_catchup(self) -> None:
+        self.catchup_tries += 1
+        if self.catchup_tries > CATCHUP_TRIES:
+            self.applier.broken = f"catch-up to sequence {self.applier.catchup_to} failed"
+            log.error("JetStream cluster replica of %r: %s", self.stream, self.applier.broken)
+            return
+        sync = str(self.assignment.get("sync") or "")
+        if not sync.startswith("$JSC.SYNC.") or not is_literal_subject(sync.encode()):
+            self.applier.broken = "no sync subject to catch up from"
+            return
+        inbox = "$JSC.R." + self.node.rng.getrandbits(64).to_bytes(8).hex()
+        self.catchup_sub = self.client.subscribe(inbox.encode(), self._on_catchup)
+        request = {
+            "peer": self.node.id,
+            "first_seq": self.store.last_seq + 1,
+            "last_seq": self.applier.catchup_to,
+            "delete_ranges": True,
+            "min_applied": self.node.applied,
+        }
+        self.client.publish(sync.encode(), inbox.encode(), None, json.dumps(request).encode())
+        self._catchup_active()
+
+    def _catchup_active(self) -> None:
+        if self.catchup_timer is not None:
+            self.catchup_timer.cancel()
+        self.catchup_timer = self.server.loop.call_later(CATCHUP_STALL, self._retry_catchup)
+
+    def _retry_catchup(self) -> None:
+        """Stalled, or ended short of the snapshot: ask again (nats-server retries thrice)."""
+        self._end_catchup()
+        self._ask_catchup()
+
+    def _end_catchup(self) -> None:
+        if self.catchup_sub is not None:
+            self.client.unsubscribe(self.catchup_sub)
+            self.catchup_sub = None
+        if self.catchup_timer is not None:
+            self.catchup_timer.cancel()
+            self.catchup_timer = None
+
+    def _on_catchup(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
+        if self.catchup_sub is None:
+            return
+        # Acks go only to the leader's catch-up ack subjects (no confused deputy).
+        ack = (
+            reply
+            if reply is not None and reply.startswith(b"$JSC.ACK.") and is_literal_subject(reply)
+            else None
+        )
+        if not payload:  # the end
+            self._end_catchup()
+            if self.applier.caught_up():
+                self.catchup_tries = 0
+                log.info("JetStream cluster replica of %r: caught up", self.stream)
+                self.pump()
+            else:
+                self.catchup_timer = self.server.loop.call_later(CATCHUP_RETRY, self._retry_catchup)
+            return
+        try:
+            self.applier.apply_catchup(payload)
+        except ValueError as e:
+            if ack is not None:
+                self.client.publish(ack, None, None, str(e).encode())  # tells the leader to stop
+            self._end_catchup()
+            self.applier.broken = f"catch-up: {e}"
+            log.error("JetStream cluster replica of %r: %s", self.stream, self.applier.broken)
+            return
+        if ack is not None:
+            self.client.publish(ack, None, None, b"")
+        self._catchup_active()
 
     def _on_compact(self) -> None:
         self.compact()
@@ -119,7 +202,7 @@ class StreamReplica:
 
     def compact(self) -> None:
         """Snapshot the store's state (nats-server's JSON stream snapshot); the log up to it goes."""
-        if not self.applied_since_snapshot or self.applier.broken:
+        if not self.applied_since_snapshot or self.applier.broken or self.applier.catchup_to:
             return
         self.node.install_snapshot(json.dumps(self.state()).encode())
         self.applied_since_snapshot = 0
@@ -139,6 +222,7 @@ class StreamReplica:
         }
 
     def stop(self, remove: bool = False) -> None:
+        self._end_catchup()
         for timer in (self.timer, self.compact_timer):
             if timer is not None:
                 timer.cancel()

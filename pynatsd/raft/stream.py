@@ -9,8 +9,13 @@ A stream entry is an op byte (meta.EntryOp) and its body:
   skips its sequence. COMPRESSED_STREAM_MSG: the same body in one S2 block.
 - DELETE_MSG, PURGE_STREAM, DELETE_RANGE: JSON (nats-server's streamMsgDelete, streamPurge, DeleteRange).
 - BATCH_MSG / BATCH_COMMIT_MSG (atomic batches): refused here (the replica stops applying, see below).
-A stream snapshot (RAFT snapshot entry) is the stream state: JSON (`messages`, `bytes`, `first_seq`,
-`last_seq`, `clfs`, `deleted`) while a peer does not announce binary snapshots, which pynatsd does not.
+A stream snapshot (RAFT snapshot entry) is the stream state: nats-server's binary encoding (which 2.15 sends
+whatever a peer announces), or the legacy JSON (`messages`, `bytes`, `first_seq`, `last_seq`, `clfs`,
+`deleted`), which the replica writes for its own snapshots.
+A follower behind a snapshot catches up out of band: it sends nats-server's sync request (JSON `peer`,
+`first_seq`, `last_seq`, `delete_ranges`, `min_applied`) to the stream's `sync` subject with a `$JSC.R.`
+inbox; the leader streams STREAM_MSG entries whose `lseq` is the message's own sequence (or DELETE_RANGE),
+each acked with an empty message to its reply, then an empty message at the end.
 """
 
 from __future__ import annotations
@@ -102,22 +107,58 @@ def _json_body(body: bytes, what: str) -> dict[str, Any]:
     return value
 
 
+STATE_MAGIC = 42  # nats-server's binary stream state (store.go EncodedStreamState): magic, version
+STATE_VERSIONS = (1, 2)  # 2: with sources
+
+
+def decode_stream_snapshot(data: bytes) -> dict[str, Any]:
+    """A stream snapshot as the JSON one's fields: nats-server's binary state (uvarints msgs, bytes,
+    first_seq, last_seq, clfs, then with version 2 the sources, then the interior deletes), or the legacy
+    JSON. Interior deletes of the binary form (sequence sets) are not decoded: UnsupportedEntry."""
+    if len(data) >= 2 and data[0] == STATE_MAGIC and data[1] in STATE_VERSIONS:
+        at, values = 2, []
+        for _ in range(5):
+            value, at = read_uvarint(data, at)
+            values.append(value)
+        if data[1] == 2:
+            sources, at = read_uvarint(data, at)
+            for _ in range(sources):  # name, sequence, ident: skipped (pynatsd replicas source nothing)
+                n, at = read_uvarint(data, at)
+                at += n
+                _, at = read_uvarint(data, at)
+                n, at = read_uvarint(data, at)
+                at += n
+        deleted, at = read_uvarint(data, at)
+        if deleted:
+            raise UnsupportedEntry("stream snapshot with interior deletes not implemented")
+        keys = ("messages", "bytes", "first_seq", "last_seq", "clfs")
+        return dict(zip(keys, values, strict=True))
+    return _json_body(data, "stream snapshot")
+
+
 class StreamApplier:
     """Applies a stream group's committed entries to `store`, as a nats-server follower does
     (jetstream_cluster.go applyStreamEntries): messages at their leader-given sequences, deletes, purges,
-    skipped ranges. `clfs`: the leader's failed proposals, from the last snapshot. `broken` names the first
-    entry it could not apply; from then on it applies nothing (it would store at wrong sequences)."""
+    skipped ranges. `clfs`: the leader's failed proposals, from the last snapshot. A snapshot ahead of the
+    store sets `catchup_to` (its last sequence): entries after it wait in `held` until the messages up to
+    it came over nats-server's catch-up (`apply_catchup`, then `caught_up`). `broken` names the first entry
+    it could not apply; from then on it applies nothing (it would store at wrong sequences)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.clfs = 0
         self.broken = ""
         self.applied_msgs = 0
+        self.catchup_to = 0
+        self.held: list[Entry] = []
 
     def apply(self, entries: tuple[Entry, ...]) -> None:
         for entry in entries:
             if self.broken:
                 return
+            if self.catchup_to:
+                self.held.append(entry)
+                continue
             try:
                 if entry.type == EntryType.NORMAL:
                     self._apply_normal(entry.data)
@@ -185,16 +226,56 @@ class StreamApplier:
             self.store.skip_to(upto - 1)
 
     def _apply_snapshot(self, data: bytes) -> None:
-        """The leader's stream state: what the store holds must be it; messages the replica lacks would have
-        to come over nats-server's catch-up protocol (`$JSC.CATCHUP`), which is not implemented."""
-        state = _json_body(data, "stream snapshot")
+        """The leader's stream state: deletes and a moved first sequence apply at once; messages the store
+        lacks come over nats-server's catch-up (see the class docstring)."""
+        state = decode_stream_snapshot(data)
         self.clfs = int(state.get("clfs") or 0)
         first, last = int(state.get("first_seq") or 0), int(state.get("last_seq") or 0)
         deleted = {int(s) for s in state.get("deleted") or ()}
         store = self.store
-        if store.last_seq < last:
-            held = store.last_seq
-            raise UnsupportedEntry(f"stream snapshot at sequence {last}, the store at {held}: no catch-up")
         below = [s for s in store.seqs_from(store.first_seq) if s < first or s in deleted]
         if below:
             store.remove_many(below)
+        if store.last_seq < last:
+            self.catchup_to = last
+
+    def apply_catchup(self, data: bytes) -> None:
+        """One message of a catch-up (a stream msg at its own sequence, or a delete range); ValueError when
+        it is not one."""
+        if not data or data[0] not in _CATCHUP_OPS:
+            raise ValueError("catch-up message not understood")
+        store = self.store
+        if data[0] == EntryOp.DELETE_RANGE:
+            dr = _json_body(data[1:], "delete range")
+            store.skip_to(int(dr["First"]) + int(dr["Num"]) - 1)
+            return
+        body = data[1:]
+        if data[0] == EntryOp.COMPRESSED_STREAM_MSG:
+            try:
+                body = decode_block(body)
+            except S2Error as e:
+                raise ValueError(f"compressed catch-up msg: {e}") from None
+        msg = decode_stream_msg(body)
+        seq = msg.lseq  # a catch-up message carries its own sequence
+        if seq <= store.last_seq:
+            return
+        store.skip_to(seq - 1)
+        if not msg.subject and msg.ts == 0:
+            store.skip_to(seq)
+        else:
+            store.append(msg.subject, msg.hdrs, msg.data, msg.ts)
+            self.applied_msgs += 1
+
+    def caught_up(self) -> bool:
+        """At the end of a catch-up: True (and the held entries applied) when the store reached the
+        snapshot's last sequence; False when the leader must be asked again."""
+        if self.store.pending_writes:
+            self.store.commit()
+        if self.store.last_seq < self.catchup_to:
+            return False
+        held, self.held, self.catchup_to = self.held, [], 0
+        self.apply(tuple(held))
+        return True
+
+
+_CATCHUP_OPS = frozenset({EntryOp.STREAM_MSG, EntryOp.COMPRESSED_STREAM_MSG, EntryOp.DELETE_RANGE})

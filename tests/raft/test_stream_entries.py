@@ -63,15 +63,14 @@ def test_applier_stores_at_the_leaders_sequences() -> None:
 
 
 def test_applier_refuses_what_it_cannot_apply() -> None:
-    """An atomic batch, a gap, or a snapshot ahead of the store (catch-up is not implemented) stop the
-    replica with the reason, rather than store messages at wrong sequences."""
+    """An atomic batch or a gap stop the replica with the reason, rather than store messages at wrong
+    sequences."""
     for entries, reason in (
         (
             (Entry(EntryType.NORMAL, bytes((EntryOp.BATCH_MSG,)) + b"\x01\x00b\x01"),),
             "BATCH_MSG not implemented",
         ),
         ((_msg(0), _msg(5)), "after sequence 5"),
-        ((Entry(EntryType.SNAPSHOT, b'{"first_seq":1,"last_seq":9,"clfs":0}'),), "no catch-up"),
     ):
         store = MemoryStore()
         applier = StreamApplier(store)
@@ -90,3 +89,26 @@ def test_snapshot_state_the_store_holds() -> None:
     assert [s for s in range(1, 5) if s in store] == [2, 4] and applier.clfs == 1
     applier.apply((_msg(5),))  # lseq 5 less one failed proposal: sequence 5
     assert store.last_seq == 5 and not applier.broken
+
+
+def test_binary_snapshot_and_catchup() -> None:
+    """nats-server's binary stream state ahead of the store holds entries back until the catch-up's
+    messages (each at its own sequence, a delete range skipping) reach its last sequence."""
+    from pynatsd.base.varint import put_uvarint
+
+    state = bytes((42, 1)) + b"".join(put_uvarint(v) for v in (3, 99, 1, 5, 0, 0))
+    store = MemoryStore()
+    applier = StreamApplier(store)
+    applier.apply((_msg(0, b"a"), Entry(EntryType.SNAPSHOT, state), _msg(5, b"f")))
+    assert applier.catchup_to == 5 and len(applier.held) == 1 and store.last_seq == 1
+    assert not applier.caught_up()  # nothing came yet: ask again
+    catchup_msg = encode_stream_msg(StreamMsg(b"b", b"", None, b"x", 2, 7, False))  # lseq: its own sequence
+    applier.apply_catchup(catchup_msg)
+    applier.apply_catchup(bytes((EntryOp.DELETE_RANGE,)) + b'{"First":3,"Num":3}')
+    with pytest.raises(ValueError):
+        applier.apply_catchup(bytes((EntryOp.PURGE_STREAM,)) + b"{}")
+    assert applier.caught_up() and applier.catchup_to == 0
+    assert [(s, m.subject) for s in range(1, 7) if (m := store.load(s))] == [(1, b"a"), (2, b"b"), (6, b"f")]
+    deletes = bytes((42, 1)) + b"".join(put_uvarint(v) for v in (3, 99, 1, 5, 0, 1))
+    applier.apply((Entry(EntryType.SNAPSHOT, deletes),))
+    assert "interior deletes" in applier.broken

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -29,6 +31,7 @@ from tests.raft.test_meta_live import _current, _leader, _until, mixed_cluster
 pytestmark = pytest.mark.timeout(240)
 
 FIRST, MORE = 1500, 300
+BIG, BIG_SIZE = 72, 128 * 1024
 WAIT = 60.0
 
 
@@ -60,7 +63,9 @@ async def _request(node: Node, subject: str, body: dict[str, Any]) -> dict[str, 
             await asyncio.sleep(0.5)
 
 
-async def _publish(node: Node, start: int, count: int) -> list[int]:
+async def _publish(
+    node: Node, start: int, count: int, payload: Callable[[int], bytes] = _payload, batch: int = 100
+) -> list[int]:
     """`count` acked publishes through `node` (retried while the stream elects a leader); their sequences."""
     seqs: list[int] = []
     async with await nats.connect(f"nats://a:a@127.0.0.1:{node.port}") as nc:
@@ -70,14 +75,14 @@ async def _publish(node: Node, start: int, count: int) -> list[int]:
             deadline = asyncio.get_running_loop().time() + WAIT
             while True:
                 try:
-                    ack = await js.publish(f"orders.{i % 7}", _payload(i), headers={"Nats-Msg-Id": str(i)})
+                    ack = await js.publish(f"orders.{i % 7}", payload(i), headers={"Nats-Msg-Id": str(i)})
                     return int(ack.seq)
-                except (nats.errors.TimeoutError, NoStreamResponseError, APIError):
-                    assert asyncio.get_running_loop().time() < deadline, f"publish {i} never acked"
+                except (nats.errors.TimeoutError, NoStreamResponseError, APIError) as e:
+                    assert asyncio.get_running_loop().time() < deadline, f"publish {i} never acked: {e!r}"
                     await asyncio.sleep(0.2)
 
-        for base in range(start, start + count, 100):
-            seqs += await asyncio.gather(*(one(i) for i in range(base, min(base + 100, start + count))))
+        for base in range(start, start + count, batch):
+            seqs += await asyncio.gather(*(one(i) for i in range(base, min(base + batch, start + count))))
     return seqs
 
 
@@ -90,7 +95,7 @@ async def _stream_messages(node: Node, count: int) -> dict[int, tuple[str, bytes
             try:
                 sub = await nc.jetstream().subscribe("orders.>", ordered_consumer=True)
                 break
-            except nats.errors.TimeoutError:
+            except (nats.errors.TimeoutError, APIError):  # 10023 when placed on pynatsd (see below)
                 assert asyncio.get_running_loop().time() < deadline, "no ordered consumer"
         while len(out) < count:
             msg = await sub.next_msg(timeout=WAIT)
@@ -178,17 +183,7 @@ async def _scenario(cluster: Cluster) -> None:
         cluster.stop(ours)
         groups = list((cluster.workdir / "js0" / "_js_").iterdir())
         assert [g.name for g in groups] == [info["cluster"]["raft_group"]]
-        store = FileStore(groups[0] / "msgs")
-        try:
-            local = {}
-            for seq in range(store.first_seq, store.last_seq + 1):
-                msg = store.load(seq)
-                assert msg is not None, seq
-                local[seq] = (msg.subject.decode(), msg.data)
-            assert local == stored, ours.log()[-3000:]
-            assert store.msgs == FIRST + MORE
-        finally:
-            store.close()
+        assert _local_messages(groups[0]) == stored, ours.log()[-3000:]
         # Its log holds nats-server's entries as they came, the large messages S2-compressed.
         raft = FileStorage(groups[0] / "raft")
         ops = set()
@@ -199,5 +194,108 @@ async def _scenario(cluster: Cluster) -> None:
         assert {EntryOp.STREAM_MSG, EntryOp.COMPRESSED_STREAM_MSG} <= ops, ops
 
 
+def _local_messages(group: Path) -> dict[int, tuple[str, bytes]]:
+    """What the replica's file store holds (sequence -> subject, payload)."""
+    store = FileStore(group / "msgs")
+    try:
+        local = {}
+        for seq in range(store.first_seq, store.last_seq + 1):
+            msg = store.load(seq)
+            assert msg is not None, seq
+            local[seq] = (msg.subject.decode(), msg.data)
+        assert store.msgs == len(local)
+        return local
+    finally:
+        store.close()
+
+
+def _big(i: int) -> bytes:
+    return random.Random(i).randbytes(BIG_SIZE)  # incompressible
+
+
+async def _catch_up(cluster: Cluster) -> None:
+    ours = cluster[0]
+    go = cluster.nodes[1:]
+    # The stream leader killed in the first test comes back (its route goes through the seed, node 0).
+    for node in cluster.nodes:
+        if not node.running:
+            await asyncio.to_thread(cluster.start, node)
+    total = FIRST + MORE
+
+    def all_current(info: dict[str, Any]) -> bool:
+        replicas = info.get("cluster", {}).get("replicas") or ()
+        names = {info["cluster"].get("leader")} | {r["name"] for r in replicas if r.get("current")}
+        return names >= {n.name for n in cluster.nodes} and info["state"]["last_seq"] == total
+
+    await _info_until(go[0], all_current)
+    cluster.stop(ours)
+    # More than nats-server's 8 MiB: the stream leader compacts its log behind a snapshot, so the replica
+    # restarted behind it gets the snapshot and must catch up over $JSC.CATCHUP.
+    seqs = await _publish(go[0], total, BIG, _big, batch=4)
+    assert sorted(seqs) == list(range(total + 1, total + BIG + 1))
+    await asyncio.to_thread(cluster.start, ours)
+    info = await _settled(go[0], ours.name, total + BIG)
+    assert info["state"]["messages"] == total + BIG
+    stored = await _stream_messages(go[0], total + BIG)
+    assert {stored[s] for s in range(total + 1, total + BIG + 1)} == {
+        (f"orders.{i % 7}", _big(i)) for i in range(total, total + BIG)
+    }
+    if ours.kind == "pynatsd":
+        log = ours.log()
+        cluster.stop(ours)
+        assert "caught up" in log, log[-3000:]
+        group = cluster.workdir / "js0" / "_js_" / info["cluster"]["raft_group"]
+        assert _local_messages(group) == stored, log[-3000:]
+
+
 def test_stream_replica_follows_and_votes(cluster: Cluster) -> None:
     asyncio.run(_scenario(cluster))
+
+
+def test_stream_replica_catches_up(cluster: Cluster) -> None:
+    """After test_stream_replica_follows_and_votes (the same cluster)."""
+    asyncio.run(_catch_up(cluster))
+
+
+async def _single_replica_consumers(cluster: Cluster) -> None:
+    """An R1 consumer of an R3 stream goes to a random peer of the stream: pynatsd, which serves no
+    consumers, refuses it (nats-server's 10023 "insufficient resources", relayed by the meta leader) rather
+    than leave the client waiting on a consumer that never delivers; the reference serves all."""
+    for node in cluster.nodes:
+        if not node.running:
+            await asyncio.to_thread(cluster.start, node)
+    ours, go = cluster[0], cluster.nodes[1:]
+    await _info_until(
+        go[0],
+        lambda info: (
+            _replica(info, ours.name).get("current") is True or info["cluster"].get("leader") == ours.name
+        ),
+    )
+    # nats-server takes a peer for offline from its shutdown until its next STATSZ: wait for one.
+    async with await nats.connect(f"nats://sys:sys@127.0.0.1:{go[0].port}") as nc:
+        statsz = await nc.subscribe("$SYS.SERVER.*.STATSZ")
+        while json.loads((await statsz.next_msg(timeout=WAIT)).data)["server"]["name"] != ours.name:
+            pass
+    placed: dict[str, int] = {}
+    for i in range(20):
+        config = {"durable_name": f"R1_{i}", "ack_policy": "explicit", "num_replicas": 1}
+        body = {"stream_name": "ORDERS", "config": config}
+        answer = await _request(go[0], f"$JS.API.CONSUMER.DURABLE.CREATE.ORDERS.R1_{i}", body)
+        if "error" in answer:
+            assert answer["error"] == {
+                "code": 503,
+                "err_code": 10023,
+                "description": "insufficient resources",
+            }
+            where = "refused"
+        else:
+            where = answer["cluster"]["leader"]
+        placed[where] = placed.get(where, 0) + 1
+    if ours.kind == "pynatsd":
+        assert placed.get("refused") and ours.name not in placed, placed
+    else:
+        assert "refused" not in placed, placed
+
+
+def test_single_replica_consumer_refused(cluster: Cluster) -> None:
+    asyncio.run(_single_replica_consumers(cluster))
