@@ -201,12 +201,19 @@ def _local_messages(group: Path) -> dict[int, tuple[str, bytes]]:
         local = {}
         for seq in range(store.first_seq, store.last_seq + 1):
             msg = store.load(seq)
-            assert msg is not None, seq
-            local[seq] = (msg.subject.decode(), msg.data)
+            if msg is not None:  # None: deleted or purged
+                local[seq] = (msg.subject.decode(), msg.data)
         assert store.msgs == len(local)
         return local
     finally:
         store.close()
+
+
+async def _all_running(cluster: Cluster) -> None:
+    """Nodes a test before stopped started again (a nats-server's route goes through the seed, node 0)."""
+    for node in cluster.nodes:
+        if not node.running:
+            await asyncio.to_thread(cluster.start, node)
 
 
 def _big(i: int) -> bytes:
@@ -216,10 +223,7 @@ def _big(i: int) -> bytes:
 async def _catch_up(cluster: Cluster) -> None:
     ours = cluster[0]
     go = cluster.nodes[1:]
-    # The stream leader killed in the first test comes back (its route goes through the seed, node 0).
-    for node in cluster.nodes:
-        if not node.running:
-            await asyncio.to_thread(cluster.start, node)
+    await _all_running(cluster)  # the stream leader killed in the first test comes back
     total = FIRST + MORE
 
     def all_current(info: dict[str, Any]) -> bool:
@@ -261,9 +265,7 @@ async def _single_replica_consumers(cluster: Cluster) -> None:
     """An R1 consumer of an R3 stream goes to a random peer of the stream: pynatsd, which serves no
     consumers, refuses it (nats-server's 10023 "insufficient resources", relayed by the meta leader) rather
     than leave the client waiting on a consumer that never delivers; the reference serves all."""
-    for node in cluster.nodes:
-        if not node.running:
-            await asyncio.to_thread(cluster.start, node)
+    await _all_running(cluster)
     ours, go = cluster[0], cluster.nodes[1:]
     await _info_until(
         go[0],
@@ -297,5 +299,29 @@ async def _single_replica_consumers(cluster: Cluster) -> None:
         assert "refused" not in placed, placed
 
 
+async def _delete_and_purge(cluster: Cluster) -> None:
+    """A message deleted and a purge keeping the last 10 of a subject reach the replica's store too."""
+    await _all_running(cluster)
+    ours, go = cluster[0], cluster.nodes[1:]
+    total = FIRST + MORE + BIG
+    deleted = await _request(go[0], "$JS.API.STREAM.MSG.DELETE.ORDERS", {"seq": 5})
+    assert deleted == {"type": "io.nats.jetstream.api.v1.stream_msg_delete_response", "success": True}
+    purge = {"filter": "orders.3", "keep": 10}
+    purged = await _request(go[0], "$JS.API.STREAM.PURGE.ORDERS", purge)
+    assert purged["success"] and purged["purged"] > 0
+    info = await _settled(go[0], ours.name, total)
+    left = info["state"]["messages"]
+    assert left == total - 1 - purged["purged"]
+    stored = await _stream_messages(go[0], left)
+    if ours.kind == "pynatsd":
+        cluster.stop(ours)
+        group = cluster.workdir / "js0" / "_js_" / info["cluster"]["raft_group"]
+        assert _local_messages(group) == stored
+
+
 def test_single_replica_consumer_refused(cluster: Cluster) -> None:
     asyncio.run(_single_replica_consumers(cluster))
+
+
+def test_delete_and_purge_reach_the_replica(cluster: Cluster) -> None:
+    asyncio.run(_delete_and_purge(cluster))
