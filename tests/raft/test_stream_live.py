@@ -325,3 +325,20 @@ def test_single_replica_consumer_refused(cluster: Cluster) -> None:
 
 def test_delete_and_purge_reach_the_replica(cluster: Cluster) -> None:
     asyncio.run(_delete_and_purge(cluster))
+
+
+async def _delete_stream(cluster: Cluster) -> None:
+    """A deleted stream's replica stops, its log and store removed."""
+    await _all_running(cluster)
+    ours, go = cluster[0], cluster.nodes[1:]
+    info = await _info_until(go[0], lambda info: _replica(info, ours.name).get("current") is True)
+    group = cluster.workdir / "js0" / "_js_" / info["cluster"]["raft_group"]
+    assert (await _request(go[0], "$JS.API.STREAM.DELETE.ORDERS", {})).get("success") is True
+    gone = await _request(ours, "$JS.API.STREAM.INFO.ORDERS", {})
+    assert gone["error"]["err_code"] == 10059  # stream not found, asked through either layout's node 0
+    if ours.kind == "pynatsd":
+        await _until(lambda: not group.exists(), "the deleted stream's replica directory is still there")
+
+
+def test_deleted_stream_leaves_no_replica(cluster: Cluster) -> None:
+    asyncio.run(_delete_stream(cluster))
