@@ -198,6 +198,7 @@ class Node(Broker):
                     names,
                     js_config.meta_compact,
                     js_config.meta_compact_size,
+                    js_config,
                 )
                 self.meta_member.start()
             self.cluster_js = ClusterJetStream(self, system, self.meta_member)

@@ -24,6 +24,7 @@ def effective_limits(js: JetStream) -> tuple[int, int]:
 
 
 def configured_limits(config: JsConfig) -> tuple[int, int]:
+    """effective_limits of a JetStream configuration (a meta group member's too, which has no JetStream)."""
     mem, disk = config.max_memory_store, config.max_file_store
     if mem < 0:
         try:

@@ -225,11 +225,14 @@ class SystemService:
         """nats-server's ServerInfo block, with the next sequence number."""
         info = self.server.info_base()
         self._seq += 1
-        jetstream = self.server.jetstream is not None
+        # A meta group member is a JetStream server to its cluster: nats-server places stream peers on it.
+        jetstream = self.server.jetstream is not None or self.server.meta_member is not None
+        cluster = self.server.cluster
         return {
             "name": self.server.server_name,
             "host": info.get("host", self.server.options.host),
             "id": self.server_id,
+            **({"cluster": cluster.name} if cluster is not None and cluster.name else {}),
             "ver": info.get("version", ""),
             "jetstream": jetstream,
             "flags": 1 if jetstream else 0,  # nats-server's JetStreamEnabled capability bit
@@ -449,6 +452,8 @@ class SystemService:
         body["active_servers"] = 1
         if s.jetstream is not None:
             body["jetstream"] = js_monitor.varz_block(s.jetstream)
+        elif s.meta_member is not None:
+            body["jetstream"] = s.meta_member.jetstream_statsz()
         body["gomaxprocs"] = cores
         return {"server": self.server_info(), "statsz": body}
 

@@ -4,9 +4,11 @@ directory, its clock on the event loop.
 
 The member is an observer (nats-server's notion): it stores and acks the meta leader's entries and gives its
 vote, but never campaigns, so it never becomes the meta leader, which would have to serve the JetStream API.
-It runs no JetStream of its own: streams are placed on the nats-server peers (pynatsd never sends a
-JetStream statsz, so nats-server never selects it), and its clients' `$JS.API` requests go to the cluster
-(pynatsd.routes.jetstream), answered here only when the group has no leader, as nats-server answers then.
+Its STATSZ announces JetStream with all its storage reserved (jetstream_statsz), so nats-server's meta leader
+counts it among a replicated stream's peers but places single-replica streams on nats-server nodes with
+room: it hosts follower replicas of replicated streams (pynatsd.raft.replica), never a stream it would have
+to lead. Its clients' `$JS.API` requests go to the cluster (pynatsd.routes.jetstream), answered here only
+when the group has no leader, as nats-server answers then.
 Its peer id is nats-server's hash of the server name, which must therefore be stable (configured).
 It applies the stream and consumer assignments (meta.MetaState) and compacts its log behind snapshots of
 them in nats-server's meta snapshot encoding (MetaApplier), so a restart loads snapshot + remaining log.
@@ -15,6 +17,7 @@ them in nats-server's meta snapshot encoding (MetaApplier), so a restart loads s
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -26,14 +29,18 @@ from pynatsd.base.formats import rfc3339nano
 from pynatsd.base.logging import get_logger
 from pynatsd.broker.delivery import Subscription
 from pynatsd.broker.internal import InternalClient
-from pynatsd.protocol.subjects import is_literal_subject
+from pynatsd.jetstream.monitor import configured_limits
+from pynatsd.jetstream.store.file import FileStore
+from pynatsd.jetstream.util import parse_rfc3339
 from pynatsd.raft.codec import META_GROUP, EntryType, PeerState, peer_id
-from pynatsd.raft.meta import MetaState
+from pynatsd.raft.meta import MetaState, service_account
 from pynatsd.raft.node import Committed, RaftNode
+from pynatsd.raft.replica import StreamReplica, drive_node, rearm
 from pynatsd.raft.storage import FileStorage
 
 if TYPE_CHECKING:
     from pynatsd.broker.core import Broker
+    from pynatsd.config.jetstream import JsConfig
 
 log = get_logger()
 
@@ -46,6 +53,24 @@ LEADERLESS_AFTER = 10.0
 # (entries) and `meta_compact_size` (bytes) raise the bar when set.
 COMPACT_INTERVAL = 60.0
 COMPACT_SIZE_MIN = 8 << 20
+
+
+# Where a member reports an assignment it could not carry out (jetstream_cluster.go streamAssignmentSubj,
+# consumerAssignmentSubj), and the error it gives (nats-server's JSInsufficientResourcesErr).
+STREAM_RESULT = b"$SYS.JSC.STREAM.ASSIGNMENT.RESULT"
+CONSUMER_RESULT = b"$SYS.JSC.CONSUMER.ASSIGNMENT.RESULT"
+INSUFFICIENT_RESOURCES = {"code": 503, "err_code": 10023, "description": "insufficient resources"}
+RESULT_WINDOW_NS = 5_000_000_000
+
+
+def _fresh(assignment: dict[str, Any]) -> bool:
+    """Created within the last few seconds, when the meta leader still acts on a member's result (not one
+    replayed from the log at a restart)."""
+    try:
+        created = parse_rfc3339(str(assignment.get("created") or ""))
+    except ValueError:
+        return False
+    return time.time_ns() - created < RESULT_WINDOW_NS
 
 
 class MetaApplier:
@@ -135,6 +160,7 @@ class MetaMember:
         peer_names: Callable[[], list[str]],
         compact_entries: int = 0,
         compact_size: int = 0,
+        config: JsConfig | None = None,
     ) -> None:
         self.server = server
         self.compact_entries = compact_entries  # nats-server's meta_compact and meta_compact_size
@@ -150,6 +176,11 @@ class MetaMember:
         self.applier: MetaApplier | None = None
         self.compact_timer: asyncio.TimerHandle | None = None
         self.routed = False  # a route came up since start (nats-server's meta layer recovers only then)
+        self.replica_dir = store_dir / "_js_"
+        self.replicas: dict[str, StreamReplica] = {}  # stream group -> the follower replica hosted here
+        self.refused: dict[str, str] = {}  # what an assignment asked that this member does not serve
+        # The configured limits (or nats-server's defaults), which its STATSZ advertises.
+        self.max_memory, self.max_storage = configured_limits(config) if config is not None else (0, 0)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -163,7 +194,7 @@ class MetaMember:
         self.started = loop.time()
         self.compact_timer = loop.call_later(COMPACT_INTERVAL, self._on_compact_timer)
         self._pump()
-        log.info("JetStream cluster member: meta group voter; streams are placed on nats-server peers")
+        log.info("JetStream cluster member: meta group voter, follower of replicated streams")
 
     def stop(self) -> None:
         if self.timer is not None:
@@ -172,6 +203,9 @@ class MetaMember:
         if self.compact_timer is not None:
             self.compact_timer.cancel()
             self.compact_timer = None
+        for replica in self.replicas.values():
+            replica.stop()
+        self.replicas.clear()
         self.client.close()
         self.subs.clear()
         if self.node is not None:
@@ -204,25 +238,97 @@ class MetaMember:
         loop = self.server.loop
         if not self.routed:
             self.recovering()  # noted when it happens, not when healthz next asks
-        due = node.tick(loop.time())
-        wanted = node.subscriptions()
-        for subject in wanted - self.subs.keys():
-            self.subs[subject] = self.client.subscribe(subject.encode(), self._on_msg)
-        for subject in self.subs.keys() - wanted:
-            self.client.unsubscribe(self.subs.pop(subject))
-        for out in node.take_outbox():
-            # Answers go to the subject the request named: only ever an NRG inbox, so a system account
-            # user cannot make the server publish in its own name anywhere else (no confused deputy).
-            if out.subject.startswith("$NRG.") and is_literal_subject(out.subject.encode("latin-1")):
-                self.client.publish(
-                    out.subject.encode("latin-1"), out.reply.encode("latin-1") or None, None, out.data
-                )
+        due = drive_node(self.client, node, self.subs, self._on_msg, loop.time())
         if self.applier is not None:
-            self.applier.apply(node.take_applied())
-        if self.timer is None or self.timer.when() > due:
-            if self.timer is not None:
-                self.timer.cancel()
-            self.timer = loop.call_at(due, self._on_timer) if due != float("inf") else None
+            committed = node.take_applied()
+            self.applier.apply(committed)
+            if committed:
+                self._place_replicas()
+        self.timer = rearm(loop, self.timer, due, self._on_timer)
+
+    # Stream replicas.
+
+    def _place_replicas(self) -> None:
+        """Follow the stream assignments naming this server: a replica for each replicated one, stopped (its
+        data removed) when its stream is deleted. What it cannot serve it refuses in the log: a stream whose
+        only peer it is (it would have to lead), a changed peer set, consumer replicas."""
+        node, applier = self.node, self.applier
+        if node is None or applier is None:
+            return
+        ours = node.id
+        wanted: dict[str, dict[str, Any]] = {}
+        for key, sa in applier.state.streams.items():
+            group = sa.get("group") or {}
+            peers = [str(p) for p in group.get("peers") or ()]
+            if ours not in peers:
+                continue
+            name = str(group.get("name") or "")
+            if len(peers) < 2:
+                what = f"stream {key[1]!r}: a single replica on pynatsd would have to lead it"
+                if self._refuse(name, what) and _fresh(sa):
+                    self._answer_refused(
+                        STREAM_RESULT, {"account": key[0], "stream": key[1]}, "stream_create"
+                    )
+                continue
+            wanted[name] = sa
+            for consumer, ca in applier.state.consumers.get(key, {}).items():
+                cpeers = (ca.get("group") or {}).get("peers") or ()
+                if ours not in cpeers:
+                    continue
+                if len(cpeers) > 1:  # the nats-server members make its quorum
+                    self._refuse(f"{name}/{consumer}", f"consumer {key[1]} > {consumer}: replica not hosted")
+                    continue
+                what = f"consumer {key[1]} > {consumer}: pynatsd does not serve consumers"
+                if self._refuse(f"{name}/{consumer}", what) and _fresh(ca):
+                    result = {"account": key[0], "stream": key[1], "consumer": consumer}
+                    self._answer_refused(CONSUMER_RESULT, result, "consumer_create")
+        for name in self.replicas.keys() - wanted.keys():
+            self.replicas.pop(name).stop(remove=True)
+        for name, sa in wanted.items():
+            replica = self.replicas.get(name)
+            if replica is None:
+                try:
+                    self.replicas[name] = StreamReplica(
+                        self.server, self.client, self.replica_dir / name, sa, ours
+                    )
+                except (OSError, KeyError, TypeError, ValueError) as e:
+                    self._refuse(name, f"stream {sa['stream'].get('name')!r}: replica not started: {e}")
+            elif sorted(replica.peers) != sorted(str(p) for p in sa["group"]["peers"]):
+                self._refuse(name + "/peers", f"stream {replica.stream!r}: peer set change not implemented")
+
+    def _refuse(self, key: str, what: str) -> bool:
+        """Log what an assignment asks that this member does not serve, once; True the first time."""
+        if key in self.refused:
+            return False
+        self.refused[key] = what
+        log.error("JetStream cluster member: %s", what)
+        return True
+
+    def _answer_refused(self, subject: bytes, result: dict[str, Any], kind: str) -> None:
+        """Tell the meta leader, as a nats-server member that failed to create an asset does: it answers the
+        client with the error (and drops a fresh stream assignment, or places it again elsewhere)."""
+        response = {"type": f"io.nats.jetstream.api.v1.{kind}_response", "error": INSUFFICIENT_RESOURCES}
+        result["create_response" if kind == "stream_create" else "response"] = response
+        self.client.publish(subject, None, None, json.dumps(result).encode())
+
+    def jetstream_statsz(self) -> dict[str, Any]:
+        """The `jetstream` block of this server's STATSZ (nats-server's JetStreamVarz config and stats), which
+        makes nats-server's meta leader select it for stream peers. It reports all its storage reserved:
+        a stream with one replica goes to a nats-server with room (the leader places by available storage),
+        for pynatsd does not lead streams; a replicated one counts it among its peers."""
+        limits = {"max_memory": self.max_memory, "max_storage": self.max_storage}
+        store = sum(r.store.bytes for r in self.replicas.values() if isinstance(r.store, FileStore))
+        memory = sum(r.store.bytes for r in self.replicas.values() if not isinstance(r.store, FileStore))
+        stats = {
+            "memory": memory,
+            "storage": store,
+            "reserved_memory": self.max_memory,
+            "reserved_storage": self.max_storage,
+            "accounts": len({service_account(r.assignment.get("client")) for r in self.replicas.values()}),
+            "ha_assets": len(self.replicas) + 1,  # the meta group counts, as nats-server's
+            "api": {"level": 0, "total": 0, "errors": 0},
+        }
+        return {"config": limits, "stats": stats}  # no store_dir: nats-server leaves its path out too
 
     # What the server shows.
 
@@ -245,6 +351,8 @@ class MetaMember:
         meta group's account is the system account (nats-server's accName for it)."""
         if self.node is not None:
             yield self.system_account, META_GROUP, self.node
+        for group, replica in self.replicas.items():  # a stream group's account is the stream's
+            yield service_account(replica.assignment.get("client")), group, replica.node
 
     def server_names(self) -> dict[str, str]:
         """Peer id -> server name of the cluster's nodes this server knows (its routes, and itself)."""

@@ -18,6 +18,7 @@ import json
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import nats
@@ -67,16 +68,22 @@ def _start(kinds: list[str], workdir: Path, js: list[bool]) -> Cluster:
     return cluster
 
 
-@pytest.fixture(params=["pynatsd", "nats-server"])
-def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+@contextmanager
+def mixed_cluster(kind: str) -> Iterator[Cluster]:
+    """`kind` (pynatsd, or the reference's nats-server) and two nats-server nodes, JetStream on each."""
     need_tool(nats_server_binary() is not None, "nats-server")
-    kind = str(request.param)
-    with tempfile.TemporaryDirectory(prefix="pynatsd-meta-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="pynatsd-raft-") as workdir:
         cluster = _start([kind, "nats-server", "nats-server"], Path(workdir), [True, True, True])
         try:
             yield cluster
         finally:
             cluster.stop_all()
+
+
+@pytest.fixture(params=["pynatsd", "nats-server"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    with mixed_cluster(str(request.param)) as cluster:
+        yield cluster
 
 
 def _meta(node: Node) -> dict[str, object]:
