@@ -176,6 +176,12 @@ async def _scenario(cluster: Cluster) -> None:
     assert sorted(stored) == list(range(1, FIRST + MORE + 1))  # concurrent publishes: in any order
     assert set(stored.values()) == {(f"orders.{i % 7}", _payload(i)) for i in range(FIRST + MORE)}
 
+    # /raftz lists the stream's group under the stream's account, in the same term as the survivor's.
+    group = info["cluster"]["raft_group"]
+    ours_raftz, survivor_raftz = ours.get("/raftz?acc=A"), survivor.get("/raftz?acc=A")
+    assert ours_raftz["A"][group]["term"] == survivor_raftz["A"][group]["term"]
+    assert ours_raftz["A"][group].keys() >= {"id", "state", "leader", "committed", "applied", "peers"}
+
     if ours.kind == "pynatsd":
         # The replica's own store holds exactly the stream's messages (read once the server stopped).
         member = ours.get("/jsz")
