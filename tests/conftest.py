@@ -60,6 +60,10 @@ SERIAL = (
     "tests/jetstream/test_consumers.py::test_ack_all_and_max_ack_pending",
     "tests/integration/test_fast_producer_stall.py",
     "tests/bench/",
+    # RAFT groups across a mixed cluster, killed and restarted: elections and catch-up lag under a second
+    # worker's load (a stream was not yet known to a restarted node's meta layer).
+    "tests/raft/test_stream_live.py",
+    "tests/raft/test_meta_live.py",
 )
 
 

@@ -72,24 +72,29 @@ def go_env() -> dict[str, str]:
     return env
 
 
+def _build_paths(name: str) -> tuple[Path, Path]:
+    """The program's path, and the temporary one it is built at and then renamed from: make test's workers may
+    build the same program while another runs it (a half-written binary is not executable)."""
+    BUILD_DIR.mkdir(exist_ok=True)
+    return BUILD_DIR / name, BUILD_DIR / f"{name}.{os.getpid()}.building"
+
+
 def build_go(src: Path = HERE / "go" / "natsinterop", name: str = "natsinterop-go") -> Path:
     """Builds the Go program in `src` (a main package importing nats.go) offline; returns the binary."""
-    out = BUILD_DIR / name
-    BUILD_DIR.mkdir(exist_ok=True)
+    out, building = _build_paths(name)
     subprocess.run(
-        ["go", "build", "-o", str(out), "."],  # GOPATH mode refuses absolute import paths
+        ["go", "build", "-o", str(building), "."],  # GOPATH mode refuses absolute import paths
         check=True,
         env=go_env(),
         cwd=src,
         capture_output=True,
         timeout=300,
     )
-    return out
+    return building.replace(out)
 
 
 def build_c() -> Path:
-    out = BUILD_DIR / "natsinterop-c"
-    BUILD_DIR.mkdir(exist_ok=True)
+    out, building = _build_paths("natsinterop-c")
     flags = subprocess.run(
         ["pkg-config", "--cflags", "--libs", "libnats"], check=True, capture_output=True, text=True
     ).stdout.split()
@@ -103,7 +108,7 @@ def build_c() -> Path:
             "-Wextra",
             "-Werror",
             "-o",
-            str(out),
+            str(building),
             *sources,
             *flags,
             "-lpthread",
@@ -112,7 +117,7 @@ def build_c() -> Path:
         capture_output=True,
         timeout=120,
     )
-    return out
+    return building.replace(out)
 
 
 def python_driver() -> Driver:
