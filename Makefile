@@ -53,20 +53,10 @@ run: compile
 
 ## test: the whole suite on the compiled path (core suites on both asyncio and uvloop, see
 ## tests/conftest.py), then the core suites again on the interpreted path (uvloop); the 30 slowest are
-## listed; ruff, the formatter and mypy run first (CI's budget: under 25 minutes).
-## The compiled pass runs on two xdist workers, a test directory per worker at a time (run serially the
-## suite mostly waits on servers and timers: load ~1 on 2 cores, 22 minutes), the deploy tests beside them in
-## a process of their own (their Docker engine is prepared in the background from the start), then the
-## `serial` tests alone (latency bounds, wall-clock waits), then the interpreted pass. Every phase runs;
-## the target fails if any failed.
+## listed; ruff, the formatter and mypy run first (CI's budget: under 25 minutes)
 test: venv compile check
-	@mkdir -p build; status=0; \
-	PYNATSD_TEST_PORT_CLASS=2/3 $(PY) -m pytest -q -p no:cacheprovider tests/deploy >build/test-deploy.log 2>&1 & deploy=$$!; \
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not serial" --ignore=tests/deploy --durations=30 || status=1; \
-	wait $$deploy || status=1; echo "== tests/deploy, run beside them:"; cat build/test-deploy.log; \
-	$(PY) -m pytest -q -m serial --ignore=tests/deploy --durations=10 || status=1; \
-	PYNATSD_NO_EXTENSIONS=1 PYNATSD_LOOP=uvloop $(PY) -m pytest -q -m "not compiled_pass_only" $(INTERPRETED_SUITES) || status=1; \
-	exit $$status
+	$(PY) -m pytest -q --durations=30
+	PYNATSD_NO_EXTENSIONS=1 PYNATSD_LOOP=uvloop $(PY) -m pytest -q -m "not compiled_pass_only" $(INTERPRETED_SUITES)
 
 test-fast: venv
 	$(PY) -m pytest -q -x tests/unit tests/integration

@@ -48,39 +48,14 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
     return {"uvloop": _uvloop_loop}
 
 
-# Tests that bound a latency or wait on the wall clock with little margin: make test runs them alone, after
-# the two-worker pass, where no other test's servers share the CPU (each failed at least once beside others).
-SERIAL = (
-    "tests/fairness/",
-    "tests/mqtt/test_robustness.py",
-    "tests/security/test_hardening.py",
-    "tests/parity/test_monitoring.py::test_huge_connz_detail_does_not_hold_the_loop",
-    "tests/jwt/test_operator.py::test_account_expiry_while_connected",
-    "tests/accounts/test_jwt.py::test_activation_expiring_ends_the_import",
-    "tests/jetstream/test_consumers.py::test_ack_all_and_max_ack_pending",
-    "tests/integration/test_fast_producer_stall.py",
-    "tests/bench/",
-    # RAFT groups across a mixed cluster, killed and restarted: elections and catch-up lag under a second
-    # worker's load (a stream was not yet known to a restarted node's meta layer).
-    "tests/raft/test_stream_live.py",
-    "tests/raft/test_meta_live.py",
-)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A run parametrized to the reference nats-server alone (`kind` "nats-server") runs no pynatsd code:
-    it is marked compiled_pass_only, so the interpreted pass (PYNATSD_NO_EXTENSIONS=1) does not repeat it.
-    Each test is grouped by its directory for `--dist loadgroup` (session-scoped clusters, the Spark
-    session and built drivers are shared within a directory); the SERIAL ones are marked `serial`."""
+    it is marked compiled_pass_only, so the interpreted pass (PYNATSD_NO_EXTENSIONS=1) does not repeat it."""
     marker = pytest.mark.compiled_pass_only
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "nats-server" in callspec.params.values():
             item.add_marker(marker)
-        path = item.nodeid.split("::", 1)[0].split("/")
-        item.add_marker(pytest.mark.xdist_group("/".join(path[:2]) if len(path) > 2 else path[0]))
-        if item.nodeid.startswith(SERIAL):
-            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(autouse=True)

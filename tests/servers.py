@@ -53,34 +53,14 @@ def jetstream_pair(store: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]
 _HANDED_OUT: collections.deque[int] = collections.deque(maxlen=512)
 
 
-def _port_class() -> tuple[int, int]:
-    """(residue, modulus) of the ports this process hands out. Test processes running at once (make test's
-    xdist workers gw0, gw1… and the deploy process beside them, PYNATSD_TEST_PORT_CLASS "2/3") take ports of
-    their own residue, so none is handed a port another one just released and is about to bind."""
-    given = os.environ.get("PYNATSD_TEST_PORT_CLASS", "")
-    if given:
-        residue, modulus = given.split("/")
-        return int(residue), int(modulus)
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
-    if worker.startswith("gw") and workers:
-        return int(worker[2:]), int(workers) + 1  # the last residue is left to a process beside the workers
-    return 0, 1
-
-
-_PORT_CLASS = _port_class()
-
-
 def free_port() -> int:
-    """A free local port of this process's class, none of the last ones it handed out: the kernel may give a
-    port just released again, and a server started with `-p P -m P` (two calls in a row) failed to start."""
-    residue, modulus = _PORT_CLASS
-    for _ in range(20 * modulus):
+    """A free local port, none of the last ones this process handed out: the kernel may give a port just
+    released again, and a server started with `-p P -m P` (two calls in a row) failed to start."""
+    for _ in range(20):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        # By port // 2: Linux hands out even ports to bind(0) first (odd ones are left to connect()).
-        if port // 2 % modulus == residue and port not in _HANDED_OUT:
+        if port not in _HANDED_OUT:
             break
     _HANDED_OUT.append(port)
     return port

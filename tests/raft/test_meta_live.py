@@ -230,8 +230,12 @@ async def _scenario(cluster: Cluster) -> None:
     # A new meta leader installs a snapshot (jetstream_cluster.go, monitorCluster): its log no longer
     # holds what the restarted member missed, so the catch-up starts with that S2-compressed snapshot.
     before = _leader(cluster, go)
+    # The successor named: left to chance, the leader may hand over to the member just killed (still current
+    # in its view), and once no leader came within 60 s.
+    successor = next(n.name for n in go if n.name != before)
+    stepdown = json.dumps({"placement": {"preferred": successor}}).encode()
     async with await nats.connect(f"nats://sys:sys@127.0.0.1:{survivor.port}") as nc:
-        await nc.request("$JS.API.META.LEADER.STEPDOWN", b"", timeout=10)
+        await nc.request("$JS.API.META.LEADER.STEPDOWN", stepdown, timeout=10)
     await _until(lambda: _leader(cluster, go) not in ("", before), "no new meta leader")
     await asyncio.to_thread(cluster.start, ours)
     await _until(lambda: _current(cluster, ours.name), f"{ours.name} not current after its restart")
