@@ -73,8 +73,8 @@ def go_env() -> dict[str, str]:
 
 
 def _build_paths(name: str) -> tuple[Path, Path]:
-    """The program's path, and the temporary one it is built at and then renamed from: test processes running at once may
-    build the same program while another runs it (a half-written binary is not executable)."""
+    """The program's path, and the temporary one it is built at and then renamed from: test processes running
+    at once may build the same program while another runs it (a half-written binary is not executable)."""
     BUILD_DIR.mkdir(exist_ok=True)
     return BUILD_DIR / name, BUILD_DIR / f"{name}.{os.getpid()}.building"
 
