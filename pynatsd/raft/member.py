@@ -6,9 +6,10 @@ The member is an observer (nats-server's notion): it stores and acks the meta le
 vote, but never campaigns, so it never becomes the meta leader, which would have to serve the JetStream API.
 Its STATSZ announces JetStream with all its storage reserved (jetstream_statsz), so nats-server's meta leader
 counts it among a replicated stream's peers but places single-replica streams on nats-server nodes with
-room: it hosts follower replicas of replicated streams (pynatsd.raft.replica), never a stream it would have
-to lead. Its clients' `$JS.API` requests go to the cluster (pynatsd.routes.jetstream), answered here only
-when the group has no leader, as nats-server answers then.
+room: it hosts follower replicas of replicated streams (pynatsd.raft.replica) and of their replicated
+consumers (pynatsd.raft.consumer), never a stream or consumer it would have to lead. Its clients' `$JS.API`
+requests go to the cluster (pynatsd.routes.jetstream), answered here only when the group has no leader, as
+nats-server answers then.
 Its peer id is nats-server's hash of the server name, which must therefore be stable (configured).
 It applies the stream and consumer assignments (meta.MetaState) and compacts its log behind snapshots of
 them in nats-server's meta snapshot encoding (MetaApplier), so a restart loads snapshot + remaining log.
@@ -33,6 +34,7 @@ from pynatsd.jetstream.monitor import configured_limits
 from pynatsd.jetstream.store.file import FileStore
 from pynatsd.jetstream.util import parse_rfc3339
 from pynatsd.raft.codec import META_GROUP, EntryType, PeerState, peer_id
+from pynatsd.raft.consumer import ConsumerReplica
 from pynatsd.raft.meta import MetaState, service_account
 from pynatsd.raft.node import Committed, RaftNode
 from pynatsd.raft.replica import StreamReplica, drive_node, rearm
@@ -178,6 +180,7 @@ class MetaMember:
         self.routed = False  # a route came up since start (nats-server's meta layer recovers only then)
         self.replica_dir = store_dir / "_js_"
         self.replicas: dict[str, StreamReplica] = {}  # stream group -> the follower replica hosted here
+        self.consumer_replicas: dict[str, ConsumerReplica] = {}  # consumer group -> its follower here
         self.refused: dict[str, str] = {}  # what an assignment asked that this member does not serve
         # The configured limits (or nats-server's defaults), which its STATSZ advertises.
         self.max_memory, self.max_storage = configured_limits(config) if config is not None else (0, 0)
@@ -206,6 +209,9 @@ class MetaMember:
         for replica in self.replicas.values():
             replica.stop()
         self.replicas.clear()
+        for consumer in self.consumer_replicas.values():
+            consumer.stop()
+        self.consumer_replicas.clear()
         self.client.close()
         self.subs.clear()
         if self.node is not None:
@@ -244,6 +250,7 @@ class MetaMember:
             self.applier.apply(committed)
             if committed:
                 self._place_replicas()
+                self._place_consumer_replicas()
         self.timer = rearm(loop, self.timer, due, self._on_timer)
 
     # Stream replicas.
@@ -251,7 +258,7 @@ class MetaMember:
     def _place_replicas(self) -> None:
         """Follow the stream assignments naming this server: a replica for each replicated one, stopped (its
         data removed) when its stream is deleted. What it cannot serve it refuses in the log: a stream whose
-        only peer it is (it would have to lead), a changed peer set, consumer replicas."""
+        only peer it is (it would have to lead), a changed peer set, single-replica consumers."""
         node, applier = self.node, self.applier
         if node is None or applier is None:
             return
@@ -275,8 +282,7 @@ class MetaMember:
                 cpeers = (ca.get("group") or {}).get("peers") or ()
                 if ours not in cpeers:
                     continue
-                if len(cpeers) > 1:  # the nats-server members make its quorum
-                    self._refuse(f"{name}/{consumer}", f"consumer {key[1]} > {consumer}: replica not hosted")
+                if len(cpeers) > 1:  # a follower replica (_place_consumer_replicas)
                     continue
                 what = f"consumer {key[1]} > {consumer}: pynatsd does not serve consumers"
                 if self._refuse(f"{name}/{consumer}", what) and _fresh(ca):
@@ -295,6 +301,36 @@ class MetaMember:
                     self._refuse(name, f"stream {sa['stream'].get('name')!r}: replica not started: {e}")
             elif sorted(replica.peers) != sorted(str(p) for p in sa["group"]["peers"]):
                 self._refuse(name + "/peers", f"stream {replica.stream!r}: peer set change not implemented")
+
+    def _place_consumer_replicas(self) -> None:
+        """A follower replica for each replicated consumer whose group names this server, updated when its
+        assignment changes, stopped (its data removed) when the consumer or its stream is deleted."""
+        node, applier = self.node, self.applier
+        if node is None or applier is None:
+            return
+        wanted: dict[str, dict[str, Any]] = {}
+        for consumers in applier.state.consumers.values():
+            for ca in consumers.values():
+                group = ca.get("group") or {}
+                peers = [str(p) for p in group.get("peers") or ()]
+                if node.id in peers and len(peers) > 1:
+                    wanted[str(group.get("name") or "")] = ca
+        for name in self.consumer_replicas.keys() - wanted.keys():
+            self.consumer_replicas.pop(name).stop(remove=True)
+        for name, ca in wanted.items():
+            replica = self.consumer_replicas.get(name)
+            what = f"consumer {ca.get('stream')} > {ca.get('name')}"
+            if replica is None:
+                try:
+                    self.consumer_replicas[name] = ConsumerReplica(
+                        self.server, self.client, self.replica_dir / name, ca, node.id
+                    )
+                except (OSError, KeyError, TypeError, ValueError) as e:
+                    self._refuse(name, f"{what}: replica not started: {e}")
+                continue
+            replica.update(ca)
+            if sorted(replica.peers) != sorted(str(p) for p in ca["group"]["peers"]):
+                self._refuse(name + "/peers", f"{what}: peer set change not implemented")
 
     def _refuse(self, key: str, what: str) -> bool:
         """Log what an assignment asks that this member does not serve, once; True the first time."""
@@ -325,7 +361,7 @@ class MetaMember:
             "reserved_memory": self.max_memory,
             "reserved_storage": self.max_storage,
             "accounts": len({service_account(r.assignment.get("client")) for r in self.replicas.values()}),
-            "ha_assets": len(self.replicas) + 1,  # the meta group counts, as nats-server's
+            "ha_assets": len(self.replicas) + len(self.consumer_replicas) + 1,  # and the meta group
             "api": {"level": 0, "total": 0, "errors": 0},
         }
         return {"config": limits, "stats": stats}  # no store_dir: nats-server leaves its path out too
@@ -353,6 +389,8 @@ class MetaMember:
             yield self.system_account, META_GROUP, self.node
         for group, replica in self.replicas.items():  # a stream group's account is the stream's
             yield service_account(replica.assignment.get("client")), group, replica.node
+        for group, consumer in self.consumer_replicas.items():  # and a consumer group's the consumer's
+            yield service_account(consumer.assignment.get("client")), group, consumer.node
 
     def server_names(self) -> dict[str, str]:
         """Peer id -> server name of the cluster's nodes this server knows (its routes, and itself)."""

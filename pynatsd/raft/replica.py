@@ -75,11 +75,19 @@ def rearm(
     return loop.call_at(due, callback) if due != float("inf") else None
 
 
-class StreamReplica:
-    """One stream group's follower on this server (see the module docstring)."""
+class GroupFollower:
+    """What a stream's and a consumer's follower replica share: the group's observer RaftNode, its log in
+    `directory/raft`, driven over the internal client on the event loop, compacted every `compact_every`
+    seconds (`compact`). Subclasses apply what it commits in `pump`."""
 
     def __init__(
-        self, server: Broker, client: InternalClient, directory: Path, assignment: dict[str, Any], ours: str
+        self,
+        server: Broker,
+        client: InternalClient,
+        directory: Path,
+        assignment: dict[str, Any],
+        ours: str,
+        compact_every: float,
     ) -> None:
         self.server = server
         self.client = client
@@ -87,22 +95,14 @@ class StreamReplica:
         self.assignment = assignment
         group = assignment["group"]
         self.group = str(group["name"])
-        self.stream = str(assignment["stream"]["name"])
         self.peers = [str(p) for p in group["peers"]]
-        storage = str(assignment["stream"].get("storage") or group.get("storage") or "file")
-        self.store: Store = FileStore(directory / "msgs") if storage == "file" else MemoryStore()
-        self.applier = StreamApplier(self.store)
         loop = server.loop
         raft = FileStorage(directory / "raft")
         self.node = RaftNode(self.group, ours, raft, self.peers, loop.time(), random.Random(), observer=True)
         self.subs: dict[str, Subscription] = {}
         self.timer: asyncio.TimerHandle | None = None
-        self.compact_timer: asyncio.TimerHandle | None = loop.call_later(COMPACT_INTERVAL, self._on_compact)
-        self.applied_since_snapshot = 0
-        self.catchup_sub: Subscription | None = None
-        self.catchup_timer: asyncio.TimerHandle | None = None
-        self.catchup_tries = 0
-        self.pump()
+        self.compact_every = compact_every
+        self.compact_timer: asyncio.TimerHandle | None = loop.call_later(compact_every, self._on_compact)
 
     def _on_msg(self, subject: bytes, reply: bytes | None, headers: bytes | None, payload: bytes) -> None:
         where = reply.decode("latin-1") if reply else ""
@@ -113,15 +113,57 @@ class StreamReplica:
         self.timer = None
         self.pump()
 
+    def _on_compact(self) -> None:
+        self.compact()
+        self.compact_timer = self.server.loop.call_later(self.compact_every, self._on_compact)
+
+    def drive(self) -> float:
+        """Tick the node and carry out what it asks; when it next needs a tick."""
+        return drive_node(self.client, self.node, self.subs, self._on_msg, self.server.loop.time())
+
     def pump(self) -> None:
-        loop = self.server.loop
-        due = drive_node(self.client, self.node, self.subs, self._on_msg, loop.time())
+        raise NotImplementedError
+
+    def compact(self) -> None:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Timers cancelled and subscriptions gone (the node still open)."""
+        for timer in (self.timer, self.compact_timer):
+            if timer is not None:
+                timer.cancel()
+        self.timer = self.compact_timer = None
+        for sub in self.subs.values():
+            self.client.unsubscribe(sub)
+        self.subs.clear()
+
+
+class StreamReplica(GroupFollower):
+    """One stream group's follower on this server (see the module docstring)."""
+
+    def __init__(
+        self, server: Broker, client: InternalClient, directory: Path, assignment: dict[str, Any], ours: str
+    ) -> None:
+        super().__init__(server, client, directory, assignment, ours, COMPACT_INTERVAL)
+        group = assignment["group"]
+        self.stream = str(assignment["stream"]["name"])
+        storage = str(assignment["stream"].get("storage") or group.get("storage") or "file")
+        self.store: Store = FileStore(directory / "msgs") if storage == "file" else MemoryStore()
+        self.applier = StreamApplier(self.store)
+        self.applied_since_snapshot = 0
+        self.catchup_sub: Subscription | None = None
+        self.catchup_timer: asyncio.TimerHandle | None = None
+        self.catchup_tries = 0
+        self.pump()
+
+    def pump(self) -> None:
+        due = self.drive()
         for done in self.node.take_applied():
             self.applier.apply(done.entries)
             self.applied_since_snapshot += 1
         if self.applier.catchup_to and self.catchup_sub is None and not self.applier.broken:
             self._ask_catchup()
-        self.timer = rearm(loop, self.timer, due, self._on_timer)
+        self.timer = rearm(self.server.loop, self.timer, due, self._on_timer)
 
     # Catch-up over nats-server's protocol (see pynatsd.raft.stream), after a snapshot ahead of the store.
 
@@ -196,10 +238,6 @@ class StreamReplica:
             self.client.publish(ack, None, None, b"")
         self._catchup_active()
 
-    def _on_compact(self) -> None:
-        self.compact()
-        self.compact_timer = self.server.loop.call_later(COMPACT_INTERVAL, self._on_compact)
-
     def compact(self) -> None:
         """Snapshot the store's state (nats-server's JSON stream snapshot); the log up to it goes."""
         if not self.applied_since_snapshot or self.applier.broken or self.applier.catchup_to:
@@ -223,13 +261,7 @@ class StreamReplica:
 
     def stop(self, remove: bool = False) -> None:
         self._end_catchup()
-        for timer in (self.timer, self.compact_timer):
-            if timer is not None:
-                timer.cancel()
-        self.timer = self.compact_timer = None
-        for sub in self.subs.values():
-            self.client.unsubscribe(sub)
-        self.subs.clear()
+        self.release()
         self.node.close()
         self.store.close()
         if remove:
