@@ -3,17 +3,27 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
+
 import pytest
 
-from pynatsd.raft.codec import Entry, EntryType
+from pynatsd.raft.codec import APPEND_SUBJECT, AppendEntry, Entry, EntryType
 from pynatsd.raft.consumer import (
     ConsumerApplier,
+    ConsumerReplica,
     ConsumerState,
     decode_consumer_state,
     decode_delivered,
     encode_consumer_state,
 )
 from pynatsd.raft.meta import EntryOp
+
+if TYPE_CHECKING:
+    from pynatsd.broker.core import Broker
+    from pynatsd.broker.internal import InternalClient
 
 INBOX = bytes.fromhex("5f494e424f582e3573307444765337415a6756307663394830354a7036")  # a pull request's
 
@@ -130,3 +140,96 @@ def test_unknown_or_bad_entries_stop_the_replica() -> None:
         applier.apply((Entry(EntryType.NORMAL, data), *_entries("07010101" + "02")))
         assert reason in applier.broken
         assert applier.state == ConsumerState()  # nothing applied after it
+
+
+class _Client:
+    """The replica's side of the system account: what it publishes (its acks) is recorded."""
+
+    def __init__(self) -> None:
+        self.published: list[bytes] = []
+
+    def subscribe(self, subject: bytes, callback: object) -> object:
+        return subject
+
+    def unsubscribe(self, sub: object) -> None:
+        pass
+
+    def publish(self, subject: bytes, reply: bytes | None, headers: bytes | None, data: bytes) -> None:
+        self.published.append(subject)
+
+
+GROUP = "C-R3F-unit"
+
+
+def _replica(directory: Path, client: _Client) -> ConsumerReplica:
+    assignment = {
+        "name": "C",
+        "stream": "S",
+        "consumer": {"durable_name": "C", "ack_policy": "explicit"},
+        "group": {"name": GROUP, "peers": ["LEADER01", "MEMBER01"]},
+    }
+    server = SimpleNamespace(loop=asyncio.get_running_loop())
+    return ConsumerReplica(
+        cast("Broker", server), cast("InternalClient", client), directory, assignment, "MEMBER01"
+    )
+
+
+def _append(replica: ConsumerReplica, index: int, entries: tuple[Entry, ...], commit: int) -> None:
+    """The leader's append of `entries` at `index` (none: a heartbeat after it), committing `commit`."""
+    pindex = index - 1 if entries else index
+    ae = AppendEntry("LEADER01", 1, commit, 1 if pindex else 0, pindex, entries)
+    replica._on_msg((APPEND_SUBJECT % GROUP).encode(), b"$NRG.R.leader01", None, ae.encode())
+
+
+def _deliveries(first: int, count: int) -> tuple[Entry, ...]:
+    """Per stream sequence from `first`: its delivery, then its ack (the odd ones only)."""
+    out: list[Entry] = []
+    for seq in range(first, first + count):
+        out += _entries(f"07{seq:02x}{seq:02x}0100")
+        if seq % 2:
+            out += _entries(f"08{seq:02x}{seq:02x}")
+    return tuple(out)
+
+
+def test_replica_compacts_and_recovers(tmp_path: Path) -> None:
+    """The log is compacted behind a snapshot in nats-server's encoding past 1024 entries and when the
+    replica stops; a restart (after a stop, or a crash) has the same state, from snapshot and log."""
+
+    async def run() -> None:
+        client = _Client()
+        replica = _replica(tmp_path, client)
+        # 150 entries for 100 messages (sequences below 128: one byte), 900 more, in 11 appends.
+        requests = _entries("0c" + INBOX.hex(), "0d" + INBOX.hex()) * 450
+        batches = [_deliveries(1, 100), *(requests[i : i + 90] for i in range(0, 900, 90))]
+        for index, entries in enumerate(batches, 1):
+            _append(replica, index, entries, index - 1)
+        _append(replica, len(batches), (), len(batches))
+        storage = replica.node.storage
+        snap = storage.load_snapshot()
+        assert snap is not None and snap.last_index == len(batches)  # compacted once past 1024 entries
+        assert storage.first_index() == 0
+        assert client.published  # it acks the leader
+        state = replica.applier.state
+        assert _floors(state) == (100, 100, 1, 1) and len(state.pending) == 50
+        replica.stop()
+        assert decode_consumer_state(replica.node.storage.load_snapshot().data) == state  # type: ignore[union-attr]
+
+        again = _replica(tmp_path, client)
+        assert again.applier.state == state
+        index = len(batches)
+        fresh = [_deliveries(seq, 1) for seq in range(101, 111)]  # stream sequences 101-110
+        for entries in fresh:
+            index += 1
+            _append(again, index, entries, index - 1)
+        expected = ConsumerApplier({"ack_policy": "explicit"})
+        expected.state = ConsumerState(100, 100, 1, 1, dict(state.pending))
+        for entries in fresh[:-1]:  # the last one not known committed yet
+            expected.apply(entries)
+        assert again.applier.state == expected.state
+        again.release()  # a crash: no snapshot
+        crashed = _replica(tmp_path, client)
+        assert crashed.applier.state == expected.state  # snapshot + the log's committed entries
+        crashed.stop(remove=True)
+        assert not tmp_path.exists()
+
+    asyncio.run(run())
