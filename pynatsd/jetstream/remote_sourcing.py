@@ -416,6 +416,8 @@ class RemoteFeed:
     def _on_control(self, reply: bytes | None, hdrs: bytes) -> None:
         self.last = now_ns()
         if reply:  # a flow control request: answered with where the copy stands
+            if self._commit_due:  # written first: a durable takes the answer as the ack of all up to it
+                self._commit()
             answer = b"NATS/1.0\r\nNats-Last-Consumer: %d\r\nNats-Last-Stream: %d\r\n\r\n" % (
                 self.dseq,
                 self.link.position,

@@ -8,8 +8,8 @@ origin is a stream of the same account, or with `external`, of the account whose
 reaches (its own domain, or a service import of another account's `$JS.API` with the deliver prefix
 imported back). An origin on another server (an `external` prefix answered across a leaf node or route)
 is copied as nats-server copies it, through a consumer there (remote_sourcing.py), as is any origin read
-through a durable of it named by `consumer` (durable sourcing, on this server or another). The position in each
-origin is the stream's own content (a mirror's last sequence; the last source header per source, or the
+through a durable of it named by `consumer` (durable sourcing, on this server or another). The position in
+each origin is the stream's own content (a mirror's last sequence; the last source header per source, or the
 positions saved beside it if further on), so it survives any stop, kill -9 included, exactly as far as the
 copies did.
 """
