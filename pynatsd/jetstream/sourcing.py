@@ -448,8 +448,8 @@ class SourceLink:
             return
         self.tried = True
         if self.durable is not None:  # always through the origin's API, as nats-server, here or elsewhere
-            if self.remote is None:
-                self._reachable = True
+            if self.remote is None:  # (a link coming up later has it asked again at once: see _heartbeat)
+                self._reachable = self.external is None or self._answered_elsewhere()
                 self.remote = RemoteFeed(self)
                 self.remote.start()
             return
