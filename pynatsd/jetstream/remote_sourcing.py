@@ -49,9 +49,6 @@ CAUGHT_UP = 10  # messages still pending below which a mirror answers direct get
 _BASE62 = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _DOWNGRADE = (10185, 10025)  # required API level, invalid JSON: an older server, asked again more simply
 _IDENTITY_MISMATCH = 10225
-# Flow control replies: answered as the account (a consumer here takes no answer of the server's own), any
-# other reply a message names as the server, never acted on.
-_FLOW_CONTROL = b"$JS.FC."
 
 
 def _random_token(size: int = 8) -> str:
@@ -422,7 +419,7 @@ class RemoteFeed:
                 self.dseq,
                 self.link.position,
             )
-            self.client.publish(reply, None, answer, b"", as_account=reply.startswith(_FLOW_CONTROL))
+            self.client.publish(reply, None, answer, b"", as_account=self._own_flow_control(reply))
             return
         last = get_header(hdrs, b"Nats-Last-Consumer")
         if last is not None and last.isdigit() and int(last) > 0 and int(last) != self.dseq:
@@ -431,7 +428,16 @@ class RemoteFeed:
             return
         stalled = get_header(hdrs, b"Nats-Consumer-Stalled")
         if stalled:
-            self.client.publish(stalled, None, None, b"", as_account=stalled.startswith(_FLOW_CONTROL))
+            self.client.publish(stalled, None, None, b"", as_account=self._own_flow_control(stalled))
+
+    def _own_flow_control(self, reply: bytes) -> bool:
+        """Whether a control message's reply is its consumer's flow control subject: answered as the account
+        (a consumer on this server takes no answer of the server's own). Any other reply it names is
+        answered as the server, so never acted on: whoever may publish on the deliver subject could name
+        any (another consumer's ack, an API request)."""
+        return bool(self.consumer) and reply.startswith(
+            b"$JS.FC.%s.%s." % (self.link.name.encode(), self.consumer)
+        )
 
     def info_lag(self) -> int:
         return self.lag if self.consumer else 0

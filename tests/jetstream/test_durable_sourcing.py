@@ -8,14 +8,21 @@ of the copying server: it resumes from the durable's ack floor, nothing lost, no
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import signal
+from pathlib import Path
 from typing import Any
 
+import nats
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import api
 
-from tests.jetstream.conftest import jetstream_life
+from tests.conftest import need_tool
+from tests.jetstream.conftest import JsServer, jetstream_life
 from tests.jetstream.test_sourcing import (
+    _ACCOUNTS,
     _comparable,
     _copies,
     _request,
@@ -23,6 +30,8 @@ from tests.jetstream.test_sourcing import (
     _wait_for,
     _wait_for_error,
 )
+from tests.servers import nats_server_binary, server_with_config
+from tests.wire import WireClient
 
 
 def _durable(name: str, deliver: str, ack: str = "flow_control") -> dict[str, Any]:
@@ -167,3 +176,91 @@ async def test_kill_9_resumes_from_the_durable(tmp_path: Any) -> None:
         for name in ("D", "DM"):
             await _until_acked(nc, name, end)
         assert (await js.stream_info("S")).state.messages == end  # nothing more came
+
+
+async def across_accounts(url: str) -> list[Any]:
+    """Account B's source and mirror of account A's stream through A's durables, on one server: the API
+    reached by B's service import (`external`), the deliveries by its stream import."""
+    a = await nats.connect(url, user="a", password="a")
+    b = await nats.connect(url, user="b", password="b")
+    external = {"api": "JS.A.API", "deliver": "deliver.A"}
+    out: list[Any] = []
+    try:
+        await _request(a, "$JS.API.STREAM.CREATE.O", {"name": "O", "subjects": ["o.>"]})
+        for i in range(3):
+            await a.request(f"o.{i}", b"m%d" % i, timeout=3)
+        for name in ("D", "DM"):
+            await _request(a, f"$JS.API.CONSUMER.CREATE.O.{name}", _durable(name, f"deliver.A.{name}"))
+        copies = {
+            "S": {"sources": [{"name": "O", "external": external, "consumer": _through("D", "deliver.A.D")}]},
+            "M": {"mirror": {"name": "O", "external": external, "consumer": _through("DM", "deliver.A.DM")}},
+        }
+        for name, cfg in copies.items():
+            answer = await _request(b, f"$JS.API.STREAM.CREATE.{name}", {"name": name, **cfg})
+            out.append(answer["config"].get("sources") or answer["config"].get("mirror"))
+        for name in copies:
+            await _wait_for(b, name, 3)
+        for name in ("D", "DM"):
+            await _until_acked(a, name, 3)
+        for name in copies:
+            info = await _request(b, f"$JS.API.STREAM.INFO.{name}")
+            out.append(_comparable(info.get("sources") or info.get("mirror")))
+        message = (await _request(b, "$JS.API.STREAM.MSG.GET.S", {"seq": 1}))["message"]
+        out.append(" ".join(base64.b64decode(message["hdrs"]).decode().split(" ")[:-1]))  # (the identity)
+    finally:
+        await a.close()
+        await b.close()
+    return out
+
+
+async def test_durable_of_another_account_as_nats_server(tmp_path: Path) -> None:
+    need_tool(nats_server_binary() is not None, "nats-server")
+    with contextlib.ExitStack() as stack:
+        ref, ours = (
+            stack.enter_context(
+                server_with_config(kind, tmp_path / f"{kind}.conf", _ACCOUNTS % (tmp_path / kind))
+            )
+            for kind in ("nats-server", "pynatsd")
+        )
+        expected, got = await asyncio.gather(across_accounts(ref.url), across_accounts(ours.url))
+    assert got == expected
+
+
+async def test_a_forged_flow_control_request_is_not_answered_as_the_account(
+    js_server: JsServer, nc: Client
+) -> None:
+    """No confused deputy: a flow control request forged on a durable's deliver subject, its reply another
+    durable's flow control subject, is answered as the server, so it acks nothing there; the real ones ack
+    the feed's own durable."""
+    js = nc.jetstream(timeout=5)
+    await js.add_stream(name="O", subjects=["o.>"])
+    for name in ("D", "OTHER"):
+        config = api.ConsumerConfig(durable_name=name, deliver_subject=f"d.{name}", ack_policy="flow_control")
+        await js.add_consumer("O", config)
+    flow_control: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def on_other(msg: Msg) -> None:  # OTHER's subscriber, who never answers its flow control
+        if msg.headers and msg.headers.get("Status") == "100" and msg.reply and not flow_control.done():
+            flow_control.set_result(msg.reply)
+
+    await nc.subscribe("d.OTHER", cb=on_other)
+    source = {"name": "S", "sources": [{"name": "O", "consumer": _through("D", "d.D")}]}
+    await _request(nc, "$JS.API.STREAM.CREATE.S", source)
+    await js.publish("o.1", b"x")
+    await _until_copied(js, "S", 1)
+    reply = (await asyncio.wait_for(flow_control, 10)).encode()
+    forged = b"NATS/1.0 100 FlowControl Request\r\n\r\n"
+    frame = b'CONNECT {"headers":true}\r\nHPUB d.D %s %d %d\r\n%s\r\n' % (
+        reply,
+        len(forged),
+        len(forged),
+        forged,
+    )
+
+    def forge() -> None:
+        with WireClient(js_server.port) as wire:
+            assert b"-ERR" not in wire.exchange(frame)[0]
+
+    await asyncio.to_thread(forge)
+    await _until_acked(nc, "D", 1)  # (the feed's own flow control, after the forged one)
+    assert (await js.consumer_info("O", "OTHER")).ack_floor.stream_seq == 0
