@@ -145,7 +145,7 @@ class InternalClient(Client):
         `shown_as`: the subject receivers see in their MSG instead of `subject` (JetStream delivers a
         stored message to an inbox or deliver subject, showing the message's own subject, as nats-server).
         `as_account`: a request the account makes of itself (an AccountRequester publishes it): only to a
-        subject its own configuration chose, or a flow control answer to a `$JS.FC.` reply."""
+        subject its own configuration chose, or a flow control answer to its own consumer's subject."""
         # A cached head's subject was checked when it was cached (JetStream acks repeat a reply subject, a
         # push consumer its deliver subject, showing each message's own subject: cached too).
         heads = self._heads

@@ -1,9 +1,9 @@
 """Durable sourcing (a mirror's or source's `consumer`: a named durable of the origin, made by its owner
 with ack policy flow_control) against nats-server -js and pynatsd -js: the configs written back, the
 copies with their `Nats-Stream-Source` headers (`<origin>:C=<hash>`), the info blocks (no error for a
-durable not there, 10217 for one with another ack policy), the durable acked by the flow control answers and
-kept when the copy goes, a durable made late found by its deliver subject; nats-py end to end; and a kill -9
-of the copying server: it resumes from the durable's ack floor, nothing lost, nothing copied twice."""
+durable not there, 10217 and 10214 for one with another ack policy), the durable acked by the flow control
+answers and kept when the copy goes, a durable made late found by its deliver subject; nats-py end to end;
+and a kill -9 of the copying server: it resumes from the durable's ack floor, nothing lost nor doubled."""
 
 from __future__ import annotations
 
@@ -78,6 +78,7 @@ async def durable_flow(nc: Client) -> list[Any]:
     await req("$JS.API.CONSUMER.CREATE.O.DM", _durable("DM", "dm"))
     await req("$JS.API.CONSUMER.CREATE.O.DT", _durable("DT", "dt"))
     await req("$JS.API.CONSUMER.CREATE.O.E", _durable("E", "de", "explicit"))
+    await req("$JS.API.CONSUMER.CREATE.O.EM", _durable("EM", "dem", "explicit"))
     await req(
         "$JS.API.STREAM.CREATE.S", {"name": "S", "sources": [{"name": "O", "consumer": _through("D", "ds")}]}
     )
@@ -92,13 +93,17 @@ async def durable_flow(nc: Client) -> list[Any]:
     )
     for stream in ("S", "M", "T"):
         await _wait_for(nc, stream, 3)
+    await req(
+        "$JS.API.STREAM.CREATE.XM", {"name": "XM", "mirror": {"name": "O", "consumer": _through("EM", "dem")}}
+    )
     await _wait_for_error(nc, "X")
+    await _wait_for_error(nc, "XM")
     await nc.request("o.live", b"live", timeout=3)
     for stream in ("S", "M", "T"):
         await _wait_for(nc, stream, 4)
     for consumer in ("D", "DM", "DT"):
         await _until_acked(nc, consumer, 4)
-    for stream in ("S", "M", "T", "X", "LATE"):
+    for stream in ("S", "M", "T", "X", "XM", "LATE"):
         await req(f"$JS.API.STREAM.INFO.{stream}")
     for stream, seq in (("S", 1), ("S", 4), ("M", 4), ("T", 2)):
         await req(f"$JS.API.STREAM.MSG.GET.{stream}", {"seq": seq})
@@ -112,7 +117,7 @@ async def durable_flow(nc: Client) -> list[Any]:
     await req("$JS.API.CONSUMER.CREATE.O.L", _durable("L", "dl"))
     await _wait_for(nc, "LATE", 4)
     await req("$JS.API.STREAM.MSG.GET.LATE", {"seq": 4})
-    for stream in ("O", "M", "T", "X", "LATE"):
+    for stream in ("O", "M", "T", "X", "XM", "LATE"):
         await req(f"$JS.API.STREAM.DELETE.{stream}")
     return out
 
@@ -128,6 +133,7 @@ async def test_durable_sourcing_matches_nats_server(clients: tuple[Client, Clien
     assert not diffs, "\n".join(diffs)
     infos = dict(got)
     assert infos["$JS.API.STREAM.INFO.X"]["sources"][0]["error"]["err_code"] == 10217
+    assert infos["$JS.API.STREAM.INFO.XM"]["mirror"]["error"]["err_code"] == 10214
     assert infos["$JS.API.STREAM.INFO.S"]["sources"][0]["seq"] == 4
 
 
