@@ -33,6 +33,12 @@ log = get_logger()
 Handler = Callable[[bytes, "bytes | None", "bytes | None", bytes], None]
 
 
+class AccountRequester(Client):
+    """The publisher of what the server asks in an account on that account's behalf (a mirror's or
+    source's requests to its origin's JetStream API and its flow control answers, as nats-server's stream
+    sends them): unlike its own deliveries and answers (`origin_is_server`), a request to act on."""
+
+
 class InternalClient(Client):
     """A client of the server inside the server. See the module docstring."""
 
@@ -57,6 +63,7 @@ class InternalClient(Client):
         self._shown_heads: dict[bytes, bytes] = {}  # `MSG subject ` of subjects shown as (see publish)
         self._fanout = server.fanout.counts
         self._sublist: Sublist[Subscription] | None = None  # looked up once: an account keeps its sublist
+        self._requester: AccountRequester | None = None  # made at the first request (see publish)
 
     @property
     def sublist(self) -> Sublist[Subscription]:
@@ -131,11 +138,14 @@ class InternalClient(Client):
         headers: bytes | None,
         payload: bytes,
         shown_as: bytes | None = None,
+        as_account: bool = False,
     ) -> bool:
         """Publish as this client (no permission checks: the server speaks). True if anyone received it.
 
         `shown_as`: the subject receivers see in their MSG instead of `subject` (JetStream delivers a
-        stored message to an inbox or deliver subject, showing the message's own subject, as nats-server)."""
+        stored message to an inbox or deliver subject, showing the message's own subject, as nats-server).
+        `as_account`: a request the account makes of itself (an AccountRequester publishes it): only to a
+        subject its own configuration chose, or a flow control answer to its own consumer's subject."""
         # A cached head's subject was checked when it was cached (JetStream acks repeat a reply subject, a
         # push consumer its deliver subject, showing each message's own subject: cached too).
         heads = self._heads
@@ -151,7 +161,10 @@ class InternalClient(Client):
                 head = new_head(shown, shown_as)
         self.in_msgs += 1
         self.in_bytes += len(payload) + (len(headers) if headers is not None else 0)
-        msg = Message(self)  # not reused: a callback may publish while another publish is delivering
+        origin: Client = self
+        if as_account:
+            origin = self._requester = self._requester or AccountRequester()
+        msg = Message(origin)  # not reused: a callback may publish while another publish is delivering
         msg.set(subject, reply, size_fields(headers, payload), headers, payload, head)
         return publish(self.sublist, msg, self._fanout)
 

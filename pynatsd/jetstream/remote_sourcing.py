@@ -8,6 +8,15 @@ delivery's ack reply tells its origin sequence, time and what is pending (the la
 sequence, a heartbeat telling a later one, a consumer not heard for 10 s, or the link coming back: the
 consumer is made again from the last copied sequence, so nothing is missed nor copied twice. Refused create
 requests are tried again after nats-server's backoff (2 s, then 10 s more per failure, at most 2 min).
+
+A mirror or source with `consumer` (durable sourcing) is fed by a durable the origin's owner made (ack policy
+flow_control, its own deliver subject), here or on another server: it is never created nor deleted, only
+asked back to its ack floor by `CONSUMER.RESET` (a source with its API level and the origin it expects, a
+mirror bare; answered within 5 s), then its deliveries are copied from its deliver subject and acked by the
+flow control answers, which tell the last origin sequence stored. What it redelivers up to the copy's
+position is skipped, so a restart (kill -9 included) neither loses nor doubles a message. A durable with
+another ack policy is an error (10214, 10217); a missing one is not answered, and tried again; while that
+waits, a delivery or heartbeat seen on its deliver subject has it tried again at once.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ RETRY_THRESHOLD = 2.0  # seconds: nats-server's sourceConsumerRetryThreshold bet
 RETRY_BACKOFF = 5.0  # seconds per failure, doubled: nats-server's retryBackOff
 RETRY_MAXIMUM = 120.0  # seconds: nats-server's retryMaximum
 CREATE_WAIT = 30.0  # seconds: how long a create request's answer is waited for (srcConsumerWaitTime)
+RESET_WAIT = 5.0  # seconds: how long a durable's reset answer is waited for (srcDurableConsumerWaitTime)
 CAUGHT_UP = 10  # messages still pending below which a mirror answers direct gets (dgetCaughtUpThresh)
 _BASE62 = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _DOWNGRADE = (10185, 10025)  # required API level, invalid JSON: an older server, asked again more simply
@@ -75,6 +85,7 @@ class RemoteFeed:
         self.loop = stream.account.js.loop
         external = link.external or {}
         self.api = external.get("api") or ""
+        self.durable = link.durable
         self.deliver = external.get("deliver") or ""
         self.consumer = b""  # the current consumer's name ("": none yet)
         self.dseq = 0  # its last delivery sequence taken
@@ -89,6 +100,7 @@ class RemoteFeed:
         self.name = ""
         self._reply_sub: Subscription | None = None
         self._deliver_sub: Subscription | None = None
+        self._probe_sub: Subscription | None = None  # a durable's deliver subject, watched while backing off
         self._retry: TimerHandle | None = None
         self._wait: TimerHandle | None = None
         self._commit_due = False
@@ -118,10 +130,10 @@ class RemoteFeed:
 
     def _cancel(self) -> None:
         """Forget the current consumer (its stray deliveries are dropped; the origin ends it when idle)."""
-        for sub in (self._reply_sub, self._deliver_sub):
+        for sub in (self._reply_sub, self._deliver_sub, self._probe_sub):
             if sub is not None:
                 self.client.unsubscribe(sub)
-        self._reply_sub = self._deliver_sub = None
+        self._reply_sub = self._deliver_sub = self._probe_sub = None
         self.consumer = b""
         self.in_progress = False
         if self._wait is not None:
@@ -223,26 +235,45 @@ class RemoteFeed:
             return {"deliver_policy": "by_start_time", "opt_start_time": rfc3339(parse_rfc3339(start_time))}
         return {"deliver_policy": "all"}
 
+    def _reset_request(self) -> tuple[bytes, bytes]:
+        """A durable's reset request (back to its ack floor): its subject, and an empty body."""
+        assert self.durable is not None
+        api = self.api if self.link.external is not None else "$JS.API"
+        tail = f"CONSUMER.RESET.{self.link.name}.{self.durable['name']}"
+        return _joined(api + ".", tail).encode(), b""
+
     def _send_request(self) -> None:
-        subject, body = self._request()
+        subject, body = self._request() if self.durable is None else self._reset_request()
         reply = ("$JSC.R." + _random_token()).encode()
         if self._reply_sub is not None:
             self.client.unsubscribe(self._reply_sub)
         self._reply_sub = self.client.subscribe(reply, self._on_created)
         hdrs = None
-        if self.sourcing:
+        if self.sourcing and not (self.durable is not None and self.link.is_mirror):  # (a mirror's: bare)
             hdrs = b"NATS/1.0\r\nNats-Required-Api-Level: %d\r\n" % self.api_level
             if self.api_level >= 5:
                 hdrs += b"Nats-Stream-Identity: %s\r\n" % self.link.ident.encode()
             hdrs += b"\r\n"
         if self._wait is not None:
             self._wait.cancel()
-        self._wait = self.loop.call_later(CREATE_WAIT, self._timed_out)
-        self.client.publish(subject, reply, hdrs, body)
+        wait = CREATE_WAIT if self.durable is None else RESET_WAIT
+        self._wait = self.loop.call_later(wait, self._timed_out)
+        self.client.publish(subject, reply, hdrs, body, as_account=True)  # (the stream's config chose it)
 
     def _timed_out(self) -> None:
         self._wait = None
         self._failed(None)
+        if self.durable is not None:  # a durable heard from meanwhile is asked again without waiting
+            deliver = self.durable["deliver_subject"].encode()
+            self._probe_sub = self.client.subscribe(deliver, self._on_probe)
+
+    def _on_probe(self, subject: bytes, reply: bytes | None, hdrs: bytes | None, payload: bytes) -> None:
+        if self._stopped or self.in_progress or self.fails == 0 or self._retry is None:
+            return
+        self._retry.cancel()
+        self._retry = None
+        self.fails = 0
+        self.setup()
 
     def _failed(self, error: dict[str, Any] | None) -> None:
         if error is not None:
@@ -272,9 +303,12 @@ class RemoteFeed:
                 self._cancel()
                 self._schedule(0.0)
                 return
-            if code in _DOWNGRADE and self.sourcing:
+            if code in _DOWNGRADE and self.sourcing and not (self.durable and self.link.is_mirror):
                 if self.api_level > 4:
                     self.api_level -= 1
+                elif self.durable is not None:  # no server without level 4 has durable sourcing
+                    self._failed(error if isinstance(error, dict) else None)
+                    return
                 else:  # a server without sourcing consumers: a unique name, as it will not make one
                     self.sourcing = False
                     self.name = f"{self.base_name}_{_random_token()}"
@@ -289,6 +323,12 @@ class RemoteFeed:
                 error.get("description"),
             )
             self._failed(error)
+            return
+        if self.durable is not None and config.get("ack_policy") != "flow_control":
+            kind = self._kind()  # nats-server's JS{Mirror,Source}ConsumerRequiresAckFCErr
+            code = 10214 if self.link.is_mirror else 10217
+            description = f"stream {kind} consumer requires flow control ack policy"
+            self._failed({"code": 400, "err_code": code, "description": description})
             return
         self._created(answer, config, hdrs)
 
@@ -313,8 +353,8 @@ class RemoteFeed:
         self.fails = 0
         self.last = now_ns()
         self.in_progress = False
-        deliver = str(config["deliver_subject"]).encode()
-        self._deliver_sub = self.client.subscribe(deliver, self._on_message, shown=True)
+        deliver = str(config["deliver_subject"] if self.durable is None else self.durable["deliver_subject"])
+        self._deliver_sub = self.client.subscribe(deliver.encode(), self._on_message, shown=True)
 
     def _kind(self) -> str:
         return "mirror" if self.link.is_mirror else "source"
@@ -373,11 +413,13 @@ class RemoteFeed:
     def _on_control(self, reply: bytes | None, hdrs: bytes) -> None:
         self.last = now_ns()
         if reply:  # a flow control request: answered with where the copy stands
+            if self._commit_due:  # written first: a durable takes the answer as the ack of all up to it
+                self._commit()
             answer = b"NATS/1.0\r\nNats-Last-Consumer: %d\r\nNats-Last-Stream: %d\r\n\r\n" % (
                 self.dseq,
                 self.link.position,
             )
-            self.client.publish(reply, None, answer, b"")
+            self.client.publish(reply, None, answer, b"", as_account=self._own_flow_control(reply))
             return
         last = get_header(hdrs, b"Nats-Last-Consumer")
         if last is not None and last.isdigit() and int(last) > 0 and int(last) != self.dseq:
@@ -386,7 +428,16 @@ class RemoteFeed:
             return
         stalled = get_header(hdrs, b"Nats-Consumer-Stalled")
         if stalled:
-            self.client.publish(stalled, None, None, b"")
+            self.client.publish(stalled, None, None, b"", as_account=self._own_flow_control(stalled))
+
+    def _own_flow_control(self, reply: bytes) -> bool:
+        """Whether a control message's reply is its consumer's flow control subject: answered as the account
+        (a consumer on this server takes no answer of the server's own). Any other reply it names is
+        answered as the server, so never acted on: whoever may publish on the deliver subject could name
+        any (another consumer's ack, an API request)."""
+        return bool(self.consumer) and reply.startswith(
+            b"$JS.FC.%s.%s." % (self.link.name.encode(), self.consumer)
+        )
 
     def info_lag(self) -> int:
         return self.lag if self.consumer else 0

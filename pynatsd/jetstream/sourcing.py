@@ -7,8 +7,9 @@ sequences and timestamps (skipping what its filter leaves out), a source appends
 origin is a stream of the same account, or with `external`, of the account whose JetStream API the prefix
 reaches (its own domain, or a service import of another account's `$JS.API` with the deliver prefix
 imported back). An origin on another server (an `external` prefix answered across a leaf node or route)
-is copied as nats-server copies it, through a consumer there (remote_sourcing.py). The position in each
-origin is the stream's own content (a mirror's last sequence; the last source header per source, or the
+is copied as nats-server copies it, through a consumer there (remote_sourcing.py), as is any origin read
+through a durable of it named by `consumer` (durable sourcing, on this server or another). The position in
+each origin is the stream's own content (a mirror's last sequence; the last source header per source, or the
 positions saved beside it if further on), so it survives any stop, kill -9 included, exactly as far as the
 copies did.
 """
@@ -38,8 +39,6 @@ log = get_logger()
 HEARTBEAT = 1.0  # seconds: nats-server's sourceHealthHB, how stale `active` gets on an idle origin
 BATCH = 1024  # messages copied per loop turn, so a long catch-up does not hold up the server
 SOURCE_HEADER = b"Nats-Stream-Source"
-# The source options pynatsd does not implement: refused by name (fail closed), never ignored.
-_UNSUPPORTED = ("consumer",)
 
 
 def server_hash(text: str) -> str:
@@ -123,8 +122,6 @@ def normalize_sourcing(cfg: dict[str, Any], first_seq: int, marker_ttl: int) -> 
                 durables.add(durable)
         cfg["sources"] = [_written(s) for s in sources]
     _check_prefixes([mirror] if mirror is not None else sources or [])
-    for source in [mirror] if mirror is not None else sources or []:
-        _refuse_unsupported(source)  # once nats-server's checks of it passed
 
 
 def _check_prefixes(sources: list[dict[str, Any]]) -> None:
@@ -148,12 +145,6 @@ def _check_prefixes(sources: list[dict[str, Any]]) -> None:
 
 def _publishable(subject: str) -> bool:
     return is_valid_subject(subject.encode()) and is_literal_subject(subject.encode())
-
-
-def _refuse_unsupported(source: dict[str, Any]) -> None:
-    for name in _UNSUPPORTED:
-        if source.get(name):
-            raise errors.stream_invalid_config(f"stream source option {name} is not supported by pynatsd")
 
 
 def _check_durable(source: dict[str, Any], code: int, what: str) -> bool:
@@ -207,6 +198,9 @@ def _written(source: dict[str, Any]) -> dict[str, Any]:
     external = source.get("external")
     if external:
         out["external"] = {"api": external.get("api") or "", "deliver": external.get("deliver") or ""}
+    durable = source.get("consumer")
+    if durable is not None:
+        out["consumer"] = {"name": durable["name"], "deliver_subject": durable["deliver_subject"]}
     return out
 
 
@@ -295,6 +289,8 @@ class SourceLink:
         self._header_mid = f"{filters} {dests}"
         self.external: dict[str, str] | None = spec.get("external")
         self.filter: str = spec.get("filter_subject") or ""
+        # Durable sourcing: the origin's durable of this name, asked for by CONSUMER.RESET (never made).
+        self.durable: dict[str, str] | None = spec.get("consumer")
         # (filter, transform or None) per subject transform: the first whose filter matches applies.
         self.transforms: list[tuple[bytes, SubjectTransform | None]] = []
         for tr in spec.get("subject_transforms") or []:
@@ -337,8 +333,9 @@ class SourceLink:
         self._detach()
 
     def delete_feed(self) -> None:
-        """The stream goes: the consumer feeding it on another server goes too."""
-        if self.remote is not None:
+        """The stream goes: the consumer feeding it on another server goes too (a durable stays: it is
+        its owner's)."""
+        if self.remote is not None and self.durable is None:
             self.remote.delete_consumer()
 
     def _stop_remote(self) -> None:
@@ -352,7 +349,7 @@ class SourceLink:
         self._timer = self.stream.account.js.loop.call_later(HEARTBEAT, self._heartbeat)
         self.kick()
         if self.remote is not None:
-            reachable = self._answered_elsewhere()
+            reachable = self.external is None or self._answered_elsewhere()
             self.remote.tick(reachable, self._reachable)
             self._reachable = reachable
         if self.stream.links and self.stream.links[0] is self:
@@ -450,6 +447,12 @@ class SourceLink:
         if self._stopped:
             return
         self.tried = True
+        if self.durable is not None:  # always through the origin's API, as nats-server, here or elsewhere
+            if self.remote is None:  # (a link coming up later has it asked again at once: see _heartbeat)
+                self._reachable = self.external is None or self._answered_elsewhere()
+                self.remote = RemoteFeed(self)
+                self.remote.start()
+            return
         account = self.stream.account
         home = account if self.external is None else self._external_account()
         if home is None and self._answered_elsewhere():

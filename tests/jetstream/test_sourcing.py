@@ -258,14 +258,6 @@ async def test_sourcing_matches_nats_server(pair: tuple[ServerProcess, ServerPro
     assert not diffs, "\n".join(diffs)
 
 
-async def test_durable_sourcing_refused_by_name(nc: Client) -> None:
-    """Fail closed: a source through a durable consumer of the origin (`consumer`) is refused by name."""
-    cfg = {"name": "X", "sources": [{"name": "O", "consumer": {"name": "c", "deliver_subject": "d"}}]}
-    answer = await _request(nc, "$JS.API.STREAM.CREATE.X", cfg)
-    assert answer["error"]["err_code"] == 10052
-    assert "consumer is not supported by pynatsd" in answer["error"]["description"]
-
-
 # Account B reaches account A's JetStream API under JS.A.API and receives its deliveries (nats-server's
 # documented setup for sourcing across accounts).
 _ACCOUNTS = """

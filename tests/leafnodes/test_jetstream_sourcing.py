@@ -422,3 +422,89 @@ async def test_interest_and_work_queue_origins_fed_through_flow_control_acks(
             _INTEREST_REFERENCE.update(await _observe_interest_origin(pair))
     with _pair(topology, tmp_path) as pair:
         assert await _observe_interest_origin(pair) == _INTEREST_REFERENCE
+
+
+async def _observe_durable(pair: Pair) -> dict[str, Any]:
+    """A leaf's source and mirror of a hub stream through durables made on the hub (durable sourcing): the
+    copies, the info blocks, the durables acked by the flow control answers; the leaf restarted in between
+    resumes from them."""
+    on_hub = await _connect(pair.hub)
+    on_leaf = await _connect(pair.leaf)
+    await _until_answered(on_leaf, "$JS.hub.API.INFO")
+    await _api(on_hub, "$JS.API.STREAM.CREATE.ORIGIN", {"name": "ORIGIN", "subjects": ["o.>"]})
+    durables = {"D": "hub.durable.src", "DM": "hub.durable.mir"}
+    for name, deliver in durables.items():
+        config = {"durable_name": name, "deliver_subject": deliver, "ack_policy": "flow_control"}
+        await _api(
+            on_hub, f"$JS.API.CONSUMER.CREATE.ORIGIN.{name}", {"stream_name": "ORIGIN", "config": config}
+        )
+    await _publish(on_hub, 1, 10)
+    through = {name: {"name": name, "deliver_subject": deliver} for name, deliver in durables.items()}
+    copies = {
+        "DSRC": {"sources": [{"name": "ORIGIN", "external": EXTERNAL, "consumer": through["D"]}]},
+        "DMIR": {"mirror": {"name": "ORIGIN", "external": EXTERNAL, "consumer": through["DM"]}},
+    }
+    seen: dict[str, Any] = {}
+    for name, cfg in copies.items():
+        answer = await _api(on_leaf, f"$JS.API.STREAM.CREATE.{name}", {"name": name, **cfg})
+        seen[f"{name} config"] = answer["config"].get("sources") or answer["config"].get("mirror")
+    await _until_counted(on_leaf, {"DSRC": 10, "DMIR": 10})
+    await on_leaf.close()
+    await asyncio.to_thread(pair.restart_leaf, signal.SIGTERM)
+    on_leaf = await _connect(pair.leaf)
+    await _publish(on_hub, 11, 5)
+    await _until_counted(on_leaf, {"DSRC": 15, "DMIR": 15})
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30.0
+    for name in durables:  # acked by the flow control answers
+        while (info := await _api(on_hub, f"$JS.API.CONSUMER.INFO.ORIGIN.{name}"))["ack_floor"][
+            "stream_seq"
+        ] < 15:
+            assert loop.time() < deadline, f"{name} never acked: {info}"
+            await asyncio.sleep(0.05)
+        seen[f"{name} on the hub"] = {
+            "delivered": info["delivered"]["stream_seq"],
+            **{k: info[k] for k in ("num_ack_pending", "num_pending", "num_redelivered")},
+        }
+    identity = base62_sha256((await _api(on_hub, "$JS.API.STREAM.INFO.ORIGIN"))["created"], 8)
+    for name in copies:
+        info = await _api(on_leaf, f"$JS.API.STREAM.INFO.{name}")
+        blocks = [info["mirror"]] if "mirror" in info else info["sources"]
+        seen[f"{name} info"] = [{k: v for k, v in b.items() if k != "active"} for b in blocks]
+        seen[f"{name} messages"] = [
+            (m["seq"], m["subject"], m["hdrs"].replace(identity, "<origin identity>"), m["data"])
+            for m in await _messages(on_leaf, name)
+        ]
+    for name in copies:  # the copies go, the durables stay (they are the hub's)
+        await _api(on_leaf, f"$JS.API.STREAM.DELETE.{name}")
+    seen["hub consumers"] = sorted((await _api(on_hub, "$JS.API.CONSUMER.NAMES.ORIGIN"))["consumers"])
+    return seen
+
+
+_DURABLE_OBSERVED: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize("topology", [t for t in TOPOLOGIES if t != "nats-server"])
+async def test_durable_sourcing_across_a_leaf_node_as_nats_server(topology: str, tmp_path: Path) -> None:
+    """A source and a mirror through durables of the hub's stream, in every direction (a pynatsd leaf of a
+    nats-server hub, a nats-server leaf of a pynatsd hub, both pynatsd): what nats-server holds and shows,
+    across a restart of the leaf. Every topology is observed at once, at the first test."""
+    require("nats-server")
+    if not _DURABLE_OBSERVED:
+
+        async def observe(name: str) -> dict[str, Any]:
+            (tmp_path / name).mkdir()
+            pair = await asyncio.to_thread(Pair, name, tmp_path / name)
+            try:
+                return await _observe_durable(pair)
+            finally:
+                await asyncio.to_thread(pair.stop)
+
+        names = list(TOPOLOGIES)
+        seen = await asyncio.gather(*(observe(n) for n in names), return_exceptions=True)
+        _DURABLE_OBSERVED.update(zip(names, seen, strict=True))
+    reference, seen = _DURABLE_OBSERVED["nats-server"], _DURABLE_OBSERVED[topology]
+    for observed in (reference, seen):
+        if isinstance(observed, BaseException):
+            raise observed
+    assert seen == reference
