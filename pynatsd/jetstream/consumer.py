@@ -79,6 +79,9 @@ _GO_ZERO_TIME_NS = -62_135_596_800_000_000_000  # 0001-01-01T00:00:00Z, Go's zer
 # A push consumer's deliveries in one turn read the clock once every this many + 1 (their ack deadlines and
 # last_active are thus at most that many deliveries early).
 _CLOCK_EVERY: Final = 63
+# The sequences after a consumer's oldest pending one that are looked up (in stream order) for the next oldest
+# when it is acked, before its pending entries are walked (a filter may leave gaps in the stream order).
+_OLDEST_PROBES: Final = 9
 NO_MESSAGES = headers(b"404 No Messages")
 IDLE_HEARTBEAT = headers(b"100 Idle Heartbeat")
 
@@ -444,6 +447,9 @@ class Consumer:
         self.asflr = 0
         self.adflr = 0
         self.pending: dict[int, tuple[int, int]] = {}  # sseq -> (dseq, deadline ns)
+        # The oldest key of `pending` as last seen (0: unknown; see `_acks_done`): no key below it is pending
+        # while a delivery below it resets it (`_send`).
+        self._first_pending = 0
         self.rdc: dict[int, int] = {}  # sseq -> deliveries so far (only > 1 kept)
         self.redeliver: deque[int] = deque()
         self._redeliver_set: set[int] = set()
@@ -1138,6 +1144,8 @@ class Consumer:
         if seq in self.pending:
             n += 1
             self.rdc[seq] = n
+        elif seq < self._first_pending:  # (after a reset) below the oldest seen: look it up again
+            self._first_pending = 0
         reply = self._ack_subject(n, seq, msg.ts)  # the stored time, as nats-server (not the delivery)
         if self.ack_none:
             self.asflr = max(self.asflr, seq)
@@ -1294,8 +1302,22 @@ class Consumer:
             for sseq in seqs:
                 self.rdc.pop(sseq, None)
         self.last_ack = now_ns()
-        # `pending` is in delivery order, which is stream order (redeliveries keep their first place).
-        oldest = next(iter(self.pending), None)
+        # `pending` is in delivery order, which is stream order (redeliveries keep their first place): its
+        # oldest is its first key. That is looked up again only once it is gone, first among the sequences
+        # just after it: a dict's iteration steps over the slots of every key deleted since its last resize,
+        # and explicit acks in order delete from the front (1,000 pending acked one by one: 1.7 µs an ack).
+        pending = self.pending
+        oldest: int | None = self._first_pending
+        if not oldest or oldest not in pending:
+            found = 0
+            if oldest:
+                for seq in range(oldest + 1, oldest + _OLDEST_PROBES):
+                    if seq in pending:
+                        found = seq
+                        break
+            oldest = self._first_pending = found or next(iter(pending), 0)
+            if not oldest:
+                oldest = None
         if oldest is not None:
             floor = oldest - 1
         else:
