@@ -178,10 +178,22 @@ class FlushScheduler:
     so the queue's own flusher task is woken instead.
     """
 
-    __slots__ = ("flush_sizes", "last_backlog", "reading", "scheduled", "stall", "touched", "trims")
+    __slots__ = (
+        "collecting",
+        "flush_sizes",
+        "last_backlog",
+        "reading",
+        "scheduled",
+        "stall",
+        "touched",
+        "trims",
+    )
 
     def __init__(self) -> None:
         self.reading = False
+        # Outside a read, the queues touched are collected too (not their flushers woken), for the code
+        # producing a run of messages to write them itself with `flush_now` (see `collect`).
+        self.collecting = False
         self.touched: list[Outbound] = []
         self.scheduled = False  # a flush_touched is queued for the end of this turn
         self.stall = StallGate()
@@ -225,11 +237,30 @@ class FlushScheduler:
 
     def flush_touched(self) -> None:
         self.scheduled = False
+        self.flush_now()
+
+    def flush_now(self) -> None:
+        """Write the queues touched so far (each in one call)."""
         touched = self.touched
         if touched:
             self.touched = []
             for out in touched:
                 out.flush()
+
+    def collect(self) -> bool:
+        """Collect the queues touched from now on, outside a read, until `collected`: True if this call
+        started collecting (False within a read or an outer collection, whose end writes them). A pull
+        batch is written by its producer as it goes (the first message at once, the rest when built)
+        instead of by the queue's flusher task a turn of the loop later (see Consumer._deliver_pull_run)."""
+        if self.reading or self.collecting:
+            return False
+        self.collecting = True
+        return True
+
+    def collected(self) -> None:
+        """End the collection `collect` started: write what it collected."""
+        self.collecting = False
+        self.flush_now()
 
 
 class Outbound:
@@ -302,7 +333,7 @@ class Outbound:
     def mark_dirty(self) -> None:
         """Called on the empty→non-empty transition: arrange for exactly one flush."""
         scheduler = self.scheduler
-        if scheduler.reading:
+        if scheduler.reading or scheduler.collecting:
             scheduler.touched.append(self)
         else:
             self._wake.set()

@@ -8,7 +8,7 @@ drops it; so is one a server crash interrupts before its commit (held in memory 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from pynatsd.jetstream import counters, errors
 from pynatsd.jetstream.errors import ApiError
@@ -25,7 +25,6 @@ MAX_INFLIGHT_PER_STREAM = 50
 MAX_INFLIGHT_TOTAL = 1000
 BATCH_TIMEOUT = 10.0
 _MAX_ID_LEN = 64
-_inflight_total = 0  # batches open on every stream of this process
 
 
 def incomplete() -> ApiError:
@@ -55,24 +54,48 @@ class _Batch:
         self.timer: Any = None
 
 
-class AtomicBatches:
-    """One stream's open batches."""
+class _TimedBatch(Protocol):
+    timer: Any  # its idle timeout's timer handle, or None
+
+
+BatchT = TypeVar("BatchT", bound=_TimedBatch)
+
+
+class OpenBatches(Generic[BatchT]):
+    """One stream's open batches of one kind (atomic here, fast in fast_batching.py), by batch id, each
+    with its idle timeout's timer. `inflight` counts that kind's open batches on every stream of this
+    process: each subclass keeps its own, as nats-server limits the two kinds apart."""
+
+    inflight = 0
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
-        self.open: dict[bytes, _Batch] = {}
+        self.open: dict[bytes, BatchT] = {}
+
+    def too_many(self, per_stream: int, total: int) -> bool:
+        """Opening one more batch would pass a limit: `per_stream` on this stream, `total` in the process."""
+        return len(self.open) + 1 > per_stream or type(self).inflight + 1 > total
+
+    def opened(self, batch_id: bytes, batch: BatchT) -> None:
+        self.open[batch_id] = batch
+        type(self).inflight += 1
 
     def drop(self, batch_id: bytes) -> None:
-        global _inflight_total
         batch = self.open.pop(batch_id, None)
         if batch is not None:
-            _inflight_total -= 1
+            type(self).inflight -= 1
             if batch.timer is not None:
                 batch.timer.cancel()
 
     def drop_all(self) -> None:
         for batch_id in list(self.open):
             self.drop(batch_id)
+
+
+class AtomicBatches(OpenBatches[_Batch]):
+    """One stream's open batches."""
+
+    inflight = 0  # atomic batches open on every stream of this process
 
     def publish(
         self, batch_id: bytes, subject: bytes, reply: bytes | None, hdrs: bytes, payload: bytes
@@ -103,7 +126,6 @@ class AtomicBatches:
 
     def _take(self, batch_id: bytes, subject: bytes, hdrs: bytes, payload: bytes) -> tuple[int, int] | None:
         """Hold a batch's message, or store the batch at its commit: (last sequence, count) then."""
-        global _inflight_total
         stream = self.stream
         cfg = stream.config
         if cfg["sealed"]:
@@ -125,11 +147,10 @@ class AtomicBatches:
         if batch is None:
             if seq != 1:
                 raise _too_large() if seq - int(eob) > MAX_BATCH_SIZE else incomplete()
-            if len(self.open) + 1 > MAX_INFLIGHT_PER_STREAM or _inflight_total + 1 > MAX_INFLIGHT_TOTAL:
+            if self.too_many(MAX_INFLIGHT_PER_STREAM, MAX_INFLIGHT_TOTAL):
                 raise errors._e(429, 10210, "atomic publish too many inflight")
             batch = _Batch()
-            self.open[batch_id] = batch
-            _inflight_total += 1
+            self.opened(batch_id, batch)
         if commit_value is not None and not eob and commit_value != b"1":
             self.drop(batch_id)
             raise errors._e(400, 10200, "atomic publish batch commit is invalid")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pynatsd.base.logging import get_logger
 from pynatsd.jetstream import errors
+from pynatsd.jetstream.batching import OpenBatches
 from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.util import get_header
 
@@ -33,7 +34,6 @@ _MAX_ID_LEN = 64
 _MAX_UINT64 = (1 << 64) - 1
 _REQUIRED_API_LEVEL = b"Nats-Required-Api-Level"
 REQUEST_INFO = b"Nats-Request-Info"
-_inflight_total = 0  # fast batches open on every stream of this process
 log = get_logger()
 
 
@@ -107,27 +107,16 @@ class _Batch:
         self.timer: Any = None
 
 
-class FastBatches:
+class FastBatches(OpenBatches[_Batch]):
     """One stream's open fast batches."""
 
+    inflight = 0  # fast batches open on every stream of this process
+
     def __init__(self, stream: Stream, api_level: int) -> None:
-        self.stream = stream
+        super().__init__(stream)
         self.api_level = api_level  # the server's, which a message's Nats-Required-Api-Level must not pass
-        self.open: dict[bytes, _Batch] = {}
 
     # -- bookkeeping ----------------------------------------------------------------------------------
-    def drop(self, batch_id: bytes) -> None:
-        global _inflight_total
-        batch = self.open.pop(batch_id, None)
-        if batch is not None:
-            _inflight_total -= 1
-            if batch.timer is not None:
-                batch.timer.cancel()
-
-    def drop_all(self) -> None:
-        for batch_id in list(self.open):
-            self.drop(batch_id)
-
     def _arm(self, batch_id: bytes, batch: _Batch) -> None:
         if batch.timer is not None:
             batch.timer.cancel()
@@ -179,7 +168,6 @@ class FastBatches:
     ) -> None:
         """One message whose reply subject ends in `.$FI` (`named_by`: that subject, the reply itself or,
         across a service import, the one in its Nats-Request-Info): taken as nats-server takes it."""
-        global _inflight_total
         stream = self.stream
         can_respond = not stream._no_ack
         request = parse_reply(named_by)
@@ -201,11 +189,10 @@ class FastBatches:
             if batch is None:
                 if request.seq != 1 or request.op == OP_PING:  # (a ping opens no batch, as nats-server's)
                     raise errors._e(400, 10208, "batch publish ID unknown")
-                if len(self.open) + 1 > MAX_INFLIGHT_PER_STREAM or _inflight_total + 1 > MAX_INFLIGHT_TOTAL:
+                if self.too_many(MAX_INFLIGHT_PER_STREAM, MAX_INFLIGHT_TOTAL):
                     raise errors._e(429, 10211, "batch publish too many inflight")
                 batch = _Batch(request.gap_ok, request.flow)
-                self.open[batch_id] = batch
-                _inflight_total += 1
+                self.opened(batch_id, batch)
                 # Alone, the publisher gets the pace it asked for; beside others it starts at every message.
                 batch.ack_messages = min(MAX_ACK_MESSAGES, request.flow) if len(self.open) == 1 else 1
             if hdrs and hdrs.find(b"\r\n" + _REQUIRED_API_LEVEL + b":") >= 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 import pytest
@@ -368,3 +369,47 @@ async def test_pull_batch_stops_when_its_requester_stops_listening(nc: Client) -
     psub = await js.pull_subscribe_bind("w", stream="S")
     assert [m.data for m in await psub.fetch(7, timeout=1)] == [b"m%d" % i for i in range(3, 10)]
     assert got == [b"m0", b"m1", b"m2"]
+
+
+class _RecordingTransport(asyncio.Transport):
+    """A connection's transport, its writes recorded (each as one bytes) and passed on."""
+
+    def __init__(self, inner: asyncio.Transport) -> None:
+        super().__init__()
+        self.inner = inner
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+        self.inner.write(data)
+
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        pieces = [bytes(piece) for piece in list_of_data]
+        self.writes.append(b"".join(pieces))
+        self.inner.writelines(pieces)
+
+    def get_write_buffer_size(self) -> int:
+        return self.inner.get_write_buffer_size()
+
+
+async def test_a_pull_batch_is_written_first_message_first(js_server: JsServer, nc: Client) -> None:
+    # The batch's first message is written at once and the rest once built (one write each), not the whole
+    # batch a turn later: nats-py's fetch waits on the first byte. All delivered, in order, exactly once.
+    await fill(nc, 12)
+    js = nc.jetstream()
+    psub = await js.pull_subscribe("s.x", "w", config=api.ConsumerConfig(ack_policy=api.AckPolicy.ALL))
+    assert js_server.server is not None
+    (conn,) = [c for c in js_server.server.clients.values() if c.out is not None]
+    out = conn.out
+    assert out is not None
+    recorder = _RecordingTransport(out.transport)
+    out.transport = recorder
+    try:
+        first = await psub.fetch(10)
+        await first[-1].ack()
+        rest = await psub.fetch(5, timeout=0.5)  # the 2 left, then the stream's end
+    finally:
+        out.transport = recorder.inner
+    assert [m.data for m in first + rest] == [b"m%d" % i for i in range(12)]
+    batches = [w.count(b"MSG s.x ") for w in recorder.writes if b"MSG s.x " in w]
+    assert batches == [1, 9, 1, 1]

@@ -291,6 +291,48 @@ async def test_ack_flow_matches_nats_server(clients: tuple[Client, Client]) -> N
     assert got == expected
 
 
+async def ack_floor_flow(nc: Client) -> list[Any]:
+    """The ack floor as explicit acks move it on a filtered consumer (gaps in the stream order: one of 12
+    sequences, past what the floor's look-up probes), in order, out of order, and after a reset while the
+    oldest pending is one delivered again."""
+    js = nc.jetstream()
+    await js.add_stream(name="FL", subjects=["fl.*"])
+    for subject in ["fl.a"] * 2 + ["fl.b"] * 12 + ["fl.a"] * 3:  # fl.a: 1, 2, 15, 16, 17
+        await js.publish(subject, b"x")
+    config = {"name": "c", "ack_policy": "explicit", "filter_subject": "fl.a"}
+    await nc.request(
+        "$JS.API.CONSUMER.CREATE.FL.c", json.dumps({"stream_name": "FL", "config": config}).encode()
+    )
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    out: list[Any] = []
+
+    async def take(n: int) -> list[str]:
+        body = json.dumps({"batch": n, "no_wait": True}).encode()
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.FL.c", body, reply=inbox)
+        return [(await sub.next_msg(2)).reply for _ in range(n)]
+
+    async def ack(reply: str) -> None:
+        await nc.request(reply, b"+ACK", timeout=2)  # answered once taken
+        ci = json.loads((await nc.request("$JS.API.CONSUMER.INFO.FL.c", b"", timeout=2)).data)
+        floor = ci["ack_floor"]
+        out.append((reply.split(".")[5], floor["stream_seq"], floor["consumer_seq"], ci["num_ack_pending"]))
+
+    replies = await take(5)
+    for i in (1, 0, 3, 2):  # 17 left pending: the oldest
+        await ack(replies[i])
+    await nc.request("$JS.API.CONSUMER.RESET.FL.c", b'{"seq": 1}', timeout=2)
+    replies = await take(5)  # 17 again, now after 1, 2, 15 and 16
+    for i in (1, 0, 3, 2, 4):
+        await ack(replies[i])
+    return out
+
+
+async def test_ack_floor_matches_nats_server(clients: tuple[Client, Client]) -> None:
+    ref, ours = clients
+    assert await ack_floor_flow(ours) == await ack_floor_flow(ref)
+
+
 async def kv_flow(nc: Client) -> list[Any]:
     """nats-py's KV over each server: revisions, values, operations, keys, history, stream state."""
     js = nc.jetstream()

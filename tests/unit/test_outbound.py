@@ -330,3 +330,26 @@ async def test_the_c_heap_is_trimmed_once_backlogs_stop() -> None:
     scheduler._trim()
     assert scheduler.trims == 1 and scheduler.last_backlog == -1.0
     out.close()
+
+
+async def test_a_collection_is_written_by_its_producer_not_the_flusher() -> None:
+    # A pull batch outside a read: what it queues waits for the producer's flush_now (its first message)
+    # or the collection's end (the rest), each one write; the flusher task is not woken for it.
+    out, transport, scheduler = make()
+    assert scheduler.collect()
+    assert not scheduler.collect()  # an inner producer leaves the writing to the outer one
+    out.push(b"MSG 1\r\n")
+    assert scheduler.touched == [out] and transport.writes == []
+    scheduler.flush_now()
+    assert transport.writes == [b"MSG 1\r\n"]
+    out.push(b"MSG 2\r\n")
+    out.push(b"MSG 3\r\n")
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert transport.writes == [b"MSG 1\r\n"]  # the flusher was not woken
+    scheduler.collected()
+    assert transport.writes == [b"MSG 1\r\n", b"MSG 2\r\nMSG 3\r\n"]
+    assert not scheduler.collecting and scheduler.touched == []
+    scheduler.reading = True
+    assert not scheduler.collect()  # within a read, the read's end writes
+    scheduler.reading = False
