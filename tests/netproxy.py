@@ -4,7 +4,9 @@ Each node advertises its relay's port (`cluster { advertise }`) and the others r
 so every route connection, gossiped ones included, goes through the relay of the node it was dialed to.
 The relay learns the dialing server from the `server_name` of the INFO it sends, so `Switchboard.isolate`
 can close every route connection a node is at either end of and refuse its new ones until `heal`: to the
-servers it is a route that died and cannot be dialed again, as when its network is cut."""
+servers it is a route that died and cannot be dialed again, as when its network is cut. `Switchboard.pause`
+instead stops reading them: the connections stay open, what is sent waits (in the sockets' buffers, then
+in the senders') and arrives late, after `heal`, as when a network stalls."""
 
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ class Switchboard:
     """The relays of one cluster and which nodes are cut off."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._isolated: set[str] = set()
+        self._paused: set[str] = set()
+        self.late: dict[tuple[str, str], int] = {}  # (from, to) -> bytes held by a pause, then delivered
         self._links: list[tuple[str, str, socket.socket, socket.socket]] = []  # dialer, target, both ends
         self._listeners: list[socket.socket] = []
         self.ports: dict[str, int] = {}
@@ -44,9 +48,16 @@ class Switchboard:
         for _, _, a, b in cut:
             _close(a, b)
 
+    def pause(self, name: str) -> None:
+        """Stop relaying what `name` sends and what is sent to it, until `heal`."""
+        with self._lock:
+            self._paused.add(name)
+
     def heal(self) -> None:
         with self._lock:
             self._isolated.clear()
+            self._paused.clear()
+            self._lock.notify_all()
 
     def links(self) -> list[tuple[str, str]]:
         """(dialer, target) of each open route connection."""
@@ -54,6 +65,7 @@ class Switchboard:
             return [(d, t) for d, t, _, _ in self._links]
 
     def close(self) -> None:
+        self.heal()  # paused relays let go
         for listener in self._listeners:
             listener.close()
         with self._lock:
@@ -73,6 +85,25 @@ class Switchboard:
                 return
             threading.Thread(target=self._link, args=(client, target, target_port), daemon=True).start()
 
+    def _wait_unpaused(self, names: list[str]) -> bool:
+        """Until no end of the link is paused; True if it had to wait."""
+        with self._lock:
+            paused = bool(self._paused.intersection(names))
+            self._lock.wait_for(lambda: not self._paused.intersection(names))
+            return paused
+
+    def _pump(self, src: socket.socket, dst: socket.socket, names: list[str], upstream: bool) -> None:
+        """Bytes from `src` to `dst` until either closes (held while an end is paused); then both closed.
+        `names`: the link's target, then its dialer once known; `upstream`: from the dialer."""
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if self._wait_unpaused(names) and len(names) == 2:
+                    way = (names[1], names[0]) if upstream else (names[0], names[1])
+                    with self._lock:
+                        self.late[way] = self.late.get(way, 0) + len(data)
+                dst.sendall(data)
+        _close(src, dst)
+
     def _link(self, client: socket.socket, target: str, target_port: int) -> None:
         if not self._allowed(target):
             client.close()
@@ -84,7 +115,8 @@ class Switchboard:
             return
         upstream.settimeout(None)
         # The server's INFO goes to the dialer at once; the dialer's bytes wait until its name is known.
-        threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+        names = [target]
+        threading.Thread(target=self._pump, args=(upstream, client, names, False), daemon=True).start()
         head = b""
         match = None
         with contextlib.suppress(OSError):
@@ -104,22 +136,16 @@ class Switchboard:
         if link is None:
             _close(client, upstream)
             return
+        names.append(dialer)
         try:
+            self._wait_unpaused(names)
             upstream.sendall(head)
-            _pump(client, upstream)
+            self._pump(client, upstream, names, True)
         except OSError:
             _close(client, upstream)
         finally:
             with self._lock, contextlib.suppress(ValueError):
                 self._links.remove(link)
-
-
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    """Bytes from `src` to `dst` until either closes; then both are closed."""
-    with contextlib.suppress(OSError):
-        while data := src.recv(65536):
-            dst.sendall(data)
-    _close(src, dst)
 
 
 def _close(*socks: socket.socket) -> None:

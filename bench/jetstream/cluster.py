@@ -196,7 +196,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "js-cluster-smoke" if args.smoke else "js-cluster"
-    results = {"nats_server": version, "args": vars(args), "layouts": LAYOUTS, "rows": table}
+    run_args = {"reps": args.reps, "msgs": args.msgs, "size": args.size, "smoke": args.smoke}
+    results = {"nats_server": version, "args": run_args, "layouts": LAYOUTS, "rows": table}
     (out / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
 
 
