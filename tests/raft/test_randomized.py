@@ -124,6 +124,7 @@ async def _chaos(cluster: Cluster, seed: int, log: list[str]) -> None:
         publisher.stopped.set()
         await publishing
     total = len(publisher.acked)
+    assert total > ROUNDS * IN_FLIGHT, (log, total)  # publishing went on through the rounds
     info = await _info_until(go[0], _all_current(cluster, total))
     expected = {seq: (f"orders.{i % 7}", _payload(i)) for i, seq in publisher.acked.items()}
     assert len(expected) == total and info["state"]["messages"] == total, (log, info["state"])
