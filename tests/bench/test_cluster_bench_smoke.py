@@ -51,6 +51,7 @@ def test_jetstream_cluster_bench_smoke(tmp_path: Path) -> None:
     assert results["nats_server"].startswith("nats-server: v")
     rows = results["rows"]
     assert sorted(rows) == ["all-replicas", "consume-ack", "node0-cpu-us", "publish-ack"]
-    for row in rows.values():
-        assert row["nats-server"] > 0 and row["pynatsd"] > 0 and row["ratio"] > 0
+    for name in ("publish-ack", "all-replicas", "consume-ack"):
+        assert rows[name]["nats-server"] > 0 and rows[name]["pynatsd"] > 0 and rows[name]["ratio"] > 0
+    assert rows["node0-cpu-us"]["pynatsd"] >= 0  # 10 ms ticks: maybe none in 500 messages
     assert "all-replicas" in out.stdout
