@@ -287,6 +287,7 @@ class RaftNode:
 
     def close(self) -> None:
         self.state = State.CLOSED
+        self.storage.sync()
 
     @property
     def is_leader(self) -> bool:

@@ -4,12 +4,16 @@ AppendEntry per index, as nats-server's WAL keeps them) and its last snapshot.
 `MemoryStorage` for tests and simulations (it outlives a node object, as a disk would); `FileStorage` in a
 directory: `tav.idx` (term and vote) and `peers.idx` (peer state) in nats-server's layouts, the log in
 `wal.log` as records of (index u64, length u32, bytes), a snapshot in `snap.<term>.<index>`. Each write of
-the term and vote is synced before it is acted upon (a vote forgotten in a crash could be granted twice)."""
+the term and vote is synced before it is acted upon (a vote forgotten in a crash could be granted twice).
+Log appends are written through at once (a kill -9 loses none) but synced only every `SYNC_INTERVAL`, as
+nats-server syncs its WAL (its default sync_interval, 2 minutes): an fsync per entry (3 ms here) held a
+follower replica to ~300 entries/s, ~4k msgs/s, behind a nats-server leader appending 8k entries/s."""
 
 from __future__ import annotations
 
 import os
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -18,6 +22,7 @@ from pynatsd.raft.codec import ID_LEN, PeerState
 
 _RECORD = struct.Struct("<QI")
 _SNAP_HEAD = struct.Struct("<QQI")
+SYNC_INTERVAL = 120.0  # seconds between fsyncs of the log
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,7 @@ class Storage(Protocol):
     def append(self, index: int, data: bytes) -> None: ...
     def truncate_after(self, index: int) -> None: ...  # keep indexes <= index
     def compact_through(self, index: int) -> None: ...  # drop indexes <= index
+    def sync(self) -> None: ...  # what was written, on disk (at close)
 
 
 class MemoryStorage:
@@ -101,6 +107,9 @@ class MemoryStorage:
         if self.log:
             self.first = min(self.log)
 
+    def sync(self) -> None:
+        pass
+
 
 class FileStorage(MemoryStorage):
     """MemoryStorage written through to `directory` and read back from it on creation."""
@@ -108,6 +117,7 @@ class FileStorage(MemoryStorage):
     def __init__(self, directory: Path) -> None:
         super().__init__()
         self.dir = directory
+        self._synced = time.monotonic()
         directory.mkdir(parents=True, exist_ok=True)
         self._load()
 
@@ -189,11 +199,20 @@ class FileStorage(MemoryStorage):
         with open(self.dir / "wal.log", "ab") as f:
             f.write(_RECORD.pack(index, len(data)) + data)
             f.flush()
-            os.fsync(f.fileno())
+            if time.monotonic() - self._synced >= SYNC_INTERVAL:
+                os.fsync(f.fileno())
+                self._synced = time.monotonic()
 
     def truncate_after(self, index: int) -> None:
         super().truncate_after(index)
         self._rewrite()
+
+    def sync(self) -> None:
+        wal = self.dir / "wal.log"
+        if wal.exists():
+            with open(wal, "ab") as f:
+                os.fsync(f.fileno())
+        self._synced = time.monotonic()
 
     def compact_through(self, index: int) -> None:
         super().compact_through(index)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,9 +41,12 @@ pytestmark = pytest.mark.timeout(240)
 WAIT = 60.0  # elections take 4-9 s each (nats-server's timeouts), more on a loaded machine
 
 
-def _start(kinds: list[str], workdir: Path, js: list[bool]) -> Cluster:
+def _start(
+    kinds: list[str], workdir: Path, js: list[bool], prepare: Callable[[Cluster], None] | None = None
+) -> Cluster:
     """The cluster with JetStream where `js` says; a nats-server JetStream seed routes to itself, for
-    nats-server refuses a JetStream cluster node without a configured route."""
+    nats-server refuses a JetStream cluster node without a configured route. `prepare` may rewrite the
+    nodes' config files before they start (routes through a relay, say)."""
 
     def extra(index: int, wd: Path) -> str:
         # The member under test compacts its meta log past a few entries (nats-server's option, 0: by time).
@@ -56,6 +59,8 @@ def _start(kinds: list[str], workdir: Path, js: list[bool]) -> Cluster:
         text = seed.config.read_text()
         route = f"  routes: [nats-route://127.0.0.1:{seed.cluster_port}]\n"
         seed.config.write_text(text.replace("cluster {\n", "cluster {\n" + route, 1))
+    if prepare is not None:
+        prepare(cluster)
     try:
         cluster.start(seed)
         with ThreadPoolExecutor(len(cluster.nodes) - 1) as pool:
@@ -69,11 +74,11 @@ def _start(kinds: list[str], workdir: Path, js: list[bool]) -> Cluster:
 
 
 @contextmanager
-def mixed_cluster(kind: str) -> Iterator[Cluster]:
+def mixed_cluster(kind: str, prepare: Callable[[Cluster], None] | None = None) -> Iterator[Cluster]:
     """`kind` (pynatsd, or the reference's nats-server) and two nats-server nodes, JetStream on each."""
     need_tool(nats_server_binary() is not None, "nats-server")
     with tempfile.TemporaryDirectory(prefix="pynatsd-raft-") as workdir:
-        cluster = _start([kind, "nats-server", "nats-server"], Path(workdir), [True, True, True])
+        cluster = _start([kind, "nats-server", "nats-server"], Path(workdir), [True, True, True], prepare)
         try:
             yield cluster
         finally:
