@@ -328,7 +328,7 @@ class JsAccount:
                 name = random_name()
         consumer = Consumer(stream, name, cfg, now_ns())
         stream.consumers[name] = consumer
-        consumer.save_soon()
+        consumer.save_now()
         self.advisories.consumer_action(stream.name, name, "create")
         return consumer
 
@@ -356,7 +356,7 @@ class JsAccount:
         if threshold_changed:
             consumer.watch_inactivity()
         consumer.on_removed()
-        consumer.save_soon()
+        consumer.save_now()
         consumer.kick()
         return consumer
 

@@ -748,7 +748,7 @@ class Api:
             cfg["pause_until"] = until  # the last of the config's fields: its place in nats-server's JSON
         consumer_mod.set_required_level(cfg)
         consumer.update(cfg)
-        consumer.save_soon()
+        consumer.save_now()
         consumer.kick()
         out: Reply = {"paused": consumer.paused(), "pause_until": until}
         if out["paused"]:

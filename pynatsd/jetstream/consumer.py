@@ -681,6 +681,14 @@ class Consumer:
         if self._save_timer is None and not self._stopped and self.persistent:
             self._save_timer = self.loop.call_later(0.05, self.save)
 
+    def save_now(self) -> None:
+        """Write the state before the caller answers: a created or updated durable the client was told of
+        must survive a kill -9 that comes at once (nats-server writes it before its reply too)."""
+        if self._save_timer is not None:
+            self._save_timer.cancel()
+        if not self._stopped:
+            self.save()
+
     def save(self) -> None:
         self._save_timer = None
         directory = self.stream.directory

@@ -92,6 +92,21 @@ async def test_kill_9_keeps_a_message_stored_without_a_reply(tmp_path: Path, kin
 
 
 @pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
+async def test_kill_9_right_after_a_consumer_create_keeps_the_durable(tmp_path: Path, kind: str) -> None:
+    """A durable whose create was answered survives a kill -9 that comes at once, with its config, and an
+    update's answer likewise (pynatsd wrote a new durable's state 50 ms after answering: a kill -9 then
+    lost a consumer the client had been told exists)."""
+    async with jetstream_life(kind, tmp_path, kill=True) as (srv, nc):
+        js = nc.jetstream(timeout=5)
+        await js.add_stream(name="FRESH", subjects=["fresh.>"])
+        await js.add_consumer("FRESH", durable_name="D", ack_policy=api.AckPolicy.EXPLICIT, max_deliver=5)
+        await js.add_consumer("FRESH", durable_name="D", ack_policy=api.AckPolicy.EXPLICIT, max_deliver=7)
+    async with jetstream_life(kind, tmp_path, port=srv.port) as (_, nc):
+        info = await nc.jetstream(timeout=5).consumer_info("FRESH", "D")
+        assert (info.config.durable_name, info.config.max_deliver) == ("D", 7)
+
+
+@pytest.mark.parametrize("kind", ["pynatsd", "nats-server"])
 async def test_kill_9_after_ack_sync_keeps_the_acked_messages_removed(tmp_path: Path, kind: str) -> None:
     """A work-queue message whose AckSync was answered is removed for good: a kill -9 right after does not
     bring it back (pynatsd writes a turn's removals together, before the answers)."""
