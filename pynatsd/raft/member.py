@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -179,6 +180,7 @@ class MetaMember:
         self.replica_dir = store_dir / "_js_"
         self.replicas: dict[str, StreamReplica] = {}  # stream group -> the follower replica hosted here
         self.refused: dict[str, str] = {}  # what an assignment asked that this member does not serve
+        self.swept = False  # replica directories no assignment names removed, once caught up since start
         # The configured limits (or nats-server's defaults), which its STATSZ advertises.
         self.max_memory, self.max_storage = configured_limits(config) if config is not None else (0, 0)
 
@@ -244,14 +246,17 @@ class MetaMember:
             self.applier.apply(committed)
             if committed:
                 self._place_replicas()
+            if not self.swept and self._caught_up():
+                self._sweep_orphans()
         self.timer = rearm(loop, self.timer, due, self._on_timer)
 
     # Stream replicas.
 
     def _place_replicas(self) -> None:
-        """Follow the stream assignments naming this server: a replica for each replicated one, stopped (its
-        data removed) when its stream is deleted. What it cannot serve it refuses in the log: a stream whose
-        only peer it is (it would have to lead), a changed peer set, consumer replicas."""
+        """Follow the stream assignments naming this server: a replica for each replicated one, its peers
+        following the assignment's, stopped (its data removed) when its stream is deleted or moved off this
+        server. What it cannot serve it refuses in the log: a stream whose only peer it is (it would have
+        to lead; a replica it held keeps its data), consumer replicas."""
         node, applier = self.node, self.applier
         if node is None or applier is None:
             return
@@ -269,6 +274,8 @@ class MetaMember:
                     self._answer_refused(
                         STREAM_RESULT, {"account": key[0], "stream": key[1]}, "stream_create"
                     )
+                if name in self.replicas:  # scaled down to this server alone: the only copy, kept
+                    wanted[name] = sa
                 continue
             wanted[name] = sa
             for consumer, ca in applier.state.consumers.get(key, {}).items():
@@ -293,8 +300,51 @@ class MetaMember:
                     )
                 except (OSError, KeyError, TypeError, ValueError) as e:
                     self._refuse(name, f"stream {sa['stream'].get('name')!r}: replica not started: {e}")
-            elif sorted(replica.peers) != sorted(str(p) for p in sa["group"]["peers"]):
-                self._refuse(name + "/peers", f"stream {replica.stream!r}: peer set change not implemented")
+            else:
+                self._follow_assignment(replica, sa)
+
+    def _caught_up(self) -> bool:
+        """Following a meta leader whose log this member holds and applied up to its end (no catch-up
+        under way): its assignments are the cluster's."""
+        node = self.node
+        return bool(
+            node is not None
+            and node.leader
+            and node.leader != node.id
+            and node.catchup is None
+            and node.pindex > 0
+            and node.applied == node.commit == node.pindex
+        )
+
+    def _sweep_orphans(self) -> None:
+        """Remove the replica directories no assignment names: streams deleted or moved off this server
+        while it was down, whose removal it learnt from a snapshot or never saw committed (nats-server
+        deletes such orphans once it is current with its meta leader)."""
+        self.swept = True
+        try:
+            found = [d for d in self.replica_dir.iterdir() if d.is_dir()]
+        except OSError:
+            return  # no replica was ever placed here
+        for directory in found:
+            if directory.name not in self.replicas:
+                log.info(
+                    "JetStream cluster member: removing the replica of %s: no longer assigned here",
+                    directory.name,
+                )
+                shutil.rmtree(directory, ignore_errors=True)
+
+    def _follow_assignment(self, replica: StreamReplica, sa: dict[str, Any]) -> None:
+        """A hosted stream's assignment changed and still names this server (nats-server's stream update on
+        a member that stays): a changed peer set (scale up or down, a peer removed and replaced) is taken
+        as the meta leader's word. The group's own membership follows its log's peer add and remove
+        entries, which the replica's node applies; a member removed from it keeps following until the
+        assignment drops it too, as nats-server's does."""
+        if sa is replica.assignment:
+            return
+        peers = [str(p) for p in sa["group"]["peers"]]
+        if sorted(peers) != sorted(replica.peers):
+            log.info("JetStream cluster replica of %r: peers now %s", replica.stream, ", ".join(peers))
+        replica.assignment, replica.peers = sa, peers
 
     def _refuse(self, key: str, what: str) -> bool:
         """Log what an assignment asks that this member does not serve, once; True the first time."""
