@@ -344,6 +344,8 @@ class RaftNode:
         self._check_won()
 
     def _on_vote_request(self, vr: VoteRequest, reply: str) -> None:
+        if vr.candidate == self.id:
+            return  # our own, heard back
         empty = self.pindex == 0
         if vr.term < self.term:
             self._publish(reply, "", VoteResponse(self.term, self.id, False, empty).encode())
@@ -546,6 +548,8 @@ class RaftNode:
     # The follower's side.
 
     def _on_append(self, ae: AppendEntry, reply: str, new: bool) -> None:
+        if ae.leader == self.id:
+            return  # our own, heard back on the group's subject while we lead
         self._reset_election(self._election_timeout())
         lterm = ae.lterm or ae.term
         if self.state == State.LEADER:

@@ -15,6 +15,7 @@ from typing import Any
 import nats
 import pytest
 
+from pynatsd.raft.codec import peer_id
 from tests.cluster.harness import Cluster, Node
 from tests.raft.test_meta_live import _current, _leader, _until, mixed_cluster
 from tests.raft.test_stream_live import _info_until, _local_messages, _payload, _publish, _request
@@ -95,6 +96,11 @@ def test_scale_up_and_down(cluster: Cluster) -> None:
     asyncio.run(_scale(cluster))
 
 
+def _group_leaders(cluster: Cluster, group: str) -> set[str]:
+    """The leader each server's /raftz names for the stream's group (account A)."""
+    return {str(n.get("/raftz?acc=A").get("A", {}).get(group, {}).get("leader")) for n in cluster.nodes}
+
+
 async def _stepdown(node: Node, preferred: str) -> dict[str, Any]:
     body = {"placement": {"preferred": preferred}}
     return await _request(node, "$JS.API.STREAM.LEADER.STEPDOWN.ORDERS", body)
@@ -110,12 +116,19 @@ async def _stepdown_to_ours(cluster: Cluster) -> None:
     if info["cluster"]["leader"] == ours.name:  # the reference's stand-in leads: hand over first
         assert (await _stepdown(go[0], go[0].name)).get("success") is True
         info = await _info_until(go[0], lambda i: i["cluster"].get("leader") == go[0].name)
-    before = info["cluster"]["leader"]
+    before, group = info["cluster"]["leader"], info["cluster"]["raft_group"]
+    term = go[0].get("/raftz?acc=A")["A"][group]["term"]
+    # Every member heard from the leader (the member restarted by the test before may not have yet).
+    await _until(lambda: _group_leaders(cluster, group) == {peer_id(before)}, "a member without the leader")
     answer = await _stepdown(go[0], ours.name)
     assert answer == {"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response", "success": True}
     info = await _info_until(go[0], lambda i: i["cluster"].get("leader") not in (None, "", before))
     leader = info["cluster"]["leader"]
-    assert leader == ours.name if ours.kind == "nats-server" else leader in {n.name for n in go}
+    if ours.kind == "nats-server":
+        assert leader == ours.name
+    else:  # pynatsd led for a term, to hand over to the other nats-server
+        assert leader in {n.name for n in go} - {before}
+        assert go[0].get("/raftz?acc=A")["A"][group]["term"] >= term + 2
     assert await _publish(go[0], COUNT, 1) == [COUNT + 1]
 
 
