@@ -10,15 +10,19 @@ import base64
 import json
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
 
 from pynatsd.raft.codec import peer_id
-from tests.cluster.harness import Cluster, Node
+from tests.cluster.harness import Cluster, Node, node_config
+from tests.conftest import need_tool
+from tests.raft.test_codec_live import CONFIG
 from tests.raft.test_meta_live import _current, _leader, _until, mixed_cluster
 from tests.raft.test_stream_live import _info_until, _local_messages, _payload, _publish, _request
+from tests.servers import ServerProcess, free_port, nats_server_binary, start_server
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -180,3 +184,46 @@ async def _restart(cluster: Cluster) -> None:
 
 def test_restart_leaves_no_stale_replica(cluster: Cluster) -> None:
     asyncio.run(_restart(cluster))
+
+
+STATSZ_LATE_ROUTE = 8.0  # pynatsd's STATSZ ticks (0.25 s, doubling) found no listener this long
+
+
+def test_statsz_as_soon_as_a_route_listens(tmp_path: Path) -> None:
+    """A member whose routes come up late (a restart: its peers reconnect, or come back later) announces its
+    STATSZ, which makes it placeable, within a tick of them: before the nats-server it routes to sent its
+    own fourth (its cadence: 0.25, 0.75, 1.75, 3.75 s after its start), not at pynatsd's next doubled tick
+    (15.75 s after its start, 7.75 s after the route)."""
+    need_tool(nats_server_binary() is not None, "nats-server")
+    go_port, ours_port = free_port(), free_port()
+    config = tmp_path / "py.conf"
+    config.write_text(
+        node_config("py0", "statsz", ours_port, go_port)
+        + CONFIG
+        + f"jetstream {{ store_dir: '{tmp_path}/js' }}\n"
+    )
+    ours = start_server("pynatsd", ["-c", str(config)])
+    try:
+        asyncio.run(_statsz_order(tmp_path, go_port, ours))
+    finally:
+        ours.stop()
+
+
+async def _statsz_order(tmp_path: Path, go_port: int, ours: ServerProcess) -> None:
+    await asyncio.sleep(STATSZ_LATE_ROUTE)  # nothing to await: pynatsd's route finds no one listening
+    config = tmp_path / "go.conf"
+    config.write_text(node_config("go0", "statsz", go_port, None) + CONFIG)
+    go = start_server("nats-server", ["-c", str(config)])
+    try:
+        async with await nats.connect(f"nats://sys:sys@127.0.0.1:{go.port}") as nc:
+            statsz = await nc.subscribe("$SYS.SERVER.*.STATSZ")
+            theirs = 0
+            while True:
+                msg = await statsz.next_msg(timeout=30)
+                name = json.loads(msg.data)["server"]["name"]
+                if name == "py0":
+                    break
+                theirs += 1
+            assert theirs < 4, f"pynatsd's first STATSZ came after {theirs} of nats-server's"
+    finally:
+        go.stop()
