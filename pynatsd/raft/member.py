@@ -317,20 +317,27 @@ class MetaMember:
         )
 
     def _sweep_orphans(self) -> None:
-        """Remove the replica directories no assignment names: streams deleted or moved off this server
-        while it was down, whose removal it learnt from a snapshot or never saw committed (nats-server
-        deletes such orphans once it is current with its meta leader)."""
+        """Remove the replica directories of groups no assignment places here: streams deleted or moved off
+        this server while it was down, whose removal it learnt from a snapshot or never saw committed
+        (nats-server deletes such orphans once it is current with its meta leader). A replica assigned
+        here that did not start keeps its data."""
         self.swept = True
+        node, applier = self.node, self.applier
+        if node is None or applier is None:
+            return
+        ours = node.id
+        assigned = {
+            str((sa.get("group") or {}).get("name"))
+            for sa in applier.state.streams.values()
+            if ours in ((sa.get("group") or {}).get("peers") or ())
+        }
         try:
             found = [d for d in self.replica_dir.iterdir() if d.is_dir()]
         except OSError:
             return  # no replica was ever placed here
         for directory in found:
-            if directory.name not in self.replicas:
-                log.info(
-                    "JetStream cluster member: removing the replica of %s: no longer assigned here",
-                    directory.name,
-                )
+            if directory.name not in self.replicas and directory.name not in assigned:
+                log.info("JetStream cluster member: replica of %s removed: not assigned here", directory.name)
                 shutil.rmtree(directory, ignore_errors=True)
 
     def _follow_assignment(self, replica: StreamReplica, sa: dict[str, Any]) -> None:
