@@ -458,14 +458,20 @@ class SystemService:
         return {"server": self.server_info(), "statsz": body}
 
     def _statsz_tick(self) -> None:
-        """The periodic STATSZ, sent only while someone listens (nats-server checks interest when alone)."""
+        """The periodic STATSZ, sent only while someone listens (nats-server checks interest when alone);
+        a clustered server asks every 0.25 s until someone does."""
         self._statsz_timer = None
         if self.client.closed:
             return
         subject = f"$SYS.SERVER.{self.server_id}.STATSZ"
-        if self._interest(subject):
+        heard = self._interest(subject)
+        if heard:
             self._send(subject, self.statsz())
-        self._statsz_every = min(self._statsz_every * 2, STATSZ_EVERY)
+        if heard or self.server.cluster is None:
+            # In a cluster the back-off runs from the first one heard: a server whose routes come up late
+            # (a restart, pynatsd's routes up after 1.75 s) announces itself, its JetStream among it, within
+            # a tick of them rather than at the next doubled one (3.75, 7.75, then every 10 s).
+            self._statsz_every = min(self._statsz_every * 2, STATSZ_EVERY)
         self._statsz_timer = self.server.loop.call_later(self._statsz_every, self._statsz_tick)
 
     # -- account endpoints --------------------------------------------------------------------------------

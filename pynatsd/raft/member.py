@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -37,7 +39,7 @@ from pynatsd.raft.codec import META_GROUP, EntryType, PeerState, peer_id
 from pynatsd.raft.consumer import ConsumerReplica
 from pynatsd.raft.meta import MetaState, service_account
 from pynatsd.raft.node import Committed, RaftNode
-from pynatsd.raft.replica import StreamReplica, drive_node, rearm
+from pynatsd.raft.replica import GroupFollower, StreamReplica, drive_node, rearm
 from pynatsd.raft.storage import FileStorage
 
 if TYPE_CHECKING:
@@ -151,6 +153,18 @@ class MetaApplier:
         return stats
 
 
+# A RAFT group's name as nats-server makes them (`S-R3F-1a2b3c4d`, `C-R3F-...`): one path component below the
+# replica directory; anything else (`..`, a slash) is refused, whoever proposed it.
+_GROUP_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def replica_directory(root: Path, group: str) -> Path:
+    """The directory of `group`'s replica under `root`; ValueError for a name that is no plain group name."""
+    if _GROUP_NAME.fullmatch(group) is None:
+        raise ValueError(f"group name {group[:80]!r} refused")
+    return root / group
+
+
 class MetaMember:
     """The `_meta_` member of a clustered pynatsd with JetStream on (see the module docstring)."""
 
@@ -182,6 +196,7 @@ class MetaMember:
         self.replicas: dict[str, StreamReplica] = {}  # stream group -> the follower replica hosted here
         self.consumer_replicas: dict[str, ConsumerReplica] = {}  # consumer group -> its follower here
         self.refused: dict[str, str] = {}  # what an assignment asked that this member does not serve
+        self.swept = False  # replica directories no assignment names removed, once caught up since start
         # The configured limits (or nats-server's defaults), which its STATSZ advertises.
         self.max_memory, self.max_storage = configured_limits(config) if config is not None else (0, 0)
 
@@ -251,14 +266,17 @@ class MetaMember:
             if committed:
                 self._place_replicas()
                 self._place_consumer_replicas()
+            if not self.swept and self._caught_up():
+                self._sweep_orphans()
         self.timer = rearm(loop, self.timer, due, self._on_timer)
 
     # Stream replicas.
 
     def _place_replicas(self) -> None:
-        """Follow the stream assignments naming this server: a replica for each replicated one, stopped (its
-        data removed) when its stream is deleted. What it cannot serve it refuses in the log: a stream whose
-        only peer it is (it would have to lead), a changed peer set, single-replica consumers."""
+        """Follow the stream assignments naming this server: a replica for each replicated one, its peers
+        following the assignment's, stopped (its data removed) when its stream is deleted or moved off this
+        server. What it cannot serve it refuses in the log: a stream whose only peer it is (it would have
+        to lead; a replica it held keeps its data), single-replica consumers."""
         node, applier = self.node, self.applier
         if node is None or applier is None:
             return
@@ -276,6 +294,8 @@ class MetaMember:
                     self._answer_refused(
                         STREAM_RESULT, {"account": key[0], "stream": key[1]}, "stream_create"
                     )
+                if name in self.replicas:  # scaled down to this server alone: the only copy, kept
+                    wanted[name] = sa
                 continue
             wanted[name] = sa
             for consumer, ca in applier.state.consumers.get(key, {}).items():
@@ -295,12 +315,66 @@ class MetaMember:
             if replica is None:
                 try:
                     self.replicas[name] = StreamReplica(
-                        self.server, self.client, self.replica_dir / name, sa, ours
+                        self.server, self.client, replica_directory(self.replica_dir, name), sa, ours
                     )
                 except (OSError, KeyError, TypeError, ValueError) as e:
                     self._refuse(name, f"stream {sa['stream'].get('name')!r}: replica not started: {e}")
-            elif sorted(replica.peers) != sorted(str(p) for p in sa["group"]["peers"]):
-                self._refuse(name + "/peers", f"stream {replica.stream!r}: peer set change not implemented")
+            else:
+                self._follow_assignment(replica, sa)
+
+    def _caught_up(self) -> bool:
+        """Following a meta leader whose log this member holds and applied up to its end (no catch-up
+        under way): its assignments are the cluster's."""
+        node = self.node
+        return bool(
+            node is not None
+            and node.leader
+            and node.leader != node.id
+            and node.catchup is None
+            and node.pindex > 0
+            and node.applied == node.commit == node.pindex
+        )
+
+    def _sweep_orphans(self) -> None:
+        """Remove the replica directories of groups no assignment places here: streams deleted or moved off
+        this server while it was down, whose removal it learnt from a snapshot or never saw committed
+        (nats-server deletes such orphans once it is current with its meta leader). A replica assigned
+        here that did not start keeps its data."""
+        self.swept = True
+        node, applier = self.node, self.applier
+        if node is None or applier is None:
+            return
+        ours = node.id
+        assignments = [*applier.state.streams.values()]
+        for consumers in applier.state.consumers.values():
+            assignments.extend(consumers.values())
+        assigned = {
+            str((a.get("group") or {}).get("name"))
+            for a in assignments
+            if ours in ((a.get("group") or {}).get("peers") or ())
+        }
+        try:
+            found = [d for d in self.replica_dir.iterdir() if d.is_dir()]
+        except OSError:
+            return  # no replica was ever placed here
+        for directory in found:
+            hosted = directory.name in self.replicas or directory.name in self.consumer_replicas
+            if not hosted and directory.name not in assigned:
+                log.info("JetStream cluster member: replica of %s removed: not assigned here", directory.name)
+                shutil.rmtree(directory, ignore_errors=True)
+
+    def _follow_assignment(self, replica: GroupFollower, sa: dict[str, Any]) -> None:
+        """A hosted stream's or consumer's assignment changed and still names this server (nats-server's
+        update on a member that stays): a changed peer set (scale up or down, a peer removed and replaced)
+        is taken as the meta leader's word. The group's own membership follows its log's peer add and
+        remove entries, which the replica's node applies; a member removed from it keeps following until
+        the assignment drops it too, as nats-server's does."""
+        if sa is replica.assignment:
+            return
+        peers = [str(p) for p in sa["group"]["peers"]]
+        if sorted(peers) != sorted(replica.peers):
+            log.info("JetStream cluster replica of group %s: peers now %s", replica.group, ", ".join(peers))
+        replica.assignment, replica.peers = sa, peers
 
     def _place_consumer_replicas(self) -> None:
         """A follower replica for each replicated consumer whose group names this server, updated when its
@@ -323,14 +397,13 @@ class MetaMember:
             if replica is None:
                 try:
                     self.consumer_replicas[name] = ConsumerReplica(
-                        self.server, self.client, self.replica_dir / name, ca, node.id
+                        self.server, self.client, replica_directory(self.replica_dir, name), ca, node.id
                     )
                 except (OSError, KeyError, TypeError, ValueError) as e:
                     self._refuse(name, f"{what}: replica not started: {e}")
                 continue
+            self._follow_assignment(replica, ca)
             replica.update(ca)
-            if sorted(replica.peers) != sorted(str(p) for p in ca["group"]["peers"]):
-                self._refuse(name + "/peers", f"{what}: peer set change not implemented")
 
     def _refuse(self, key: str, what: str) -> bool:
         """Log what an assignment asks that this member does not serve, once; True the first time."""

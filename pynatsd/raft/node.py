@@ -20,8 +20,10 @@ nats-server's variant of RAFT, as its raft.go runs it (this is a reimplementatio
 - A follower that holds entries the leader does not truncates them back to the last matching index and
   answers nothing (the next heartbeat starts a catch-up).
 - A leader that heard from fewer than a quorum within the lost-quorum interval steps down. Observers
-  follow and ack but never campaign. Unknown peers that ack are proposed as new peers by the leader
-  (unless the group's membership is managed or the peer was removed).
+  follow and ack but never campaign; one that `hands_over`, named by a leader transfer, campaigns only to
+  pass the leadership on at once to a peer that voted for it (nats-server's observers ignore the transfer,
+  which leaves the group leaderless until an election timeout). Unknown peers that ack are proposed as
+  new peers by the leader (unless the group's membership is managed or the peer was removed).
 """
 
 from __future__ import annotations
@@ -136,6 +138,7 @@ class RaftNode:
     rng: random.Random = field(default_factory=random.Random)
     timing: Timing = field(default_factory=Timing)
     observer: bool = False
+    hands_over: bool = False
     managed: bool = False
 
     def __post_init__(self) -> None:
@@ -163,6 +166,10 @@ class RaftNode:
         self.append_inbox = REPLY_SUBJECT % self._token()
         self.progress_inbox = CATCHUP_PROGRESS_SUBJECT % self._token()
         self.last_active = self.now
+        # A hands-over observer named by a leader transfer: the leader that named it (campaigning once),
+        # and while it campaigns, the peer it hands over to rather than back to that leader.
+        self.transfer_from = self.handing_back = ""
+        self.hand_over_due = float("inf")
         self.heartbeat_due = self.lost_quorum_due = 0.0
         state = self.storage.load_peer_state()
         if state is None:
@@ -226,6 +233,8 @@ class RaftNode:
         if self.state == State.CLOSED:
             return float("inf")
         self.now = max(self.now, now)
+        if self.state == State.LEADER and self.now >= self.hand_over_due:
+            self.step_down(min(self.votes - {self.id}, default=""))
         if self.state == State.LEADER:
             if self.now >= self.heartbeat_due:
                 if self.now - self.last_active >= self.timing.heartbeat:
@@ -267,12 +276,16 @@ class RaftNode:
             return False
         return self._membership(Entry(EntryType.REMOVE_PEER, peer.encode()))
 
-    def step_down(self) -> None:
-        """Hand leadership to a follower heard from lately (a leader transfer entry), then follow."""
+    def step_down(self, preferred: str = "") -> None:
+        """Hand leadership to `preferred` when a member, else to a follower heard from lately (a leader
+        transfer entry), then follow."""
         if self.state != State.LEADER:
             return
-        for peer, seen in self.members.items():
-            if peer != self.id and self.now - seen.last_seen < 3 * self.timing.heartbeat:
+        heard = [
+            p for p, seen in self.members.items() if self.now - seen.last_seen < 3 * self.timing.heartbeat
+        ]
+        for peer in (preferred, *heard) if preferred in self.members else heard:
+            if peer != self.id:
                 self._send_append((Entry(EntryType.LEADER_TRANSFER, peer.encode()),))
                 break
         self._step_down("")
@@ -302,9 +315,10 @@ class RaftNode:
         self.election_due = self.now + after
 
     def _on_election_timeout(self) -> None:
-        if self.observer:
+        if self.observer and not self.transfer_from:
             self._reset_election(48 * 3600.0)
             return
+        self.handing_back, self.transfer_from = self.transfer_from, ""
         if self.catchup is not None:
             if self._catchup_stalled():
                 self.catchup = None
@@ -331,6 +345,8 @@ class RaftNode:
         self._check_won()
 
     def _on_vote_request(self, vr: VoteRequest, reply: str) -> None:
+        if vr.candidate == self.id:
+            return  # our own, heard back
         empty = self.pindex == 0
         if vr.term < self.term:
             self._publish(reply, "", VoteResponse(self.term, self.id, False, empty).encode())
@@ -388,6 +404,9 @@ class RaftNode:
             peer.last_seen = self.now  # each gets a lost-quorum interval to answer the new leader
         self._save_term_vote()
         self._send_append((Entry(EntryType.PEER_STATE, self._peer_state().encode()),))
+        # Won only to hand over (an observer): to the first peer but the leader that named us to ack our
+        # entry, so up to date and heard from; after a heartbeat interval to one that voted for us.
+        self.hand_over_due = self.now + self.timing.heartbeat if self.observer else float("inf")
 
     def _become_follower(self, leader: str) -> None:
         self.state = State.FOLLOWER
@@ -448,6 +467,14 @@ class RaftNode:
         self._seen(ar.peer)
         if ar.success:
             peer = self.members.get(ar.peer)
+            if (
+                self.observer
+                and peer is not None
+                and ar.index >= self.pindex
+                and ar.peer != self.handing_back
+            ):
+                self.step_down(ar.peer)
+                return
             if peer is not None and ar.index > peer.last_index:
                 peer.last_index = ar.index
             if ar.index <= self.commit or ar.term != self.term or peer is None:
@@ -522,6 +549,8 @@ class RaftNode:
     # The follower's side.
 
     def _on_append(self, ae: AppendEntry, reply: str, new: bool) -> None:
+        if ae.leader == self.id:
+            return  # our own, heard back on the group's subject while we lead
         self._reset_election(self._election_timeout())
         lterm = ae.lterm or ae.term
         if self.state == State.LEADER:
@@ -582,7 +611,8 @@ class RaftNode:
             for e in ae.entries:
                 self._track_membership(e)
                 transfer = new and e.type == EntryType.LEADER_TRANSFER and e.data == self.id.encode()
-                if transfer and not self.observer:
+                if transfer and (not self.observer or self.hands_over):
+                    self.transfer_from = ae.leader if self.observer else ""
                     self._reset_election(0.01)  # the leader hands over to us: campaign now
         if ae.commit > self.commit:
             for i in range(self.commit + 1, min(ae.commit, self.pindex) + 1):

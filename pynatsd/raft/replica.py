@@ -1,8 +1,9 @@
 """A follower replica of a replicated stream placed on this server by the meta leader: the stream group's
 RaftNode (an observer: it stores, acks and votes, never campaigns, so it never leads a stream it could not
-serve) and a pynatsd store holding the committed messages (stream.StreamApplier). Both live under the
-JetStream store directory, `_js_/<group>/` (`raft/` the group's log, `msgs/` the stream's file store), so
-a restart recovers them: the log's committed entries are applied again, the store skipping what it holds.
+serve; named by a leader transfer, it wins only to hand the leadership on at once) and a pynatsd store
+holding the committed messages (stream.StreamApplier). Both live under the JetStream store directory,
+`_js_/<group>/` (`raft/` the group's log, `msgs/` the stream's file store), so a restart recovers them: the
+log's committed entries are applied again, the store skipping what it holds.
 """
 
 from __future__ import annotations
@@ -98,7 +99,9 @@ class GroupFollower:
         self.peers = [str(p) for p in group["peers"]]
         loop = server.loop
         raft = FileStorage(directory / "raft")
-        self.node = RaftNode(self.group, ours, raft, self.peers, loop.time(), random.Random(), observer=True)
+        self.node = RaftNode(
+            self.group, ours, raft, self.peers, loop.time(), random.Random(), observer=True, hands_over=True
+        )
         self.subs: dict[str, Subscription] = {}
         self.timer: asyncio.TimerHandle | None = None
         self.compact_every = compact_every

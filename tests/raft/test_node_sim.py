@@ -136,3 +136,36 @@ def test_peer_added_caught_up_and_removed() -> None:
         sim.propose()
     sim.run(10.0)
     _converged(sim)
+
+
+@pytest.mark.parametrize("hands_over", [False, True])
+def test_leader_transfer_to_an_observer(hands_over: bool) -> None:
+    """A leader steps down preferring an observer (nats-server's stream leader does, asked to): one that
+    hands over wins the election and passes the leadership on to a voter at once, before any election
+    timeout; one that does not leaves the group leaderless until a voter's timeout (nats-server's)."""
+    sim = Sim(seed=7, size=3, loss=0.0)
+    observer = sim.ids[0]
+    sim.observers.add(observer)
+    sim.crash(observer)
+    sim.start(observer, list(sim.ids))
+    sim.nodes[observer].hands_over = hands_over
+    sim.run(20.0)
+    leader = sim.leader()
+    assert leader is not None and leader.id != observer
+    for _ in range(3):
+        sim.propose()
+    sim.run(1.0)
+    term = leader.term
+    leader.step_down(preferred=observer)
+    sim.run(sim.nodes[observer].timing.min_election / 2)  # well before any voter's election timeout
+    successor = sim.leader()
+    if hands_over:
+        assert successor is not None and successor.id not in (observer, leader.id), successor
+        assert sim.leaders[term + 1] == observer and successor.term == term + 2
+    else:
+        assert successor is None or successor.term == term
+    assert sim.nodes[observer].state != State.LEADER
+    sim.run(20.0)
+    final = sim.leader()
+    assert final is not None and final.id != observer
+    sim.check_prefixes()

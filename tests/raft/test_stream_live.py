@@ -107,11 +107,13 @@ def _replica(info: dict[str, Any], name: str) -> dict[str, Any]:
     return next((r for r in info.get("cluster", {}).get("replicas") or () if r["name"] == name), {})
 
 
-async def _info_until(node: Node, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+async def _info_until(
+    node: Node, check: Callable[[dict[str, Any]], bool], stream: str = "ORDERS"
+) -> dict[str, Any]:
     """The stream's info through `node` once `check` holds for it."""
     deadline = asyncio.get_running_loop().time() + WAIT
     while True:
-        info = await _request(node, "$JS.API.STREAM.INFO.ORDERS", {})
+        info = await _request(node, f"$JS.API.STREAM.INFO.{stream}", {})
         if check(info):
             return info
         assert asyncio.get_running_loop().time() < deadline, json.dumps(
