@@ -19,7 +19,7 @@ INTERPRETED_SUITES ?= tests/unit tests/robust tests/integration tests/security/t
 	tests/routes/test_frames.py tests/routes/test_delivery.py tests/routes/test_route_protocol.py tests/jetstream/test_store.py tests/jetstream/test_crash.py \
 	tests/jetstream/test_streams.py tests/jetstream/test_differential.py
 
-.PHONY: venv compile run test test-fast check lint typecheck clean
+.PHONY: venv compile run test test-interpreted test-fast check lint typecheck clean
 
 $(RUN_STAMP): requirements.txt requirements-build.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,11 +51,16 @@ run: compile
 	@echo "pynatsd: clients on nats://localhost:$(PORT), dashboard on http://localhost:$(HTTP_PORT)/"
 	$(PY) -m pynatsd -p $(PORT) -m $(HTTP_PORT)
 
-## test: the whole suite on the compiled path (core suites on both asyncio and uvloop, see
-## tests/conftest.py), then the core suites again on the interpreted path (uvloop); the 30 slowest are
-## listed; ruff, the formatter and mypy run first (CI's budget: under 25 minutes)
-test: venv compile check
+## test: ruff, the formatter and mypy, then the core suites on the interpreted path (uvloop), both beside
+## the compile (one gcc on one core for 2-3 minutes; the interpreted pass needs no compiled module and uses
+## about half a core, its servers mostly wait); then the whole suite on the compiled path (core suites on
+## both asyncio and uvloop, see tests/conftest.py), the 30 slowest listed. Each job's output is printed
+## whole when it ends (-O). CI's budget: under 25 minutes.
+test: venv
+	@$(MAKE) --no-print-directory -j2 -O compile check test-interpreted
 	$(PY) -m pytest -q --durations=30
+
+test-interpreted: venv
 	PYNATSD_NO_EXTENSIONS=1 PYNATSD_LOOP=uvloop $(PY) -m pytest -q -m "not compiled_pass_only" $(INTERPRETED_SUITES)
 
 test-fast: venv

@@ -137,8 +137,8 @@ def wait_for_port(
                 with ctx.wrap_socket(raw) as s:
                     if s.recv(4).upper() == b"INFO":
                         return
-        except OSError:
-            time.sleep(0.05)
+        except OSError:  # not listening yet: a refused connect costs microseconds, so try again soon
+            time.sleep(0.01)  # 0.05 cost 25 ms a start on average (security + integration: 129 starts)
     raise TimeoutError(f"server on port {port} not ready after {timeout}s")
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import atexit
 import shutil
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,8 @@ from tests.deploy.engine import Engine, build_base_image, build_image, engine_av
 from tests.servers import REPO_ROOT
 
 IMAGE = "pynatsd:test"
+NATS_SERVER_IMAGE = "nats-server-pypi:test"
+PROMETHEUS_IMAGE = "pynatsd-test-prometheus:host"
 _prepared: list[Future[Engine]] = []  # the background preparation, once started
 _preparing: list[Engine] = []  # its engine, as soon as dockerd runs
 
@@ -32,10 +36,27 @@ def prepare_engine(niced: bool = False) -> Engine:
     try:
         engine.base = build_base_image(engine, niced=niced)
         build_image(engine, REPO_ROOT, IMAGE, engine.base)
+        if shutil.which("prometheus"):  # the compose tests' images too: their setup then hits the cache
+            with tempfile.TemporaryDirectory(prefix="pynatsd-prometheus-image-") as context:
+                build_cluster_images(engine, Path(context))
     except BaseException:
         stop(engine)
         raise
     return engine
+
+
+def build_cluster_images(engine: Engine, context: Path) -> None:
+    """The compose tests' other images: nats-server from its Dockerfile, Prometheus from the host's binary
+    (it needs only libc) in `context`. Built by the background preparation (16.6 s there, measured at
+    load 7), the compose tests' setup finds them in the build cache (1.6 s)."""
+    binary = shutil.which("prometheus")
+    assert binary is not None
+    build_image(engine, REPO_ROOT, NATS_SERVER_IMAGE, engine.base, dockerfile="docker/Dockerfile.nats-server")
+    shutil.copy(binary, context / "prometheus")
+    (context / "Dockerfile").write_text(
+        f'FROM {engine.base}\nCOPY prometheus /bin/prometheus\nENTRYPOINT ["/bin/prometheus"]\n'
+    )
+    engine.run("build", "-t", PROMETHEUS_IMAGE, str(context))
 
 
 def stop(engine: Engine) -> None:

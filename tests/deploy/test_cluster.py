@@ -30,12 +30,10 @@ import pytest
 import yaml
 
 from tests.conftest import need_tool
-from tests.deploy.conftest import IMAGE
-from tests.deploy.engine import Engine, build_image, wait_healthy
+from tests.deploy.conftest import IMAGE, NATS_SERVER_IMAGE, PROMETHEUS_IMAGE, build_cluster_images
+from tests.deploy.engine import Engine, wait_healthy
 from tests.servers import REPO_ROOT, free_port
 
-NATS_SERVER_IMAGE = "nats-server-pypi:test"
-PROMETHEUS_IMAGE = "pynatsd-test-prometheus:host"
 COMPOSE_FILE = REPO_ROOT / "docker" / "docker-compose.cluster.yml"
 NODES = ("pynatsd-a", "pynatsd-b", "nats-server")
 pytestmark = pytest.mark.timeout(900)
@@ -50,17 +48,10 @@ class Ports:
 
 @pytest.fixture(scope="module")
 def images(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """nats-server from its Dockerfile, and Prometheus from the host's binary (it needs only libc)."""
-    binary = shutil.which("prometheus")
-    need_tool(binary is not None, "prometheus (Debian package prometheus)")
-    assert binary is not None
-    build_image(engine, REPO_ROOT, NATS_SERVER_IMAGE, engine.base, dockerfile="docker/Dockerfile.nats-server")
-    context = tmp_path_factory.mktemp("prometheus-image")
-    shutil.copy(binary, context / "prometheus")
-    (context / "Dockerfile").write_text(
-        f'FROM {engine.base}\nCOPY prometheus /bin/prometheus\nENTRYPOINT ["/bin/prometheus"]\n'
-    )
-    engine.run("build", "-t", PROMETHEUS_IMAGE, str(context))
+    """nats-server from its Dockerfile, and Prometheus from the host's binary (it needs only libc); built
+    already by the engine's background preparation in a whole-suite run, so here from the build cache."""
+    need_tool(shutil.which("prometheus") is not None, "prometheus (Debian package prometheus)")
+    build_cluster_images(engine, tmp_path_factory.mktemp("prometheus-image"))
 
 
 def host_network(
