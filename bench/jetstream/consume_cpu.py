@@ -9,12 +9,13 @@ figure, and N over the wall time the rate. Medians of --reps, each on a consumer
     python bench/jetstream/consume_cpu.py [--messages 200000] [--reps 5] [--batch 1000]
                                           [--modes pull,push,explicit] [--servers pynatsd,nats-server]
                                           [--storage file,memory] [--profile FILE]
-                                          [--retention limits|interest|workqueue]
+                                          [--retention limits|interest|workqueue] [--subjects 1]
 
 `--retention workqueue` (or interest) has each acked message removed (the stream refilled before each
-rep, outside the measured time). `--storage` picks the stream's storage (each a server and a stream of its
-own); `--profile FILE` runs pynatsd under cProfile (set PYNATSD_NO_EXTENSIONS=1 to see the interpreted
-code) and writes the stats to FILE (one storage's last run wins).
+rep, outside the measured time). `--subjects K` spreads the messages round robin over K subjects (one
+subject by default: a backlog all on one subject). `--storage` picks the stream's storage (each a server
+and a stream of its own); `--profile FILE` runs pynatsd under cProfile (set PYNATSD_NO_EXTENSIONS=1 to see
+the interpreted code) and writes the stats to FILE (one storage's last run wins).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ SIZE = 100
 STREAM = "CONS"
 
 
-def fill(s: socket.socket, n: int, storage: str, retention: str = "limits") -> None:
+def fill(s: socket.socket, n: int, storage: str, retention: str = "limits", subjects: int = 1) -> None:
     body = b'{"name":"%s","subjects":["cons.>"],"storage":"%s","retention":"%s"}' % (
         STREAM.encode(),
         storage.encode(),
@@ -50,12 +51,13 @@ def fill(s: socket.socket, n: int, storage: str, retention: str = "limits") -> N
     if b'"error"' in answer:
         raise RuntimeError(answer.decode(errors="replace"))
     s.sendall(b"SUB _INBOX.fill 90\r\n")
-    frame = b"PUB cons.a _INBOX.fill %d\r\n%s\r\n" % (SIZE, b"x" * SIZE)
+    names = [b"cons.a"] if subjects == 1 else [b"cons.%d" % i for i in range(subjects)]
+    frames = [b"PUB %s _INBOX.fill %d\r\n%s\r\n" % (name, SIZE, b"x" * SIZE) for name in names]
     sent, acked, tail = 0, 0, b""
     while acked < n:
         if sent < n and sent - acked < 10_000:  # at most 10k acks in flight
             count = min(1000, n - sent)
-            s.sendall(frame * count)
+            s.sendall(b"".join(frames[i % len(frames)] for i in range(sent, sent + count)))
             sent += count
             continue
         both = tail + s.recv(1 << 20)
@@ -115,17 +117,18 @@ def run(
     modes: list[str],
     profile: str | None,
     retention: str = "limits",
+    subjects: int = 1,
 ) -> None:
     with tempfile.TemporaryDirectory() as store:
         proc, port = start(kind, store, profile)
         try:
             s = connect(port)
-            fill(s, n, storage, retention)
+            fill(s, n, storage, retention, subjects)
             for mode in modes:
                 us, rates = [], []
                 for rep in range(reps):
                     if retention != "limits" and rep:  # the last consumer took (removed) them all
-                        fill(s, n, storage, retention)
+                        fill(s, n, storage, retention, subjects)
                     cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
                     consume(s, mode, f"{mode}{rep}", n, batch)
                     wall, cpu = time.monotonic() - t0, cpu_seconds(proc.pid) - cpu0
@@ -162,12 +165,14 @@ def main() -> None:
     parser.add_argument("--storage", default="file")
     parser.add_argument("--profile", default=None)
     parser.add_argument("--retention", default="limits", help="limits, interest or workqueue")
+    parser.add_argument("--subjects", type=int, default=1, help="subjects the messages are spread over")
     args = parser.parse_args()
     for storage in args.storage.split(","):
         for kind in args.servers.split(","):
             profile = args.profile if kind == "pynatsd" else None
             modes = args.modes.split(",")
-            run(kind, storage, args.messages, args.reps, args.batch, modes, profile, args.retention)
+            options = (args.messages, args.reps, args.batch, modes, profile, args.retention, args.subjects)
+            run(kind, storage, *options)
 
 
 if __name__ == "__main__":

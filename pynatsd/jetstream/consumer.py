@@ -15,7 +15,6 @@ import random
 import re
 import shutil
 import string
-from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -773,7 +772,7 @@ class Consumer:
                 )
                 for lst in lists:
                     if lst:
-                        n += len(lst) - bisect_left(lst, start)
+                        n += lst.count_from(start)
             self._npending = n
         return self._npending + len(self._lps)
 

@@ -7,8 +7,6 @@ import heapq
 import json
 import re
 import sys
-from array import array
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -25,7 +23,7 @@ from pynatsd.jetstream.errors import ApiError
 from pynatsd.jetstream.fast_batching import SUFFIX as FAST_BATCH_SUFFIX
 from pynatsd.jetstream.fast_batching import FastBatches, imported_reply
 from pynatsd.jetstream.sourcing import SourceLink, links_of, normalize_sourcing, save_positions
-from pynatsd.jetstream.store import FileStore, MemoryStore, Store, StoredMsg
+from pynatsd.jetstream.store import FileStore, MemoryStore, SeqList, Store, StoredMsg
 from pynatsd.jetstream.store.file import KV_SEGMENT_BYTES
 from pynatsd.jetstream.transform import SubjectTransform, TransformError, validate_mapping
 from pynatsd.jetstream.util import (
@@ -978,8 +976,8 @@ class Stream:
         cfg, st = self.config, self.store
         per = cfg["max_msgs_per_subject"]
         if per > 0:
-            lists = list(st.subjects.values()) if subject is None else [st.subjects.get(subject, array("q"))]
-            victims = [s for lst in lists for s in lst[: max(0, len(lst) - per)]]
+            lists = list(st.subjects.values()) if subject is None else [st.subjects.get(subject)]
+            victims = [s for lst in lists if lst is not None for s in lst.oldest(len(lst) - per)]
             if victims:
                 self.remove(victims)
         if cfg["max_msgs"] > 0 and st.msgs > cfg["max_msgs"]:
@@ -1335,13 +1333,13 @@ def _with_ttl_header(hdrs: bytes, ttl: int) -> bytes:
     return b"\r\n".join([head, *lines, b"Nats-TTL: %d" % ttl]) + b"\r\n\r\n"
 
 
-def _take_last(lst: array[int] | None, up_to: int, seqs: set[int]) -> bool:
+def _take_last(lst: SeqList | None, up_to: int, seqs: set[int]) -> bool:
     """Adds a subject's last sequence at or before `up_to` (if any) to a `multi_last` answer's; True once
     the answer passes nats-server's cap."""
     if lst:
-        i = bisect_right(lst, up_to)
-        if i:
-            seqs.add(lst[i - 1])
+        last = lst.last_upto(up_to)
+        if last:
+            seqs.add(last)
             return len(seqs) > _MULTI_LAST_MAX
     return False
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 import pytest
 
-from pynatsd.jetstream.store import FileStore, MemoryStore, Store
+from pynatsd.jetstream.store import FileStore, MemoryStore, SeqList, Store
 from pynatsd.jetstream.store import file as file_mod
 
 
@@ -35,6 +37,71 @@ def test_index_operations(tmp_path: Path, kind: str) -> None:
     )
     assert store.purge() == 7
     assert (store.msgs, store.bytes, store.first_seq, store.last_seq) == (0, 0, 11, 10)
+    store.close()
+
+
+def test_seq_list_is_a_sorted_list_through_removals_anywhere() -> None:
+    """A subject's live sequences against a plain list: appends interleaved with removals at the front (the
+    head moves, the dead prefix is cut once it is half), at the end and in the middle, and every reader."""
+    rng = random.Random(34)
+    seqs, model, newest = SeqList(1), [1], 1
+    # Grow, drain mostly from the front (a work queue), then churn evenly.
+    for weights in ((6, 2, 1, 1), (1, 7, 1, 1), (3, 3, 2, 2)):
+        for _ in range(1500):
+            op = rng.choices(("append", "front", "end", "middle"), weights)[0]
+            if op == "append" or not model:
+                newest += rng.randint(1, 3)
+                seqs.append(newest)
+                model.append(newest)
+            else:
+                victim = model[0] if op == "front" else model[-1] if op == "end" else rng.choice(model)
+                seqs.discard(victim)
+                model.remove(victim)
+            assert len(seqs) == len(model) and bool(seqs) is bool(model) and list(seqs) == model
+            if model:
+                i = rng.randrange(len(model))
+                assert (seqs[0], seqs[-1], seqs[i], seqs[i - len(model)]) == (
+                    model[0],
+                    model[-1],
+                    model[i],
+                    model[i],
+                )
+            with pytest.raises(IndexError):
+                seqs[len(model)]
+            probe = rng.randint(0, newest + 1)
+            j, k = bisect_left(model, probe), bisect_right(model, probe)
+            assert seqs.count_from(probe) == len(model) - j
+            assert seqs.first_from(probe) == (model[j] if j < len(model) else 0)
+            assert seqs.last_upto(probe) == (model[k - 1] if k else 0)
+            n = rng.randint(-1, len(model) + 1)
+            assert seqs.oldest(n) == model[: max(n, 0)]
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_work_queue_removals_from_the_front_of_one_subject(tmp_path: Path, kind: str) -> None:
+    """Acking a one-subject backlog in order moves the subject's head instead of the whole array, and the
+    store's readers of the subject index answer as before."""
+    store: Store = MemoryStore() if kind == "memory" else FileStore(tmp_path)
+    for i in range(1000):
+        store.append(b"jobs" if i % 4 else b"other", None, b"x", 1000 + i)
+    jobs = [seq for seq in range(1, 1001) if (seq - 1) % 4]
+    for _ in range(300):
+        assert store.remove(jobs.pop(0))
+    assert store.subjects[b"jobs"]._head == 300  # nothing moved yet: 300 of 750 dead
+    store.append(b"jobs", None, b"x", 3000)
+    jobs.append(1001)
+    assert store.remove(jobs.pop(len(jobs) // 2)) and store.remove(jobs.pop())
+    assert list(store.subjects[b"jobs"]) == jobs and len(store.subjects[b"jobs"]) == len(jobs)
+    assert store.next_seq_of(1, [b"jobs", b"none"]) == jobs[0]
+    assert store.next_seq_of(jobs[-1] + 1, [b"jobs"]) is None
+    assert store.count_from(jobs[10], lambda s: s == b"jobs") == len(jobs) - 10
+    assert store.last_for(b"jobs") == jobs[-1]
+    for _ in range(200):  # past half dead: the prefix is cut
+        assert store.remove(jobs.pop(0))
+    assert list(store.subjects[b"jobs"]) == jobs and store.subjects[b"jobs"]._head < 200
+    assert store.purge(lambda s: s == b"jobs", keep=3) == len(jobs) - 3
+    assert list(store.subjects[b"jobs"]) == jobs[-3:] and store.first_seq == 1
+    assert store.remove_many(jobs[-3:]) == 3 and b"jobs" not in store.subjects
     store.close()
 
 

@@ -12,7 +12,7 @@ trimmed; timestamps of free slots repeat their predecessor's, so the timestamp c
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from typing import Final
 
@@ -54,6 +54,81 @@ Locator = tuple[int, int]
 Removed = list[tuple[int, Locator]]
 
 
+class SeqList:
+    """One subject's live sequences, ascending: what `Store.subjects` maps each subject to.
+
+    The oldest goes first most of the time (a work queue's backlog, acked in order), so removing it only
+    moves a head offset, and the dead prefix is cut once it is half the array: amortized O(1) where
+    `del arr[0]` moved the whole array (at a backlog of 100k on one subject, 26% of the server's CPU).
+    Readers see only the live part: `len`, `[i]` (negative from the newest), iteration and the lookups
+    below, which bisect the array from the head at C speed."""
+
+    __slots__ = ("_head", "_seqs")
+
+    def __init__(self, first: int) -> None:
+        self._seqs = array("q", (first,))
+        self._head = 0  # live sequences are _seqs[_head:]
+
+    def __len__(self) -> int:
+        return len(self._seqs) - self._head
+
+    def __bool__(self) -> bool:
+        return len(self._seqs) > self._head
+
+    def __getitem__(self, i: int) -> int:
+        n = len(self._seqs) - self._head
+        if i < 0:
+            i += n
+        if i < 0 or i >= n:
+            raise IndexError("SeqList index out of range")
+        return self._seqs[self._head + i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._seqs[self._head :])  # (a copy: the caller may remove while it goes)
+
+    def __repr__(self) -> str:
+        return f"SeqList({list(self)})"
+
+    def append(self, seq: int) -> None:
+        """Add `seq`, newer than every sequence already here."""
+        self._seqs.append(seq)
+
+    def discard(self, seq: int) -> None:
+        seqs, head = self._seqs, self._head
+        if seqs[head] == seq:
+            head += 1
+            if head * 2 >= len(seqs):  # (moves at most as many as were dropped since the last cut)
+                del seqs[:head]
+                head = 0
+            self._head = head
+        elif seqs[-1] == seq:
+            del seqs[-1]
+        else:
+            i = bisect_left(seqs, seq, head)
+            if i < len(seqs) and seqs[i] == seq:
+                del seqs[i]
+
+    def count_from(self, start: int) -> int:
+        """How many sequences are >= start."""
+        return len(self._seqs) - bisect_left(self._seqs, start, self._head)
+
+    def first_from(self, start: int) -> int:
+        """The first sequence >= start, 0 if none."""
+        seqs = self._seqs
+        i = bisect_left(seqs, start, self._head)
+        return seqs[i] if i < len(seqs) else 0
+
+    def last_upto(self, up_to: int) -> int:
+        """The last sequence <= up_to, 0 if none."""
+        i = bisect_right(self._seqs, up_to, self._head)
+        return self._seqs[i - 1] if i > self._head else 0
+
+    def oldest(self, n: int) -> list[int]:
+        """The first `n` sequences (all if fewer, none if n <= 0)."""
+        head = self._head
+        return self._seqs[head : head + max(n, 0)].tolist()
+
+
 class Store:
     """Index of one stream's messages; subclasses hold the payloads."""
 
@@ -71,7 +146,7 @@ class Store:
         self._loc_b = array("q")
         self._names: list[bytes] = []  # subject id -> subject
         self._ids: dict[bytes, int] = {}
-        self.subjects: dict[bytes, array[int]] = {}  # subject -> its live sequences, ascending
+        self.subjects: dict[bytes, SeqList] = {}  # subject -> its live sequences
         self.failed: set[int] = set()  # sequences whose buffered write failed (see commit)
         # Recovered messages whose headers carry Nats-TTL (their stream rebuilds its pending TTLs from them).
         self.with_ttl: list[int] = []
@@ -146,7 +221,7 @@ class Store:
         self._loc_b.append(loc[1])
         lst = self.subjects.get(subject)
         if lst is None:
-            self.subjects[subject] = array("q", (seq,))
+            self.subjects[subject] = SeqList(seq)
         else:
             lst.append(seq)
         self.msgs += 1
@@ -166,10 +241,7 @@ class Store:
         self.msgs -= 1
         self.bytes -= self._col_size[i]
         lst = self.subjects[subject]
-        if lst[0] == seq:
-            del lst[0]
-        else:
-            lst.remove(seq)
+        lst.discard(seq)
         if not lst:
             del self.subjects[subject]
         loc = (self._loc_a[i], self._loc_b[i])
@@ -290,9 +362,9 @@ class Store:
         for subject in subjects:
             lst = self.subjects.get(subject)
             if lst:
-                j = bisect_left(lst, start)
-                if j < len(lst) and (best is None or lst[j] < best):
-                    best = lst[j]
+                found = lst.first_from(start)
+                if found and (best is None or found < best):
+                    best = found
         return best
 
     def iter_from(self, start: int, match: Callable[[bytes], bool] | None = None) -> Iterator[int]:
@@ -346,7 +418,7 @@ class Store:
     def count_from(self, start: int, match: Callable[[bytes], bool] | None = None) -> int:
         """How many stored messages have a sequence >= start (and a subject passing `match`)."""
         if match is not None:
-            return sum(len(lst) - bisect_left(lst, start) for s, lst in self.subjects.items() if match(s))
+            return sum(lst.count_from(start) for s, lst in self.subjects.items() if match(s))
         if start <= self.first_seq:
             return self.msgs
         if start > self.last_seq:
