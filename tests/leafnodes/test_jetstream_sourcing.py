@@ -9,7 +9,7 @@ import asyncio
 import base64
 import json
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -192,22 +192,24 @@ async def _observe(pair: Pair) -> dict[str, Any]:
 _OBSERVED: dict[str, Any] = {}
 
 
-async def _observe_every_topology(directory: Path) -> None:
-    """Each topology's pair observed at the same time: a nats-server leaf notices the restarted hub only at
-    its 10 s source health check, and these waits now overlap (one after the other, the reference and
-    the nats-server leaf row took 23 s and 21 s)."""
+async def _observe_every_topology(
+    directory: Path, observe_pair: Callable[[Pair], Awaitable[dict[str, Any]]], into: dict[str, Any]
+) -> None:
+    """Each topology's pair observed at the same time (`observe_pair`), the outcomes kept in `into`: a
+    nats-server leaf notices the restarted hub only at its 10 s source health check, and these waits now
+    overlap (one after the other, the reference and the nats-server leaf row took 23 s and 21 s)."""
 
     async def observe(topology: str) -> dict[str, Any]:
         (directory / topology).mkdir()
         pair = await asyncio.to_thread(Pair, topology, directory / topology)
         try:
-            return await _observe(pair)
+            return await observe_pair(pair)
         finally:
             await asyncio.to_thread(pair.stop)
 
     topologies = list(TOPOLOGIES)
     seen = await asyncio.gather(*(observe(t) for t in topologies), return_exceptions=True)
-    _OBSERVED.update(zip(topologies, seen, strict=True))
+    into.update(zip(topologies, seen, strict=True))
 
 
 @pytest.mark.parametrize("topology", [t for t in TOPOLOGIES if t != "nats-server"])
@@ -216,7 +218,7 @@ async def test_mirrors_and_sources_across_a_leaf_node_as_nats_server(topology: s
     headers byte for byte, the info blocks alike, after the hub restarted in between."""
     require("nats-server")
     if not _OBSERVED:
-        await _observe_every_topology(tmp_path)
+        await _observe_every_topology(tmp_path, _observe, _OBSERVED)
     reference, seen = _OBSERVED["nats-server"], _OBSERVED[topology]
     for observed in (reference, seen):
         if isinstance(observed, BaseException):
@@ -491,18 +493,7 @@ async def test_durable_sourcing_across_a_leaf_node_as_nats_server(topology: str,
     across a restart of the leaf. Every topology is observed at once, at the first test."""
     require("nats-server")
     if not _DURABLE_OBSERVED:
-
-        async def observe(name: str) -> dict[str, Any]:
-            (tmp_path / name).mkdir()
-            pair = await asyncio.to_thread(Pair, name, tmp_path / name)
-            try:
-                return await _observe_durable(pair)
-            finally:
-                await asyncio.to_thread(pair.stop)
-
-        names = list(TOPOLOGIES)
-        seen = await asyncio.gather(*(observe(n) for n in names), return_exceptions=True)
-        _DURABLE_OBSERVED.update(zip(names, seen, strict=True))
+        await _observe_every_topology(tmp_path, _observe_durable, _DURABLE_OBSERVED)
     reference, seen = _DURABLE_OBSERVED["nats-server"], _DURABLE_OBSERVED[topology]
     for observed in (reference, seen):
         if isinstance(observed, BaseException):
